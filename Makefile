@@ -1,0 +1,38 @@
+# Set-up from nothing: `make run` and `make test` create .venv themselves.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SAMPLE ?= samples/bash/stream.jsonl
+
+.PHONY: run test lint format bench samples clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/opencode-events normalize $(SAMPLE)
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check opencode_events tests scripts bench
+	$(BIN)/ruff format --check opencode_events tests scripts bench
+
+format: $(STAMP)
+	$(BIN)/ruff format opencode_events tests scripts bench
+	$(BIN)/ruff check --fix opencode_events tests scripts bench
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+samples: $(STAMP)
+	$(PY) scripts/capture.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,240 @@
+"""The normalized event types: the one output vocabulary of every source.
+
+Each kind is a msgspec Struct tagged by ``kind``; JSON encoding omits fields that have
+no value (``omit_defaults``), except ``success`` on tool events, which is always written
+(true, false or null). ``seq`` and ``session_id`` are stamped by the normalizer when the
+event is emitted, so mapping code never has to know them. ``schema()`` derives the
+published JSON Schema from these classes; there is no hand-written copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Raw, Struct, UnsetType
+
+__all__ = [
+    "Event",
+    "Message",
+    "Reasoning",
+    "Prompt",
+    "Read",
+    "Write",
+    "Search",
+    "Command",
+    "Orchestration",
+    "Skill",
+    "Usage",
+    "Error",
+    "Permission",
+    "Compaction",
+    "Delta",
+    "Warning",
+    "Unknown",
+    "Metrics",
+    "ANY_EVENT",
+    "TOOL_KINDS",
+    "schema",
+]
+
+
+class Event(Struct, kw_only=True, omit_defaults=True, tag_field="kind"):
+    """Fields every event carries: position, session and provenance."""
+
+    seq: int = -1
+    session_id: str | None = None
+    time: int | float | None = None
+    source: str | None = None  # the input file, when a run reads several
+    line: int | None = None
+    message_id: str | None = None
+    part_id: str | None = None
+
+
+class ToolEvent(Event, kw_only=True, omit_defaults=True, tag_field="kind"):
+    """Fields of every event made from a tool call. ``success`` is always written."""
+
+    tool: str
+    call_id: str | None = None
+    status: str | None = None
+    success: bool | None
+    title: str | None = None
+    duration_ms: int | float | None = None
+    error: str | None = None
+
+
+class Message(Event, tag="message", kw_only=True):
+    text: str
+    raw: Raw | None = None
+
+
+class Reasoning(Event, tag="reasoning", kw_only=True):
+    text: str
+    raw: Raw | None = None
+
+
+class Prompt(Event, tag="prompt", kw_only=True):
+    text: str
+    raw: Raw | None = None
+
+
+class Read(ToolEvent, tag="read", kw_only=True):
+    path: str | None = None
+    raw: Raw | None = None
+
+
+class Write(ToolEvent, tag="write", kw_only=True):
+    path: str | None = None
+    op: str | None = None
+    to: str | None = None
+    raw: Raw | None = None
+
+
+class Search(ToolEvent, tag="search", kw_only=True):
+    pattern: str | None = None
+    path: str | None = None
+    raw: Raw | None = None
+
+
+class Command(ToolEvent, tag="command", kw_only=True):
+    command: str | None = None
+    exit_code: int | None = None
+    raw: Raw | None = None
+
+
+class Orchestration(ToolEvent, tag="orchestration", kw_only=True):
+    agent: str | None = None
+    child_session_id: str | None = None
+    description: str | None = None
+    raw: Raw | None = None
+
+
+class Skill(ToolEvent, tag="skill", kw_only=True):
+    name: str | None = None
+    raw: Raw | None = None
+
+
+class Usage(Event, tag="usage", kw_only=True):
+    """One model step's tokens and cost, as OpenCode reported them; always all written."""
+
+    turn: int
+    reason: str | None = None
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    total_tokens: int
+    cost: float
+    raw: Raw | None = None
+
+
+class Error(Event, tag="error", kw_only=True):
+    name: str | None = None
+    message: str | None = None
+    raw: Raw | None = None
+
+
+class Permission(Event, tag="permission", kw_only=True):
+    id: str | None = None
+    permission: str | None = None
+    patterns: list[str] | None = None
+    reply: str | None = None
+    raw: Raw | None = None
+
+
+class Compaction(Event, tag="compaction", kw_only=True):
+    auto: bool | None = None
+    raw: Raw | None = None
+
+
+class Delta(Event, tag="delta", kw_only=True):
+    field: str | None = None
+    delta: str = ""
+    raw: Raw | None = None
+
+
+class Warning(Event, tag="warning", kw_only=True):  # noqa: A001 - the kind's own name
+    message: str
+    text: str | None = None
+
+
+class Unknown(Event, tag="unknown", kw_only=True):
+    """A record type or tool the mapping does not know, kept whole in ``raw``.
+
+    When it was made from a tool call it carries the tool fields too, ``success``
+    included; otherwise ``success`` is left out.
+    """
+
+    type: str | None = None
+    tool: str | None = None
+    call_id: str | None = None
+    status: str | None = None
+    success: bool | None | UnsetType = UNSET
+    title: str | None = None
+    duration_ms: int | float | None = None
+    error: str | None = None
+    raw: Raw | None = None
+
+
+class Metrics(Event, tag="metrics", kw_only=True):
+    """The run's summary, written last. Every field is always written; token sums
+    count each part id once."""
+
+    records: int
+    counts: dict[str, int]
+    turns: int
+    tool_calls: int
+    tool_failures: int
+    duplicates: int
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    total_tokens: int
+    cost: float
+
+
+ANY_EVENT = (
+    Message
+    | Reasoning
+    | Prompt
+    | Read
+    | Write
+    | Search
+    | Command
+    | Orchestration
+    | Skill
+    | Usage
+    | Error
+    | Permission
+    | Compaction
+    | Delta
+    | Warning
+    | Unknown
+    | Metrics
+)
+
+TOOL_KINDS = frozenset(
+    cls.__struct_config__.tag
+    for cls in (Read, Write, Search, Command, Orchestration, Skill)
+)
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of one normalized event line, derived from the Struct types."""
+    doc = msgspec.json.schema(ANY_EVENT)
+    for definition in doc.get("$defs", {}).values():
+        props = definition.get("properties", {})
+        # seq is always stamped on output; its -1 default is an internal placeholder.
+        if "seq" in props:
+            props["seq"] = {"type": "integer", "minimum": 0}
+            definition.setdefault("required", [])
+            if "seq" not in definition["required"]:
+                definition["required"].insert(0, "seq")
+        if "raw" in props:
+            props["raw"] = {"description": "the source record, as read (with --raw, or on unknown)"}
+    doc["title"] = "opencode-events normalized event"
+    doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return doc

@@ -1,0 +1,352 @@
+"""The mapping table: OpenCode records, parts and tools → normalized events.
+
+This module is the one place that knows which OpenCode shape becomes which event, for
+every source (the run stream, the store, export documents, the server's events). Its
+functions take read-side views (``views.Part``) and return unstamped events; the
+``Normalizer`` adds sequence numbers, session and provenance. Rules come from seed 000
+and SPEC §2; docs/events.md shows each row with an example.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+from .bashcmd import classify_bash
+from .events import (
+    Command,
+    Event,
+    Orchestration,
+    Read,
+    Search,
+    Skill,
+    Unknown,
+    Usage,
+    Write,
+)
+from .patch import patched_files
+from .views import Part
+
+__all__ = [
+    "STATUS_SUCCESS",
+    "STREAM_RECORD_PARTS",
+    "CONSUMED_TOOLS",
+    "TOOL_RULES",
+    "success_of",
+    "tool_events",
+    "usage_event",
+    "error_fields",
+    "text_of",
+]
+
+# Status word → success, compared case-insensitively; any other word leaves it null.
+STATUS_SUCCESS: dict[str, bool] = {
+    "completed": True,
+    "success": True,
+    "done": True,
+    "ok": True,
+    "error": False,
+    "failed": False,
+    "failure": False,
+    "cancelled": False,
+    "canceled": False,
+}
+
+# Stream record type → the part type it carries. ``error`` records have no part and are
+# mapped by the normalizer itself; a type in neither place becomes ``unknown``.
+STREAM_RECORD_PARTS: dict[str, str] = {
+    "step_start": "step-start",
+    "text": "text",
+    "reasoning": "reasoning",
+    "tool_use": "tool",
+    "step_finish": "step-finish",
+}
+
+# The agent's own task list: counted as tool calls, no event.
+CONSUMED_TOOLS = frozenset({"todo", "todowrite", "todoread"})
+
+
+def success_of(status: Any) -> bool | None:
+    if isinstance(status, str):
+        return STATUS_SUCCESS.get(status.lower())
+    return None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def text_of(part: Part) -> str | None:
+    """The text of a text or reasoning part, or None when it carries none."""
+    text = part.text
+    return text if isinstance(text, str) and text else None
+
+
+def error_fields(error: Any) -> tuple[str | None, str | None]:
+    """(name, message) of an OpenCode NamedError ``{name, data: {message}}``."""
+    if isinstance(error, str):
+        return None, error
+    if not isinstance(error, dict):
+        return None, None
+    data = error.get("data")
+    message = data.get("message") if isinstance(data, dict) else None
+    if message is None:
+        message = error.get("message")
+    return _str(error.get("name")), _str(message)
+
+
+# ---------------------------------------------------------------------------- usage
+
+
+def _tokens(value: Any) -> int:
+    number = _number(value)
+    return int(number) if number is not None else 0
+
+
+def usage_event(part: Part, turn: int) -> Usage:
+    """A step-finish part's tokens and cost, OpenCode's figures as they are."""
+    tokens = part.tokens
+    if tokens is None:
+        input_ = output = reasoning = cache_read = cache_write = 0
+        total_given = None
+    else:
+        input_ = _tokens(tokens.input)
+        output = _tokens(tokens.output)
+        reasoning = _tokens(tokens.reasoning)
+        cache = tokens.cache
+        cache_read = _tokens(cache.read) if cache is not None else 0
+        cache_write = _tokens(cache.write) if cache is not None else 0
+        total_given = _number(tokens.total)
+    total = (
+        int(total_given)
+        if total_given is not None
+        else input_ + output + reasoning + cache_read + cache_write
+    )
+    cost = _number(part.cost)
+    return Usage(
+        turn=turn,
+        reason=_str(part.reason),
+        input_tokens=input_,
+        output_tokens=output,
+        reasoning_tokens=reasoning,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        total_tokens=total,
+        cost=float(cost) if cost is not None else 0.0,
+    )
+
+
+# ----------------------------------------------------------------------------- tools
+# Each tool's input is decoded from its Raw bytes into a view naming only what the rule
+# reads; an input that is not a JSON object fails validation and the call becomes unknown.
+
+
+class PathInput(Struct):
+    filePath: Any = None  # noqa: N815
+    path: Any = None
+
+
+class PatchInput(Struct):
+    patchText: Any = None  # noqa: N815
+
+
+class SearchInput(Struct):
+    pattern: Any = None
+    path: Any = None
+
+
+class BashInput(Struct):
+    command: Any = None
+    workdir: Any = None
+
+
+class TaskInput(Struct):
+    description: Any = None
+    subagent_type: Any = None
+    agent: Any = None
+    task_id: Any = None
+    session_id: Any = None
+    sessionId: Any = None  # noqa: N815
+
+
+class SkillInput(Struct):
+    name: Any = None
+
+
+class LspInput(Struct):
+    query: Any = None
+    symbol: Any = None
+    filePath: Any = None  # noqa: N815
+
+
+# (event kwargs shared by every event of one call, decoded input, the part) → events,
+# or None when the call cannot be identified (→ unknown).
+ToolRule = Callable[[dict[str, Any], Any, Part], list[Event] | None]
+
+
+def _read(common: dict[str, Any], args: PathInput, part: Part) -> list[Event]:
+    return [Read(**common, path=_str(args.filePath) or _str(args.path))]
+
+
+def _file_change(op: str) -> ToolRule:
+    def rule(common: dict[str, Any], args: PathInput, part: Part) -> list[Event]:
+        return [Write(**common, path=_str(args.filePath) or _str(args.path), op=op)]
+
+    return rule
+
+
+def _apply_patch(common: dict[str, Any], args: PatchInput, part: Part) -> list[Event] | None:
+    text = _str(args.patchText)
+    files = patched_files(text) if text else []
+    if not files:
+        return None
+    return [Write(**common, path=f.path, op=f.op, to=f.to) for f in files]
+
+
+def _search(common: dict[str, Any], args: SearchInput, part: Part) -> list[Event]:
+    return [Search(**common, pattern=_str(args.pattern), path=_str(args.path))]
+
+
+def _bash(common: dict[str, Any], args: BashInput, part: Part) -> list[Event]:
+    command = _str(args.command)
+    if command is not None:
+        file_ops = classify_bash(command, _str(args.workdir))
+        if file_ops:
+            return [_file_op_event(common, op) for op in file_ops]
+    exit_code = None
+    state = part.state
+    if state is not None and state.metadata is not None:
+        code = state.metadata.exit
+        if isinstance(code, int) and not isinstance(code, bool):
+            exit_code = code
+    return [Command(**common, command=command, exit_code=exit_code)]
+
+
+def _file_op_event(common: dict[str, Any], op: Any) -> Event:
+    if op.kind == "read":
+        return Read(**common, path=op.path)
+    if op.kind == "search":
+        return Search(**common, pattern=op.pattern, path=op.path)
+    return Write(**common, path=op.path, op=op.op, to=op.to)
+
+
+def _background_process(common: dict[str, Any], args: BashInput, part: Part) -> list[Event]:
+    command = _str(args.command)
+    return [Command(**common, command=command)] if command else []
+
+
+_TASK_ID = re.compile(r'<task\s+id="([^"]+)"')
+
+
+def _child_session(args: TaskInput, part: Part) -> str | None:
+    state = part.state
+    if state is not None:
+        if state.metadata is not None and _str(state.metadata.sessionId):
+            return state.metadata.sessionId
+        if state.output:
+            # Only task outputs are ever decoded; every other tool's output stays bytes.
+            head = bytes(state.output[:512]).decode("utf-8", "replace")
+            match = _TASK_ID.search(head)
+            if match:
+                return match.group(1)
+    return _str(args.task_id) or _str(args.session_id) or _str(args.sessionId)
+
+
+def _orchestration(common: dict[str, Any], args: TaskInput, part: Part) -> list[Event] | None:
+    agent = _str(args.subagent_type) or _str(args.agent)
+    child = _child_session(args, part)
+    if agent is None and child is None:
+        return None
+    return [
+        Orchestration(
+            **common,
+            agent=agent,
+            child_session_id=child,
+            description=_str(args.description),
+        )
+    ]
+
+
+def _skill(common: dict[str, Any], args: SkillInput, part: Part) -> list[Event]:
+    return [Skill(**common, name=_str(args.name))]
+
+
+def _lsp(common: dict[str, Any], args: LspInput, part: Part) -> list[Event] | None:
+    pattern = _str(args.query) or _str(args.symbol)
+    if not pattern:
+        return None
+    return [Search(**common, pattern=pattern, path=_str(args.filePath))]
+
+
+# Tool name (lower case) → (input view, rule). Names not here and not consumed → unknown.
+TOOL_RULES: dict[str, tuple[type[Struct], ToolRule]] = {
+    "read": (PathInput, _read),
+    "write": (PathInput, _file_change("write")),
+    "edit": (PathInput, _file_change("edit")),
+    "apply_patch": (PatchInput, _apply_patch),
+    "grep": (SearchInput, _search),
+    "glob": (SearchInput, _search),
+    "bash": (BashInput, _bash),
+    "background_process": (BashInput, _background_process),
+    "task": (TaskInput, _orchestration),
+    "agent_manager": (TaskInput, _orchestration),
+    "skill": (SkillInput, _skill),
+    "lsp": (LspInput, _lsp),
+}
+
+_INPUT_DECODERS = {view: msgspec.json.Decoder(view) for view, _ in TOOL_RULES.values()}
+
+
+def tool_common(part: Part) -> dict[str, Any]:
+    """The fields every event of one tool call shares (``tool`` must already be a str)."""
+    state = part.state
+    status = _str(state.status) if state is not None else None
+    success = success_of(status)
+    common: dict[str, Any] = {
+        "tool": part.tool,
+        "call_id": _str(part.callID),
+        "status": status,
+        "success": success,
+    }
+    if state is not None:
+        common["title"] = _str(state.title)
+        if success is False:
+            common["error"] = _str(state.error)
+        times = state.time
+        if times is not None:
+            start, end = _number(times.start), _number(times.end)
+            if start is not None and end is not None:
+                common["duration_ms"] = end - start
+    return common
+
+
+def tool_events(part: Part) -> list[Event]:
+    """The events one terminal tool call maps to: [] when consumed, else ≥ 1 event."""
+    name = part.tool
+    if not isinstance(name, str):
+        return [Unknown(type=_str(part.type) or "tool")]
+    common = tool_common(part)
+    key = name.lower()
+    if key in CONSUMED_TOOLS:
+        return []
+    entry = TOOL_RULES.get(key)
+    state = part.state
+    if entry is None or state is None or not state.input:
+        return [Unknown(**common)]
+    view, rule = entry
+    try:
+        args = _INPUT_DECODERS[view].decode(state.input)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return [Unknown(**common)]
+    events = rule(common, args, part)
+    return events if events is not None else [Unknown(**common)]

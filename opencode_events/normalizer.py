@@ -1,0 +1,231 @@
+"""The normalizer: every source's records and parts in, stamped events and metrics out.
+
+A ``Normalizer`` is one output run. Readers (the run stream, the store, export documents,
+server events) hand it decoded views with their provenance; it applies the mapping table,
+numbers events (``seq``), fills in the session, counts what it emitted and keeps token and
+cost sums for the closing ``metrics`` event. It never reads or writes files itself.
+
+Dedupe: OpenCode can re-emit a finished part with the same id (compaction pruning). A tool
+or step-finish part whose id was already seen in the same session is consumed: no second
+event, counted once, and tallied in ``metrics.duplicates``. Ids are remembered per session
+only while that session is current, so memory stays flat over long logs of many runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import UNSET, Raw
+
+from .events import (
+    Compaction,
+    Error,
+    Event,
+    Message,
+    Metrics,
+    Prompt,
+    Reasoning,
+    Unknown,
+    Warning,
+)
+from .mapping import error_fields, success_of, text_of, tool_events, usage_event
+from .views import Part
+
+__all__ = ["Normalizer", "Provenance"]
+
+
+class Provenance:
+    """Where a record came from; copied onto every event it produces."""
+
+    __slots__ = ("session_id", "time", "source", "line", "message_id", "part_id", "raw")
+
+    def __init__(
+        self,
+        *,
+        session_id: str | None = None,
+        time: int | float | None = None,
+        source: str | None = None,
+        line: int | None = None,
+        message_id: str | None = None,
+        part_id: str | None = None,
+        raw: Raw | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.time = time
+        self.source = source
+        self.line = line
+        self.message_id = message_id
+        self.part_id = part_id
+        self.raw = raw
+
+
+class _Totals:
+    __slots__ = ("input", "output", "reasoning", "cache_read", "cache_write", "total", "cost")
+
+    def __init__(self) -> None:
+        self.input = self.output = self.reasoning = 0
+        self.cache_read = self.cache_write = self.total = 0
+        self.cost = 0.0
+
+
+class Normalizer:
+    def __init__(self, *, keep_raw: bool = False) -> None:
+        self.keep_raw = keep_raw
+        self.seq = 0
+        self.records = 0
+        self.counts: dict[str, int] = {}
+        self.tool_calls = 0
+        self.tool_failures = 0
+        self.duplicates = 0
+        self.turns = 0
+        self.totals = _Totals()
+        self.problems = 0  # warnings and error events, for --strict
+        self._session: str | None = None
+        self._session_turns: dict[str, int] = {}
+        self._seen_parts: set[str] = set()
+
+    # ------------------------------------------------------------------ session state
+
+    @property
+    def session_id(self) -> str | None:
+        return self._session
+
+    def enter_session(self, session_id: str | None) -> None:
+        """Make ``session_id`` current; ``None`` keeps the current one."""
+        if session_id is None or session_id == self._session:
+            return
+        self._session = session_id
+        self._seen_parts = set()
+
+    def reset(self) -> None:
+        """Forget the current session (a new input file starts a new run)."""
+        self._session = None
+        self._seen_parts = set()
+
+    def _next_turn(self) -> int:
+        key = self._session or ""
+        turn = self._session_turns.get(key, 0) + 1
+        self._session_turns[key] = turn
+        self.turns += 1
+        return turn
+
+    # --------------------------------------------------------------------- emitting
+
+    def _stamp(self, events: list[Event], prov: Provenance) -> list[Event]:
+        raw = prov.raw if self.keep_raw else None
+        for event in events:
+            event.seq = self.seq
+            self.seq += 1
+            event.session_id = self._session
+            event.time = prov.time
+            event.source = prov.source
+            event.line = prov.line
+            event.message_id = prov.message_id
+            event.part_id = prov.part_id
+            kind = event.__struct_config__.tag
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            if kind == "unknown":
+                event.raw = prov.raw
+            elif raw is not None and kind != "warning":
+                event.raw = raw
+            if kind == "error":
+                self.problems += 1
+        return events
+
+    def count_record(self) -> None:
+        self.records += 1
+
+    def part(self, part: Part, prov: Provenance, *, role: str | None = None) -> list[Event]:
+        """The events of one part (``part.type`` decides); ``role`` is its message's role."""
+        kind = part.type
+        if kind == "tool":
+            return self._tool(part, prov)
+        if kind == "step-finish":
+            return self._step_finish(part, prov)
+        if kind == "text":
+            text = text_of(part)
+            if text is None:
+                return []
+            cls = Prompt if role == "user" else Message
+            return self._stamp([cls(text=text)], prov)
+        if kind == "reasoning":
+            text = text_of(part)
+            return self._stamp([Reasoning(text=text)], prov) if text is not None else []
+        if kind == "step-start":
+            return []
+        if kind == "compaction":
+            auto = part.auto if isinstance(part.auto, bool) else None
+            return self._stamp([Compaction(auto=auto)], prov)
+        return self.unknown(prov, type_=kind if isinstance(kind, str) else None)
+
+    def _first_sighting(self, part: Part) -> bool:
+        part_id = part.id
+        if not isinstance(part_id, str):
+            return True
+        if part_id in self._seen_parts:
+            self.duplicates += 1
+            return False
+        self._seen_parts.add(part_id)
+        return True
+
+    def _tool(self, part: Part, prov: Provenance) -> list[Event]:
+        if not self._first_sighting(part):
+            return []
+        self.tool_calls += 1
+        events = tool_events(part)
+        if events:
+            success = events[0].success  # all events of one call share it
+            if success is False:
+                self.tool_failures += 1
+        elif part.state is not None and success_of(part.state.status) is False:
+            self.tool_failures += 1  # a consumed tool (todowrite) that failed still counts
+        return self._stamp(events, prov)
+
+    def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
+        if not self._first_sighting(part):
+            return []
+        usage = usage_event(part, self._next_turn())
+        totals = self.totals
+        totals.input += usage.input_tokens
+        totals.output += usage.output_tokens
+        totals.reasoning += usage.reasoning_tokens
+        totals.cache_read += usage.cache_read_tokens
+        totals.cache_write += usage.cache_write_tokens
+        totals.total += usage.total_tokens
+        totals.cost += usage.cost
+        return self._stamp([usage], prov)
+
+    def error(self, error: Any, prov: Provenance) -> list[Event]:
+        name, message = error_fields(error)
+        return self._stamp([Error(name=name, message=message)], prov)
+
+    def unknown(
+        self, prov: Provenance, *, type_: str | None = None, tool: str | None = None
+    ) -> list[Event]:
+        return self._stamp([Unknown(type=type_, tool=tool, success=UNSET)], prov)
+
+    def warning(self, message: str, text: str | None, prov: Provenance) -> list[Event]:
+        self.problems += 1
+        return self._stamp([Warning(message=message, text=text)], prov)
+
+    def metrics(self) -> Metrics:
+        totals = self.totals
+        event = Metrics(
+            records=self.records,
+            counts=dict(sorted(self.counts.items())),
+            turns=self.turns,
+            tool_calls=self.tool_calls,
+            tool_failures=self.tool_failures,
+            duplicates=self.duplicates,
+            input_tokens=totals.input,
+            output_tokens=totals.output,
+            reasoning_tokens=totals.reasoning,
+            cache_read_tokens=totals.cache_read,
+            cache_write_tokens=totals.cache_write,
+            total_tokens=totals.total,
+            cost=round(totals.cost, 12)  # float sums drift in the 17th digit,
+        )
+        event.seq = self.seq
+        self.seq += 1
+        event.session_id = self._session
+        return event

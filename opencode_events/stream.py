@@ -1,0 +1,164 @@
+"""Reader for ``opencode run --format json``: bytes in, one record per line.
+
+``line_batches`` splits a binary file into lines as they arrive: it hands over every
+complete line that one read returned, so a caller can flush output exactly when no
+further complete line is waiting. Lines may be any length (pieces of a long line are
+joined once), CRLF and a leading UTF-8 BOM are accepted, and a last line without a
+newline is still a line.
+
+``StreamReader.feed`` maps one line: one try per line, and whatever a line holds it
+becomes events or a documented consumption, never an exception: a line that is not
+JSON, or JSON that is not an object, becomes a ``warning``; an object of a shape the
+views reject (a ``part`` that is a string) becomes ``unknown`` with the record in ``raw``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import msgspec
+from msgspec import Raw
+
+from .events import Event
+from .mapping import STREAM_RECORD_PARTS
+from .normalizer import Normalizer, Provenance
+from .views import STREAM_RECORD_DECODER
+
+__all__ = ["line_batches", "StreamReader", "CHUNK_SIZE"]
+
+CHUNK_SIZE = 1 << 20
+BOM = b"\xef\xbb\xbf"
+_ANY_DECODER = msgspec.json.Decoder()
+_JSON_TYPE_NAMES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+def line_batches(
+    stream: BinaryIO, *, first: bytes = b"", chunk_size: int = CHUNK_SIZE
+) -> Iterator[list[bytes]]:
+    """Yield lists of complete lines (without ``\\n``) as reads return them.
+
+    ``stream.read(n)`` should return what is available (a raw, unbuffered file does), so
+    a line written to a pipe is yielded as soon as its newline arrives. ``first`` is data
+    already read from the stream (by format detection) to be treated as its beginning.
+    """
+    pending: list[bytes] = []  # pieces of a line whose newline has not come yet
+    chunk = first or stream.read(chunk_size)
+    while chunk:
+        if b"\n" not in chunk:
+            pending.append(chunk)
+        else:
+            lines = chunk.split(b"\n")
+            if pending:
+                pending.append(lines[0])
+                lines[0] = b"".join(pending)
+                pending = []
+            tail = lines.pop()
+            if tail:
+                pending.append(tail)
+            yield lines
+        chunk = stream.read(chunk_size)
+    if pending:
+        yield [b"".join(pending)]
+
+
+def _session_of(record: Any) -> str | None:
+    for value in (record.sessionID, record.session_id, record.sessionId):
+        if isinstance(value, str) and value:
+            return value
+    part = record.part
+    if part is not None and isinstance(part.sessionID, str) and part.sessionID:
+        return part.sessionID
+    return None
+
+
+def _session_of_dict(record: dict[str, Any]) -> str | None:
+    part = record.get("part")
+    candidates = [record.get(k) for k in ("sessionID", "session_id", "sessionId")]
+    if isinstance(part, dict):
+        candidates.append(part.get("sessionID"))
+    for value in candidates:
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+class StreamReader:
+    """Maps the lines of one ``--format json`` stream through a shared ``Normalizer``."""
+
+    def __init__(self, normalizer: Normalizer, *, source: str | None = None) -> None:
+        self.normalizer = normalizer
+        self.source = source
+
+    def feed(self, line_no: int, line: bytes) -> list[Event]:
+        if line_no == 1 and line.startswith(BOM):
+            line = line[3:]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line or line.isspace():
+            return []  # blank lines are not records
+        norm = self.normalizer
+        norm.count_record()
+        prov = Provenance(line=line_no, source=self.source, raw=Raw(line))
+        try:
+            record = STREAM_RECORD_DECODER.decode(line)
+        except msgspec.ValidationError:
+            return self._misshapen(line, prov)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            return self._not_json(line, exc, prov)
+
+        norm.enter_session(_session_of(record))
+        timestamp = record.timestamp
+        if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
+            prov.time = timestamp
+        record_type = record.type
+        part_type = STREAM_RECORD_PARTS.get(record_type) if isinstance(record_type, str) else None
+        if part_type is not None:
+            part = record.part
+            if part is None:
+                return norm.unknown(prov, type_=record_type)
+            if isinstance(part.messageID, str):
+                prov.message_id = part.messageID
+            if isinstance(part.id, str):
+                prov.part_id = part.id
+            part.type = part_type  # the record type is the authority
+            return norm.part(part, prov)
+        if record_type == "error":
+            return norm.error(record.error, prov)
+        return norm.unknown(prov, type_=record_type if isinstance(record_type, str) else None)
+
+    def _not_json(self, line: bytes, exc: BaseException, prov: Provenance) -> list[Event]:
+        if isinstance(exc, RecursionError):
+            reason = "not JSON: nested too deeply"
+        else:
+            reason = f"not JSON: {exc}"
+        prov.raw = None
+        return self.normalizer.warning(reason, line.decode("utf-8", "replace"), prov)
+
+    def _misshapen(self, line: bytes, prov: Provenance) -> list[Event]:
+        """A line the record view rejected: tell a non-object from an odd object."""
+        try:
+            value = _ANY_DECODER.decode(line)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            return self._not_json(line, exc, prov)
+        norm = self.normalizer
+        if not isinstance(value, dict):
+            prov.raw = None
+            reason = f"not a JSON object: {_JSON_TYPE_NAMES.get(type(value), 'value')}"
+            return norm.warning(reason, line.decode("utf-8", "replace"), prov)
+        norm.enter_session(_session_of_dict(value))
+        record_type = value.get("type")
+        part = value.get("part")
+        tool = part.get("tool") if isinstance(part, dict) else None
+        return norm.unknown(
+            prov,
+            type_=record_type if isinstance(record_type, str) else None,
+            tool=tool if isinstance(tool, str) else None,
+        )

@@ -1,0 +1,106 @@
+"""Read-side views of OpenCode's JSON: small msgspec Structs naming only the fields we map.
+
+msgspec skips every field a view does not name without building it, so a 50 KB tool
+output costs a scan, not an allocation. Bulky values we may need later (a tool's
+``input`` and ``output``) are kept as ``msgspec.Raw`` slices and decoded on demand with
+the per-tool input views in ``mapping``. Scalar fields are typed ``Any`` on purpose: a
+wrong type there is OpenCode's quirk to report, not a reason to reject the record, and
+the mapping checks types where it uses them. A nested value of the wrong shape (a part
+that is a string) fails validation, and the reader turns that record into ``unknown``.
+
+One ``Decoder`` per view type is created at import and reused for every line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import Raw, Struct
+
+__all__ = [
+    "Times",
+    "ToolMetadata",
+    "ToolState",
+    "CacheTokens",
+    "Tokens",
+    "Part",
+    "StreamRecord",
+    "NO_RAW",
+    "STREAM_RECORD_DECODER",
+    "PART_DECODER",
+]
+
+NO_RAW = Raw()
+
+
+class Times(Struct):
+    start: Any = None
+    end: Any = None
+    created: Any = None
+    completed: Any = None
+
+
+class ToolMetadata(Struct):
+    exit: Any = None  # bash's exit code
+    sessionId: Any = None  # task's child session  # noqa: N815 - OpenCode's spelling
+
+
+class ToolState(Struct):
+    status: Any = None
+    input: Raw = NO_RAW
+    output: Raw = NO_RAW
+    title: Any = None
+    error: Any = None
+    metadata: ToolMetadata | None = None
+    time: Times | None = None
+
+
+class CacheTokens(Struct):
+    read: Any = None
+    write: Any = None
+
+
+class Tokens(Struct):
+    total: Any = None
+    input: Any = None
+    output: Any = None
+    reasoning: Any = None
+    cache: CacheTokens | None = None
+
+
+class Part(Struct):
+    """A message part (``part`` of a stream record, a store row's ``data``, an SSE payload)."""
+
+    type: Any = None
+    id: Any = None
+    sessionID: Any = None  # noqa: N815
+    messageID: Any = None  # noqa: N815
+    text: Any = None
+    time: Times | None = None
+    # tool
+    tool: Any = None
+    callID: Any = None  # noqa: N815
+    state: ToolState | None = None
+    # step-finish
+    reason: Any = None
+    cost: Any = None
+    tokens: Tokens | None = None
+    # compaction
+    auto: Any = None
+
+
+class StreamRecord(Struct):
+    """One line of ``opencode run --format json``."""
+
+    type: Any = None
+    timestamp: Any = None
+    sessionID: Any = None  # noqa: N815
+    session_id: Any = None
+    sessionId: Any = None  # noqa: N815
+    part: Part | None = None
+    error: Any = None
+
+
+STREAM_RECORD_DECODER = msgspec.json.Decoder(StreamRecord)
+PART_DECODER = msgspec.json.Decoder(Part)
