@@ -255,8 +255,11 @@ def _child_session(args: TaskInput, part: Part) -> str | None:
             return state.metadata.sessionId
         if state.output:
             # Only task outputs are ever decoded; every other tool's output stays bytes.
-            head = bytes(state.output[:512]).decode("utf-8", "replace")
-            match = _TASK_ID.search(head)
+            try:
+                output = msgspec.json.decode(state.output)
+            except msgspec.DecodeError:
+                output = None
+            match = _TASK_ID.search(output[:512]) if isinstance(output, str) else None
             if match:
                 return match.group(1)
     return _str(args.task_id) or _str(args.session_id) or _str(args.sessionId)

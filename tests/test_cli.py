@@ -1,0 +1,223 @@
+"""The command line as a user meets it: stdout, stderr, exit codes, pipes and signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.records import record, step_finish, tool_use
+
+CMD = [sys.executable, "-m", "opencode_events"]
+
+
+def lines_of(*records) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in records)
+
+
+SIMPLE = lines_of(
+    record("step_start", {"type": "step-start"}),
+    record("text", {"type": "text", "text": "hello"}),
+    tool_use("read", {"filePath": "a.py"}),
+    step_finish(input_=10, output=2, cost=0.01),
+)
+
+
+def run(args, stdin: bytes = b"", **kwargs):
+    return subprocess.run(CMD + args, input=stdin, capture_output=True, timeout=60, **kwargs)
+
+
+def jsonl(data: bytes) -> list[dict]:
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_normalize_stdin_to_stdout():
+    result = run(["normalize"], SIMPLE)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == b""
+    events = jsonl(result.stdout)
+    assert [e["kind"] for e in events] == ["message", "read", "usage", "metrics"]
+    assert [e["seq"] for e in events] == [0, 1, 2, 3]
+
+
+def test_dash_means_stdin_and_file_input(tmp_path: Path):
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(SIMPLE)
+    from_file = run(["normalize", str(path)])
+    from_dash = run(["normalize", "-"], SIMPLE)
+    assert from_file.stdout == from_dash.stdout and from_file.returncode == 0
+
+
+def test_several_inputs_name_their_source(tmp_path: Path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_bytes(SIMPLE)
+    b.write_bytes(SIMPLE)
+    events = jsonl(run(["normalize", str(a), str(b)]).stdout)
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    assert {e.get("source") for e in events[:-1]} == {str(a), str(b)}
+    usage = [e for e in events if e["kind"] == "usage"]
+    assert [u["turn"] for u in usage] == [1, 1]  # each input is its own run
+    assert events[-1]["turns"] == 2
+
+
+def test_missing_input_is_one_error_line_and_exit_2(tmp_path: Path):
+    result = run(["normalize", str(tmp_path / "nope.jsonl")])
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert result.stderr.decode().startswith("error: cannot read ")
+    assert len(result.stderr.decode().strip().splitlines()) == 1
+
+
+def test_directory_input_is_an_error(tmp_path: Path):
+    result = run(["normalize", str(tmp_path)])
+    assert result.returncode == 2 and b"Traceback" not in result.stderr
+    assert result.stderr.startswith(b"error: ")
+
+
+def test_bad_option_is_usage_error():
+    result = run(["normalize", "--no-such-flag"])
+    assert result.returncode == 2 and b"Traceback" not in result.stderr
+
+
+def test_output_file(tmp_path: Path):
+    out = tmp_path / "events.jsonl"
+    result = run(["normalize", "-o", str(out)], SIMPLE)
+    assert result.returncode == 0 and result.stdout == b""
+    assert jsonl(out.read_bytes())[-1]["kind"] == "metrics"
+
+
+def test_unwritable_output_is_an_error(tmp_path: Path):
+    result = run(["normalize", "-o", str(tmp_path / "no" / "such" / "dir.jsonl")], SIMPLE)
+    assert result.returncode == 2 and result.stderr.startswith(b"error: cannot write")
+
+
+def test_no_metrics_and_buffered():
+    events = jsonl(run(["normalize", "--no-metrics", "--buffered"], SIMPLE).stdout)
+    assert [e["kind"] for e in events] == ["message", "read", "usage"]
+
+
+def test_raw_flag():
+    events = jsonl(run(["normalize", "--raw", "--no-metrics"], SIMPLE).stdout)
+    assert all("raw" in e for e in events)
+    assert events[0]["raw"]["part"]["text"] == "hello"
+
+
+@pytest.mark.parametrize(
+    "extra, strict_code",
+    [(b"garbage\n", 1), (lines_of({"type": "error", "error": {"name": "APIError"}}), 1), (b"", 0)],
+    ids=["warning", "error-record", "clean"],
+)
+def test_strict(extra, strict_code):
+    assert run(["normalize"], SIMPLE + extra).returncode == 0
+    assert run(["normalize", "--strict"], SIMPLE + extra).returncode == strict_code
+
+
+def test_garbage_never_tracebacks():
+    result = run(["normalize"], b"\x00\xff\xfe garbage\n[1]\n\"s\"\n{\"type\":\n" + SIMPLE)
+    assert result.returncode == 0 and result.stderr == b""
+    kinds = [e["kind"] for e in jsonl(result.stdout)]
+    assert kinds[:4] == ["warning"] * 4
+
+
+def test_schema_describes_every_kind():
+    result = run(["schema"])
+    assert result.returncode == 0
+    doc = json.loads(result.stdout)
+    tags = {d["properties"]["kind"]["enum"][0] for d in doc["$defs"].values()
+            if "kind" in d.get("properties", {})}
+    assert {"message", "reasoning", "prompt", "read", "write", "search", "command",
+            "orchestration", "skill", "usage", "error", "permission", "compaction", "warning",
+            "unknown", "metrics"} <= tags
+    read = next(d for d in doc["$defs"].values() if d.get("title") == "Read")
+    assert "success" in read["required"] and "seq" in read["required"]
+
+
+def test_version():
+    result = run(["--version"])
+    assert result.returncode == 0 and b"opencode-events" in result.stdout
+
+
+def test_event_comes_out_before_stdin_closes():
+    proc = subprocess.Popen(CMD + ["normalize"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        proc.stdin.write(lines_of(record("text", {"type": "text", "text": "live"})))
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 20)
+        assert ready, "no event within 20 s while stdin stayed open"
+        event = json.loads(proc.stdout.readline())
+        assert event["kind"] == "message" and event["text"] == "live"
+        assert proc.poll() is None  # still running: stdin is open
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=20)
+    assert proc.returncode == 0
+
+
+def test_closed_pipe_ends_quietly(tmp_path: Path):
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(SIMPLE * 20000)
+    proc = subprocess.Popen(CMD + ["normalize", str(big)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    stderr = proc.stderr.read()
+    proc.wait(timeout=30)
+    assert stderr == b""
+    assert proc.returncode == 141
+
+
+def test_ctrl_c_exits_130_without_traceback():
+    proc = subprocess.Popen(CMD + ["normalize"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        proc.stdin.write(SIMPLE)
+        proc.stdin.flush()
+        proc.stdout.readline()  # it is up and reading
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+        stderr = proc.stderr.read()
+    finally:
+        proc.stdin.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert b"Traceback" not in stderr
+
+
+def test_pipe_path_never_imports_rich():
+    code = (
+        "import sys, io\n"
+        "from opencode_events.cli import cli, run\n"
+        "rc = run(cli, ['normalize', '-o', '/dev/null'])\n"
+        "assert 'rich' not in sys.modules, 'rich was imported'\n"
+        "sys.exit(rc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], input=SIMPLE, capture_output=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+
+
+def test_python_dash_m_and_console_script_agree():
+    script = Path(sys.executable).with_name("opencode-events")
+    if not script.exists():
+        pytest.skip("console script not installed in this environment")
+    via_script = subprocess.run([str(script), "normalize"], input=SIMPLE, capture_output=True,
+                                timeout=60)
+    assert via_script.stdout == run(["normalize"], SIMPLE).stdout
+
+
+def test_start_up_reads_empty_input_quickly():
+    # A smoke check only; the budget itself is measured by `make bench`.
+    start = time.monotonic()
+    result = run(["normalize"], b"", env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert result.returncode == 0
+    assert jsonl(result.stdout)[0]["records"] == 0
+    assert time.monotonic() - start < 30

@@ -1,0 +1,252 @@
+"""One case per row of seed 000's tables (records, tools) and per status word (SPEC §2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from opencode_events.mapping import STATUS_SUCCESS, success_of
+from tests.records import SESSION, normalize_lines, record, step_finish, tool_use
+
+
+def kinds(events: list[dict]) -> list[str]:
+    return [e["kind"] for e in events]
+
+
+# ----------------------------------------------------------------- raw record mapping
+
+RECORD_CASES = [
+    pytest.param(record("step_start", {"type": "step-start"}), [], id="step_start-consumed"),
+    pytest.param(step_finish(), ["usage"], id="step_finish-usage"),
+    pytest.param(
+        record("reasoning", {"type": "reasoning", "text": "hmm", "time": {"start": 1, "end": 2}}),
+        ["reasoning"],
+        id="reasoning-with-text",
+    ),
+    pytest.param(record("reasoning", {"type": "reasoning", "text": ""}), [], id="reasoning-empty"),
+    pytest.param(record("text", {"type": "text", "text": "hello"}), ["message"], id="text"),
+    pytest.param(record("text", {"type": "text", "text": ""}), [], id="text-empty-consumed"),
+    pytest.param(record("text", {"type": "text"}), [], id="text-missing-consumed"),
+    pytest.param(tool_use("read", {"filePath": "a.py"}), ["read"], id="tool_use"),
+    pytest.param(
+        {"type": "error", "timestamp": 1, "sessionID": SESSION,
+         "error": {"name": "APIError", "data": {"message": "mock bad request"}}},
+        ["error"],
+        id="error",
+    ),
+    pytest.param(record("done", reason="idle"), ["unknown"], id="other-type-unknown"),
+    pytest.param(record("step_start"), ["unknown"], id="part-record-without-part"),
+]
+
+
+@pytest.mark.parametrize("rec, expected", RECORD_CASES)
+def test_record_mapping(rec, expected):
+    assert kinds(normalize_lines([rec])) == expected
+
+
+def test_text_and_reasoning_carry_their_text():
+    msg, thought = normalize_lines(
+        [record("text", {"type": "text", "text": "hello"}),
+         record("reasoning", {"type": "reasoning", "text": "thinking"})]
+    )
+    assert msg["text"] == "hello" and thought["text"] == "thinking"
+
+
+def test_error_record_fields():
+    (event,) = normalize_lines(
+        [{"type": "error", "timestamp": 7, "sessionID": SESSION,
+          "error": {"name": "APIError", "data": {"message": "mock bad request", "statusCode": 400}}}]
+    )
+    assert event["name"] == "APIError"
+    assert event["message"] == "mock bad request"
+    assert event["time"] == 7 and event["session_id"] == SESSION
+
+
+def test_error_record_without_data_keeps_name():
+    (event,) = normalize_lines([{"type": "error", "error": {"name": "MessageOutputLengthError",
+                                                            "data": {}}}])
+    assert event["name"] == "MessageOutputLengthError" and "message" not in event
+
+
+def test_unknown_record_keeps_the_whole_record():
+    rec = record("done", reason="idle", rejected=["bash"])
+    (event,) = normalize_lines([rec])
+    assert event["type"] == "done"
+    assert event["raw"] == rec
+    assert "success" not in event
+
+
+# -------------------------------------------------------------------------- usage
+
+
+def test_usage_fields_follow_opencode():
+    (usage,) = normalize_lines(
+        [step_finish(input_=100, output=20, reasoning=7, read=50, write=3, cost=0.0125,
+                     reason="tool-calls")]
+    )
+    assert usage["turn"] == 1
+    assert usage["reason"] == "tool-calls"
+    assert (usage["input_tokens"], usage["output_tokens"], usage["reasoning_tokens"]) == (100, 20, 7)
+    assert (usage["cache_read_tokens"], usage["cache_write_tokens"]) == (50, 3)
+    assert usage["total_tokens"] == 100 + 20 + 7 + 50 + 3  # no total given: the sum
+    assert usage["cost"] == 0.0125
+
+
+def test_usage_total_given_by_opencode_wins():
+    (usage,) = normalize_lines([step_finish(input_=1, output=1, total=999)])
+    assert usage["total_tokens"] == 999
+
+
+def test_usage_turns_count_steps():
+    events = normalize_lines([step_finish(), step_finish(), step_finish()])
+    assert [e["turn"] for e in events] == [1, 2, 3]
+
+
+def test_usage_zero_tokens_are_written():
+    (usage,) = normalize_lines([step_finish(input_=0, output=0)])
+    assert usage["input_tokens"] == 0 and usage["cost"] == 0.0
+
+
+# -------------------------------------------------------------------------- tools
+
+PATCH = """*** Begin Patch
+*** Add File: new.txt
++hello
+*** Update File: src/app.py
+@@ def main():
+-    pass
++    run()
+*** Delete File: old.txt
+*** Update File: a/from.py
+*** Move to: b/to.py
+@@
+-x
++y
+*** End Patch"""
+
+TOOL_CASES = [
+    pytest.param(tool_use("read", {"filePath": "/w/a.py"}),
+                 [{"kind": "read", "path": "/w/a.py"}], id="read"),
+    pytest.param(tool_use("write", {"filePath": "/w/b.py", "content": "x"}),
+                 [{"kind": "write", "path": "/w/b.py", "op": "write"}], id="write"),
+    pytest.param(tool_use("edit", {"filePath": "/w/b.py", "oldString": "a", "newString": "b"}),
+                 [{"kind": "write", "path": "/w/b.py", "op": "edit"}], id="edit"),
+    pytest.param(
+        tool_use("apply_patch", {"patchText": PATCH}),
+        [
+            {"kind": "write", "path": "new.txt", "op": "add"},
+            {"kind": "write", "path": "src/app.py", "op": "update"},
+            {"kind": "write", "path": "old.txt", "op": "delete"},
+            {"kind": "write", "path": "a/from.py", "op": "move", "to": "b/to.py"},
+        ],
+        id="apply_patch-one-write-per-file",
+    ),
+    pytest.param(tool_use("apply_patch", {"patchText": "nothing here"}),
+                 [{"kind": "unknown", "tool": "apply_patch"}], id="apply_patch-no-markers"),
+    pytest.param(tool_use("grep", {"pattern": "TODO", "path": "src", "include": "*.py"}),
+                 [{"kind": "search", "pattern": "TODO", "path": "src"}], id="grep"),
+    pytest.param(tool_use("glob", {"pattern": "**/*.py"}),
+                 [{"kind": "search", "pattern": "**/*.py"}], id="glob"),
+    pytest.param(
+        tool_use("bash", {"command": "pytest -q"}, metadata={"exit": 1, "output": "F"}),
+        [{"kind": "command", "command": "pytest -q", "exit_code": 1}], id="bash-command"),
+    pytest.param(tool_use("bash", {"command": "cat README.md"}, metadata={"exit": 0}),
+                 [{"kind": "read", "path": "README.md"}], id="bash-recognized-read"),
+    pytest.param(tool_use("background_process", {"command": "npm run dev"}),
+                 [{"kind": "command", "command": "npm run dev"}], id="background_process-command"),
+    pytest.param(tool_use("background_process", {"action": "list"}), [],
+                 id="background_process-no-command-consumed"),
+    pytest.param(
+        tool_use("task", {"description": "Find tests", "prompt": "…", "subagent_type": "explore"},
+                 metadata={"sessionId": "ses_child", "parentSessionId": SESSION}),
+        [{"kind": "orchestration", "agent": "explore", "child_session_id": "ses_child",
+          "description": "Find tests"}],
+        id="task-metadata-session",
+    ),
+    pytest.param(
+        tool_use("task", {"description": "d", "prompt": "p"},
+                 output='<task id="ses_fromoutput" state="completed">\n<task_result>\nok\n'
+                        "</task_result>\n</task>"),
+        [{"kind": "orchestration", "child_session_id": "ses_fromoutput", "description": "d"}],
+        id="task-output-session",
+    ),
+    pytest.param(tool_use("task", {"prompt": "p"}), [{"kind": "unknown", "tool": "task"}],
+                 id="task-unidentified-unknown"),
+    pytest.param(
+        tool_use("agent_manager", {"agent": "review", "session_id": "ses_am"}),
+        [{"kind": "orchestration", "agent": "review", "child_session_id": "ses_am"}],
+        id="agent_manager"),
+    pytest.param(tool_use("skill", {"name": "release-notes"}),
+                 [{"kind": "skill", "name": "release-notes"}], id="skill"),
+    pytest.param(tool_use("lsp", {"operation": "workspaceSymbol", "query": "Foo",
+                                  "filePath": "a.ts", "line": 1, "character": 1}),
+                 [{"kind": "search", "pattern": "Foo", "path": "a.ts"}], id="lsp-query"),
+    pytest.param(tool_use("lsp", {"operation": "hover", "filePath": "a.ts"}),
+                 [{"kind": "unknown", "tool": "lsp"}], id="lsp-no-query-unknown"),
+    pytest.param(tool_use("todo", {}), [], id="todo-consumed"),
+    pytest.param(tool_use("todowrite", {"todos": []}), [], id="todowrite-consumed"),
+    pytest.param(tool_use("todoread", {}), [], id="todoread-consumed"),
+    pytest.param(tool_use("webfetch", {"url": "http://127.0.0.1/"}),
+                 [{"kind": "unknown", "tool": "webfetch"}], id="other-tool-unknown"),
+    pytest.param(tool_use("invalid", {"tool": "nope", "error": "x"}),
+                 [{"kind": "unknown", "tool": "invalid"}], id="invalid-unknown"),
+    pytest.param(tool_use("my-tools_v1_echo", {"text": "x"}),
+                 [{"kind": "unknown", "tool": "my-tools_v1_echo"}], id="mcp-unknown"),
+    pytest.param(tool_use("READ", {"filePath": "x"}), [{"kind": "read", "tool": "READ"}],
+                 id="case-insensitive-name-kept"),
+]
+
+
+@pytest.mark.parametrize("rec, expected", TOOL_CASES)
+def test_tool_mapping(rec, expected):
+    events = normalize_lines([rec])
+    assert len(events) == len(expected)
+    for event, want in zip(events, expected, strict=True):
+        for key, value in want.items():
+            assert event.get(key) == value, (key, event)
+        assert event["call_id"] == "call_1"
+        assert "success" in event  # always written on tool events
+
+
+def test_tool_common_fields():
+    (event,) = normalize_lines([tool_use("read", {"filePath": "a"}, title="a")])
+    assert event["tool"] == "read" and event["status"] == "completed"
+    assert event["success"] is True and event["title"] == "a" and event["duration_ms"] == 250
+    assert "error" not in event
+
+
+def test_failed_tool_carries_its_error():
+    (event,) = normalize_lines(
+        [tool_use("read", {"filePath": "missing"}, status="error", error="File not found")]
+    )
+    assert event["success"] is False and event["error"] == "File not found"
+
+
+def test_unknown_tool_keeps_record_and_tool_fields():
+    rec = tool_use("webfetch", {"url": "u"})
+    (event,) = normalize_lines([rec])
+    assert event["raw"] == rec and event["success"] is True and event["status"] == "completed"
+
+
+# -------------------------------------------------------------------- status words
+
+STATUS_CASES = [(word, True) for word in ("completed", "success", "done", "ok")]
+STATUS_CASES += [(word, False) for word in ("error", "failed", "failure", "cancelled", "canceled")]
+STATUS_CASES += [("running", None), ("pending", None), ("weird", None)]
+
+
+@pytest.mark.parametrize("status, expected", STATUS_CASES)
+@pytest.mark.parametrize("spelling", [str.lower, str.upper, str.title])
+def test_status_to_success(status, expected, spelling):
+    assert success_of(spelling(status)) is expected
+    (event,) = normalize_lines([tool_use("glob", {"pattern": "*"}, status=spelling(status))])
+    assert event["success"] is expected
+    assert event["status"] == spelling(status)  # as written
+
+
+def test_status_table_is_the_seed_list():
+    assert set(STATUS_SUCCESS) == {"completed", "success", "done", "ok", "error", "failed",
+                                   "failure", "cancelled", "canceled"}
+
+
+def test_non_string_status_is_undetermined():
+    assert success_of(1) is None and success_of(None) is None

@@ -1,0 +1,159 @@
+"""Property tests: any bytes in, no exception, every line accounted for, seq increasing."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from opencode_events.normalizer import Normalizer
+from opencode_events.pipeline import normalize_streams
+from opencode_events.writers import JsonlWriter
+
+TOOLS = ["read", "write", "edit", "apply_patch", "grep", "glob", "bash", "background_process",
+         "task", "agent_manager", "skill", "lsp", "todo", "todowrite", "todoread", "webfetch",
+         "invalid", "my-mcp_tool", "BASH"]
+CONSUMED_TOOLS = {"todo", "todowrite", "todoread"}
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                    st.text(max_size=20))
+json_values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=10)
+part_ids = st.sampled_from(["prt_1", "prt_2", "prt_3", None])
+
+
+@st.composite
+def tool_records(draw):
+    tool = draw(st.one_of(st.sampled_from(TOOLS), scalars))
+    input_ = draw(st.one_of(
+        st.fixed_dictionaries({}, optional={
+            "filePath": scalars, "command": st.sampled_from(["ls", "cat a", "rm -rf b", "make"]),
+            "patchText": st.sampled_from(["*** Begin Patch\n*** Add File: a\n+x\n*** End Patch",
+                                          "junk"]),
+            "pattern": scalars, "subagent_type": scalars, "name": scalars, "query": scalars}),
+        json_values))
+    state = draw(st.one_of(
+        st.fixed_dictionaries({"status": st.one_of(st.sampled_from(
+            ["completed", "error", "ok", "CANCELLED", "running"]), scalars), "input": st.just(input_)},
+            optional={"output": scalars, "title": scalars, "error": scalars,
+                      "metadata": st.one_of(st.fixed_dictionaries({}, optional={
+                          "exit": scalars, "sessionId": scalars}), json_values),
+                      "time": st.fixed_dictionaries({}, optional={"start": scalars,
+                                                                  "end": scalars})}),
+        json_values))
+    part = {"type": "tool", "tool": tool, "callID": "c", "state": state}
+    pid = draw(part_ids)
+    if pid:
+        part["id"] = pid
+    return {"type": "tool_use", "sessionID": "ses_p", "part": part}
+
+
+@st.composite
+def other_records(draw):
+    kind = draw(st.sampled_from(["step_start", "step_finish", "text", "reasoning", "error",
+                                 "done", "x"]))
+    rec = {"type": kind, "sessionID": draw(st.sampled_from(["ses_p", "ses_q"]))}
+    if kind == "error":
+        rec["error"] = draw(json_values)
+    elif draw(st.booleans()):
+        part = draw(st.fixed_dictionaries({}, optional={
+            "text": st.one_of(st.text(max_size=10), scalars),
+            "tokens": st.one_of(json_values, st.fixed_dictionaries({}, optional={
+                "input": scalars, "output": scalars, "cache": json_values})),
+            "cost": scalars, "reason": scalars}))
+        pid = draw(part_ids)
+        if pid:
+            part["id"] = pid
+        rec["part"] = part
+    return rec
+
+
+lines_strategy = st.lists(
+    st.one_of(
+        st.binary(max_size=60),
+        tool_records().map(lambda r: json.dumps(r).encode()),
+        other_records().map(lambda r: json.dumps(r).encode()),
+    ),
+    max_size=25,
+)
+
+
+def run(data: bytes) -> tuple[list[dict], Normalizer]:
+    out = io.BytesIO()
+    normalizer = normalize_streams([("-", io.BytesIO(data))], JsonlWriter(out))
+    events = [msgspec.json.decode(line) for line in out.getvalue().splitlines()]
+    return events, normalizer
+
+
+class Oracle:
+    """The documented consumptions (SPEC §2, docs/events.md) that produce no event."""
+
+    def __init__(self) -> None:
+        self.session = None
+        self.seen: set = set()
+
+    def consumed(self, line: bytes) -> bool:
+        """Feed every line in order; True when this one is legitimately consumed."""
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(rec, dict):
+            return False
+        session = rec.get("sessionID")
+        if isinstance(session, str) and session and session != self.session:
+            self.session, self.seen = session, set()  # ids are remembered per session
+        part, kind = rec.get("part"), rec.get("type")
+        if not isinstance(part, dict):
+            return False
+        if kind in ("tool_use", "step_finish") and isinstance(part.get("id"), str):
+            if part["id"] in self.seen:
+                return True  # a re-emitted part
+            self.seen.add(part["id"])
+        if kind == "step_start":
+            return True
+        if kind in ("text", "reasoning"):
+            return not (isinstance(part.get("text"), str) and part["text"])
+        if kind == "tool_use":
+            tool, state = part.get("tool"), part.get("state")
+            if isinstance(tool, str) and isinstance(state, dict):
+                # todo tools always; background_process when it has no command line
+                return tool.lower() in CONSUMED_TOOLS or tool.lower() == "background_process"
+        return False
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines_strategy, st.sampled_from([b"\n", b"\r\n"]))
+def test_any_lines_no_exception_and_every_line_accounted_for(lines, newline):
+    lines = [line.replace(b"\n", b" ").replace(b"\r", b" ") for line in lines]
+    data = newline.join(lines)
+    events, normalizer = run(data)
+    assert events[-1]["kind"] == "metrics"
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(len(events)))
+    lines_with_events = {e["line"] for e in events if "line" in e}
+    oracle = Oracle()
+    for number, line in enumerate(lines, 1):
+        if number == 1:
+            line = line.removeprefix(b"\xef\xbb\xbf")  # a leading BOM is not content
+        if not line.strip():
+            continue
+        is_consumed = oracle.consumed(line)
+        if number not in lines_with_events:
+            assert is_consumed, (number, line)
+    records = sum(1 for n, line in enumerate(lines, 1)
+                  if (line.removeprefix(b"\xef\xbb\xbf") if n == 1 else line).strip())
+    assert events[-1]["records"] == records
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes(data):
+    events, _ = run(data)
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    for event in events[:-1]:
+        assert event["kind"] in {"warning", "unknown", "message", "reasoning", "usage", "error",
+                                 "read", "write", "search", "command", "orchestration", "skill"}

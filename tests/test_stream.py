@@ -1,0 +1,203 @@
+"""The line reader and bad input: every line is accounted for, nothing raises."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from opencode_events.stream import line_batches
+from tests.records import (
+    SESSION,
+    normalize_lines,
+    normalize_with_metrics,
+    record,
+    step_finish,
+    tool_use,
+)
+
+
+class Trickle(io.RawIOBase):
+    """A raw stream that returns the given chunks one read at a time, like a pipe."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = list(chunks)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+def all_lines(chunks: list[bytes], chunk_size: int = 1 << 20) -> list[bytes]:
+    return [line for batch in line_batches(Trickle(chunks), chunk_size=chunk_size)
+            for line in batch]
+
+
+# ------------------------------------------------------------------ line splitting
+
+
+@pytest.mark.parametrize(
+    "chunks, expected",
+    [
+        ([b"a\nb\n"], [b"a", b"b"]),
+        ([b"a\nb"], [b"a", b"b"]),  # last line without newline
+        ([b"a", b"b", b"c\n"], [b"abc"]),  # a line across reads
+        ([b"a\n", b"\n", b"b\n"], [b"a", b"", b"b"]),  # blank lines keep numbering
+        ([b""], []),
+        ([b"x\r\ny\r\n"], [b"x\r", b"y\r"]),  # CR is the reader's to strip
+    ],
+)
+def test_line_batches(chunks, expected):
+    assert all_lines(chunks) == expected
+
+
+def test_batches_follow_reads():
+    batches = list(line_batches(Trickle([b"1\n2\n", b"3\n"])))
+    assert batches == [[b"1", b"2"], [b"3"]]
+
+
+def test_long_line_is_joined_once():
+    piece = b"x" * 1000
+    lines = all_lines([piece] * 50 + [b"\n"], chunk_size=1000)
+    assert lines == [piece * 50]
+
+
+# ------------------------------------------------------------- line-level handling
+
+
+def test_crlf_bom_and_blank_lines():
+    text = "\ufeff" + json.dumps(record("text", {"type": "text", "text": "a"}))
+    events, metrics = normalize_with_metrics(
+        [text.encode() + b"\r", b"", b"   ", json.dumps(step_finish()).encode() + b"\r"]
+    )
+    assert [e["kind"] for e in events] == ["message", "usage"]
+    assert [e["line"] for e in events] == [1, 4]
+    assert metrics["records"] == 2
+
+
+BAD_LINES = [
+    pytest.param(b"not json at all", "warning", id="garbage"),
+    pytest.param(b'{"type":"text","part":{"text":"\xff\xfe"}}', "warning", id="invalid-utf8"),
+    pytest.param(b'{"type":\x00"text"}', "warning", id="nul-byte"),
+    pytest.param(b"[1, 2, 3]", "warning", id="json-array"),
+    pytest.param(b'"just a string"', "warning", id="json-string"),
+    pytest.param(b"42", "warning", id="json-number"),
+    pytest.param(b"null", "warning", id="json-null"),
+    pytest.param(b'{"type":"text","part":{"type":"te', "warning", id="truncated"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, "warning", id="deeply-nested"),
+    pytest.param(b'{"type":"tool_use","sessionID":"s"}', "unknown", id="tool_use-no-part"),
+    pytest.param(b'{"type":"tool_use","part":"oops"}', "unknown", id="part-not-object"),
+    pytest.param(b'{"type":"tool_use","part":{"type":"tool","tool":"read","callID":"c"}}',
+                 "unknown", id="tool_use-no-state"),
+    pytest.param(b'{"type":"tool_use","part":{"type":"tool","tool":7,"state":{"status":"ok"}}}',
+                 "unknown", id="tool-name-not-string"),
+    pytest.param(b'{"type":"tool_use","part":{"type":"tool","tool":"read",'
+                 b'"state":{"status":"completed","input":"a.py"}}}', "unknown",
+                 id="input-not-object"),
+    pytest.param(b'{"type":"tool_use","part":{"type":"tool","tool":"read",'
+                 b'"state":{"status":"completed","input":[1]}}}', "unknown", id="input-array"),
+    pytest.param(b'{"type":"tool_use","part":{"type":"tool","tool":"bash",'
+                 b'"state":"completed"}}', "unknown", id="state-not-object"),
+    pytest.param(b'{"type":5}', "unknown", id="type-not-string"),
+    pytest.param(b"{}", "unknown", id="empty-object"),
+]
+
+
+@pytest.mark.parametrize("line, kind", BAD_LINES)
+def test_bad_line_becomes_one_event_and_the_run_goes_on(line, kind):
+    good = json.dumps(record("text", {"type": "text", "text": "ok"})).encode()
+    events = normalize_lines([good, line, good])
+    assert [e["kind"] for e in events] == ["message", kind, "message"]
+    bad = events[1]
+    assert bad["line"] == 2
+    if kind == "warning":
+        assert bad["message"]
+        assert bad["text"] == line.decode("utf-8", "replace")
+    else:
+        assert "raw" in bad or "tool" in bad
+
+
+def test_unknown_from_misshapen_tool_names_the_tool():
+    (event,) = normalize_lines(
+        [b'{"type":"tool_use","part":{"type":"tool","tool":"read","state":{"status":"x",'
+         b'"metadata":"not an object"}}}']
+    )
+    assert event["kind"] == "unknown" and event["tool"] == "read" and event["type"] == "tool_use"
+
+
+def test_very_long_line():
+    text = "y" * (8 << 20)
+    (event,) = normalize_lines([json.dumps(record("text", {"type": "text", "text": text}))])
+    assert event["text"] == text
+
+
+# ------------------------------------------------------------------ session and dedupe
+
+
+def test_session_id_from_first_record_then_inherited():
+    events = normalize_lines(
+        [
+            {"type": "text", "part": {"type": "text", "text": "before"}},
+            {"type": "text", "session_id": "ses_a", "part": {"type": "text", "text": "a"}},
+            {"type": "text", "part": {"type": "text", "text": "still a"}},
+            {"type": "text", "part": {"type": "text", "text": "b", "sessionID": "ses_b"}},
+            {"type": "text", "sessionId": "ses_c", "part": {"type": "text", "text": "c"}},
+        ]
+    )
+    assert [e.get("session_id") for e in events] == [None, "ses_a", "ses_a", "ses_b", "ses_c"]
+
+
+def test_record_level_session_id_wins_over_part():
+    (event,) = normalize_lines(
+        [{"type": "text", "sessionID": "ses_rec", "part": {"type": "text", "text": "x",
+                                                            "sessionID": "ses_part"}}]
+    )
+    assert event["session_id"] == "ses_rec"
+
+
+def test_re_emitted_part_is_not_counted_twice():
+    tool = tool_use("bash", {"command": "make"}, metadata={"exit": 0})
+    step = step_finish(input_=10, output=5, cost=0.5)
+    events, metrics = normalize_with_metrics([tool, step, tool, step])
+    assert [e["kind"] for e in events] == ["command", "usage"]
+    assert metrics["tool_calls"] == 1 and metrics["turns"] == 1 and metrics["duplicates"] == 2
+    assert metrics["input_tokens"] == 10 and metrics["cost"] == 0.5
+    assert metrics["records"] == 4
+
+
+def test_same_part_id_in_another_session_counts():
+    step = step_finish()
+    other = dict(step, sessionID="ses_other")
+    events, metrics = normalize_with_metrics([step, other])
+    assert [e["turn"] for e in events] == [1, 1]
+    assert metrics["turns"] == 2
+
+
+def test_metrics_sum_tokens_and_count_kinds():
+    lines = [
+        tool_use("read", {"filePath": "a"}),
+        tool_use("read", {"filePath": "b"}, status="error"),
+        tool_use("todowrite", {"todos": []}),
+        step_finish(input_=1, output=2, reasoning=3, read=4, write=5, cost=0.1),
+        step_finish(input_=10, output=20, cost=0.2),
+        b"garbage",
+    ]
+    _, metrics = normalize_with_metrics(lines)
+    assert metrics["counts"] == {"read": 2, "usage": 2, "warning": 1}
+    assert metrics["tool_calls"] == 3 and metrics["tool_failures"] == 1
+    assert metrics["turns"] == 2
+    assert (metrics["input_tokens"], metrics["output_tokens"]) == (11, 22)
+    assert metrics["total_tokens"] == 15 + 30
+    assert metrics["cost"] == pytest.approx(0.3)
+    assert metrics["session_id"] == SESSION
+
+
+def test_raw_attaches_source_record():
+    rec = tool_use("read", {"filePath": "a"})
+    (event,) = normalize_lines([rec], keep_raw=True)
+    assert event["raw"] == rec
+    (plain,) = normalize_lines([rec])
+    assert "raw" not in plain
