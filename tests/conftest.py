@@ -1,0 +1,60 @@
+"""Shared fixtures for the real-OpenCode harness (tests/harness, docs/harness.md).
+
+* ``opencode_bin`` (session): installs the pinned OpenCode 1.18.33 into
+  ``.cache/`` and returns the binary path; FAILS (never skips) with the reason
+  if that is impossible.
+* ``mock_model``: factory ``mock_model(steps, **kw) -> MockModel`` (started;
+  stopped at teardown).
+* ``opencode_env``: factory ``opencode_env(mock, **kw) -> OpenCodeEnv`` -- an
+  isolated HOME/XDG world under ``tmp_path`` whose config points at ``mock``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+_REPO = Path(__file__).resolve().parents[1]
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
+
+from tests.harness.mock_model import MockModel  # noqa: E402
+from tests.harness.opencode import OpenCodeEnv, ensure_opencode  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def opencode_bin() -> Path:
+    try:
+        return ensure_opencode()
+    except RuntimeError as e:
+        pytest.fail(f"cannot install the pinned OpenCode: {e}", pytrace=False)
+
+
+@pytest.fixture
+def mock_model():
+    started: list[MockModel] = []
+
+    def make(steps=None, **kw) -> MockModel:
+        m = MockModel(steps, **kw).start()
+        started.append(m)
+        return m
+
+    yield make
+    for m in started:
+        m.stop()
+
+
+@pytest.fixture
+def opencode_env(opencode_bin, tmp_path):
+    made: list[OpenCodeEnv] = []
+
+    def make(mock: MockModel, **kw) -> OpenCodeEnv:
+        root = kw.pop("root", tmp_path / f"oc{len(made)}")
+        env = OpenCodeEnv(opencode_bin, root, base_url=mock.base_url, **kw)
+        made.append(env)
+        return env
+
+    yield make
+    # every process is stopped by OpenCodeEnv.run / serve(); the dirs live in tmp_path

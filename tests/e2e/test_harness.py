@@ -1,0 +1,92 @@
+"""Fast live tests proving the harness drives the real OpenCode 1.18.33."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from tests.harness.scenarios import U, call, say, tools
+
+pytestmark = pytest.mark.e2e
+
+
+def test_mock_model_answers(mock_model):
+    m = mock_model([say("hi", usage=U(10, 2))])
+    with urllib.request.urlopen(f"{m.base_url}/models", timeout=5) as r:
+        ids = [d["id"] for d in json.load(r)["data"]]
+    assert "mock-model" in ids
+    body = json.dumps({"model": "mock-model", "stream": True,
+                       "messages": [{"role": "user", "content": "x"}]}).encode()
+    req = urllib.request.Request(f"{m.base_url}/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        text = r.read().decode()
+    frames = [f[len("data: "):] for f in text.split("\n\n") if f.startswith("data: ")]
+    assert frames[-1] == "[DONE]"
+    chunks = [json.loads(f) for f in frames[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                   if c["choices"]) == "hi"
+    assert chunks[-1]["usage"]["prompt_tokens"] == 10
+    assert m.remaining() == 0
+    assert m.chat_requests("main")[0].summary["last_user"] == "x"
+
+
+def test_text_run(mock_model, opencode_env):
+    m = mock_model([say("Hello ", "world.", usage=U(1200, 34, 200, 0))])
+    env = opencode_env(m)
+    r = env.run("say", "hello")
+    assert r.returncode == 0, r.stderr
+    assert r.types == ["step_start", "text", "step_finish"]
+    recs = r.records
+    assert recs[1]["part"]["text"] == "Hello world."
+    tokens = recs[2]["part"]["tokens"]
+    # OpenCode: input excludes cached reads; total = prompt + completion
+    assert tokens == {"total": 1234, "input": 1000, "output": 34, "reasoning": 0,
+                      "cache": {"write": 0, "read": 200}}
+    assert all(rec["sessionID"] == r.session_id for rec in recs)
+    # the title request was answered without consuming a scripted step
+    assert [q.conversation for q in m.chat_requests()].count("title") <= 1
+    assert m.unscripted == []
+    assert env.db_path.exists()
+
+
+def test_bash_tool_completed(mock_model, opencode_env):
+    m = mock_model([
+        tools(call("bash", {"command": "echo harness-ok"}, "call_1")),
+        say("done"),
+    ])
+    env = opencode_env(m)
+    r = env.run("run", "echo")
+    assert r.returncode == 0, r.stderr
+    uses = r.tool_uses()
+    assert len(uses) == 1
+    part = uses[0]
+    assert part["tool"] == "bash" and part["callID"] == "call_1"
+    assert part["state"]["status"] == "completed"
+    assert part["state"]["output"] == "harness-ok\n"
+    assert part["state"]["metadata"]["exit"] == 0
+    offered = m.chat_requests("main")[0].summary["tools"]
+    assert {"bash", "read", "edit", "write", "glob", "grep", "task"} <= set(offered)
+
+
+def test_provider_400_is_an_error_record(mock_model, opencode_env, tmp_path):
+    m = mock_model([{"error": {"status": 400, "body": {"error": {"message": "nope"}}}}])
+    env = opencode_env(m)
+    r = env.run("fail", "please")
+    assert r.returncode == 1
+    assert r.types == ["error"]
+    err = r.records[0]["error"]
+    assert err["name"] == "APIError"
+    assert err["data"]["statusCode"] == 400
+    assert err["data"]["message"] == "nope"
+    copy = env.copy_db(tmp_path / "copy.db")
+    import sqlite3
+
+    con = sqlite3.connect(copy)
+    try:
+        (n,) = con.execute("select count(*) from session").fetchone()
+    finally:
+        con.close()
+    assert n == 1

@@ -1,0 +1,638 @@
+"""Capture scenarios: scripted conversations that drive the real OpenCode 1.18.33.
+
+A :class:`Scenario` says what the mock model answers (``steps`` for the main
+conversation, ``conversations`` for subagents / compaction), what the work
+directory and config hold, and how OpenCode is driven (``driver``; the
+default is one ``opencode run --format json``).  :func:`execute` runs one in
+an isolated environment and returns a :class:`Capture` with everything
+``scripts/capture.py`` writes to ``samples/<name>/``.
+
+Adding a scenario: write a ``Scenario(...)`` below and append it to
+``SCENARIOS``.  See docs/harness.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .mock_model import MockModel, Step
+from .opencode import (
+    DEFAULT_MODEL,
+    PATCH_MODEL,
+    PROVIDER_ID,
+    HarnessError,
+    OpenCodeEnv,
+    RunResult,
+    event_type,
+)
+
+HERE = Path(__file__).resolve().parent
+
+# Fixed token figures so per-turn usage can be checked against the samples.
+# (prompt, completion, cached, reasoning) -- all distinct.
+
+
+def U(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "cached_tokens": cached, "reasoning_tokens": reasoning}
+
+
+def call(name: str, arguments: Any, id: str | None = None) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": name, "arguments": arguments}
+    if id:
+        d["id"] = id
+    return d
+
+
+def tools(*calls: dict[str, Any], usage: dict[str, int] | None = None,
+          text: list[str] | None = None, **kw: Any) -> Step:
+    step: Step = {"tool_calls": list(calls), **kw}
+    if text:
+        step["text"] = text
+    if usage:
+        step["usage"] = usage
+    return step
+
+
+def say(*text: str, usage: dict[str, int] | None = None, **kw: Any) -> Step:
+    step: Step = {"text": list(text), **kw}
+    if usage:
+        step["usage"] = usage
+    return step
+
+
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    steps: list[Step] = field(default_factory=list)
+    prompt: list[str] = field(default_factory=lambda: ["please", "do", "the", "task"])
+    model: str = DEFAULT_MODEL
+    args: list[str] = field(default_factory=list)
+    conversations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pages: dict[str, tuple[str, str]] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # work dir files (committed)
+    config: dict[str, Any] = field(default_factory=dict)  # merged into opencode.json
+    config_files: dict[str, str] = field(default_factory=dict)  # under $XDG_CONFIG_HOME/opencode
+    env: dict[str, str] = field(default_factory=dict)
+    driver: Callable[[Capture], None] | None = None
+    slow: bool = False  # takes more than ~15 s (retries, sleeps)
+    timeout: float = 120
+
+
+@dataclass
+class Capture:
+    scenario: Scenario
+    env: OpenCodeEnv
+    mock: MockModel
+    runs: list[RunResult] = field(default_factory=list)
+    sse: dict[str, bytes] = field(default_factory=dict)  # file name -> raw SSE bytes
+    main_session: str | None = None
+    notes: list[str] = field(default_factory=list)
+    extra_files: dict[str, bytes] = field(default_factory=dict)
+
+    def run(self, *prompt: str, args: list[str] | None = None, model: str | None = None,
+            **kw: Any) -> RunResult:
+        sc = self.scenario
+        r = self.env.run(*(prompt or sc.prompt), args=sc.args if args is None else args,
+                         model=model or sc.model, timeout=kw.pop("timeout", sc.timeout), **kw)
+        self.runs.append(r)
+        if self.main_session is None:
+            self.main_session = r.session_id
+        return r
+
+
+def _sub(obj: Any, subs: dict[str, str]) -> Any:
+    text = json.dumps(obj)
+    for k, v in subs.items():
+        text = text.replace(k, json.dumps(v)[1:-1])
+    return json.loads(text)
+
+
+def execute(scenario: Scenario, binary: Path | str, root: Path | str | None = None,
+            *, port: int = 0) -> Capture:
+    """Run ``scenario`` in a fresh environment under ``root`` (deleted first).
+
+    ``port``: preferred port for the mock model (0 = any free port); a fixed port
+    keeps URLs in captures stable across reruns.  Falls back to a free port.
+    """
+    if root is not None and Path(root).exists():
+        shutil.rmtree(root)
+    mock = MockModel(conversations=scenario.conversations, pages=scenario.pages, port=port)
+    try:
+        mock.start()
+    except OSError:
+        mock = MockModel(conversations=scenario.conversations, pages=scenario.pages)
+        mock.start()
+    env = None
+    try:
+        env = OpenCodeEnv(binary, root, model=scenario.model, files=scenario.files,
+                          extra_env=scenario.env)
+        subs = {"{ROOT}": str(env.root), "{WORK}": str(env.work), "{MOCK_URL}": mock.url,
+                "{PYTHON}": _python()}
+        mock.substitutions.update(subs)
+        shutil.copy(HERE / "mcp_server.py", env.root / "mcp_server.py")
+        mock.add_steps(scenario.steps)
+        env.extra_config = _sub(scenario.config, subs)
+        env.write_config(mock.base_url)
+        for rel, content in scenario.config_files.items():
+            p = env.config_dir / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(_sub(content, subs) if isinstance(content, str) else content)
+        cap = Capture(scenario, env, mock)
+        (scenario.driver or drive_single_run)(cap)
+        if cap.main_session is None:
+            sessions = [s for s in env.session_ids() if not s["parent_id"]]
+            if sessions:
+                cap.main_session = sessions[0]["id"]
+        return cap
+    finally:
+        mock.stop()
+
+
+def _python() -> str:
+    for p in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if Path(p).exists():
+            return p
+    return sys.executable
+
+
+# ---------------------------------------------------------------------------------------
+# drivers
+
+
+def drive_single_run(cap: Capture) -> None:
+    cap.run()
+
+
+def drive_continue3(cap: Capture) -> None:
+    r1 = cap.run("first", "turn:", "remember", "the", "number", "7")
+    cap.run("second", "turn:", "add", "one", args=["--continue"])
+    cap.run("third", "turn:", "double", "it", args=["--session", r1.session_id or ""])
+
+
+def drive_fork(cap: Capture) -> None:
+    r1 = cap.run("original", "session", "prompt")
+    cap.run("forked", "follow-up", args=["--session", r1.session_id or "", "--fork"])
+
+
+def drive_sigint(cap: Capture) -> None:
+    mock = cap.mock
+    t_seen: list[float] = []
+
+    def when(_stdout: bytes) -> bool:
+        # interrupt ~1.5 s after the model handed out the slow bash call
+        if any(r.conversation == "main" and r.step == 0 for r in mock.requests):
+            if not t_seen:
+                t_seen.append(time.monotonic())
+            return time.monotonic() - t_seen[0] > 1.5
+        return False
+
+    r = cap.env.run_interrupted(*cap.scenario.prompt, when=when, model=cap.scenario.model)
+    cap.runs.append(r)
+    cap.main_session = r.session_id
+    cap.notes.append(
+        f"SIGINT sent to the opencode process ~1.5 s into the bash call; returncode {r.returncode}"
+        " (negative = killed by that signal; exit_code file uses the shell's 128+N)")
+
+
+def _serve_common(cap: Capture, body: Callable[[Any, Any, str], None]) -> None:
+    with cap.env.serve() as srv:
+        ev = srv.sse("/event")
+        gev = srv.sse("/global/event")
+        try:
+            sess = srv.create_session()
+            sid = sess["id"]
+            cap.main_session = sid
+            body(srv, ev, sid)
+            time.sleep(0.5)  # let trailing events (session.idle, diffs) arrive
+        finally:
+            ev.close()
+            gev.close()
+            cap.sse["events.sse"] = bytes(ev.raw)
+            cap.sse["global-events.sse"] = bytes(gev.raw)
+
+
+def _idle(sid: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda e: e.get("type") == "session.idle" and e["properties"].get("sessionID") == sid
+
+
+def drive_serve_permission(cap: Capture) -> None:
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        srv.prompt_async(sid, "run the two commands")
+        first = ev.wait_for(lambda e: e.get("type") == "permission.asked")
+        pid1 = first["properties"]["id"]
+        srv.json("POST", f"/permission/{pid1}/reply", {"reply": "once"})
+        second = ev.wait_for(lambda e: e.get("type") == "permission.asked"
+                             and e["properties"]["id"] != pid1)
+        pid2 = second["properties"]["id"]
+        srv.json("POST", f"/permission/{pid2}/reply",
+                 {"reply": "reject", "message": "not this one"})
+        third = ev.wait_for(lambda e: e.get("type") == "permission.asked"
+                            and e["properties"]["id"] not in (pid1, pid2))
+        srv.json("POST", f"/permission/{third['properties']['id']}/reply", {"reply": "reject"})
+        ev.wait_for(_idle(sid))
+
+    _serve_common(cap, body)
+
+
+def drive_serve_compaction(cap: Capture) -> None:
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        srv.prompt(sid, "inspect the repo")
+        ev.wait_for(_idle(sid))
+        n_idle = sum(1 for e in ev.events if _idle(sid)(e))
+        srv.json("POST", f"/session/{sid}/summarize",
+                 {"providerID": PROVIDER_ID, "modelID": cap.scenario.model, "auto": False})
+        ev.wait_for(lambda e: e.get("type") == "session.compacted")
+        # wait for the idle that follows the compaction
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if sum(1 for e in ev.events if _idle(sid)(e)) > n_idle:
+                break
+            time.sleep(0.1)
+        srv.prompt(sid, "continue after the summary")
+        time.sleep(0.3)
+
+    _serve_common(cap, body)
+
+
+def drive_run_attached(cap: Capture) -> None:
+    """``opencode run --attach <serve url>`` while /event and /global/event are
+    captured: the same session seen as a run stream AND as server events."""
+    with cap.env.serve() as srv:
+        ev = srv.sse("/event")
+        gev = srv.sse("/global/event")
+        try:
+            r = cap.run(args=[*cap.scenario.args, "--attach", srv.url])
+            if r.session_id:
+                try:
+                    ev.wait_for(_idle(r.session_id), timeout=10)
+                except HarnessError:
+                    cap.notes.append("no session.idle seen on /event after the run")
+            time.sleep(0.5)
+        finally:
+            ev.close()
+            gev.close()
+            cap.sse["events.sse"] = bytes(ev.raw)
+            cap.sse["global-events.sse"] = bytes(gev.raw)
+
+
+def drive_serve_text(cap: Capture) -> None:
+    """A plain prompt through the server API: the SSE framing reference."""
+
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        srv.prompt_async(sid, "say hello over the server")
+        ev.wait_for(_idle(sid))
+
+    _serve_common(cap, body)
+
+
+# ---------------------------------------------------------------------------------------
+# the scenarios
+
+README = "# Demo project\n\nhello from the demo project\n"
+APP_PY = "def greet(name):\n    return 'hello ' + name\n\n\nprint(greet('world'))\n"
+WORK_FILES = {"README.md": README, "src/app.py": APP_PY, "notes/todo.txt": "hello todo\n"}
+
+SKILL_MD = """---
+name: demo-skill
+description: A demo skill used by the capture harness. Use it when asked to demo a skill.
+---
+
+# Demo skill
+
+When this skill is loaded, answer with the word DEMO.
+"""
+
+PAGE_HTML = (
+    "<!doctype html><html><head><title>Mock page</title></head>"
+    "<body><h1>Mock page</h1><p>Served by the <b>mock model</b> server on loopback.</p>"
+    "</body></html>"
+)
+
+MCP_NAME = "my-tools.v1"
+
+
+def _patch(*lines: str) -> str:
+    return "\n".join(["*** Begin Patch", *lines, "*** End Patch"])
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario(
+        "text",
+        "Plain text answer, one step, no tools.",
+        steps=[say("Hello ", "from the ", "mock model.", usage=U(1200, 34, 200, 0))],
+        prompt=["say", "hello"],
+    ),
+    Scenario(
+        "bash_ok",
+        "bash that succeeds (exit 0), then a text answer. Two steps.",
+        steps=[
+            tools(call("bash", {"command": "echo hello; ls", "description": "List files"},
+                       "call_bash_ok"), text=["Let me look."], usage=U(1500, 40, 100, 0)),
+            say("The directory has README.md, notes and src.", usage=U(1650, 25, 1400, 0)),
+        ],
+        files=WORK_FILES,
+    ),
+    Scenario(
+        "bash_fail",
+        "bash that exits non-zero (exit 3, stderr output), then a text answer.",
+        steps=[
+            tools(call("bash", {"command": "echo partial; echo oops >&2; exit 3"},
+                       "call_bash_fail"), usage=U(1500, 41, 0, 0)),
+            say("The command failed with exit code 3.", usage=U(1620, 22, 1400, 0)),
+        ],
+    ),
+    Scenario(
+        "file_tools",
+        "read, write, edit, glob and grep (glob+grep as two parallel calls in one step).",
+        steps=[
+            tools(call("read", {"filePath": "{WORK}/README.md"}, "call_read"),
+                  usage=U(2000, 30, 0, 0)),
+            tools(call("write", {"filePath": "{WORK}/notes/new.txt",
+                                 "content": "alpha\nbeta\ngamma\n"}, "call_write"),
+                  usage=U(2100, 31, 1900, 0)),
+            tools(call("edit", {"filePath": "{WORK}/notes/new.txt", "oldString": "beta",
+                                "newString": "BETA"}, "call_edit"),
+                  usage=U(2200, 32, 2000, 0)),
+            tools(call("glob", {"pattern": "**/*.txt"}, "call_glob"),
+                  call("grep", {"pattern": "hello", "include": "*.md"}, "call_grep"),
+                  usage=U(2300, 33, 2100, 0)),
+            say("Read, wrote, edited, globbed and grepped.", usage=U(2400, 12, 2200, 0)),
+        ],
+        files=WORK_FILES,
+    ),
+    Scenario(
+        "read_missing",
+        "read of a file that does not exist: tool_use with status error.",
+        steps=[
+            tools(call("read", {"filePath": "{WORK}/does-not-exist.txt"}, "call_read_missing"),
+                  usage=U(1300, 20, 0, 0)),
+            say("That file does not exist.", usage=U(1350, 9, 1200, 0)),
+        ],
+        files=WORK_FILES,
+    ),
+    Scenario(
+        "apply_patch",
+        "apply_patch with model gpt-5-mock: one patch adds, updates and deletes; a second "
+        "updates and moves a file.",
+        model=PATCH_MODEL,
+        files={**WORK_FILES, "old.txt": "obsolete\n", "rename_me.txt": "line one\nline two\n"},
+        steps=[
+            tools(call("apply_patch", {"patchText": _patch(
+                "*** Add File: added.txt", "+brand new file", "+second line",
+                "*** Update File: src/app.py", "@@ def greet(name):",
+                "-    return 'hello ' + name", "+    return 'hi ' + name",
+                "*** Delete File: old.txt")}, "call_patch_1"),
+                usage=U(3000, 120, 0, 0)),
+            tools(call("apply_patch", {"patchText": _patch(
+                "*** Update File: rename_me.txt", "*** Move to: moved/renamed.txt",
+                "@@", " line one", "-line two", "+line 2")}, "call_patch_2"),
+                usage=U(3200, 80, 2900, 0)),
+            say("Patched.", usage=U(3300, 5, 3100, 0)),
+        ],
+    ),
+    Scenario(
+        "task",
+        "task tool starting a general subagent whose child session runs its own tools "
+        "(bash, read).  The child's parts are not in the stream; see opencode.db.",
+        files=WORK_FILES,
+        steps=[
+            tools(call("task", {"description": "Inspect the repo",
+                                "prompt": "[child-task] List the files and read README.md",
+                                "subagent_type": "general"}, "call_task"),
+                  usage=U(4000, 60, 0, 0)),
+            say("The subagent reports a demo project.", usage=U(4400, 15, 3900, 0)),
+        ],
+        conversations={
+            "child": {"match": "[child-task]", "steps": [
+                tools(call("bash", {"command": "ls"}, "call_child_bash"),
+                      usage=U(900, 20, 0, 0)),
+                tools(call("read", {"filePath": "{WORK}/README.md"}, "call_child_read"),
+                      usage=U(950, 21, 800, 0)),
+                say("Child result: a demo project with README.md and src/app.py.",
+                    usage=U(1000, 18, 900, 0)),
+            ]},
+        },
+    ),
+    Scenario(
+        "todowrite",
+        "todowrite with three todos in different states.",
+        steps=[
+            tools(call("todowrite", {"todos": [
+                {"content": "Read the code", "status": "completed", "priority": "high"},
+                {"content": "Write the fix", "status": "in_progress", "priority": "medium"},
+                {"content": "Run the tests", "status": "pending", "priority": "low"},
+            ]}, "call_todo"), usage=U(1700, 50, 0, 0)),
+            say("Planned.", usage=U(1800, 4, 1600, 0)),
+        ],
+    ),
+    Scenario(
+        "invalid_tool",
+        "The model calls a tool that does not exist; OpenCode records it as tool `invalid`.",
+        steps=[
+            tools(call("frobnicate", {"target": "everything"}, "call_invalid"),
+                  usage=U(1400, 16, 0, 0)),
+            say("Sorry, that tool does not exist.", usage=U(1450, 8, 1300, 0)),
+        ],
+    ),
+    Scenario(
+        "reasoning",
+        "A step with reasoning_content deltas, run WITHOUT --thinking (no reasoning record).",
+        steps=[{"reasoning": ["Let me think ", "about this."], "text": ["The answer is 42."],
+                "usage": U(1100, 60, 0, 40)}],
+    ),
+    Scenario(
+        "reasoning_thinking",
+        "The same reasoning step, run WITH --thinking (reasoning record emitted).",
+        args=["--thinking"],
+        steps=[{"reasoning": ["Let me think ", "about this."], "text": ["The answer is 42."],
+                "usage": U(1100, 60, 0, 40)}],
+    ),
+    Scenario(
+        "error400",
+        "The provider answers HTTP 400: an error record, exit code 1.",
+        steps=[{"error": {"status": 400, "body": {"error": {
+            "message": "mock bad request", "type": "invalid_request_error", "code": 400}}}}],
+    ),
+    Scenario(
+        "error401",
+        "The provider answers HTTP 401 (bad API key).",
+        steps=[{"error": {"status": 401, "body": {"error": {
+            "message": "mock invalid api key", "type": "authentication_error",
+            "code": "invalid_api_key"}}}}],
+    ),
+    Scenario(
+        "error500_retry",
+        "HTTP 500 once, then success: OpenCode retries and recovers. Run with --attach to a "
+        "served instance so events.sse shows the session.status retry events.",
+        driver=drive_run_attached,
+        slow=True,
+        timeout=240,
+        steps=[
+            {"error": {"status": 500, "body": {"error": {"message": "mock server error",
+                                                         "type": "server_error"}}}},
+            say("Recovered after a retry.", usage=U(1250, 11, 0, 0)),
+        ],
+    ),
+    Scenario(
+        "error500_exhausted",
+        "HTTP 500 on every request: OpenCode retries with back-off until it gives up "
+        "(about 70 s), then an error record. Run with --attach (events.sse has the retries).",
+        driver=drive_run_attached,
+        slow=True,
+        timeout=300,
+        steps=[{"error": {"status": 500, "body": {"error": {"message": "mock server error",
+                                                           "type": "server_error"}}}}] * 12,
+    ),
+    Scenario(
+        "skill",
+        "The skill tool loads a SKILL.md from the config dir's skills/ folder.",
+        config_files={"skills/demo-skill/SKILL.md": SKILL_MD},
+        steps=[
+            tools(call("skill", {"name": "demo-skill"}, "call_skill"), usage=U(2500, 14, 0, 0)),
+            say("DEMO", usage=U(2700, 3, 2400, 0)),
+        ],
+    ),
+    Scenario(
+        "webfetch",
+        "webfetch of a small HTML page served by the mock server on 127.0.0.1.",
+        pages={"hello.html": ("text/html; charset=utf-8", PAGE_HTML)},
+        steps=[
+            tools(call("webfetch", {"url": "{MOCK_URL}/pages/hello.html",
+                                    "format": "markdown"}, "call_webfetch"),
+                  usage=U(1900, 22, 0, 0)),
+            tools(call("webfetch", {"url": "{MOCK_URL}/pages/missing.html",
+                                    "format": "text"}, "call_webfetch_404"),
+                  usage=U(2000, 23, 1800, 0)),
+            say("Fetched the page.", usage=U(2100, 6, 1900, 0)),
+        ],
+    ),
+    Scenario(
+        "mcp",
+        f"A stdio MCP server named {MCP_NAME!r}: one call succeeds, one is rejected with a "
+        "JSON-RPC error, one returns isError.",
+        config={"mcp": {MCP_NAME: {
+            "type": "local", "command": ["{PYTHON}", "{ROOT}/mcp_server.py"],
+            "environment": {"MCP_LOG": "{ROOT}/mcp.log"}, "timeout": 10000}}},
+        steps=[
+            tools(call("my-tools_v1_echo", {"text": "ping"}, "call_mcp_echo"),
+                  usage=U(2600, 18, 0, 0)),
+            tools(call("my-tools_v1_reject", {"reason": "not allowed"}, "call_mcp_reject"),
+                  usage=U(2700, 19, 2500, 0)),
+            tools(call("my-tools_v1_broken", {}, "call_mcp_broken"),
+                  usage=U(2800, 17, 2600, 0)),
+            say("MCP done.", usage=U(2900, 4, 2700, 0)),
+        ],
+    ),
+    Scenario(
+        "continue3",
+        "One session over three `opencode run` calls: new, --continue, --session <id>. "
+        "stream.jsonl is the three stdouts concatenated.",
+        driver=drive_continue3,
+        steps=[
+            say("Remembered 7.", usage=U(1000, 5, 0, 0)),
+            tools(call("bash", {"command": "echo $((7+1))"}, "call_add"),
+                  usage=U(1100, 15, 900, 0)),
+            say("It is 8.", usage=U(1200, 5, 1000, 0)),
+            say("Doubled: 16.", usage=U(1300, 6, 1100, 0)),
+        ],
+    ),
+    Scenario(
+        "fork",
+        "`run --session <id> --fork`: the follow-up goes to a new session copied from the "
+        "first. stream.jsonl holds both runs (two session ids).",
+        driver=drive_fork,
+        steps=[
+            say("Original answer.", usage=U(1000, 5, 0, 0)),
+            say("Answer in the fork.", usage=U(1100, 6, 900, 0)),
+        ],
+    ),
+    Scenario(
+        "big_output",
+        "bash printing ~2 MB; OpenCode truncates the tool output and saves the full text "
+        "under $DATA/tool-output/.",
+        steps=[
+            tools(call("bash", {"command": "yes 'abcdefghijklmnopqrstuvwxyz0123456789' "
+                                           "| head -c 2000000"}, "call_big"),
+                  usage=U(1500, 30, 0, 0)),
+            say("That was a lot of output.", usage=U(9000, 9, 1400, 0)),
+        ],
+    ),
+    Scenario(
+        "sigint",
+        "SIGINT sent to `opencode run` while a slow bash (sleep 30) runs.",
+        driver=drive_sigint,
+        steps=[
+            tools(call("bash", {"command": "echo started; sleep 30; echo finished"},
+                       "call_sleep"), usage=U(1500, 20, 0, 0)),
+            say("Should not be reached.", usage=U(1600, 5, 0, 0)),
+        ],
+    ),
+    Scenario(
+        "serve_text",
+        "`opencode serve`: one prompt via POST /session/{id}/prompt_async; raw /event and "
+        "/global/event SSE captured.",
+        driver=drive_serve_text,
+        steps=[{"reasoning": ["Thinking over ", "SSE."], "text": ["Hello ", "over SSE."],
+                "usage": U(1234, 56, 78, 9)}],
+    ),
+    Scenario(
+        "serve_permission",
+        "`opencode serve` with permission bash=ask, answered via POST /permission/{id}/reply: "
+        "bash 1 approved (once); bash 2 rejected WITH a message (the turn goes on, the "
+        "message is fed back); bash 3 rejected without a message (the turn stops).",
+        driver=drive_serve_permission,
+        config={"permission": {"bash": "ask"}},
+        steps=[
+            tools(call("bash", {"command": "echo approved"}, "call_perm_1"),
+                  usage=U(1500, 20, 0, 0)),
+            tools(call("bash", {"command": "echo rejected-with-feedback"}, "call_perm_2"),
+                  usage=U(1600, 21, 1400, 0)),
+            tools(call("bash", {"command": "echo rejected-plain"}, "call_perm_3"),
+                  usage=U(1700, 22, 1500, 0)),
+            say("Not reached after a plain rejection.", usage=U(1800, 5, 1600, 0)),
+        ],
+    ),
+    Scenario(
+        "compaction",
+        "`opencode serve`: a prompt with a tool call, then POST /session/{id}/summarize "
+        "(compaction), then another prompt.",
+        driver=drive_serve_compaction,
+        files=WORK_FILES,
+        steps=[
+            tools(call("bash", {"command": "cat README.md"}, "call_cat"),
+                  usage=U(5000, 20, 0, 0)),
+            say("The README says hello.", usage=U(5100, 8, 4900, 0)),
+            say("Continuing after the summary.", usage=U(800, 6, 0, 0)),
+        ],
+        conversations={
+            "compaction": {"match_system": "context summarization agent", "steps": [
+                say("## Summary\n\nThe user asked to inspect the repo; README says hello.",
+                    usage=U(5200, 40, 5000, 0)),
+            ]},
+        },
+    ),
+]
+
+BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
+
+
+def get(name: str) -> Scenario:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise HarnessError(f"unknown scenario {name!r}; known: {', '.join(BY_NAME)}") from None
+
+
+__all__ = ["SCENARIOS", "BY_NAME", "Capture", "Scenario", "execute", "get", "event_type"]
