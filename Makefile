@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SAMPLE ?= samples/bash/stream.jsonl
 
-.PHONY: run test lint format bench samples clean
+.PHONY: run test lint format bench samples goldens clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,3 +36,6 @@ samples: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+goldens: $(STAMP)
+	$(PY) scripts/update_goldens.py
