@@ -8,6 +8,7 @@ they need when they run, so start-up stays small.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -19,6 +20,23 @@ from . import __version__
 from .errors import InputError
 
 EXIT_OK, EXIT_STRICT, EXIT_USAGE, EXIT_PIPE, EXIT_INTERRUPTED = 0, 1, 2, 141, 130
+
+
+class _PipeClosed(Exception):
+    """stdout's reader went away; raised past click, which would turn EPIPE into exit 1."""
+
+
+def pipe_safe(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Shared decorator for commands that write data to stdout."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except BrokenPipeError:
+            raise _PipeClosed() from None
+
+    return wrapper
 
 
 def _open_inputs(paths: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
@@ -58,6 +76,7 @@ def cli() -> None:
 @click.option("--raw", "keep_raw", is_flag=True, help="Attach the source record to every event.")
 @click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
 @click.option("--strict", is_flag=True, help="Exit 1 when warnings or error records were seen.")
+@pipe_safe
 def normalize(
     inputs: tuple[str, ...],
     output: str | None,
@@ -85,6 +104,7 @@ def normalize(
 
 
 @cli.command()
+@pipe_safe
 def schema() -> None:
     """Print the JSON Schema of the normalized events."""
     import msgspec
@@ -116,7 +136,7 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except BrokenPipeError:
+    except (BrokenPipeError, _PipeClosed):
         _quiet_broken_pipe()
         return EXIT_PIPE
     except SystemExit as exc:

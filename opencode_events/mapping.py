@@ -29,7 +29,7 @@ from .events import (
     Write,
 )
 from .patch import patched_files
-from .views import Part
+from .views import MessageInfo, Part
 
 __all__ = [
     "STATUS_SUCCESS",
@@ -113,8 +113,9 @@ def _tokens(value: Any) -> int:
     return int(number) if number is not None else 0
 
 
-def usage_event(part: Part, turn: int) -> Usage:
-    """A step-finish part's tokens and cost, OpenCode's figures as they are."""
+def usage_event(part: Part | MessageInfo, turn: int) -> Usage:
+    """Tokens and cost of a step-finish part, or of an assistant message (one inference),
+    OpenCode's figures as they are."""
     tokens = part.tokens
     if tokens is None:
         input_ = output = reasoning = cache_read = cache_write = 0
@@ -133,9 +134,10 @@ def usage_event(part: Part, turn: int) -> Usage:
         else input_ + output + reasoning + cache_read + cache_write
     )
     cost = _number(part.cost)
+    reason = part.reason if isinstance(part, Part) else part.finish
     return Usage(
         turn=turn,
-        reason=_str(part.reason),
+        reason=_str(reason),
         input_tokens=input_,
         output_tokens=output,
         reasoning_tokens=reasoning,

@@ -19,17 +19,20 @@ from msgspec import UNSET, Raw
 
 from .events import (
     Compaction,
+    Delta,
     Error,
     Event,
     Message,
     Metrics,
+    Permission,
     Prompt,
     Reasoning,
     Unknown,
+    Usage,
     Warning,
 )
 from .mapping import error_fields, success_of, text_of, tool_events, usage_event
-from .views import Part
+from .views import MessageInfo, Part
 
 __all__ = ["Normalizer", "Provenance"]
 
@@ -98,9 +101,10 @@ class Normalizer:
         self._seen_parts = set()
 
     def reset(self) -> None:
-        """Forget the current session (a new input file starts a new run)."""
+        """Start a new run (a new input file): session, part ids and turn numbers."""
         self._session = None
         self._seen_parts = set()
+        self._session_turns = {}
 
     def _next_turn(self) -> int:
         key = self._session or ""
@@ -184,7 +188,9 @@ class Normalizer:
     def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
         if not self._first_sighting(part):
             return []
-        usage = usage_event(part, self._next_turn())
+        return self._count_usage(usage_event(part, self._next_turn()), prov)
+
+    def _count_usage(self, usage: Usage, prov: Provenance) -> list[Event]:
         totals = self.totals
         totals.input += usage.input_tokens
         totals.output += usage.output_tokens
@@ -194,6 +200,32 @@ class Normalizer:
         totals.total += usage.total_tokens
         totals.cost += usage.cost
         return self._stamp([usage], prov)
+
+    def message_usage(self, info: MessageInfo, prov: Provenance) -> list[Event]:
+        """``usage`` for one finished assistant message (an inference), counted once per
+        message id; for sources that report usage per message rather than per step."""
+        message_id = info.id
+        if isinstance(message_id, str):
+            if message_id in self._seen_parts:
+                self.duplicates += 1
+                return []
+            self._seen_parts.add(message_id)
+        return self._count_usage(usage_event(info, self._next_turn()), prov)
+
+    def permission(
+        self,
+        prov: Provenance,
+        *,
+        id_: str | None,
+        permission: str | None = None,
+        patterns: list[str] | None = None,
+        reply: str | None = None,
+    ) -> list[Event]:
+        event = Permission(id=id_, permission=permission, patterns=patterns, reply=reply)
+        return self._stamp([event], prov)
+
+    def delta(self, field: str | None, delta: str, prov: Provenance) -> list[Event]:
+        return self._stamp([Delta(field=field, delta=delta)], prov)
 
     def error(self, error: Any, prov: Provenance) -> list[Event]:
         name, message = error_fields(error)

@@ -1,43 +1,107 @@
 """Reader → normalizer → writer, wired for one ``normalize`` run.
 
-Each input is read to its end before the next starts; every input begins a new run for
-session and turn numbering, while ``seq`` and the closing metrics cover the whole output.
+The input format is detected from its first line: ``data:``/``event:``/``id:``/``:`` lines
+are a captured server event stream (SSE), a lone ``{`` or an object holding ``info`` and
+``messages`` is an ``opencode export`` document, anything else is the line-delimited JSON
+of ``opencode run --format json``. Each input is read to its end before the next starts;
+every input begins a new run for session and turn numbering, while ``seq`` and the
+closing metrics cover the whole output.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
+from .events import Event
 from .normalizer import Normalizer
-from .stream import StreamReader, line_batches
-from .writers import JsonlWriter
+from .stream import BOM, CHUNK_SIZE, StreamReader, line_batches
 
-__all__ = ["normalize_streams"]
+__all__ = ["normalize_streams", "detect_format", "LineReader"]
+
+_SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
+
+
+class LineReader(Protocol):
+    def feed(self, line_no: int, line: bytes) -> list[Event]: ...
+
+    def finish(self) -> list[Event]: ...
+
+
+class Writer(Protocol):
+    def write(self, events: Sequence[Event]) -> None: ...
+
+    def end_batch(self) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+def detect_format(head: bytes) -> str:
+    """``"sse"``, ``"export"`` or ``"jsonl"`` from the first bytes of an input."""
+    for line in head.removeprefix(BOM).split(b"\n"):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith(_SSE_FIELDS):
+            return "sse"
+        if line == b"{" or (line.startswith(b"{") and b'"messages"' in line
+                            and b'"info"' in line and not line.startswith(b'{"type"')):
+            return "export"
+        return "jsonl"
+    return "jsonl"
+
+
+def _read_head(stream: BinaryIO) -> bytes:
+    """Read until the first non-blank line is complete (or the input ends)."""
+    head = b""
+    while True:
+        chunk = stream.read(CHUNK_SIZE)
+        if not chunk:
+            return head
+        head += chunk
+        if head.strip() and b"\n" in head.lstrip():
+            return head
 
 
 def normalize_streams(
     inputs: Sequence[tuple[str, BinaryIO]],
-    writer: JsonlWriter,
+    writer: Writer,
     *,
     keep_raw: bool = False,
     metrics: bool = True,
+    deltas: bool = False,
 ) -> Normalizer:
     """Normalize each ``(name, binary stream)`` in turn into ``writer``."""
     normalizer = Normalizer(keep_raw=keep_raw)
     several = len(inputs) > 1
     for name, stream in inputs:
         normalizer.reset()
-        feed = StreamReader(normalizer, source=name if several else None).feed
-        write = writer.write
+        source = name if several else None
+        head = _read_head(stream)
+        kind = detect_format(head)
+        if kind == "export":
+            from .export import export_events
+
+            writer.write(export_events(head + stream.read(), normalizer, source=source))
+            writer.end_batch()
+            continue
+        reader: LineReader
+        if kind == "sse":
+            from .sse import SseReader
+
+            reader = SseReader(normalizer, source=source, deltas=deltas)
+        else:
+            reader = StreamReader(normalizer, source=source)
+        feed, write = reader.feed, writer.write
         line_no = 0
-        for batch in line_batches(stream):
+        for batch in line_batches(stream, first=head):
             for line in batch:
                 line_no += 1
                 events = feed(line_no, line)
                 if events:
                     write(events)
             writer.end_batch()
+        write(reader.finish())
     if metrics:
         writer.write([normalizer.metrics()])
     writer.flush()

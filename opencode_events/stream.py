@@ -134,6 +134,10 @@ class StreamReader:
             return norm.error(record.error, prov)
         return norm.unknown(prov, type_=record_type if isinstance(record_type, str) else None)
 
+    def finish(self) -> list[Event]:
+        """Nothing is held back between lines."""
+        return []
+
     def _not_json(self, line: bytes, exc: BaseException, prov: Provenance) -> list[Event]:
         if isinstance(exc, RecursionError):
             reason = "not JSON: nested too deeply"

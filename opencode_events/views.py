@@ -25,10 +25,12 @@ __all__ = [
     "CacheTokens",
     "Tokens",
     "Part",
+    "MessageInfo",
     "StreamRecord",
     "NO_RAW",
     "STREAM_RECORD_DECODER",
     "PART_DECODER",
+    "MESSAGE_DECODER",
 ]
 
 NO_RAW = Raw()
@@ -90,6 +92,25 @@ class Part(Struct):
     auto: Any = None
 
 
+class MessageInfo(Struct):
+    """A message (a store row's ``data``, an export's ``info``, ``message.updated``)."""
+
+    id: Any = None
+    sessionID: Any = None  # noqa: N815
+    role: Any = None
+    parentID: Any = None  # noqa: N815
+    time: Times | None = None
+    error: Any = None
+    cost: Any = None
+    tokens: Tokens | None = None
+    finish: Any = None
+    modelID: Any = None  # noqa: N815
+    providerID: Any = None  # noqa: N815
+    mode: Any = None
+    agent: Any = None
+    summary: Any = None
+
+
 class StreamRecord(Struct):
     """One line of ``opencode run --format json``."""
 
@@ -104,3 +125,4 @@ class StreamRecord(Struct):
 
 STREAM_RECORD_DECODER = msgspec.json.Decoder(StreamRecord)
 PART_DECODER = msgspec.json.Decoder(Part)
+MESSAGE_DECODER = msgspec.json.Decoder(MessageInfo)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from opencode_events.normalizer import Normalizer
 from opencode_events.pipeline import normalize_streams
+from opencode_events.stream import StreamReader, line_batches
 from opencode_events.writers import JsonlWriter
 
 TOOLS = ["read", "write", "edit", "apply_patch", "grep", "glob", "bash", "background_process",
@@ -82,10 +83,25 @@ lines_strategy = st.lists(
 
 
 def run(data: bytes) -> tuple[list[dict], Normalizer]:
+    """The whole pipeline, format detection included."""
     out = io.BytesIO()
     normalizer = normalize_streams([("-", io.BytesIO(data))], JsonlWriter(out))
     events = [msgspec.json.decode(line) for line in out.getvalue().splitlines()]
     return events, normalizer
+
+
+def run_stream(data: bytes) -> list[dict]:
+    """The `--format json` reader alone (detection would send a `data:` first line to SSE)."""
+    normalizer = Normalizer()
+    reader = StreamReader(normalizer)
+    events = []
+    number = 0
+    for batch in line_batches(io.BytesIO(data)):
+        for line in batch:
+            number += 1
+            events.extend(reader.feed(number, line))
+    events.append(normalizer.metrics())
+    return [msgspec.json.decode(msgspec.json.encode(e)) for e in events]
 
 
 class Oracle:
@@ -130,7 +146,7 @@ class Oracle:
 def test_any_lines_no_exception_and_every_line_accounted_for(lines, newline):
     lines = [line.replace(b"\n", b" ").replace(b"\r", b" ") for line in lines]
     data = newline.join(lines)
-    events, normalizer = run(data)
+    events = run_stream(data)
     assert events[-1]["kind"] == "metrics"
     seqs = [e["seq"] for e in events]
     assert seqs == list(range(len(events)))
