@@ -98,6 +98,52 @@ def write_capture(cap: Capture, out: Path, binary: str) -> None:
         (out / "notes.txt").write_text("".join(n + "\n" for n in cap.notes))
 
 
+README_HEAD = """# samples/ -- real OpenCode 1.18.33 captures
+
+Captured from the real `opencode-ai@1.18.33` binary, driven offline against the
+scripted mock model in `tests/harness/` (see `docs/harness.md`). Regenerate with
+
+    make samples                         # = python scripts/capture.py
+    python scripts/capture.py NAME...    # only some scenarios
+    python scripts/capture.py --fast     # skip the slow ones
+
+Each scenario ran in a fresh isolated environment rooted at
+`/tmp/oc-capture/<scenario>/` (HOME=`home/`, XDG dirs `data/ config/ state/
+cache/ runtime/`, project = `work/`, a git repo with one fixed commit, so
+`projectID` is stable). The mock model listened on 127.0.0.1:18321. Ids and
+timestamps differ on every capture; token figures are scripted and fixed.
+
+Files per scenario (only those that apply):
+
+| file | content |
+|---|---|
+| `stream.jsonl` | raw `opencode run --format json` stdout, bytes as written (multi-run scenarios: the runs concatenated, see `runs.json`) |
+| `stderr.txt` | raw stderr (multi-run: each run under a `### run N: argv` header) |
+| `exit_code` | exit code, one line per run (killed by signal N is written as 128+N) |
+| `runs.json` | multi-run scenarios: argv, exit code, session id and stream line range of each run |
+| `opencode.db` | the SQLite store: a consolidated copy (sqlite3 backup API, WAL folded in), then VACUUMed |
+| `export.json` | `opencode export <main session id>`, as printed |
+| `events.sse` | server scenarios: raw text of `GET /event` |
+| `global-events.sse` | server scenarios: raw text of `GET /global/event` |
+| `requests.jsonl` | what the mock model received (one summary per request: conversation, tools offered, roles, heads of system/user text) |
+| `notes.txt` | anything unusual about the capture |
+
+## Scenarios
+
+| scenario | what it is |
+|---|---|
+"""
+
+
+def write_readme(out: Path) -> None:
+    rows = []
+    for s in SCENARIOS:
+        flag = " *(slow)*" if s.slow else ""
+        model = f" Model `{s.model}`." if s.model != "mock-model" else ""
+        rows.append(f"| `{s.name}` | {s.description}{model}{flag} |\n")
+    (out / "README.md").write_text(README_HEAD + "".join(rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("scenarios", nargs="*", help="scenario names (default: all)")
@@ -135,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if not ns.keep:
                 shutil.rmtree(root, ignore_errors=True)
+    write_readme(ns.out)
     return 1 if failures else 0
 
 

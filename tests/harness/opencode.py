@@ -346,8 +346,13 @@ class OpenCodeEnv:
     def run_interrupted(
         self, *prompt: str, when: Any, args: list[str] | None = None,
         model: str | None = None, timeout: float = 60, grace: float = 20,
+        group: bool = True, sig: int = signal.SIGINT,
     ) -> RunResult:
-        """Start a run and send SIGINT once ``when()`` returns true (polled)."""
+        """Start a run and send SIGINT once ``when(stdout_so_far)`` returns true.
+
+        ``group=True`` signals the whole process group (what Ctrl-C in a terminal
+        does: opencode and the tool's shell both get it); ``False`` only opencode.
+        """
         argv = self.command("run", "--format", "json", "-m",
                             f"{PROVIDER_ID}/{model or self.model}", *(args or []), *prompt)
         t0 = time.monotonic()
@@ -366,7 +371,10 @@ class OpenCodeEnv:
             deadline = t0 + timeout
             while time.monotonic() < deadline and proc.poll() is None:
                 if when(b"".join(out_chunks)):
-                    proc.send_signal(signal.SIGINT)  # only the opencode process itself
+                    if group:
+                        os.killpg(proc.pid, sig)  # the group we created for this run
+                    else:
+                        proc.send_signal(sig)
                     break
                 time.sleep(0.05)
             try:

@@ -384,7 +384,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "apply_patch",
-        "apply_patch with model gpt-5-mock: one patch adds, updates and deletes; a second "
+        "apply_patch: one patch adds, updates and deletes; a second "
         "updates and moves a file.",
         model=PATCH_MODEL,
         files={**WORK_FILES, "old.txt": "obsolete\n", "rename_me.txt": "line one\nline two\n"},
@@ -560,11 +560,11 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "big_output",
-        "bash printing ~2 MB; OpenCode truncates the tool output and saves the full text "
+        "bash printing ~2 MB (55,000 numbered lines); OpenCode truncates the tool output and saves the full text "
         "under $DATA/tool-output/.",
         steps=[
-            tools(call("bash", {"command": "yes 'abcdefghijklmnopqrstuvwxyz0123456789' "
-                                           "| head -c 2000000"}, "call_big"),
+            tools(call("bash", {"command": "seq -f 'line %07g abcdefghijklmnopqrstuvwxyz' "
+                                           "1 55000"}, "call_big"),
                   usage=U(1500, 30, 0, 0)),
             say("That was a lot of output.", usage=U(9000, 9, 1400, 0)),
         ],
@@ -578,6 +578,35 @@ SCENARIOS: list[Scenario] = [
                        "call_sleep"), usage=U(1500, 20, 0, 0)),
             say("Should not be reached.", usage=U(1600, 5, 0, 0)),
         ],
+    ),
+    Scenario(
+        "file_attach",
+        "`run -f README.md`: the prompt carries a file attachment (a `file` part on the user "
+        "message; the stream has none of it).",
+        files=WORK_FILES,
+        # -f is a yargs array option: it would swallow prompt words that follow it,
+        # so the prompt goes first and -f last.
+        args=["summarise", "the", "attached", "file", "-f", "README.md"],
+        prompt=[],
+        steps=[say("It is a demo README.", usage=U(1600, 7, 0, 0))],
+    ),
+    Scenario(
+        "command_subtask",
+        "`run --command review src/app.py` for a config command with agent=general and "
+        "subtask=true: OpenCode records a `subtask` part and runs it in a child session.",
+        files=WORK_FILES,
+        config={"command": {"review": {
+            "template": "[child-review] Review the file $ARGUMENTS",
+            "description": "Review a file in a subagent",
+            "agent": "general", "subtask": True}}},
+        args=["--command", "review"],
+        prompt=["src/app.py"],
+        steps=[say("The review subagent is done.", usage=U(2200, 9, 0, 0))],
+        conversations={"child": {"match": "[child-review]", "steps": [
+            tools(call("read", {"filePath": "{WORK}/src/app.py"}, "call_review_read"),
+                  usage=U(700, 12, 0, 0)),
+            say("Looks fine.", usage=U(760, 4, 650, 0)),
+        ]}},
     ),
     Scenario(
         "serve_text",
