@@ -54,6 +54,13 @@ def _open_inputs(paths: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
     return opened
 
 
+def _format_for(fmt: str | None, out: BinaryIO) -> str:
+    """The output format: as asked, else pretty for a terminal and JSON Lines otherwise."""
+    if fmt is not None:
+        return fmt
+    return "pretty" if out.isatty() else "jsonl"
+
+
 def _open_output(path: str | None) -> BinaryIO:
     if path is None or path == "-":
         return sys.stdout.buffer
@@ -76,6 +83,13 @@ def cli() -> None:
 @click.option("--raw", "keep_raw", is_flag=True, help="Attach the source record to every event.")
 @click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
 @click.option("--strict", is_flag=True, help="Exit 1 when warnings or error records were seen.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "pretty"]),
+    help="jsonl, or pretty for people (the default when stdout is a terminal).",
+)
+@click.option("--deltas", is_flag=True, help="Server event input: emit streaming text deltas.")
 @pipe_safe
 def normalize(
     inputs: tuple[str, ...],
@@ -84,6 +98,8 @@ def normalize(
     keep_raw: bool,
     no_metrics: bool,
     strict: bool,
+    fmt: str | None,
+    deltas: bool,
 ) -> None:
     """Normalize `opencode run --format json` output to JSON Lines.
 
@@ -91,13 +107,13 @@ def normalize(
     arrives; the last line is a metrics summary.
     """
     from .pipeline import normalize_streams
-    from .writers import JsonlWriter
+    from .writers import make_writer
 
     inputs_opened = _open_inputs(inputs)
     out = _open_output(output)
-    writer = JsonlWriter(out, buffered=buffered)
+    writer = make_writer(_format_for(fmt, out), out, buffered=buffered)
     normalizer = normalize_streams(
-        inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics
+        inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
     )
     if strict and normalizer.problems:
         raise SystemExit(EXIT_STRICT)

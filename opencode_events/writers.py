@@ -9,13 +9,13 @@ input is still written in large blocks. Buffered, it writes only in 1 MB blocks.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import msgspec
 
 from .events import Event
 
-__all__ = ["JsonlWriter"]
+__all__ = ["JsonlWriter", "make_writer"]
 
 _BLOCK = 1 << 20
 
@@ -43,3 +43,12 @@ class JsonlWriter:
             self._out.write(self._buffer)
             self._buffer.clear()
         self._out.flush()
+
+
+def make_writer(fmt: str, out: BinaryIO, *, buffered: bool = False) -> Any:
+    """``jsonl`` → JsonlWriter; ``pretty`` → render.PrettyWriter, imported only then (rich)."""
+    if fmt == "pretty":
+        from .render import PrettyWriter
+
+        return PrettyWriter(out)
+    return JsonlWriter(out, buffered=buffered)
