@@ -132,7 +132,7 @@ Files per scenario (only those that apply):
 
 | scenario | what it is |
 |---|---|
-"""
+"""  # noqa: E501
 
 
 def write_readme(out: Path) -> None:

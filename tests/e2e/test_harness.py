@@ -90,3 +90,33 @@ def test_provider_400_is_an_error_record(mock_model, opencode_env, tmp_path):
     finally:
         con.close()
     assert n == 1
+
+
+def test_serve_event_stream(mock_model, opencode_env):
+    m = mock_model([say("Hello ", "SSE.", usage=U(1300, 12, 100, 0))])
+    env = opencode_env(m)
+    with env.serve() as srv:
+        ev = srv.sse("/event")
+        sid = srv.create_session()["id"]
+        srv.prompt_async(sid, "hi")
+        ev.wait_for(lambda e: e.get("type") == "session.idle"
+                    and e["properties"].get("sessionID") == sid, timeout=60)
+    raw = bytes(ev.raw).decode()
+    frames = [f for f in raw.split("\n\n") if f]
+    # exact framing: one `data: <json>` line per event, nothing else
+    assert frames and all(f.startswith("data: ") and "\n" not in f for f in frames)
+    assert ev.events[0]["type"] == "server.connected"
+    deltas = [e["properties"]["delta"] for e in ev.events if e["type"] == "message.part.delta"]
+    assert "".join(deltas) == "Hello SSE."
+    finishes = [e["properties"]["part"] for e in ev.events if e["type"] == "message.part.updated"
+                and e["properties"]["part"]["type"] == "step-finish"]
+    assert finishes[-1]["tokens"]["total"] == 1312
+
+
+def test_ensure_opencode_says_why_it_cannot_install(tmp_path, monkeypatch):
+    from tests.harness.opencode import ensure_opencode
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no npm here
+    monkeypatch.delenv("OPENCODE_EVENTS_OPENCODE_BIN", raising=False)
+    with pytest.raises(RuntimeError, match="npm"):
+        ensure_opencode(tmp_path / "cache")

@@ -31,9 +31,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 OPENCODE_VERSION = "1.18.33"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +96,8 @@ def ensure_opencode(cache_dir: Path | None = None) -> Path:
         p = Path(env_bin)
         if not _bin_ok(p):
             raise RuntimeError(
-                f"OPENCODE_EVENTS_OPENCODE_BIN={env_bin} is not an opencode {OPENCODE_VERSION} binary"
+                f"OPENCODE_EVENTS_OPENCODE_BIN={env_bin} is not an opencode "
+                f"{OPENCODE_VERSION} binary"
             )
         return p
     cache_dir = Path(cache_dir or CACHE_DIR)
@@ -112,9 +114,9 @@ def ensure_opencode(cache_dir: Path | None = None) -> Path:
             npm = shutil.which("npm")
             if npm is None:
                 raise RuntimeError(
-                    "cannot install opencode-ai@%s: `npm` is not on PATH (install Node.js/npm, "
-                    "or set OPENCODE_EVENTS_OPENCODE_BIN to an opencode %s binary)"
-                    % (OPENCODE_VERSION, OPENCODE_VERSION)
+                    f"cannot install opencode-ai@{OPENCODE_VERSION}: `npm` is not on PATH "
+                    "(install Node.js/npm, or set OPENCODE_EVENTS_OPENCODE_BIN to an opencode "
+                    f"{OPENCODE_VERSION} binary)"
                 )
             cache_dir.mkdir(parents=True, exist_ok=True)
             cmd = [npm, "install", "--no-save", "--no-audit", "--no-fund", "--ignore-scripts",
@@ -377,10 +379,8 @@ class OpenCodeEnv:
                         proc.send_signal(sig)
                     break
                 time.sleep(0.05)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
         finally:
             _kill_group(proc)
             for t in readers:
@@ -457,10 +457,8 @@ def _drain(stream: Any, sink: list[bytes]) -> None:
 def _kill_group(proc: subprocess.Popen) -> None:
     """Stop a process we started (and its process group, which we created)."""
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -588,7 +586,7 @@ class OpenCodeServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 30) -> None:
-        self._log = open(self.env.root / "serve.log", "wb")
+        self._log = open(self.env.root / "serve.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             self.env.command("serve", "--hostname", self.host, "--port", str(self.port)),
             cwd=self.env.work, env=self.env.env, stdin=subprocess.DEVNULL,
@@ -617,10 +615,8 @@ class OpenCodeServer:
             if self.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGTERM)
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
             _kill_group(self.proc)
         if self._log is not None:
             self._log.close()

@@ -560,8 +560,8 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "big_output",
-        "bash printing ~2 MB (55,000 numbered lines); OpenCode truncates the tool output and saves the full text "
-        "under $DATA/tool-output/.",
+        "bash printing ~2 MB (55,000 numbered lines); OpenCode truncates the tool output "
+        "and saves the full text under $DATA/tool-output/.",
         steps=[
             tools(call("bash", {"command": "seq -f 'line %07g abcdefghijklmnopqrstuvwxyz' "
                                            "1 55000"}, "call_big"),
