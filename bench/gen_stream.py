@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_SESSION = re.compile(rb'ses_[0-9A-Za-z]{20,}')
+_SESSION = re.compile(rb"ses_[0-9A-Za-z]{20,}")
 
 
 def real_records() -> list[bytes]:

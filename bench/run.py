@@ -33,8 +33,9 @@ def measure(cmd: list[str], *, stdin=None, stdout=subprocess.DEVNULL) -> tuple[f
     elapsed = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        raise SystemExit(f"error: {' '.join(cmd)} exited {proc.returncode}: "
-                         f"{proc.stderr.read().decode()[-500:]}")
+        raise SystemExit(
+            f"error: {' '.join(cmd)} exited {proc.returncode}: {proc.stderr.read().decode()[-500:]}"
+        )
     return elapsed, usage.ru_maxrss // 1024
 
 
@@ -47,21 +48,28 @@ def make_stream(size_mb: float) -> Path:
     path = OUT / f"stream-{int(size_mb)}mb.jsonl"
     if not path.exists():
         with open(path, "wb") as f:
-            subprocess.run([PY, "bench/gen_stream.py", str(size_mb)], stdout=f, check=True,
-                           cwd=ROOT)
+            subprocess.run(
+                [PY, "bench/gen_stream.py", str(size_mb)], stdout=f, check=True, cwd=ROOT
+            )
     return path
 
 
 def throughput() -> dict:
     path = make_stream(STREAM_MB)
     size_mb = path.stat().st_size / (1 << 20)
-    lines = sum(1 for _ in open(path, "rb"))
+    with open(path, "rb") as f:
+        lines = sum(1 for _ in f)
     ours, ours_rss = best(CLI + ["normalize", str(path)])
     bare, _ = best([PY, "bench/bare_loop.py", str(path)])
-    result = {"input_mb": round(size_mb, 1), "lines": lines, "ours_s": round(ours, 2),
-              "ours_mb_per_s": round(size_mb / ours, 1), "ours_peak_rss_mb": ours_rss,
-              "bare_msgspec_s": round(bare, 2),
-              "ratio_vs_bare": round(bare / ours, 2)}
+    result = {
+        "input_mb": round(size_mb, 1),
+        "lines": lines,
+        "ours_s": round(ours, 2),
+        "ours_mb_per_s": round(size_mb / ours, 1),
+        "ours_peak_rss_mb": ours_rss,
+        "bare_msgspec_s": round(bare, 2),
+        "ratio_vs_bare": round(bare / ours, 2),
+    }
     if shutil.which("jq"):
         jq, _ = best(["jq", "-c", ".", str(path)])
         result.update(jq_s=round(jq, 2), ratio_vs_jq=round(jq / ours, 2))
@@ -70,8 +78,9 @@ def throughput() -> dict:
 
 def memory_flat() -> dict:
     """Peak RSS of `normalize` over a stream piped in from the generator (not stored)."""
-    gen = subprocess.Popen([PY, "bench/gen_stream.py", str(MEMORY_MB)], stdout=subprocess.PIPE,
-                           cwd=ROOT)
+    gen = subprocess.Popen(
+        [PY, "bench/gen_stream.py", str(MEMORY_MB)], stdout=subprocess.PIPE, cwd=ROOT
+    )
     elapsed, rss = measure(CLI + ["normalize", "--buffered"], stdin=gen.stdout)
     gen.stdout.close()
     gen.wait()
@@ -82,12 +91,19 @@ def long_line() -> dict:
     path = OUT / "long-line.jsonl"
     if not path.exists():
         text = "z" * (64 << 20)
-        record = {"type": "text", "timestamp": 1, "sessionID": "ses_long",
-                  "part": {"id": "prt_long", "type": "text", "text": text}}
+        record = {
+            "type": "text",
+            "timestamp": 1,
+            "sessionID": "ses_long",
+            "part": {"id": "prt_long", "type": "text", "text": text},
+        }
         path.write_bytes(json.dumps(record).encode() + b"\n" + b"q" * (64 << 20) + b"\n")
     elapsed, rss = measure(CLI + ["normalize", str(path)])
-    return {"lines": "a 64 MB record and a 64 MB garbage line", "seconds": round(elapsed, 2),
-            "peak_rss_mb": rss}
+    return {
+        "lines": "a 64 MB record and a 64 MB garbage line",
+        "seconds": round(elapsed, 2),
+        "peak_rss_mb": rss,
+    }
 
 
 def start_up() -> dict:
@@ -108,15 +124,23 @@ BUDGETS = [
     ("throughput vs jq -c .", lambda r: r["throughput"].get("ratio_vs_jq"), ">=", 4.0),
     ("throughput vs bare msgspec loop", lambda r: r["throughput"]["ratio_vs_bare"], ">=", 0.6),
     ("peak RSS, 1 GB piped stream (MB)", lambda r: r["memory"]["peak_rss_mb"], "<", 60),
-    ("start-up, normalize </dev/null (ms)", lambda r: r["start_up"]["normalize_empty_ms"],
-     "<", 120),
+    (
+        "start-up, normalize </dev/null (ms)",
+        lambda r: r["start_up"]["normalize_empty_ms"],
+        "<",
+        120,
+    ),
 ]
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    results = {"throughput": throughput(), "memory": memory_flat(), "long_line": long_line(),
-               "start_up": start_up()}
+    results = {
+        "throughput": throughput(),
+        "memory": memory_flat(),
+        "long_line": long_line(),
+        "start_up": start_up(),
+    }
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print("| figure | measured | budget | verdict |\n|---|---|---|---|")
     for name, get, op, limit in BUDGETS:

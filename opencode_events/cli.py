@@ -45,10 +45,10 @@ def _open_inputs(paths: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
     for path in paths or ("-",):
         if path == "-":
             # Unbuffered: read(n) returns what the pipe holds, so lines flow as they come.
-            opened.append(("-", open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)))
+            opened.append(("-", open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)))  # noqa: SIM115
             continue
         try:
-            opened.append((path, open(path, "rb", buffering=0)))
+            opened.append((path, open(path, "rb", buffering=0)))  # noqa: SIM115 - closed at exit
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     return opened
@@ -117,6 +117,187 @@ def normalize(
     )
     if strict and normalizer.problems:
         raise SystemExit(EXIT_STRICT)
+
+
+# ----------------------------------------------------------------------------- the store
+
+
+def db_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Shared option: which OpenCode database to read."""
+    return click.option(
+        "--db",
+        "db_path",
+        metavar="PATH",
+        envvar=None,
+        help="OpenCode's database (default: $OPENCODE_DB, else "
+        "$XDG_DATA_HOME/opencode/opencode.db, else ~/.local/share/opencode/opencode.db).",
+    )(command)
+
+
+def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Shared options choosing stored sessions."""
+    for option in reversed(
+        [
+            click.option("--last", is_flag=True, help="The most recently active session."),
+            click.option(
+                "--since", metavar="WHEN", help="Sessions active since 2h, 7d, 2026-11-01…"
+            ),
+            click.option("--all", "all_sessions", is_flag=True, help="Every session."),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _since_ms(since: str | None) -> int | None:
+    if since is None:
+        return None
+    from .timeutil import parse_since
+
+    try:
+        return parse_since(since)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from None
+
+
+def _open_store(db_path: str | None) -> Any:
+    from .store import Store, channel_databases, locate_db
+
+    path = locate_db(db_path)
+    if db_path is None and not path.exists():
+        others = channel_databases(path.parent)
+        if others:
+            names = ", ".join(str(p) for p in others)
+            raise InputError(f"no OpenCode database at {path} (found {names}; pass --db)")
+    return Store(path)
+
+
+@cli.command(name="import")
+@click.argument("sessions", nargs=-1, metavar="[SESSION]...")
+@db_option
+@selection_options
+@click.option("--children", is_flag=True, help="Also each session's subagent sessions.")
+@click.option("-o", "--output", metavar="FILE", help="Write events to FILE instead of stdout.")
+@click.option("--raw", "keep_raw", is_flag=True, help="Attach the source row to every event.")
+@click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "pretty"]),
+    help="jsonl, or pretty for people (the default when stdout is a terminal).",
+)
+@pipe_safe
+def import_(
+    sessions: tuple[str, ...],
+    db_path: str | None,
+    last: bool,
+    since: str | None,
+    all_sessions: bool,
+    children: bool,
+    output: str | None,
+    keep_raw: bool,
+    no_metrics: bool,
+    fmt: str | None,
+) -> None:
+    """Stored sessions as normalized events (default: the most recent session).
+
+    SESSION is a session id or an unambiguous prefix of one. The database is only read.
+    """
+    from .pipeline import import_sessions
+    from .store import select_sessions
+    from .writers import make_writer
+
+    since_ms = _since_ms(since)
+    with _open_store(db_path) as store:
+        ids = select_sessions(
+            store,
+            sessions,
+            last=last,
+            since_ms=since_ms,
+            all_sessions=all_sessions,
+            children=children,
+        )
+        out = _open_output(output)
+        writer = make_writer(_format_for(fmt, out), out, buffered=True)
+        import_sessions(store, ids, writer, keep_raw=keep_raw, metrics=not no_metrics)
+
+
+SESSION_COLUMNS = (
+    "id",
+    "path",
+    "parent_id",
+    "title",
+    "agent",
+    "model",
+    "provider",
+    "directory",
+    "version",
+    "time_created",
+    "time_updated",
+    "turns",
+    "inferences",
+    "in_flight",
+    "tool_calls",
+    "tool_failures",
+    "mcp_calls",
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+    "cost",
+    "total_cost",
+    "children",
+)
+
+
+@cli.command()
+@db_option
+@click.option("--since", metavar="WHEN", help="Sessions active since 2h, 7d, 2026-11-01…")
+@click.option("--limit", type=click.IntRange(min=1), help="At most N sessions.")
+@click.option("--all", "all_sessions", is_flag=True, help="Subagent sessions too.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "jsonl", "csv"]),
+    default=None,
+    help="table for people (default on a terminal), json, jsonl or csv for programs.",
+)
+@pipe_safe
+def sessions(
+    db_path: str | None,
+    since: str | None,
+    limit: int | None,
+    all_sessions: bool,
+    fmt: str | None,
+) -> None:
+    """Sessions in the store, newest activity first, with turns, tools, tokens and cost."""
+    from . import formats
+    from .mcp import mcp_server_names
+    from .summary import summarize
+
+    since_ms = _since_ms(since)
+    with _open_store(db_path) as store:
+        rows = store.sessions(since_ms=since_ms, top_level=not all_sessions)
+        if limit is not None:
+            rows = rows[:limit]
+        summaries = summarize(store, rows, mcp_servers=mcp_server_names)
+    out = sys.stdout.buffer
+    fmt = fmt or ("table" if out.isatty() else "jsonl")
+    if fmt == "table":
+        from .render_tables import sessions_table
+
+        sessions_table(summaries, out=sys.stdout)
+        return
+    rows_out = formats.to_builtins(summaries)
+    if fmt == "json":
+        out.write(formats.write_json(rows_out))
+    elif fmt == "jsonl":
+        out.write(formats.write_jsonl(rows_out))
+    else:
+        out.write(formats.write_csv(rows_out, SESSION_COLUMNS))
+    out.flush()
 
 
 @cli.command()

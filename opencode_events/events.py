@@ -217,8 +217,7 @@ ANY_EVENT = (
 )
 
 TOOL_KINDS = frozenset(
-    cls.__struct_config__.tag
-    for cls in (Read, Write, Search, Command, Orchestration, Skill)
+    cls.__struct_config__.tag for cls in (Read, Write, Search, Command, Orchestration, Skill)
 )
 
 

@@ -255,7 +255,7 @@ class Normalizer:
             cache_read_tokens=totals.cache_read,
             cache_write_tokens=totals.cache_write,
             total_tokens=totals.total,
-            cost=round(totals.cost, 12)  # float sums drift in the 17th digit,
+            cost=round(totals.cost, 12),  # float sums drift in the 17th digit,
         )
         event.seq = self.seq
         self.seq += 1

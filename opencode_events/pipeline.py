@@ -11,13 +11,13 @@ closing metrics cover the whole output.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from .events import Event
 from .normalizer import Normalizer
 from .stream import BOM, CHUNK_SIZE, StreamReader, line_batches
 
-__all__ = ["normalize_streams", "detect_format", "LineReader"]
+__all__ = ["normalize_streams", "import_sessions", "detect_format", "LineReader"]
 
 _SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 
@@ -44,8 +44,12 @@ def detect_format(head: bytes) -> str:
             continue
         if line.startswith(_SSE_FIELDS):
             return "sse"
-        if line == b"{" or (line.startswith(b"{") and b'"messages"' in line
-                            and b'"info"' in line and not line.startswith(b'{"type"')):
+        if line == b"{" or (
+            line.startswith(b"{")
+            and b'"messages"' in line
+            and b'"info"' in line
+            and not line.startswith(b'{"type"')
+        ):
             return "export"
         return "jsonl"
     return "jsonl"
@@ -102,6 +106,30 @@ def normalize_streams(
                     write(events)
             writer.end_batch()
         write(reader.finish())
+    if metrics:
+        writer.write([normalizer.metrics()])
+    writer.flush()
+    return normalizer
+
+
+def import_sessions(
+    store: Any,
+    session_ids: Sequence[str],
+    writer: Writer,
+    *,
+    keep_raw: bool = False,
+    metrics: bool = True,
+) -> Normalizer:
+    """Stored sessions, one after another, through the same normalizer into ``writer``."""
+    from .transcript import session_events
+
+    normalizer = Normalizer(keep_raw=keep_raw)
+    for session_id in session_ids:
+        for events in session_events(
+            normalizer, session_id, store.messages(session_id), store.parts(session_id)
+        ):
+            writer.write(events)
+        writer.end_batch()
     if metrics:
         writer.write([normalizer.metrics()])
     writer.flush()

@@ -51,11 +51,20 @@ def tool_use(
 
 
 def step_finish(
-    *, input_: int = 10, output: int = 5, reasoning: int = 0, read: int = 0, write: int = 0,
-    cost: float = 0.0, total: int | None = None, reason: str = "stop",
+    *,
+    input_: int = 10,
+    output: int = 5,
+    reasoning: int = 0,
+    read: int = 0,
+    write: int = 0,
+    cost: float = 0.0,
+    total: int | None = None,
+    reason: str = "stop",
 ) -> dict[str, Any]:
     tokens: dict[str, Any] = {
-        "input": input_, "output": output, "reasoning": reasoning,
+        "input": input_,
+        "output": output,
+        "reasoning": reasoning,
         "cache": {"read": read, "write": write},
     }
     if total is not None:

@@ -120,7 +120,7 @@ def test_strict(extra, strict_code):
 
 
 def test_garbage_never_tracebacks():
-    result = run(["normalize"], b"\x00\xff\xfe garbage\n[1]\n\"s\"\n{\"type\":\n" + SIMPLE)
+    result = run(["normalize"], b'\x00\xff\xfe garbage\n[1]\n"s"\n{"type":\n' + SIMPLE)
     assert result.returncode == 0 and result.stderr == b""
     kinds = [e["kind"] for e in jsonl(result.stdout)]
     assert kinds[:4] == ["warning"] * 4
@@ -130,11 +130,29 @@ def test_schema_describes_every_kind():
     result = run(["schema"])
     assert result.returncode == 0
     doc = json.loads(result.stdout)
-    tags = {d["properties"]["kind"]["enum"][0] for d in doc["$defs"].values()
-            if "kind" in d.get("properties", {})}
-    assert {"message", "reasoning", "prompt", "read", "write", "search", "command",
-            "orchestration", "skill", "usage", "error", "permission", "compaction", "warning",
-            "unknown", "metrics"} <= tags
+    tags = {
+        d["properties"]["kind"]["enum"][0]
+        for d in doc["$defs"].values()
+        if "kind" in d.get("properties", {})
+    }
+    assert {
+        "message",
+        "reasoning",
+        "prompt",
+        "read",
+        "write",
+        "search",
+        "command",
+        "orchestration",
+        "skill",
+        "usage",
+        "error",
+        "permission",
+        "compaction",
+        "warning",
+        "unknown",
+        "metrics",
+    } <= tags
     read = next(d for d in doc["$defs"].values() if d.get("title") == "Read")
     assert "success" in read["required"] and "seq" in read["required"]
 
@@ -145,8 +163,9 @@ def test_version():
 
 
 def test_event_comes_out_before_stdin_closes():
-    proc = subprocess.Popen(CMD + ["normalize"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        CMD + ["normalize"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         proc.stdin.write(lines_of(record("text", {"type": "text", "text": "live"})))
         proc.stdin.flush()
@@ -164,8 +183,9 @@ def test_event_comes_out_before_stdin_closes():
 def test_closed_pipe_ends_quietly(tmp_path: Path):
     big = tmp_path / "big.jsonl"
     big.write_bytes(SIMPLE * 20000)
-    proc = subprocess.Popen(CMD + ["normalize", str(big)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        CMD + ["normalize", str(big)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     proc.stdout.readline()
     proc.stdout.close()  # like `| head -1`
     stderr = proc.stderr.read()
@@ -175,8 +195,9 @@ def test_closed_pipe_ends_quietly(tmp_path: Path):
 
 
 def test_ctrl_c_exits_130_without_traceback():
-    proc = subprocess.Popen(CMD + ["normalize"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        CMD + ["normalize"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         proc.stdin.write(SIMPLE)
         proc.stdin.flush()
@@ -200,8 +221,9 @@ def test_pipe_path_never_imports_rich():
         "assert 'rich' not in sys.modules, 'rich was imported'\n"
         "sys.exit(rc)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], input=SIMPLE, capture_output=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], input=SIMPLE, capture_output=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr.decode()
 
 
@@ -209,8 +231,9 @@ def test_python_dash_m_and_console_script_agree():
     script = Path(sys.executable).with_name("opencode-events")
     if not script.exists():
         pytest.skip("console script not installed in this environment")
-    via_script = subprocess.run([str(script), "normalize"], input=SIMPLE, capture_output=True,
-                                timeout=60)
+    via_script = subprocess.run(
+        [str(script), "normalize"], input=SIMPLE, capture_output=True, timeout=60
+    )
     assert via_script.stdout == run(["normalize"], SIMPLE).stdout
 
 

@@ -28,8 +28,12 @@ RECORD_CASES = [
     pytest.param(record("text", {"type": "text"}), [], id="text-missing-consumed"),
     pytest.param(tool_use("read", {"filePath": "a.py"}), ["read"], id="tool_use"),
     pytest.param(
-        {"type": "error", "timestamp": 1, "sessionID": SESSION,
-         "error": {"name": "APIError", "data": {"message": "mock bad request"}}},
+        {
+            "type": "error",
+            "timestamp": 1,
+            "sessionID": SESSION,
+            "error": {"name": "APIError", "data": {"message": "mock bad request"}},
+        },
         ["error"],
         id="error",
     ),
@@ -45,16 +49,27 @@ def test_record_mapping(rec, expected):
 
 def test_text_and_reasoning_carry_their_text():
     msg, thought = normalize_lines(
-        [record("text", {"type": "text", "text": "hello"}),
-         record("reasoning", {"type": "reasoning", "text": "thinking"})]
+        [
+            record("text", {"type": "text", "text": "hello"}),
+            record("reasoning", {"type": "reasoning", "text": "thinking"}),
+        ]
     )
     assert msg["text"] == "hello" and thought["text"] == "thinking"
 
 
 def test_error_record_fields():
     (event,) = normalize_lines(
-        [{"type": "error", "timestamp": 7, "sessionID": SESSION,
-          "error": {"name": "APIError", "data": {"message": "mock bad request", "statusCode": 400}}}]
+        [
+            {
+                "type": "error",
+                "timestamp": 7,
+                "sessionID": SESSION,
+                "error": {
+                    "name": "APIError",
+                    "data": {"message": "mock bad request", "statusCode": 400},
+                },
+            }
+        ]
     )
     assert event["name"] == "APIError"
     assert event["message"] == "mock bad request"
@@ -62,8 +77,9 @@ def test_error_record_fields():
 
 
 def test_error_record_without_data_keeps_name():
-    (event,) = normalize_lines([{"type": "error", "error": {"name": "MessageOutputLengthError",
-                                                            "data": {}}}])
+    (event,) = normalize_lines(
+        [{"type": "error", "error": {"name": "MessageOutputLengthError", "data": {}}}]
+    )
     assert event["name"] == "MessageOutputLengthError" and "message" not in event
 
 
@@ -80,12 +96,25 @@ def test_unknown_record_keeps_the_whole_record():
 
 def test_usage_fields_follow_opencode():
     (usage,) = normalize_lines(
-        [step_finish(input_=100, output=20, reasoning=7, read=50, write=3, cost=0.0125,
-                     reason="tool-calls")]
+        [
+            step_finish(
+                input_=100,
+                output=20,
+                reasoning=7,
+                read=50,
+                write=3,
+                cost=0.0125,
+                reason="tool-calls",
+            )
+        ]
     )
     assert usage["turn"] == 1
     assert usage["reason"] == "tool-calls"
-    assert (usage["input_tokens"], usage["output_tokens"], usage["reasoning_tokens"]) == (100, 20, 7)
+    assert (usage["input_tokens"], usage["output_tokens"], usage["reasoning_tokens"]) == (
+        100,
+        20,
+        7,
+    )
     assert (usage["cache_read_tokens"], usage["cache_write_tokens"]) == (50, 3)
     assert usage["total_tokens"] == 100 + 20 + 7 + 50 + 3  # no total given: the sum
     assert usage["cost"] == 0.0125
@@ -124,12 +153,19 @@ PATCH = """*** Begin Patch
 *** End Patch"""
 
 TOOL_CASES = [
-    pytest.param(tool_use("read", {"filePath": "/w/a.py"}),
-                 [{"kind": "read", "path": "/w/a.py"}], id="read"),
-    pytest.param(tool_use("write", {"filePath": "/w/b.py", "content": "x"}),
-                 [{"kind": "write", "path": "/w/b.py", "op": "write"}], id="write"),
-    pytest.param(tool_use("edit", {"filePath": "/w/b.py", "oldString": "a", "newString": "b"}),
-                 [{"kind": "write", "path": "/w/b.py", "op": "edit"}], id="edit"),
+    pytest.param(
+        tool_use("read", {"filePath": "/w/a.py"}), [{"kind": "read", "path": "/w/a.py"}], id="read"
+    ),
+    pytest.param(
+        tool_use("write", {"filePath": "/w/b.py", "content": "x"}),
+        [{"kind": "write", "path": "/w/b.py", "op": "write"}],
+        id="write",
+    ),
+    pytest.param(
+        tool_use("edit", {"filePath": "/w/b.py", "oldString": "a", "newString": "b"}),
+        [{"kind": "write", "path": "/w/b.py", "op": "edit"}],
+        id="edit",
+    ),
     pytest.param(
         tool_use("apply_patch", {"patchText": PATCH}),
         [
@@ -140,59 +176,124 @@ TOOL_CASES = [
         ],
         id="apply_patch-one-write-per-file",
     ),
-    pytest.param(tool_use("apply_patch", {"patchText": "nothing here"}),
-                 [{"kind": "unknown", "tool": "apply_patch"}], id="apply_patch-no-markers"),
-    pytest.param(tool_use("grep", {"pattern": "TODO", "path": "src", "include": "*.py"}),
-                 [{"kind": "search", "pattern": "TODO", "path": "src"}], id="grep"),
-    pytest.param(tool_use("glob", {"pattern": "**/*.py"}),
-                 [{"kind": "search", "pattern": "**/*.py"}], id="glob"),
+    pytest.param(
+        tool_use("apply_patch", {"patchText": "nothing here"}),
+        [{"kind": "unknown", "tool": "apply_patch"}],
+        id="apply_patch-no-markers",
+    ),
+    pytest.param(
+        tool_use("grep", {"pattern": "TODO", "path": "src", "include": "*.py"}),
+        [{"kind": "search", "pattern": "TODO", "path": "src"}],
+        id="grep",
+    ),
+    pytest.param(
+        tool_use("glob", {"pattern": "**/*.py"}),
+        [{"kind": "search", "pattern": "**/*.py"}],
+        id="glob",
+    ),
     pytest.param(
         tool_use("bash", {"command": "pytest -q"}, metadata={"exit": 1, "output": "F"}),
-        [{"kind": "command", "command": "pytest -q", "exit_code": 1}], id="bash-command"),
-    pytest.param(tool_use("bash", {"command": "cat README.md"}, metadata={"exit": 0}),
-                 [{"kind": "read", "path": "README.md"}], id="bash-recognized-read"),
-    pytest.param(tool_use("background_process", {"command": "npm run dev"}),
-                 [{"kind": "command", "command": "npm run dev"}], id="background_process-command"),
-    pytest.param(tool_use("background_process", {"action": "list"}), [],
-                 id="background_process-no-command-consumed"),
+        [{"kind": "command", "command": "pytest -q", "exit_code": 1}],
+        id="bash-command",
+    ),
     pytest.param(
-        tool_use("task", {"description": "Find tests", "prompt": "…", "subagent_type": "explore"},
-                 metadata={"sessionId": "ses_child", "parentSessionId": SESSION}),
-        [{"kind": "orchestration", "agent": "explore", "child_session_id": "ses_child",
-          "description": "Find tests"}],
+        tool_use("bash", {"command": "cat README.md"}, metadata={"exit": 0}),
+        [{"kind": "read", "path": "README.md"}],
+        id="bash-recognized-read",
+    ),
+    pytest.param(
+        tool_use("background_process", {"command": "npm run dev"}),
+        [{"kind": "command", "command": "npm run dev"}],
+        id="background_process-command",
+    ),
+    pytest.param(
+        tool_use("background_process", {"action": "list"}),
+        [],
+        id="background_process-no-command-consumed",
+    ),
+    pytest.param(
+        tool_use(
+            "task",
+            {"description": "Find tests", "prompt": "…", "subagent_type": "explore"},
+            metadata={"sessionId": "ses_child", "parentSessionId": SESSION},
+        ),
+        [
+            {
+                "kind": "orchestration",
+                "agent": "explore",
+                "child_session_id": "ses_child",
+                "description": "Find tests",
+            }
+        ],
         id="task-metadata-session",
     ),
     pytest.param(
-        tool_use("task", {"description": "d", "prompt": "p"},
-                 output='<task id="ses_fromoutput" state="completed">\n<task_result>\nok\n'
-                        "</task_result>\n</task>"),
+        tool_use(
+            "task",
+            {"description": "d", "prompt": "p"},
+            output='<task id="ses_fromoutput" state="completed">\n<task_result>\nok\n'
+            "</task_result>\n</task>",
+        ),
         [{"kind": "orchestration", "child_session_id": "ses_fromoutput", "description": "d"}],
         id="task-output-session",
     ),
-    pytest.param(tool_use("task", {"prompt": "p"}), [{"kind": "unknown", "tool": "task"}],
-                 id="task-unidentified-unknown"),
+    pytest.param(
+        tool_use("task", {"prompt": "p"}),
+        [{"kind": "unknown", "tool": "task"}],
+        id="task-unidentified-unknown",
+    ),
     pytest.param(
         tool_use("agent_manager", {"agent": "review", "session_id": "ses_am"}),
         [{"kind": "orchestration", "agent": "review", "child_session_id": "ses_am"}],
-        id="agent_manager"),
-    pytest.param(tool_use("skill", {"name": "release-notes"}),
-                 [{"kind": "skill", "name": "release-notes"}], id="skill"),
-    pytest.param(tool_use("lsp", {"operation": "workspaceSymbol", "query": "Foo",
-                                  "filePath": "a.ts", "line": 1, "character": 1}),
-                 [{"kind": "search", "pattern": "Foo", "path": "a.ts"}], id="lsp-query"),
-    pytest.param(tool_use("lsp", {"operation": "hover", "filePath": "a.ts"}),
-                 [{"kind": "unknown", "tool": "lsp"}], id="lsp-no-query-unknown"),
+        id="agent_manager",
+    ),
+    pytest.param(
+        tool_use("skill", {"name": "release-notes"}),
+        [{"kind": "skill", "name": "release-notes"}],
+        id="skill",
+    ),
+    pytest.param(
+        tool_use(
+            "lsp",
+            {
+                "operation": "workspaceSymbol",
+                "query": "Foo",
+                "filePath": "a.ts",
+                "line": 1,
+                "character": 1,
+            },
+        ),
+        [{"kind": "search", "pattern": "Foo", "path": "a.ts"}],
+        id="lsp-query",
+    ),
+    pytest.param(
+        tool_use("lsp", {"operation": "hover", "filePath": "a.ts"}),
+        [{"kind": "unknown", "tool": "lsp"}],
+        id="lsp-no-query-unknown",
+    ),
     pytest.param(tool_use("todo", {}), [], id="todo-consumed"),
     pytest.param(tool_use("todowrite", {"todos": []}), [], id="todowrite-consumed"),
     pytest.param(tool_use("todoread", {}), [], id="todoread-consumed"),
-    pytest.param(tool_use("webfetch", {"url": "http://127.0.0.1/"}),
-                 [{"kind": "unknown", "tool": "webfetch"}], id="other-tool-unknown"),
-    pytest.param(tool_use("invalid", {"tool": "nope", "error": "x"}),
-                 [{"kind": "unknown", "tool": "invalid"}], id="invalid-unknown"),
-    pytest.param(tool_use("my-tools_v1_echo", {"text": "x"}),
-                 [{"kind": "unknown", "tool": "my-tools_v1_echo"}], id="mcp-unknown"),
-    pytest.param(tool_use("READ", {"filePath": "x"}), [{"kind": "read", "tool": "READ"}],
-                 id="case-insensitive-name-kept"),
+    pytest.param(
+        tool_use("webfetch", {"url": "http://127.0.0.1/"}),
+        [{"kind": "unknown", "tool": "webfetch"}],
+        id="other-tool-unknown",
+    ),
+    pytest.param(
+        tool_use("invalid", {"tool": "nope", "error": "x"}),
+        [{"kind": "unknown", "tool": "invalid"}],
+        id="invalid-unknown",
+    ),
+    pytest.param(
+        tool_use("my-tools_v1_echo", {"text": "x"}),
+        [{"kind": "unknown", "tool": "my-tools_v1_echo"}],
+        id="mcp-unknown",
+    ),
+    pytest.param(
+        tool_use("READ", {"filePath": "x"}),
+        [{"kind": "read", "tool": "READ"}],
+        id="case-insensitive-name-kept",
+    ),
 ]
 
 
@@ -244,8 +345,17 @@ def test_status_to_success(status, expected, spelling):
 
 
 def test_status_table_is_the_seed_list():
-    assert set(STATUS_SUCCESS) == {"completed", "success", "done", "ok", "error", "failed",
-                                   "failure", "cancelled", "canceled"}
+    assert set(STATUS_SUCCESS) == {
+        "completed",
+        "success",
+        "done",
+        "ok",
+        "error",
+        "failed",
+        "failure",
+        "cancelled",
+        "canceled",
+    }
 
 
 def test_non_string_status_is_undetermined():

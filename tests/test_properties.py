@@ -14,37 +14,87 @@ from opencode_events.pipeline import normalize_streams
 from opencode_events.stream import StreamReader, line_batches
 from opencode_events.writers import JsonlWriter
 
-TOOLS = ["read", "write", "edit", "apply_patch", "grep", "glob", "bash", "background_process",
-         "task", "agent_manager", "skill", "lsp", "todo", "todowrite", "todoread", "webfetch",
-         "invalid", "my-mcp_tool", "BASH"]
+TOOLS = [
+    "read",
+    "write",
+    "edit",
+    "apply_patch",
+    "grep",
+    "glob",
+    "bash",
+    "background_process",
+    "task",
+    "agent_manager",
+    "skill",
+    "lsp",
+    "todo",
+    "todowrite",
+    "todoread",
+    "webfetch",
+    "invalid",
+    "my-mcp_tool",
+    "BASH",
+]
 CONSUMED_TOOLS = {"todo", "todowrite", "todoread"}
-scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-                    st.text(max_size=20))
-json_values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-    max_leaves=10)
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
 part_ids = st.sampled_from(["prt_1", "prt_2", "prt_3", None])
 
 
 @st.composite
 def tool_records(draw):
     tool = draw(st.one_of(st.sampled_from(TOOLS), scalars))
-    input_ = draw(st.one_of(
-        st.fixed_dictionaries({}, optional={
-            "filePath": scalars, "command": st.sampled_from(["ls", "cat a", "rm -rf b", "make"]),
-            "patchText": st.sampled_from(["*** Begin Patch\n*** Add File: a\n+x\n*** End Patch",
-                                          "junk"]),
-            "pattern": scalars, "subagent_type": scalars, "name": scalars, "query": scalars}),
-        json_values))
-    state = draw(st.one_of(
-        st.fixed_dictionaries({"status": st.one_of(st.sampled_from(
-            ["completed", "error", "ok", "CANCELLED", "running"]), scalars), "input": st.just(input_)},
-            optional={"output": scalars, "title": scalars, "error": scalars,
-                      "metadata": st.one_of(st.fixed_dictionaries({}, optional={
-                          "exit": scalars, "sessionId": scalars}), json_values),
-                      "time": st.fixed_dictionaries({}, optional={"start": scalars,
-                                                                  "end": scalars})}),
-        json_values))
+    input_ = draw(
+        st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "filePath": scalars,
+                    "command": st.sampled_from(["ls", "cat a", "rm -rf b", "make"]),
+                    "patchText": st.sampled_from(
+                        ["*** Begin Patch\n*** Add File: a\n+x\n*** End Patch", "junk"]
+                    ),
+                    "pattern": scalars,
+                    "subagent_type": scalars,
+                    "name": scalars,
+                    "query": scalars,
+                },
+            ),
+            json_values,
+        )
+    )
+    state = draw(
+        st.one_of(
+            st.fixed_dictionaries(
+                {
+                    "status": st.one_of(
+                        st.sampled_from(["completed", "error", "ok", "CANCELLED", "running"]),
+                        scalars,
+                    ),
+                    "input": st.just(input_),
+                },
+                optional={
+                    "output": scalars,
+                    "title": scalars,
+                    "error": scalars,
+                    "metadata": st.one_of(
+                        st.fixed_dictionaries({}, optional={"exit": scalars, "sessionId": scalars}),
+                        json_values,
+                    ),
+                    "time": st.fixed_dictionaries({}, optional={"start": scalars, "end": scalars}),
+                },
+            ),
+            json_values,
+        )
+    )
     part = {"type": "tool", "tool": tool, "callID": "c", "state": state}
     pid = draw(part_ids)
     if pid:
@@ -54,17 +104,29 @@ def tool_records(draw):
 
 @st.composite
 def other_records(draw):
-    kind = draw(st.sampled_from(["step_start", "step_finish", "text", "reasoning", "error",
-                                 "done", "x"]))
+    kind = draw(
+        st.sampled_from(["step_start", "step_finish", "text", "reasoning", "error", "done", "x"])
+    )
     rec = {"type": kind, "sessionID": draw(st.sampled_from(["ses_p", "ses_q"]))}
     if kind == "error":
         rec["error"] = draw(json_values)
     elif draw(st.booleans()):
-        part = draw(st.fixed_dictionaries({}, optional={
-            "text": st.one_of(st.text(max_size=10), scalars),
-            "tokens": st.one_of(json_values, st.fixed_dictionaries({}, optional={
-                "input": scalars, "output": scalars, "cache": json_values})),
-            "cost": scalars, "reason": scalars}))
+        part = draw(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "text": st.one_of(st.text(max_size=10), scalars),
+                    "tokens": st.one_of(
+                        json_values,
+                        st.fixed_dictionaries(
+                            {}, optional={"input": scalars, "output": scalars, "cache": json_values}
+                        ),
+                    ),
+                    "cost": scalars,
+                    "reason": scalars,
+                },
+            )
+        )
         pid = draw(part_ids)
         if pid:
             part["id"] = pid
@@ -104,6 +166,10 @@ def run_stream(data: bytes) -> list[dict]:
     return [msgspec.json.decode(msgspec.json.encode(e)) for e in events]
 
 
+def _reject_non_json(name: str):
+    raise ValueError(f"{name} is not JSON")  # Python's json accepts NaN/Infinity; JSON does not
+
+
 class Oracle:
     """The documented consumptions (SPEC §2, docs/events.md) that produce no event."""
 
@@ -114,7 +180,7 @@ class Oracle:
     def consumed(self, line: bytes) -> bool:
         """Feed every line in order; True when this one is legitimately consumed."""
         try:
-            rec = json.loads(line)
+            rec = json.loads(line, parse_constant=_reject_non_json)
         except ValueError:
             return False
         if not isinstance(rec, dict):
@@ -160,8 +226,11 @@ def test_any_lines_no_exception_and_every_line_accounted_for(lines, newline):
         is_consumed = oracle.consumed(line)
         if number not in lines_with_events:
             assert is_consumed, (number, line)
-    records = sum(1 for n, line in enumerate(lines, 1)
-                  if (line.removeprefix(b"\xef\xbb\xbf") if n == 1 else line).strip())
+    records = sum(
+        1
+        for n, line in enumerate(lines, 1)
+        if (line.removeprefix(b"\xef\xbb\xbf") if n == 1 else line).strip()
+    )
     assert events[-1]["records"] == records
 
 
@@ -171,5 +240,17 @@ def test_arbitrary_bytes(data):
     events, _ = run(data)
     assert [e["seq"] for e in events] == list(range(len(events)))
     for event in events[:-1]:
-        assert event["kind"] in {"warning", "unknown", "message", "reasoning", "usage", "error",
-                                 "read", "write", "search", "command", "orchestration", "skill"}
+        assert event["kind"] in {
+            "warning",
+            "unknown",
+            "message",
+            "reasoning",
+            "usage",
+            "error",
+            "read",
+            "write",
+            "search",
+            "command",
+            "orchestration",
+            "skill",
+        }

@@ -19,8 +19,10 @@ STREAMS = sorted(ROOT.glob("samples/*/stream.jsonl"))
 
 
 def events_of(scenario: str) -> list[dict]:
-    return [json.loads(line) for line in normalized(ROOT / "samples" / scenario / "stream.jsonl")
-            .splitlines()]
+    return [
+        json.loads(line)
+        for line in normalized(ROOT / "samples" / scenario / "stream.jsonl").splitlines()
+    ]
 
 
 def raw_records(scenario: str) -> list[dict]:
@@ -50,13 +52,13 @@ def test_metrics_agree_with_the_raw_step_finish_records(stream: Path):
     scenario = stream.parent.name
     events = events_of(scenario)
     metrics = events[-1]
-    steps = {r["part"]["id"]: r["part"] for r in raw_records(scenario)
-             if r["type"] == "step_finish"}
+    steps = {
+        r["part"]["id"]: r["part"] for r in raw_records(scenario) if r["type"] == "step_finish"
+    }
     assert metrics["turns"] == len(steps)
     assert metrics["input_tokens"] == sum(p["tokens"]["input"] for p in steps.values())
     assert metrics["output_tokens"] == sum(p["tokens"]["output"] for p in steps.values())
-    assert metrics["cache_read_tokens"] == sum(p["tokens"]["cache"]["read"]
-                                               for p in steps.values())
+    assert metrics["cache_read_tokens"] == sum(p["tokens"]["cache"]["read"] for p in steps.values())
     assert metrics["cost"] == pytest.approx(sum(p["cost"] for p in steps.values()))
     assert metrics["records"] == len(raw_records(scenario))
     tool_records = [r for r in raw_records(scenario) if r["type"] == "tool_use"]
@@ -96,9 +98,13 @@ def test_bash_fail_keeps_opencodes_status_and_the_exit_code():
 def test_file_tools():
     events = events_of("file_tools")
     tools = [(e["kind"], e["tool"], e.get("op")) for e in events if "tool" in e]
-    assert tools == [("read", "read", None), ("write", "write", "write"),
-                     ("write", "edit", "edit"), ("search", "glob", None),
-                     ("search", "grep", None)]
+    assert tools == [
+        ("read", "read", None),
+        ("write", "write", "write"),
+        ("write", "edit", "edit"),
+        ("search", "glob", None),
+        ("search", "grep", None),
+    ]
     assert of_kind(events, "read")[0]["path"].endswith("/README.md")
     searches = of_kind(events, "search")
     assert [s["pattern"] for s in searches] == ["**/*.txt", "hello"]

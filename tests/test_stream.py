@@ -32,8 +32,9 @@ class Trickle(io.RawIOBase):
 
 
 def all_lines(chunks: list[bytes], chunk_size: int = 1 << 20) -> list[bytes]:
-    return [line for batch in line_batches(Trickle(chunks), chunk_size=chunk_size)
-            for line in batch]
+    return [
+        line for batch in line_batches(Trickle(chunks), chunk_size=chunk_size) for line in batch
+    ]
 
 
 # ------------------------------------------------------------------ line splitting
@@ -90,17 +91,33 @@ BAD_LINES = [
     pytest.param(b"[" * 100_000 + b"]" * 100_000, "warning", id="deeply-nested"),
     pytest.param(b'{"type":"tool_use","sessionID":"s"}', "unknown", id="tool_use-no-part"),
     pytest.param(b'{"type":"tool_use","part":"oops"}', "unknown", id="part-not-object"),
-    pytest.param(b'{"type":"tool_use","part":{"type":"tool","tool":"read","callID":"c"}}',
-                 "unknown", id="tool_use-no-state"),
-    pytest.param(b'{"type":"tool_use","part":{"type":"tool","tool":7,"state":{"status":"ok"}}}',
-                 "unknown", id="tool-name-not-string"),
-    pytest.param(b'{"type":"tool_use","part":{"type":"tool","tool":"read",'
-                 b'"state":{"status":"completed","input":"a.py"}}}', "unknown",
-                 id="input-not-object"),
-    pytest.param(b'{"type":"tool_use","part":{"type":"tool","tool":"read",'
-                 b'"state":{"status":"completed","input":[1]}}}', "unknown", id="input-array"),
-    pytest.param(b'{"type":"tool_use","part":{"type":"tool","tool":"bash",'
-                 b'"state":"completed"}}', "unknown", id="state-not-object"),
+    pytest.param(
+        b'{"type":"tool_use","part":{"type":"tool","tool":"read","callID":"c"}}',
+        "unknown",
+        id="tool_use-no-state",
+    ),
+    pytest.param(
+        b'{"type":"tool_use","part":{"type":"tool","tool":7,"state":{"status":"ok"}}}',
+        "unknown",
+        id="tool-name-not-string",
+    ),
+    pytest.param(
+        b'{"type":"tool_use","part":{"type":"tool","tool":"read",'
+        b'"state":{"status":"completed","input":"a.py"}}}',
+        "unknown",
+        id="input-not-object",
+    ),
+    pytest.param(
+        b'{"type":"tool_use","part":{"type":"tool","tool":"read",'
+        b'"state":{"status":"completed","input":[1]}}}',
+        "unknown",
+        id="input-array",
+    ),
+    pytest.param(
+        b'{"type":"tool_use","part":{"type":"tool","tool":"bash","state":"completed"}}',
+        "unknown",
+        id="state-not-object",
+    ),
     pytest.param(b'{"type":5}', "unknown", id="type-not-string"),
     pytest.param(b"{}", "unknown", id="empty-object"),
 ]
@@ -122,8 +139,10 @@ def test_bad_line_becomes_one_event_and_the_run_goes_on(line, kind):
 
 def test_unknown_from_misshapen_tool_names_the_tool():
     (event,) = normalize_lines(
-        [b'{"type":"tool_use","part":{"type":"tool","tool":"read","state":{"status":"x",'
-         b'"metadata":"not an object"}}}']
+        [
+            b'{"type":"tool_use","part":{"type":"tool","tool":"read","state":{"status":"x",'
+            b'"metadata":"not an object"}}}'
+        ]
     )
     assert event["kind"] == "unknown" and event["tool"] == "read" and event["type"] == "tool_use"
 
@@ -152,8 +171,13 @@ def test_session_id_from_first_record_then_inherited():
 
 def test_record_level_session_id_wins_over_part():
     (event,) = normalize_lines(
-        [{"type": "text", "sessionID": "ses_rec", "part": {"type": "text", "text": "x",
-                                                            "sessionID": "ses_part"}}]
+        [
+            {
+                "type": "text",
+                "sessionID": "ses_rec",
+                "part": {"type": "text", "text": "x", "sessionID": "ses_part"},
+            }
+        ]
     )
     assert event["session_id"] == "ses_rec"
 

@@ -24,13 +24,21 @@ CLI = [sys.executable, "-m", "opencode_events", "normalize"]
 
 def piped(env, *prompt: str, model: str | None = None):
     """Run OpenCode with its stdout piped into normalize; return (raw records, events, rcs)."""
-    argv = env.command("run", "--format", "json", "-m", f"{PROVIDER_ID}/{model or env.model}",
-                       *prompt)
-    opencode = subprocess.Popen(argv, cwd=env.work, env=env.env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
-    normalize = subprocess.Popen(CLI, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE)
+    argv = env.command(
+        "run", "--format", "json", "-m", f"{PROVIDER_ID}/{model or env.model}", *prompt
+    )
+    opencode = subprocess.Popen(
+        argv,
+        cwd=env.work,
+        env=env.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    normalize = subprocess.Popen(
+        CLI, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     raw: list[bytes] = []
 
     def tee() -> None:  # what OpenCode wrote, byte for byte, on its way into normalize
@@ -60,11 +68,16 @@ def piped(env, *prompt: str, model: str | None = None):
 
 
 def test_live_tools_and_usage(mock_model, opencode_env):
-    m = mock_model([
-        tools(call("bash", {"command": "echo live; exit 4"}, "call_b"),
-              call("read", {"filePath": "README.md"}, "call_r"), usage=U(1700, 30, 200)),
-        say("Done.", usage=U(1900, 10, 300, 5)),
-    ])
+    m = mock_model(
+        [
+            tools(
+                call("bash", {"command": "echo live; exit 4"}, "call_b"),
+                call("read", {"filePath": "README.md"}, "call_r"),
+                usage=U(1700, 30, 200),
+            ),
+            say("Done.", usage=U(1900, 10, 300, 5)),
+        ]
+    )
     env = opencode_env(m)
     records, events, oc_rc, rc = piped(env, "look", "around")
     assert oc_rc == 0 and rc == 0

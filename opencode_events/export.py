@@ -1,0 +1,98 @@
+"""``opencode export <session>`` documents as input: ``{info, messages: [{info, parts}]}``.
+
+The document's messages and parts are mapped exactly as stored sessions are
+(``transcript``), in the order the document lists them. A document that is not JSON, or
+not of this shape, becomes one ``warning``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import Raw, Struct
+
+from .events import Event
+from .normalizer import Normalizer, Provenance
+from .transcript import TranscriptMapper
+from .views import NO_RAW
+
+__all__ = ["export_events"]
+
+
+class _Ids(Struct):
+    id: Any = None
+    sessionID: Any = None  # noqa: N815
+    time: Any = None
+
+
+class _ExportMessage(Struct):
+    info: Raw = NO_RAW
+    parts: list[Raw] = []
+
+
+class _ExportDocument(Struct):
+    info: Raw = NO_RAW
+    messages: list[_ExportMessage] = []
+
+
+_DOCUMENT = msgspec.json.Decoder(_ExportDocument)
+_IDS = msgspec.json.Decoder(_Ids)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = None) -> list[Event]:
+    try:
+        document = _DOCUMENT.decode(data.removeprefix(b"\xef\xbb\xbf"))
+        session = _IDS.decode(document.info) if document.info else _Ids()
+    except (msgspec.DecodeError, RecursionError) as exc:
+        normalizer.count_record()
+        prov = Provenance(line=1, source=source)
+        text = data.decode("utf-8", "replace")
+        return normalizer.warning(f"not an opencode export document: {exc}", text, prov)
+    session_id = _str(session.id) or ""
+    mapper = TranscriptMapper(normalizer, source=source)
+    events: list[Event] = []
+    for message in document.messages:
+        try:
+            ids = _IDS.decode(message.info)
+        except (msgspec.DecodeError, RecursionError):
+            ids = _Ids()
+        message_id = _str(ids.id)
+        created = ids.time.get("created") if isinstance(ids.time, dict) else None
+        info, found = mapper.message(
+            message.info,
+            session_id=_str(ids.sessionID) or session_id,
+            message_id=message_id,
+            time=created,
+        )
+        events.extend(found)
+        role = info.role if info is not None and isinstance(info.role, str) else None
+        for part in message.parts:
+            try:
+                part_ids = _IDS.decode(part)
+            except (msgspec.DecodeError, RecursionError):
+                part_ids = _Ids()
+            events.extend(
+                mapper.part(
+                    part,
+                    session_id=_str(part_ids.sessionID) or session_id,
+                    message_id=message_id,
+                    part_id=_str(part_ids.id),
+                    time=created,
+                    role=role,
+                )
+            )
+        events.extend(
+            mapper.message_end(
+                info,
+                message.info,
+                session_id=session_id,
+                message_id=message_id,
+                time=created,
+            )
+        )
+    return events

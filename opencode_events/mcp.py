@@ -1,0 +1,117 @@
+"""Which MCP server a tool call belongs to, from the servers OpenCode is configured with.
+
+OpenCode names an MCP tool ``sanitize(server) + "_" + sanitize(tool)``, where ``sanitize``
+turns every character outside ``[a-zA-Z0-9_-]`` into ``_``; nothing else in a part marks a
+call as MCP. So the server names come from OpenCode's config files (only the keys of their
+``mcp`` sections are read): the global ``config.json``, ``opencode.json`` and
+``opencode.jsonc`` in ``$XDG_CONFIG_HOME/opencode`` (``~/.config/opencode``); ``opencode.json``
+/ ``opencode.jsonc`` and ``.opencode/opencode.json[c]`` in the session's directory and each
+parent up to the worktree root (the nearest folder holding ``.git``; without one, the
+directory alone); and ``~/.opencode/opencode.json[c]``. A server configured only through
+``OPENCODE_CONFIG`` in the agent's own environment cannot be seen from outside and is not
+counted. A tool name matches a server when it starts with the sanitised name and ``_`` and
+has a tool name after it; of several matches the longest wins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
+
+__all__ = ["sanitize", "mcp_server_names", "mcp_server_of", "strip_jsonc", "config_files"]
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def sanitize(name: str) -> str:
+    return _UNSAFE.sub("_", name)
+
+
+def strip_jsonc(text: str) -> str:
+    """JSON from JSONC: comments and trailing commas removed, strings left alone."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        else:
+            out.append(ch)
+            i += 1
+    return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
+
+
+def _worktree_chain(directory: Path) -> list[Path]:
+    """The directory and its parents up to the nearest one holding ``.git``."""
+    chain = [directory]
+    for parent in [directory, *directory.parents]:
+        if parent != directory:
+            chain.append(parent)
+        if (parent / ".git").exists():
+            return chain
+    return [directory]
+
+
+def config_files(directory: str | None, env: Mapping[str, str] | None = None) -> list[Path]:
+    """Every config file seed 002 lists for a session in ``directory``, existing or not."""
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME") or Path.home())
+    config_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "opencode"
+    files = [config_home / name for name in ("config.json", "opencode.json", "opencode.jsonc")]
+    if directory:
+        for folder in _worktree_chain(Path(directory)):
+            files += [
+                folder / "opencode.jsonc",
+                folder / "opencode.json",
+                folder / ".opencode" / "opencode.json",
+                folder / ".opencode" / "opencode.jsonc",
+            ]
+    files += [home / ".opencode" / "opencode.json", home / ".opencode" / "opencode.jsonc"]
+    return files
+
+
+@lru_cache(maxsize=1024)
+def _servers_in(path: str, mtime_ns: int) -> tuple[str, ...]:
+    try:
+        document = json.loads(strip_jsonc(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return ()
+    mcp = document.get("mcp") if isinstance(document, dict) else None
+    return tuple(mcp) if isinstance(mcp, dict) else ()
+
+
+def mcp_server_names(directory: str | None, env: Mapping[str, str] | None = None) -> list[str]:
+    """The MCP server names configured for a session in ``directory``, sorted, unique."""
+    names: set[str] = set()
+    for path in config_files(directory, env):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        names.update(_servers_in(str(path), stat.st_mtime_ns))
+    return sorted(names)
+
+
+def mcp_server_of(tool: str, servers: Iterable[str]) -> str | None:
+    """The configured server a tool name belongs to (the longest match), or None."""
+    best: str | None = None
+    best_len = -1
+    for server in servers:
+        prefix = sanitize(server) + "_"
+        if tool.startswith(prefix) and len(tool) > len(prefix) and len(prefix) > best_len:
+            best, best_len = server, len(prefix)
+    return best

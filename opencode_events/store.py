@@ -1,0 +1,368 @@
+"""OpenCode's SQLite store (``opencode.db``), opened read-only and observe-only.
+
+Finding it: ``--db PATH``, else ``$OPENCODE_DB``, else ``$XDG_DATA_HOME/opencode/opencode.db``,
+else ``~/.local/share/opencode/opencode.db`` (``locate_db``).
+
+Observe-only: nothing we do may change the file, its ``-wal`` or its ``-shm``, or create
+them. SQLite's ``mode=ro`` still creates ``-wal``/``-shm`` beside a WAL database that has
+none, so the connection mode depends on what is there:
+
+- no ``-wal`` file: every committed page is in the main file; open it ``immutable=1``
+  (no locks, no side files). OpenCode's next writes go to a new WAL first, so a read
+  that overlaps them still sees a consistent file.
+- a ``-wal`` and its ``-shm`` (OpenCode is running, or stopped uncleanly): open
+  ``mode=ro``; a reader only takes shared-memory read locks, never blocks OpenCode's
+  writes, never checkpoints.
+- a ``-wal`` without ``-shm``: the pair is copied to a temporary folder and read there.
+
+Rows come back as bytes (``text_factory=bytes``) for msgspec to decode without a detour
+through ``str``. Errors a user can act on are ``InputError``; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .errors import InputError
+
+__all__ = [
+    "Store",
+    "SessionRow",
+    "MessageRow",
+    "PartRow",
+    "locate_db",
+    "data_dir",
+    "channel_databases",
+    "REQUIRED_TABLES",
+    "select_sessions",
+]
+
+# The tables and columns we read; anything else in the schema may change freely.
+REQUIRED_TABLES: dict[str, tuple[str, ...]] = {
+    "session": (
+        "id",
+        "parent_id",
+        "title",
+        "directory",
+        "version",
+        "agent",
+        "model",
+        "cost",
+        "tokens_input",
+        "tokens_output",
+        "tokens_reasoning",
+        "tokens_cache_read",
+        "tokens_cache_write",
+        "time_created",
+        "time_updated",
+    ),
+    "message": ("id", "session_id", "time_created", "data"),
+    "part": ("id", "message_id", "session_id", "time_created", "data"),
+}
+
+
+def data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_DATA_HOME/opencode``, or ``~/.local/share/opencode``."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/share")
+    return Path(base) / "opencode"
+
+
+def locate_db(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """The database to read: ``explicit``, ``$OPENCODE_DB`` or the default data path."""
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit)
+    named = env.get("OPENCODE_DB")
+    if named and named != ":memory:":
+        path = Path(named)
+        # OpenCode resolves a relative OPENCODE_DB against its data directory.
+        return path if path.is_absolute() else data_dir(env) / path
+    return data_dir(env) / "opencode.db"
+
+
+def channel_databases(directory: Path) -> list[Path]:
+    """``opencode-<channel>.db`` files (dev or preview builds) beside the default one."""
+    try:
+        return sorted(p for p in directory.glob("opencode-*.db") if p.is_file())
+    except OSError:
+        return []
+
+
+class SessionRow(NamedTuple):
+    id: str
+    parent_id: str | None
+    title: str | None
+    directory: str | None
+    version: str | None
+    agent: str | None
+    model: bytes | None  # JSON {"id", "providerID", "variant"}
+    cost: float
+    tokens_input: int
+    tokens_output: int
+    tokens_reasoning: int
+    tokens_cache_read: int
+    tokens_cache_write: int
+    time_created: int
+    time_updated: int
+
+
+class MessageRow(NamedTuple):
+    id: str
+    session_id: str
+    time_created: int | None
+    data: bytes
+
+
+class PartRow(NamedTuple):
+    id: str
+    message_id: str
+    session_id: str
+    time_created: int | None
+    data: bytes
+
+
+_SESSION_COLUMNS = ", ".join(SessionRow._fields)
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+class Store:
+    """A read-only view of one ``opencode.db``. Use as a context manager."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._tmp: str | None = None
+        self.conn = self._connect()
+        try:
+            self._check_schema()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ opening
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self.path
+        if not path.exists():
+            raise InputError(f"no OpenCode database at {path}")
+        if not path.is_file():
+            raise InputError(f"{path} is not a file")
+        wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+        if not wal.exists():
+            uri = f"{path.resolve().as_uri()}?immutable=1"
+        elif shm.exists():
+            uri = f"{path.resolve().as_uri()}?mode=ro"
+        else:
+            uri = self._private_copy(path, wal)
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
+            conn.text_factory = bytes
+            conn.execute("PRAGMA query_only = 1")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as exc:
+            raise InputError(f"{path} is not a readable SQLite database ({exc})") from None
+        return conn
+
+    def _private_copy(self, path: Path, wal: Path) -> str:
+        self._tmp = tempfile.mkdtemp(prefix="opencode-events-")
+        copy = Path(self._tmp) / "opencode.db"
+        try:
+            shutil.copyfile(path, copy)
+            shutil.copyfile(wal, f"{copy}-wal")
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        return f"{copy.as_uri()}?mode=ro"
+
+    def _check_schema(self) -> None:
+        try:
+            tables = {
+                _text(name): {
+                    _text(c[1]) for c in self.conn.execute(f"PRAGMA table_info({_text(name)})")
+                }
+                for (name,) in self.conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                )
+            }
+        except sqlite3.Error as exc:
+            raise InputError(f"{self.path} is not a readable SQLite database ({exc})") from None
+        for table, columns in REQUIRED_TABLES.items():
+            if table not in tables:
+                raise InputError(f"{self.path} is not an OpenCode database (no `{table}` table)")
+            missing = [c for c in columns if c not in tables[table]]
+            if missing:
+                raise InputError(
+                    f"{self.path} is not an OpenCode database this tool knows "
+                    f"(`{table}` lacks {', '.join(missing)})"
+                )
+
+    def close(self) -> None:
+        conn = getattr(self, "conn", None)
+        if conn is not None:
+            conn.close()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ queries
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise InputError(f"cannot read {self.path}: {exc}") from None
+
+    def sessions(self, *, since_ms: int | None = None, top_level: bool = False) -> list[SessionRow]:
+        """Sessions, newest activity first."""
+        where, params = [], []
+        if since_ms is not None:
+            where.append("time_updated >= ?")
+            params.append(since_ms)
+        if top_level:
+            where.append("parent_id IS NULL")
+        sql = f"SELECT {_SESSION_COLUMNS} FROM session"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY time_updated DESC, id DESC"
+        return [self._session_row(row) for row in self._query(sql, params)]
+
+    def session(self, session_id: str) -> SessionRow | None:
+        row = self._query(
+            f"SELECT {_SESSION_COLUMNS} FROM session WHERE id = ?", (session_id,)
+        ).fetchone()
+        return self._session_row(row) if row else None
+
+    def find_sessions(self, prefix: str) -> list[str]:
+        """Ids that equal or start with ``prefix`` (people paste shortened ids)."""
+        rows = self._query(
+            "SELECT id FROM session WHERE id = ? OR substr(id, 1, ?) = ? ORDER BY id",
+            (prefix, len(prefix), prefix),
+        )
+        return [_text(r[0]) for r in rows]
+
+    @staticmethod
+    def _session_row(row: tuple[Any, ...]) -> SessionRow:
+        values = list(row)
+        for index in (0, 1, 2, 3, 4, 5):  # text columns
+            values[index] = _text(values[index])
+        return SessionRow(*values)
+
+    def children(self) -> dict[str, list[str]]:
+        """parent id → child session ids, oldest first."""
+        tree: dict[str, list[str]] = {}
+        for child, parent in self._query(
+            "SELECT id, parent_id FROM session WHERE parent_id IS NOT NULL "
+            "ORDER BY time_created, id"
+        ):
+            tree.setdefault(_text(parent), []).append(_text(child))
+        return tree
+
+    def messages(self, session_id: str) -> Iterator[MessageRow]:
+        """A session's messages in (time_created, id) order."""
+        for mid, sid, created, data in self._query(
+            "SELECT id, session_id, time_created, data FROM message WHERE session_id = ? "
+            "ORDER BY time_created, id",
+            (session_id,),
+        ):
+            yield MessageRow(_text(mid), _text(sid), created, data)
+
+    def parts(self, session_id: str) -> Iterator[PartRow]:
+        """A session's parts in message order (the message's time_created, id), then by id."""
+        for pid, mid, sid, created, data in self._query(
+            "SELECT p.id, p.message_id, p.session_id, p.time_created, p.data "
+            "FROM part p JOIN message m ON m.id = p.message_id "
+            "WHERE p.session_id = ? ORDER BY m.time_created, m.id, p.id",
+            (session_id,),
+        ):
+            yield PartRow(_text(pid), _text(mid), _text(sid), created, data)
+
+    def all_message_data(
+        self, session_ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, bytes]]:
+        """(session id, message data) for many sessions at once, for summaries."""
+        if session_ids is None:
+            rows = self._query("SELECT session_id, data FROM message")
+        else:
+            rows = self._in_chunks(
+                "SELECT session_id, data FROM message WHERE session_id IN ({})", session_ids
+            )
+        for sid, data in rows:
+            yield _text(sid), data
+
+    def all_part_data(
+        self, session_ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, bytes]]:
+        """(session id, part data) for many sessions at once, for summaries."""
+        if session_ids is None:
+            rows = self._query("SELECT session_id, data FROM part")
+        else:
+            rows = self._in_chunks(
+                "SELECT session_id, data FROM part WHERE session_id IN ({})", session_ids
+            )
+        for sid, data in rows:
+            yield _text(sid), data
+
+    def _in_chunks(self, sql: str, ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        ids = list(ids)
+        for start in range(0, len(ids), 500):  # stay under SQLite's variable limit
+            chunk = ids[start : start + 500]
+            yield from self._query(sql.format(", ".join("?" * len(chunk))), chunk)
+
+
+def select_sessions(
+    store: Store,
+    ids: Sequence[str] = (),
+    *,
+    last: bool = False,
+    since_ms: int | None = None,
+    all_sessions: bool = False,
+    children: bool = False,
+) -> list[str]:
+    """Session ids to read, oldest first, each followed by its subagents with ``children``.
+
+    ``ids`` may be unambiguous prefixes. ``all_sessions`` means every session, subagents
+    included. With nothing chosen, the most recently active top-level session.
+    """
+    if all_sessions:
+        return [row.id for row in sorted(store.sessions(), key=lambda r: (r.time_created, r.id))]
+    chosen: list[str] = []
+    for wanted in ids:
+        found = store.find_sessions(wanted)
+        if not found:
+            raise InputError(f"no session {wanted} in {store.path}")
+        if len(found) > 1:
+            raise InputError(f"{wanted} matches {len(found)} sessions; give more of the id")
+        chosen.append(found[0])
+    if since_ms is not None:
+        recent = store.sessions(since_ms=since_ms, top_level=True)
+        chosen += [r.id for r in sorted(recent, key=lambda r: (r.time_created, r.id))]
+    if last or (not ids and since_ms is None):
+        newest = store.sessions(top_level=True)
+        if not newest:
+            raise InputError(f"no sessions in {store.path}")
+        chosen.append(newest[0].id)
+    unique = list(dict.fromkeys(chosen))
+    if not children:
+        return unique
+    from .summary import descendants
+
+    tree = store.children()
+    expanded: list[str] = []
+    for sid in unique:
+        expanded.append(sid)
+        expanded.extend(descendants([sid], tree))
+    return list(dict.fromkeys(expanded))

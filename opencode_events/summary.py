@@ -1,0 +1,204 @@
+"""Session summaries from the store: one row per session, as seed 002 defines them.
+
+- Cost and tokens are OpenCode's own session columns, never re-priced.
+- Turns and inferences: a user message opens a turn; each assistant message is one
+  inference; one with no ``time.completed`` is in flight.
+- Tool calls: every tool part, MCP or not; failures are parts whose status is ``error``;
+  MCP calls are attributed to configured servers by name (``mcp``).
+- Subagents (sessions with a ``parent_id``) fold into their parent: ``total_cost`` adds
+  every descendant's cost to the session's own, and ``children`` lists the direct ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+from .mcp import mcp_server_of
+from .store import SessionRow, Store
+
+__all__ = ["SessionSummary", "summarize", "descendants"]
+
+
+class _Completed(Struct):
+    completed: Any = None
+
+
+class _MessageView(Struct):
+    role: Any = None
+    time: _Completed | None = None
+
+
+class _Status(Struct):
+    status: Any = None
+
+
+class _PartView(Struct):
+    type: Any = None
+    tool: Any = None
+    state: _Status | None = None
+
+
+_MESSAGE = msgspec.json.Decoder(_MessageView)
+_PART = msgspec.json.Decoder(_PartView)
+
+
+class SessionSummary(Struct, kw_only=True):
+    id: str
+    path: str
+    parent_id: str | None
+    title: str | None
+    agent: str | None
+    model: str | None
+    provider: str | None
+    directory: str | None
+    version: str | None
+    time_created: int
+    time_updated: int
+    turns: int = 0
+    inferences: int = 0
+    in_flight: bool = False
+    tool_calls: int = 0
+    tool_failures: int = 0
+    mcp_calls: dict[str, int] = {}
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    total_tokens: int = 0
+    cost: float = 0.0
+    total_cost: float = 0.0
+    children: list[str] = []
+
+
+def descendants(roots: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
+    """Every session below ``roots`` in the parent → children tree (not the roots)."""
+    found: list[str] = []
+    stack = list(roots)
+    seen = set(roots)
+    while stack:
+        for child in tree.get(stack.pop(), ()):
+            if child not in seen:  # a cycle in corrupt data must not loop forever
+                seen.add(child)
+                found.append(child)
+                stack.append(child)
+    return found
+
+
+def _model(raw: bytes | None) -> tuple[str | None, str | None]:
+    if not raw:
+        return None, None
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return raw.decode("utf-8", "replace"), None
+    if isinstance(value, dict):
+        model, provider = value.get("id"), value.get("providerID")
+        return (
+            model if isinstance(model, str) else None,
+            provider if isinstance(provider, str) else None,
+        )
+    return None, None
+
+
+def _base(row: SessionRow, db_path: str) -> SessionSummary:
+    model, provider = _model(row.model)
+    tokens = (
+        row.tokens_input or 0,
+        row.tokens_output or 0,
+        row.tokens_reasoning or 0,
+        row.tokens_cache_read or 0,
+        row.tokens_cache_write or 0,
+    )
+    return SessionSummary(
+        id=row.id,
+        path=f"{db_path}/{row.id}",
+        parent_id=row.parent_id,
+        title=row.title,
+        agent=row.agent,
+        model=model,
+        provider=provider,
+        directory=row.directory,
+        version=row.version,
+        time_created=row.time_created,
+        time_updated=row.time_updated,
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
+        reasoning_tokens=tokens[2],
+        cache_read_tokens=tokens[3],
+        cache_write_tokens=tokens[4],
+        total_tokens=sum(tokens),
+        cost=float(row.cost or 0.0),
+    )
+
+
+def summarize(
+    store: Store,
+    rows: Sequence[SessionRow],
+    *,
+    mcp_servers: Callable[[str | None], Sequence[str]] = lambda directory: (),
+) -> list[SessionSummary]:
+    """Summaries of ``rows`` (in their order); descendants are read to fold their cost."""
+    tree = store.children()
+    wanted = [row.id for row in rows]
+    below = descendants(wanted, tree)
+    known = {row.id: row for row in rows}
+    extra = [sid for sid in below if sid not in known]
+    for sid in extra:
+        row = store.session(sid)
+        if row is not None:
+            known[sid] = row
+    db_path = str(store.path)
+    summaries = {sid: _base(row, db_path) for sid, row in known.items()}
+    ids = list(summaries)
+    everything = len(ids) >= 200  # one scan beats many index probes
+    scope = None if everything else ids
+
+    for sid, data in store.all_message_data(scope):
+        summary = summaries.get(sid)
+        if summary is None:
+            continue
+        try:
+            message = _MESSAGE.decode(data)
+        except msgspec.DecodeError:
+            continue
+        if message.role == "user":
+            summary.turns += 1
+        elif message.role == "assistant":
+            summary.inferences += 1
+            if message.time is None or message.time.completed is None:
+                summary.in_flight = True
+
+    servers_of: dict[str, Sequence[str]] = {}
+    for sid, data in store.all_part_data(scope):
+        summary = summaries.get(sid)
+        if summary is None:
+            continue
+        try:
+            part = _PART.decode(data)
+        except msgspec.DecodeError:
+            continue
+        if part.type != "tool":
+            continue
+        summary.tool_calls += 1
+        if part.state is not None and part.state.status == "error":
+            summary.tool_failures += 1
+        if isinstance(part.tool, str):
+            if sid not in servers_of:
+                servers_of[sid] = mcp_servers(summary.directory)
+            server = mcp_server_of(part.tool, servers_of[sid])
+            if server is not None:
+                if not summary.mcp_calls:
+                    summary.mcp_calls = {}
+                summary.mcp_calls[server] = summary.mcp_calls.get(server, 0) + 1
+
+    for sid, summary in summaries.items():
+        summary.children = list(tree.get(sid, ()))
+        summary.total_cost = summary.cost + sum(
+            summaries[d].cost for d in descendants([sid], tree) if d in summaries
+        )
+    return [summaries[sid] for sid in wanted]

@@ -1,0 +1,36 @@
+"""Times people type (``--since 2h``, ``--since 2026-11-01``) and times people read."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, tzinfo
+
+__all__ = ["parse_since", "format_time", "UNITS"]
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_since(text: str, *, now: float | None = None) -> int:
+    """Epoch ms for ``2h``/``30m``/``7d`` ago, or an ISO date/time (local unless it says)."""
+    now = time.time() if now is None else now
+    match = _DURATION.match(text)
+    if match:
+        return int((now - float(match.group(1)) * UNITS[match.group(2)]) * 1000)
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"cannot read {text!r} as a time: use a duration like 2h, 30m, 7d "
+            "or a date like 2026-11-01"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # local time, as people mean it
+    return int(moment.timestamp() * 1000)
+
+
+def format_time(ms: int | float | None, tz: tzinfo | None = None) -> str:
+    if not isinstance(ms, int | float):
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz).astimezone(tz).strftime("%Y-%m-%d %H:%M")

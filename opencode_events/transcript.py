@@ -1,0 +1,159 @@
+"""A stored session's messages and parts → normalized events (store, export, legacy files).
+
+OpenCode keeps a session as messages (``role`` user or assistant) each holding parts. The
+parts go through the same mapping as the run stream (``Normalizer.part``), with two things
+only stored sessions have: a user's text part becomes ``prompt``, and an assistant message
+that ended in an error becomes an ``error`` event after its parts (the stream reports the
+same failure as an ``error`` record). Rows that cannot be mapped become ``warning`` (not
+JSON) or ``unknown`` (JSON of an unexpected shape), never an exception.
+
+Order: messages by (time_created, id), parts by id within their message; the caller
+supplies rows in that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import msgspec
+from msgspec import Raw
+
+from .events import Event
+from .normalizer import Normalizer, Provenance
+from .views import MESSAGE_DECODER, PART_DECODER, MessageInfo
+
+__all__ = ["TranscriptMapper", "session_events"]
+
+_ANY = msgspec.json.Decoder()
+
+
+class TranscriptMapper:
+    def __init__(self, normalizer: Normalizer, *, source: str | None = None) -> None:
+        self.normalizer = normalizer
+        self.source = source
+
+    def _prov(
+        self,
+        data: bytes | Raw,
+        *,
+        session_id: str | None,
+        message_id: str | None,
+        part_id: str | None = None,
+        time: Any = None,
+    ) -> Provenance:
+        return Provenance(
+            session_id=session_id,
+            time=time if isinstance(time, int | float) and not isinstance(time, bool) else None,
+            source=self.source,
+            message_id=message_id,
+            part_id=part_id,
+            raw=data if isinstance(data, Raw) else Raw(data),
+        )
+
+    def _undecodable(self, data: bytes | Raw, what: str, prov: Provenance) -> list[Event]:
+        """A row the view rejected: ``warning`` if it is not JSON, else ``unknown``."""
+        try:
+            value = _ANY.decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            prov.raw = None
+            text = bytes(data).decode("utf-8", "replace")
+            return self.normalizer.warning(f"{what} is not JSON: {exc}", text, prov)
+        kind = value.get("type") if isinstance(value, dict) else None
+        return self.normalizer.unknown(prov, type_=kind if isinstance(kind, str) else None)
+
+    def message(
+        self, data: bytes | Raw, *, session_id: str, message_id: str | None, time: Any = None
+    ) -> tuple[MessageInfo | None, list[Event]]:
+        """Decode a message; its events are only warnings about the row itself."""
+        self.normalizer.enter_session(session_id)
+        self.normalizer.count_record()
+        try:
+            return MESSAGE_DECODER.decode(data), []
+        except (msgspec.DecodeError, RecursionError):
+            prov = self._prov(data, session_id=session_id, message_id=message_id, time=time)
+            return None, self._undecodable(data, "message data", prov)
+
+    def part(
+        self,
+        data: bytes | Raw,
+        *,
+        session_id: str,
+        message_id: str | None,
+        part_id: str | None,
+        time: Any = None,
+        role: str | None = None,
+    ) -> list[Event]:
+        self.normalizer.count_record()
+        prov = self._prov(
+            data, session_id=session_id, message_id=message_id, part_id=part_id, time=time
+        )
+        try:
+            part = PART_DECODER.decode(data)
+        except (msgspec.DecodeError, RecursionError):
+            return self._undecodable(data, "part data", prov)
+        if part.id is None:
+            part.id = part_id  # store rows keep the id in a column, not in data
+        return self.normalizer.part(part, prov, role=role)
+
+    def message_end(
+        self,
+        info: MessageInfo | None,
+        data: bytes | Raw,
+        *,
+        session_id: str,
+        message_id: str | None,
+        time: Any = None,
+    ) -> list[Event]:
+        """After a message's parts: the error an assistant message ended with, if any."""
+        if info is None or info.role != "assistant" or not info.error:
+            return []
+        prov = self._prov(data, session_id=session_id, message_id=message_id, time=time)
+        return self.normalizer.error(info.error, prov)
+
+
+def session_events(
+    normalizer: Normalizer,
+    session_id: str,
+    messages: Iterable[Any],
+    parts: Iterable[Any],
+) -> Iterator[list[Event]]:
+    """Events of one stored session from its message rows and part rows (both in order).
+
+    Rows need ``id``, ``time_created`` and ``data``; parts also ``message_id``. Parts whose
+    message is not among ``messages`` are skipped by the merge (the store's join drops them).
+    """
+    mapper = TranscriptMapper(normalizer)
+    part_iter = iter(parts)
+    pending = next(part_iter, None)
+    for message in messages:
+        info, events = mapper.message(
+            message.data,
+            session_id=session_id,
+            message_id=message.id,
+            time=message.time_created,
+        )
+        if events:
+            yield events
+        role = info.role if info is not None and isinstance(info.role, str) else None
+        while pending is not None and pending.message_id == message.id:
+            events = mapper.part(
+                pending.data,
+                session_id=session_id,
+                message_id=message.id,
+                part_id=pending.id,
+                time=pending.time_created,
+                role=role,
+            )
+            if events:
+                yield events
+            pending = next(part_iter, None)
+        events = mapper.message_end(
+            info,
+            message.data,
+            session_id=session_id,
+            message_id=message.id,
+            time=message.time_created,
+        )
+        if events:
+            yield events
