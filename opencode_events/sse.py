@@ -1,0 +1,590 @@
+"""Reader for OpenCode's server event stream (``GET /event``, ``GET /global/event``).
+
+The text is parsed by the WHATWG server-sent-events rules: ``data:`` lines are joined with
+``\\n`` into one frame's data, ``event:``/``id:``/``retry:`` are fields, lines starting with
+``:`` are comments, a blank line dispatches the frame; LF, CRLF and lone CR all end lines
+and a leading UTF-8 BOM is skipped. ``finish`` dispatches a last frame that lacks its
+closing blank line.
+
+A frame's data is ``{id, type, properties}`` (``/event``) or the ``/global/event`` wrapper
+``{directory?, project?, workspace?, payload: {id, type, properties}}``. The global
+stream sends every durable event twice, the second time as ``payload.type == "sync"``;
+those copies are consumed. Mapping (docs/server-events.md has the table):
+
+* ``message.part.updated``: a tool part once, when its status is terminal (completed or
+  error); a text or reasoning part once, when complete (``time.end``), or a user message's
+  text part as ``prompt``; ``step-start`` and ``step-finish`` are consumed (usage comes
+  from the message); any other part type goes to the normalizer (compaction, unknown).
+* ``message.updated``: an assistant message with ``time.completed`` → ``usage`` once per
+  message id.
+* ``session.error`` → error; ``permission.asked``/``permission.replied`` → permission;
+  ``message.part.delta`` → delta only with ``deltas=True``.
+* The types in ``CONSUMED`` (and the experimental ``session.next.*`` family) give no event;
+  any other type becomes ``unknown`` with the frame in ``raw``; data that is not a JSON
+  object becomes a ``warning``.
+
+Every event carries the line of its frame's first ``data:`` line. The reader keeps the
+ids of parts and messages it already emitted (bounded), so repeated updates, the global
+stream's copies and a reconnect never double an event, even when sessions interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import msgspec
+from msgspec import Raw, Struct
+
+from .events import Event
+from .normalizer import Normalizer, Provenance
+from .stream import BOM
+from .views import NO_RAW, MessageInfo, Part
+
+__all__ = ["SseReader", "CONSUMED", "TERMINAL_TOOL_STATUSES"]
+
+# Server event types that carry nothing the normalized stream reports: connection
+# bookkeeping, session/file/project state, UI and plugin chatter. Documented in
+# docs/server-events.md; any type not here and not mapped becomes ``unknown``.
+CONSUMED = frozenset(
+    {
+        # connection and server
+        "server.connected",
+        "server.heartbeat",
+        "server.instance.disposed",
+        "global.disposed",
+        "installation.updated",
+        "installation.update-available",
+        # session state (idle/status drive ``SseReader.idle``)
+        "session.created",
+        "session.updated",
+        "session.deleted",
+        "session.status",
+        "session.idle",
+        "session.compacted",
+        "session.diff",
+        "message.removed",
+        "message.part.removed",
+        "message.part.delta",  # unless deltas=True
+        "todo.updated",  # the todowrite tool is consumed too
+        "command.executed",
+        # files, project, tooling
+        "file.edited",
+        "file.watcher.updated",
+        "project.updated",
+        "project.directories.updated",
+        "vcs.branch.updated",
+        "lsp.updated",
+        "lsp.client.diagnostics",
+        "mcp.tools.changed",
+        "pty.created",
+        "pty.updated",
+        "pty.exited",
+        "pty.deleted",
+        "workspace.ready",
+        "workspace.status",
+        "worktree.ready",
+        # UI and plugins
+        "tui.prompt.append",
+        "tui.command.execute",
+        "tui.toast.show",
+        "tui.session.select",
+        "plugin.added",
+        "catalog.updated",
+        "reference.updated",
+        "integration.updated",
+        "integration.connection.updated",
+        "models-dev.refreshed",
+    }
+)
+_CONSUMED_PREFIXES = ("session.next.",)  # the v2 event family repeats message.* events
+
+TERMINAL_TOOL_STATUSES = frozenset({"completed", "error"})
+_MEMORY = 1 << 16  # ids remembered for dedupe and roles; the oldest are forgotten first
+_ANY = msgspec.json.Decoder()
+_JSON_TYPE_NAMES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+# ------------------------------------------------------------------------- views
+
+
+class _Payload(Struct):
+    id: Any = None
+    type: Any = None
+    properties: Raw = NO_RAW
+
+
+class _Frame(Struct):
+    """``/event`` frame, or the ``/global/event`` wrapper when ``payload`` is set."""
+
+    id: Any = None
+    type: Any = None
+    properties: Raw = NO_RAW
+    payload: _Payload | None = None
+
+
+class _SessionOnly(Struct):
+    sessionID: Any = None  # noqa: N815
+
+
+class _PartUpdated(Struct):
+    sessionID: Any = None  # noqa: N815
+    part: Part | None = None
+    time: Any = None
+
+
+class _MessageUpdated(Struct):
+    sessionID: Any = None  # noqa: N815
+    info: MessageInfo | None = None
+
+
+class _PartDelta(Struct):
+    sessionID: Any = None  # noqa: N815
+    messageID: Any = None  # noqa: N815
+    partID: Any = None  # noqa: N815
+    field: Any = None
+    delta: Any = None
+
+
+class _SessionError(Struct):
+    sessionID: Any = None  # noqa: N815
+    error: Any = None
+
+
+class _PermissionAsked(Struct):
+    id: Any = None
+    sessionID: Any = None  # noqa: N815
+    permission: Any = None
+    patterns: Any = None
+
+
+class _PermissionReplied(Struct):
+    sessionID: Any = None  # noqa: N815
+    requestID: Any = None  # noqa: N815
+    reply: Any = None
+
+
+class _Status(Struct):
+    type: Any = None
+
+
+class _SessionStatus(Struct):
+    sessionID: Any = None  # noqa: N815
+    status: _Status | None = None
+
+
+class _SessionInfo(Struct):
+    id: Any = None
+    parentID: Any = None  # noqa: N815
+
+
+class _SessionChanged(Struct):
+    sessionID: Any = None  # noqa: N815
+    info: _SessionInfo | None = None
+
+
+_FRAME = msgspec.json.Decoder(_Frame)
+_SESSION_ONLY = msgspec.json.Decoder(_SessionOnly)
+_PART_UPDATED = msgspec.json.Decoder(_PartUpdated)
+_MESSAGE_UPDATED = msgspec.json.Decoder(_MessageUpdated)
+_PART_DELTA = msgspec.json.Decoder(_PartDelta)
+_SESSION_ERROR = msgspec.json.Decoder(_SessionError)
+_PERMISSION_ASKED = msgspec.json.Decoder(_PermissionAsked)
+_PERMISSION_REPLIED = msgspec.json.Decoder(_PermissionReplied)
+_SESSION_STATUS = msgspec.json.Decoder(_SessionStatus)
+_SESSION_CHANGED = msgspec.json.Decoder(_SessionChanged)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+class _Memory:
+    """A bounded set/map: insertion order, the oldest entries dropped past ``_MEMORY``."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._data
+
+    def get(self, key: str) -> Any:
+        return self._data.get(key)
+
+    def put(self, key: str, value: Any = True) -> None:
+        data = self._data
+        data[key] = value
+        if len(data) > _MEMORY:
+            for old in list(data)[: _MEMORY // 4]:
+                del data[old]
+
+
+# ------------------------------------------------------------------------- reader
+
+
+class SseReader:
+    """Maps the lines of a server event stream through a shared ``Normalizer``.
+
+    ``session`` follows one session (and the child sessions it starts): frames of other
+    sessions are consumed. ``idle`` turns true when the followed session (without
+    ``session``: the first session seen at work) reports ``session.idle`` or an idle
+    ``session.status``; ``retry_ms`` and ``last_event_id`` hold the SSE fields for a
+    reconnecting client.
+    """
+
+    def __init__(
+        self,
+        normalizer: Normalizer,
+        *,
+        source: str | None = None,
+        deltas: bool = False,
+        session: str | None = None,
+    ) -> None:
+        self.normalizer = normalizer
+        self.source = source
+        self.deltas = deltas
+        self.idle = False
+        self.retry_ms: int | None = None
+        self.last_event_id: str | None = None
+        self.frames = 0
+        self._followed = session
+        self._family: set[str] | None = {session} if session else None
+        self._data: list[bytes] = []
+        self._data_line = 0
+        self._done = _Memory()  # part ids and "m:"+message ids already emitted
+        self._roles = _Memory()  # message id -> role
+        self._pending: dict[str, tuple[Part, Provenance]] = {}  # incomplete text parts
+        self._handlers = {
+            "message.part.updated": self._part_updated,
+            "message.updated": self._message_updated,
+            "message.part.delta": self._part_delta,
+            "session.error": self._session_error,
+            "permission.asked": self._permission_asked,
+            "permission.replied": self._permission_replied,
+            "session.status": self._session_status,
+            "session.idle": self._session_idle,
+            "session.created": self._session_changed,
+            "session.updated": self._session_changed,
+        }
+
+    @property
+    def session(self) -> str | None:
+        """The followed session: the one asked for, else the first seen at work."""
+        return self._followed
+
+    # ---------------------------------------------------------------- SSE framing
+
+    def feed(self, line_no: int, line: bytes) -> list[Event]:
+        if line_no == 1 and line.startswith(BOM):
+            line = line[3:]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if b"\r" in line:  # lone CR is a line ending too
+            events: list[Event] = []
+            for piece in line.split(b"\r"):
+                events += self._field(line_no, piece)
+            return events
+        return self._field(line_no, line)
+
+    def finish(self) -> list[Event]:
+        """Dispatch a last frame that had no closing blank line."""
+        return self._dispatch()
+
+    def _field(self, line_no: int, line: bytes) -> list[Event]:
+        if not line:
+            return self._dispatch()
+        if line.startswith(b"data:"):
+            value = line[5:]
+        elif line[:1] == b":":
+            return []  # comment
+        else:
+            name, colon, value = line.partition(b":")
+            if not colon:
+                name, value = line, b""
+            if name == b"data":
+                pass
+            else:
+                if value[:1] == b" ":
+                    value = value[1:]
+                if name == b"id":
+                    if b"\0" not in value:
+                        self.last_event_id = value.decode("utf-8", "replace")
+                elif name == b"retry" and value.isdigit():
+                    self.retry_ms = int(value)
+                return []  # "event" and unknown field names: nothing to do
+        if value[:1] == b" ":
+            value = value[1:]
+        if not self._data:
+            self._data_line = line_no
+        self._data.append(value)
+        return []
+
+    def _dispatch(self) -> list[Event]:
+        if not self._data:
+            return []
+        data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
+        self._data = []
+        self.frames += 1
+        return self._frame(data, self._data_line)
+
+    # ---------------------------------------------------------------- frames
+
+    def _frame(self, data: bytes, line_no: int) -> list[Event]:
+        norm = self.normalizer
+        norm.count_record()
+        prov = Provenance(line=line_no, source=self.source, raw=Raw(data))
+        try:
+            frame = _FRAME.decode(data)
+        except msgspec.ValidationError:
+            return self._misshapen(data, prov)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            return self._not_json(data, exc, prov)
+        type_, props = frame.type, frame.properties
+        if frame.payload is not None:
+            type_, props = frame.payload.type, frame.payload.properties
+            if type_ == "sync":
+                return []  # the global stream's second copy of a durable event
+        if not isinstance(type_, str):
+            return norm.unknown(prov)
+        handler = self._handlers.get(type_)
+        if handler is None:
+            if type_ in CONSUMED or type_.startswith(_CONSUMED_PREFIXES):
+                return []
+            return self._other(type_, props, prov)
+        try:
+            return handler(props or b"{}", prov)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            return self._other(type_, props, prov)
+
+    def _other(self, type_: str, props: Raw, prov: Provenance) -> list[Event]:
+        """An unmapped type (or a mapped one of a shape the views reject): ``unknown``."""
+        session = None
+        if props:
+            with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+                session = _str(_SESSION_ONLY.decode(props).sessionID)
+        if not self._follows(session):
+            return []
+        self.normalizer.enter_session(session)
+        prov.session_id = session
+        return self.normalizer.unknown(prov, type_=type_)
+
+    def _follows(self, session: str | None) -> bool:
+        family = self._family
+        return family is None or session is None or session in family
+
+    def _enter(self, session: Any, prov: Provenance) -> bool:
+        """Make the frame's session current; False when it is not followed."""
+        session = _str(session)
+        if not self._follows(session):
+            return False
+        prov.session_id = session
+        self.normalizer.enter_session(session)
+        return True
+
+    def _adopt(self, session: str | None) -> None:
+        if self._followed is None and session is not None:
+            self._followed = session
+
+    # ---------------------------------------------------------------- handlers
+
+    def _part_updated(self, props: bytes, prov: Provenance) -> list[Event]:
+        view = _PART_UPDATED.decode(props)
+        part = view.part
+        session = view.sessionID
+        if part is None:
+            if not self._enter(session, prov):
+                return []
+            return self.normalizer.unknown(prov, type_="message.part.updated")
+        if session is None:
+            session = part.sessionID
+        if not self._enter(session, prov):
+            return []
+        self._adopt(prov.session_id)
+        prov.time = _number(view.time)
+        part_id = _str(part.id)
+        message_id = _str(part.messageID)
+        prov.message_id, prov.part_id = message_id, part_id
+        if part_id is not None and part_id in self._done:
+            return []
+        kind = part.type
+        if kind in ("step-start", "step-finish"):
+            return []
+        if kind == "tool":
+            state = part.state
+            status = state.status if state is not None else None
+            if not (isinstance(status, str) and status.lower() in TERMINAL_TOOL_STATUSES):
+                return []
+            return self._emit(part, prov)
+        if kind in ("text", "reasoning"):
+            role = self._roles.get(message_id) if message_id is not None else None
+            if role == "user":
+                return self._emit(part, prov, role="user")
+            if part.time is not None and part.time.end is not None:
+                if part_id is not None:
+                    self._pending.pop(part_id, None)
+                return self._emit(part, prov, role=role)
+            if part_id is not None:
+                self._pending[part_id] = (part, prov)
+            return []
+        return self._emit(part, prov)
+
+    def _emit(self, part: Part, prov: Provenance, *, role: str | None = None) -> list[Event]:
+        if prov.part_id is not None:
+            self._done.put(prov.part_id)
+        return self.normalizer.part(part, prov, role=role)
+
+    def _flush_pending(self, message_id: str, role: str | None) -> list[Event]:
+        """Text parts of a finished message that never reported ``time.end``."""
+        events: list[Event] = []
+        for part_id in [k for k, (p, _) in self._pending.items() if p.messageID == message_id]:
+            part, prov = self._pending.pop(part_id)
+            if part_id not in self._done:
+                self.normalizer.enter_session(prov.session_id)
+                events += self._emit(part, prov, role=role)
+        return events
+
+    def _message_updated(self, props: bytes, prov: Provenance) -> list[Event]:
+        view = _MESSAGE_UPDATED.decode(props)
+        info = view.info
+        if info is None:
+            if not self._enter(view.sessionID, prov):
+                return []
+            return self.normalizer.unknown(prov, type_="message.updated")
+        if not self._enter(view.sessionID if view.sessionID is not None else info.sessionID, prov):
+            return []
+        self._adopt(prov.session_id)
+        message_id = _str(info.id)
+        role = _str(info.role)
+        if message_id is None:
+            return []
+        if role is not None:
+            self._roles.put(message_id, role)
+        if role == "user":
+            return self._flush_pending(message_id, "user") if self._pending else []
+        if role != "assistant" or info.time is None or info.time.completed is None:
+            return []
+        events = self._flush_pending(message_id, role) if self._pending else []
+        self.normalizer.enter_session(prov.session_id)
+        key = "m:" + message_id
+        if key in self._done:
+            return events
+        self._done.put(key)
+        if info.error is not None and _spent_nothing(info):
+            return events  # a failed request: no inference happened (the run stream agrees)
+        prov.message_id = message_id
+        prov.time = _number(info.time.completed)
+        return events + self.normalizer.message_usage(info, prov)
+
+    def _part_delta(self, props: bytes, prov: Provenance) -> list[Event]:
+        if not self.deltas:
+            return []
+        view = _PART_DELTA.decode(props)
+        if not self._enter(view.sessionID, prov):
+            return []
+        delta = view.delta
+        if not isinstance(delta, str):
+            return self.normalizer.unknown(prov, type_="message.part.delta")
+        prov.message_id, prov.part_id = _str(view.messageID), _str(view.partID)
+        return self.normalizer.delta(_str(view.field), delta, prov)
+
+    def _session_error(self, props: bytes, prov: Provenance) -> list[Event]:
+        view = _SESSION_ERROR.decode(props)
+        if not self._enter(view.sessionID, prov):
+            return []
+        return self.normalizer.error(view.error, prov)
+
+    def _permission_asked(self, props: bytes, prov: Provenance) -> list[Event]:
+        view = _PERMISSION_ASKED.decode(props)
+        if not self._enter(view.sessionID, prov):
+            return []
+        patterns = view.patterns
+        if not (isinstance(patterns, list) and all(isinstance(p, str) for p in patterns)):
+            patterns = None
+        return self.normalizer.permission(
+            prov, id_=_str(view.id), permission=_str(view.permission), patterns=patterns
+        )
+
+    def _permission_replied(self, props: bytes, prov: Provenance) -> list[Event]:
+        view = _PERMISSION_REPLIED.decode(props)
+        if not self._enter(view.sessionID, prov):
+            return []
+        return self.normalizer.permission(prov, id_=_str(view.requestID), reply=_str(view.reply))
+
+    def _session_status(self, props: bytes, prov: Provenance) -> list[Event]:
+        view = _SESSION_STATUS.decode(props)
+        session = _str(view.sessionID)
+        status = view.status.type if view.status is not None else None
+        if status == "busy":
+            self._adopt(session)
+        elif status == "idle":
+            self._went_idle(session)
+        return []
+
+    def _session_idle(self, props: bytes, prov: Provenance) -> list[Event]:
+        self._went_idle(_str(_SESSION_ONLY.decode(props).sessionID))
+        return []
+
+    def _went_idle(self, session: str | None) -> None:
+        if session is not None and session == self._followed:
+            self.idle = True
+
+    def _session_changed(self, props: bytes, prov: Provenance) -> list[Event]:
+        """Learn child sessions of the followed one (``info.parentID``)."""
+        family = self._family
+        if family is not None:
+            info = _SESSION_CHANGED.decode(props).info
+            if info is not None and _str(info.parentID) in family and _str(info.id):
+                family.add(info.id)
+        return []
+
+    # ---------------------------------------------------------------- bad data
+
+    def _not_json(self, data: bytes, exc: BaseException, prov: Provenance) -> list[Event]:
+        reason = (
+            "not JSON: nested too deeply"
+            if isinstance(exc, RecursionError)
+            else (f"not JSON: {exc}")
+        )
+        prov.raw = None
+        return self.normalizer.warning(reason, data.decode("utf-8", "replace"), prov)
+
+    def _misshapen(self, data: bytes, prov: Provenance) -> list[Event]:
+        try:
+            value = _ANY.decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            return self._not_json(data, exc, prov)
+        if not isinstance(value, dict):
+            prov.raw = None
+            reason = f"not a JSON object: {_JSON_TYPE_NAMES.get(type(value), 'value')}"
+            return self.normalizer.warning(reason, data.decode("utf-8", "replace"), prov)
+        payload = value.get("payload")
+        type_ = (payload if isinstance(payload, dict) else value).get("type")
+        return self.normalizer.unknown(prov, type_=type_ if isinstance(type_, str) else None)
+
+
+def _spent_nothing(info: MessageInfo) -> bool:
+    cost = _number(info.cost)
+    if cost:
+        return False
+    tokens = info.tokens
+    if tokens is None:
+        return True
+    values = [tokens.input, tokens.output, tokens.reasoning, tokens.total]
+    if tokens.cache is not None:
+        values += [tokens.cache.read, tokens.cache.write]
+    return not any(_number(v) for v in values)
