@@ -1,0 +1,422 @@
+"""The pretty view: normalized events as lines people read, with a live footer.
+
+This is the only module that uses rich, and it imports rich only when a ``PrettyWriter``
+is made, so the JSON Lines path never loads it. ``PrettyWriter`` has the writer interface
+of ``writers.JsonlWriter`` (``write``, ``end_batch``, ``flush``). Every event is one line
+(what a tool did, to which file or command, ✓/✗, exit code, duration); messages and
+reasoning keep their whole text, reasoning dimmed; errors are red, warnings yellow. On a
+terminal a footer below the lines shows turns, tool calls, tokens and cost so far (and
+the tail of text while it streams, with ``--deltas``); it is redrawn after each input
+batch and removed at the end, where the closing metrics event prints the totals.
+docs/pretty.md shows the layout.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from collections.abc import Iterable
+from typing import IO, Any
+
+from .events import (
+    Command,
+    Compaction,
+    Delta,
+    Error,
+    Event,
+    Message,
+    Metrics,
+    Orchestration,
+    Permission,
+    Prompt,
+    Read,
+    Reasoning,
+    Search,
+    Skill,
+    Unknown,
+    Usage,
+    Warning,
+    Write,
+)
+
+__all__ = ["PrettyWriter", "format_duration", "format_tokens"]
+
+OK, FAIL, NEUTRAL = "✓", "✗", "•"
+_LABEL_WIDTH = 11
+
+
+def format_duration(ms: float | None) -> str | None:
+    if ms is None or ms < 0:
+        return None
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}m {seconds:02d}s"
+
+
+def format_tokens(n: int) -> str:
+    return f"{n:,}"
+
+
+def _first_line(text: str | None, limit: int = 200) -> str:
+    if not text:
+        return ""
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+class _TextOut:
+    """A text stream over a binary one (UTF-8), without owning or closing it."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        self._out.write(text.encode("utf-8", "replace"))
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def isatty(self) -> bool:
+        isatty = getattr(self._out, "isatty", None)
+        return bool(isatty and isatty())
+
+    def fileno(self) -> int:
+        return self._out.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
+
+class _Tally:
+    __slots__ = ("turns", "tools", "failures", "input", "output", "cache", "total", "cost")
+
+    def __init__(self) -> None:
+        self.turns = self.tools = self.failures = 0
+        self.input = self.output = self.cache = self.total = 0
+        self.cost = 0.0
+
+
+class PrettyWriter:
+    """Events as readable lines on ``out`` (a text or binary stream).
+
+    ``width`` fixes the line width (default: the terminal's, else 80); ``color`` forces
+    styles on or off (default: on for a terminal, honouring NO_COLOR); ``live`` forces the
+    footer on or off (default: on for a terminal).
+    """
+
+    def __init__(
+        self,
+        out: IO[str] | IO[bytes] | None = None,
+        *,
+        width: int | None = None,
+        color: bool | None = None,
+        live: bool | None = None,
+    ) -> None:
+        from rich.console import Console
+
+        if out is None or out is getattr(sys.stdout, "buffer", None):
+            out = sys.stdout
+        elif not hasattr(out, "encoding"):
+            out = _TextOut(out)  # type: ignore[arg-type]
+        terminal = bool(getattr(out, "isatty", lambda: False)())
+        kwargs: dict[str, Any] = {}
+        if color is False:
+            kwargs["color_system"] = None
+        elif color is True:
+            kwargs["force_terminal"] = True
+        self._console = Console(
+            file=out,  # type: ignore[arg-type]
+            width=width,
+            highlight=False,
+            markup=False,
+            emoji=False,
+            soft_wrap=False,
+            **kwargs,
+        )
+        self._use_live = terminal if live is None else live
+        self._live: Any = None
+        self._atexit = False
+        self._tally = _Tally()
+        self._streaming = ""  # tail of the text being streamed (delta events)
+        self._cwd = _cwd()
+
+    # ------------------------------------------------------------ writer interface
+
+    def write(self, events: Iterable[Event]) -> None:
+        if self._use_live and self._live is None:
+            self._start_live()
+        print_ = self._console.print
+        for event in events:
+            line = self._line(event)
+            if line is None:
+                continue
+            if line.no_wrap:  # one line per event: cut to the width, never wrapped
+                print_(line, no_wrap=True, overflow="ellipsis", crop=True)
+            else:
+                print_(line)
+        if self._live is not None:
+            self._live.refresh()  # the footer drawn while printing was the last one
+
+    def end_batch(self) -> None:
+        if self._live is not None:
+            self._live.refresh()
+        else:
+            self._console.file.flush()
+
+    def flush(self) -> None:
+        """End of output (for now): the footer goes away, everything is written."""
+        self._stop_live()
+        self._console.file.flush()
+
+    def _stop_live(self) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()  # also shows the cursor again
+
+    # ------------------------------------------------------------ footer
+
+    def _start_live(self) -> None:
+        from rich.live import Live
+
+        self._live = Live(
+            console=self._console,
+            get_renderable=self._footer,
+            auto_refresh=False,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
+        if not self._atexit:  # Ctrl-C or an error must not leave the cursor hidden
+            atexit.register(self._stop_live)
+            self._atexit = True
+
+    def _footer(self) -> Any:
+        from rich.text import Text
+
+        t = self._tally
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append("turns ", "dim")
+        text.append(str(t.turns), "bold")
+        text.append(" · tools ", "dim")
+        text.append(str(t.tools), "bold")
+        if t.failures:
+            text.append(f" ({t.failures} {FAIL})", "red")
+        text.append(" · tokens ", "dim")
+        text.append(format_tokens(t.total), "bold")
+        text.append(
+            f" (in {format_tokens(t.input)} · out {format_tokens(t.output)}"
+            f" · cache {format_tokens(t.cache)})",
+            "dim",
+        )
+        text.append(" · ", "dim")
+        text.append(f"${t.cost:.4f}", "bold")
+        if self._streaming:
+            tail = self._streaming.replace("\n", " ")[-60:]
+            text.append("\n… " + tail, "dim italic")
+        return text
+
+    # ------------------------------------------------------------ lines
+
+    def _line(self, event: Event) -> Any:
+        from rich.text import Text
+
+        tally = self._tally
+        if isinstance(event, Delta):
+            self._streaming = (self._streaming + event.delta)[-200:]
+            return None
+        if isinstance(event, (Message, Reasoning)):
+            self._streaming = ""
+        if isinstance(event, Message):
+            return _block("› ", event.text, "")
+        if isinstance(event, Reasoning):
+            return _block("∴ ", event.text, "dim italic")
+        if isinstance(event, Prompt):
+            return _block("» ", event.text, "bold cyan")
+        if isinstance(event, Usage):
+            tally.turns += 1
+            tally.input += event.input_tokens
+            tally.output += event.output_tokens
+            tally.cache += event.cache_read_tokens + event.cache_write_tokens
+            tally.total += event.total_tokens
+            tally.cost += event.cost
+            return self._usage(event)
+        if isinstance(event, Error):
+            text = Text(no_wrap=True, overflow="ellipsis", style="bold red")
+            text.append(f"{FAIL} {'error':<{_LABEL_WIDTH}}")
+            name = event.name or "error"
+            text.append(f"{name}: {_first_line(event.message)}" if event.message else name)
+            return text
+        if isinstance(event, Warning):
+            text = Text(no_wrap=True, overflow="ellipsis", style="yellow")
+            where = f"line {event.line}: " if event.line is not None else ""
+            text.append(f"! {'warning':<{_LABEL_WIDTH}}{where}{event.message}")
+            return text
+        if isinstance(event, Permission):
+            return self._permission(event)
+        if isinstance(event, Compaction):
+            text = Text(no_wrap=True, style="magenta")
+            text.append(f"⟲ {'compaction':<{_LABEL_WIDTH}}")
+            text.append("automatic" if event.auto else "summarized")
+            return text
+        if isinstance(event, Metrics):
+            return self._summary(event)
+        if isinstance(event, Unknown) and event.tool is None:
+            text = Text(no_wrap=True, overflow="ellipsis", style="dim")
+            text.append(f"? {'unknown':<{_LABEL_WIDTH}}{event.type or ''}")
+            return text
+        tool = getattr(event, "tool", None)
+        if isinstance(tool, str):
+            tally.tools += 1
+            if getattr(event, "success", None) is False:
+                tally.failures += 1
+            return self._tool(event)
+        return None
+
+    def _usage(self, event: Usage) -> Any:
+        from rich.text import Text
+
+        parts = [
+            f"{format_tokens(event.total_tokens)} tokens",
+            f"{format_tokens(event.input_tokens)} in",
+            f"{format_tokens(event.output_tokens)} out",
+        ]
+        if event.reasoning_tokens:
+            parts.append(f"{format_tokens(event.reasoning_tokens)} reasoning")
+        if event.cache_read_tokens:
+            parts.append(f"{format_tokens(event.cache_read_tokens)} cached")
+        if event.cache_write_tokens:
+            parts.append(f"{format_tokens(event.cache_write_tokens)} cache write")
+        parts.append(f"${event.cost:.4f}")
+        if event.reason:
+            parts.append(event.reason)
+        line = f"  {'turn ' + str(event.turn):<{_LABEL_WIDTH}}" + " · ".join(parts)
+        return Text(line, style="dim", no_wrap=True, overflow="ellipsis")
+
+    def _permission(self, event: Permission) -> Any:
+        from rich.text import Text
+
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if event.reply is None:
+            text.append(f"? {'permission':<{_LABEL_WIDTH}}", "bold yellow")
+            subject = event.permission or ""
+            if event.patterns:
+                subject += ": " + ", ".join(event.patterns)
+            text.append(subject, "yellow")
+        else:
+            style = "red" if event.reply == "reject" else "green"
+            glyph = FAIL if event.reply == "reject" else OK
+            text.append(f"{glyph} {'permission':<{_LABEL_WIDTH}}", style)
+            text.append(event.reply, style)
+        return text
+
+    def _tool(self, event: Any) -> Any:
+        from rich.text import Text
+
+        success = event.success
+        glyph, style = (
+            (OK, "green") if success else (FAIL, "red") if success is False else (NEUTRAL, "yellow")
+        )
+        tool = event.tool
+        subject = _subject(event, self._cwd)
+        details = Text(style="dim")
+        if isinstance(event, Command) and event.exit_code is not None:
+            details.append(f"exit {event.exit_code}", "dim" if event.exit_code == 0 else "red")
+        duration = format_duration(event.duration_ms)
+        if duration:
+            details.append((" · " if details else "") + duration)
+        head = f"{glyph} {tool:<{_LABEL_WIDTH - 1}} "
+        room = self._console.width - len(head) - (len(details) + 2 if details else 0)
+        if len(subject) > room:  # cut the subject, keep exit code and duration in view
+            subject = subject[: max(room - 1, 8)] + "…"
+        if success is False and event.error:  # the error gets what room is left
+            details.append(("  " if details else "") + _first_line(event.error), "red")
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(glyph + " ", style)
+        text.append(head[2:], "bold")
+        text.append(subject)
+        if details:
+            text.append("  ")
+            text.append_text(details)
+        return text
+
+    def _summary(self, event: Metrics) -> Any:
+        from rich.text import Text
+
+        text = Text(no_wrap=True, overflow="ellipsis", style="bold")
+        failed = f" ({event.tool_failures} failed)" if event.tool_failures else ""
+        text.append(
+            f"── {_count(event.turns, 'turn')} · {_count(event.tool_calls, 'tool call')}{failed}"
+            f" · {format_tokens(event.total_tokens)} tokens · ${event.cost:.4f}"
+        )
+        problems = event.counts.get("error", 0) + event.counts.get("warning", 0)
+        if problems:
+            text.append(f" · {_count(problems, 'problem')}", "red")
+        return text
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def _rel(path: str | None, cwd: str) -> str:
+    """A path under the current directory is shown relative to it."""
+    if not path:
+        return ""
+    if cwd and path.startswith(cwd) and path[len(cwd) : len(cwd) + 1] == "/":
+        return path[len(cwd) + 1 :]
+    return path
+
+
+def _block(prefix: str, body: str, style: str) -> Any:
+    """A message-like event: its whole text, continuation lines indented."""
+    from rich.text import Text
+
+    body = body.strip("\n")
+    indent = " " * len(prefix)
+    return Text(prefix + body.replace("\n", "\n" + indent), style=style)
+
+
+def _subject(event: Any, cwd: str = "") -> str:
+    """What a tool event acted on: the file, the command, the pattern, the agent."""
+    tool = event.tool.lower()
+    if isinstance(event, Read):
+        subject = _rel(event.path, cwd)
+        return subject if tool == "read" else f"read {subject}"
+    if isinstance(event, Write):
+        subject = _rel(event.path, cwd)
+        if event.to:
+            subject += f" → {_rel(event.to, cwd)}"
+        op = event.op
+        if tool in ("write", "edit") and op in (None, tool):
+            return subject
+        return f"{op or 'write'} {subject}"
+    if isinstance(event, Search):
+        subject = repr(event.pattern) if event.pattern is not None else ""
+        if event.path:
+            subject += f" in {_rel(event.path, cwd)}"
+        return subject if tool in ("grep", "glob") else f"search {subject}"
+    if isinstance(event, Command):
+        return _first_line(event.command, 500)
+    if isinstance(event, Orchestration):
+        subject = event.agent or ""
+        if event.description:
+            subject += (": " if subject else "") + event.description
+        return subject
+    if isinstance(event, Skill):
+        return event.name or ""
+    return _first_line(getattr(event, "title", None))
