@@ -305,6 +305,10 @@ class SseReader:
         """Dispatch a last frame that had no closing blank line."""
         return self._dispatch()
 
+    def drop_frame(self) -> None:
+        """Forget a frame cut off by a lost connection (a live client reconnecting)."""
+        self._data = []
+
     def _field(self, line_no: int, line: bytes) -> list[Event]:
         if not line:
             return self._dispatch()

@@ -1,0 +1,415 @@
+"""Live commands: ``attach`` (a running ``opencode serve``) and ``run`` (OpenCode itself).
+
+``attach URL`` subscribes to the server's ``GET /event`` stream and writes normalized
+events as they arrive (through ``sse.SseReader``); it reconnects when the server drops
+the connection and stops at the followed session's idle with ``--until-idle``. ``run``
+starts ``opencode run --format json …`` itself and shows what it does (the pretty view
+on a terminal, else JSON Lines), keeping the raw stream with ``--tee`` and exiting with
+OpenCode's exit code. Both are click commands registered by ``cli``; this module imports
+nothing heavy at import time (start-up budget), and rich only through the pretty writer.
+docs/server-events.md describes both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+import click
+
+from .errors import InputError
+
+__all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
+
+# Seconds to wait before each reconnect attempt after a lost connection; the server's SSE
+# ``retry:`` field, when it sends one, replaces the first delay. After the last attempt
+# fails, attach gives up with an error. A connection that delivered data resets the count.
+RECONNECT_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0)
+READ_TIMEOUT = 35.0  # the server sends a heartbeat every 10 s; silence this long is a drop
+_FORMATS = click.Choice(["jsonl", "pretty"])
+
+
+def _pipe_safe(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Like ``cli.pipe_safe`` (imported lazily: cli imports this module)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except BrokenPipeError:
+            from .cli import _PipeClosed
+
+            raise _PipeClosed() from None
+
+    return wrapper
+
+
+def _output(path: str | None) -> BinaryIO:
+    if path is None or path == "-":
+        return sys.stdout.buffer
+    try:
+        return open(path, "wb")  # noqa: SIM115 - closed at exit
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _writer(fmt: str | None, out: BinaryIO) -> Any:
+    from .writers import make_writer
+
+    if fmt is None:
+        fmt = "pretty" if out.isatty() else "jsonl"
+    return make_writer(fmt, out, buffered=False)
+
+
+def _note(message: str) -> None:
+    click.echo(f"opencode-events: {message}", err=True)
+
+
+# --------------------------------------------------------------------------- attach
+
+
+class _Endpoint:
+    """Where and how to reach a server's ``/event`` stream."""
+
+    def __init__(self, url: str) -> None:
+        from urllib.parse import unquote, urlsplit
+
+        if "://" not in url:
+            url = "http://" + url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InputError(f"not a server URL: {url}")
+        self.url = url
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname
+        try:
+            self.port = parts.port or (443 if self.https else 80)
+        except ValueError:
+            raise InputError(f"not a server URL: {url}") from None
+        self.path = parts.path.rstrip("/") + "/event"
+        if parts.query:
+            self.path += "?" + parts.query
+        # Basic auth like OpenCode's own clients: user OPENCODE_SERVER_USERNAME (default
+        # "opencode"), password OPENCODE_SERVER_PASSWORD; credentials in the URL win.
+        self.username = unquote(parts.username) if parts.username else None
+        self.password = unquote(parts.password) if parts.password else None
+        if self.password is None:
+            self.password = os.environ.get("OPENCODE_SERVER_PASSWORD") or None
+        if self.username is None:
+            self.username = os.environ.get("OPENCODE_SERVER_USERNAME") or "opencode"
+        self.shown = f"{parts.scheme}://{parts.hostname}:{self.port}"
+
+    def open(self, last_event_id: str | None) -> Any:
+        """Connect and return the response, or raise ``InputError`` / ``OSError``."""
+        import base64
+        import http.client
+
+        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        conn = cls(self.host, self.port, timeout=READ_TIMEOUT)
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        if self.password is not None:
+            token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        if last_event_id:
+            headers["Last-Event-ID"] = last_event_id
+        try:
+            conn.request("GET", self.path, headers=headers)
+            response = conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+        if response.status == 401:
+            conn.close()
+            if self.password is None:
+                raise InputError(f"{self.shown} requires a password: set OPENCODE_SERVER_PASSWORD")
+            raise InputError(
+                f"{self.shown} rejected the password (user {self.username!r}, "
+                "from OPENCODE_SERVER_PASSWORD)"
+            )
+        if response.status != 200:
+            conn.close()
+            raise InputError(f"{self.shown}{self.path} answered HTTP {response.status}")
+        kind = response.getheader("Content-Type") or ""
+        if not kind.startswith("text/event-stream"):
+            conn.close()
+            raise InputError(
+                f"{self.shown}{self.path} is not an event stream (Content-Type {kind or 'none'})"
+                "; is this an OpenCode server?"
+            )
+        return response
+
+
+def _refused(endpoint: _Endpoint, exc: OSError) -> InputError:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if isinstance(exc, ConnectionRefusedError):
+        reason = "nothing is listening there"
+    return InputError(f"cannot connect to {endpoint.shown}: {reason}")
+
+
+def follow(
+    endpoint: _Endpoint,
+    reader: Any,
+    writer: Any,
+    *,
+    until_idle: bool,
+    delays: tuple[float, ...] = RECONNECT_DELAYS,
+    sleep: Callable[[float], None] | None = None,
+) -> None:
+    """Read the stream into ``reader`` and ``writer`` until idle (or forever),
+    reconnecting after a lost connection."""
+    import time
+
+    sleep = sleep or time.sleep
+    line_no = 0
+    attempt = 0  # failed reconnects in a row
+    first = True
+    while True:
+        try:
+            response = endpoint.open(reader.last_event_id)
+        except InputError:
+            raise
+        except OSError as exc:
+            if first:
+                raise _refused(endpoint, exc) from None
+            attempt += 1
+            if attempt > len(delays):
+                raise InputError(
+                    f"lost the connection to {endpoint.shown} and could not reconnect: "
+                    f"{exc.strerror or exc}"
+                ) from None
+            delay = _delay(reader, delays, attempt)
+            _note(f"cannot reconnect to {endpoint.shown}; trying again in {delay:g} s")
+            sleep(delay)
+            continue
+        first = False
+        try:
+            line_no, got_data = _read(response, reader, writer, line_no, until_idle)
+        finally:
+            response.close()
+        if until_idle and reader.idle:
+            return
+        reader.drop_frame()
+        if got_data:
+            attempt = 0
+        attempt += 1
+        if attempt > len(delays):
+            raise InputError(f"lost the connection to {endpoint.shown}")
+        delay = _delay(reader, delays, attempt)
+        _note(f"connection to {endpoint.shown} lost; reconnecting in {delay:g} s")
+        sleep(delay)
+
+
+def _delay(reader: Any, delays: tuple[float, ...], attempt: int) -> float:
+    if attempt == 1 and reader.retry_ms is not None:
+        return min(reader.retry_ms / 1000, delays[-1])
+    return delays[min(attempt, len(delays)) - 1]
+
+
+def _read(
+    response: Any, reader: Any, writer: Any, line_no: int, until_idle: bool
+) -> tuple[int, bool]:
+    """Feed one connection's lines; returns (last line number, whether data came)."""
+    feed, write = reader.feed, writer.write
+    pending = b""
+    got_data = False
+    while True:
+        try:
+            chunk = response.read1(1 << 16)
+        except (OSError, ValueError):  # reset, timeout, or closed under us
+            return line_no, got_data
+        except Exception:  # http.client.IncompleteRead and kin: a dropped stream
+            return line_no, got_data
+        if not chunk:
+            return line_no, got_data  # a partial last line is dropped with its frame
+        got_data = True
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            line_no += 1
+            events = feed(line_no, line)
+            if events:
+                write(events)
+        writer.end_batch()
+        if until_idle and reader.idle:
+            return line_no, got_data
+
+
+@click.command()
+@click.argument("url")
+@click.option(
+    "--session", "session_id", metavar="ID", help="Follow this session (and its subagents)."
+)
+@click.option("--deltas", is_flag=True, help="Also emit streaming text deltas.")
+@click.option(
+    "--until-idle", is_flag=True, help="Stop when the followed session goes idle (its run ends)."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=_FORMATS,
+    help="jsonl, or pretty for people (the default when stdout is a terminal).",
+)
+@click.option("-o", "--output", metavar="FILE", help="Write events to FILE instead of stdout.")
+@click.option("--raw", "keep_raw", is_flag=True, help="Attach the server event to every event.")
+@click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
+@_pipe_safe
+def attach(
+    url: str,
+    session_id: str | None,
+    deltas: bool,
+    until_idle: bool,
+    fmt: str | None,
+    output: str | None,
+    keep_raw: bool,
+    no_metrics: bool,
+) -> None:
+    """Follow a running `opencode serve` at URL live, as normalized events.
+
+    Reads GET URL/event. Without --session the first session seen at work is followed
+    for --until-idle; events of every session are written. The password comes from
+    OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME, default "opencode").
+    """
+    from .normalizer import Normalizer
+    from .sse import SseReader
+
+    endpoint = _Endpoint(url)
+    out = _output(output)
+    writer = _writer(fmt, out)
+    normalizer = Normalizer(keep_raw=keep_raw)
+    reader = SseReader(normalizer, deltas=deltas, session=session_id)
+    try:
+        follow(endpoint, reader, writer, until_idle=until_idle)
+        writer.write(reader.finish())
+        if not no_metrics:
+            writer.write([normalizer.metrics()])
+    finally:
+        writer.flush()
+
+
+# ------------------------------------------------------------------------------ run
+
+
+class _Tee:
+    """A raw reader that copies every chunk it returns to ``copy``, byte for byte."""
+
+    def __init__(self, stream: Any, copy: BinaryIO | None) -> None:
+        self._stream = stream
+        self._copy = copy
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self._stream.read(n)
+        if chunk and self._copy is not None:
+            self._copy.write(chunk)
+            self._copy.flush()
+        return chunk
+
+
+def _opencode_binary() -> str:
+    import shutil
+
+    binary = os.environ.get("OPENCODE_BIN")
+    if binary:
+        if not os.access(binary, os.X_OK):
+            raise InputError(f"OPENCODE_BIN={binary} is not an executable file")
+        return binary
+    found = shutil.which("opencode")
+    if found is None:
+        raise InputError("opencode is not on PATH (or set OPENCODE_BIN)")
+    return found
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option(
+    "--format",
+    "fmt",
+    type=_FORMATS,
+    help="jsonl, or pretty for people (the default when stdout is a terminal).",
+)
+@click.option("-o", "--output", metavar="FILE", help="Write events to FILE instead of stdout.")
+@click.option("--tee", metavar="FILE", help="Also keep OpenCode's raw JSON stream in FILE.")
+@click.option("--raw", "keep_raw", is_flag=True, help="Attach the source record to every event.")
+@click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
+@click.argument("opencode_args", nargs=-1, type=click.UNPROCESSED, metavar="[OPENCODE ARGS]...")
+@_pipe_safe
+def run_opencode(
+    fmt: str | None,
+    output: str | None,
+    tee: str | None,
+    keep_raw: bool,
+    no_metrics: bool,
+    opencode_args: tuple[str, ...],
+) -> None:
+    """Run `opencode run --format json OPENCODE ARGS...` and show what it does.
+
+    Options for this command come first; everything from the first other word on is
+    passed to OpenCode. The binary is $OPENCODE_BIN, else `opencode` on PATH. Exits with
+    OpenCode's exit code; Ctrl-C is passed on to OpenCode.
+    """
+    import signal
+    import subprocess
+
+    from .pipeline import normalize_streams
+
+    binary = _opencode_binary()
+    out = _output(output)
+    copy: BinaryIO | None = None
+    if tee is not None:
+        try:
+            copy = open(tee, "wb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise InputError(f"cannot write {tee}: {exc.strerror or exc}") from None
+    writer = _writer(fmt, out)
+    argv = [binary, "run", "--format", "json", *opencode_args]
+    try:
+        # Its own process group: Ctrl-C reaches only us, and we pass it on to the whole
+        # group (OpenCode and the tool it runs), as a terminal would.
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, bufsize=0, start_new_session=True)
+    except OSError as exc:
+        if copy is not None:
+            copy.close()
+        raise InputError(f"cannot start {binary}: {exc.strerror or exc}") from None
+
+    def forward(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    finished = False
+    try:
+        normalize_streams(
+            [("opencode", _Tee(child.stdout, copy))],  # type: ignore[list-item]
+            writer,
+            keep_raw=keep_raw,
+            metrics=not no_metrics,
+        )
+        code = child.wait()
+        finished = True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if not finished:
+            writer.flush()
+            _stop(child)
+        if copy is not None:
+            copy.close()
+    raise SystemExit(128 - code if code < 0 else code)
+
+
+def _stop(child: Any) -> None:
+    """Stop OpenCode (and its group) when we leave early: a closed pipe, an error."""
+    import signal
+    import subprocess
+
+    if child.poll() is None:
+        try:
+            os.killpg(child.pid, signal.SIGTERM)
+            child.wait(timeout=5)
+        except (ProcessLookupError, PermissionError):
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
