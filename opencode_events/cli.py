@@ -343,3 +343,9 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
 
 def main() -> None:
     sys.exit(run(cli))
+
+
+from .live import attach, run_opencode  # noqa: E402 - registered after the group exists
+
+cli.add_command(attach)
+cli.add_command(run_opencode, name="run")
