@@ -1,0 +1,513 @@
+"""The server event stream reader: SSE framing, the event mapping, dedupe, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opencode_events.normalizer import Normalizer
+from opencode_events.pipeline import normalize_streams
+from opencode_events.sse import CONSUMED, SseReader
+from opencode_events.writers import JsonlWriter
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SERVE_SAMPLES = sorted(p.parent.name for p in SAMPLES.glob("*/events.sse"))
+SID = "ses_main"
+_ENCODE = msgspec.json.Encoder()
+
+
+def read(text: bytes | str, **kw: Any) -> tuple[list[dict[str, Any]], SseReader]:
+    """Feed ``text`` line by line as the pipeline does; the events as dicts."""
+    if isinstance(text, str):
+        text = text.encode()
+    reader = SseReader(Normalizer(keep_raw=kw.pop("keep_raw", False)), **kw)
+    events = []
+    lines = text.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for n, line in enumerate(lines, 1):
+        events += reader.feed(n, line)
+    events += reader.finish()
+    return [json.loads(_ENCODE.encode(e)) for e in events], reader
+
+
+def frame(type_: str, **props: Any) -> str:
+    return "data: " + json.dumps({"id": "evt_1", "type": type_, "properties": props}) + "\n\n"
+
+
+def part(type_: str, id_: str = "prt_1", msg: str = "msg_a", **fields: Any) -> str:
+    body = {"type": type_, "id": id_, "messageID": msg, "sessionID": SID, **fields}
+    return frame("message.part.updated", sessionID=SID, part=body, time=1000)
+
+
+def tool(status: str, id_: str = "prt_t", **state: Any) -> str:
+    return part(
+        "tool",
+        id_,
+        tool="bash",
+        callID="call_1",
+        state={"status": status, "input": {"command": "echo hi"}, **state},
+    )
+
+
+def message(role: str, id_: str = "msg_a", completed: int | None = None, **info: Any) -> str:
+    time = {"created": 1}
+    if completed is not None:
+        time["completed"] = completed
+    body = {"id": id_, "sessionID": SID, "role": role, "time": time, **info}
+    return frame("message.updated", sessionID=SID, info=body)
+
+
+TOKENS = {"input": 100, "output": 20, "reasoning": 3, "cache": {"read": 50, "write": 0}}
+
+
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    return [e["kind"] for e in events]
+
+
+# ------------------------------------------------------------------ the mapping table
+
+CASES = [
+    # (name, SSE text, expected kinds)
+    ("server bookkeeping", frame("server.connected") + frame("server.heartbeat"), []),
+    ("step parts consumed", part("step-start") + part("step-finish", "prt_2", tokens=TOKENS), []),
+    (
+        "tool: one event when terminal",
+        tool("pending")
+        + tool("running")
+        + tool("running", title="t")
+        + tool("completed", metadata={"exit": 0}, time={"start": 1, "end": 5})
+        + tool("completed"),
+        ["command"],
+    ),
+    ("tool error", tool("running") + tool("error", error="boom"), ["command"]),
+    ("tool never finished", tool("pending") + tool("running"), []),
+    (
+        "text only when complete",
+        part("text", text="")
+        + part("text", text="Hel")
+        + part("text", text="Hello", time={"start": 1, "end": 2}),
+        ["message"],
+    ),
+    (
+        "reasoning only when complete",
+        part("reasoning", text="hm") + part("reasoning", text="hmm", time={"start": 1, "end": 2}),
+        ["reasoning"],
+    ),
+    (
+        "user text is a prompt",
+        message("user", "msg_u") + part("text", msg="msg_u", text="hi"),
+        ["prompt"],
+    ),
+    ("compaction part", part("compaction", auto=True), ["compaction"]),
+    ("unknown part type", part("snapshot", snapshot="abc"), ["unknown"]),
+    ("assistant in flight: no usage", message("assistant", tokens=TOKENS), []),
+    (
+        "assistant completed: one usage",
+        message("assistant", tokens=TOKENS)
+        + message("assistant", completed=9, tokens=TOKENS)
+        + message("assistant", completed=9, tokens=TOKENS),
+        ["usage"],
+    ),
+    (
+        "failed request: no usage",
+        message("assistant", completed=9, error={"name": "APIError", "data": {"message": "x"}}),
+        [],
+    ),
+    (
+        "session.error",
+        frame(
+            "session.error", sessionID=SID, error={"name": "APIError", "data": {"message": "mock"}}
+        ),
+        ["error"],
+    ),
+    (
+        "permission asked and replied",
+        frame(
+            "permission.asked",
+            id="per_1",
+            sessionID=SID,
+            permission="bash",
+            patterns=["echo hi"],
+            metadata={},
+            always=[],
+        )
+        + frame("permission.replied", sessionID=SID, requestID="per_1", reply="once"),
+        ["permission", "permission"],
+    ),
+    (
+        "delta consumed by default",
+        frame(
+            "message.part.delta", sessionID=SID, messageID="m", partID="p", field="text", delta="He"
+        ),
+        [],
+    ),
+    ("consumed bookkeeping types", "".join(frame(t, sessionID=SID) for t in sorted(CONSUMED)), []),
+    ("v2 family consumed", frame("session.next.text.delta", sessionID=SID), []),
+    (
+        "unrecognised type",
+        frame("question.asked", id="q", sessionID=SID, questions=[]),
+        ["unknown"],
+    ),
+    ("not JSON", "data: {not json\n\n", ["warning"]),
+    ("JSON but not an object", "data: [1, 2]\n\n", ["warning"]),
+    ("object without a type", 'data: {"hello": 1}\n\n', ["unknown"]),
+    (
+        "part of the wrong shape",
+        'data: {"type":"message.part.updated","properties":{"sessionID":"s","part":"oops"}}\n\n',
+        ["unknown"],
+    ),
+    (
+        "properties of the wrong shape",
+        'data: {"type":"message.updated","properties":[1]}\n\n',
+        ["unknown"],
+    ),
+    ("payload of the wrong shape", 'data: {"payload": 3}\n\n', ["unknown"]),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_mapping_table(text: str, expected: list[str]) -> None:
+    events, _ = read(text)
+    assert kinds(events) == expected
+
+
+def test_tool_event_fields_and_provenance() -> None:
+    text = tool("pending") + tool("completed", metadata={"exit": 3}, time={"start": 1, "end": 6})
+    (event,), _ = read(text)
+    assert event["command"] == "echo hi" and event["exit_code"] == 3
+    assert event["success"] is True and event["duration_ms"] == 5
+    assert event["session_id"] == SID and event["part_id"] == "prt_t"
+    assert event["message_id"] == "msg_a" and event["time"] == 1000
+    assert event["line"] == 3  # the first data line of the terminal frame
+
+
+def test_usage_from_the_message() -> None:
+    (usage,), _ = read(message("assistant", completed=7, tokens=TOKENS, cost=0.5, finish="stop"))
+    assert usage["input_tokens"] == 100 and usage["output_tokens"] == 20
+    assert usage["reasoning_tokens"] == 3 and usage["cache_read_tokens"] == 50
+    assert usage["total_tokens"] == 173 and usage["cost"] == 0.5
+    assert usage["reason"] == "stop" and usage["turn"] == 1 and usage["time"] == 7
+    assert usage["message_id"] == "msg_a"
+
+
+def test_error_and_permission_fields() -> None:
+    text = frame(
+        "session.error",
+        sessionID=SID,
+        error={"name": "APIError", "data": {"message": "mock server error", "statusCode": 500}},
+    )
+    text += frame(
+        "permission.asked", id="per_1", sessionID=SID, permission="bash", patterns=["echo hi"]
+    )
+    text += frame("permission.replied", sessionID=SID, requestID="per_1", reply="reject")
+    error, asked, replied = read(text)[0]
+    assert (error["name"], error["message"]) == ("APIError", "mock server error")
+    assert asked["id"] == "per_1" and asked["permission"] == "bash"
+    assert asked["patterns"] == ["echo hi"] and "reply" not in asked
+    assert replied["id"] == "per_1" and replied["reply"] == "reject"
+
+
+def test_deltas_when_asked() -> None:
+    text = frame(
+        "message.part.delta", sessionID=SID, messageID="m", partID="p", field="text", delta="He"
+    ) + frame(
+        "message.part.delta", sessionID=SID, messageID="m", partID="p", field="text", delta="llo"
+    )
+    events, _ = read(text, deltas=True)
+    assert [(e["kind"], e["field"], e["delta"]) for e in events] == [
+        ("delta", "text", "He"),
+        ("delta", "text", "llo"),
+    ]
+    assert events[0]["part_id"] == "p" and events[0]["message_id"] == "m"
+
+
+def test_unknown_keeps_the_frame() -> None:
+    text = frame("question.asked", id="q", sessionID=SID, questions=[])
+    (event,), _ = read(text)
+    assert event["type"] == "question.asked" and event["session_id"] == SID
+    assert event["raw"]["properties"]["id"] == "q"
+
+
+def test_raw_is_the_frame_json() -> None:
+    text = tool("completed")
+    (event,), _ = read(text, keep_raw=True)
+    assert event["raw"] == json.loads(text.removeprefix("data: "))
+
+
+def test_text_without_end_is_flushed_when_its_message_completes() -> None:
+    text = part("text", text="partial answer") + message("assistant", completed=5, tokens=TOKENS)
+    events, _ = read(text)
+    assert kinds(events) == ["message", "usage"]
+    assert events[0]["text"] == "partial answer"
+
+
+def test_user_role_learned_after_the_part() -> None:
+    events, _ = read(part("text", msg="msg_u", text="hi") + message("user", "msg_u"))
+    assert kinds(events) == ["prompt"]
+
+
+# ------------------------------------------------------------------------ SSE framing
+
+
+def test_multiline_data_is_joined_with_newlines() -> None:
+    text = 'data: {"type": "session.error",\ndata: "properties": {"error": "two\\nlines"}}\n\n'
+    (event,), _ = read(text)
+    assert event["kind"] == "error" and event["message"] == "two\nlines"
+    assert event["line"] == 1
+
+
+def test_comments_fields_and_no_space_after_colon() -> None:
+    text = (
+        ": a comment\n"
+        "event: message\n"
+        "id: 42\n"
+        "retry: 1500\n"
+        'data:{"type":"session.error","properties":{"error":"x"}}\n'
+        "\n"
+    )
+    events, reader = read(text)
+    assert kinds(events) == ["error"] and events[0]["line"] == 5
+    assert reader.last_event_id == "42" and reader.retry_ms == 1500
+
+
+def test_crlf_lone_cr_and_bom() -> None:
+    body = '{"type":"session.error","properties":{"error":"x"}}'
+    crlf = "\ufeffdata: " + body + "\r\n\r\n" + "data: " + body + "\r\n\r\n"
+    assert kinds(read(crlf)[0]) == ["error", "error"]
+    lone_cr = "data: " + body + "\r\r" + "data: " + body + "\r\r"
+    assert kinds(read(lone_cr)[0]) == ["error", "error"]
+
+
+def test_last_frame_without_blank_line_is_dispatched_by_finish() -> None:
+    events, _ = read('data: {"type":"session.error","properties":{"error":"x"}}')
+    assert kinds(events) == ["error"]
+
+
+def test_blank_lines_and_empty_data() -> None:
+    assert read("\n\n\n: only a comment\n\n")[0] == []
+    assert kinds(read("data\n\n")[0]) == ["warning"]  # one empty data line: not JSON
+
+
+def test_drop_frame_forgets_a_cut_frame() -> None:
+    reader = SseReader(Normalizer())
+    reader.feed(1, b'data: {"type":"session.err')
+    reader.drop_frame()
+    assert reader.feed(2, b"") == [] and reader.finish() == []
+
+
+# -------------------------------------------------- /global/event, sessions and idle
+
+
+def wrap(text: str, **outer: Any) -> str:
+    out = []
+    for block in text.split("\n\n"):
+        if block.startswith("data: "):
+            payload = json.loads(block[6:])
+            out.append("data: " + json.dumps({"directory": "/w", **outer, "payload": payload}))
+            sync = {
+                "type": "sync",
+                "syncEvent": {
+                    "id": "x",
+                    "type": payload["type"] + ".1",
+                    "seq": 1,
+                    "aggregateID": SID,
+                    "data": payload["properties"],
+                },
+            }
+            out.append("data: " + json.dumps({"directory": "/w", "payload": sync}))
+    return "\n\n".join(out) + "\n\n"
+
+
+def test_global_wrapper_and_sync_copies() -> None:
+    text = message("user", "msg_u") + part("text", msg="msg_u", text="hi") + tool("completed")
+    text += message("assistant", completed=5, tokens=TOKENS)
+    plain, _ = read(text)
+    wrapped, _ = read(wrap(text))
+    strip = [{k: v for k, v in e.items() if k != "line"} for e in plain]
+    assert [{k: v for k, v in e.items() if k != "line"} for e in wrapped] == strip
+    assert kinds(wrapped) == ["prompt", "command", "usage"]
+
+
+@pytest.mark.parametrize("name", SERVE_SAMPLES)
+def test_samples_event_and_global_streams_agree(name: str) -> None:
+    plain, _ = read((SAMPLES / name / "events.sse").read_bytes())
+    wrapped, _ = read((SAMPLES / name / "global-events.sse").read_bytes())
+    assert plain, name
+    assert not {"warning", "unknown"} & set(kinds(plain))
+    drop = {"line", "seq"}
+    assert [{k: v for k, v in e.items() if k not in drop} for e in wrapped] == [
+        {k: v for k, v in e.items() if k not in drop} for e in plain
+    ]
+
+
+def test_sample_permission_flow() -> None:
+    events, reader = read((SAMPLES / "serve_permission" / "events.sse").read_bytes())
+    assert kinds(events).count("command") == 3
+    perms = [e for e in events if e["kind"] == "permission"]
+    assert [p.get("reply") for p in perms] == [None, "once", None, "reject", None, "reject"]
+    commands = [e for e in events if e["kind"] == "command"]
+    assert [c["success"] for c in commands] == [True, False, False]
+    assert reader.idle
+
+
+def test_idle_follows_the_first_busy_session() -> None:
+    other = "ses_other"
+    text = frame("session.status", sessionID=SID, status={"type": "busy"})
+    text += frame("session.idle", sessionID=other)
+    _, reader = read(text)
+    assert reader.session == SID and not reader.idle
+    _, reader = read(text + frame("session.status", sessionID=SID, status={"type": "idle"}))
+    assert reader.idle
+
+
+def test_session_filter_keeps_the_session_and_its_children() -> None:
+    child, other = "ses_child", "ses_other"
+    text = frame("session.created", sessionID=child, info={"id": child, "parentID": SID})
+    text += frame("session.error", sessionID=child, error="in child")
+    text += frame("session.error", sessionID=other, error="elsewhere")
+    text += frame("session.error", sessionID=SID, error="here")
+    text += frame("question.asked", id="q", sessionID=other)
+    text += frame("session.idle", sessionID=other)
+    events, reader = read(text, session=SID)
+    assert [e["message"] for e in events] == ["in child", "here"]
+    assert not reader.idle
+    _, reader = read(text + frame("session.idle", sessionID=SID), session=SID)
+    assert reader.idle
+
+
+def test_interleaved_sessions_do_not_double_events() -> None:
+    child = "ses_child"
+    child_tool = tool("completed", id_="prt_c").replace(SID, child)
+    text = tool("running") + child_tool + tool("completed") + child_tool + tool("completed")
+    events, _ = read(text)
+    assert kinds(events) == ["command", "command"]
+
+
+# ----------------------------------------------------------------- the whole pipeline
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def write(self, events: Any) -> None:
+        self.events += list(events)
+
+    def end_batch(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("name", SERVE_SAMPLES)
+def test_normalize_detects_sse_and_matches_the_export(name: str) -> None:
+    """The same session read live and from `opencode export` afterwards: the same events,
+    except that the server also reports permissions, and usage comes from the message
+    (no step-finish part id)."""
+    export = SAMPLES / name / "export.json"
+    if not export.exists():
+        pytest.skip("no export")
+    results = {}
+    for source in ("events.sse", "export.json"):
+        sink = _Sink()
+        with open(SAMPLES / name / source, "rb") as f:
+            normalize_streams([(source, f)], sink, metrics=False)
+        results[source] = [json.loads(_ENCODE.encode(e)) for e in sink.events]
+    drop = {"line", "seq", "time", "raw", "source"}
+
+    def comparable(events: list[dict[str, Any]], live: bool) -> list[dict[str, Any]]:
+        out = []
+        for e in events:
+            if e["kind"] == "permission":
+                continue
+            e = {k: v for k, v in e.items() if k not in drop}
+            if e["kind"] == "usage":
+                e.pop("part_id", None)
+            if e["kind"] == "error":  # the export ties the error to its message
+                e.pop("message_id", None)
+            out.append(e)
+        return out
+
+    assert comparable(results["events.sse"], True) == comparable(results["export.json"], False)
+
+
+def test_writer_output_is_jsonl(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    with open(SAMPLES / "serve_text" / "events.sse", "rb") as f, open(out, "wb") as o:
+        normalize_streams([("-", f)], JsonlWriter(o))
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[-1]["kind"] == "metrics" and lines[-1]["counts"]["usage"] == 1
+
+
+# ---------------------------------------------------------------------- robustness
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"")), max_size=30))
+def test_any_lines_never_crash(lines: list[bytes]) -> None:
+    reader = SseReader(Normalizer(), deltas=True)
+    for n, line in enumerate(lines, 1):
+        reader.feed(n, line)
+    reader.finish()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "type",
+                        "properties",
+                        "payload",
+                        "part",
+                        "info",
+                        "sessionID",
+                        "state",
+                        "status",
+                        "time",
+                        "id",
+                        "error",
+                        "patterns",
+                        "delta",
+                    ]
+                ),
+                inner,
+                max_size=4,
+            )
+        ),
+        max_leaves=12,
+    ),
+    st.sampled_from(
+        [
+            "message.part.updated",
+            "message.updated",
+            "session.error",
+            "permission.asked",
+            "permission.replied",
+            "session.status",
+            "message.part.delta",
+            "session.created",
+            "nope",
+        ]
+    ),
+)
+def test_any_properties_never_crash(props: Any, type_: str) -> None:
+    for doc in (
+        {"type": type_, "properties": props},
+        {"payload": {"type": type_, "properties": props}},
+    ):
+        text = "data: " + json.dumps(doc) + "\n\n"
+        events, _ = read(text, deltas=True)
+        assert len(events) <= 2
