@@ -1,0 +1,327 @@
+"""The pretty view: fixed-width renders, the live footer, and real pseudo-terminal runs."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from opencode_events.events import (
+    Command,
+    Compaction,
+    Delta,
+    Error,
+    Message,
+    Metrics,
+    Orchestration,
+    Permission,
+    Prompt,
+    Read,
+    Reasoning,
+    Search,
+    Skill,
+    Unknown,
+    Usage,
+    Warning,
+    Write,
+)
+from opencode_events.render import PrettyWriter, format_duration
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "samples"
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def render(events, width: int = 72) -> list[str]:
+    out = io.StringIO()
+    writer = PrettyWriter(out, width=width, color=False, live=False)
+    writer.write(events)
+    writer.end_batch()
+    writer.flush()
+    return out.getvalue().splitlines()
+
+
+def usage(turn: int = 1, **kw) -> Usage:
+    fields = dict(
+        input_tokens=1000,
+        output_tokens=50,
+        reasoning_tokens=0,
+        cache_read_tokens=200,
+        cache_write_tokens=0,
+        total_tokens=1250,
+        cost=0.0123,
+        reason="stop",
+    )
+    fields.update(kw)
+    return Usage(turn=turn, **fields)
+
+
+TOOL_ROWS = [
+    (
+        Command(
+            tool="bash",
+            success=True,
+            status="completed",
+            command="ls -la",
+            exit_code=0,
+            duration_ms=120,
+        ),
+        "✓ bash       ls -la  exit 0 · 120 ms",
+    ),
+    (
+        Command(tool="bash", success=True, command="make test", exit_code=2, duration_ms=2500),
+        "✓ bash       make test  exit 2 · 2.5 s",
+    ),
+    (
+        Read(
+            tool="read",
+            success=False,
+            path="missing.txt",
+            duration_ms=3,
+            error="File not found: missing.txt\nmore",
+        ),
+        "✗ read       missing.txt  3 ms  File not found: missing.txt",
+    ),
+    (Read(tool="bash", success=True, path="README.md"), "✓ bash       read README.md"),
+    (Write(tool="edit", success=True, path="src/app.py"), "✓ edit       src/app.py"),
+    (
+        Write(tool="apply_patch", success=True, path="a.txt", op="move", to="b.txt"),
+        "✓ apply_patch move a.txt → b.txt",
+    ),
+    (Search(tool="grep", success=True, pattern="hello", path="src"), "✓ grep       'hello' in src"),
+    (
+        Orchestration(
+            tool="task", success=True, agent="general", description="Inspect", duration_ms=61000
+        ),
+        "✓ task       general: Inspect  1m 01s",
+    ),
+    (Skill(tool="skill", success=None, name="demo"), "• skill      demo"),
+    (Unknown(tool="mcp_thing", success=True, title="did a thing"), "✓ mcp_thing  did a thing"),
+]
+
+
+@pytest.mark.parametrize(("event", "line"), TOOL_ROWS, ids=[r[1][:20] for r in TOOL_ROWS])
+def test_tool_lines(event, line) -> None:
+    assert render([event]) == [line]
+
+
+def test_other_kinds() -> None:
+    lines = render(
+        [
+            Prompt(text="fix the bug"),
+            Reasoning(text="First look.\nThen act."),
+            Message(text="Done.\n\nAll good."),
+            usage(),
+            Error(name="APIError", message="mock bad request"),
+            Warning(message="not JSON: bad", line=3),
+            Permission(id="per_1", permission="bash", patterns=["echo hi"]),
+            Permission(id="per_1", reply="reject"),
+            Compaction(auto=True),
+            Unknown(type="question.asked"),
+        ],
+        width=90,
+    )
+    assert lines == [
+        "» fix the bug",
+        "∴ First look.",
+        "  Then act.",
+        "› Done.",
+        "  ",
+        "  All good.",
+        "  turn 1     1,250 tokens · 1,000 in · 50 out · 200 cached · $0.0123 · stop",
+        "✗ error      APIError: mock bad request",
+        "! warning    line 3: not JSON: bad",
+        "? permission bash: echo hi",
+        "✗ permission reject",
+        "⟲ compaction automatic",
+        "? unknown    question.asked",
+    ]
+
+
+def test_long_lines_are_cut_to_the_width_keeping_exit_code() -> None:
+    event = Command(
+        tool="bash", success=True, command="echo " + "x" * 200, exit_code=1, duration_ms=5
+    )
+    (line,) = render([event], width=60)
+    assert len(line) == 60 and line.endswith("…  exit 1 · 5 ms")
+
+
+def test_deltas_are_not_lines() -> None:
+    assert render([Delta(field="text", delta="Hel"), Delta(field="text", delta="lo")]) == []
+
+
+def test_metrics_summary() -> None:
+    metrics = Metrics(
+        records=9,
+        counts={"command": 2, "error": 1},
+        turns=2,
+        tool_calls=3,
+        tool_failures=1,
+        duplicates=0,
+        input_tokens=10,
+        output_tokens=5,
+        reasoning_tokens=0,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        total_tokens=1234,
+        cost=0.5,
+    )
+    assert render([metrics], width=100) == [
+        "── 2 turns · 3 tool calls (1 failed) · 1,234 tokens · $0.5000 · 1 problem"
+    ]
+
+
+def test_colors_when_asked() -> None:
+    out = io.StringIO()
+    writer = PrettyWriter(out, width=60, color=True, live=False)
+    writer.write([Error(name="E", message="bad"), Reasoning(text="hm")])
+    writer.flush()
+    text = out.getvalue()
+    assert "\x1b[" in text and "31" in text  # red error
+    assert "\x1b[2" in text  # dim reasoning
+
+
+def test_binary_target() -> None:
+    out = io.BytesIO()
+    writer = PrettyWriter(out, width=40, color=False, live=False)
+    writer.write([Message(text="héllo ✓")])
+    writer.flush()
+    assert out.getvalue().decode() == "› héllo ✓\n"
+
+
+def test_live_footer_totals() -> None:
+    out = io.StringIO()
+    writer = PrettyWriter(out, width=100, color=False, live=True)
+    writer.write(
+        [
+            Command(tool="bash", success=False, command="false", exit_code=1),
+            usage(),
+            usage(
+                2,
+                total_tokens=750,
+                input_tokens=500,
+                output_tokens=50,
+                cache_read_tokens=200,
+                cost=0.0077,
+            ),
+            Delta(field="text", delta="streaming words"),
+        ]
+    )
+    writer.end_batch()
+    footer = writer._footer().plain
+    assert "turns 2 · tools 1 (1 ✗) · tokens 2,000 (in 1,500 · out 100 · cache 400) · $0.0200" in (
+        footer
+    )
+    assert "streaming words" in footer
+    writer.flush()
+    assert writer._live is None  # the footer is gone at the end
+
+
+def test_rich_only_for_pretty() -> None:
+    code = (
+        "import sys, io\n"
+        "from opencode_events.writers import make_writer\n"
+        "make_writer('jsonl', io.BytesIO(), buffered=False)\n"
+        "import opencode_events.live, opencode_events.sse, opencode_events.cli\n"
+        "assert 'rich' not in sys.modules, 'rich imported'\n"
+        "make_writer('pretty', io.BytesIO(), buffered=False)\n"
+        "assert 'rich' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+# ------------------------------------------------------------------ a real terminal
+
+
+def run_in_pty(
+    argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 30, cols: int = 100
+) -> tuple[int, bytes]:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, cols, 0, 0))
+    proc = subprocess.Popen(
+        argv,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=REPO,
+        env={**os.environ, "TERM": "xterm-256color", **(env or {})},
+        start_new_session=True,
+    )
+    os.close(slave)
+    output = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the child side closed
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return code, output
+
+
+def test_normalize_on_a_terminal_is_pretty() -> None:
+    code, output = run_in_pty(
+        [sys.executable, "-m", "opencode_events", "normalize", "samples/bash_ok/stream.jsonl"]
+    )
+    assert code == 0, output
+    plain = ANSI.sub(b"", output).decode()
+    assert '{"kind"' not in plain
+    assert "✓ bash" in plain and "exit 0" in plain
+    assert "turn 1" in plain and "── 2 turns · 1 tool call" in plain
+    assert b"\x1b[?25h" in output  # the cursor is shown again at the end
+
+
+def test_run_on_a_terminal(tmp_path: Path) -> None:
+    """`opencode-events run` under a real pseudo-terminal, with a stand-in OpenCode that
+    plays a captured stream and exits 3."""
+    fake = tmp_path / "opencode"
+    sample = SAMPLES / "bash_fail" / "stream.jsonl"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path / "argv"}\ncat {sample}\nexit 3\n')
+    fake.chmod(0o755)
+    tee = tmp_path / "raw.jsonl"
+    code, output = run_in_pty(
+        [sys.executable, "-m", "opencode_events", "run", "--tee", str(tee), "-m", "x/y", "hi"],
+        env={"OPENCODE_BIN": str(fake)},
+    )
+    assert code == 3, output
+    plain = ANSI.sub(b"", output).decode()
+    assert '{"kind"' not in plain and "✓ bash" in plain and "exit 3" in plain
+    assert tee.read_bytes() == sample.read_bytes()
+    assert (tmp_path / "argv").read_text().split() == ["run", "--format", "json", "-m", "x/y", "hi"]
+
+
+def test_format_duration() -> None:
+    assert [format_duration(x) for x in (None, 0, 999, 1000, 59_999, 60_000, 3_725_000)] == [
+        None,
+        "0 ms",
+        "999 ms",
+        "1.0 s",
+        "60.0 s",
+        "1m 00s",
+        "62m 05s",
+    ]
