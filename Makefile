@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SAMPLE ?= samples/bash/stream.jsonl
+SAMPLE ?= samples/file_tools/stream.jsonl
 
 .PHONY: run test lint format bench samples goldens clean
 

@@ -21,6 +21,7 @@ class Column:
     numeric: bool = False
     style: str | None = None
     max_width: int | None = None
+    drop: int = 0  # when the table is too wide, columns with the highest ``drop`` go first
 
 
 def count(value: Any) -> str:
@@ -51,56 +52,83 @@ def draw_table(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(
-        title=title,
-        caption=caption,
-        show_footer=total is not None,
-        header_style="bold",
-        expand=False,
-    )
-    for column in columns:
-        footer = "" if total is None else str(column.value(total))
+    console = Console(file=out, width=width, soft_wrap=False)
+    if width is None and not out.isatty():
+        console.width = 240  # a table saved to a file is read at leisure
+    cells = [[str(column.value(row)) for column in columns] for row in rows]
+    footers = None if total is None else [str(column.value(total)) for column in columns]
+    shown = _fitting(columns, cells, footers, console.width)
+
+    table = Table(title=title, caption=caption, show_footer=footers is not None,
+                  header_style="bold", expand=False)
+    for index in shown:
+        column = columns[index]
         table.add_column(
             column.header,
             justify="right" if column.numeric else "left",
             style=column.style,
-            footer=footer,
+            footer="" if footers is None else footers[index],
             max_width=column.max_width,
-            overflow="fold",
+            overflow="ellipsis",
+            no_wrap=True,
         )
-    for row in rows:
-        table.add_row(*(str(column.value(row)) for column in columns))
-    Console(file=out, width=width, soft_wrap=False).print(table)
+    for row in cells:
+        table.add_row(*(row[index] for index in shown))
+    console.print(table)
+
+
+def _fitting(
+    columns: Sequence[Column], cells: list[list[str]], footers: list[str] | None, width: int
+) -> list[int]:
+    """Indexes of the columns to show: drop the most droppable until the table fits."""
+
+    def natural(index: int) -> int:
+        column = columns[index]
+        values = [row[index] for row in cells] + ([footers[index]] if footers else [])
+        longest = max([len(column.header), *map(len, values)])
+        return min(longest, column.max_width or longest) + 3  # padding and border
+
+    shown = list(range(len(columns)))
+    while sum(natural(i) for i in shown) + 1 > width:
+        candidates = [i for i in shown if columns[i].drop > 0]
+        if not candidates:
+            break
+        shown.remove(max(candidates, key=lambda i: (columns[i].drop, i)))
+    return shown
+
+
+def _tail(path: str | None, width: int) -> str:
+    """The end of a path, which says more than its start."""
+    if not path:
+        return ""
+    return path if len(path) <= width else "…" + path[-(width - 1) :]
 
 
 def sessions_table(summaries: Sequence[Any], *, out: TextIO, width: int | None = None) -> None:
     from .timeutil import format_time
 
+    def tools(s: Any) -> str:
+        failed = f" ✗{s.tool_failures:,}" if s.tool_failures else ""
+        return f"{s.tool_calls:,}{failed}"
+
     columns = [
-        Column("id", lambda s: s.id, style="cyan", max_width=32),
-        Column("updated", lambda s: format_time(s.time_updated)),
-        Column("title", lambda s: s.title or "", max_width=40),
-        Column("agent", lambda s: s.agent or ""),
-        Column("model", lambda s: s.model or ""),
-        Column("directory", lambda s: s.directory or "", max_width=30),
+        Column("id", lambda s: s.id, style="cyan"),
+        Column("updated", lambda s: format_time(s.time_updated), drop=3),
+        Column("title", lambda s: s.title or "", max_width=32, drop=1),
+        Column("agent", lambda s: s.agent or "", drop=5),
+        Column("model", lambda s: s.model or "", max_width=20, drop=4),
+        Column("directory", lambda s: _tail(s.directory, 24), drop=6),
         Column("turns", lambda s: count(s.turns), numeric=True),
-        Column("infer.", lambda s: count(s.inferences), numeric=True),
-        Column(
-            "tools (failed)",
-            lambda s: (
-                f"{s.tool_calls:,} ({s.tool_failures:,})"
-                if s.tool_failures
-                else f"{s.tool_calls:,}"
-            ),
-            numeric=True,
-        ),
+        Column("inf.", lambda s: count(s.inferences), numeric=True, drop=2),
+        Column("tools", tools, numeric=True),
         Column("input", lambda s: count(s.input_tokens), numeric=True),
         Column("output", lambda s: count(s.output_tokens), numeric=True),
-        Column("reasoning", lambda s: count(s.reasoning_tokens), numeric=True),
-        Column("cache read", lambda s: count(s.cache_read_tokens), numeric=True),
-        Column("cache write", lambda s: count(s.cache_write_tokens), numeric=True),
-        Column("cost (+subagents)", lambda s: money(s.total_cost), numeric=True),
-        Column("children", lambda s: count(len(s.children)), numeric=True),
-        Column("in flight", lambda s: "●" if s.in_flight else ""),
+        Column("reason.", lambda s: count(s.reasoning_tokens), numeric=True, drop=2),
+        Column("c.read", lambda s: count(s.cache_read_tokens), numeric=True, drop=2),
+        Column("c.write", lambda s: count(s.cache_write_tokens), numeric=True, drop=2),
+        Column("cost+sub", lambda s: money(s.total_cost), numeric=True),
+        Column("sub", lambda s: count(len(s.children)), numeric=True, drop=3),
+        Column("live", lambda s: "●" if s.in_flight else "", drop=3),
     ]
-    draw_table(columns, summaries, out=out, width=width, caption=f"{len(summaries)} session(s)")
+    caption = f"{len(summaries)} session(s); cost+sub includes subagents; ● in flight"
+    draw_table(columns, summaries, out=out, width=width, caption=caption)

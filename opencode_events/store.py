@@ -220,9 +220,15 @@ class Store:
 
     # ------------------------------------------------------------------ queries
 
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        """Rows of ``sql``; a damaged file fails here as an ``InputError``, even mid-way."""
         try:
-            return self.conn.execute(sql, params)
+            cursor = self.conn.execute(sql, params)
+            while True:
+                rows = cursor.fetchmany(256)
+                if not rows:
+                    return
+                yield from rows
         except sqlite3.Error as exc:
             raise InputError(f"cannot read {self.path}: {exc}") from None
 
@@ -241,9 +247,8 @@ class Store:
         return [self._session_row(row) for row in self._query(sql, params)]
 
     def session(self, session_id: str) -> SessionRow | None:
-        row = self._query(
-            f"SELECT {_SESSION_COLUMNS} FROM session WHERE id = ?", (session_id,)
-        ).fetchone()
+        rows = self._query(f"SELECT {_SESSION_COLUMNS} FROM session WHERE id = ?", (session_id,))
+        row = next(rows, None)
         return self._session_row(row) if row else None
 
     def find_sessions(self, prefix: str) -> list[str]:

@@ -86,6 +86,10 @@ def write_capture(cap: Capture, out: Path, binary: str) -> None:
         (out / name).write_bytes(raw)
     if cap.env.db_path.exists():
         cap.env.copy_db(out / "opencode.db")
+    config = cap.env.config_dir / "opencode.json"
+    if config.exists():
+        # The config OpenCode ran with (model prices, MCP servers): the store tests read it.
+        (out / "opencode.json").write_bytes(config.read_bytes())
     if cap.main_session:
         ex = cap.env.export(cap.main_session)
         if ex.returncode == 0 and ex.stdout.strip():

@@ -64,8 +64,9 @@ def test_metrics_agree_with_the_raw_step_finish_records(stream: Path):
     tool_records = [r for r in raw_records(scenario) if r["type"] == "tool_use"]
     assert metrics["tool_calls"] == len(tool_records)
     assert [e["seq"] for e in events] == list(range(len(events)))
-    session = raw_records(scenario)[0]["sessionID"]
-    assert all(e["session_id"] == session for e in events)
+    lines = (ROOT / "samples" / scenario / "stream.jsonl").read_bytes().splitlines()
+    for event in events[:-1]:  # each event carries the session of the record it came from
+        assert event["session_id"] == json.loads(lines[event["line"] - 1])["sessionID"]
 
 
 def scenario(name: str):

@@ -266,10 +266,15 @@ class OpenCodeEnv:
                     "name": "Mock provider",
                     "options": {"baseURL": self.base_url, "apiKey": "sk-mock-not-a-secret"},
                     "models": {
+                        # Prices (USD per million tokens) so OpenCode computes real costs.
                         DEFAULT_MODEL: {"name": "Mock model",
-                                        "limit": {"context": 200000, "output": 8192}},
+                                        "limit": {"context": 200000, "output": 8192},
+                                        "cost": {"input": 3, "output": 15, "cache_read": 0.3,
+                                                 "cache_write": 3.75}},
                         PATCH_MODEL: {"name": "Mock gpt-5 (apply_patch)",
-                                      "limit": {"context": 200000, "output": 8192}},
+                                      "limit": {"context": 200000, "output": 8192},
+                                      "cost": {"input": 1.25, "output": 10,
+                                               "cache_read": 0.125}},
                     },
                 }
             },

@@ -1,0 +1,405 @@
+"""The store: finding it, reading it without changing anything, bad databases, import and
+sessions on real captures (samples/*/opencode.db, from `make samples`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opencode_events.errors import InputError
+from opencode_events.store import Store, locate_db, select_sessions
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+CLI = [sys.executable, "-m", "opencode_events"]
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + list(args), capture_output=True, timeout=120, env=env)
+
+
+def jsonl(data: bytes) -> list[dict]:
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def copy_sample(name: str, tmp_path: Path, *, wal: bool = False) -> Path:
+    """A private copy of a captured database (optionally switched to WAL, as OpenCode runs)."""
+    target = tmp_path / name / "opencode.db"
+    target.parent.mkdir(parents=True)
+    shutil.copyfile(SAMPLES / name / "opencode.db", target)
+    if wal:
+        conn = sqlite3.connect(target)
+        conn.execute("PRAGMA journal_mode=wal")
+        conn.close()
+    return target
+
+
+def fingerprint(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def sql(db: Path, query: str, *params) -> list[tuple]:
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return conn.execute(query, params).fetchall()
+    finally:
+        conn.close()
+
+
+# --------------------------------------------------------------------- finding it
+
+
+def test_locate_db_order(tmp_path: Path):
+    env = {"HOME": "/h", "XDG_DATA_HOME": "/xdg", "OPENCODE_DB": "/abs/custom.db"}
+    assert locate_db("/given.db", env) == Path("/given.db")
+    assert locate_db(None, env) == Path("/abs/custom.db")
+    assert locate_db(None, {**env, "OPENCODE_DB": "rel.db"}) == Path("/xdg/opencode/rel.db")
+    assert locate_db(None, {"HOME": "/h", "XDG_DATA_HOME": "/xdg"}) == Path(
+        "/xdg/opencode/opencode.db"
+    )
+    assert locate_db(None, {"HOME": "/h"}) == Path("/h/.local/share/opencode/opencode.db")
+
+
+def test_default_location_and_channel_databases(tmp_path: Path):
+    data = tmp_path / "data" / "opencode"
+    data.mkdir(parents=True)
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "PATH": "/usr/bin"}
+    missing = run("sessions", "--format", "json", env=env)
+    assert missing.returncode == 2
+    assert missing.stderr.decode().startswith("error: no OpenCode database at ")
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", data / "opencode-dev.db")
+    hinted = run("sessions", "--format", "json", env=env)
+    assert hinted.returncode == 2 and b"opencode-dev.db" in hinted.stderr
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", data / "opencode.db")
+    found = run("sessions", "--format", "json", env=env)
+    assert found.returncode == 0 and len(json.loads(found.stdout)) == 1
+
+
+# ------------------------------------------------------------------ observe-only
+
+
+@pytest.mark.parametrize("wal", [False, True], ids=["rollback-journal", "wal"])
+def test_reading_changes_nothing(tmp_path: Path, wal: bool):
+    db = copy_sample("task", tmp_path, wal=wal)
+    before = fingerprint(db.parent)
+    for args in (["sessions", "--all", "--format", "json"], ["import", "--all"],
+                 ["import", "--last", "--children"]):
+        result = run(*args, "--db", str(db))
+        assert result.returncode == 0, result.stderr
+    assert fingerprint(db.parent) == before  # no -wal/-shm created, no byte changed
+
+
+def test_reads_while_opencode_writes(tmp_path: Path):
+    db = copy_sample("task", tmp_path, wal=True)
+    writer = sqlite3.connect(db, timeout=0)
+    writer.execute("PRAGMA journal_mode=wal")
+    writer.execute("PRAGMA wal_autocheckpoint=0")  # keep the new rows in the WAL
+    row = writer.execute("SELECT * FROM session WHERE parent_id IS NULL").fetchone()
+    columns = [c[1] for c in writer.execute("PRAGMA table_info(session)")]
+    fresh = dict(zip(columns, row, strict=True))
+    fresh.update(id="ses_zzzznewer", title="written while reading",
+                 time_updated=fresh["time_updated"] + 1000)
+    writer.execute(
+        f"INSERT INTO session ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        [fresh[c] for c in columns],
+    )
+    writer.commit()
+    assert Path(f"{db}-wal").exists() and Path(f"{db}-shm").exists()
+    wal_before = Path(f"{db}-wal").read_bytes()
+    with Store(db) as store:
+        titles = [s.title for s in store.sessions()]
+        assert "written while reading" in titles  # committed rows still in the WAL are seen
+        rows = store.parts(store.sessions(top_level=True)[-1].id)
+        next(rows)  # a read transaction is open now
+        writer.execute("UPDATE session SET title = 'still writable' WHERE id = 'ses_zzzznewer'")
+        writer.commit()  # timeout=0: fails at once if our read blocked the writer
+        list(rows)
+    assert Path(f"{db}-wal").read_bytes()[: len(wal_before)] == wal_before[: len(wal_before)]
+    writer.close()
+
+
+def test_wal_without_shm_is_read_from_a_private_copy(tmp_path: Path):
+    db = copy_sample("task", tmp_path, wal=True)
+    writer = sqlite3.connect(db)
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("UPDATE session SET title = 'only in the wal' WHERE parent_id IS NULL")
+    writer.commit()
+    wal = Path(f"{db}-wal").read_bytes()
+    # Simulate a crash that left the WAL behind: copy the pair elsewhere, without -shm.
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    shutil.copyfile(db, crashed / "opencode.db")
+    (crashed / "opencode.db-wal").write_bytes(wal)
+    writer.close()
+    before = fingerprint(crashed)
+    with Store(crashed / "opencode.db") as store:
+        assert "only in the wal" in [s.title for s in store.sessions()]
+    assert fingerprint(crashed) == before
+
+
+# ------------------------------------------------------------------ bad databases
+
+
+def test_not_sqlite(tmp_path: Path):
+    bogus = tmp_path / "opencode.db"
+    bogus.write_text("this is not a database\n" * 100)
+    result = run("sessions", "--db", str(bogus))
+    assert result.returncode == 2
+    assert result.stderr.decode().startswith("error: ") and b"Traceback" not in result.stderr
+    assert len(result.stderr.decode().strip().splitlines()) == 1
+
+
+def test_not_opencodes_schema(tmp_path: Path):
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE session (id TEXT)")
+    conn.close()
+    result = run("import", "--db", str(other))
+    assert result.returncode == 2
+    assert b"not an OpenCode database" in result.stderr
+
+
+def test_missing_table(tmp_path: Path):
+    db = copy_sample("text", tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE part")
+    conn.commit()
+    conn.close()
+    result = run("sessions", "--db", str(db))
+    assert result.returncode == 2 and b"no `part` table" in result.stderr
+
+
+def test_missing_file_and_directory(tmp_path: Path):
+    assert run("sessions", "--db", str(tmp_path / "nope.db")).returncode == 2
+    result = run("import", "--db", str(tmp_path))
+    assert result.returncode == 2 and result.stderr.startswith(b"error: ")
+
+
+def test_truncated_database(tmp_path: Path):
+    db = copy_sample("file_tools", tmp_path)
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 3])
+    for args in (["sessions", "--format", "json"], ["import", "--all"]):
+        result = run(*args, "--db", str(db))
+        assert b"Traceback" not in result.stderr
+        assert result.returncode in (0, 2)
+        if result.returncode == 2:
+            assert result.stderr.startswith(b"error: ")
+
+
+def test_locked_database_is_still_readable(tmp_path: Path):
+    db = copy_sample("text", tmp_path)
+    locker = sqlite3.connect(db, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        result = run("import", "--db", str(db))
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert result.returncode == 0, result.stderr
+    assert any(e["kind"] == "message" for e in jsonl(result.stdout))
+
+
+def test_rows_that_cannot_be_mapped(tmp_path: Path):
+    db = copy_sample("text", tmp_path)
+    conn = sqlite3.connect(db)
+    (message_id, session_id) = conn.execute(
+        "SELECT id, session_id FROM message WHERE data LIKE '%assistant%'"
+    ).fetchone()
+    rows = [("prt_zz1", "not json {"), ("prt_zz2", '{"type":"hologram","beam":1}'),
+            ("prt_zz3", '{"type":"tool","tool":"read","state":"oops"}'), ("prt_zz4", "[1,2]")]
+    for part_id, data in rows:
+        conn.execute("INSERT INTO part VALUES (?, ?, ?, 1, 1, ?)",
+                     (part_id, message_id, session_id, data))
+    conn.commit()
+    conn.close()
+    result = run("import", "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    events = {e.get("part_id"): e for e in jsonl(result.stdout)}
+    assert events["prt_zz1"]["kind"] == "warning" and events["prt_zz1"]["text"] == "not json {"
+    assert events["prt_zz2"]["kind"] == "unknown" and events["prt_zz2"]["type"] == "hologram"
+    assert events["prt_zz3"]["kind"] == "unknown"
+    assert events["prt_zz4"]["kind"] in ("warning", "unknown")
+    assert any(e["kind"] == "message" for e in events.values())  # the rest still maps
+
+
+# ------------------------------------------------------------------------- import
+
+
+def test_import_task_with_children():
+    db = SAMPLES / "task" / "opencode.db"
+    events = jsonl(run("import", "--db", str(db), "--children").stdout)
+    parent, child = [r[0] for r in sql(
+        db, "SELECT id FROM session ORDER BY parent_id IS NOT NULL")]
+    sessions = [e["session_id"] for e in events[:-1]]
+    assert sessions == sorted(sessions, key=lambda s: s != parent)  # parent first, then child
+    assert {parent, child} == set(sessions)
+    assert events[0]["kind"] == "prompt"
+    (orch,) = [e for e in events if e["kind"] == "orchestration"]
+    assert orch["child_session_id"] == child
+    for event in events[:-1]:
+        assert event["message_id"].startswith("msg_")
+        if event["kind"] != "error":
+            assert event["part_id"].startswith("prt_")
+    usage = [e for e in events if e["kind"] == "usage"]
+    steps = sql(db, "SELECT count(*) FROM part WHERE json_extract(data, '$.type')='step-finish'")
+    assert len(usage) == steps[0][0]
+    assert events[-1]["cost"] == pytest.approx(sql(db, "SELECT sum(cost) FROM session")[0][0])
+
+
+def test_import_without_children_is_the_parent_only():
+    db = SAMPLES / "task" / "opencode.db"
+    events = jsonl(run("import", "--db", str(db)).stdout)
+    assert len({e["session_id"] for e in events}) == 1
+
+
+def test_import_orders_messages_then_parts():
+    db = SAMPLES / "file_tools" / "opencode.db"
+    events = jsonl(run("import", "--db", str(db), "--no-metrics").stdout)
+    order = {mid: i for i, (mid,) in enumerate(
+        sql(db, "SELECT id FROM message ORDER BY time_created, id"))}
+    keys = [(order[e["message_id"]], e.get("part_id") or "") for e in events]
+    assert keys == sorted(keys)
+
+
+STREAM_SCENARIOS = ["text", "bash_ok", "bash_fail", "file_tools", "read_missing", "apply_patch",
+                    "task", "todowrite", "invalid_tool", "mcp", "skill", "webfetch",
+                    "reasoning_thinking"]
+
+
+@pytest.mark.parametrize("scenario", STREAM_SCENARIOS)
+def test_import_agrees_with_the_stream(scenario: str):
+    """The same session read from the store and from the run stream maps the same way."""
+    folder = SAMPLES / scenario
+    if not (folder / "stream.jsonl").exists():
+        pytest.skip(f"samples/{scenario} not captured")
+    streamed = jsonl(run("normalize", str(folder / "stream.jsonl"), "--no-metrics").stdout)
+    imported = {e.get("part_id"): e for e in jsonl(
+        run("import", "--db", str(folder / "opencode.db"), "--no-metrics").stdout)}
+    ignore = {"seq", "time", "line", "raw"}
+    for event in streamed:
+        if "part_id" not in event:
+            continue
+        twin = imported[event["part_id"]]
+        if event["kind"] == "write" and event["tool"] == "apply_patch":
+            continue  # one part, several events: compared below
+        assert {k: v for k, v in event.items() if k not in ignore} == {
+            k: v for k, v in twin.items() if k not in ignore}
+
+
+def test_import_selection():
+    db = SAMPLES / "fork" / "opencode.db"  # two top-level sessions: the original and its fork
+    newest = sql(db, "SELECT id FROM session ORDER BY time_updated DESC, id DESC")[0][0]
+    with Store(db) as store:
+        assert select_sessions(store) == [newest]
+        assert select_sessions(store, [newest[:14]]) == [newest]
+        assert select_sessions(store, all_sessions=True) == [
+            r[0] for r in sql(db, "SELECT id FROM session ORDER BY time_created, id")]
+        with pytest.raises(InputError, match="no session"):
+            select_sessions(store, ["ses_nope"])
+        with pytest.raises(InputError, match="matches 2 sessions"):
+            select_sessions(store, ["ses_"])
+
+
+def test_import_unknown_session_is_an_error():
+    result = run("import", "--db", str(SAMPLES / "text" / "opencode.db"), "ses_nope")
+    assert result.returncode == 2 and result.stderr == (
+        f"error: no session ses_nope in {SAMPLES / 'text' / 'opencode.db'}\n".encode()
+    )
+
+
+def test_export_document_maps_like_the_store():
+    folder = SAMPLES / "task"
+    exported = jsonl(run("normalize", str(folder / "export.json"), "--no-metrics").stdout)
+    imported = jsonl(run("import", "--db", str(folder / "opencode.db"), "--no-metrics").stdout)
+    strip = {"seq", "time"}
+    assert [{k: v for k, v in e.items() if k not in strip} for e in exported] == [
+        {k: v for k, v in e.items() if k not in strip} for e in imported]
+
+
+# ----------------------------------------------------------------------- sessions
+
+
+def test_sessions_rows_match_the_database():
+    db = SAMPLES / "task" / "opencode.db"
+    rows = json.loads(run("sessions", "--db", str(db), "--all", "--format", "json").stdout)
+    by_id = {r["id"]: r for r in rows}
+    for sid, parent, cost, tin, tout, tread in sql(
+        db, "SELECT id, parent_id, cost, tokens_input, tokens_output, tokens_cache_read "
+        "FROM session"
+    ):
+        row = by_id[sid]
+        assert row["path"] == f"{db}/{sid}"
+        assert row["parent_id"] == parent
+        assert (row["cost"], row["input_tokens"], row["output_tokens"],
+                row["cache_read_tokens"]) == (cost, tin, tout, tread)
+        users, assistants = sql(
+            db, "SELECT sum(json_extract(data,'$.role')='user'), "
+            "sum(json_extract(data,'$.role')='assistant') FROM message WHERE session_id=?", sid)[0]
+        assert (row["turns"], row["inferences"]) == (users, assistants)
+        tools = sql(db, "SELECT count(*) FROM part WHERE session_id=? AND "
+                    "json_extract(data,'$.type')='tool'", sid)[0][0]
+        assert row["tool_calls"] == tools
+    parent = next(r for r in rows if r["parent_id"] is None)
+    child = next(r for r in rows if r["parent_id"] is not None)
+    assert parent["children"] == [child["id"]]
+    assert parent["total_cost"] == pytest.approx(parent["cost"] + child["cost"])
+    assert parent["total_cost"] > parent["cost"] > 0
+
+
+def test_sessions_top_level_by_default_newest_first(tmp_path: Path):
+    db = SAMPLES / "task" / "opencode.db"
+    rows = json.loads(run("sessions", "--db", str(db), "--format", "json").stdout)
+    assert [r["parent_id"] for r in rows] == [None]
+    lines = jsonl(run("sessions", "--db", str(db), "--all", "--format", "jsonl").stdout)
+    assert [r["time_updated"] for r in lines] == sorted(
+        (r["time_updated"] for r in lines), reverse=True)
+    assert len(jsonl(run("sessions", "--db", str(db), "--all", "--limit", "1",
+                         "--format", "jsonl").stdout)) == 1
+    future = run("sessions", "--db", str(db), "--since", "2099-01-01", "--format", "json")
+    assert json.loads(future.stdout) == []
+
+
+def test_sessions_csv_and_bad_since():
+    db = SAMPLES / "task" / "opencode.db"
+    csv_out = run("sessions", "--db", str(db), "--format", "csv").stdout.decode().splitlines()
+    assert csv_out[0].startswith("id,path,parent_id,title")
+    assert len(csv_out) == 2
+    bad = run("sessions", "--db", str(db), "--since", "yesterday-ish")
+    assert bad.returncode == 2 and b"Traceback" not in bad.stderr
+
+
+def test_sessions_table_for_people():
+    db = SAMPLES / "task" / "opencode.db"
+    out = run("sessions", "--db", str(db), "--format", "table").stdout.decode()
+    assert "Mock session title" in out and "$0.0" in out
+    assert "1 session(s)" in out
+
+
+def test_mcp_calls_attributed_to_configured_servers(tmp_path: Path):
+    folder = SAMPLES / "mcp"
+    config = tmp_path / "config" / "opencode"
+    config.mkdir(parents=True)
+    shutil.copyfile(folder / "opencode.json", config / "opencode.json")
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "PATH": "/usr/bin"}
+    rows = json.loads(run("sessions", "--db", str(folder / "opencode.db"), "--format", "json",
+                          env=env).stdout)
+    (row,) = rows
+    mcp_tools = sql(folder / "opencode.db", "SELECT count(*) FROM part WHERE "
+                    "json_extract(data,'$.tool') LIKE 'my-tools_v1_%'")[0][0]
+    assert mcp_tools >= 2
+    assert row["mcp_calls"] == {"my-tools.v1": mcp_tools}
+    assert row["tool_failures"] >= 1
+    without_config = json.loads(run("sessions", "--db", str(folder / "opencode.db"),
+                                    "--format", "json",
+                                    env={"HOME": str(tmp_path / "empty"),
+                                         "PATH": "/usr/bin"}).stdout)
+    assert without_config[0]["mcp_calls"] == {}
