@@ -185,6 +185,7 @@ def follow(
             _note(f"cannot reconnect to {endpoint.shown}; trying again in {delay:g} s")
             sleep(delay)
             continue
+        _note(("reconnected to " if not first else "attached to ") + endpoint.shown)
         first = False
         try:
             line_no, got_data = _read(response, reader, writer, line_no, until_idle)
