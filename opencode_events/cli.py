@@ -161,15 +161,9 @@ def _since_ms(since: str | None) -> int | None:
 
 
 def _open_store(db_path: str | None) -> Any:
-    from .store import Store, channel_databases, locate_db
+    from .store import open_store
 
-    path = locate_db(db_path)
-    if db_path is None and not path.exists():
-        others = channel_databases(path.parent)
-        if others:
-            names = ", ".join(str(p) for p in others)
-            raise InputError(f"no OpenCode database at {path} (found {names}; pass --db)")
-    return Store(path)
+    return open_store(db_path)
 
 
 @cli.command(name="import")

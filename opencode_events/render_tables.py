@@ -59,8 +59,13 @@ def draw_table(
     footers = None if total is None else [str(column.value(total)) for column in columns]
     shown = _fitting(columns, cells, footers, console.width)
 
-    table = Table(title=title, caption=caption, show_footer=footers is not None,
-                  header_style="bold", expand=False)
+    table = Table(
+        title=title,
+        caption=caption,
+        show_footer=footers is not None,
+        header_style="bold",
+        expand=False,
+    )
     for index in shown:
         column = columns[index]
         table.add_column(

@@ -41,6 +41,7 @@ __all__ = [
     "channel_databases",
     "REQUIRED_TABLES",
     "select_sessions",
+    "open_store",
 ]
 
 # The tables and columns we read; anything else in the schema may change freely.
@@ -371,3 +372,25 @@ def select_sessions(
         expanded.append(sid)
         expanded.extend(descendants([sid], tree))
     return list(dict.fromkeys(expanded))
+
+
+def open_store(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Any:
+    """The store to read: the database ``locate_db`` names, or else legacy JSON files.
+
+    ``explicit`` may also name an OpenCode data directory or a ``storage`` folder. When the
+    default database is missing, the data directory's legacy ``storage/`` files are used;
+    failing that, the error names any ``opencode-<channel>.db`` found beside it.
+    """
+    from .legacy import LegacyStore, find_legacy_roots
+
+    path = locate_db(explicit, env)
+    if path.is_dir():
+        return LegacyStore(path)
+    if not path.exists() and not explicit:
+        if find_legacy_roots(path.parent):
+            return LegacyStore(path.parent)
+        others = channel_databases(path.parent)
+        if others:
+            names = ", ".join(str(p) for p in others)
+            raise InputError(f"no OpenCode database at {path} (found {names}; pass --db)")
+    return Store(path)

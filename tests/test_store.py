@@ -89,8 +89,11 @@ def test_default_location_and_channel_databases(tmp_path: Path):
 def test_reading_changes_nothing(tmp_path: Path, wal: bool):
     db = copy_sample("task", tmp_path, wal=wal)
     before = fingerprint(db.parent)
-    for args in (["sessions", "--all", "--format", "json"], ["import", "--all"],
-                 ["import", "--last", "--children"]):
+    for args in (
+        ["sessions", "--all", "--format", "json"],
+        ["import", "--all"],
+        ["import", "--last", "--children"],
+    ):
         result = run(*args, "--db", str(db))
         assert result.returncode == 0, result.stderr
     assert fingerprint(db.parent) == before  # no -wal/-shm created, no byte changed
@@ -104,8 +107,9 @@ def test_reads_while_opencode_writes(tmp_path: Path):
     row = writer.execute("SELECT * FROM session WHERE parent_id IS NULL").fetchone()
     columns = [c[1] for c in writer.execute("PRAGMA table_info(session)")]
     fresh = dict(zip(columns, row, strict=True))
-    fresh.update(id="ses_zzzznewer", title="written while reading",
-                 time_updated=fresh["time_updated"] + 1000)
+    fresh.update(
+        id="ses_zzzznewer", title="written while reading", time_updated=fresh["time_updated"] + 1000
+    )
     writer.execute(
         f"INSERT INTO session ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
         [fresh[c] for c in columns],
@@ -213,11 +217,16 @@ def test_rows_that_cannot_be_mapped(tmp_path: Path):
     (message_id, session_id) = conn.execute(
         "SELECT id, session_id FROM message WHERE data LIKE '%assistant%'"
     ).fetchone()
-    rows = [("prt_zz1", "not json {"), ("prt_zz2", '{"type":"hologram","beam":1}'),
-            ("prt_zz3", '{"type":"tool","tool":"read","state":"oops"}'), ("prt_zz4", "[1,2]")]
+    rows = [
+        ("prt_zz1", "not json {"),
+        ("prt_zz2", '{"type":"hologram","beam":1}'),
+        ("prt_zz3", '{"type":"tool","tool":"read","state":"oops"}'),
+        ("prt_zz4", "[1,2]"),
+    ]
     for part_id, data in rows:
-        conn.execute("INSERT INTO part VALUES (?, ?, ?, 1, 1, ?)",
-                     (part_id, message_id, session_id, data))
+        conn.execute(
+            "INSERT INTO part VALUES (?, ?, ?, 1, 1, ?)", (part_id, message_id, session_id, data)
+        )
     conn.commit()
     conn.close()
     result = run("import", "--db", str(db))
@@ -236,8 +245,7 @@ def test_rows_that_cannot_be_mapped(tmp_path: Path):
 def test_import_task_with_children():
     db = SAMPLES / "task" / "opencode.db"
     events = jsonl(run("import", "--db", str(db), "--children").stdout)
-    parent, child = [r[0] for r in sql(
-        db, "SELECT id FROM session ORDER BY parent_id IS NOT NULL")]
+    parent, child = [r[0] for r in sql(db, "SELECT id FROM session ORDER BY parent_id IS NOT NULL")]
     sessions = [e["session_id"] for e in events[:-1]]
     assert sessions == sorted(sessions, key=lambda s: s != parent)  # parent first, then child
     assert {parent, child} == set(sessions)
@@ -263,15 +271,29 @@ def test_import_without_children_is_the_parent_only():
 def test_import_orders_messages_then_parts():
     db = SAMPLES / "file_tools" / "opencode.db"
     events = jsonl(run("import", "--db", str(db), "--no-metrics").stdout)
-    order = {mid: i for i, (mid,) in enumerate(
-        sql(db, "SELECT id FROM message ORDER BY time_created, id"))}
+    order = {
+        mid: i
+        for i, (mid,) in enumerate(sql(db, "SELECT id FROM message ORDER BY time_created, id"))
+    }
     keys = [(order[e["message_id"]], e.get("part_id") or "") for e in events]
     assert keys == sorted(keys)
 
 
-STREAM_SCENARIOS = ["text", "bash_ok", "bash_fail", "file_tools", "read_missing", "apply_patch",
-                    "task", "todowrite", "invalid_tool", "mcp", "skill", "webfetch",
-                    "reasoning_thinking"]
+STREAM_SCENARIOS = [
+    "text",
+    "bash_ok",
+    "bash_fail",
+    "file_tools",
+    "read_missing",
+    "apply_patch",
+    "task",
+    "todowrite",
+    "invalid_tool",
+    "mcp",
+    "skill",
+    "webfetch",
+    "reasoning_thinking",
+]
 
 
 @pytest.mark.parametrize("scenario", STREAM_SCENARIOS)
@@ -281,8 +303,10 @@ def test_import_agrees_with_the_stream(scenario: str):
     if not (folder / "stream.jsonl").exists():
         pytest.skip(f"samples/{scenario} not captured")
     streamed = jsonl(run("normalize", str(folder / "stream.jsonl"), "--no-metrics").stdout)
-    imported = {e.get("part_id"): e for e in jsonl(
-        run("import", "--db", str(folder / "opencode.db"), "--no-metrics").stdout)}
+    imported = {
+        e.get("part_id"): e
+        for e in jsonl(run("import", "--db", str(folder / "opencode.db"), "--no-metrics").stdout)
+    }
     ignore = {"seq", "time", "line", "raw"}
     for event in streamed:
         if "part_id" not in event:
@@ -291,7 +315,8 @@ def test_import_agrees_with_the_stream(scenario: str):
         if event["kind"] == "write" and event["tool"] == "apply_patch":
             continue  # one part, several events: compared below
         assert {k: v for k, v in event.items() if k not in ignore} == {
-            k: v for k, v in twin.items() if k not in ignore}
+            k: v for k, v in twin.items() if k not in ignore
+        }
 
 
 def test_import_selection():
@@ -301,7 +326,8 @@ def test_import_selection():
         assert select_sessions(store) == [newest]
         assert select_sessions(store, [newest[:14]]) == [newest]
         assert select_sessions(store, all_sessions=True) == [
-            r[0] for r in sql(db, "SELECT id FROM session ORDER BY time_created, id")]
+            r[0] for r in sql(db, "SELECT id FROM session ORDER BY time_created, id")
+        ]
         with pytest.raises(InputError, match="no session"):
             select_sessions(store, ["ses_nope"])
         with pytest.raises(InputError, match="matches 2 sessions"):
@@ -321,7 +347,8 @@ def test_export_document_maps_like_the_store():
     imported = jsonl(run("import", "--db", str(folder / "opencode.db"), "--no-metrics").stdout)
     strip = {"seq", "time"}
     assert [{k: v for k, v in e.items() if k not in strip} for e in exported] == [
-        {k: v for k, v in e.items() if k not in strip} for e in imported]
+        {k: v for k, v in e.items() if k not in strip} for e in imported
+    ]
 
 
 # ----------------------------------------------------------------------- sessions
@@ -332,20 +359,30 @@ def test_sessions_rows_match_the_database():
     rows = json.loads(run("sessions", "--db", str(db), "--all", "--format", "json").stdout)
     by_id = {r["id"]: r for r in rows}
     for sid, parent, cost, tin, tout, tread in sql(
-        db, "SELECT id, parent_id, cost, tokens_input, tokens_output, tokens_cache_read "
-        "FROM session"
+        db,
+        "SELECT id, parent_id, cost, tokens_input, tokens_output, tokens_cache_read FROM session",
     ):
         row = by_id[sid]
         assert row["path"] == f"{db}/{sid}"
         assert row["parent_id"] == parent
-        assert (row["cost"], row["input_tokens"], row["output_tokens"],
-                row["cache_read_tokens"]) == (cost, tin, tout, tread)
+        assert (
+            row["cost"],
+            row["input_tokens"],
+            row["output_tokens"],
+            row["cache_read_tokens"],
+        ) == (cost, tin, tout, tread)
         users, assistants = sql(
-            db, "SELECT sum(json_extract(data,'$.role')='user'), "
-            "sum(json_extract(data,'$.role')='assistant') FROM message WHERE session_id=?", sid)[0]
+            db,
+            "SELECT sum(json_extract(data,'$.role')='user'), "
+            "sum(json_extract(data,'$.role')='assistant') FROM message WHERE session_id=?",
+            sid,
+        )[0]
         assert (row["turns"], row["inferences"]) == (users, assistants)
-        tools = sql(db, "SELECT count(*) FROM part WHERE session_id=? AND "
-                    "json_extract(data,'$.type')='tool'", sid)[0][0]
+        tools = sql(
+            db,
+            "SELECT count(*) FROM part WHERE session_id=? AND json_extract(data,'$.type')='tool'",
+            sid,
+        )[0][0]
         assert row["tool_calls"] == tools
     parent = next(r for r in rows if r["parent_id"] is None)
     child = next(r for r in rows if r["parent_id"] is not None)
@@ -360,9 +397,18 @@ def test_sessions_top_level_by_default_newest_first(tmp_path: Path):
     assert [r["parent_id"] for r in rows] == [None]
     lines = jsonl(run("sessions", "--db", str(db), "--all", "--format", "jsonl").stdout)
     assert [r["time_updated"] for r in lines] == sorted(
-        (r["time_updated"] for r in lines), reverse=True)
-    assert len(jsonl(run("sessions", "--db", str(db), "--all", "--limit", "1",
-                         "--format", "jsonl").stdout)) == 1
+        (r["time_updated"] for r in lines), reverse=True
+    )
+    assert (
+        len(
+            jsonl(
+                run(
+                    "sessions", "--db", str(db), "--all", "--limit", "1", "--format", "jsonl"
+                ).stdout
+            )
+        )
+        == 1
+    )
     future = run("sessions", "--db", str(db), "--since", "2099-01-01", "--format", "json")
     assert json.loads(future.stdout) == []
 
@@ -388,18 +434,26 @@ def test_mcp_calls_attributed_to_configured_servers(tmp_path: Path):
     config = tmp_path / "config" / "opencode"
     config.mkdir(parents=True)
     shutil.copyfile(folder / "opencode.json", config / "opencode.json")
-    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"),
-           "PATH": "/usr/bin"}
-    rows = json.loads(run("sessions", "--db", str(folder / "opencode.db"), "--format", "json",
-                          env=env).stdout)
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"), "PATH": "/usr/bin"}
+    rows = json.loads(
+        run("sessions", "--db", str(folder / "opencode.db"), "--format", "json", env=env).stdout
+    )
     (row,) = rows
-    mcp_tools = sql(folder / "opencode.db", "SELECT count(*) FROM part WHERE "
-                    "json_extract(data,'$.tool') LIKE 'my-tools_v1_%'")[0][0]
+    mcp_tools = sql(
+        folder / "opencode.db",
+        "SELECT count(*) FROM part WHERE json_extract(data,'$.tool') LIKE 'my-tools_v1_%'",
+    )[0][0]
     assert mcp_tools >= 2
     assert row["mcp_calls"] == {"my-tools.v1": mcp_tools}
     assert row["tool_failures"] >= 1
-    without_config = json.loads(run("sessions", "--db", str(folder / "opencode.db"),
-                                    "--format", "json",
-                                    env={"HOME": str(tmp_path / "empty"),
-                                         "PATH": "/usr/bin"}).stdout)
+    without_config = json.loads(
+        run(
+            "sessions",
+            "--db",
+            str(folder / "opencode.db"),
+            "--format",
+            "json",
+            env={"HOME": str(tmp_path / "empty"), "PATH": "/usr/bin"},
+        ).stdout
+    )
     assert without_config[0]["mcp_calls"] == {}

@@ -1,0 +1,255 @@
+"""OpenCode's JSON storage from before SQLite (OPENCODE.md §7), read like ``store.Store``.
+
+Two layouts, each one JSON file per object, ids included in the objects:
+
+- newer, under ``<data>/storage/``: ``session/<project>/<session>.json``,
+  ``message/<session>/<message>.json``, ``part/<message>/<part>.json``;
+- oldest, under ``<data>/project/<name>/storage/``: ``session/info/<session>.json``,
+  ``session/message/<session>/<message>.json``, ``session/part/<session>/<message>/<part>.json``.
+
+Sessions here carry no totals of their own, so a session's cost and tokens are the sums of its
+assistant messages' (which is how OpenCode computed them then). Files are only read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+from .errors import InputError
+from .store import MessageRow, PartRow, SessionRow
+from .views import MessageInfo
+
+__all__ = ["LegacyStore", "find_legacy_roots"]
+
+
+class _Time(Struct):
+    created: Any = None
+    updated: Any = None
+
+
+class _SessionInfo(Struct):
+    id: Any = None
+    parentID: Any = None  # noqa: N815
+    title: Any = None
+    directory: Any = None
+    version: Any = None
+    agent: Any = None
+    time: _Time | None = None
+
+
+_SESSION = msgspec.json.Decoder(_SessionInfo)
+_MESSAGE = msgspec.json.Decoder(MessageInfo)
+
+
+def find_legacy_roots(data: Path) -> list[Path]:
+    """Every ``storage`` folder under an OpenCode data directory, newer layout first."""
+    roots = []
+    if (data / "storage" / "session").is_dir():
+        roots.append(data / "storage")
+    project = data / "project"
+    if project.is_dir():
+        roots += sorted(p for p in project.glob("*/storage") if (p / "session").is_dir())
+    return roots
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class _Layout:
+    """Where one root keeps sessions, messages and parts."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.oldest = (root / "session" / "info").is_dir()
+
+    def session_files(self) -> Iterator[Path]:
+        if self.oldest:
+            yield from (self.root / "session" / "info").glob("*.json")
+        else:
+            yield from (self.root / "session").glob("*/*.json")
+
+    def message_dir(self, session_id: str) -> Path:
+        if self.oldest:
+            return self.root / "session" / "message" / session_id
+        return self.root / "message" / session_id
+
+    def part_dir(self, session_id: str, message_id: str) -> Path:
+        if self.oldest:
+            return self.root / "session" / "part" / session_id / message_id
+        return self.root / "part" / message_id
+
+
+class LegacyStore:
+    """The legacy JSON files of one data directory (all its storage roots)."""
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(data_dir)
+        roots = find_legacy_roots(self.path)
+        if not roots and (self.path / "session").is_dir():
+            roots = [self.path]  # pointed straight at a storage folder
+        if not roots:
+            raise InputError(f"no OpenCode storage/ files under {self.path}")
+        self._sessions: dict[str, tuple[SessionRow, _Layout]] = {}
+        for root in roots:
+            layout = _Layout(root)
+            for file in layout.session_files():
+                row = self._session_row(file, layout)
+                if row is not None and row.id not in self._sessions:
+                    self._sessions[row.id] = (row, layout)
+
+    def __enter__(self) -> LegacyStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ sessions
+
+    def _session_row(self, file: Path, layout: _Layout) -> SessionRow | None:
+        data = _read(file)
+        try:
+            info = _SESSION.decode(data) if data else None
+        except msgspec.DecodeError:
+            info = None
+        if info is None or not isinstance(info.id, str):
+            return None
+        cost = 0.0
+        tokens = [0, 0, 0, 0, 0]
+        model = None
+        for message in self._message_infos(info.id, layout):
+            if message.role != "assistant":
+                continue
+            if isinstance(message.cost, int | float):
+                cost += message.cost
+            t = message.tokens
+            if t is not None:
+                cache = t.cache
+                values = (
+                    t.input,
+                    t.output,
+                    t.reasoning,
+                    cache and cache.read,
+                    cache and cache.write,
+                )
+                for index, value in enumerate(values):
+                    tokens[index] += value if isinstance(value, int) else 0
+            if isinstance(message.modelID, str):
+                model = msgspec.json.encode(
+                    {"id": message.modelID, "providerID": message.providerID}
+                )
+        created = _int(info.time.created) if info.time else None
+        updated = _int(info.time.updated) if info.time else None
+        return SessionRow(
+            id=info.id,
+            parent_id=info.parentID if isinstance(info.parentID, str) else None,
+            title=info.title if isinstance(info.title, str) else None,
+            directory=info.directory if isinstance(info.directory, str) else None,
+            version=info.version if isinstance(info.version, str) else None,
+            agent=info.agent if isinstance(info.agent, str) else None,
+            model=model,
+            cost=cost,
+            tokens_input=tokens[0],
+            tokens_output=tokens[1],
+            tokens_reasoning=tokens[2],
+            tokens_cache_read=tokens[3],
+            tokens_cache_write=tokens[4],
+            time_created=created or 0,
+            time_updated=updated or created or 0,
+        )
+
+    def sessions(self, *, since_ms: int | None = None, top_level: bool = False) -> list[SessionRow]:
+        rows = [row for row, _ in self._sessions.values()]
+        if since_ms is not None:
+            rows = [r for r in rows if r.time_updated >= since_ms]
+        if top_level:
+            rows = [r for r in rows if r.parent_id is None]
+        return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)
+
+    def session(self, session_id: str) -> SessionRow | None:
+        found = self._sessions.get(session_id)
+        return found[0] if found else None
+
+    def find_sessions(self, prefix: str) -> list[str]:
+        return sorted(sid for sid in self._sessions if sid == prefix or sid.startswith(prefix))
+
+    def children(self) -> dict[str, list[str]]:
+        tree: dict[str, list[str]] = {}
+        for row in sorted(
+            (r for r, _ in self._sessions.values()), key=lambda r: (r.time_created, r.id)
+        ):
+            if row.parent_id:
+                tree.setdefault(row.parent_id, []).append(row.id)
+        return tree
+
+    # ------------------------------------------------------------ messages, parts
+
+    def _message_files(self, session_id: str, layout: _Layout) -> list[tuple[int, str, bytes]]:
+        found = []
+        for file in layout.message_dir(session_id).glob("*.json"):
+            data = _read(file)
+            if data is None:
+                continue
+            try:
+                info = _MESSAGE.decode(data)
+                created = _int(info.time.created) if info.time else None
+            except msgspec.DecodeError:
+                created = None
+            found.append((created or 0, file.stem, data))
+        return sorted(found, key=lambda item: (item[0], item[1]))
+
+    def _message_infos(self, session_id: str, layout: _Layout) -> Iterator[MessageInfo]:
+        for _, _, data in self._message_files(session_id, layout):
+            try:
+                yield _MESSAGE.decode(data)
+            except msgspec.DecodeError:
+                continue
+
+    def messages(self, session_id: str) -> Iterator[MessageRow]:
+        found = self._sessions.get(session_id)
+        if found is None:
+            return
+        for created, message_id, data in self._message_files(session_id, found[1]):
+            yield MessageRow(message_id, session_id, created or None, data)
+
+    def parts(self, session_id: str) -> Iterator[PartRow]:
+        found = self._sessions.get(session_id)
+        if found is None:
+            return
+        layout = found[1]
+        for created, message_id, _ in self._message_files(session_id, layout):
+            files = sorted(layout.part_dir(session_id, message_id).glob("*.json"))
+            for file in files:
+                data = _read(file)
+                if data is not None:
+                    yield PartRow(file.stem, message_id, session_id, created or None, data)
+
+    def all_message_data(
+        self, session_ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, bytes]]:
+        for sid in session_ids if session_ids is not None else list(self._sessions):
+            for row in self.messages(sid):
+                yield sid, row.data
+
+    def all_part_data(
+        self, session_ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, bytes]]:
+        for sid in session_ids if session_ids is not None else list(self._sessions):
+            for row in self.parts(sid):
+                yield sid, row.data

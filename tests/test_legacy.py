@@ -1,0 +1,112 @@
+"""Legacy JSON storage (before SQLite): both layouts, built from a real capture's rows, read
+exactly like the database they came from."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "opencode_events"]
+
+
+def rows(db: Path, query: str) -> list[tuple]:
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return conn.execute(query).fetchall()
+    finally:
+        conn.close()
+
+
+def write_legacy(db: Path, data_dir: Path, *, oldest: bool) -> None:
+    """OpenCode's JSON files for every session of ``db`` (ids put back into the objects)."""
+    if oldest:
+        storage = data_dir / "project" / "work" / "storage"
+    else:
+        storage = data_dir / "storage"
+    for sid, parent, title, directory, version, created, updated in rows(
+        db,
+        "SELECT id, parent_id, title, directory, version, time_created, time_updated FROM session",
+    ):
+        info = {
+            "id": sid,
+            "title": title,
+            "directory": directory,
+            "version": version,
+            "time": {"created": created, "updated": updated},
+        }
+        if parent:
+            info["parentID"] = parent
+        folder = storage / "session" / ("info" if oldest else "proj")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{sid}.json").write_text(json.dumps(info))
+    for mid, sid, data in rows(db, "SELECT id, session_id, data FROM message"):
+        message = {"id": mid, "sessionID": sid, **json.loads(data)}
+        folder = storage / ("session/message" if oldest else "message") / sid
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{mid}.json").write_text(json.dumps(message))
+    for pid, mid, sid, data in rows(db, "SELECT id, message_id, session_id, data FROM part"):
+        part = {"id": pid, "messageID": mid, "sessionID": sid, **json.loads(data)}
+        folder = (storage / "session" / "part" / sid / mid) if oldest else (storage / "part" / mid)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{pid}.json").write_text(json.dumps(part))
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + list(args), capture_output=True, timeout=120, env=env)
+
+
+def comparable(events: list[dict]) -> list[dict]:
+    return [{k: v for k, v in e.items() if k not in ("time", "raw")} for e in events]
+
+
+@pytest.mark.parametrize("oldest", [False, True], ids=["storage", "project-storage"])
+def test_legacy_layout_reads_like_the_database(tmp_path: Path, oldest: bool):
+    db = ROOT / "samples" / "task" / "opencode.db"
+    data_dir = tmp_path / "data" / "opencode"
+    write_legacy(db, data_dir, oldest=oldest)
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "PATH": "/usr/bin"}
+
+    from_files = run("import", "--all", env=env)  # no opencode.db: the JSON files are used
+    assert from_files.returncode == 0, from_files.stderr
+    from_db = run("import", "--all", "--db", str(db))
+    parse = lambda out: [json.loads(line) for line in out.splitlines()]  # noqa: E731
+    assert comparable(parse(from_files.stdout)) == comparable(parse(from_db.stdout))
+
+    legacy = json.loads(run("sessions", "--all", "--format", "json", env=env).stdout)
+    stored = json.loads(run("sessions", "--all", "--format", "json", "--db", str(db)).stdout)
+    keys = [
+        "id",
+        "parent_id",
+        "title",
+        "turns",
+        "inferences",
+        "tool_calls",
+        "tool_failures",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "children",
+    ]
+    assert [{k: r[k] for k in keys} for r in legacy] == [{k: r[k] for k in keys} for r in stored]
+    for old, new in zip(legacy, stored, strict=True):
+        assert old["cost"] == pytest.approx(new["cost"])
+        assert old["total_cost"] == pytest.approx(new["total_cost"])
+
+
+def test_db_option_accepts_a_storage_folder(tmp_path: Path):
+    db = ROOT / "samples" / "text" / "opencode.db"
+    write_legacy(db, tmp_path / "opencode", oldest=False)
+    result = run("import", "--db", str(tmp_path / "opencode" / "storage"))
+    assert result.returncode == 0, result.stderr
+    assert any(json.loads(line)["kind"] == "message" for line in result.stdout.splitlines())
+
+
+def test_empty_folder_is_an_error(tmp_path: Path):
+    result = run("sessions", "--db", str(tmp_path))
+    assert result.returncode == 2 and result.stderr.startswith(b"error: no OpenCode storage")
