@@ -383,3 +383,71 @@ def test_attach_reconnects_without_doubling():
     assert [{k: v for k, v in e.items() if k not in drop} for e in events] == [
         {k: v for k, v in e.items() if k not in drop} for e in expected
     ]
+
+
+# ------------------------------------------------------------------------ run
+
+
+def test_run_drives_opencode(mock_model, opencode_env, tmp_path):
+    m = mock_model(
+        [
+            tools(call("bash", {"command": "echo via run; exit 5"}, "call_r"), usage=U(1500, 20)),
+            say("Ran it.", usage=U(1600, 5, 1400)),
+        ]
+    )
+    env = opencode_env(m)
+    tee = tmp_path / "raw.jsonl"
+    result = subprocess.run(
+        [*CLI, "run", "--format", "jsonl", "--tee", str(tee), "-m", "mock/mock-model", "go"],
+        capture_output=True,
+        cwd=env.work,
+        timeout=120,
+        env={**env.env, "OPENCODE_BIN": env.binary, "PYTHONPATH": str(REPO)},
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    kinds = [e["kind"] for e in events]
+    assert kinds == ["command", "usage", "message", "usage", "metrics"], kinds
+    assert events[0]["command"] == "echo via run; exit 5" and events[0]["exit_code"] == 5
+    # the tee is OpenCode's stream byte for byte: normalizing it gives the same events
+    offline = subprocess.run(
+        [*CLI, "normalize", str(tee)], capture_output=True, cwd=REPO, timeout=30
+    )
+    assert offline.stdout == result.stdout
+
+
+def test_run_passes_ctrl_c_to_opencode(mock_model, opencode_env):
+    m = mock_model(
+        [
+            tools(
+                call("bash", {"command": "echo started; sleep 30; echo finished"}, "call_s"),
+                usage=U(1500, 20),
+            ),
+            say("Should not be reached.", usage=U(1600, 5)),
+        ]
+    )
+    env = opencode_env(m)
+    proc = subprocess.Popen(
+        [*CLI, "run", "--format", "jsonl", "-m", "mock/mock-model", "wait"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=env.work,
+        start_new_session=True,
+        env={**env.env, "OPENCODE_BIN": env.binary, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(r.step == 0 for r in m.requests) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)  # the slow bash is running
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)  # only our process, as a terminal would deliver it
+        out, err = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 20  # OpenCode stopped; the sleep 30 did not finish
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # OpenCode dies of the SIGINT (the `sigint` sample: returncode -2) → 128 + 2
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err
