@@ -435,11 +435,13 @@ def test_run_passes_ctrl_c_to_opencode(mock_model, opencode_env):
         start_new_session=True,
         env={**env.env, "OPENCODE_BIN": env.binary, "PYTHONPATH": str(REPO)},
     )
+    started: list[int] = []
     try:
         deadline = time.monotonic() + 60
         while not any(r.step == 0 for r in m.requests) and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.5)  # the slow bash is running
+        started = _descendants(proc.pid)  # OpenCode runs bash in a group of its own
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)  # only our process, as a terminal would deliver it
         out, err = proc.communicate(timeout=30)
@@ -448,6 +450,31 @@ def test_run_passes_ctrl_c_to_opencode(mock_model, opencode_env):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        for pid in started:  # what outlived OpenCode (its tool's shell)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     # OpenCode dies of the SIGINT (the `sigint` sample: returncode -2) → 128 + 2
     assert proc.returncode == 130, err.decode()
     assert b"Traceback" not in err
+
+
+def _descendants(root: int) -> list[int]:
+    """Pids of every process below ``root`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
