@@ -302,8 +302,13 @@ class SseReader:
         return self._field(line_no, line)
 
     def finish(self) -> list[Event]:
-        """Dispatch a last frame that had no closing blank line."""
-        return self._dispatch()
+        """Dispatch a last frame that had no closing blank line, then write the text
+        parts whose message never completed (an interrupted reply) as they last were."""
+        events = self._dispatch()
+        for message_id in list({p.messageID: None for p, _ in self._pending.values()}):
+            role = self._roles.get(message_id) if isinstance(message_id, str) else None
+            events += self._flush_pending(message_id, role)
+        return events
 
     def drop_frame(self) -> None:
         """Forget a frame cut off by a lost connection (a live client reconnecting)."""

@@ -248,6 +248,11 @@ def test_text_without_end_is_flushed_when_its_message_completes() -> None:
     assert events[0]["text"] == "partial answer"
 
 
+def test_text_of_an_unfinished_message_is_written_at_the_end() -> None:
+    events, _ = read(part("text", text="cut off") + part("reasoning", "prt_2", text="hm"))
+    assert [(e["kind"], e["text"]) for e in events] == [("message", "cut off"), ("reasoning", "hm")]
+
+
 def test_user_role_learned_after_the_part() -> None:
     events, _ = read(part("text", msg="msg_u", text="hi") + message("user", "msg_u"))
     assert kinds(events) == ["prompt"]
