@@ -68,6 +68,8 @@ def classify_bash(command: str, workdir: str | None = None) -> tuple[FileOp, ...
             return None
         if "\x00" in command:
             return None
+        if _head_is_foreign(command):
+            return None
         base = None
         if isinstance(workdir, str) and workdir and not _CTRL.search(workdir):
             base = workdir
@@ -80,6 +82,32 @@ def classify_bash(command: str, workdir: str | None = None) -> tuple[FileOp, ...
 
 
 # ------------------------------------------------------------------------ internals
+
+
+# The first simple command's name, when it can be read without the lexer: optional plain
+# assignments, then a plain word followed by whitespace, an operator or the end.
+_HEAD = re.compile(
+    r"[ \t\n]*(?:[A-Za-z_][A-Za-z0-9_]*=[^ \t\n'\"`$\\;&|<>(){}]*[ \t]+)*"
+    r"([A-Za-z0-9_./:+-]+)(?=[ \t\n;&|<>()]|$)"
+)
+
+
+def _head_is_foreign(command: str) -> bool:
+    """True when the first command is surely none we classify (``pytest -q``, ``npm test``).
+
+    A shortcut, not a rule: every command the full parse could accept starts with a
+    handler, ``cd``, a shell or a wrapper, so rejecting the rest early changes no answer
+    and spares the lexer on the most common bash calls.
+    """
+    match = _HEAD.match(command)
+    if match is None:
+        return False  # quoting, redirections first, …: let the parser decide
+    name = match.group(1)
+    for prefix in _BIN_DIRS:
+        if name.startswith(prefix) and "/" not in name[len(prefix) :]:
+            name = name[len(prefix) :]
+            break
+    return name not in _KNOWN_HEADS
 
 
 class _Reject(Exception):
@@ -1589,6 +1617,11 @@ def _command(ctx: _Ctx, cmd: _Cmd, has_or: bool) -> list[FileOp]:
     if not ops:
         _reject()  # `echo hi`, `cat <<EOF` without a redirection: output, not a file op
     return ops
+
+
+_KNOWN_HEADS = frozenset(
+    {*_HANDLERS, "cd", *_SHELLS, *_CONTENT_COMMANDS, "command", "time", "env", "nice"}
+)
 
 
 def _cd(ctx: _Ctx, args: list[_Word]) -> None:

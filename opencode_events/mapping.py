@@ -34,6 +34,7 @@ from .views import MessageInfo, Part
 __all__ = [
     "STATUS_SUCCESS",
     "STREAM_RECORD_PARTS",
+    "CONSUMED_PARTS",
     "CONSUMED_TOOLS",
     "TOOL_RULES",
     "success_of",
@@ -58,6 +59,8 @@ STATUS_SUCCESS: dict[str, bool] = {
 
 # Stream record type → the part type it carries. ``error`` records have no part and are
 # mapped by the normalizer itself; a type in neither place becomes ``unknown``.
+# Part types whose records are consumed without an event (readers may skip them early).
+CONSUMED_PARTS = frozenset({"step-start"})
 STREAM_RECORD_PARTS: dict[str, str] = {
     "step_start": "step-start",
     "text": "text",
@@ -81,9 +84,8 @@ def _str(value: Any) -> str | None:
 
 
 def _number(value: Any) -> int | float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return value
+    kind = type(value)  # exact types: bool is an int subclass and never a number here
+    return value if kind is int or kind is float else None
 
 
 def text_of(part: Part) -> str | None:
@@ -109,8 +111,10 @@ def error_fields(error: Any) -> tuple[str | None, str | None]:
 
 
 def _tokens(value: Any) -> int:
-    number = _number(value)
-    return int(number) if number is not None else 0
+    kind = type(value)
+    if kind is int:
+        return value
+    return int(value) if kind is float else 0
 
 
 def usage_event(part: Part | MessageInfo, turn: int) -> Usage:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from msgspec import UNSET, Raw
+from msgspec import UNSET, Raw, Struct
 
 from .events import (
     Compaction,
@@ -31,35 +31,35 @@ from .events import (
     Usage,
     Warning,
 )
-from .mapping import error_fields, success_of, text_of, tool_events, usage_event
+from .mapping import CONSUMED_PARTS, error_fields, success_of, text_of, tool_events, usage_event
 from .views import MessageInfo, Part
 
 __all__ = ["Normalizer", "Provenance"]
 
+# Event class → its kind, looked up once per event on the hot path.
+_KIND = {cls: cls.__struct_config__.tag for cls in Event.__subclasses__()}
+_KIND.update(
+    {cls: cls.__struct_config__.tag for base in list(_KIND) for cls in base.__subclasses__()}
+)
 
-class Provenance:
-    """Where a record came from; copied onto every event it produces."""
 
-    __slots__ = ("session_id", "time", "source", "line", "message_id", "part_id", "raw")
+class Provenance(Struct, kw_only=True):
+    """Where a record came from; copied onto every event it produces. ``raw`` is the
+    record as read (JSON bytes or ``msgspec.Raw``), attached to ``unknown`` events always
+    and to every event with ``--raw``. (A Struct: built once per record, in C.)"""
 
-    def __init__(
-        self,
-        *,
-        session_id: str | None = None,
-        time: int | float | None = None,
-        source: str | None = None,
-        line: int | None = None,
-        message_id: str | None = None,
-        part_id: str | None = None,
-        raw: Raw | None = None,
-    ) -> None:
-        self.session_id = session_id
-        self.time = time
-        self.source = source
-        self.line = line
-        self.message_id = message_id
-        self.part_id = part_id
-        self.raw = raw
+    session_id: str | None = None
+    time: int | float | None = None
+    source: str | None = None
+    line: int | None = None
+    message_id: str | None = None
+    part_id: str | None = None
+    raw: Any = None
+
+
+def _as_raw(value: bytes | Raw | None) -> Raw | None:
+    """Readers may hand over the record's bytes; they become ``Raw`` only when written."""
+    return Raw(value) if type(value) is bytes else value
 
 
 class _Totals:
@@ -76,7 +76,7 @@ class Normalizer:
         self.keep_raw = keep_raw
         self.seq = 0
         self.records = 0
-        self.counts: dict[str, int] = {}
+        self.counts: dict[type, int] = {}
         self.tool_calls = 0
         self.tool_failures = 0
         self.duplicates = 0
@@ -116,24 +116,29 @@ class Normalizer:
     # --------------------------------------------------------------------- emitting
 
     def _stamp(self, events: list[Event], prov: Provenance) -> list[Event]:
-        raw = prov.raw if self.keep_raw else None
+        raw = _as_raw(prov.raw) if self.keep_raw else None
+        counts = self.counts
+        seq = self.seq
+        session, time, source, line = self._session, prov.time, prov.source, prov.line
+        message_id, part_id = prov.message_id, prov.part_id
         for event in events:
-            event.seq = self.seq
-            self.seq += 1
-            event.session_id = self._session
-            event.time = prov.time
-            event.source = prov.source
-            event.line = prov.line
-            event.message_id = prov.message_id
-            event.part_id = prov.part_id
-            kind = event.__struct_config__.tag
-            self.counts[kind] = self.counts.get(kind, 0) + 1
-            if kind == "unknown":
-                event.raw = prov.raw
-            elif raw is not None and kind != "warning":
+            event.seq = seq
+            seq += 1
+            event.session_id = session
+            event.time = time
+            event.source = source
+            event.line = line
+            event.message_id = message_id
+            event.part_id = part_id
+            cls = type(event)
+            counts[cls] = counts.get(cls, 0) + 1
+            if cls is Unknown:
+                event.raw = _as_raw(prov.raw)
+            elif raw is not None and cls is not Warning:
                 event.raw = raw
-            if kind == "error":
+            if cls is Error:
                 self.problems += 1
+        self.seq = seq
         return events
 
     def count_record(self) -> None:
@@ -155,7 +160,7 @@ class Normalizer:
         if kind == "reasoning":
             text = text_of(part)
             return self._stamp([Reasoning(text=text)], prov) if text is not None else []
-        if kind == "step-start":
+        if type(kind) is str and kind in CONSUMED_PARTS:
             return []
         if kind == "compaction":
             auto = part.auto if isinstance(part.auto, bool) else None
@@ -240,11 +245,15 @@ class Normalizer:
         self.problems += 1
         return self._stamp([Warning(message=message, text=text)], prov)
 
+    def kind_counts(self) -> dict[str, int]:
+        """Events written so far, by kind (kept by class on the hot path)."""
+        return dict(sorted((_KIND[cls], n) for cls, n in self.counts.items()))
+
     def metrics(self) -> Metrics:
         totals = self.totals
         event = Metrics(
             records=self.records,
-            counts=dict(sorted(self.counts.items())),
+            counts=self.kind_counts(),
             turns=self.turns,
             tool_calls=self.tool_calls,
             tool_failures=self.tool_failures,

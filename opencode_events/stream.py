@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import msgspec
-from msgspec import Raw
 
 from .events import Event
-from .mapping import STREAM_RECORD_PARTS
+from .mapping import CONSUMED_PARTS, STREAM_RECORD_PARTS
 from .normalizer import Normalizer, Provenance
 from .views import STREAM_RECORD_DECODER
 
@@ -105,23 +104,29 @@ class StreamReader:
         if not line or line.isspace():
             return []  # blank lines are not records
         norm = self.normalizer
-        norm.count_record()
-        prov = Provenance(line=line_no, source=self.source, raw=Raw(line))
+        norm.records += 1
         try:
             record = STREAM_RECORD_DECODER.decode(line)
         except msgspec.ValidationError:
-            return self._misshapen(line, prov)
+            return self._misshapen(line, self._prov(line_no, line))
         except (msgspec.DecodeError, RecursionError) as exc:
-            return self._not_json(line, exc, prov)
+            return self._not_json(line, exc, self._prov(line_no, line))
 
-        norm.enter_session(_session_of(record))
-        timestamp = record.timestamp
-        if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
-            prov.time = timestamp
+        session = record.sessionID
+        if type(session) is not str or not session:
+            session = _session_of(record)
+        if session is not None and session != norm.session_id:
+            norm.enter_session(session)
         record_type = record.type
-        part_type = STREAM_RECORD_PARTS.get(record_type) if isinstance(record_type, str) else None
+        part_type = STREAM_RECORD_PARTS.get(record_type) if type(record_type) is str else None
+        part = record.part
+        if part_type in CONSUMED_PARTS and part is not None:
+            return []  # step_start: nothing to map, so nothing to build
+        prov = self._prov(line_no, line)
+        timestamp = record.timestamp
+        if type(timestamp) is int or type(timestamp) is float:
+            prov.time = timestamp
         if part_type is not None:
-            part = record.part
             if part is None:
                 return norm.unknown(prov, type_=record_type)
             if isinstance(part.messageID, str):
@@ -133,6 +138,9 @@ class StreamReader:
         if record_type == "error":
             return norm.error(record.error, prov)
         return norm.unknown(prov, type_=record_type if isinstance(record_type, str) else None)
+
+    def _prov(self, line_no: int, line: bytes) -> Provenance:
+        return Provenance(line=line_no, source=self.source, raw=line)
 
     def finish(self) -> list[Event]:
         """Nothing is held back between lines."""

@@ -743,3 +743,74 @@ def test_mutated_cases(command: str, data: st.DataObject) -> None:
         check_shape(classify_bash(variant))
         if "\x00" not in variant:
             _unguarded(variant, None)
+
+
+# The early exit for commands that surely are no file operation must never change an answer.
+_heads = st.sampled_from(
+    [
+        "cat",
+        "ls",
+        "rm",
+        "echo",
+        "cd",
+        "bash",
+        "env",
+        "pytest",
+        "npm",
+        "seq",
+        "/usr/bin/cat",
+        "/bin/ls",
+        "FOO=1",
+        "X=a",
+        "git",
+        "make",
+        ">",
+        "if",
+        "time",
+        "nice",
+        "command",
+        "sh",
+        "printf",
+        "tee",
+        "grep",
+    ]
+)
+_args = st.sampled_from(
+    [
+        "a.txt",
+        "-n",
+        "5",
+        "src",
+        "&&",
+        ";",
+        "|",
+        ">",
+        "out.txt",
+        "'q z'",
+        '"d q"',
+        "$X",
+        "*.py",
+        "-c",
+        "'cat f'",
+        "\n",
+        "||",
+        "2>&1",
+        "<",
+        "x",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_heads, _args), min_size=1, max_size=8))
+def test_early_exit_agrees_with_the_full_parse(words):
+    import opencode_events.bashcmd as bashcmd
+
+    command = " ".join(words)
+    fast = classify_bash(command)
+    original = bashcmd._head_is_foreign
+    bashcmd._head_is_foreign = lambda _command: False
+    try:
+        assert classify_bash(command) == fast
+    finally:
+        bashcmd._head_is_foreign = original
