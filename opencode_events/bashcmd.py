@@ -88,7 +88,7 @@ def classify_bash(command: str, workdir: str | None = None) -> tuple[FileOp, ...
 # assignments, then a plain word followed by whitespace, an operator or the end.
 _HEAD = re.compile(
     r"[ \t\n]*(?:[A-Za-z_][A-Za-z0-9_]*=[^ \t\n'\"`$\\;&|<>(){}]*[ \t]+)*"
-    r"([A-Za-z0-9_./:+-]+)(?=[ \t\n;&|<>()]|$)"
+    r"([A-Za-z0-9_./:+-]+)(?=[ \t\n;&|()]|$)"  # not before < or >: `2>&1 cat f`
 )
 
 
