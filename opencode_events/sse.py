@@ -305,9 +305,13 @@ class SseReader:
         """Dispatch a last frame that had no closing blank line, then write the text
         parts whose message never completed (an interrupted reply) as they last were."""
         events = self._dispatch()
-        for message_id in list({p.messageID: None for p, _ in self._pending.values()}):
-            role = self._roles.get(message_id) if isinstance(message_id, str) else None
-            events += self._flush_pending(message_id, role)
+        pending, self._pending = self._pending, {}
+        for part_id, (part, prov) in pending.items():
+            if part_id not in self._done:
+                message_id = part.messageID
+                role = self._roles.get(message_id) if isinstance(message_id, str) else None
+                self.normalizer.enter_session(prov.session_id)
+                events += self._emit(part, prov, role=role)
         return events
 
     def drop_frame(self) -> None:
