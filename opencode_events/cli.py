@@ -295,6 +295,142 @@ def sessions(
 
 
 @cli.command()
+@click.argument("inputs", nargs=-1, metavar="[INPUT]...")
+@db_option
+@click.option(
+    "--session",
+    "session_ids",
+    multiple=True,
+    metavar="ID",
+    help="A stored session (id or prefix); repeatable.",
+)
+@selection_options
+@click.option(
+    "--by",
+    type=click.Choice(["turn", "step", "session", "model", "agent", "day"]),
+    default="turn",
+    show_default=True,
+    help="One row per …",
+)
+@click.option("--tz", metavar="ZONE", help="Time zone for --by day (default: local time).")
+@click.option("--no-fold", is_flag=True, help="List subagent sessions apart, not in their turn.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv", "markdown"]),
+    help="table for people (default on a terminal), json, csv or markdown.",
+)
+@pipe_safe
+def usage(
+    inputs: tuple[str, ...],
+    db_path: str | None,
+    session_ids: tuple[str, ...],
+    last: bool,
+    since: str | None,
+    all_sessions: bool,
+    by: str,
+    tz: str | None,
+    no_fold: bool,
+    fmt: str | None,
+) -> None:
+    """Tokens and cost per turn, as OpenCode counted them.
+
+    From a stream (INPUT files or stdin: `opencode run --format json` output, or normalized
+    JSONL), one row per model step. From the store (--db, --session, --last, --since, --all;
+    also the default when stdin is a terminal), one row per user turn with subagents folded
+    in, or --by step, session, model, agent or day.
+    """
+    from . import formats
+    from .usage import TOKEN_FIELDS, store_usage, stream_usage
+
+    zone = _zone(tz)
+    from_store = bool(db_path or session_ids or last or since or all_sessions) or (
+        not inputs and sys.stdin.isatty()
+    )
+    try:
+        if from_store:
+            from .store import select_sessions
+
+            with _open_store(db_path) as store:
+                ids = select_sessions(
+                    store,
+                    session_ids,
+                    last=last,
+                    since_ms=_since_ms(since),
+                    all_sessions=False,
+                    children=False,
+                )
+                if all_sessions:
+                    ids = [
+                        r.id
+                        for r in sorted(
+                            store.sessions(top_level=True), key=lambda r: (r.time_created, r.id)
+                        )
+                    ]
+                report = store_usage(
+                    store, ids, by=by, fold=not no_fold, tz=zone, cross_session=len(ids) > 1
+                )
+        else:
+            report = stream_usage(_open_inputs(inputs), by=by, tz=zone)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    out = sys.stdout.buffer
+    fmt = fmt or ("table" if out.isatty() else "json")
+    if fmt == "table":
+        from .render_tables import usage_table
+
+        usage_table(report, out=sys.stdout, store=from_store)
+        return
+    if fmt == "json":
+        out.write(formats.write_json(report.document()))
+    else:
+        rows = [row.as_dict() for row in report.rows]
+        labels = [
+            k
+            for k in (
+                "session_id",
+                "turn",
+                "message_id",
+                "day",
+                "model",
+                "agent",
+                "started",
+                "duration_ms",
+                "prompt",
+                "reason",
+                "inferences",
+                "tool_calls",
+            )
+            if any(k in r for r in rows)
+        ]
+        extra = [
+            k
+            for k in ("subagent_cost", "subagent_tokens", "in_flight", "open")
+            if any(k in r for r in rows)
+        ]
+        columns = [*labels, *TOKEN_FIELDS, "cost", *extra]
+        if fmt == "csv":
+            out.write(formats.write_csv(rows, columns))
+        else:
+            total = {**report.total.as_dict(), columns[0]: "**total**"}
+            out.write(
+                formats.write_markdown([*rows, total], columns, numeric=[*TOKEN_FIELDS, "cost"])
+            )
+    out.flush()
+
+
+def _zone(name: str | None) -> Any:
+    if name is None:
+        return None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(f"unknown time zone {name!r}", param_hint="--tz") from None
+
+
+@cli.command()
 @pipe_safe
 def schema() -> None:
     """Print the JSON Schema of the normalized events."""

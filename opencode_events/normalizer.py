@@ -83,6 +83,7 @@ class Normalizer:
         self.turns = 0
         self.totals = _Totals()
         self.problems = 0  # warnings and error events, for --strict
+        self.step_open = False  # a step started and has not finished (an interrupted run)
         self._session: str | None = None
         self._session_turns: dict[str, int] = {}
         self._seen_parts: set[str] = set()
@@ -161,11 +162,17 @@ class Normalizer:
             text = text_of(part)
             return self._stamp([Reasoning(text=text)], prov) if text is not None else []
         if type(kind) is str and kind in CONSUMED_PARTS:
+            self.note_consumed(kind)
             return []
         if kind == "compaction":
             auto = part.auto if isinstance(part.auto, bool) else None
             return self._stamp([Compaction(auto=auto)], prov)
         return self.unknown(prov, type_=kind if isinstance(kind, str) else None)
+
+    def note_consumed(self, part_type: str) -> None:
+        """A part consumed without an event; a step-start opens a step until its finish."""
+        if part_type == "step-start":
+            self.step_open = True
 
     def _first_sighting(self, part: Part) -> bool:
         part_id = part.id
@@ -191,6 +198,7 @@ class Normalizer:
         return self._stamp(events, prov)
 
     def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
+        self.step_open = False
         if not self._first_sighting(part):
             return []
         return self._count_usage(usage_event(part, self._next_turn()), prov)

@@ -51,6 +51,7 @@ def draw_table(
 ) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console(file=out, width=width, soft_wrap=False)
     if width is None and not out.isatty():
@@ -72,13 +73,14 @@ def draw_table(
             column.header,
             justify="right" if column.numeric else "left",
             style=column.style,
-            footer="" if footers is None else footers[index],
+            footer="" if footers is None else Text(footers[index]),
             max_width=column.max_width,
             overflow="ellipsis",
             no_wrap=True,
         )
     for row in cells:
-        table.add_row(*(row[index] for index in shown))
+        # Text, not markup: a prompt like "[child-task] …" must print as written.
+        table.add_row(*(Text(row[index]) for index in shown))
     console.print(table)
 
 
@@ -137,3 +139,91 @@ def sessions_table(summaries: Sequence[Any], *, out: TextIO, width: int | None =
     ]
     caption = f"{len(summaries)} session(s); cost+sub includes subagents; ● in flight"
     draw_table(columns, summaries, out=out, width=width, caption=caption)
+
+
+def _duration(ms: Any) -> str:
+    if not isinstance(ms, int | float):
+        return ""
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def usage_table(report: Any, *, out: TextIO, store: bool, width: int | None = None) -> None:
+    """A usage report: label columns by ``--by``, then tokens by class and cost."""
+    from .timeutil import format_time
+
+    by = report.by
+    rows = report.rows
+    several_sessions = len({r.session_id for r in rows if r.session_id}) > 1 and by in (
+        "turn",
+        "step",
+    )
+    label: list[Column] = []
+    if by == "turn":
+
+        def turn(r: Any) -> str:
+            return f"{r.turn}" + (" (open)" if r.open else "") if r.turn is not None else "total"
+
+        if several_sessions:
+            label.append(Column("session", lambda r: r.session_id or "", style="cyan", drop=2))
+        label.append(Column("turn", turn, numeric=True))
+        if store:
+            label += [
+                Column("started", lambda r: format_time(r.started) if r.started else "", drop=3),
+                Column("took", lambda r: _duration(r.duration_ms), numeric=True, drop=4),
+                Column("prompt", lambda r: r.prompt or "", max_width=40, drop=1),
+                Column("inf.", lambda r: count(r.inferences), numeric=True, drop=2),
+                Column("tools", lambda r: count(r.tool_calls), numeric=True, drop=2),
+            ]
+        else:
+            label.append(Column("reason", lambda r: r.reason or "", drop=2))
+    elif by == "step":
+        label += [
+            Column("started", lambda r: format_time(r.started) if r.started else "total"),
+            Column("took", lambda r: _duration(r.duration_ms), numeric=True, drop=4),
+        ]
+        if several_sessions:
+            label.append(Column("session", lambda r: r.session_id or "", style="cyan", drop=3))
+        label += [
+            Column("model", lambda r: r.model or "", drop=2),
+            Column("agent", lambda r: r.agent or "", drop=3),
+            Column("reason", lambda r: r.reason or "", drop=2),
+        ]
+    else:
+        header = {"session": "session", "model": "model", "agent": "agent", "day": "day"}[by]
+
+        def key(r: Any) -> str:
+            value = getattr(r, "session_id" if by == "session" else by)
+            return value if value else "total"
+
+        label.append(Column(header, key, style="cyan"))
+        if by == "session":
+            label.append(
+                Column("started", lambda r: format_time(r.started) if r.started else "", drop=3)
+            )
+        label.append(Column("inf.", lambda r: count(r.inferences), numeric=True, drop=2))
+    figures = [
+        Column("input", lambda r: count(r.input_tokens), numeric=True),
+        Column("output", lambda r: count(r.output_tokens), numeric=True),
+        Column("reasoning", lambda r: count(r.reasoning_tokens), numeric=True, drop=1),
+        Column("cache read", lambda r: count(r.cache_read_tokens), numeric=True, drop=1),
+        Column("cache write", lambda r: count(r.cache_write_tokens), numeric=True, drop=1),
+        Column("total", lambda r: count(r.total_tokens), numeric=True),
+        Column("cost", lambda r: money(r.cost), numeric=True),
+    ]
+    if any(r.subagent_cost is not None for r in rows):
+        figures.append(
+            Column(
+                "subagents",
+                lambda r: money(r.subagent_cost) if r.subagent_cost is not None else "",
+                numeric=True,
+                drop=2,
+            )
+        )
+    if any(r.in_flight for r in rows):
+        figures.append(Column("", lambda r: "● in flight" if r.in_flight else ""))
+    caption = "; ".join(report.notes) if report.notes else None
+    draw_table(label + figures, rows, out=out, total=report.total, caption=caption, width=width)

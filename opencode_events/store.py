@@ -322,6 +322,27 @@ class Store:
         for sid, data in rows:
             yield _text(sid), data
 
+    def message_rows(
+        self, session_ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, str, bytes]]:
+        """(session id, message id, data) of many sessions' messages, in no set order."""
+        if session_ids is None:
+            rows = self._query("SELECT session_id, id, data FROM message")
+        else:
+            rows = self._in_chunks(
+                "SELECT session_id, id, data FROM message WHERE session_id IN ({})", session_ids
+            )
+        for sid, mid, data in rows:
+            yield _text(sid), _text(mid), data
+
+    def messages_older_than_session(self) -> Iterator[tuple[str, str, bytes]]:
+        """Messages created before their session was: a fork's copied history."""
+        for sid, mid, data in self._query(
+            "SELECT m.session_id, m.id, m.data FROM message m JOIN session s "
+            "ON s.id = m.session_id WHERE m.time_created < s.time_created"
+        ):
+            yield _text(sid), _text(mid), data
+
     def _in_chunks(self, sql: str, ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         ids = list(ids)
         for start in range(0, len(ids), 500):  # stay under SQLite's variable limit

@@ -121,6 +121,7 @@ class StreamReader:
         part_type = STREAM_RECORD_PARTS.get(record_type) if type(record_type) is str else None
         part = record.part
         if part_type in CONSUMED_PARTS and part is not None:
+            norm.note_consumed(part_type)
             return []  # step_start: nothing to map, so nothing to build
         prov = self._prov(line_no, line)
         timestamp = record.timestamp

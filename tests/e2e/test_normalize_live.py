@@ -116,3 +116,46 @@ def test_live_apply_patch(mock_model, opencode_env):
     (write,) = [e for e in events if e["kind"] == "write"]
     assert (write["op"], write["path"], write["success"]) == ("add", "fresh.txt", True)
     assert (env.work / "fresh.txt").read_text() == "new\n"
+
+
+def test_live_usage_at_the_end_of_the_pipe(mock_model, opencode_env):
+    """`opencode run --format json … | opencode-events usage`: the table when the run ends,
+    its totals OpenCode's own step_finish figures."""
+    m = mock_model(
+        [
+            tools(call("bash", {"command": "echo one"}, "call_1"), usage=U(1200, 20, 100)),
+            tools(call("read", {"filePath": "README.md"}, "call_2"), usage=U(1400, 30, 300, 7)),
+            say("All done.", usage=U(1600, 12, 500)),
+        ]
+    )
+    env = opencode_env(m)
+    argv = env.command("run", "--format", "json", "-m", f"{PROVIDER_ID}/{env.model}", "go")
+    with subprocess.Popen(
+        argv,
+        cwd=env.work,
+        env=env.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    ) as opencode:
+        raw = opencode.stdout.read()
+        opencode.wait(timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "usage", "--format", "json"],
+        input=raw,
+        capture_output=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    steps = [
+        json.loads(line)["part"]
+        for line in raw.splitlines()
+        if json.loads(line)["type"] == "step_finish"
+    ]
+    assert len(doc["rows"]) == len(steps) == 3
+    assert doc["total"]["cost"] == pytest.approx(sum(s["cost"] for s in steps), abs=1e-12)
+    assert doc["total"]["cost"] > 0  # the harness prices its models
+    assert doc["total"]["reasoning_tokens"] == sum(s["tokens"]["reasoning"] for s in steps)
+    assert [r["input_tokens"] for r in doc["rows"]] == [s["tokens"]["input"] for s in steps]

@@ -1,0 +1,683 @@
+"""Usage accounting: per-turn (and per-day, per-model …) tokens and cost, OpenCode's figures.
+
+Two inputs, one row type:
+
+- a stream (``opencode run --format json``, or our own normalized JSONL): one row per model
+  turn, i.e. per ``step_finish``; a step that started and never finished (an interrupted
+  run) is an ``open`` row with no figures;
+- the store: one row per user turn (seed 002: a user message opens a turn, each assistant
+  message is an inference extending it), or grouped ``--by`` step, session, model, agent or
+  day. Subagent sessions fold into the turn whose ``task`` call spawned them.
+
+What must hold, and how it is kept: sums are of OpenCode's own per-step / per-message
+figures, never re-priced; a part or message is counted once (part ids are deduplicated by
+the normalizer; a forked session's copied history, recognisable as messages older than
+their session that have an original elsewhere, is left out of cross-session reports); a
+session's rows add up to its session row (plus its subagents' when folded).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime, tzinfo
+from typing import Any, BinaryIO
+
+import msgspec
+from msgspec import Struct
+
+from .events import Usage
+from .normalizer import Normalizer
+from .stream import BOM, StreamReader, line_batches
+from .views import Tokens
+
+__all__ = [
+    "UsageRow",
+    "UsageReport",
+    "TOKEN_FIELDS",
+    "stream_usage",
+    "store_usage",
+    "BY_STREAM",
+    "BY_STORE",
+]
+
+TOKEN_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+)
+BY_STREAM = ("turn", "step", "session", "day")
+BY_STORE = ("turn", "step", "session", "model", "agent", "day")
+
+
+class UsageRow(Struct, kw_only=True, omit_defaults=True):
+    """One row of a usage table; which label fields are set depends on ``--by``."""
+
+    turn: int | None = None
+    session_id: str | None = None
+    message_id: str | None = None
+    day: str | None = None
+    model: str | None = None
+    agent: str | None = None
+    started: int | None = None  # epoch ms
+    duration_ms: int | None = None
+    prompt: str | None = None
+    reason: str | None = None
+    inferences: int | None = None
+    tool_calls: int | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    total_tokens: int = 0
+    cost: float = 0.0
+    subagent_cost: float | None = None
+    subagent_tokens: int | None = None
+    in_flight: bool | None = None
+    open: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Labels that have a value, and every token field and the cost, zero or not."""
+        doc = msgspec.to_builtins(self)
+        for name in TOKEN_FIELDS:
+            doc.setdefault(name, 0)
+        doc.setdefault("cost", 0.0)
+        return doc
+
+    def add(self, other: UsageRow | Usage) -> None:
+        for name in TOKEN_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.cost += other.cost
+
+
+class UsageReport(Struct, kw_only=True):
+    by: str
+    rows: list[UsageRow]
+    total: UsageRow
+    notes: list[str] = []
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document: ``{"rows": [...], "total": {...}}`` (plus ``notes``)."""
+        doc: dict[str, Any] = {
+            "rows": [row.as_dict() for row in self.rows],
+            "total": self.total.as_dict(),
+        }
+        if self.notes:
+            doc["notes"] = list(self.notes)
+        return doc
+
+
+def _total(rows: Iterable[UsageRow]) -> UsageRow:
+    total = UsageRow()
+    for row in rows:
+        total.add(row)
+        if row.inferences is not None:
+            total.inferences = (total.inferences or 0) + row.inferences
+        if row.tool_calls is not None:
+            total.tool_calls = (total.tool_calls or 0) + row.tool_calls
+        if row.subagent_cost is not None:
+            total.subagent_cost = (total.subagent_cost or 0.0) + row.subagent_cost
+            total.subagent_tokens = (total.subagent_tokens or 0) + (row.subagent_tokens or 0)
+    total.cost = round(total.cost, 12)
+    return total
+
+
+def _day(ms: Any, tz: tzinfo | None) -> str | None:
+    if not isinstance(ms, int | float):
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz).astimezone(tz).strftime("%Y-%m-%d")
+
+
+# --------------------------------------------------------------------------- streams
+
+
+class _NormalizedLine(Struct):
+    """A line of our own JSONL output: only what usage needs."""
+
+    kind: Any = None
+    seq: Any = None
+    session_id: Any = None
+    time: Any = None
+    turn: Any = None
+    reason: Any = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    total_tokens: int = 0
+    cost: float = 0.0
+
+
+_NORMALIZED = msgspec.json.Decoder(_NormalizedLine)
+
+
+def _is_normalized(line: bytes) -> bool:
+    try:
+        first = _NORMALIZED.decode(line.removeprefix(BOM))
+    except msgspec.DecodeError:
+        return False
+    return isinstance(first.kind, str) and isinstance(first.seq, int)
+
+
+def _usage_events(stream: BinaryIO) -> Iterator[tuple[Any, bool]]:
+    """(usage-like record, step-open-after-it) from a raw or normalized stream."""
+    normalized: bool | None = None
+    normalizer = Normalizer()
+    reader = StreamReader(normalizer)
+    line_no = 0
+    for batch in line_batches(stream):
+        for line in batch:
+            line_no += 1
+            if normalized is None:
+                if not line.strip():
+                    continue
+                normalized = _is_normalized(line)
+            if normalized:
+                try:
+                    event = _NORMALIZED.decode(line)
+                except msgspec.DecodeError:
+                    continue  # usage of a normalized log reads only its usage lines
+                if event.kind == "usage":
+                    yield event, False
+            else:
+                for event in reader.feed(line_no, line):
+                    if isinstance(event, Usage):
+                        yield event, False
+    if normalized is False and normalizer.step_open:
+        yield None, True
+
+
+def stream_usage(
+    inputs: Sequence[tuple[str, BinaryIO]], *, by: str = "turn", tz: tzinfo | None = None
+) -> UsageReport:
+    """Usage rows of ``opencode run --format json`` output or of normalized JSONL."""
+    if by not in BY_STREAM:
+        raise ValueError(f"--by {by} needs the store (use --db/--session/--last/--all)")
+    rows: list[UsageRow] = []
+    groups: dict[str, UsageRow] = {}
+    sessions = set()
+    for _name, stream in inputs:
+        for event, open_step in _usage_events(stream):
+            if open_step:
+                if by in ("turn", "step"):
+                    turn = (rows[-1].turn or 0) + 1 if rows else 1
+                    rows.append(UsageRow(turn=turn, open=True))
+                continue
+            session = event.session_id if isinstance(event.session_id, str) else None
+            sessions.add(session)
+            row = UsageRow(
+                turn=event.turn if isinstance(event.turn, int) else None,
+                session_id=session,
+                started=event.time if isinstance(event.time, int) else None,
+                reason=event.reason if isinstance(event.reason, str) else None,
+            )
+            row.add(event)
+            if by in ("turn", "step"):
+                rows.append(row)
+                continue
+            key = session or "" if by == "session" else _day(event.time, tz) or ""
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = UsageRow(
+                    session_id=session if by == "session" else None,
+                    day=key if by == "day" else None,
+                    inferences=0,
+                )
+            group.add(row)
+            group.inferences = (group.inferences or 0) + 1
+    if by in ("session", "day"):
+        rows = [groups[k] for k in sorted(groups)]
+    elif len(sessions) <= 1:
+        for row in rows:
+            row.session_id = None  # one session: the column says nothing
+    return UsageReport(by=by, rows=rows, total=_total(r for r in rows if not r.open))
+
+
+# ----------------------------------------------------------------------------- store
+
+
+class _Time(Struct):
+    created: Any = None
+    completed: Any = None
+
+
+class _Message(Struct):
+    role: Any = None
+    parentID: Any = None  # noqa: N815
+    time: _Time | None = None
+    cost: Any = None
+    tokens: Tokens | None = None
+    finish: Any = None
+    modelID: Any = None  # noqa: N815
+    providerID: Any = None  # noqa: N815
+    agent: Any = None
+    mode: Any = None
+
+
+class _Meta(Struct):
+    sessionId: Any = None  # noqa: N815
+
+
+class _State(Struct):
+    metadata: _Meta | None = None
+    output: msgspec.Raw = msgspec.Raw()
+
+
+class _PartLite(Struct):
+    type: Any = None
+    text: Any = None
+    synthetic: Any = None
+    tool: Any = None
+    state: _State | None = None
+
+
+_MESSAGE = msgspec.json.Decoder(_Message)
+_PART = msgspec.json.Decoder(_PartLite)
+_TASK_ID = re.compile(r'<task\s+id="([^"]+)"')
+
+
+def _int(value: Any) -> int:
+    kind = type(value)
+    return value if kind is int else int(value) if kind is float else 0
+
+
+def _figures(message: _Message) -> UsageRow:
+    """An assistant message's tokens and cost as a row (OpenCode's figures)."""
+    row = UsageRow()
+    tokens = message.tokens
+    if tokens is not None:
+        row.input_tokens = _int(tokens.input)
+        row.output_tokens = _int(tokens.output)
+        row.reasoning_tokens = _int(tokens.reasoning)
+        if tokens.cache is not None:
+            row.cache_read_tokens = _int(tokens.cache.read)
+            row.cache_write_tokens = _int(tokens.cache.write)
+        given = tokens.total
+        row.total_tokens = (
+            _int(given)
+            if type(given) in (int, float)
+            else row.input_tokens
+            + row.output_tokens
+            + row.reasoning_tokens
+            + row.cache_read_tokens
+            + row.cache_write_tokens
+        )
+    if type(message.cost) in (int, float):
+        row.cost = float(message.cost)
+    return row
+
+
+def _fingerprint(message: _Message) -> tuple[Any, ...]:
+    """What a forked copy shares with its original (ids differ, content does not)."""
+    tokens = message.tokens
+    t = msgspec.json.encode(tokens) if tokens is not None else b""
+    time = message.time
+    return (
+        message.role,
+        time and time.created,
+        time and time.completed,
+        message.cost,
+        t,
+        message.modelID,
+        message.agent,
+    )
+
+
+class _Turn:
+    __slots__ = ("row", "user_id", "completed")
+
+    def __init__(self, row: UsageRow, user_id: str | None) -> None:
+        self.row = row
+        self.user_id = user_id
+        self.completed: int | None = None
+
+
+def _session_turns(store: Any, session_id: str) -> tuple[list[_Turn], dict[str, _Turn]]:
+    """A session's user turns (with prompt, inferences, tool calls, figures), and the turn
+    each child session's spawning ``task`` call belongs to (child id → turn)."""
+    turns: list[_Turn] = []
+    by_message: dict[str, _Turn] = {}
+    for message in store.messages(session_id):
+        try:
+            info = _MESSAGE.decode(message.data)
+        except msgspec.DecodeError:
+            continue
+        created = info.time.created if info.time else None
+        if info.role == "user":
+            turn = _Turn(
+                UsageRow(
+                    turn=len(turns) + 1,
+                    started=created if isinstance(created, int) else None,
+                    inferences=0,
+                    tool_calls=0,
+                    in_flight=False,
+                ),
+                message.id,
+            )
+            turns.append(turn)
+            by_message[message.id] = turn
+        elif info.role == "assistant":
+            turn = by_message.get(info.parentID) if isinstance(info.parentID, str) else None
+            if turn is None:
+                if not turns:  # an assistant message before any prompt: a turn of its own
+                    turns.append(
+                        _Turn(UsageRow(turn=1, inferences=0, tool_calls=0, in_flight=False), None)
+                    )
+                turn = turns[-1]
+            by_message[message.id] = turn
+            turn.row.add(_figures(info))
+            turn.row.inferences = (turn.row.inferences or 0) + 1
+            completed = info.time.completed if info.time else None
+            if not isinstance(completed, int):
+                turn.row.in_flight = True
+            elif turn.completed is None or completed > turn.completed:
+                turn.completed = completed
+            if turn.row.reason is None or isinstance(info.finish, str):
+                turn.row.reason = info.finish if isinstance(info.finish, str) else None
+    spawned: dict[str, _Turn] = {}
+    for part in store.parts(session_id):
+        turn = by_message.get(part.message_id)
+        if turn is None:
+            continue
+        try:
+            view = _PART.decode(part.data)
+        except msgspec.DecodeError:
+            continue
+        if view.type == "tool":
+            turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
+            child = _spawned_session(view)
+            if child:
+                spawned[child] = turn
+        elif (
+            view.type == "text"
+            and part.message_id == turn.user_id
+            and turn.row.prompt is None
+            and isinstance(view.text, str)
+            and not view.synthetic
+        ):
+            turn.row.prompt = _first_words(view.text)
+    for turn in turns:
+        row = turn.row
+        if row.started is not None and turn.completed is not None and not row.in_flight:
+            row.duration_ms = turn.completed - row.started
+        if row.inferences == 0:
+            row.in_flight = True  # a prompt with no reply yet
+        row.cost = round(row.cost, 12)
+    return turns, spawned
+
+
+def _spawned_session(part: _PartLite) -> str | None:
+    if not isinstance(part.tool, str) or part.tool.lower() not in ("task", "agent_manager"):
+        return None
+    state = part.state
+    if state is None:
+        return None
+    if state.metadata is not None and isinstance(state.metadata.sessionId, str):
+        return state.metadata.sessionId
+    if state.output:
+        try:
+            output = msgspec.json.decode(state.output)
+        except msgspec.DecodeError:
+            return None
+        match = _TASK_ID.search(output[:512]) if isinstance(output, str) else None
+        return match.group(1) if match else None
+    return None
+
+
+def _first_words(text: str, limit: int = 48) -> str:
+    words = " ".join(text.split())
+    return words if len(words) <= limit else words[: limit - 1].rstrip() + "…"
+
+
+def _session_total(store: Any, session_id: str) -> UsageRow:
+    """A session's own figures as OpenCode stores them on the session row."""
+    row = store.session(session_id)
+    total = UsageRow()
+    if row is None:
+        return total
+    total.input_tokens = row.tokens_input or 0
+    total.output_tokens = row.tokens_output or 0
+    total.reasoning_tokens = row.tokens_reasoning or 0
+    total.cache_read_tokens = row.tokens_cache_read or 0
+    total.cache_write_tokens = row.tokens_cache_write or 0
+    total.total_tokens = sum(getattr(total, f) for f in TOKEN_FIELDS[:-1])
+    total.cost = float(row.cost or 0.0)
+    return total
+
+
+def _turn_report(
+    store: Any, session_ids: Sequence[str], *, fold: bool, tree: dict[str, list[str]]
+) -> tuple[list[UsageRow], list[str]]:
+    from .summary import descendants
+
+    rows: list[UsageRow] = []
+    notes: list[str] = []
+    several = len(session_ids) > 1 or not fold
+    queue = list(session_ids)
+    done: set[str] = set()
+    while queue:
+        session_id = queue.pop(0)
+        if session_id in done:
+            continue
+        done.add(session_id)
+        turns, spawned = _session_turns(store, session_id)
+        children = tree.get(session_id, [])
+        for child in children:
+            if not fold:
+                queue.append(child)
+                continue
+            # The child's own figures and its descendants', as OpenCode stores them.
+            share = UsageRow()
+            for sid in [child, *descendants([child], tree)]:
+                share.add(_session_total(store, sid))
+            turn = spawned.get(child) or (turns[-1] if turns else None)
+            if turn is None:
+                notes.append(f"subagent {child} has no turn to fold into; listed apart")
+                queue.append(child)
+                continue
+            turn.row.add(share)
+            turn.row.subagent_cost = (turn.row.subagent_cost or 0.0) + share.cost
+            turn.row.subagent_tokens = (turn.row.subagent_tokens or 0) + share.total_tokens
+        for turn in turns:
+            if several:
+                turn.row.session_id = session_id
+            rows.append(turn.row)
+    return rows, notes
+
+
+def store_usage(
+    store: Any,
+    session_ids: Sequence[str],
+    *,
+    by: str = "turn",
+    fold: bool = True,
+    tz: tzinfo | None = None,
+    cross_session: bool = False,
+) -> UsageReport:
+    """Usage of stored sessions (``session_ids`` top-level, in order)."""
+    if by not in BY_STORE:
+        raise ValueError(f"unknown --by {by}")
+    tree = store.children()
+    if by == "turn":
+        rows, notes = _turn_report(store, session_ids, fold=fold, tree=tree)
+        for row in rows:
+            row.cost = round(row.cost, 12)
+        return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes)
+    return _grouped(store, session_ids, by=by, fold=fold, tz=tz, tree=tree, dedupe=cross_session)
+
+
+def _grouped(
+    store: Any,
+    session_ids: Sequence[str],
+    *,
+    by: str,
+    fold: bool,
+    tz: tzinfo | None,
+    tree: dict[str, list[str]],
+    dedupe: bool,
+) -> UsageReport:
+    """Rows by step, session, model, agent or day, from assistant messages alone."""
+    from .summary import descendants
+
+    owner: dict[str, str] = {}  # session → the top-level session it folds into
+    for sid in session_ids:
+        owner[sid] = sid
+        for child in descendants([sid], tree):
+            owner.setdefault(child, sid if fold else child)
+    # Forked history: messages older than their session, held aside until we know whether
+    # their original is in the database too (then they are not counted again).
+    copy_ids: set[tuple[str, str]] = set()
+    copy_prints: set[tuple[Any, ...]] = set()
+    copy_times: set[Any] = set()
+    if dedupe:
+        for sid, mid, data in _older_than_session(store):
+            try:
+                info = _MESSAGE.decode(data)
+            except msgspec.DecodeError:
+                continue
+            if info.role == "assistant":
+                copy_ids.add((sid, mid))
+                copy_prints.add(_fingerprint(info))
+                copy_times.add(info.time.created if info.time else None)
+
+    groups: dict[Any, UsageRow] = {}
+    steps: list[UsageRow | None] = []
+    copies: list[tuple[tuple[Any, ...], Any, UsageRow]] = []
+    originals: set[tuple[Any, ...]] = set()
+    ids = list(owner)
+    everything = len(ids) >= 200
+    for sid, mid, data in _assistant_messages(store, None if everything else ids):
+        top = owner.get(sid)
+        if top is None:
+            continue
+        try:
+            info = _MESSAGE.decode(data)
+        except msgspec.DecodeError:
+            continue
+        if info.role != "assistant":
+            continue
+        figures = _figures(info)
+        started = info.time.created if info.time and isinstance(info.time.created, int) else None
+        if by == "step":
+            figures.session_id = sid
+            figures.message_id = mid
+            figures.started = started
+            figures.model = info.modelID if isinstance(info.modelID, str) else None
+            figures.agent = info.agent if isinstance(info.agent, str) else None
+            figures.reason = info.finish if isinstance(info.finish, str) else None
+            completed = info.time.completed if info.time else None
+            if isinstance(completed, int) and started is not None:
+                figures.duration_ms = completed - started
+            else:
+                figures.in_flight = True
+            steps.append(figures)
+            key: Any = len(steps) - 1
+        elif by == "session":
+            key = top
+            figures.started = started
+        elif by == "model":
+            provider = info.providerID if isinstance(info.providerID, str) else None
+            model = info.modelID if isinstance(info.modelID, str) else "?"
+            key = f"{provider}/{model}" if provider else model
+        elif by == "agent":
+            key = (
+                info.agent
+                if isinstance(info.agent, str)
+                else (info.mode if isinstance(info.mode, str) else "?")
+            )
+        else:
+            key = _day(started, tz) or "?"
+        if copy_ids:
+            if (sid, mid) in copy_ids:
+                copies.append((_fingerprint(info), key, figures))
+                continue
+            if started in copy_times:
+                fingerprint = _fingerprint(info)
+                if fingerprint in copy_prints:
+                    originals.add(fingerprint)
+        if by != "step":
+            _accumulate(groups, key, figures, by)
+    notes: list[str] = []
+    skipped, skipped_cost = 0, 0.0
+    for fingerprint, key, figures in copies:
+        if fingerprint in originals:
+            skipped += 1
+            skipped_cost += figures.cost
+            if by == "step":
+                steps[key] = None
+        elif by != "step":
+            _accumulate(groups, key, figures, by)
+    if skipped:
+        notes.append(
+            f"{skipped} forked cop{'y' if skipped == 1 else 'ies'} of earlier "
+            f"inferences not counted again (${skipped_cost:.4f})"
+        )
+    if by == "step":
+        rows = [row for row in steps if row is not None]
+        rows.sort(key=lambda r: (r.started or 0, r.message_id or ""))
+    else:
+        rows = [groups[k] for k in sorted(groups, key=_sort_key(by, groups))]
+    for row in rows:
+        row.cost = round(row.cost, 12)
+    return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes)
+
+
+def _sort_key(by: str, groups: dict[Any, UsageRow]) -> Callable[[Any], Any]:
+    if by == "session":
+        return lambda k: (groups[k].started or 0, k)
+    if by == "day":
+        return lambda k: k
+    return lambda k: (-groups[k].cost, k)  # model, agent: the costliest first
+
+
+def _accumulate(groups: dict[Any, UsageRow], key: Any, figures: UsageRow, by: str) -> None:
+    group = groups.get(key)
+    if group is None:
+        group = groups[key] = UsageRow(inferences=0)
+        if by == "session":
+            group.session_id = key
+        elif by == "model":
+            group.model = key
+        elif by == "agent":
+            group.agent = key
+        elif by == "day":
+            group.day = key
+    group.add(figures)
+    group.inferences = (group.inferences or 0) + 1
+    started = figures.started
+    if (
+        by == "session"
+        and started is not None
+        and (group.started is None or started < group.started)
+    ):
+        group.started = started
+
+
+def _assistant_messages(
+    store: Any, session_ids: Sequence[str] | None
+) -> Iterator[tuple[str, str, bytes]]:
+    """(session id, message id, data) of messages; the store's fast path when it has one."""
+    fast = getattr(store, "message_rows", None)
+    if fast is not None:
+        yield from fast(session_ids)
+        return
+    for sid in session_ids if session_ids is not None else [r.id for r in store.sessions()]:
+        for message in store.messages(sid):
+            yield sid, message.id, message.data
+
+
+def _older_than_session(store: Any) -> Iterator[tuple[str, str, bytes]]:
+    """Messages created before their own session: the copied history of a fork."""
+    fast = getattr(store, "messages_older_than_session", None)
+    if fast is not None:
+        yield from fast()
+        return
+    for session in store.sessions():
+        for message in store.messages(session.id):
+            if message.time_created is not None and message.time_created < session.time_created:
+                yield session.id, message.id, message.data

@@ -1,0 +1,267 @@
+"""`usage`: per-turn tables whose totals are OpenCode's own figures, counted once."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.records import record, step_finish
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+CLI = [sys.executable, "-m", "opencode_events", "usage"]
+TOKENS = (
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+)
+STREAMS = sorted(p for p in SAMPLES.glob("*/stream.jsonl") if p.stat().st_size)
+
+
+def usage(*args: str, stdin: bytes | None = None) -> dict:
+    result = subprocess.run(
+        CLI + list(args) + ["--format", "json"], input=stdin, capture_output=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stderr == b""
+    return json.loads(result.stdout)
+
+
+def sql(db: Path, query: str, *params) -> list[tuple]:
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return conn.execute(query, params).fetchall()
+    finally:
+        conn.close()
+
+
+def raw_steps(stream: Path) -> list[dict]:
+    parts = {}
+    for line in stream.read_bytes().splitlines():
+        rec = json.loads(line)
+        if rec["type"] == "step_finish":
+            parts[rec["part"]["id"]] = rec["part"]
+    return list(parts.values())
+
+
+# --------------------------------------------------------------------------- stream
+
+
+@pytest.mark.parametrize("stream", STREAMS, ids=lambda p: p.parent.name)
+def test_stream_rows_are_the_step_finish_records(stream: Path):
+    doc = usage(str(stream))
+    steps = raw_steps(stream)
+    rows = [r for r in doc["rows"] if not r.get("open")]
+    assert len(rows) == len(steps)
+    for row, part in zip(rows, steps, strict=True):
+        assert row["input_tokens"] == part["tokens"]["input"]
+        assert row["output_tokens"] == part["tokens"]["output"]
+        assert row["reasoning_tokens"] == part["tokens"]["reasoning"]
+        assert row["cache_read_tokens"] == part["tokens"]["cache"]["read"]
+        assert row["cache_write_tokens"] == part["tokens"]["cache"]["write"]
+        assert row["total_tokens"] == part["tokens"]["total"]
+        assert row["cost"] == part["cost"]
+        assert row["reason"] == part["reason"]
+    total = doc["total"]
+    assert total["cost"] == pytest.approx(sum(p["cost"] for p in steps), abs=1e-12)
+    for name, key in (("input_tokens", "input"), ("output_tokens", "output")):
+        assert total[name] == sum(p["tokens"][key] for p in steps)
+
+
+def test_normalized_jsonl_gives_the_same_table():
+    stream = SAMPLES / "continue3" / "stream.jsonl"
+    normalized = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "normalize", str(stream)],
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert usage(stdin=normalized) == usage(str(stream))
+
+
+def test_usage_at_the_end_of_a_pipe_reads_stdin():
+    stream = (SAMPLES / "task" / "stream.jsonl").read_bytes()
+    assert usage(stdin=stream) == usage(str(SAMPLES / "task" / "stream.jsonl"))
+
+
+def test_interrupted_stream_marks_the_open_turn():
+    lines = [
+        record("step_start", {"type": "step-start"}),
+        step_finish(input_=5, cost=0.5),
+        record("step_start", {"type": "step-start"}),
+        record("text", {"type": "text", "text": "half"}),
+    ]
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in lines)
+    doc = usage(stdin=data)
+    assert [r.get("open") for r in doc["rows"]] == [None, True]
+    assert doc["rows"][1]["turn"] == 2
+    assert doc["total"]["cost"] == 0.5 and doc["total"]["input_tokens"] == 5
+
+
+def test_real_interrupted_run():
+    doc = usage(str(SAMPLES / "sigint" / "stream.jsonl"))
+    assert doc["rows"][-1].get("open") is True
+
+
+def test_re_emitted_step_is_counted_once():
+    step = step_finish(input_=7, cost=0.25)
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in (step, step))
+    doc = usage(stdin=data)
+    assert len(doc["rows"]) == 1 and doc["total"]["cost"] == 0.25
+
+
+def test_stream_by_day_and_session_keep_the_totals():
+    stream = str(SAMPLES / "fork" / "stream.jsonl")  # two sessions in one log
+    by_turn = usage(stream)
+    for by in ("session", "day"):
+        doc = usage(stream, "--by", by)
+        assert doc["total"] == {**by_turn["total"], "inferences": len(by_turn["rows"])}
+    assert len(usage(stream, "--by", "session")["rows"]) == 2
+
+
+def test_stream_cannot_group_by_model():
+    result = subprocess.run(CLI + ["--by", "model"], input=b"", capture_output=True)
+    assert result.returncode == 2 and b"needs the store" in result.stderr
+
+
+# ---------------------------------------------------------------------------- store
+
+
+def session_columns(db: Path, sid: str) -> dict:
+    (row,) = sql(
+        db,
+        "SELECT cost, tokens_input, tokens_output, tokens_reasoning, "
+        "tokens_cache_read, tokens_cache_write FROM session WHERE id = ?",
+        sid,
+    )
+    return dict(zip(("cost", *TOKENS[:5]), row, strict=True))
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    ["task", "continue3", "file_tools", "mcp", "compaction", "sigint", "error400", "apply_patch"],
+)
+def test_store_turns_add_up_to_the_session_row(scenario: str):
+    db = SAMPLES / scenario / "opencode.db"
+    top = sql(db, "SELECT id FROM session WHERE parent_id IS NULL ORDER BY time_updated DESC")
+    sid = top[0][0]
+    doc = usage("--db", str(db), "--session", sid)
+    everything = [sid] + [r[0] for r in sql(db, "SELECT id FROM session WHERE parent_id = ?", sid)]
+    expected = {k: 0 for k in ("cost", *TOKENS[:5])}
+    for one in everything:
+        for key, value in session_columns(db, one).items():
+            expected[key] += value
+    total = doc["total"]
+    assert total["cost"] == pytest.approx(expected["cost"], abs=1e-12)
+    for key in TOKENS[:5]:
+        assert total[key] == expected[key], key
+    users = sql(
+        db,
+        "SELECT count(*) FROM message WHERE session_id = ? AND "
+        "json_extract(data, '$.role') = 'user'",
+        sid,
+    )[0][0]
+    assert len(doc["rows"]) == users
+
+
+def test_subagents_fold_into_the_spawning_turn_or_stand_apart():
+    db = SAMPLES / "task" / "opencode.db"
+    parent, child = [r[0] for r in sql(db, "SELECT id FROM session ORDER BY parent_id IS NOT NULL")]
+    folded = usage("--db", str(db), "--session", parent)
+    (turn,) = folded["rows"]
+    assert turn["subagent_cost"] == pytest.approx(session_columns(db, child)["cost"])
+    assert turn["tool_calls"] == 1 and turn["inferences"] == 2
+    assert turn["prompt"] == "please do the task"
+    apart = usage("--db", str(db), "--session", parent, "--no-fold")
+    assert [r["session_id"] for r in apart["rows"]] == [parent, child]
+    assert apart["total"]["cost"] == pytest.approx(folded["total"]["cost"])
+    assert "subagent_cost" not in apart["rows"][0]
+
+
+def test_in_flight_turn_is_marked():
+    db = SAMPLES / "sigint" / "opencode.db"
+    doc = usage("--db", str(db), "--last")
+    assert doc["rows"][-1]["in_flight"] is True
+    assert "duration_ms" not in doc["rows"][-1]
+
+
+def test_every_grouping_has_the_same_total():
+    db = SAMPLES / "task" / "opencode.db"
+    totals = []
+    for by in ("turn", "step", "session", "model", "agent", "day"):
+        total = usage("--db", str(db), "--last", "--by", by)["total"]
+        totals.append({k: total[k] for k in (*TOKENS, "cost")})
+    assert all(t == totals[0] for t in totals)
+
+
+def test_forked_history_is_not_counted_twice():
+    db = SAMPLES / "fork" / "opencode.db"
+    # Independently: every assistant message, minus those created before their session
+    # (the fork's copies of the original's history).
+    rows = sql(
+        db,
+        "SELECT m.time_created < s.time_created, json_extract(m.data, '$.cost') "
+        "FROM message m JOIN session s ON s.id = m.session_id "
+        "WHERE json_extract(m.data, '$.role') = 'assistant'",
+    )
+    own = sum(cost for copied, cost in rows if not copied)
+    copied = sum(cost for copied, cost in rows if copied)
+    assert copied > 0
+    result = subprocess.run(
+        CLI + ["--db", str(db), "--all", "--by", "day", "--format", "json"],
+        capture_output=True,
+        check=True,
+    )
+    doc = json.loads(result.stdout)
+    assert doc["total"]["cost"] == pytest.approx(own, abs=1e-12)
+    assert "forked" in doc["notes"][0]
+    # One session alone still matches OpenCode's session row, copies included.
+    fork = sql(db, "SELECT id FROM session WHERE title LIKE '%fork%'")[0][0]
+    alone = usage("--db", str(db), "--session", fork)
+    assert alone["total"]["cost"] == pytest.approx(session_columns(db, fork)["cost"])
+
+
+def test_day_rows_follow_the_time_zone():
+    db = SAMPLES / "text" / "opencode.db"
+    utc = usage("--db", str(db), "--last", "--by", "day", "--tz", "UTC")
+    (stamp,) = sql(
+        db, "SELECT time_created FROM message WHERE json_extract(data,'$.role')='assistant'"
+    )[0]
+    from datetime import UTC, datetime
+
+    assert utc["rows"][0]["day"] == datetime.fromtimestamp(stamp / 1000, UTC).strftime("%Y-%m-%d")
+    bad = subprocess.run(
+        CLI + ["--db", str(db), "--by", "day", "--tz", "Mars/Olympus"], capture_output=True
+    )
+    assert bad.returncode == 2 and b"unknown time zone" in bad.stderr
+
+
+def test_csv_and_markdown_use_usage_field_names():
+    db = str(SAMPLES / "task" / "opencode.db")
+    csv_out = (
+        subprocess.run(CLI + ["--db", db, "--format", "csv"], capture_output=True, check=True)
+        .stdout.decode()
+        .splitlines()
+    )
+    header = csv_out[0].split(",")
+    assert {"turn", *TOKENS, "cost"} <= set(header)
+    md = subprocess.run(
+        CLI + ["--db", db, "--format", "markdown"], capture_output=True, check=True
+    ).stdout.decode()
+    assert "| **total** |" in md and "cache_read_tokens" in md
+
+
+def test_table_for_people():
+    out = subprocess.run(
+        CLI + ["--db", str(SAMPLES / "task" / "opencode.db"), "--format", "table"],
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    assert "please do the task" in out and "total" in out and "$0.0206" in out
