@@ -39,3 +39,4 @@ clean:
 
 goldens: $(STAMP)
 	$(PY) scripts/update_goldens.py
+	$(PY) scripts/doc_examples.py

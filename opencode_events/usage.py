@@ -49,6 +49,7 @@ TOKEN_FIELDS = (
     "cache_write_tokens",
     "total_tokens",
 )
+_ALWAYS = frozenset({*TOKEN_FIELDS, "cost"})
 BY_STREAM = ("turn", "step", "session", "day")
 BY_STORE = ("turn", "step", "session", "model", "agent", "day")
 
@@ -82,11 +83,12 @@ class UsageRow(Struct, kw_only=True, omit_defaults=True):
 
     def as_dict(self) -> dict[str, Any]:
         """Labels that have a value, and every token field and the cost, zero or not."""
-        doc = msgspec.to_builtins(self)
-        for name in TOKEN_FIELDS:
-            doc.setdefault(name, 0)
-        doc.setdefault("cost", 0.0)
-        return doc
+        always = _ALWAYS
+        return {
+            name: getattr(self, name)
+            for name in self.__struct_fields__
+            if name in always or getattr(self, name) is not None
+        }
 
     def add(self, other: UsageRow | Usage) -> None:
         for name in TOKEN_FIELDS:

@@ -167,3 +167,11 @@ def test_reasoning_with_thinking():
 @scenario("reasoning")
 def test_reasoning_without_thinking_has_no_reasoning_record():
     assert not of_kind(events_of("reasoning"), "reasoning")
+
+
+def test_docs_examples_are_the_goldens():
+    """docs/events.md shows what the tool really prints (scripts/doc_examples.py)."""
+    from scripts.doc_examples import DOC, render
+
+    text = DOC.read_text()
+    assert render(text) == text, "docs/events.md examples are stale: run `make goldens`"
