@@ -123,25 +123,30 @@ class StreamReader:
         if part_type in CONSUMED_PARTS and part is not None:
             norm.note_consumed(part_type)
             return []  # step_start: nothing to map, so nothing to build
-        prov = self._prov(line_no, line)
         timestamp = record.timestamp
-        if type(timestamp) is int or type(timestamp) is float:
-            prov.time = timestamp
+        if type(timestamp) is not int and type(timestamp) is not float:
+            timestamp = None
         if part_type is not None:
             if part is None:
-                return norm.unknown(prov, type_=record_type)
-            if isinstance(part.messageID, str):
-                prov.message_id = part.messageID
-            if isinstance(part.id, str):
-                prov.part_id = part.id
+                return norm.unknown(self._prov(line_no, line, timestamp), type_=record_type)
+            message_id, part_id = part.messageID, part.id
+            prov = Provenance(
+                line=line_no,
+                source=self.source,
+                raw=line,
+                time=timestamp,
+                message_id=message_id if type(message_id) is str else None,
+                part_id=part_id if type(part_id) is str else None,
+            )
             part.type = part_type  # the record type is the authority
             return norm.part(part, prov)
+        prov = self._prov(line_no, line, timestamp)
         if record_type == "error":
             return norm.error(record.error, prov)
         return norm.unknown(prov, type_=record_type if isinstance(record_type, str) else None)
 
-    def _prov(self, line_no: int, line: bytes) -> Provenance:
-        return Provenance(line=line_no, source=self.source, raw=line)
+    def _prov(self, line_no: int, line: bytes, time: Any = None) -> Provenance:
+        return Provenance(line=line_no, source=self.source, raw=line, time=time)
 
     def finish(self) -> list[Event]:
         """Nothing is held back between lines."""
