@@ -14,10 +14,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "events.md"
 BEGIN, END = "<!-- examples:begin -->", "<!-- examples:end -->"
-KINDS = ["message", "reasoning", "read", "write", "search", "command", "orchestration", "skill",
-         "usage", "error", "unknown", "metrics"]
-PREFERRED = ["file_tools", "apply_patch", "bash_fail", "task", "reasoning_thinking", "skill",
-             "error400", "invalid_tool", "text"]
+KINDS = [
+    "message",
+    "reasoning",
+    "read",
+    "write",
+    "search",
+    "command",
+    "orchestration",
+    "skill",
+    "usage",
+    "error",
+    "unknown",
+    "metrics",
+]
+PREFERRED = [
+    "file_tools",
+    "apply_patch",
+    "bash_fail",
+    "task",
+    "reasoning_thinking",
+    "skill",
+    "error400",
+    "invalid_tool",
+    "text",
+]
 
 
 def examples() -> str:
@@ -28,15 +49,23 @@ def examples() -> str:
         for path in goldens:
             if not path.exists():
                 continue
-            line = next((line for line in path.read_text().splitlines()
-                         if json.loads(line)["kind"] == kind), None)
+            line = next(
+                (
+                    line
+                    for line in path.read_text().splitlines()
+                    if json.loads(line)["kind"] == kind
+                ),
+                None,
+            )
             if line is None:
                 continue
             event = json.loads(line)
             if "raw" in event:
                 event["raw"] = {"type": event["raw"].get("type"), "…": "the whole record"}
-            blocks.append(f"`{kind}` — from `samples/{path.stem}`:\n\n```json\n"
-                          f"{json.dumps(event, ensure_ascii=False)}\n```\n")
+            blocks.append(
+                f"`{kind}` — from `samples/{path.stem}`:\n\n```json\n"
+                f"{json.dumps(event, ensure_ascii=False)}\n```\n"
+            )
             break
     return "\n".join(blocks)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.update_goldens import GOLDEN, normalized
+from scripts.update_goldens import GOLDEN, cases, normalized
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAMS = sorted(ROOT.glob("samples/*/stream.jsonl"))
@@ -38,13 +38,17 @@ def test_there_are_samples():
     assert len(STREAMS) >= 10
 
 
-@pytest.mark.parametrize("stream", STREAMS, ids=lambda p: p.parent.name)
-def test_golden(stream: Path):
-    golden = GOLDEN / f"{stream.parent.name}.jsonl"
-    assert golden.exists(), "no golden file: run `make goldens` and review it"
-    assert normalized(stream) == golden.read_bytes(), (
+@pytest.mark.parametrize("source, golden, reader", cases(), ids=[g.stem for _, g, _ in cases()])
+def test_golden(source: Path, golden: Path, reader):
+    assert golden.exists(), f"no {golden.name}: run `make goldens` and review it"
+    assert reader(source) == golden.read_bytes(), (
         "output differs from tests/golden; if intended, run `make goldens` and review the diff"
     )
+
+
+def test_every_golden_has_its_capture():
+    expected = {golden for _, golden, _ in cases()}
+    assert set(GOLDEN.glob("*.jsonl")) == expected
 
 
 @pytest.mark.parametrize("stream", STREAMS, ids=lambda p: p.parent.name)
