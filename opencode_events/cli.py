@@ -479,3 +479,7 @@ from .live import attach, run_opencode  # noqa: E402 - registered after the grou
 
 cli.add_command(attach)
 cli.add_command(run_opencode, name="run")
+
+from .context_cmd import context  # noqa: E402
+
+cli.add_command(context)
