@@ -244,3 +244,20 @@ def test_start_up_reads_empty_input_quickly():
     assert result.returncode == 0
     assert jsonl(result.stdout)[0]["records"] == 0
     assert time.monotonic() - start < 30
+
+
+def test_a_64_mb_line_is_one_warning_and_the_run_goes_on(tmp_path: Path):
+    huge = tmp_path / "huge.jsonl"
+    with open(huge, "wb") as f:
+        f.write(SIMPLE)
+        f.write(b'{"type":"text","part":{"text":"' + b"x" * (64 << 20) + b"\n")  # truncated JSON
+        f.write(
+            lines_of(
+                record("text", {"type": "text", "text": "after"}),
+                tool_use("glob", {"pattern": "*"}),
+            )
+        )
+    result = run(["normalize", str(huge), "--no-metrics"])
+    assert result.returncode == 0 and result.stderr == b""
+    kinds = [json.loads(line)["kind"] for line in result.stdout.splitlines()]
+    assert kinds == ["message", "read", "usage", "warning", "message", "search"]
