@@ -457,3 +457,85 @@ def test_mcp_calls_attributed_to_configured_servers(tmp_path: Path):
         ).stdout
     )
     assert without_config[0]["mcp_calls"] == {}
+
+
+# ------------------------------------------------------------ a read-only directory
+
+
+def _as_nobody_available() -> str | None:
+    import os
+
+    if os.geteuid() != 0:
+        return "needs root to run a reader as an unprivileged user"
+    if not (shutil.which("setpriv") and Path("/usr/bin/python3.11").exists()):
+        return "needs setpriv and /usr/bin/python3.11"
+    return None
+
+
+@pytest.mark.skipif(_as_nobody_available() is not None, reason=str(_as_nobody_available()))
+@pytest.mark.parametrize("opencode_running", [False, True], ids=["closed", "wal-and-shm"])
+def test_read_only_directory(tmp_path: Path, opencode_running: bool):
+    """A user who may read but not write the folder (uid 65534) reads the store."""
+    import os
+    import tempfile
+
+    import click
+    import msgspec
+
+    import opencode_events
+
+    root = Path(tempfile.mkdtemp(prefix="oce-ro-"))
+    try:
+        os.chmod(root, 0o755)
+        lib = root / "lib"
+        for module in (opencode_events, msgspec, click):
+            shutil.copytree(Path(module.__file__).parent, lib / module.__name__)
+        folder = root / "store"
+        folder.mkdir()
+        db = copy_sample("task", tmp_path, wal=True)
+        shutil.copyfile(db, folder / "opencode.db")
+        writer = None
+        if opencode_running:  # a live writer keeps -wal and -shm beside the file
+            writer = sqlite3.connect(folder / "opencode.db")
+            writer.execute("PRAGMA journal_mode=wal")
+            writer.execute("UPDATE session SET title = title")
+            writer.commit()
+        for path in [root, lib, *lib.rglob("*"), folder, *folder.iterdir()]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        before = fingerprint(folder)
+        code = (
+            "import sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[1:]; "
+            "from opencode_events.cli import main; main()"
+        )
+        for args in (["sessions", "--all", "--format", "json"], ["import", "--all"]):
+            result = subprocess.run(
+                [
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "/usr/bin/python3.11",
+                    "-c",
+                    code,
+                    str(lib),
+                    *args,
+                    "--db",
+                    str(folder / "opencode.db"),
+                ],
+                capture_output=True,
+                timeout=120,
+                cwd=root,
+                env={"PATH": "/usr/bin:/bin", "HOME": str(root)},
+            )
+            assert result.returncode == 0, result.stderr.decode()
+            assert result.stdout.strip()
+        after = fingerprint(folder)
+        if writer is not None:
+            # The shared-memory index may carry a reader's marks; the data files may not.
+            for name in ("opencode.db", "opencode.db-wal"):
+                assert after[name] == before[name]
+            writer.close()
+        else:
+            assert after == before
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
