@@ -1,0 +1,703 @@
+"""Context by source (opencode_events/context.py, the `context` command): the ledger on real
+captures (samples/*/opencode.db with the config OpenCode ran with), property tests on
+generated sessions (plain ledger rows, and SQLite databases with the real schema), prices
+from OpenCode's config and models cache, and the command's output and exit codes."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from opencode_events.context import (
+    PRUNED_OUTPUT,
+    Addition,
+    LedgerMessage,
+    Price,
+    PriceBook,
+    apportion,
+    build_ledger,
+    catalogue_files,
+    context_report,
+    load_prices,
+    price_files,
+)
+from opencode_events.store import open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+CLI = [sys.executable, "-m", "opencode_events"]
+ALL = sorted(p.parent.name for p in SAMPLES.glob("*/opencode.db"))
+REL = 1e-9
+
+
+def sample_servers(name: str) -> list[str]:
+    config = json.loads((SAMPLES / name / "opencode.json").read_text())
+    return sorted(config.get("mcp") or {})
+
+
+def report_of(name: str, session_id: str | None = None, *, priced: bool = True):
+    book = PriceBook([SAMPLES / name / "opencode.json"]) if priced else PriceBook()
+    servers = sample_servers(name)
+    with open_store(str(SAMPLES / name / "opencode.db")) as store:
+        if session_id is None:
+            session_id = store.sessions(top_level=True)[0].id
+        return context_report(
+            store, session_id, prices=lambda directory: book, servers=lambda directory: servers
+        )
+
+
+def top_sessions(name: str) -> list[tuple[str, float]]:
+    """Top-level sessions and OpenCode's cost of each with its subagents."""
+    db = SAMPLES / name / "opencode.db"
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT id, parent_id, cost FROM session").fetchall()
+    finally:
+        conn.close()
+    cost = {sid: c for sid, _, c in rows}
+    parent = {sid: p for sid, p, _ in rows}
+
+    def root(sid: str) -> str:
+        while parent.get(sid):
+            sid = parent[sid]
+        return sid
+
+    totals: dict[str, float] = {}
+    for sid in cost:
+        totals[root(sid)] = totals.get(root(sid), 0.0) + (cost[sid] or 0.0)
+    return sorted(totals.items())
+
+
+def assert_consistent(report) -> None:
+    for inference in report.inferences:
+        assert sum(inference.sources.values()) == inference.prompt_tokens, inference
+        assert all(isinstance(t, int) and t > 0 for t in inference.sources.values())
+        assert sum(inference.added.values()) <= inference.prompt_tokens
+    own = [i for i in report.inferences if i.session_id == report.session_id]
+    if own:
+        assert report.context_tokens == own[-1].prompt_tokens
+        assert sum(r.tokens for r in report.sources) == report.context_tokens
+        assert math.isclose(sum(r.share for r in report.sources), 1.0, abs_tol=1e-4)
+
+
+def total_split(report) -> float:
+    return sum(r.cost for r in report.sources) + report.output_cost
+
+
+# ------------------------------------------------------------------ real captures
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_capture_adds_up(name: str):
+    for session_id, opencode_cost in top_sessions(name):
+        report = report_of(name, session_id)
+        assert_consistent(report)
+        assert report.cost == pytest.approx(opencode_cost, rel=REL)
+        assert report.unpriced == []
+        assert all(r.cost is not None for r in report.sources)
+        assert total_split(report) == pytest.approx(opencode_cost, rel=REL, abs=1e-15)
+
+
+def test_tools_multi_step():
+    report = report_of("file_tools")
+    sources = {r.source: r for r in report.sources}
+    assert {"system", "user", "assistant"} <= set(sources)
+    assert {"tool:read", "tool:write", "tool:edit", "tool:glob", "tool:grep"} <= set(sources)
+    first = report.inferences[0]
+    assert set(first.sources) == {"system", "user"}
+    # later inferences only grow by what the previous step added
+    for before, after in zip(report.inferences, report.inferences[1:], strict=False):
+        assert after.prompt_tokens - before.prompt_tokens == sum(after.added.values())
+        for source, tokens in before.sources.items():
+            assert after.sources[source] >= tokens
+
+
+def test_mcp_calls_go_to_their_server():
+    report = report_of("mcp")
+    sources = {r.source: r for r in report.sources}
+    assert sources["mcp:my-tools.v1"].tokens > 0
+    assert not any(s.startswith("tool:my-tools") for s in sources)
+    # unconfigured, the same calls stay tool calls under their own names
+    with open_store(str(SAMPLES / "mcp" / "opencode.db")) as store:
+        sid = store.sessions(top_level=True)[0].id
+        plain = context_report(store, sid, prices=lambda d: PriceBook(), servers=lambda d: [])
+    assert "tool:my-tools_v1_echo" in {r.source for r in plain.sources}
+
+
+def test_subagent_folded():
+    ((parent, opencode_cost),) = top_sessions("task")
+    report = report_of("task")
+    assert len(report.subagents) == 1
+    child = report.subagents[0]
+    assert {i.session_id for i in report.inferences} == {parent, child}
+    sources = {r.source: r for r in report.sources}
+    assert sources["tool:task"].tokens > 0  # the subagent's answer, in the parent's context
+    assert sources["tool:bash"].tokens == 0 and sources["tool:bash"].cost > 0  # child only
+    assert report.cost == pytest.approx(0.015795 + 0.004845, rel=REL)
+    assert total_split(report) == pytest.approx(opencode_cost, rel=REL)
+    # the inferences come in time order, the child's between the parent's two
+    assert [i.session_id for i in report.inferences] == [parent, child, child, child, parent]
+    # the child alone, with nothing folded
+    alone = report_of("task", child)
+    assert alone.subagents == [] and alone.cost == pytest.approx(0.004845, rel=REL)
+
+
+def test_compaction_resets():
+    report = report_of("compaction")
+    flags = [i.compaction for i in report.inferences]
+    assert flags == [False, False, True, False]
+    before, after = report.inferences[2], report.inferences[3]
+    assert "tool:bash" in before.sources
+    assert set(after.sources) <= {"system", "compaction", "user", "other"}
+    assert after.sources["compaction"] > 0
+    assert {r.source: r.tokens for r in report.sources}["tool:bash"] == 0
+
+
+def test_multi_turn_user_prompts():
+    report = report_of("continue3")
+    users = [i.added.get("user", 0) for i in report.inferences]
+    assert sum(1 for u in users if u) >= 2  # later prompts are added as the session goes on
+
+
+def test_unpriced_model_gets_tokens_and_no_cost():
+    report = report_of("task", priced=False)
+    assert_consistent(report)
+    assert report.unpriced == ["mock/mock-model"]
+    assert all(r.cost is None for r in report.sources)
+    assert report.output_cost is None
+    assert report.cost == pytest.approx(0.015795 + 0.004845, rel=REL)  # still OpenCode's
+
+
+def test_price_without_cache_write_is_zero(tmp_path: Path):
+    # gpt-5-mock's config cost has no cache_write: OpenCode prices it at 0, so do we
+    book = PriceBook([SAMPLES / "apply_patch" / "opencode.json"])
+    assert book("mock", "gpt-5-mock") == Price(1.25, 10, 0.125, 0)
+    assert book("mock", "nope") is None and book(None, "gpt-5-mock") is None
+
+
+# ------------------------------------------------------------------ prices
+
+
+def test_prices_from_config_and_models_cache(tmp_path: Path):
+    home, config, cache = tmp_path / "home", tmp_path / "config", tmp_path / "cache"
+    (config / "opencode").mkdir(parents=True)
+    (cache / "opencode").mkdir(parents=True)
+    project = tmp_path / "work"
+    (project / ".git").mkdir(parents=True)
+    catalogue = {
+        "anthropic": {
+            "id": "anthropic",
+            "models": {
+                "claude-x": {
+                    "cost": {
+                        "input": 3,
+                        "output": 15,
+                        "cache_read": 0.3,
+                        "cache_write": 3.75,
+                        "context_over_200k": {"input": 6, "output": 22.5, "cache_read": 0.6},
+                    }
+                },
+                "free": {"cost": {"input": 0, "output": 0}},
+                "noprice": {"name": "no cost object"},
+            },
+        }
+    }
+    (cache / "opencode" / "models.json").write_text(json.dumps(catalogue))
+    (config / "opencode" / "opencode.json").write_text(
+        '{"provider": {"anthropic": {"models": {"claude-x": {"cost": {"input": 4}}}}}}'
+    )
+    (project / "opencode.jsonc").write_text(
+        '// project\n{"provider": {"anthropic": {"models": {"claude-x": '
+        '{"cost": {"output": 16,},}}}}}'
+    )
+    env = {"HOME": str(home), "XDG_CONFIG_HOME": str(config), "XDG_CACHE_HOME": str(cache)}
+    assert catalogue_files(env)[0] == cache / "opencode" / "models.json"
+    files = price_files(str(project), env)
+    assert files.index(config / "opencode" / "opencode.json") < files.index(
+        project / "opencode.jsonc"
+    )
+    book = load_prices(str(project), env)
+    price = book("anthropic", "claude-x")
+    assert price is not None
+    assert (price.input, price.output, price.cache_read, price.cache_write) == (4, 16, 0.3, 3.75)
+    assert price.for_prompt(200_001).input == 6
+    assert price.for_prompt(200_000) is price
+    assert book("anthropic", "free") == Price()
+    assert book("anthropic", "noprice") is None
+    assert book("openai", "claude-x") is None
+
+
+def test_price_tiers():
+    cost = {
+        "input": 1,
+        "output": 2,
+        "tiers": [
+            {"input": 5, "output": 6, "tier": {"type": "context", "size": 1000}},
+            {"input": 3, "output": 4, "tier": {"type": "context", "size": 500}},
+        ],
+    }
+    from opencode_events.context import _price
+
+    price = _price(cost)
+    assert price.for_prompt(400).input == 1
+    assert price.for_prompt(600).input == 3
+    assert price.for_prompt(5000).input == 5
+
+
+def test_bad_config_files_are_ignored(tmp_path: Path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    weird = tmp_path / "weird.json"
+    weird.write_text('{"provider": {"p": {"models": {"m": {"cost": "cheap"}}}, "q": 3}}')
+    book = PriceBook([bad, weird, tmp_path / "missing.json"], [tmp_path])
+    assert len(book) == 0 and book("p", "m") is None
+
+
+# ------------------------------------------------------------------ properties
+
+sizes = st.integers(min_value=0, max_value=5000)
+sources = st.sampled_from(["user", "assistant", "tool:bash", "tool:read", "mcp:fs"])
+additions = st.lists(st.builds(Addition, sources, sizes), max_size=4)
+
+
+@st.composite
+def sessions(draw):
+    """A plausible session: turns of a user prompt then assistant steps with tool calls."""
+    messages: list[LedgerMessage] = []
+    prompt = draw(st.integers(min_value=1, max_value=20_000))
+    counter = 0
+
+    def ident() -> str:
+        nonlocal counter
+        counter += 1
+        return f"msg_{counter:04d}"
+
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        compaction = draw(st.booleans()) and bool(messages)
+        user = LedgerMessage(
+            id=ident(),
+            role="user",
+            additions=[] if compaction else [Addition("user", draw(sizes))],
+            compaction=compaction,
+        )
+        messages.append(user)
+        for _ in range(draw(st.integers(min_value=1, max_value=4))):
+            prompt = max(0, prompt + draw(st.integers(min_value=-3000, max_value=8000)))
+            read = draw(st.integers(min_value=0, max_value=prompt))
+            write = draw(st.integers(min_value=0, max_value=prompt - read))
+            messages.append(
+                LedgerMessage(
+                    id=ident(),
+                    role="assistant",
+                    additions=draw(additions),
+                    input=prompt - read - write,
+                    cache_read=read,
+                    cache_write=write,
+                    output=draw(st.integers(min_value=0, max_value=2000)),
+                    reasoning=draw(st.integers(min_value=0, max_value=500)),
+                    cost=draw(st.floats(min_value=0, max_value=5, allow_nan=False)),
+                    provider_id="p",
+                    model_id=draw(st.sampled_from(["priced", "priced", "free", "unknown"])),
+                    parent_id=user.id,
+                    summary=compaction,
+                    mode="compaction" if compaction else "build",
+                )
+            )
+            if compaction:
+                break
+    return messages
+
+
+def book(provider, model):
+    return {"priced": Price(3, 15, 0.3, 3.75), "free": Price()}.get(model)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sessions())
+def test_ledger_adds_up(messages):
+    ledger = build_ledger(messages, book, session_id="ses")
+    by_id = {m.id: m for m in messages}
+    inferences = [m for m in messages if m.role == "assistant" and m.prompt_tokens > 0]
+    assert [i.message_id for i in ledger.inferences] == [m.id for m in inferences]
+    for inference in ledger.inferences:
+        message = by_id[inference.message_id]
+        assert sum(inference.sources.values()) == inference.prompt_tokens
+        assert all(t > 0 for t in inference.sources.values())
+        if inference.source_costs is None:
+            assert message.model_id == "unknown" or (
+                message.model_id == "free" and message.cost != 0
+            )
+            continue
+        split = sum(inference.source_costs.values()) + inference.output_cost
+        assert split == pytest.approx(message.cost, rel=1e-9, abs=1e-12)
+        assert all(c >= -1e-12 for c in inference.source_costs.values())
+    # after a compaction reply, the next inference starts from the system prompt and summary
+    for index, inference in enumerate(ledger.inferences[:-1]):
+        if inference.compaction:
+            after = ledger.inferences[index + 1]
+            assert set(after.sources) <= {"system", "compaction", "user", "other"} | set(
+                after.added
+            )
+
+
+@given(st.integers(min_value=0, max_value=10**9), st.lists(sizes, max_size=8))
+def test_apportion(total, weights):
+    shares = apportion(total, weights)
+    assert len(shares) == len(weights)
+    if sum(weights) == 0 or total == 0:
+        assert shares == [0] * len(weights)
+        return
+    assert sum(shares) == total
+    for share, weight in zip(shares, weights, strict=True):
+        exact = total * weight / sum(weights)
+        assert math.floor(exact) <= share <= math.ceil(exact)
+
+
+def test_first_inference_system_is_what_the_prompt_does_not_explain():
+    messages = [
+        LedgerMessage(id="u", role="user", additions=[Addition("user", 400)]),
+        LedgerMessage(id="a", role="assistant", input=1000, parent_id="u"),
+    ]
+    (inference,) = build_ledger(messages).inferences
+    assert inference.sources == {"system": 900, "user": 100}
+    # a prompt smaller than the estimate: all of it goes to what was sent
+    messages[1] = LedgerMessage(id="a", role="assistant", input=50, parent_id="u")
+    (inference,) = build_ledger(messages).inferences
+    assert inference.sources == {"user": 50}
+
+
+def test_negative_growth_shrinks_in_proportion_and_failed_steps_are_skipped():
+    messages = [
+        LedgerMessage(id="u", role="user", additions=[Addition("user", 400)]),
+        LedgerMessage(id="a1", role="assistant", input=1000, additions=[Addition("tool:x", 10)]),
+        LedgerMessage(id="a2", role="assistant", error=True),  # no usage: not an inference
+        LedgerMessage(id="a3", role="assistant", input=1100),
+        LedgerMessage(id="a4", role="assistant", input=550),
+    ]
+    ledger = build_ledger(messages)
+    assert [i.message_id for i in ledger.inferences] == ["a1", "a3", "a4"]
+    assert ledger.inferences[1].sources == {"system": 900, "user": 100, "tool:x": 100}
+    assert ledger.inferences[2].sources == {"system": 450, "user": 50, "tool:x": 50}
+    assert ledger.inferences[2].added == {}
+
+
+def test_growth_with_nothing_measurable_is_other():
+    messages = [
+        LedgerMessage(id="u", role="user", additions=[Addition("user", 4)]),
+        LedgerMessage(id="a1", role="assistant", input=100),
+        LedgerMessage(id="a2", role="assistant", input=130),
+    ]
+    assert build_ledger(messages).inferences[1].added == {"other": 30}
+
+
+def test_compaction_keeps_its_tail():
+    messages = [
+        LedgerMessage(id="u1", role="user", additions=[Addition("user", 40)]),
+        LedgerMessage(id="a1", role="assistant", input=1000, additions=[Addition("tool:a", 90)]),
+        LedgerMessage(id="u2", role="user", additions=[Addition("user", 10)]),
+        LedgerMessage(id="a2", role="assistant", input=1200, additions=[Addition("tool:b", 10)]),
+        LedgerMessage(id="u3", role="user", compaction=True, tail_start_id="u2"),
+        LedgerMessage(
+            id="a3",
+            role="assistant",
+            input=1300,
+            output=50,
+            parent_id="u3",
+            summary=True,
+            mode="compaction",
+        ),
+        LedgerMessage(id="u4", role="user", additions=[Addition("user", 20)]),
+        LedgerMessage(id="a4", role="assistant", input=1100),
+    ]
+    ledger = build_ledger(messages)
+    assert ledger.inferences[2].compaction
+    after = ledger.inferences[3]
+    system = ledger.inferences[2].sources["system"]
+    assert after.sources["system"] == system and after.sources["compaction"] == 50
+    # the kept tail (u2, a2 with its tool result) and the new prompt share the growth
+    assert set(after.added) == {"user", "tool:b"}
+    assert "tool:a" not in after.sources
+    assert sum(after.sources.values()) == 1100
+
+
+def test_a_summary_without_a_compaction_request_does_not_reset():
+    messages = [
+        LedgerMessage(id="u", role="user", additions=[Addition("user", 4)]),
+        LedgerMessage(id="a", role="assistant", input=100, summary=True, mode="compaction"),
+    ]
+    assert not build_ledger(messages).inferences[0].compaction
+
+
+# ------------------------------------------------------------------ generated databases
+
+
+def _insert_session(db: Path, sid: str, turns: list[list[dict]]) -> float:
+    """Rows for a session with the real schema; returns OpenCode's (the rows') total cost."""
+    conn = sqlite3.connect(db)
+    now = 1_800_000_000_000
+    total = 0.0
+    counter = 0
+    conn.execute(
+        "INSERT INTO session (id, project_id, slug, directory, title, version, cost, "
+        "tokens_input, tokens_output, tokens_reasoning, tokens_cache_read, tokens_cache_write, "
+        "time_created, time_updated) VALUES (?, 'global', 'slug', '/nowhere', 't', '1.18.33', "
+        "0, 0, 0, 0, 0, 0, ?, ?)",
+        (sid, now, now),
+    )
+
+    def add(role: str, data: dict, parts: list[dict]) -> str:
+        nonlocal counter
+        counter += 1
+        mid = f"msg_{sid[-6:]}{counter:06d}"
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (mid, sid, now + counter, now + counter, json.dumps({"role": role, **data})),
+        )
+        for index, part in enumerate(parts):
+            conn.execute(
+                "INSERT INTO part (id, message_id, session_id, time_created, time_updated, "
+                "data) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    f"prt_{mid[4:]}{index:03d}",
+                    mid,
+                    sid,
+                    now + counter,
+                    now + counter,
+                    json.dumps(part),
+                ),
+            )
+        return mid
+
+    prompt = 0
+    for turn in turns:
+        user = add("user", {"time": {"created": now}}, [{"type": "text", "text": "hi " * 20}])
+        for step in turn:
+            prompt += step["growth"]
+            tokens = {
+                "input": prompt - step["read"],
+                "output": step["out"],
+                "reasoning": 0,
+                "cache": {"read": step["read"], "write": 0},
+            }
+            cost = (tokens["input"] * 3 + step["read"] * 0.3 + step["out"] * 15) / 1e6
+            total += cost
+            parts = [{"type": "text", "text": "ok"}]
+            if step["tool"]:
+                parts.append(
+                    {
+                        "type": "tool",
+                        "tool": step["tool"],
+                        "callID": "c",
+                        "state": {
+                            "status": "completed",
+                            "input": {"a": 1},
+                            "output": "x" * step["size"],
+                            "title": "",
+                            "time": {"start": 1, "end": 2},
+                        },
+                    }
+                )
+            parts.append("not a part")  # a bad row must not crash
+            add(
+                "assistant",
+                {
+                    "parentID": user,
+                    "modelID": "m",
+                    "providerID": "p",
+                    "cost": cost,
+                    "tokens": tokens,
+                    "mode": "build",
+                },
+                parts,
+            )
+    conn.execute("UPDATE session SET cost = ? WHERE id = ?", (total, sid))
+    conn.commit()
+    conn.close()
+    return total
+
+
+steps = st.fixed_dictionaries(
+    {
+        "growth": st.integers(min_value=0, max_value=5000),
+        "read": st.just(0),
+        "out": st.integers(min_value=0, max_value=300),
+        "tool": st.sampled_from([None, "bash", "fs_read"]),
+        "size": st.integers(min_value=0, max_value=3000),
+    }
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.lists(steps, min_size=1, max_size=4), min_size=1, max_size=3))
+def test_generated_database(tmp_path_factory, turns):
+    db = tmp_path_factory.mktemp("gen") / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    turns[0][0]["growth"] += 500  # the first prompt holds the system prompt
+    cost = _insert_session(db, "ses_zzzzgenerated", turns)
+    prices = {("p", "m"): Price(3, 15, 0.3, 3.75)}
+    with open_store(str(db)) as store:
+        report = context_report(
+            store,
+            "ses_zzzzgenerated",
+            prices=lambda d: lambda p, m: prices.get((p, m)),
+            servers=lambda d: ["fs"],
+        )
+    assert_consistent(report)
+    assert report.skipped_rows == sum(len(t) for t in turns)
+    assert report.cost == pytest.approx(cost, rel=REL)
+    assert total_split(report) == pytest.approx(cost, rel=REL, abs=1e-15)
+    assert not any(r.source == "tool:fs_read" for r in report.sources)
+
+
+def test_pruned_tool_output_counts_as_the_placeholder():
+    from opencode_events.context import _PART, _part_additions
+
+    part = _PART.decode(
+        b'{"type":"tool","tool":"bash","state":{"status":"completed","input":{},'
+        b'"output":"' + b"x" * 1000 + b'","time":{"start":1,"end":2,"compacted":3}}}'
+    )
+    assert _part_additions(part, "assistant", ()) == [
+        Addition("assistant", 2),
+        Addition("tool:bash", len(PRUNED_OUTPUT)),
+    ]
+
+
+# ------------------------------------------------------------------ the command
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + list(args), capture_output=True, timeout=120, env=env)
+
+
+@pytest.fixture
+def priced_env(tmp_path: Path) -> dict:
+    """An environment whose OpenCode config is the one the captures ran with."""
+    (tmp_path / "config" / "opencode").mkdir(parents=True)
+    shutil.copyfile(SAMPLES / "task" / "opencode.json", tmp_path / "config/opencode/opencode.json")
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+    }
+
+
+def test_cli_json(priced_env: dict):
+    result = run(
+        "context", "--db", str(SAMPLES / "task" / "opencode.db"), "--format", "json", env=priced_env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == b""
+    document = json.loads(result.stdout)
+    assert {"session_id", "context_tokens", "cost", "sources", "inferences"} <= set(document)
+    assert document["session_id"] == "ses_dd8083e0bffePGJlLQX9qavHXI"
+    assert document["context_tokens"] == 4400
+    assert set(document["sources"][0]) == {"source", "tokens", "share", "cost"}
+    split = sum(s["cost"] for s in document["sources"]) + document["output"]["cost"]
+    assert split == pytest.approx(document["cost"], rel=REL)
+    for inference in document["inferences"]:
+        assert sum(inference["sources"].values()) == inference["prompt_tokens"]
+    # piped, json is the default
+    assert (
+        json.loads(
+            run("context", "--db", str(SAMPLES / "task" / "opencode.db"), env=priced_env).stdout
+        )
+        == document
+    )
+
+
+def test_cli_session_prefix_and_csv(priced_env: dict):
+    db = str(SAMPLES / "mcp" / "opencode.db")
+    result = run("context", "ses_dd8064", "--db", db, "--format", "csv", env=priced_env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert lines[0] == "source,tokens,share,cost"
+    assert lines[-1].startswith("output,58,,")
+    per = run(
+        "context", "ses_dd8064", "--db", db, "--format", "csv", "--per-inference", env=priced_env
+    )
+    rows = per.stdout.decode().splitlines()
+    assert rows[0] == "session_id,message_id,prompt_tokens,source,tokens,added,cost"
+    assert len(rows) > 4
+
+
+def test_cli_table(priced_env: dict):
+    result = run(
+        "context",
+        "--db",
+        str(SAMPLES / "compaction" / "opencode.db"),
+        "--format",
+        "table",
+        "--per-inference",
+        env=priced_env,
+    )
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    assert "Context of ses_dd8055899ffee9e5dxpDurrrn5" in text
+    assert "compaction (reset after)" in text and "total" in text and "$0.0227" in text
+
+
+def test_cli_unpriced(priced_env: dict, tmp_path: Path):
+    env = {**priced_env, "XDG_CONFIG_HOME": str(tmp_path / "empty")}
+    result = run(
+        "context", "--db", str(SAMPLES / "task" / "opencode.db"), "--format", "json", env=env
+    )
+    assert result.returncode == 0
+    assert b"no price for mock/mock-model" in result.stderr
+    document = json.loads(result.stdout)
+    assert all(s["cost"] is None for s in document["sources"])
+    assert document["unpriced_models"] == ["mock/mock-model"]
+    table = run(
+        "context", "--db", str(SAMPLES / "task" / "opencode.db"), "--format", "table", env=env
+    )
+    assert " - " in table.stdout.decode()
+
+
+def test_cli_errors(priced_env: dict, tmp_path: Path):
+    db = str(SAMPLES / "task" / "opencode.db")
+    missing = run("context", "ses_nope", "--db", db, env=priced_env)
+    assert missing.returncode == 2
+    assert missing.stderr.decode().startswith("error: no session ses_nope")
+    assert missing.stdout == b""
+    bad = tmp_path / "bad.db"
+    bad.write_text("not a database")
+    result = run("context", "--db", str(bad), env=priced_env)
+    assert result.returncode == 2 and result.stderr.startswith(b"error: ")
+    assert b"Traceback" not in result.stderr
+    nodb = run("context", "--db", str(tmp_path / "none.db"), env=priced_env)
+    assert nodb.returncode == 2 and b"no OpenCode database" in nodb.stderr
+    usage = run("context", "--format", "xml", "--db", db, env=priced_env)
+    assert usage.returncode == 2
+
+
+def test_cli_closed_pipe(priced_env: dict):
+    cli = " ".join(CLI)
+    result = subprocess.run(
+        f"{cli} context --db {SAMPLES / 'task' / 'opencode.db'} --format csv --per-inference"
+        " | head -1",
+        shell=True,
+        capture_output=True,
+        env=priced_env,
+        timeout=60,
+    )
+    assert result.returncode == 0 and b"Traceback" not in result.stderr
+
+
+def test_document_is_json_serialisable():
+    from opencode_events.context_cmd import document
+
+    msgspec.json.encode(document(report_of("file_tools")))
