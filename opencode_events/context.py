@@ -627,6 +627,16 @@ _PART = msgspec.json.Decoder(_PartView)
 _MESSAGE = msgspec.json.Decoder(_MessageView)
 
 
+def _json_size(raw: Raw) -> int:
+    """Bytes of a JSON value written compactly (the stored spacing does not count)."""
+    if not len(raw):
+        return 0
+    try:
+        return len(msgspec.json.encode(msgspec.json.decode(raw)))
+    except (msgspec.DecodeError, TypeError, ValueError):
+        return len(raw)
+
+
 def _tool_source(tool: Any, servers: Sequence[str]) -> str:
     name = tool if isinstance(tool, str) and tool else "unknown"
     server = mcp_server_of(name, servers) if servers else None
@@ -652,7 +662,8 @@ def _part_additions(part: _PartView, role: str, servers: Sequence[str]) -> list[
     state = part.state
     if state is None:
         return [Addition(_tool_source(part.tool, servers), 0)]
-    pieces = [Addition(ASSISTANT, len(state.input))] if len(state.input) else []
+    arguments = _json_size(state.input)
+    pieces = [Addition(ASSISTANT, arguments)] if arguments else []
     if state.time is not None and state.time.compacted:
         result = _size(PRUNED_OUTPUT)
     elif state.status == "error":

@@ -701,3 +701,19 @@ def test_document_is_json_serialisable():
     from opencode_events.context_cmd import document
 
     msgspec.json.encode(document(report_of("file_tools")))
+
+
+@pytest.mark.parametrize("oldest", [False, True])
+def test_legacy_json_storage_reads_like_the_database(tmp_path: Path, oldest: bool):
+    from tests.test_legacy import write_legacy
+
+    data = tmp_path / "data"
+    write_legacy(SAMPLES / "task" / "opencode.db", data, oldest=oldest)
+    book = PriceBook([SAMPLES / "task" / "opencode.json"])
+    with open_store(str(data)) as store:
+        sid = store.sessions(top_level=True)[0].id
+        legacy = context_report(store, sid, prices=lambda d: book, servers=lambda d: [])
+    expected = report_of("task", sid)
+    assert [i.sources for i in legacy.inferences] == [i.sources for i in expected.inferences]
+    assert legacy.sources == expected.sources
+    assert total_split(legacy) == pytest.approx(expected.cost, rel=REL)
