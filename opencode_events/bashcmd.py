@@ -92,22 +92,33 @@ _HEAD = re.compile(
 )
 
 
-def _head_is_foreign(command: str) -> bool:
-    """True when the first command is surely none we classify (``pytest -q``, ``npm test``).
+# Command separators, when no quoting can hide one: `&` and `|` only where they are not part
+# of a redirection (`2>&1`, `>&2`, `&>file`, `>|file`).
+_SEPARATORS = re.compile(r"\|\||&&|[;\n]|(?<!>)\||(?<![<>])&(?!>)")
+_QUOTING = re.compile(r"""['"\\$`#]|<<""")
 
-    A shortcut, not a rule: every command the full parse could accept starts with a
-    handler, ``cd``, a shell or a wrapper, so rejecting the rest early changes no answer
-    and spares the lexer on the most common bash calls.
+
+def _head_is_foreign(command: str) -> bool:
+    """True when a command in it is surely none we classify (``pytest -q``, ``echo x; make``).
+
+    A shortcut, not a rule: every command the full parse could accept consists of members
+    that start with a handler, ``cd``, a shell, a wrapper or a filter, so rejecting the rest
+    early changes no answer and spares the lexer on the most common bash calls. Without
+    quoting, every member's head is checked; otherwise only the first.
     """
-    match = _HEAD.match(command)
-    if match is None:
-        return False  # quoting, redirections first, …: let the parser decide
-    name = match.group(1)
-    for prefix in _BIN_DIRS:
-        if name.startswith(prefix) and "/" not in name[len(prefix) :]:
-            name = name[len(prefix) :]
-            break
-    return name not in _KNOWN_HEADS
+    segments = [command] if _QUOTING.search(command) else _SEPARATORS.split(command)
+    for segment in segments:
+        match = _HEAD.match(segment)
+        if match is None:
+            continue  # a redirection first, a group, …: let the parser decide
+        name = match.group(1)
+        for prefix in _BIN_DIRS:
+            if name.startswith(prefix) and "/" not in name[len(prefix) :]:
+                name = name[len(prefix) :]
+                break
+        if name not in _KNOWN_HEADS:
+            return True
+    return False
 
 
 class _Reject(Exception):
@@ -1620,7 +1631,7 @@ def _command(ctx: _Ctx, cmd: _Cmd, has_or: bool) -> list[FileOp]:
 
 
 _KNOWN_HEADS = frozenset(
-    {*_HANDLERS, "cd", *_SHELLS, *_CONTENT_COMMANDS, "command", "time", "env", "nice"}
+    {*_HANDLERS, "cd", *_SHELLS, *_CONTENT_COMMANDS, "command", "time", "env", "nice", "sort"}
 )
 
 

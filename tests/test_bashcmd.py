@@ -801,7 +801,7 @@ _args = st.sampled_from(
 )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=4000, deadline=None)
 @given(st.lists(st.one_of(_heads, _args), min_size=1, max_size=8))
 def test_early_exit_agrees_with_the_full_parse(words):
     import opencode_events.bashcmd as bashcmd
