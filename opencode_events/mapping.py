@@ -119,36 +119,50 @@ def _tokens(value: Any) -> int:
 
 def usage_event(part: Part | MessageInfo, turn: int) -> Usage:
     """Tokens and cost of a step-finish part, or of an assistant message (one inference),
-    OpenCode's figures as they are."""
+    OpenCode's figures as they are. A value that is not a number counts as 0."""
     tokens = part.tokens
     if tokens is None:
         input_ = output = reasoning = cache_read = cache_write = 0
-        total_given = None
+        given = None
     else:
-        input_ = _tokens(tokens.input)
-        output = _tokens(tokens.output)
-        reasoning = _tokens(tokens.reasoning)
+        # Inline int checks: this runs once per model step on the hot path.
+        input_, output, reasoning = tokens.input, tokens.output, tokens.reasoning
+        if type(input_) is not int:
+            input_ = _tokens(input_)
+        if type(output) is not int:
+            output = _tokens(output)
+        if type(reasoning) is not int:
+            reasoning = _tokens(reasoning)
         cache = tokens.cache
-        cache_read = _tokens(cache.read) if cache is not None else 0
-        cache_write = _tokens(cache.write) if cache is not None else 0
-        total_given = _number(tokens.total)
-    total = (
-        int(total_given)
-        if total_given is not None
-        else input_ + output + reasoning + cache_read + cache_write
-    )
-    cost = _number(part.cost)
-    reason = part.reason if isinstance(part, Part) else part.finish
+        if cache is None:
+            cache_read = cache_write = 0
+        else:
+            cache_read, cache_write = cache.read, cache.write
+            if type(cache_read) is not int:
+                cache_read = _tokens(cache_read)
+            if type(cache_write) is not int:
+                cache_write = _tokens(cache_write)
+        given = tokens.total
+    if type(given) is int:
+        total = given
+    elif type(given) is float:
+        total = int(given)
+    else:
+        total = input_ + output + reasoning + cache_read + cache_write
+    cost = part.cost
+    if type(cost) is not float:
+        cost = float(cost) if type(cost) is int else 0.0
+    reason = part.reason if type(part) is Part else part.finish
     return Usage(
         turn=turn,
-        reason=_str(reason),
+        reason=reason if type(reason) is str else None,
         input_tokens=input_,
         output_tokens=output,
         reasoning_tokens=reasoning,
         cache_read_tokens=cache_read,
         cache_write_tokens=cache_write,
         total_tokens=total,
-        cost=float(cost) if cost is not None else 0.0,
+        cost=cost,
     )
 
 
