@@ -106,7 +106,9 @@ def _head_is_foreign(command: str) -> bool:
     early changes no answer and spares the lexer on the most common bash calls. Without
     quoting, every member's head is checked; otherwise only the first.
     """
-    segments = [command] if _QUOTING.search(command) else _SEPARATORS.split(command)
+    quoted = _QUOTING.search(command) is not None
+    segments = [command] if quoted else _SEPARATORS.split(command)
+    heads = []
     for segment in segments:
         match = _HEAD.match(segment)
         if match is None:
@@ -118,7 +120,14 @@ def _head_is_foreign(command: str) -> bool:
                 break
         if name not in _KNOWN_HEADS:
             return True
-    return False
+        heads.append(name)
+    # `echo`/`printf` change a file only through `>` or a `| tee`: without either, no.
+    return (
+        not quoted
+        and ">" not in command
+        and "tee" not in heads
+        and any(name in _CONTENT_COMMANDS for name in heads)
+    )
 
 
 class _Reject(Exception):
