@@ -36,6 +36,8 @@ __all__ = [
     "STREAM_RECORD_PARTS",
     "CONSUMED_PARTS",
     "CONSUMED_TOOLS",
+    "ORCHESTRATION_TOOLS",
+    "spawned_session",
     "TOOL_RULES",
     "success_of",
     "tool_events",
@@ -71,6 +73,8 @@ STREAM_RECORD_PARTS: dict[str, str] = {
 
 # The agent's own task list: counted as tool calls, no event.
 CONSUMED_TOOLS = frozenset({"todo", "todowrite", "todoread"})
+# Tools that run a subagent in a child session.
+ORCHESTRATION_TOOLS = ("task", "agent_manager")
 
 
 def success_of(status: Any) -> bool | None:
@@ -268,6 +272,20 @@ def _background_process(common: dict[str, Any], args: BashInput, part: Part) -> 
 _TASK_ID = re.compile(r'<task\s+id="([^"]+)"')
 
 
+def spawned_session(part: Part) -> str | None:
+    """The child session a ``task``/``agent_manager`` call ran, when it can be told."""
+    if not isinstance(part.tool, str) or part.tool.lower() not in ORCHESTRATION_TOOLS:
+        return None
+    state = part.state
+    if state is None or not state.input:
+        return None
+    try:
+        args = _INPUT_DECODERS[TaskInput].decode(state.input)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        args = TaskInput()
+    return _child_session(args, part)
+
+
 def _child_session(args: TaskInput, part: Part) -> str | None:
     state = part.state
     if state is not None:
@@ -321,8 +339,7 @@ TOOL_RULES: dict[str, tuple[type[Struct], ToolRule]] = {
     "glob": (SearchInput, _search),
     "bash": (BashInput, _bash),
     "background_process": (BashInput, _background_process),
-    "task": (TaskInput, _orchestration),
-    "agent_manager": (TaskInput, _orchestration),
+    **{name: (TaskInput, _orchestration) for name in ORCHESTRATION_TOOLS},
     "skill": (SkillInput, _skill),
     "lsp": (LspInput, _lsp),
 }

@@ -18,7 +18,6 @@ session's rows add up to its session row (plus its subagents' when folded).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, tzinfo
 from typing import Any, BinaryIO
@@ -27,9 +26,10 @@ import msgspec
 from msgspec import Struct
 
 from .events import Usage
+from .mapping import spawned_session
 from .normalizer import Normalizer
 from .stream import BOM, StreamReader, line_batches
-from .views import Tokens
+from .views import PART_DECODER, Tokens
 
 __all__ = [
     "UsageRow",
@@ -261,26 +261,7 @@ class _Message(Struct):
     mode: Any = None
 
 
-class _Meta(Struct):
-    sessionId: Any = None  # noqa: N815
-
-
-class _State(Struct):
-    metadata: _Meta | None = None
-    output: msgspec.Raw = msgspec.Raw()
-
-
-class _PartLite(Struct):
-    type: Any = None
-    text: Any = None
-    synthetic: Any = None
-    tool: Any = None
-    state: _State | None = None
-
-
 _MESSAGE = msgspec.json.Decoder(_Message)
-_PART = msgspec.json.Decoder(_PartLite)
-_TASK_ID = re.compile(r'<task\s+id="([^"]+)"')
 
 
 def _int(value: Any) -> int:
@@ -387,12 +368,12 @@ def _session_turns(store: Any, session_id: str) -> tuple[list[_Turn], dict[str, 
         if turn is None:
             continue
         try:
-            view = _PART.decode(part.data)
+            view = PART_DECODER.decode(part.data)
         except msgspec.DecodeError:
             continue
         if view.type == "tool":
             turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
-            child = _spawned_session(view)
+            child = spawned_session(view)
             if child:
                 spawned[child] = turn
         elif (
@@ -411,24 +392,6 @@ def _session_turns(store: Any, session_id: str) -> tuple[list[_Turn], dict[str, 
             row.in_flight = True  # a prompt with no reply yet
         row.cost = round(row.cost, 12)
     return turns, spawned
-
-
-def _spawned_session(part: _PartLite) -> str | None:
-    if not isinstance(part.tool, str) or part.tool.lower() not in ("task", "agent_manager"):
-        return None
-    state = part.state
-    if state is None:
-        return None
-    if state.metadata is not None and isinstance(state.metadata.sessionId, str):
-        return state.metadata.sessionId
-    if state.output:
-        try:
-            output = msgspec.json.decode(state.output)
-        except msgspec.DecodeError:
-            return None
-        match = _TASK_ID.search(output[:512]) if isinstance(output, str) else None
-        return match.group(1) if match else None
-    return None
 
 
 def _first_words(text: str, limit: int = 48) -> str:

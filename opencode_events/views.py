@@ -79,6 +79,7 @@ class Part(Struct):
     sessionID: Any = None  # noqa: N815
     messageID: Any = None  # noqa: N815
     text: Any = None
+    synthetic: Any = None  # text added by OpenCode, not typed by the user
     time: Times | None = None
     # tool
     tool: Any = None
