@@ -39,7 +39,7 @@ from msgspec import Raw, Struct
 from .events import Event
 from .normalizer import Normalizer, Provenance
 from .stream import BOM
-from .views import NO_RAW, MessageInfo, Part
+from .views import ANY_DECODER, NO_RAW, MessageInfo, Part, json_type_name
 
 __all__ = ["SseReader", "CONSUMED", "TERMINAL_TOOL_STATUSES"]
 
@@ -101,15 +101,6 @@ _CONSUMED_PREFIXES = ("session.next.",)  # the v2 event family repeats message.*
 
 TERMINAL_TOOL_STATUSES = frozenset({"completed", "error"})
 _MEMORY = 1 << 16  # ids remembered for dedupe and roles; the oldest are forgotten first
-_ANY = msgspec.json.Decoder()
-_JSON_TYPE_NAMES = {
-    list: "an array",
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    bool: "a boolean",
-    type(None): "null",
-}
 
 
 # ------------------------------------------------------------------------- views
@@ -578,12 +569,12 @@ class SseReader:
 
     def _misshapen(self, data: bytes, prov: Provenance) -> list[Event]:
         try:
-            value = _ANY.decode(data)
+            value = ANY_DECODER.decode(data)
         except (msgspec.DecodeError, RecursionError) as exc:
             return self._not_json(data, exc, prov)
         if not isinstance(value, dict):
             prov.raw = None
-            reason = f"not a JSON object: {_JSON_TYPE_NAMES.get(type(value), 'value')}"
+            reason = f"not a JSON object: {json_type_name(value)}"
             return self.normalizer.warning(reason, data.decode("utf-8", "replace"), prov)
         payload = value.get("payload")
         type_ = (payload if isinstance(payload, dict) else value).get("type")

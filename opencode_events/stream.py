@@ -22,21 +22,12 @@ import msgspec
 from .events import Event
 from .mapping import CONSUMED_PARTS, STREAM_RECORD_PARTS
 from .normalizer import Normalizer, Provenance
-from .views import STREAM_RECORD_DECODER
+from .views import ANY_DECODER, STREAM_RECORD_DECODER, json_type_name
 
 __all__ = ["line_batches", "StreamReader", "CHUNK_SIZE"]
 
 CHUNK_SIZE = 1 << 20
 BOM = b"\xef\xbb\xbf"
-_ANY_DECODER = msgspec.json.Decoder()
-_JSON_TYPE_NAMES = {
-    list: "an array",
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    bool: "a boolean",
-    type(None): "null",
-}
 
 
 def line_batches(
@@ -163,13 +154,13 @@ class StreamReader:
     def _misshapen(self, line: bytes, prov: Provenance) -> list[Event]:
         """A line the record view rejected: tell a non-object from an odd object."""
         try:
-            value = _ANY_DECODER.decode(line)
+            value = ANY_DECODER.decode(line)
         except (msgspec.DecodeError, RecursionError) as exc:
             return self._not_json(line, exc, prov)
         norm = self.normalizer
         if not isinstance(value, dict):
             prov.raw = None
-            reason = f"not a JSON object: {_JSON_TYPE_NAMES.get(type(value), 'value')}"
+            reason = f"not a JSON object: {json_type_name(value)}"
             return norm.warning(reason, line.decode("utf-8", "replace"), prov)
         norm.enter_session(_session_of_dict(value))
         record_type = value.get("type")

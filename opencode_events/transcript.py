@@ -21,11 +21,9 @@ from msgspec import Raw
 
 from .events import Event
 from .normalizer import Normalizer, Provenance
-from .views import MESSAGE_DECODER, PART_DECODER, MessageInfo
+from .views import ANY_DECODER, MESSAGE_DECODER, PART_DECODER, MessageInfo
 
 __all__ = ["TranscriptMapper", "session_events"]
-
-_ANY = msgspec.json.Decoder()
 
 
 class TranscriptMapper:
@@ -54,7 +52,7 @@ class TranscriptMapper:
     def _undecodable(self, data: bytes | Raw, what: str, prov: Provenance) -> list[Event]:
         """A row the view rejected: ``warning`` if it is not JSON, else ``unknown``."""
         try:
-            value = _ANY.decode(data)
+            value = ANY_DECODER.decode(data)
         except (msgspec.DecodeError, RecursionError) as exc:
             prov.raw = None
             text = bytes(data).decode("utf-8", "replace")

@@ -31,6 +31,8 @@ __all__ = [
     "STREAM_RECORD_DECODER",
     "PART_DECODER",
     "MESSAGE_DECODER",
+    "ANY_DECODER",
+    "json_type_name",
 ]
 
 NO_RAW = Raw()
@@ -125,5 +127,22 @@ class StreamRecord(Struct):
 
 
 STREAM_RECORD_DECODER = msgspec.json.Decoder(StreamRecord)
+ANY_DECODER = msgspec.json.Decoder()  # for telling what a rejected line or row holds
+
+_JSON_TYPE_NAMES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+def json_type_name(value: Any) -> str:
+    """How a warning names a decoded JSON value that is not an object."""
+    return _JSON_TYPE_NAMES.get(type(value), "a value")
+
+
 PART_DECODER = msgspec.json.Decoder(Part)
 MESSAGE_DECODER = msgspec.json.Decoder(MessageInfo)
