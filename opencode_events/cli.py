@@ -8,66 +8,28 @@ they need when they run, so start-up stays small.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any
 
 import click
 
 from . import __version__
+from .cliutil import (
+    PipeClosed,
+    db_option,
+    format_for,
+    open_inputs,
+    open_output,
+    open_store,
+    pipe_safe,
+    selection_options,
+    since_ms,
+)
 from .errors import InputError
 
 EXIT_OK, EXIT_STRICT, EXIT_USAGE, EXIT_PIPE, EXIT_INTERRUPTED = 0, 1, 2, 141, 130
-
-
-class _PipeClosed(Exception):
-    """stdout's reader went away; raised past click, which would turn EPIPE into exit 1."""
-
-
-def pipe_safe(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Shared decorator for commands that write data to stdout."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except BrokenPipeError:
-            raise _PipeClosed() from None
-
-    return wrapper
-
-
-def _open_inputs(paths: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
-    """Open every input before anything is written, so a bad name fails cleanly."""
-    opened: list[tuple[str, BinaryIO]] = []
-    for path in paths or ("-",):
-        if path == "-":
-            # Unbuffered: read(n) returns what the pipe holds, so lines flow as they come.
-            opened.append(("-", open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)))  # noqa: SIM115
-            continue
-        try:
-            opened.append((path, open(path, "rb", buffering=0)))  # noqa: SIM115 - closed at exit
-        except OSError as exc:
-            raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return opened
-
-
-def _format_for(fmt: str | None, out: BinaryIO) -> str:
-    """The output format: as asked, else pretty for a terminal and JSON Lines otherwise."""
-    if fmt is not None:
-        return fmt
-    return "pretty" if out.isatty() else "jsonl"
-
-
-def _open_output(path: str | None) -> BinaryIO:
-    if path is None or path == "-":
-        return sys.stdout.buffer
-    try:
-        return open(path, "wb")
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -109,9 +71,9 @@ def normalize(
     from .pipeline import normalize_streams
     from .writers import make_writer
 
-    inputs_opened = _open_inputs(inputs)
-    out = _open_output(output)
-    writer = make_writer(_format_for(fmt, out), out, buffered=buffered)
+    inputs_opened = open_inputs(inputs)
+    out = open_output(output)
+    writer = make_writer(format_for(fmt, out), out, buffered=buffered)
     normalizer = normalize_streams(
         inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
     )
@@ -120,50 +82,6 @@ def normalize(
 
 
 # ----------------------------------------------------------------------------- the store
-
-
-def db_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Shared option: which OpenCode database to read."""
-    return click.option(
-        "--db",
-        "db_path",
-        metavar="PATH",
-        envvar=None,
-        help="OpenCode's database (default: $OPENCODE_DB, else "
-        "$XDG_DATA_HOME/opencode/opencode.db, else ~/.local/share/opencode/opencode.db).",
-    )(command)
-
-
-def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Shared options choosing stored sessions."""
-    for option in reversed(
-        [
-            click.option("--last", is_flag=True, help="The most recently active session."),
-            click.option(
-                "--since", metavar="WHEN", help="Sessions active since 2h, 7d, 2026-11-01…"
-            ),
-            click.option("--all", "all_sessions", is_flag=True, help="Every session."),
-        ]
-    ):
-        command = option(command)
-    return command
-
-
-def _since_ms(since: str | None) -> int | None:
-    if since is None:
-        return None
-    from .timeutil import parse_since
-
-    try:
-        return parse_since(since)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--since") from None
-
-
-def _open_store(db_path: str | None) -> Any:
-    from .store import open_store
-
-    return open_store(db_path)
 
 
 @cli.command(name="import")
@@ -201,18 +119,18 @@ def import_(
     from .store import select_sessions
     from .writers import make_writer
 
-    since_ms = _since_ms(since)
-    with _open_store(db_path) as store:
+    since_time = since_ms(since)
+    with open_store(db_path) as store:
         ids = select_sessions(
             store,
             sessions,
             last=last,
-            since_ms=since_ms,
+            since_ms=since_time,
             all_sessions=all_sessions,
             children=children,
         )
-        out = _open_output(output)
-        writer = make_writer(_format_for(fmt, out), out, buffered=True)
+        out = open_output(output)
+        writer = make_writer(format_for(fmt, out), out, buffered=True)
         import_sessions(store, ids, writer, keep_raw=keep_raw, metrics=not no_metrics)
 
 
@@ -271,9 +189,9 @@ def sessions(
     from .mcp import mcp_server_names
     from .summary import summarize
 
-    since_ms = _since_ms(since)
-    with _open_store(db_path) as store:
-        rows = store.sessions(since_ms=since_ms, top_level=not all_sessions)
+    since_time = since_ms(since)
+    with open_store(db_path) as store:
+        rows = store.sessions(since_ms=since_time, top_level=not all_sessions)
         if limit is not None:
             rows = rows[:limit]
         summaries = summarize(store, rows, mcp_servers=mcp_server_names)
@@ -351,12 +269,12 @@ def usage(
         if from_store:
             from .store import select_sessions
 
-            with _open_store(db_path) as store:
+            with open_store(db_path) as store:
                 ids = select_sessions(
                     store,
                     session_ids,
                     last=last,
-                    since_ms=_since_ms(since),
+                    since_ms=since_ms(since),
                     all_sessions=False,
                     children=False,
                 )
@@ -371,7 +289,7 @@ def usage(
                     store, ids, by=by, fold=not no_fold, tz=zone, cross_session=len(ids) > 1
                 )
         else:
-            report = stream_usage(_open_inputs(inputs), by=by, tz=zone)
+            report = stream_usage(open_inputs(inputs), by=by, tz=zone)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     out = sys.stdout.buffer
@@ -463,7 +381,7 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except (BrokenPipeError, _PipeClosed):
+    except (BrokenPipeError, PipeClosed):
         _quiet_broken_pipe()
         return EXIT_PIPE
     except SystemExit as exc:

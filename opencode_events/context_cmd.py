@@ -6,36 +6,12 @@ chooses the session, writes the table, JSON or CSV, and reports notes on stderr.
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
 
-# cli.py imports this module at its end to register the command, so nothing is imported
-# from cli at import time (that would be circular when this module is imported first).
-
-
-def _pipe_safe(command: Callable[..., Any]) -> Callable[..., Any]:
-    """cli.pipe_safe, looked up when the command runs."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from .cli import pipe_safe
-
-        return pipe_safe(command)(*args, **kwargs)
-
-    return wrapper
-
-
-_db_option = click.option(
-    "--db",
-    "db_path",
-    metavar="PATH",
-    help="OpenCode's database (default: $OPENCODE_DB, else "
-    "$XDG_DATA_HOME/opencode/opencode.db, else ~/.local/share/opencode/opencode.db).",
-)
+from .cliutil import db_option, pipe_safe
 
 FORMATS = ("table", "json", "csv")
 
@@ -185,7 +161,7 @@ def _draw_inferences(report: Any, out: Any) -> None:
 
 @click.command()
 @click.argument("session", required=False, metavar="[SESSION]")
-@_db_option
+@db_option
 @click.option(
     "--format",
     "fmt",
@@ -195,7 +171,7 @@ def _draw_inferences(report: Any, out: Any) -> None:
 @click.option(
     "--per-inference", is_flag=True, help="Also show how the context grew, inference by inference."
 )
-@_pipe_safe
+@pipe_safe
 def context(session: str | None, db_path: str | None, fmt: str | None, per_inference: bool) -> None:
     """What fills a session's context window, by source, and what each source cost.
 

@@ -13,7 +13,6 @@ docs/server-events.md describes both.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any, BinaryIO
 
 import click
 
+from .cliutil import pipe_safe
 from .errors import InputError
 
 __all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
@@ -31,21 +31,6 @@ __all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0)
 READ_TIMEOUT = 35.0  # the server sends a heartbeat every 10 s; silence this long is a drop
 _FORMATS = click.Choice(["jsonl", "pretty"])
-
-
-def _pipe_safe(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Like ``cli.pipe_safe`` (imported lazily: cli imports this module)."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except BrokenPipeError:
-            from .cli import _PipeClosed
-
-            raise _PipeClosed() from None
-
-    return wrapper
 
 
 def _output(path: str | None) -> BinaryIO:
@@ -257,7 +242,7 @@ def _read(
 @click.option("-o", "--output", metavar="FILE", help="Write events to FILE instead of stdout.")
 @click.option("--raw", "keep_raw", is_flag=True, help="Attach the server event to every event.")
 @click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
-@_pipe_safe
+@pipe_safe
 def attach(
     url: str,
     session_id: str | None,
@@ -335,7 +320,7 @@ def _opencode_binary() -> str:
 @click.option("--raw", "keep_raw", is_flag=True, help="Attach the source record to every event.")
 @click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
 @click.argument("opencode_args", nargs=-1, type=click.UNPROCESSED, metavar="[OPENCODE ARGS]...")
-@_pipe_safe
+@pipe_safe
 def run_opencode(
     fmt: str | None,
     output: str | None,
