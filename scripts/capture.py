@@ -75,9 +75,14 @@ def write_capture(cap: Capture, out: Path, binary: str) -> None:
             offset = 0
             for r in runs:
                 n = r.stdout.count(b"\n")
-                meta.append({"argv": sanitize_argv(r.args, binary),
-                             "exit_code": _shell_rc(r.returncode),
-                             "session_id": r.session_id, "lines": [offset + 1, offset + n]})
+                meta.append(
+                    {
+                        "argv": sanitize_argv(r.args, binary),
+                        "exit_code": _shell_rc(r.returncode),
+                        "session_id": r.session_id,
+                        "lines": [offset + 1, offset + n],
+                    }
+                )
                 offset += n
             (out / "runs.json").write_text(json.dumps(meta, indent=2) + "\n")
     for name, raw in cap.sse.items():
@@ -154,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fast", action="store_true", help="skip slow scenarios")
     ap.add_argument("--list", action="store_true", help="list scenarios and exit")
     ap.add_argument("--out", type=Path, default=SAMPLES, help="samples directory")
-    ap.add_argument("--keep", action="store_true",
-                    help="keep /tmp/oc-capture/<scenario> after capturing")
+    ap.add_argument(
+        "--keep", action="store_true", help="keep /tmp/oc-capture/<scenario> after capturing"
+    )
     ns = ap.parse_args(argv)
     if ns.list:
         for s in SCENARIOS:
@@ -176,8 +182,11 @@ def main(argv: list[str] | None = None) -> int:
             write_capture(cap, ns.out / sc.name, binary)
             codes = ",".join(str(r.returncode) for r in cap.runs) or "-"
             extra = f" unscripted={cap.mock.unscripted}" if cap.mock.unscripted else ""
-            print(f"{sc.name:20} ok   {time.monotonic() - t0:5.1f}s exit={codes}"
-                  f" session={cap.main_session}{extra}", flush=True)
+            print(
+                f"{sc.name:20} ok   {time.monotonic() - t0:5.1f}s exit={codes}"
+                f" session={cap.main_session}{extra}",
+                flush=True,
+            )
         except Exception:
             failures += 1
             print(f"{sc.name:20} FAILED after {time.monotonic() - t0:.1f}s", flush=True)

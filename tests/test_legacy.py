@@ -25,10 +25,7 @@ def rows(db: Path, query: str) -> list[tuple]:
 
 def write_legacy(db: Path, data_dir: Path, *, oldest: bool) -> None:
     """OpenCode's JSON files for every session of ``db`` (ids put back into the objects)."""
-    if oldest:
-        storage = data_dir / "project" / "work" / "storage"
-    else:
-        storage = data_dir / "storage"
+    storage = data_dir / "project" / "work" / "storage" if oldest else data_dir / "storage"
     for sid, parent, title, directory, version, created, updated in rows(
         db,
         "SELECT id, parent_id, title, directory, version, time_created, time_updated FROM session",

@@ -17,17 +17,21 @@ def test_mock_model_answers(mock_model):
     with urllib.request.urlopen(f"{m.base_url}/models", timeout=5) as r:
         ids = [d["id"] for d in json.load(r)["data"]]
     assert "mock-model" in ids
-    body = json.dumps({"model": "mock-model", "stream": True,
-                       "messages": [{"role": "user", "content": "x"}]}).encode()
-    req = urllib.request.Request(f"{m.base_url}/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {"model": "mock-model", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    ).encode()
+    req = urllib.request.Request(
+        f"{m.base_url}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=5) as r:
         text = r.read().decode()
-    frames = [f[len("data: "):] for f in text.split("\n\n") if f.startswith("data: ")]
+    frames = [f[len("data: ") :] for f in text.split("\n\n") if f.startswith("data: ")]
     assert frames[-1] == "[DONE]"
     chunks = [json.loads(f) for f in frames[:-1]]
-    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
-                   if c["choices"]) == "hi"
+    assert (
+        "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        == "hi"
+    )
     assert chunks[-1]["usage"]["prompt_tokens"] == 10
     assert m.remaining() == 0
     assert m.chat_requests("main")[0].summary["last_user"] == "x"
@@ -43,8 +47,13 @@ def test_text_run(mock_model, opencode_env):
     assert recs[1]["part"]["text"] == "Hello world."
     tokens = recs[2]["part"]["tokens"]
     # OpenCode: input excludes cached reads; total = prompt + completion
-    assert tokens == {"total": 1234, "input": 1000, "output": 34, "reasoning": 0,
-                      "cache": {"write": 0, "read": 200}}
+    assert tokens == {
+        "total": 1234,
+        "input": 1000,
+        "output": 34,
+        "reasoning": 0,
+        "cache": {"write": 0, "read": 200},
+    }
     assert all(rec["sessionID"] == r.session_id for rec in recs)
     # the title request was answered without consuming a scripted step
     assert [q.conversation for q in m.chat_requests()].count("title") <= 1
@@ -53,10 +62,12 @@ def test_text_run(mock_model, opencode_env):
 
 
 def test_bash_tool_completed(mock_model, opencode_env):
-    m = mock_model([
-        tools(call("bash", {"command": "echo harness-ok"}, "call_1")),
-        say("done"),
-    ])
+    m = mock_model(
+        [
+            tools(call("bash", {"command": "echo harness-ok"}, "call_1")),
+            say("done"),
+        ]
+    )
     env = opencode_env(m)
     r = env.run("run", "echo")
     assert r.returncode == 0, r.stderr
@@ -99,8 +110,10 @@ def test_serve_event_stream(mock_model, opencode_env):
         ev = srv.sse("/event")
         sid = srv.create_session()["id"]
         srv.prompt_async(sid, "hi")
-        ev.wait_for(lambda e: e.get("type") == "session.idle"
-                    and e["properties"].get("sessionID") == sid, timeout=60)
+        ev.wait_for(
+            lambda e: e.get("type") == "session.idle" and e["properties"].get("sessionID") == sid,
+            timeout=60,
+        )
     raw = bytes(ev.raw).decode()
     frames = [f for f in raw.split("\n\n") if f]
     # exact framing: one `data: <json>` line per event, nothing else
@@ -108,8 +121,11 @@ def test_serve_event_stream(mock_model, opencode_env):
     assert ev.events[0]["type"] == "server.connected"
     deltas = [e["properties"]["delta"] for e in ev.events if e["type"] == "message.part.delta"]
     assert "".join(deltas) == "Hello SSE."
-    finishes = [e["properties"]["part"] for e in ev.events if e["type"] == "message.part.updated"
-                and e["properties"]["part"]["type"] == "step-finish"]
+    finishes = [
+        e["properties"]["part"]
+        for e in ev.events
+        if e["type"] == "message.part.updated" and e["properties"]["part"]["type"] == "step-finish"
+    ]
     assert finishes[-1]["tokens"]["total"] == 1312
 
 

@@ -60,18 +60,24 @@ def handle(msg: dict) -> None:
     if msg_id is None:  # a notification
         return
     if method == "initialize":
-        reply(msg_id, {
-            "protocolVersion": params.get("protocolVersion", "2025-06-18"),
-            "capabilities": {"tools": {"listChanged": False}},
-            "serverInfo": {"name": "harness-mcp", "version": "1.0.0"},
-        })
+        reply(
+            msg_id,
+            {
+                "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": "harness-mcp", "version": "1.0.0"},
+            },
+        )
     elif method == "ping":
         reply(msg_id, {})
     elif method == "tools/list":
         reply(msg_id, {"tools": TOOLS})
     elif method in ("prompts/list", "resources/list", "resources/templates/list"):
-        key = {"prompts/list": "prompts", "resources/list": "resources",
-               "resources/templates/list": "resourceTemplates"}[method]
+        key = {
+            "prompts/list": "prompts",
+            "resources/list": "resources",
+            "resources/templates/list": "resourceTemplates",
+        }[method]
         reply(msg_id, {key: []})
     elif method == "tools/call":
         name = params.get("name")
@@ -79,11 +85,18 @@ def handle(msg: dict) -> None:
         if name == "echo":
             reply(msg_id, {"content": [{"type": "text", "text": f"echo: {args.get('text', '')}"}]})
         elif name == "reject":
-            reply(msg_id, error={"code": -32602,
-                                 "message": f"rejected by harness-mcp: {args.get('reason', 'no')}"})
+            reply(
+                msg_id,
+                error={
+                    "code": -32602,
+                    "message": f"rejected by harness-mcp: {args.get('reason', 'no')}",
+                },
+            )
         elif name == "broken":
-            reply(msg_id, {"content": [{"type": "text", "text": "broken tool failed"}],
-                           "isError": True})
+            reply(
+                msg_id,
+                {"content": [{"type": "text", "text": "broken tool failed"}], "isError": True},
+            )
         else:
             reply(msg_id, error={"code": -32601, "message": f"unknown tool {name}"})
     else:

@@ -104,9 +104,7 @@ def summarize_request(body: dict[str, Any]) -> dict[str, Any]:
     msgs = body.get("messages") or []
     system = "\n".join(_text_of(m.get("content")) for m in msgs if m.get("role") == "system")
     users = [_text_of(m.get("content")) for m in msgs if m.get("role") == "user"]
-    tools = sorted(
-        (t.get("function") or {}).get("name", "?") for t in (body.get("tools") or [])
-    )
+    tools = sorted((t.get("function") or {}).get("name", "?") for t in (body.get("tools") or []))
     return {
         "model": body.get("model"),
         "stream": bool(body.get("stream")),
@@ -460,15 +458,27 @@ def _make_handler(mock: MockModel) -> type[BaseHTTPRequestHandler]:
                 body = {"_unparsed": raw.decode("utf-8", "replace")}
             path = self.path.split("?", 1)[0]
             if not path.endswith("/chat/completions"):
-                mock._log(method="POST", path=self.path, conversation=None, step=None,
-                          summary=None, body=body)
+                mock._log(
+                    method="POST",
+                    path=self.path,
+                    conversation=None,
+                    step=None,
+                    summary=None,
+                    body=body,
+                )
                 self._send_json(404, {"error": {"message": f"no route {path}"}})
                 return
             conv = mock.classify(body)
             model = body.get("model") or "mock-model"
             if conv == "title":
-                mock._log(method="POST", path=self.path, conversation="title", step=None,
-                          summary=summarize_request(body), body=body)
+                mock._log(
+                    method="POST",
+                    path=self.path,
+                    conversation="title",
+                    step=None,
+                    summary=summarize_request(body),
+                    body=body,
+                )
                 step: Step = {
                     "text": [mock.title],
                     "usage": {"prompt_tokens": 7, "completion_tokens": 3},
@@ -476,8 +486,14 @@ def _make_handler(mock: MockModel) -> type[BaseHTTPRequestHandler]:
                 idx = None
             else:
                 idx, step = mock._next_step(conv)
-                mock._log(method="POST", path=self.path, conversation=conv, step=idx,
-                          summary=summarize_request(body), body=body)
+                mock._log(
+                    method="POST",
+                    path=self.path,
+                    conversation=conv,
+                    step=idx,
+                    summary=summarize_request(body),
+                    body=body,
+                )
                 if step is None:
                     with mock.lock:
                         mock.unscripted.append(len(mock.requests) - 1)
@@ -489,8 +505,11 @@ def _make_handler(mock: MockModel) -> type[BaseHTTPRequestHandler]:
             if err:
                 status = int(err.get("status", 400))
                 ebody = err.get("body") or {
-                    "error": {"message": f"mock error {status}", "type": "mock_error",
-                              "code": status}
+                    "error": {
+                        "message": f"mock error {status}",
+                        "type": "mock_error",
+                        "code": status,
+                    }
                 }
                 self._send_json(status, ebody, err.get("headers"))
                 return

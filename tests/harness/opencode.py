@@ -78,7 +78,10 @@ def _bin_ok(path: Path) -> bool:
         return False
     try:
         out = subprocess.run(
-            [str(path), "--version"], capture_output=True, text=True, timeout=60,
+            [str(path), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
             env={"PATH": "/usr/bin:/bin", "HOME": tempfile.gettempdir()},
         )
     except (OSError, subprocess.TimeoutExpired):
@@ -119,8 +122,17 @@ def ensure_opencode(cache_dir: Path | None = None) -> Path:
                     f"{OPENCODE_VERSION} binary)"
                 )
             cache_dir.mkdir(parents=True, exist_ok=True)
-            cmd = [npm, "install", "--no-save", "--no-audit", "--no-fund", "--ignore-scripts",
-                   "--prefix", str(cache_dir), f"opencode-ai@{OPENCODE_VERSION}"]
+            cmd = [
+                npm,
+                "install",
+                "--no-save",
+                "--no-audit",
+                "--no-fund",
+                "--ignore-scripts",
+                "--prefix",
+                str(cache_dir),
+                f"opencode-ai@{OPENCODE_VERSION}",
+            ]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             except subprocess.TimeoutExpired as e:
@@ -220,10 +232,16 @@ class OpenCodeEnv:
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.home = self.root / "home"
-        self.xdg = {k: self.root / v for k, v in (
-            ("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"),
-            ("XDG_STATE_HOME", "state"), ("XDG_CACHE_HOME", "cache"),
-            ("XDG_RUNTIME_DIR", "runtime"))}
+        self.xdg = {
+            k: self.root / v
+            for k, v in (
+                ("XDG_DATA_HOME", "data"),
+                ("XDG_CONFIG_HOME", "config"),
+                ("XDG_STATE_HOME", "state"),
+                ("XDG_CACHE_HOME", "cache"),
+                ("XDG_RUNTIME_DIR", "runtime"),
+            )
+        }
         self.work = self.root / "work"
         for d in (self.home, self.work, *self.xdg.values()):
             d.mkdir(parents=True, exist_ok=True)
@@ -246,8 +264,13 @@ class OpenCodeEnv:
 
     # -- setup -------------------------------------------------------------------------
     def _git(self, *args: str) -> None:
-        subprocess.run(["git", *args], cwd=self.work, check=True, capture_output=True,
-                       env={**self.env, **GIT_ENV})
+        subprocess.run(
+            ["git", *args],
+            cwd=self.work,
+            check=True,
+            capture_output=True,
+            env={**self.env, **GIT_ENV},
+        )
 
     def _git_init(self) -> None:
         self._git("init", "-q", "-b", "main")
@@ -267,14 +290,21 @@ class OpenCodeEnv:
                     "options": {"baseURL": self.base_url, "apiKey": "sk-mock-not-a-secret"},
                     "models": {
                         # Prices (USD per million tokens) so OpenCode computes real costs.
-                        DEFAULT_MODEL: {"name": "Mock model",
-                                        "limit": {"context": 200000, "output": 8192},
-                                        "cost": {"input": 3, "output": 15, "cache_read": 0.3,
-                                                 "cache_write": 3.75}},
-                        PATCH_MODEL: {"name": "Mock gpt-5 (apply_patch)",
-                                      "limit": {"context": 200000, "output": 8192},
-                                      "cost": {"input": 1.25, "output": 10,
-                                               "cache_read": 0.125}},
+                        DEFAULT_MODEL: {
+                            "name": "Mock model",
+                            "limit": {"context": 200000, "output": 8192},
+                            "cost": {
+                                "input": 3,
+                                "output": 15,
+                                "cache_read": 0.3,
+                                "cache_write": 3.75,
+                            },
+                        },
+                        PATCH_MODEL: {
+                            "name": "Mock gpt-5 (apply_patch)",
+                            "limit": {"context": 200000, "output": 8192},
+                            "cost": {"input": 1.25, "output": 10, "cache_read": 0.125},
+                        },
                     },
                 }
             },
@@ -326,16 +356,28 @@ class OpenCodeEnv:
         Prompt words are passed as separate argv items (a word containing a
         space would be stored wrapped in literal quotes by OpenCode).
         """
-        argv = self.command("run", "--format", fmt, "-m",
-                            f"{PROVIDER_ID}/{model or self.model}", *(args or []), *prompt)
+        argv = self.command(
+            "run",
+            "--format",
+            fmt,
+            "-m",
+            f"{PROVIDER_ID}/{model or self.model}",
+            *(args or []),
+            *prompt,
+        )
         return self._run(argv, timeout=timeout, stdin=stdin)
 
-    def _run(self, argv: list[str], *, timeout: float = 120,
-             stdin: bytes | None = None) -> RunResult:
+    def _run(
+        self, argv: list[str], *, timeout: float = 120, stdin: bytes | None = None
+    ) -> RunResult:
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            argv, cwd=self.work, env=self.env, stdin=subprocess.PIPE if stdin is not None
-            else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            argv,
+            cwd=self.work,
+            env=self.env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
         try:
@@ -351,21 +393,40 @@ class OpenCodeEnv:
         return RunResult(argv, proc.returncode, out, err, time.monotonic() - t0)
 
     def run_interrupted(
-        self, *prompt: str, when: Any, args: list[str] | None = None,
-        model: str | None = None, timeout: float = 60, grace: float = 20,
-        group: bool = True, sig: int = signal.SIGINT,
+        self,
+        *prompt: str,
+        when: Any,
+        args: list[str] | None = None,
+        model: str | None = None,
+        timeout: float = 60,
+        grace: float = 20,
+        group: bool = True,
+        sig: int = signal.SIGINT,
     ) -> RunResult:
         """Start a run and send SIGINT once ``when(stdout_so_far)`` returns true.
 
         ``group=True`` signals the whole process group (what Ctrl-C in a terminal
         does: opencode and the tool's shell both get it); ``False`` only opencode.
         """
-        argv = self.command("run", "--format", "json", "-m",
-                            f"{PROVIDER_ID}/{model or self.model}", *(args or []), *prompt)
+        argv = self.command(
+            "run",
+            "--format",
+            "json",
+            "-m",
+            f"{PROVIDER_ID}/{model or self.model}",
+            *(args or []),
+            *prompt,
+        )
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=self.work, env=self.env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=self.work,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         out_chunks: list[bytes] = []
         err_chunks: list[bytes] = []
         readers = [
@@ -390,8 +451,9 @@ class OpenCodeEnv:
             _kill_group(proc)
             for t in readers:
                 t.join(timeout=5)
-        return RunResult(argv, proc.returncode, b"".join(out_chunks), b"".join(err_chunks),
-                         time.monotonic() - t0)
+        return RunResult(
+            argv, proc.returncode, b"".join(out_chunks), b"".join(err_chunks), time.monotonic() - t0
+        )
 
     def export(self, session_id: str, *extra: str) -> RunResult:
         return self._run(self.command("export", session_id, *extra), timeout=60)
@@ -527,7 +589,8 @@ class SSECapture:
                     while b"\n\n" in buf:
                         frame, buf = buf.split(b"\n\n", 1)
                         data = b"\n".join(
-                            line[5:].lstrip(b" ") for line in frame.split(b"\n")
+                            line[5:].lstrip(b" ")
+                            for line in frame.split(b"\n")
                             if line.startswith(b"data:")
                         )
                         if data:
@@ -594,8 +657,12 @@ class OpenCodeServer:
         self._log = open(self.env.root / "serve.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             self.env.command("serve", "--hostname", self.host, "--port", str(self.port)),
-            cwd=self.env.work, env=self.env.env, stdin=subprocess.DEVNULL,
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=self.env.work,
+            env=self.env.env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -626,8 +693,9 @@ class OpenCodeServer:
         if self._log is not None:
             self._log.close()
 
-    def request(self, method: str, path: str, body: Any = None, *,
-                timeout: float = 120) -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: Any = None, *, timeout: float = 120
+    ) -> tuple[int, Any]:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
             headers = {"Accept": "application/json"}
@@ -661,8 +729,9 @@ class OpenCodeServer:
     def create_session(self, **body: Any) -> dict[str, Any]:
         return self.json("POST", "/session", body or {})
 
-    def prompt_async(self, session_id: str, text: str, *, model: str | None = None,
-                     **extra: Any) -> None:
+    def prompt_async(
+        self, session_id: str, text: str, *, model: str | None = None, **extra: Any
+    ) -> None:
         body = {
             "parts": [{"type": "text", "text": text}],
             "model": {"providerID": PROVIDER_ID, "modelID": model or self.env.model},
@@ -672,8 +741,7 @@ class OpenCodeServer:
         if status >= 400:
             raise HarnessError(f"prompt_async -> {status}: {parsed!r}")
 
-    def prompt(self, session_id: str, text: str, *, model: str | None = None,
-               **extra: Any) -> Any:
+    def prompt(self, session_id: str, text: str, *, model: str | None = None, **extra: Any) -> Any:
         body = {
             "parts": [{"type": "text", "text": text}],
             "model": {"providerID": PROVIDER_ID, "modelID": model or self.env.model},

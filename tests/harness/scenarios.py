@@ -40,8 +40,12 @@ HERE = Path(__file__).resolve().parent
 
 
 def U(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "cached_tokens": cached, "reasoning_tokens": reasoning}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "cached_tokens": cached,
+        "reasoning_tokens": reasoning,
+    }
 
 
 def call(name: str, arguments: Any, id: str | None = None) -> dict[str, Any]:
@@ -51,8 +55,12 @@ def call(name: str, arguments: Any, id: str | None = None) -> dict[str, Any]:
     return d
 
 
-def tools(*calls: dict[str, Any], usage: dict[str, int] | None = None,
-          text: list[str] | None = None, **kw: Any) -> Step:
+def tools(
+    *calls: dict[str, Any],
+    usage: dict[str, int] | None = None,
+    text: list[str] | None = None,
+    **kw: Any,
+) -> Step:
     step: Step = {"tool_calls": list(calls), **kw}
     if text:
         step["text"] = text
@@ -101,11 +109,17 @@ class Capture:
     notes: list[str] = field(default_factory=list)
     extra_files: dict[str, bytes] = field(default_factory=dict)
 
-    def run(self, *prompt: str, args: list[str] | None = None, model: str | None = None,
-            **kw: Any) -> RunResult:
+    def run(
+        self, *prompt: str, args: list[str] | None = None, model: str | None = None, **kw: Any
+    ) -> RunResult:
         sc = self.scenario
-        r = self.env.run(*(prompt or sc.prompt), args=sc.args if args is None else args,
-                         model=model or sc.model, timeout=kw.pop("timeout", sc.timeout), **kw)
+        r = self.env.run(
+            *(prompt or sc.prompt),
+            args=sc.args if args is None else args,
+            model=model or sc.model,
+            timeout=kw.pop("timeout", sc.timeout),
+            **kw,
+        )
         self.runs.append(r)
         if self.main_session is None:
             self.main_session = r.session_id
@@ -119,8 +133,9 @@ def _sub(obj: Any, subs: dict[str, str]) -> Any:
     return json.loads(text)
 
 
-def execute(scenario: Scenario, binary: Path | str, root: Path | str | None = None,
-            *, port: int = 0) -> Capture:
+def execute(
+    scenario: Scenario, binary: Path | str, root: Path | str | None = None, *, port: int = 0
+) -> Capture:
     """Run ``scenario`` in a fresh environment under ``root`` (deleted first).
 
     ``port``: preferred port for the mock model (0 = any free port); a fixed port
@@ -136,10 +151,15 @@ def execute(scenario: Scenario, binary: Path | str, root: Path | str | None = No
         mock.start()
     env = None
     try:
-        env = OpenCodeEnv(binary, root, model=scenario.model, files=scenario.files,
-                          extra_env=scenario.env)
-        subs = {"{ROOT}": str(env.root), "{WORK}": str(env.work), "{MOCK_URL}": mock.url,
-                "{PYTHON}": _python()}
+        env = OpenCodeEnv(
+            binary, root, model=scenario.model, files=scenario.files, extra_env=scenario.env
+        )
+        subs = {
+            "{ROOT}": str(env.root),
+            "{WORK}": str(env.work),
+            "{MOCK_URL}": mock.url,
+            "{PYTHON}": _python(),
+        }
         mock.substitutions.update(subs)
         shutil.copy(HERE / "mcp_server.py", env.root / "mcp_server.py")
         mock.add_steps(scenario.steps)
@@ -203,7 +223,8 @@ def drive_sigint(cap: Capture) -> None:
     cap.main_session = r.session_id
     cap.notes.append(
         f"SIGINT sent to the opencode process ~1.5 s into the bash call; returncode {r.returncode}"
-        " (negative = killed by that signal; exit_code file uses the shell's 128+N)")
+        " (negative = killed by that signal; exit_code file uses the shell's 128+N)"
+    )
 
 
 def _serve_common(cap: Capture, body: Callable[[Any, Any, str], None]) -> None:
@@ -233,13 +254,18 @@ def drive_serve_permission(cap: Capture) -> None:
         first = ev.wait_for(lambda e: e.get("type") == "permission.asked")
         pid1 = first["properties"]["id"]
         srv.json("POST", f"/permission/{pid1}/reply", {"reply": "once"})
-        second = ev.wait_for(lambda e: e.get("type") == "permission.asked"
-                             and e["properties"]["id"] != pid1)
+        second = ev.wait_for(
+            lambda e: e.get("type") == "permission.asked" and e["properties"]["id"] != pid1
+        )
         pid2 = second["properties"]["id"]
-        srv.json("POST", f"/permission/{pid2}/reply",
-                 {"reply": "reject", "message": "not this one"})
-        third = ev.wait_for(lambda e: e.get("type") == "permission.asked"
-                            and e["properties"]["id"] not in (pid1, pid2))
+        srv.json(
+            "POST", f"/permission/{pid2}/reply", {"reply": "reject", "message": "not this one"}
+        )
+        third = ev.wait_for(
+            lambda e: (
+                e.get("type") == "permission.asked" and e["properties"]["id"] not in (pid1, pid2)
+            )
+        )
         srv.json("POST", f"/permission/{third['properties']['id']}/reply", {"reply": "reject"})
         ev.wait_for(_idle(sid))
 
@@ -251,8 +277,11 @@ def drive_serve_compaction(cap: Capture) -> None:
         srv.prompt(sid, "inspect the repo")
         ev.wait_for(_idle(sid))
         n_idle = sum(1 for e in ev.events if _idle(sid)(e))
-        srv.json("POST", f"/session/{sid}/summarize",
-                 {"providerID": PROVIDER_ID, "modelID": cap.scenario.model, "auto": False})
+        srv.json(
+            "POST",
+            f"/session/{sid}/summarize",
+            {"providerID": PROVIDER_ID, "modelID": cap.scenario.model, "auto": False},
+        )
         ev.wait_for(lambda e: e.get("type") == "session.compacted")
         # wait for the idle that follows the compaction
         deadline = time.monotonic() + 30
@@ -338,8 +367,15 @@ SCENARIOS: list[Scenario] = [
         "bash_ok",
         "bash that succeeds (exit 0), then a text answer. Two steps.",
         steps=[
-            tools(call("bash", {"command": "echo hello; ls", "description": "List files"},
-                       "call_bash_ok"), text=["Let me look."], usage=U(1500, 40, 100, 0)),
+            tools(
+                call(
+                    "bash",
+                    {"command": "echo hello; ls", "description": "List files"},
+                    "call_bash_ok",
+                ),
+                text=["Let me look."],
+                usage=U(1500, 40, 100, 0),
+            ),
             say("The directory has README.md, notes and src.", usage=U(1650, 25, 1400, 0)),
         ],
         files=WORK_FILES,
@@ -348,8 +384,10 @@ SCENARIOS: list[Scenario] = [
         "bash_fail",
         "bash that exits non-zero (exit 3, stderr output), then a text answer.",
         steps=[
-            tools(call("bash", {"command": "echo partial; echo oops >&2; exit 3"},
-                       "call_bash_fail"), usage=U(1500, 41, 0, 0)),
+            tools(
+                call("bash", {"command": "echo partial; echo oops >&2; exit 3"}, "call_bash_fail"),
+                usage=U(1500, 41, 0, 0),
+            ),
             say("The command failed with exit code 3.", usage=U(1620, 22, 1400, 0)),
         ],
     ),
@@ -357,17 +395,30 @@ SCENARIOS: list[Scenario] = [
         "file_tools",
         "read, write, edit, glob and grep (glob+grep as two parallel calls in one step).",
         steps=[
-            tools(call("read", {"filePath": "{WORK}/README.md"}, "call_read"),
-                  usage=U(2000, 30, 0, 0)),
-            tools(call("write", {"filePath": "{WORK}/notes/new.txt",
-                                 "content": "alpha\nbeta\ngamma\n"}, "call_write"),
-                  usage=U(2100, 31, 1900, 0)),
-            tools(call("edit", {"filePath": "{WORK}/notes/new.txt", "oldString": "beta",
-                                "newString": "BETA"}, "call_edit"),
-                  usage=U(2200, 32, 2000, 0)),
-            tools(call("glob", {"pattern": "**/*.txt"}, "call_glob"),
-                  call("grep", {"pattern": "hello", "include": "*.md"}, "call_grep"),
-                  usage=U(2300, 33, 2100, 0)),
+            tools(
+                call("read", {"filePath": "{WORK}/README.md"}, "call_read"), usage=U(2000, 30, 0, 0)
+            ),
+            tools(
+                call(
+                    "write",
+                    {"filePath": "{WORK}/notes/new.txt", "content": "alpha\nbeta\ngamma\n"},
+                    "call_write",
+                ),
+                usage=U(2100, 31, 1900, 0),
+            ),
+            tools(
+                call(
+                    "edit",
+                    {"filePath": "{WORK}/notes/new.txt", "oldString": "beta", "newString": "BETA"},
+                    "call_edit",
+                ),
+                usage=U(2200, 32, 2000, 0),
+            ),
+            tools(
+                call("glob", {"pattern": "**/*.txt"}, "call_glob"),
+                call("grep", {"pattern": "hello", "include": "*.md"}, "call_grep"),
+                usage=U(2300, 33, 2100, 0),
+            ),
             say("Read, wrote, edited, globbed and grepped.", usage=U(2400, 12, 2200, 0)),
         ],
         files=WORK_FILES,
@@ -376,29 +427,56 @@ SCENARIOS: list[Scenario] = [
         "read_missing",
         "read of a file that does not exist: tool_use with status error.",
         steps=[
-            tools(call("read", {"filePath": "{WORK}/does-not-exist.txt"}, "call_read_missing"),
-                  usage=U(1300, 20, 0, 0)),
+            tools(
+                call("read", {"filePath": "{WORK}/does-not-exist.txt"}, "call_read_missing"),
+                usage=U(1300, 20, 0, 0),
+            ),
             say("That file does not exist.", usage=U(1350, 9, 1200, 0)),
         ],
         files=WORK_FILES,
     ),
     Scenario(
         "apply_patch",
-        "apply_patch: one patch adds, updates and deletes; a second "
-        "updates and moves a file.",
+        "apply_patch: one patch adds, updates and deletes; a second updates and moves a file.",
         model=PATCH_MODEL,
         files={**WORK_FILES, "old.txt": "obsolete\n", "rename_me.txt": "line one\nline two\n"},
         steps=[
-            tools(call("apply_patch", {"patchText": _patch(
-                "*** Add File: added.txt", "+brand new file", "+second line",
-                "*** Update File: src/app.py", "@@ def greet(name):",
-                "-    return 'hello ' + name", "+    return 'hi ' + name",
-                "*** Delete File: old.txt")}, "call_patch_1"),
-                usage=U(3000, 120, 0, 0)),
-            tools(call("apply_patch", {"patchText": _patch(
-                "*** Update File: rename_me.txt", "*** Move to: moved/renamed.txt",
-                "@@", " line one", "-line two", "+line 2")}, "call_patch_2"),
-                usage=U(3200, 80, 2900, 0)),
+            tools(
+                call(
+                    "apply_patch",
+                    {
+                        "patchText": _patch(
+                            "*** Add File: added.txt",
+                            "+brand new file",
+                            "+second line",
+                            "*** Update File: src/app.py",
+                            "@@ def greet(name):",
+                            "-    return 'hello ' + name",
+                            "+    return 'hi ' + name",
+                            "*** Delete File: old.txt",
+                        )
+                    },
+                    "call_patch_1",
+                ),
+                usage=U(3000, 120, 0, 0),
+            ),
+            tools(
+                call(
+                    "apply_patch",
+                    {
+                        "patchText": _patch(
+                            "*** Update File: rename_me.txt",
+                            "*** Move to: moved/renamed.txt",
+                            "@@",
+                            " line one",
+                            "-line two",
+                            "+line 2",
+                        )
+                    },
+                    "call_patch_2",
+                ),
+                usage=U(3200, 80, 2900, 0),
+            ),
             say("Patched.", usage=U(3300, 5, 3100, 0)),
         ],
     ),
@@ -408,32 +486,61 @@ SCENARIOS: list[Scenario] = [
         "(bash, read).  The child's parts are not in the stream; see opencode.db.",
         files=WORK_FILES,
         steps=[
-            tools(call("task", {"description": "Inspect the repo",
-                                "prompt": "[child-task] List the files and read README.md",
-                                "subagent_type": "general"}, "call_task"),
-                  usage=U(4000, 60, 0, 0)),
+            tools(
+                call(
+                    "task",
+                    {
+                        "description": "Inspect the repo",
+                        "prompt": "[child-task] List the files and read README.md",
+                        "subagent_type": "general",
+                    },
+                    "call_task",
+                ),
+                usage=U(4000, 60, 0, 0),
+            ),
             say("The subagent reports a demo project.", usage=U(4400, 15, 3900, 0)),
         ],
         conversations={
-            "child": {"match": "[child-task]", "steps": [
-                tools(call("bash", {"command": "ls"}, "call_child_bash"),
-                      usage=U(900, 20, 0, 0)),
-                tools(call("read", {"filePath": "{WORK}/README.md"}, "call_child_read"),
-                      usage=U(950, 21, 800, 0)),
-                say("Child result: a demo project with README.md and src/app.py.",
-                    usage=U(1000, 18, 900, 0)),
-            ]},
+            "child": {
+                "match": "[child-task]",
+                "steps": [
+                    tools(
+                        call("bash", {"command": "ls"}, "call_child_bash"), usage=U(900, 20, 0, 0)
+                    ),
+                    tools(
+                        call("read", {"filePath": "{WORK}/README.md"}, "call_child_read"),
+                        usage=U(950, 21, 800, 0),
+                    ),
+                    say(
+                        "Child result: a demo project with README.md and src/app.py.",
+                        usage=U(1000, 18, 900, 0),
+                    ),
+                ],
+            },
         },
     ),
     Scenario(
         "todowrite",
         "todowrite with three todos in different states.",
         steps=[
-            tools(call("todowrite", {"todos": [
-                {"content": "Read the code", "status": "completed", "priority": "high"},
-                {"content": "Write the fix", "status": "in_progress", "priority": "medium"},
-                {"content": "Run the tests", "status": "pending", "priority": "low"},
-            ]}, "call_todo"), usage=U(1700, 50, 0, 0)),
+            tools(
+                call(
+                    "todowrite",
+                    {
+                        "todos": [
+                            {"content": "Read the code", "status": "completed", "priority": "high"},
+                            {
+                                "content": "Write the fix",
+                                "status": "in_progress",
+                                "priority": "medium",
+                            },
+                            {"content": "Run the tests", "status": "pending", "priority": "low"},
+                        ]
+                    },
+                    "call_todo",
+                ),
+                usage=U(1700, 50, 0, 0),
+            ),
             say("Planned.", usage=U(1800, 4, 1600, 0)),
         ],
     ),
@@ -441,36 +548,71 @@ SCENARIOS: list[Scenario] = [
         "invalid_tool",
         "The model calls a tool that does not exist; OpenCode records it as tool `invalid`.",
         steps=[
-            tools(call("frobnicate", {"target": "everything"}, "call_invalid"),
-                  usage=U(1400, 16, 0, 0)),
+            tools(
+                call("frobnicate", {"target": "everything"}, "call_invalid"),
+                usage=U(1400, 16, 0, 0),
+            ),
             say("Sorry, that tool does not exist.", usage=U(1450, 8, 1300, 0)),
         ],
     ),
     Scenario(
         "reasoning",
         "A step with reasoning_content deltas, run WITHOUT --thinking (no reasoning record).",
-        steps=[{"reasoning": ["Let me think ", "about this."], "text": ["The answer is 42."],
-                "usage": U(1100, 60, 0, 40)}],
+        steps=[
+            {
+                "reasoning": ["Let me think ", "about this."],
+                "text": ["The answer is 42."],
+                "usage": U(1100, 60, 0, 40),
+            }
+        ],
     ),
     Scenario(
         "reasoning_thinking",
         "The same reasoning step, run WITH --thinking (reasoning record emitted).",
         args=["--thinking"],
-        steps=[{"reasoning": ["Let me think ", "about this."], "text": ["The answer is 42."],
-                "usage": U(1100, 60, 0, 40)}],
+        steps=[
+            {
+                "reasoning": ["Let me think ", "about this."],
+                "text": ["The answer is 42."],
+                "usage": U(1100, 60, 0, 40),
+            }
+        ],
     ),
     Scenario(
         "error400",
         "The provider answers HTTP 400: an error record, exit code 1.",
-        steps=[{"error": {"status": 400, "body": {"error": {
-            "message": "mock bad request", "type": "invalid_request_error", "code": 400}}}}],
+        steps=[
+            {
+                "error": {
+                    "status": 400,
+                    "body": {
+                        "error": {
+                            "message": "mock bad request",
+                            "type": "invalid_request_error",
+                            "code": 400,
+                        }
+                    },
+                }
+            }
+        ],
     ),
     Scenario(
         "error401",
         "The provider answers HTTP 401 (bad API key).",
-        steps=[{"error": {"status": 401, "body": {"error": {
-            "message": "mock invalid api key", "type": "authentication_error",
-            "code": "invalid_api_key"}}}}],
+        steps=[
+            {
+                "error": {
+                    "status": 401,
+                    "body": {
+                        "error": {
+                            "message": "mock invalid api key",
+                            "type": "authentication_error",
+                            "code": "invalid_api_key",
+                        }
+                    },
+                }
+            }
+        ],
     ),
     Scenario(
         "error500_retry",
@@ -480,8 +622,12 @@ SCENARIOS: list[Scenario] = [
         slow=True,
         timeout=240,
         steps=[
-            {"error": {"status": 500, "body": {"error": {"message": "mock server error",
-                                                         "type": "server_error"}}}},
+            {
+                "error": {
+                    "status": 500,
+                    "body": {"error": {"message": "mock server error", "type": "server_error"}},
+                }
+            },
             say("Recovered after a retry.", usage=U(1250, 11, 0, 0)),
         ],
     ),
@@ -492,8 +638,15 @@ SCENARIOS: list[Scenario] = [
         driver=drive_run_attached,
         slow=True,
         timeout=300,
-        steps=[{"error": {"status": 500, "body": {"error": {"message": "mock server error",
-                                                           "type": "server_error"}}}}] * 12,
+        steps=[
+            {
+                "error": {
+                    "status": 500,
+                    "body": {"error": {"message": "mock server error", "type": "server_error"}},
+                }
+            }
+        ]
+        * 12,
     ),
     Scenario(
         "skill",
@@ -509,12 +662,22 @@ SCENARIOS: list[Scenario] = [
         "webfetch of a small HTML page served by the mock server on 127.0.0.1.",
         pages={"hello.html": ("text/html; charset=utf-8", PAGE_HTML)},
         steps=[
-            tools(call("webfetch", {"url": "{MOCK_URL}/pages/hello.html",
-                                    "format": "markdown"}, "call_webfetch"),
-                  usage=U(1900, 22, 0, 0)),
-            tools(call("webfetch", {"url": "{MOCK_URL}/pages/missing.html",
-                                    "format": "text"}, "call_webfetch_404"),
-                  usage=U(2000, 23, 1800, 0)),
+            tools(
+                call(
+                    "webfetch",
+                    {"url": "{MOCK_URL}/pages/hello.html", "format": "markdown"},
+                    "call_webfetch",
+                ),
+                usage=U(1900, 22, 0, 0),
+            ),
+            tools(
+                call(
+                    "webfetch",
+                    {"url": "{MOCK_URL}/pages/missing.html", "format": "text"},
+                    "call_webfetch_404",
+                ),
+                usage=U(2000, 23, 1800, 0),
+            ),
             say("Fetched the page.", usage=U(2100, 6, 1900, 0)),
         ],
     ),
@@ -522,16 +685,25 @@ SCENARIOS: list[Scenario] = [
         "mcp",
         f"A stdio MCP server named {MCP_NAME!r}: one call succeeds, one is rejected with a "
         "JSON-RPC error, one returns isError.",
-        config={"mcp": {MCP_NAME: {
-            "type": "local", "command": ["{PYTHON}", "{ROOT}/mcp_server.py"],
-            "environment": {"MCP_LOG": "{ROOT}/mcp.log"}, "timeout": 10000}}},
+        config={
+            "mcp": {
+                MCP_NAME: {
+                    "type": "local",
+                    "command": ["{PYTHON}", "{ROOT}/mcp_server.py"],
+                    "environment": {"MCP_LOG": "{ROOT}/mcp.log"},
+                    "timeout": 10000,
+                }
+            }
+        },
         steps=[
-            tools(call("my-tools_v1_echo", {"text": "ping"}, "call_mcp_echo"),
-                  usage=U(2600, 18, 0, 0)),
-            tools(call("my-tools_v1_reject", {"reason": "not allowed"}, "call_mcp_reject"),
-                  usage=U(2700, 19, 2500, 0)),
-            tools(call("my-tools_v1_broken", {}, "call_mcp_broken"),
-                  usage=U(2800, 17, 2600, 0)),
+            tools(
+                call("my-tools_v1_echo", {"text": "ping"}, "call_mcp_echo"), usage=U(2600, 18, 0, 0)
+            ),
+            tools(
+                call("my-tools_v1_reject", {"reason": "not allowed"}, "call_mcp_reject"),
+                usage=U(2700, 19, 2500, 0),
+            ),
+            tools(call("my-tools_v1_broken", {}, "call_mcp_broken"), usage=U(2800, 17, 2600, 0)),
             say("MCP done.", usage=U(2900, 4, 2700, 0)),
         ],
     ),
@@ -542,8 +714,9 @@ SCENARIOS: list[Scenario] = [
         driver=drive_continue3,
         steps=[
             say("Remembered 7.", usage=U(1000, 5, 0, 0)),
-            tools(call("bash", {"command": "echo $((7+1))"}, "call_add"),
-                  usage=U(1100, 15, 900, 0)),
+            tools(
+                call("bash", {"command": "echo $((7+1))"}, "call_add"), usage=U(1100, 15, 900, 0)
+            ),
             say("It is 8.", usage=U(1200, 5, 1000, 0)),
             say("Doubled: 16.", usage=U(1300, 6, 1100, 0)),
         ],
@@ -563,9 +736,14 @@ SCENARIOS: list[Scenario] = [
         "bash printing ~2 MB (55,000 numbered lines); OpenCode truncates the tool output "
         "and saves the full text under $DATA/tool-output/.",
         steps=[
-            tools(call("bash", {"command": "seq -f 'line %07g abcdefghijklmnopqrstuvwxyz' "
-                                           "1 55000"}, "call_big"),
-                  usage=U(1500, 30, 0, 0)),
+            tools(
+                call(
+                    "bash",
+                    {"command": "seq -f 'line %07g abcdefghijklmnopqrstuvwxyz' 1 55000"},
+                    "call_big",
+                ),
+                usage=U(1500, 30, 0, 0),
+            ),
             say("That was a lot of output.", usage=U(9000, 9, 1400, 0)),
         ],
     ),
@@ -574,8 +752,10 @@ SCENARIOS: list[Scenario] = [
         "SIGINT sent to `opencode run` while a slow bash (sleep 30) runs.",
         driver=drive_sigint,
         steps=[
-            tools(call("bash", {"command": "echo started; sleep 30; echo finished"},
-                       "call_sleep"), usage=U(1500, 20, 0, 0)),
+            tools(
+                call("bash", {"command": "echo started; sleep 30; echo finished"}, "call_sleep"),
+                usage=U(1500, 20, 0, 0),
+            ),
             say("Should not be reached.", usage=U(1600, 5, 0, 0)),
         ],
     ),
@@ -595,26 +775,44 @@ SCENARIOS: list[Scenario] = [
         "`run --command review src/app.py` for a config command with agent=general and "
         "subtask=true: OpenCode records a `subtask` part and runs it in a child session.",
         files=WORK_FILES,
-        config={"command": {"review": {
-            "template": "[child-review] Review the file $ARGUMENTS",
-            "description": "Review a file in a subagent",
-            "agent": "general", "subtask": True}}},
+        config={
+            "command": {
+                "review": {
+                    "template": "[child-review] Review the file $ARGUMENTS",
+                    "description": "Review a file in a subagent",
+                    "agent": "general",
+                    "subtask": True,
+                }
+            }
+        },
         args=["--command", "review"],
         prompt=["src/app.py"],
         steps=[say("The review subagent is done.", usage=U(2200, 9, 0, 0))],
-        conversations={"child": {"match": "[child-review]", "steps": [
-            tools(call("read", {"filePath": "{WORK}/src/app.py"}, "call_review_read"),
-                  usage=U(700, 12, 0, 0)),
-            say("Looks fine.", usage=U(760, 4, 650, 0)),
-        ]}},
+        conversations={
+            "child": {
+                "match": "[child-review]",
+                "steps": [
+                    tools(
+                        call("read", {"filePath": "{WORK}/src/app.py"}, "call_review_read"),
+                        usage=U(700, 12, 0, 0),
+                    ),
+                    say("Looks fine.", usage=U(760, 4, 650, 0)),
+                ],
+            }
+        },
     ),
     Scenario(
         "serve_text",
         "`opencode serve`: one prompt via POST /session/{id}/prompt_async; raw /event and "
         "/global/event SSE captured.",
         driver=drive_serve_text,
-        steps=[{"reasoning": ["Thinking over ", "SSE."], "text": ["Hello ", "over SSE."],
-                "usage": U(1234, 56, 78, 9)}],
+        steps=[
+            {
+                "reasoning": ["Thinking over ", "SSE."],
+                "text": ["Hello ", "over SSE."],
+                "usage": U(1234, 56, 78, 9),
+            }
+        ],
     ),
     Scenario(
         "serve_permission",
@@ -624,12 +822,17 @@ SCENARIOS: list[Scenario] = [
         driver=drive_serve_permission,
         config={"permission": {"bash": "ask"}},
         steps=[
-            tools(call("bash", {"command": "echo approved"}, "call_perm_1"),
-                  usage=U(1500, 20, 0, 0)),
-            tools(call("bash", {"command": "echo rejected-with-feedback"}, "call_perm_2"),
-                  usage=U(1600, 21, 1400, 0)),
-            tools(call("bash", {"command": "echo rejected-plain"}, "call_perm_3"),
-                  usage=U(1700, 22, 1500, 0)),
+            tools(
+                call("bash", {"command": "echo approved"}, "call_perm_1"), usage=U(1500, 20, 0, 0)
+            ),
+            tools(
+                call("bash", {"command": "echo rejected-with-feedback"}, "call_perm_2"),
+                usage=U(1600, 21, 1400, 0),
+            ),
+            tools(
+                call("bash", {"command": "echo rejected-plain"}, "call_perm_3"),
+                usage=U(1700, 22, 1500, 0),
+            ),
             say("Not reached after a plain rejection.", usage=U(1800, 5, 1600, 0)),
         ],
     ),
@@ -640,16 +843,20 @@ SCENARIOS: list[Scenario] = [
         driver=drive_serve_compaction,
         files=WORK_FILES,
         steps=[
-            tools(call("bash", {"command": "cat README.md"}, "call_cat"),
-                  usage=U(5000, 20, 0, 0)),
+            tools(call("bash", {"command": "cat README.md"}, "call_cat"), usage=U(5000, 20, 0, 0)),
             say("The README says hello.", usage=U(5100, 8, 4900, 0)),
             say("Continuing after the summary.", usage=U(800, 6, 0, 0)),
         ],
         conversations={
-            "compaction": {"match_system": "context summarization agent", "steps": [
-                say("## Summary\n\nThe user asked to inspect the repo; README says hello.",
-                    usage=U(5200, 40, 5000, 0)),
-            ]},
+            "compaction": {
+                "match_system": "context summarization agent",
+                "steps": [
+                    say(
+                        "## Summary\n\nThe user asked to inspect the repo; README says hello.",
+                        usage=U(5200, 40, 5000, 0),
+                    ),
+                ],
+            },
         },
     ),
 ]
