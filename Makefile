@@ -30,6 +30,7 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run.py
+	$(PY) bench/store_bench.py
 
 samples: $(STAMP)
 	$(PY) scripts/capture.py
