@@ -15,8 +15,9 @@ none, so the connection mode depends on what is there:
   writes, never checkpoints.
 - a ``-wal`` without ``-shm``: the pair is copied to a temporary folder and read there.
 
-Rows come back as bytes (``text_factory=bytes``) for msgspec to decode without a detour
-through ``str``. Errors a user can act on are ``InputError``; nothing here prints.
+JSON columns are read ``CAST(data AS BLOB)``, as bytes for msgspec to decode without a
+detour through ``str``; ids and other text come back as ``str``. Errors a user can act on
+are ``InputError``; nothing here prints.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ class SessionRow(NamedTuple):
     directory: str | None
     version: str | None
     agent: str | None
-    model: bytes | None  # JSON {"id", "providerID", "variant"}
+    model: str | bytes | None  # JSON {"id", "providerID", "variant"}
     cost: float
     tokens_input: int
     tokens_output: int
@@ -130,10 +131,6 @@ class PartRow(NamedTuple):
 
 
 _SESSION_COLUMNS = ", ".join(SessionRow._fields)
-
-
-def _text(value: Any) -> Any:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 class Store:
@@ -164,9 +161,9 @@ class Store:
             uri = f"{path.resolve().as_uri()}?mode=ro"
         else:
             uri = self._private_copy(path, wal)
+        self.uri = uri  # how to open it again, for parallel readers
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
-            conn.text_factory = bytes
             conn.execute("PRAGMA query_only = 1")
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.Error as exc:
@@ -186,9 +183,7 @@ class Store:
     def _check_schema(self) -> None:
         try:
             tables = {
-                _text(name): {
-                    _text(c[1]) for c in self.conn.execute(f"PRAGMA table_info({_text(name)})")
-                }
+                name: {c[1] for c in self.conn.execute(f"PRAGMA table_info({name})")}
                 for (name,) in self.conn.execute(
                     "SELECT name FROM sqlite_master WHERE type = 'table'"
                 )
@@ -258,14 +253,11 @@ class Store:
             "SELECT id FROM session WHERE id = ? OR substr(id, 1, ?) = ? ORDER BY id",
             (prefix, len(prefix), prefix),
         )
-        return [_text(r[0]) for r in rows]
+        return [r[0] for r in rows]
 
     @staticmethod
     def _session_row(row: tuple[Any, ...]) -> SessionRow:
-        values = list(row)
-        for index in (0, 1, 2, 3, 4, 5):  # text columns
-            values[index] = _text(values[index])
-        return SessionRow(*values)
+        return SessionRow(*row)
 
     def children(self) -> dict[str, list[str]]:
         """parent id → child session ids, oldest first."""
@@ -274,74 +266,128 @@ class Store:
             "SELECT id, parent_id FROM session WHERE parent_id IS NOT NULL "
             "ORDER BY time_created, id"
         ):
-            tree.setdefault(_text(parent), []).append(_text(child))
+            tree.setdefault(parent, []).append(child)
         return tree
 
     def messages(self, session_id: str) -> Iterator[MessageRow]:
         """A session's messages in (time_created, id) order."""
         for mid, sid, created, data in self._query(
-            "SELECT id, session_id, time_created, data FROM message WHERE session_id = ? "
+            "SELECT id, session_id, time_created, CAST(data AS BLOB) FROM message "
+            "WHERE session_id = ? "
             "ORDER BY time_created, id",
             (session_id,),
         ):
-            yield MessageRow(_text(mid), _text(sid), created, data)
+            yield MessageRow(mid, sid, created, data)
 
     def parts(self, session_id: str) -> Iterator[PartRow]:
         """A session's parts in message order (the message's time_created, id), then by id."""
         for pid, mid, sid, created, data in self._query(
-            "SELECT p.id, p.message_id, p.session_id, p.time_created, p.data "
+            "SELECT p.id, p.message_id, p.session_id, p.time_created, CAST(p.data AS BLOB) "
             "FROM part p JOIN message m ON m.id = p.message_id "
             "WHERE p.session_id = ? ORDER BY m.time_created, m.id, p.id",
             (session_id,),
         ):
-            yield PartRow(_text(pid), _text(mid), _text(sid), created, data)
+            yield PartRow(pid, mid, sid, created, data)
 
     def all_message_data(
         self, session_ids: Sequence[str] | None = None
     ) -> Iterator[tuple[str, bytes]]:
         """(session id, message data) for many sessions at once, for summaries."""
         if session_ids is None:
-            rows = self._query("SELECT session_id, data FROM message")
+            rows = self._query("SELECT session_id, CAST(data AS BLOB) FROM message")
         else:
             rows = self._in_chunks(
-                "SELECT session_id, data FROM message WHERE session_id IN ({})", session_ids
+                "SELECT session_id, CAST(data AS BLOB) FROM message WHERE session_id IN ({})",
+                session_ids,
             )
-        for sid, data in rows:
-            yield _text(sid), data
+        yield from rows
 
     def all_part_data(
         self, session_ids: Sequence[str] | None = None
     ) -> Iterator[tuple[str, bytes]]:
         """(session id, part data) for many sessions at once, for summaries."""
         if session_ids is None:
-            rows = self._query("SELECT session_id, data FROM part")
+            rows = self._query("SELECT session_id, CAST(data AS BLOB) FROM part")
         else:
             rows = self._in_chunks(
-                "SELECT session_id, data FROM part WHERE session_id IN ({})", session_ids
+                "SELECT session_id, CAST(data AS BLOB) FROM part WHERE session_id IN ({})",
+                session_ids,
             )
-        for sid, data in rows:
-            yield _text(sid), data
+        yield from rows
+
+    def message_batches(
+        self, session_ids: Sequence[str] | None = None
+    ) -> Iterator[list[tuple[str, str, int, bytes]]]:
+        """``message_rows`` in lists of a few thousand: for loops over a whole database,
+        where a generator step per row would cost more than the row's own work."""
+        if session_ids is None:
+            yield from self._batches(
+                "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message"
+            )
+            return
+        ids = list(session_ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            yield from self._batches(
+                "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
+                f"WHERE session_id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+
+    def assistant_batches(self) -> Iterator[list[tuple[str, str, int, bytes]]]:
+        """(session id, message id, time_created, data) of every message that is not plainly
+        a user's (OpenCode writes those starting ``{"role":"user",``), in batches: the
+        whole-database reports need only assistant messages, and a third of the rows are
+        prompts. Callers still check the role."""
+        yield from self._batches(
+            "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
+            'WHERE substr(data, 1, 15) != \'{"role":"user",\''
+        )
+
+    def message_rowid_ranges(self, parts: int) -> list[tuple[int, int]]:
+        """``parts`` contiguous rowid ranges [lo, hi) covering the message table."""
+        low, high = next(self._query("SELECT min(rowid), max(rowid) FROM message"))
+        if low is None:
+            return []
+        step = (high - low) // parts + 1
+        return [(start, min(start + step, high + 1)) for start in range(low, high + 1, step)]
+
+    def _batches(self, sql: str, params: Sequence[Any] = ()) -> Iterator[list[tuple[Any, ...]]]:
+        try:
+            cursor = self.conn.execute(sql, params)
+            while True:
+                rows = cursor.fetchmany(4096)
+                if not rows:
+                    return
+                yield rows
+        except sqlite3.Error as exc:
+            raise InputError(f"cannot read {self.path}: {exc}") from None
 
     def message_rows(
         self, session_ids: Sequence[str] | None = None
-    ) -> Iterator[tuple[str, str, bytes]]:
-        """(session id, message id, data) of many sessions' messages, in no set order."""
+    ) -> Iterator[tuple[str, str, int, bytes]]:
+        """(session id, message id, time_created, data) of many sessions' messages, in no
+        set order."""
         if session_ids is None:
-            rows = self._query("SELECT session_id, id, data FROM message")
+            rows = self._query(
+                "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message"
+            )
         else:
             rows = self._in_chunks(
-                "SELECT session_id, id, data FROM message WHERE session_id IN ({})", session_ids
+                "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
+                "WHERE session_id IN ({})",
+                session_ids,
             )
-        for sid, mid, data in rows:
-            yield _text(sid), _text(mid), data
+        yield from rows
 
     def messages_older_than_session(self) -> Iterator[tuple[str, str, bytes]]:
         """Messages created before their session was: a fork's copied history."""
-        for sid, mid, data in self._query(
-            "SELECT m.session_id, m.id, m.data FROM message m JOIN session s "
-            "ON s.id = m.session_id WHERE m.time_created < s.time_created"
-        ):
-            yield _text(sid), _text(mid), data
+        # Driven by the session table and the (session_id, time_created) index, this reads
+        # only the copies, not every message.
+        yield from self._query(
+            "SELECT m.session_id, m.id, CAST(m.data AS BLOB) FROM session s "
+            "JOIN message m ON m.session_id = s.id AND m.time_created < s.time_created"
+        )
 
     def _in_chunks(self, sql: str, ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         ids = list(ids)

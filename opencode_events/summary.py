@@ -89,13 +89,13 @@ def descendants(roots: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
     return found
 
 
-def _model(raw: bytes | None) -> tuple[str | None, str | None]:
+def _model(raw: str | bytes | None) -> tuple[str | None, str | None]:
     if not raw:
         return None, None
     try:
         value = msgspec.json.decode(raw)
     except msgspec.DecodeError:
-        return raw.decode("utf-8", "replace"), None
+        return (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw), None
     if isinstance(value, dict):
         model, provider = value.get("id"), value.get("providerID")
         return (

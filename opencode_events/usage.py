@@ -18,6 +18,7 @@ session's rows add up to its session row (plus its subagents' when folded).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, tzinfo
 from typing import Any, BinaryIO
@@ -50,6 +51,11 @@ TOKEN_FIELDS = (
     "total_tokens",
 )
 _ALWAYS = frozenset({*TOKEN_FIELDS, "cost"})
+# Costs are reported to the nano-dollar: a float sum's last digits depend on the order of
+# addition (one process or several), and no bill has them.
+_COST_DIGITS = 9
+# From this many sessions on, one scan of the whole message table beats per-session lookups.
+WHOLE_TABLE_SESSIONS = 200
 BY_STREAM = ("turn", "step", "session", "day")
 BY_STORE = ("turn", "step", "session", "model", "agent", "day")
 
@@ -124,7 +130,7 @@ def _total(rows: Iterable[UsageRow]) -> UsageRow:
         if row.subagent_cost is not None:
             total.subagent_cost = (total.subagent_cost or 0.0) + row.subagent_cost
             total.subagent_tokens = (total.subagent_tokens or 0) + (row.subagent_tokens or 0)
-    total.cost = round(total.cost, 12)
+    total.cost = round(total.cost, _COST_DIGITS)
     return total
 
 
@@ -261,7 +267,17 @@ class _Message(Struct):
     mode: Any = None
 
 
+class _Figures(Struct):
+    """Only what a by-day or by-session report reads of a message (its time comes from
+    the row's ``time_created`` column)."""
+
+    role: Any = None
+    cost: Any = None
+    tokens: Tokens | None = None
+
+
 _MESSAGE = msgspec.json.Decoder(_Message)
+_FIGURES = msgspec.json.Decoder(_Figures)
 
 
 def _int(value: Any) -> int:
@@ -390,7 +406,7 @@ def _session_turns(store: Any, session_id: str) -> tuple[list[_Turn], dict[str, 
             row.duration_ms = turn.completed - row.started
         if row.inferences == 0:
             row.in_flight = True  # a prompt with no reply yet
-        row.cost = round(row.cost, 12)
+        row.cost = round(row.cost, _COST_DIGITS)
     return turns, spawned
 
 
@@ -471,9 +487,27 @@ def store_usage(
     if by == "turn":
         rows, notes = _turn_report(store, session_ids, fold=fold, tree=tree)
         for row in rows:
-            row.cost = round(row.cost, 12)
+            row.cost = round(row.cost, _COST_DIGITS)
         return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes)
     return _grouped(store, session_ids, by=by, fold=fold, tz=tz, tree=tree, dedupe=cross_session)
+
+
+class _DayOf:
+    """Epoch ms → local date, cached per quarter hour (every zone offset is a multiple of
+    15 minutes), so a large report formats each quarter hour once, not each message."""
+
+    def __init__(self, tz: tzinfo | None) -> None:
+        self.tz = tz
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, ms: Any) -> str:
+        if type(ms) is not int:
+            return _day(ms, self.tz) or "?"
+        bucket = ms // 900_000
+        day = self.cache.get(bucket)
+        if day is None:
+            day = self.cache[bucket] = _day(bucket * 900_000, self.tz) or "?"
+        return day
 
 
 def _grouped(
@@ -486,7 +520,12 @@ def _grouped(
     tree: dict[str, list[str]],
     dedupe: bool,
 ) -> UsageReport:
-    """Rows by step, session, model, agent or day, from assistant messages alone."""
+    """Rows by step, session, model, agent or day, from assistant messages alone.
+
+    One pass over the message rows; figures are summed into plain lists, since this loop
+    runs once per message of the database. Rows that need more (steps, forked copies and
+    their originals) take the slow path with a full decode.
+    """
     from .summary import descendants
 
     owner: dict[str, str] = {}  # session → the top-level session it folds into
@@ -494,146 +533,312 @@ def _grouped(
         owner[sid] = sid
         for child in descendants([sid], tree):
             owner.setdefault(child, sid if fold else child)
-    # Forked history: messages older than their session, held aside until we know whether
-    # their original is in the database too (then they are not counted again).
-    copy_ids: set[tuple[str, str]] = set()
+
+    # Forked history: messages older than their session. They are held aside until we
+    # know whether their original is in the database too (then they are not counted).
+    copy_ids: set[str] = set()
     copy_prints: set[tuple[Any, ...]] = set()
     copy_times: set[Any] = set()
     if dedupe:
-        for sid, mid, data in _older_than_session(store):
+        for _sid, mid, data in _older_than_session(store):
             try:
                 info = _MESSAGE.decode(data)
             except msgspec.DecodeError:
                 continue
             if info.role == "assistant":
-                copy_ids.add((sid, mid))
+                copy_ids.add(mid)
                 copy_prints.add(_fingerprint(info))
                 copy_times.add(info.time.created if info.time else None)
 
-    groups: dict[Any, UsageRow] = {}
-    steps: list[UsageRow | None] = []
+    day_of = _DayOf(tz)
+    everything = len(owner) >= WHOLE_TABLE_SESSIONS
+    scan = _Scan(by, owner, copy_ids, copy_times)
+    if everything and by != "step" and _parallel_scan(store, scan, tz):
+        pass  # the workers' sums and slow rows are in ``scan``
+    else:
+        fast = getattr(store, "assistant_batches", None) if everything else None
+        if fast is not None:
+            rows: Iterable[tuple[str, str, Any, bytes]] = itertools.chain.from_iterable(fast())
+        else:
+            rows = _message_rows(store, None if everything else list(owner))
+        scan.run(rows, day_of)
+
+    groups = scan.groups
+    steps: list[UsageRow] = []
     copies: list[tuple[tuple[Any, ...], Any, UsageRow]] = []
     originals: set[tuple[Any, ...]] = set()
-    ids = list(owner)
-    everything = len(ids) >= 200
-    for sid, mid, data in _assistant_messages(store, None if everything else ids):
-        top = owner.get(sid)
-        if top is None:
-            continue
-        try:
-            info = _MESSAGE.decode(data)
-        except msgspec.DecodeError:
-            continue
-        if info.role != "assistant":
-            continue
-        figures = _figures(info)
-        started = info.time.created if info.time and isinstance(info.time.created, int) else None
+    for sid, mid, created, data in scan.slow:
+        full = _MESSAGE.decode(data)
+        top = owner[sid]
+        figures = _figures(full)
+        figures.started = created if type(created) is int else None
+        key = _group_key(by, top, full, created, day_of)
         if by == "step":
-            figures.session_id = sid
-            figures.message_id = mid
-            figures.started = started
-            figures.model = info.modelID if isinstance(info.modelID, str) else None
-            figures.agent = info.agent if isinstance(info.agent, str) else None
-            figures.reason = info.finish if isinstance(info.finish, str) else None
-            completed = info.time.completed if info.time else None
-            if isinstance(completed, int) and started is not None:
-                figures.duration_ms = completed - started
+            figures.session_id, figures.message_id = sid, mid
+            figures.model = full.modelID if isinstance(full.modelID, str) else None
+            figures.agent = full.agent if isinstance(full.agent, str) else None
+            figures.reason = full.finish if isinstance(full.finish, str) else None
+            completed = full.time.completed if full.time else None
+            if type(completed) is int and figures.started is not None:
+                figures.duration_ms = completed - figures.started
             else:
                 figures.in_flight = True
+        if mid in copy_ids:
+            copies.append((_fingerprint(full), key, figures))
+            continue
+        if copy_ids and _fingerprint(full) in copy_prints:
+            originals.add(_fingerprint(full))
+        if by == "step":
             steps.append(figures)
-            key: Any = len(steps) - 1
-        elif by == "session":
-            key = top
-            figures.started = started
-        elif by == "model":
-            provider = info.providerID if isinstance(info.providerID, str) else None
-            model = info.modelID if isinstance(info.modelID, str) else "?"
-            key = f"{provider}/{model}" if provider else model
-        elif by == "agent":
-            key = (
-                info.agent
-                if isinstance(info.agent, str)
-                else (info.mode if isinstance(info.mode, str) else "?")
-            )
         else:
-            key = _day(started, tz) or "?"
-        if copy_ids:
-            if (sid, mid) in copy_ids:
-                copies.append((_fingerprint(info), key, figures))
-                continue
-            if started in copy_times:
-                fingerprint = _fingerprint(info)
-                if fingerprint in copy_prints:
-                    originals.add(fingerprint)
-        if by != "step":
-            _accumulate(groups, key, figures, by)
+            _add_figures(groups, key, figures, figures.started)
+
     notes: list[str] = []
     skipped, skipped_cost = 0, 0.0
     for fingerprint, key, figures in copies:
         if fingerprint in originals:
             skipped += 1
             skipped_cost += figures.cost
-            if by == "step":
-                steps[key] = None
-        elif by != "step":
-            _accumulate(groups, key, figures, by)
+        elif by == "step":
+            steps.append(figures)
+        else:
+            _add_figures(groups, key, figures, figures.started)
     if skipped:
         notes.append(
             f"{skipped} forked cop{'y' if skipped == 1 else 'ies'} of earlier "
             f"inferences not counted again (${skipped_cost:.4f})"
         )
     if by == "step":
-        rows = [row for row in steps if row is not None]
-        rows.sort(key=lambda r: (r.started or 0, r.message_id or ""))
+        steps.sort(key=lambda r: (r.started or 0, r.message_id or ""))
+        result = steps
     else:
-        rows = [groups[k] for k in sorted(groups, key=_sort_key(by, groups))]
-    for row in rows:
-        row.cost = round(row.cost, 12)
-    return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes)
+        result = [_group_row(by, key, groups[key]) for key in groups]
+        result.sort(key=_sort_key(by))
+    for row in result:
+        row.cost = round(row.cost, _COST_DIGITS)
+    return UsageReport(by=by, rows=result, total=_total(result), notes=notes)
 
 
-def _sort_key(by: str, groups: dict[Any, UsageRow]) -> Callable[[Any], Any]:
+class _Scan:
+    """The hot loop of a grouped report: per-group sums of assistant messages, and the rows
+    that need the slow path (steps, forked copies and their possible originals). Picklable,
+    so worker processes can each run one over a part of the table."""
+
+    def __init__(
+        self, by: str, owner: dict[str, str], copy_ids: set[str], copy_times: set[Any]
+    ) -> None:
+        self.by = by
+        self.owner = owner
+        self.copy_ids = copy_ids
+        self.copy_times = copy_times
+        self.groups: dict[Any, list[Any]] = {}
+        self.slow: list[tuple[str, str, Any, bytes]] = []
+
+    def run(self, rows: Iterable[tuple[str, str, Any, bytes]], day_of: _DayOf) -> None:
+        by, owner, groups, slow = self.by, self.owner, self.groups, self.slow
+        copy_ids, copy_times = self.copy_ids, self.copy_times
+        decode = (_FIGURES if by in ("day", "session") else _MESSAGE).decode
+        for sid, mid, created, data in rows:
+            top = owner.get(sid)
+            if top is None:
+                continue
+            try:
+                info = decode(data)
+            except msgspec.DecodeError:
+                continue
+            if info.role != "assistant":
+                continue
+            if by == "step" or copy_ids and (mid in copy_ids or created in copy_times):
+                slow.append((sid, mid, created, data))
+                continue
+            if by == "day":
+                key = day_of(created)
+            elif by == "session":
+                key = top
+            else:
+                key = _group_key(by, top, info, created, day_of)
+            acc = groups.get(key)
+            if acc is None:
+                acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, created]
+            _add_message(acc, info, created)
+
+    def merge(self, other: _Scan) -> None:
+        for key, acc in other.groups.items():
+            mine = self.groups.get(key)
+            if mine is None:
+                self.groups[key] = acc
+                continue
+            for index in range(8):
+                mine[index] += acc[index]
+            if acc[8] is not None and (mine[8] is None or acc[8] < mine[8]):
+                mine[8] = acc[8]
+        self.slow.extend(other.slow)
+
+
+_PARALLEL_MIN_ROWS = 100_000  # message rows; below this a worker's start costs more
+
+
+def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
+    """Run ``scan`` over a large message table in one process per core; False when it is
+    not worth it or not possible here (the caller then scans in this process)."""
+    import os
+
+    uri = getattr(store, "uri", None)
+    workers = min(os.cpu_count() or 1, 4)
+    if uri is None or workers < 2:
+        return False
+    ranges = store.message_rowid_ranges(workers)
+    if not ranges or ranges[-1][1] - ranges[0][0] < _PARALLEL_MIN_ROWS:
+        return False
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        context = multiprocessing.get_context("fork")
+    except ValueError:
+        return False
+    empty = _Scan(scan.by, scan.owner, scan.copy_ids, scan.copy_times)
+    with ProcessPoolExecutor(max_workers=len(ranges), mp_context=context) as pool:
+        futures = [pool.submit(_scan_range, uri, lo, hi, empty, tz) for lo, hi in ranges]
+        for future in futures:
+            scan.merge(future.result())
+    return True
+
+
+def _scan_range(uri: str, low: int, high: int, scan: _Scan, tz: tzinfo | None) -> _Scan:
+    """A worker: ``scan`` over the messages with rowid in [low, high), on its own connection."""
+    import sqlite3
+
+    from .errors import InputError
+
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            cursor = conn.execute(
+                "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
+                'WHERE rowid >= ? AND rowid < ? AND substr(data, 1, 15) != \'{"role":"user",\'',
+                (low, high),
+            )
+            scan.run(
+                itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(4096), [])), _DayOf(tz)
+            )
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise InputError(f"cannot read the message table: {exc}") from None
+    scan.owner = {}  # the parent has it; don't send it back
+    scan.copy_ids, scan.copy_times = set(), set()
+    return scan
+
+
+def _add_message(acc: list[Any], info: Any, created: Any) -> None:
+    """Add one assistant message's figures to a group's running sums (hot loop)."""
+    tokens = info.tokens
+    if tokens is not None:
+        i, o, r = tokens.input, tokens.output, tokens.reasoning
+        i = i if type(i) is int else _int(i)
+        o = o if type(o) is int else _int(o)
+        r = r if type(r) is int else _int(r)
+        cache = tokens.cache
+        if cache is not None:
+            cr, cw = cache.read, cache.write
+            cr = cr if type(cr) is int else _int(cr)
+            cw = cw if type(cw) is int else _int(cw)
+        else:
+            cr = cw = 0
+        given = tokens.total
+        acc[0] += i
+        acc[1] += o
+        acc[2] += r
+        acc[3] += cr
+        acc[4] += cw
+        if type(given) is int:
+            acc[5] += given
+        else:
+            acc[5] += _int(given) if type(given) is float else i + o + r + cr + cw
+    cost = info.cost
+    if type(cost) in (int, float):
+        acc[6] += cost
+    acc[7] += 1
+    if type(created) is int and (acc[8] is None or created < acc[8]):
+        acc[8] = created
+
+
+def _group_key(by: str, top: str, info: _Message, started: Any, day_of: _DayOf) -> Any:
     if by == "session":
-        return lambda k: (groups[k].started or 0, k)
+        return top
+    if by == "model":
+        provider = info.providerID if isinstance(info.providerID, str) else None
+        model = info.modelID if isinstance(info.modelID, str) else "?"
+        return f"{provider}/{model}" if provider else model
+    if by == "agent":
+        if isinstance(info.agent, str):
+            return info.agent
+        return info.mode if isinstance(info.mode, str) else "?"
     if by == "day":
-        return lambda k: k
-    return lambda k: (-groups[k].cost, k)  # model, agent: the costliest first
+        return day_of(started)
+    return None  # step: no group
 
 
-def _accumulate(groups: dict[Any, UsageRow], key: Any, figures: UsageRow, by: str) -> None:
-    group = groups.get(key)
-    if group is None:
-        group = groups[key] = UsageRow(inferences=0)
-        if by == "session":
-            group.session_id = key
-        elif by == "model":
-            group.model = key
-        elif by == "agent":
-            group.agent = key
-        elif by == "day":
-            group.day = key
-    group.add(figures)
-    group.inferences = (group.inferences or 0) + 1
-    started = figures.started
-    if (
-        by == "session"
-        and started is not None
-        and (group.started is None or started < group.started)
-    ):
-        group.started = started
+def _add_figures(groups: dict[Any, list[Any]], key: Any, figures: UsageRow, started: Any) -> None:
+    acc = groups.get(key)
+    if acc is None:
+        acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, started]
+    for index, name in enumerate(TOKEN_FIELDS):
+        acc[index] += getattr(figures, name)
+    acc[6] += figures.cost
+    acc[7] += 1
+    if started is not None and (acc[8] is None or started < acc[8]):
+        acc[8] = started
 
 
-def _assistant_messages(
+def _group_row(by: str, key: Any, acc: list[Any]) -> UsageRow:
+    row = UsageRow(
+        input_tokens=acc[0],
+        output_tokens=acc[1],
+        reasoning_tokens=acc[2],
+        cache_read_tokens=acc[3],
+        cache_write_tokens=acc[4],
+        total_tokens=acc[5],
+        cost=float(acc[6]),
+        inferences=acc[7],
+    )
+    if by == "session":
+        row.session_id, row.started = key, acc[8]
+    elif by == "model":
+        row.model = key
+    elif by == "agent":
+        row.agent = key
+    elif by == "day":
+        row.day = key
+    return row
+
+
+def _sort_key(by: str) -> Callable[[UsageRow], Any]:
+    if by == "session":
+        return lambda r: (r.started or 0, r.session_id or "")
+    if by == "day":
+        return lambda r: r.day or ""
+    return lambda r: (-r.cost, r.model or r.agent or "")  # model, agent: the costliest first
+
+
+def _message_rows(
     store: Any, session_ids: Sequence[str] | None
-) -> Iterator[tuple[str, str, bytes]]:
-    """(session id, message id, data) of messages; the store's fast path when it has one."""
-    fast = getattr(store, "message_rows", None)
-    if fast is not None:
-        yield from fast(session_ids)
-        return
+) -> Iterator[tuple[str, str, Any, bytes]]:
+    """(session id, message id, time_created, data); the store's batched query when it has
+    one (``itertools.chain`` keeps the per-row cost in C)."""
+    batches = getattr(store, "message_batches", None)
+    if batches is not None:
+        return itertools.chain.from_iterable(batches(session_ids))
+    return _rows_of_sessions(store, session_ids)
+
+
+def _rows_of_sessions(
+    store: Any, session_ids: Sequence[str] | None
+) -> Iterator[tuple[str, str, Any, bytes]]:
     for sid in session_ids if session_ids is not None else [r.id for r in store.sessions()]:
         for message in store.messages(sid):
-            yield sid, message.id, message.data
+            yield sid, message.id, message.time_created, message.data
 
 
 def _older_than_session(store: Any) -> Iterator[tuple[str, str, bytes]]:

@@ -265,3 +265,28 @@ def test_table_for_people():
         check=True,
     ).stdout.decode()
     assert "please do the task" in out and "total" in out and "$0.0206" in out
+
+
+@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one core: no workers")
+@pytest.mark.parametrize("by", ["day", "session", "model", "agent"])
+def test_parallel_scan_gives_the_same_report(monkeypatch, by):
+    """Large databases are scanned by one process per core; the report must not change."""
+    import opencode_events.usage as usage_module
+    from opencode_events.store import Store
+
+    db = SAMPLES / "fork" / "opencode.db"
+    with Store(db) as store:
+        ids = [r.id for r in store.sessions(top_level=True)]
+        monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
+        monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 10**12)
+        sequential = usage_module.store_usage(store, ids, by=by, cross_session=True).document()
+        monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0)
+        ran = []
+        original = usage_module._parallel_scan
+        monkeypatch.setattr(
+            usage_module, "_parallel_scan", lambda *a: ran.append(original(*a)) or ran[-1]
+        )
+        parallel = usage_module.store_usage(store, ids, by=by, cross_session=True).document()
+    assert ran == [True]  # the workers did run
+    assert parallel == sequential
+    assert "forked" in parallel["notes"][0]
