@@ -363,6 +363,39 @@ class Store:
         except sqlite3.Error as exc:
             raise InputError(f"cannot read {self.path}: {exc}") from None
 
+    # A tool part as OpenCode writes it starts {"type":"tool","tool":…,"callID":…,"state":
+    # {"status":…: its head says all a summary needs, without loading a large output.
+    # Parts that start otherwise are checked whole, in SQL, and only if they say "tool".
+    _TOOL_HEAD = """substr(data, 1, 14) = '{"type":"tool"'"""
+    _TOOL_PARTS = (
+        "SELECT rowid, session_id, "
+        f"CAST(CASE WHEN {_TOOL_HEAD} THEN substr(data, 1, 240) ELSE data END AS BLOB), "
+        f"{_TOOL_HEAD} FROM part WHERE ({_TOOL_HEAD} OR (substr(data, 1, 9) != "
+        """'{"type":"' AND CASE WHEN json_valid(data) THEN json_extract(data, '$.type') """
+        "END = 'tool'))"
+    )
+
+    def tool_part_batches(
+        self, session_ids: Sequence[str] | None = None
+    ) -> Iterator[list[tuple[int, str, bytes, int]]]:
+        """(rowid, session id, data or its head, is-head) of tool parts, in batches."""
+        if session_ids is None:
+            yield from self._batches(self._TOOL_PARTS)
+            return
+        ids = list(session_ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            yield from self._batches(
+                f"{self._TOOL_PARTS} AND session_id IN ({', '.join('?' * len(chunk))})", chunk
+            )
+
+    def part_data(self, rowid: int) -> bytes | None:
+        """One part's whole data, by rowid."""
+        row = next(
+            self._query("SELECT CAST(data AS BLOB) FROM part WHERE rowid = ?", (rowid,)), None
+        )
+        return row[0] if row else None
+
     def message_rows(
         self, session_ids: Sequence[str] | None = None
     ) -> Iterator[tuple[str, str, int, bytes]]:

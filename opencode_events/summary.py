@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+import re
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -136,6 +138,60 @@ def _base(row: SessionRow, db_path: str) -> SessionSummary:
     )
 
 
+# The head of a tool part as OpenCode writes it (store.Store.tool_part_batches).
+_TOOL_HEAD = re.compile(
+    rb'\{"type":"tool","tool":"((?:[^"\\]|\\.)*)","callID":"(?:[^"\\]|\\.)*",'
+    rb'"state":\{"status":"((?:[^"\\]|\\.)*)"'
+)
+
+
+def _tool_calls(store: Any, scope: Sequence[str] | None) -> Iterator[tuple[str, Any, Any]]:
+    """(session id, tool name, status) of every tool part in ``scope`` (None: all).
+
+    The store's fast query reads only the head of a tool part written the usual way; any
+    other part is decoded whole, so the counts are exact either way."""
+    batches = getattr(store, "tool_part_batches", None)
+    if batches is None:
+        for sid, data in store.all_part_data(scope):
+            try:
+                part = _PART.decode(data)
+            except msgspec.DecodeError:
+                continue
+            if part.type == "tool":
+                yield sid, part.tool, part.state.status if part.state is not None else None
+        return
+    for rowid, sid, data, is_head in itertools.chain.from_iterable(batches(scope)):
+        if is_head:
+            match = _TOOL_HEAD.match(data)
+            if match is not None:
+                tool, status = match.groups()
+                yield sid, _unescape(tool), _unescape(status)
+                continue
+            data = store.part_data(rowid) or b""
+        try:
+            part = _PART.decode(data)
+        except msgspec.DecodeError:
+            continue
+        if part.type == "tool":
+            yield sid, part.tool, part.state.status if part.state is not None else None
+
+
+def _unescape(raw: bytes) -> str:
+    if b"\\" not in raw:
+        return raw.decode("utf-8", "replace")
+    try:
+        return msgspec.json.decode(b'"' + raw + b'"')
+    except msgspec.DecodeError:
+        return raw.decode("utf-8", "replace")
+
+
+def _message_rows(store: Any, scope: Sequence[str] | None) -> Iterator[tuple[Any, ...]]:
+    batches = getattr(store, "message_batches", None)
+    if batches is not None:
+        return itertools.chain.from_iterable(batches(scope))
+    return ((sid, None, None, data) for sid, data in store.all_message_data(scope))
+
+
 def summarize(
     store: Store,
     rows: Sequence[SessionRow],
@@ -158,7 +214,7 @@ def summarize(
     everything = len(ids) >= 200  # one scan beats many index probes
     scope = None if everything else ids
 
-    for sid, data in store.all_message_data(scope):
+    for sid, _mid, _created, data in _message_rows(store, scope):
         summary = summaries.get(sid)
         if summary is None:
             continue
@@ -173,24 +229,20 @@ def summarize(
             if message.time is None or message.time.completed is None:
                 summary.in_flight = True
 
-    servers_of: dict[str, Sequence[str]] = {}
-    for sid, data in store.all_part_data(scope):
+    servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
+    for sid, tool, status in _tool_calls(store, scope):
         summary = summaries.get(sid)
         if summary is None:
             continue
-        try:
-            part = _PART.decode(data)
-        except msgspec.DecodeError:
-            continue
-        if part.type != "tool":
-            continue
         summary.tool_calls += 1
-        if part.state is not None and part.state.status == "error":
+        if status == "error":
             summary.tool_failures += 1
-        if isinstance(part.tool, str):
-            if sid not in servers_of:
-                servers_of[sid] = mcp_servers(summary.directory)
-            server = mcp_server_of(part.tool, servers_of[sid])
+        if isinstance(tool, str):
+            directory = summary.directory
+            servers = servers_in.get(directory)
+            if servers is None:
+                servers = servers_in[directory] = mcp_servers(directory)
+            server = mcp_server_of(tool, servers) if servers else None
             if server is not None:
                 if not summary.mcp_calls:
                     summary.mcp_calls = {}
