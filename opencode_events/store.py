@@ -282,10 +282,12 @@ class Store:
     def parts(self, session_id: str) -> Iterator[PartRow]:
         """A session's parts in message order (the message's time_created, id), then by id."""
         for pid, mid, sid, created, data in self._query(
+            # Driven by the message index, so parts stream out in order instead of being
+            # copied, data and all, into a temporary sort first.
             "SELECT p.id, p.message_id, p.session_id, p.time_created, CAST(p.data AS BLOB) "
-            "FROM part p JOIN message m ON m.id = p.message_id "
-            "WHERE p.session_id = ? ORDER BY m.time_created, m.id, p.id",
-            (session_id,),
+            "FROM message m CROSS JOIN part p ON p.message_id = m.id "
+            "WHERE m.session_id = ? AND p.session_id = ? ORDER BY m.time_created, m.id, p.id",
+            (session_id, session_id),
         ):
             yield PartRow(pid, mid, sid, created, data)
 

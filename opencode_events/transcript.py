@@ -20,6 +20,7 @@ import msgspec
 from msgspec import Raw
 
 from .events import Event
+from .mapping import CONSUMED_PARTS
 from .normalizer import Normalizer, Provenance
 from .views import ANY_DECODER, MESSAGE_DECODER, PART_DECODER, MessageInfo
 
@@ -42,11 +43,11 @@ class TranscriptMapper:
     ) -> Provenance:
         return Provenance(
             session_id=session_id,
-            time=time if isinstance(time, int | float) and not isinstance(time, bool) else None,
+            time=time if type(time) is int or type(time) is float else None,
             source=self.source,
             message_id=message_id,
             part_id=part_id,
-            raw=data if isinstance(data, Raw) else Raw(data),
+            raw=data,  # bytes become msgspec.Raw only when an event carries them
         )
 
     def _undecodable(self, data: bytes | Raw, what: str, prov: Provenance) -> list[Event]:
@@ -82,7 +83,8 @@ class TranscriptMapper:
         time: Any = None,
         role: str | None = None,
     ) -> list[Event]:
-        self.normalizer.count_record()
+        normalizer = self.normalizer
+        normalizer.records += 1
         prov = self._prov(
             data, session_id=session_id, message_id=message_id, part_id=part_id, time=time
         )
@@ -90,9 +92,13 @@ class TranscriptMapper:
             part = PART_DECODER.decode(data)
         except (msgspec.DecodeError, RecursionError):
             return self._undecodable(data, "part data", prov)
+        kind = part.type
+        if type(kind) is str and kind in CONSUMED_PARTS:
+            normalizer.note_consumed(kind)
+            return []  # step-start: nothing to map, so nothing to build
         if part.id is None:
             part.id = part_id  # store rows keep the id in a column, not in data
-        return self.normalizer.part(part, prov, role=role)
+        return normalizer.part(part, prov, role=role)
 
     def message_end(
         self,
