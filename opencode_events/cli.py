@@ -63,10 +63,12 @@ def normalize(
     fmt: str | None,
     deltas: bool,
 ) -> None:
-    """Normalize `opencode run --format json` output to JSON Lines.
+    """Normalize OpenCode's output to one event per line.
 
-    INPUT is a file or - for stdin (the default). Events are written as each input line
-    arrives; the last line is a metrics summary.
+    INPUT is a file or - for stdin (the default): `opencode run --format json` output, a
+    captured server event stream (SSE) or an `opencode export` document, told apart by
+    the first line. Events are written as each input line arrives; the last line is a
+    metrics summary.
     """
     from .pipeline import normalize_streams
     from .writers import make_writer
