@@ -379,7 +379,11 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except click.exceptions.ClickException as exc:
-        exc.show()
+        # One line, like every other error; `--help` shows the usage.
+        message = exc.format_message()
+        if isinstance(exc, click.exceptions.UsageError) and exc.ctx is not None:
+            message += f" (see: {exc.ctx.command_path} --help)"
+        click.echo(f"error: {message}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code

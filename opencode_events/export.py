@@ -33,10 +33,11 @@ class _ExportMessage(Struct):
 
 class _ExportDocument(Struct):
     info: Raw = NO_RAW
-    messages: list[_ExportMessage] = []
+    messages: list[Raw] = []  # each decoded on its own: one bad message is one warning
 
 
 _DOCUMENT = msgspec.json.Decoder(_ExportDocument)
+_MESSAGE = msgspec.json.Decoder(_ExportMessage)
 _IDS = msgspec.json.Decoder(_Ids)
 
 
@@ -53,12 +54,19 @@ def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = N
         prov = Provenance(line=1, source=source)
         text = data.decode("utf-8", "replace")
         return normalizer.warning(f"not an opencode export document: {exc}", text, prov)
-    session_id = _str(session.id) or ""
+    session_id = _str(session.id)
     mapper = TranscriptMapper(normalizer, source=source)
     events: list[Event] = []
-    for message in document.messages:
+    for raw_message in document.messages:
         try:
-            ids = _IDS.decode(message.info)
+            message = _MESSAGE.decode(raw_message)
+        except (msgspec.DecodeError, RecursionError):
+            normalizer.count_record()
+            prov = Provenance(session_id=session_id, source=source, raw=raw_message)
+            events.extend(normalizer.unknown(prov, type_="message"))
+            continue
+        try:
+            ids = _IDS.decode(message.info) if message.info else _Ids()
         except (msgspec.DecodeError, RecursionError):
             ids = _Ids()
         message_id = _str(ids.id)

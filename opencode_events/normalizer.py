@@ -7,12 +7,14 @@ cost sums for the closing ``metrics`` event. It never reads or writes files itse
 
 Dedupe: OpenCode can re-emit a finished part with the same id (compaction pruning). A tool
 or step-finish part whose id was already seen in the same session is consumed: no second
-event, counted once, and tallied in ``metrics.duplicates``. Ids are remembered per session
-only while that session is current, so memory stays flat over long logs of many runs.
+event, counted once, and tallied in ``metrics.duplicates``. Ids are remembered for the 64
+most recently current sessions, so interleaved sessions dedupe and memory stays flat over
+long logs of many runs.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from msgspec import UNSET, Raw, Struct
@@ -35,6 +37,8 @@ from .mapping import CONSUMED_PARTS, error_fields, success_of, text_of, tool_eve
 from .views import MessageInfo, Part
 
 __all__ = ["Normalizer", "Provenance"]
+
+_REMEMBERED_SESSIONS = 64  # sessions whose part ids are kept for dedupe
 
 # Event class → its kind, looked up once per event on the hot path.
 _KIND = {cls: cls.__struct_config__.tag for cls in Event.__subclasses__()}
@@ -87,6 +91,9 @@ class Normalizer:
         self._session: str | None = None
         self._session_turns: dict[str, int] = {}
         self._seen_parts: set[str] = set()
+        # Part ids of recently current sessions, so that sessions interleaved in one input
+        # (a parent and its subagents, concatenated logs) still dedupe; bounded for memory.
+        self._seen_by_session: OrderedDict[str | None, set[str]] = OrderedDict()
 
     # ------------------------------------------------------------------ session state
 
@@ -99,12 +106,17 @@ class Normalizer:
         if session_id is None or session_id == self._session:
             return
         self._session = session_id
-        self._seen_parts = set()
+        seen = self._seen_by_session.pop(session_id, None)
+        self._seen_parts = set() if seen is None else seen
+        self._seen_by_session[session_id] = self._seen_parts
+        if len(self._seen_by_session) > _REMEMBERED_SESSIONS:
+            self._seen_by_session.popitem(last=False)  # the least recently current
 
     def reset(self) -> None:
         """Start a new run (a new input file): session, part ids and turn numbers."""
         self._session = None
         self._seen_parts = set()
+        self._seen_by_session = OrderedDict()
         self._session_turns = {}
 
     def _next_turn(self) -> int:
@@ -120,7 +132,9 @@ class Normalizer:
         raw = _as_raw(prov.raw) if self.keep_raw else None
         counts = self.counts
         seq = self.seq
-        session, time, source, line = self._session, prov.time, prov.source, prov.line
+        # The record's own session when the reader knows it, else the current one.
+        session = prov.session_id or self._session
+        time, source, line = prov.time, prov.source, prov.line
         message_id, part_id = prov.message_id, prov.part_id
         for event in events:
             event.seq = seq

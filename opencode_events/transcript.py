@@ -62,7 +62,12 @@ class TranscriptMapper:
         return self.normalizer.unknown(prov, type_=kind if isinstance(kind, str) else None)
 
     def message(
-        self, data: bytes | Raw, *, session_id: str, message_id: str | None, time: Any = None
+        self,
+        data: bytes | Raw,
+        *,
+        session_id: str | None,
+        message_id: str | None,
+        time: Any = None,
     ) -> tuple[MessageInfo | None, list[Event]]:
         """Decode a message; its events are only warnings about the row itself."""
         self.normalizer.enter_session(session_id)
@@ -77,7 +82,7 @@ class TranscriptMapper:
         self,
         data: bytes | Raw,
         *,
-        session_id: str,
+        session_id: str | None,
         message_id: str | None,
         part_id: str | None,
         time: Any = None,
@@ -105,7 +110,7 @@ class TranscriptMapper:
         info: MessageInfo | None,
         data: bytes | Raw,
         *,
-        session_id: str,
+        session_id: str | None,
         message_id: str | None,
         time: Any = None,
     ) -> list[Event]:

@@ -336,12 +336,17 @@ class _Turn:
         self.completed: int | None = None
 
 
-def _session_turns(store: Any, session_id: str) -> tuple[list[_Turn], dict[str, _Turn]]:
+def _session_turns(
+    store: Any, session_id: str, skip: set[str] = frozenset()  # type: ignore[assignment]
+) -> tuple[list[_Turn], dict[str, _Turn]]:
     """A session's user turns (with prompt, inferences, tool calls, figures), and the turn
-    each child session's spawning ``task`` call belongs to (child id → turn)."""
+    each child session's spawning ``task`` call belongs to (child id → turn). Messages in
+    ``skip`` (a fork's copied history) are left out, and so are their parts."""
     turns: list[_Turn] = []
     by_message: dict[str, _Turn] = {}
     for message in store.messages(session_id):
+        if message.id in skip:
+            continue
         try:
             info = _MESSAGE.decode(message.data)
         except msgspec.DecodeError:
@@ -431,13 +436,56 @@ def _session_total(store: Any, session_id: str) -> UsageRow:
     return total
 
 
+def _forked_copies(store: Any) -> tuple[set[str], float]:
+    """Ids of messages that are a fork's copy of a message still in the database (older than
+    their own session, same content and times as another), and the cost they carry."""
+    candidates: dict[tuple[Any, ...], list[tuple[str, float]]] = {}
+    times: set[Any] = set()
+    copy_ids: set[str] = set()
+    for _sid, mid, data in _older_than_session(store):
+        try:
+            info = _MESSAGE.decode(data)
+        except msgspec.DecodeError:
+            continue
+        created = info.time.created if info.time else None
+        candidates.setdefault(_fingerprint(info), []).append((mid, _figures(info).cost))
+        times.add(created)
+        copy_ids.add(mid)
+    if not candidates:
+        return set(), 0.0
+    originals: set[tuple[Any, ...]] = set()
+    for _sid, mid, created, data in _message_rows(store, None):
+        if created not in times or mid in copy_ids:
+            continue
+        try:
+            info = _MESSAGE.decode(data)
+        except msgspec.DecodeError:
+            continue
+        fingerprint = _fingerprint(info)
+        if fingerprint in candidates:
+            originals.add(fingerprint)
+    skipped = {mid for fp in originals for mid, _ in candidates[fp]}
+    cost = sum(c for fp in originals for _, c in candidates[fp])
+    return skipped, cost
+
+
 def _turn_report(
-    store: Any, session_ids: Sequence[str], *, fold: bool, tree: dict[str, list[str]]
+    store: Any,
+    session_ids: Sequence[str],
+    *,
+    fold: bool,
+    tree: dict[str, list[str]],
+    dedupe: bool = False,
 ) -> tuple[list[UsageRow], list[str]]:
     from .summary import descendants
 
     rows: list[UsageRow] = []
     notes: list[str] = []
+    skip, skipped_cost = _forked_copies(store) if dedupe else (set(), 0.0)
+    if skip:
+        inferences = len(skip)  # user and assistant messages alike
+        notes.append(f"{inferences} forked cop{'y' if inferences == 1 else 'ies'} of earlier "
+                     f"messages not counted again (${skipped_cost:.4f})")
     several = len(session_ids) > 1 or not fold
     queue = list(session_ids)
     done: set[str] = set()
@@ -446,7 +494,7 @@ def _turn_report(
         if session_id in done:
             continue
         done.add(session_id)
-        turns, spawned = _session_turns(store, session_id)
+        turns, spawned = _session_turns(store, session_id, skip)
         children = tree.get(session_id, [])
         for child in children:
             if not fold:
@@ -485,7 +533,9 @@ def store_usage(
         raise ValueError(f"unknown --by {by}")
     tree = store.children()
     if by == "turn":
-        rows, notes = _turn_report(store, session_ids, fold=fold, tree=tree)
+        rows, notes = _turn_report(
+            store, session_ids, fold=fold, tree=tree, dedupe=cross_session
+        )
         for row in rows:
             row.cost = round(row.cost, _COST_DIGITS)
         return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes)

@@ -81,9 +81,18 @@ def test_directory_input_is_an_error(tmp_path: Path):
     assert result.stderr.startswith(b"error: ")
 
 
-def test_bad_option_is_usage_error():
-    result = run(["normalize", "--no-such-flag"])
-    assert result.returncode == 2 and b"Traceback" not in result.stderr
+@pytest.mark.parametrize(
+    "args",
+    [["normalize", "--no-such-flag"], ["sessions", "--since", "whenever"],
+     ["usage", "--tz", "Nowhere/Else", "--by", "day"], ["usage", "--by", "model"],
+     ["no-such-command"]],
+    ids=["unknown-option", "bad-since", "bad-tz", "stream-by-model", "unknown-command"],
+)
+def test_bad_usage_is_one_error_line_and_exit_2(args):
+    result = run(args)
+    assert result.returncode == 2 and result.stdout == b""
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
 
 
 def test_output_file(tmp_path: Path):

@@ -176,6 +176,7 @@ class Oracle:
     def __init__(self) -> None:
         self.session = None
         self.seen: set = set()
+        self.seen_by_session: dict = {}
 
     def consumed(self, line: bytes) -> bool:
         """Feed every line in order; True when this one is legitimately consumed."""
@@ -187,7 +188,9 @@ class Oracle:
             return False
         session = rec.get("sessionID")
         if isinstance(session, str) and session and session != self.session:
-            self.session, self.seen = session, set()  # ids are remembered per session
+            # part ids are remembered per session, across interleaving
+            self.session = session
+            self.seen = self.seen_by_session.setdefault(session, set())
         part, kind = rec.get("part"), rec.get("type")
         if not isinstance(part, dict):
             return False
@@ -202,8 +205,12 @@ class Oracle:
         if kind == "tool_use":
             tool, state = part.get("tool"), part.get("state")
             if isinstance(tool, str) and isinstance(state, dict):
-                # todo tools always; background_process when it has no command line
-                return tool.lower() in CONSUMED_TOOLS or tool.lower() == "background_process"
+                if tool.lower() in CONSUMED_TOOLS:
+                    return True  # the agent's own task list
+                if tool.lower() == "background_process":  # consumed without a command line
+                    args = state.get("input")
+                    return isinstance(args, dict) and not (
+                        isinstance(args.get("command"), str) and args["command"])
         return False
 
 

@@ -192,6 +192,14 @@ def test_re_emitted_part_is_not_counted_twice():
     assert metrics["records"] == 4
 
 
+def test_interleaved_sessions_still_dedupe():
+    step = step_finish(input_=10, cost=1.0)
+    other = record("text", {"type": "text", "text": "from another session"}, sessionID="ses_b")
+    events, metrics = normalize_with_metrics([step, other, step])
+    assert [e["kind"] for e in events] == ["usage", "message"]
+    assert metrics["duplicates"] == 1 and metrics["input_tokens"] == 10
+
+
 def test_same_part_id_in_another_session_counts():
     step = step_finish()
     other = dict(step, sessionID="ses_other")
