@@ -272,21 +272,11 @@ def usage(
             from .store import select_sessions
 
             with open_store(db_path) as store:
-                ids = select_sessions(
-                    store,
-                    session_ids,
-                    last=last,
-                    since_ms=since_ms(since),
-                    all_sessions=False,
-                    children=False,
-                )
-                if all_sessions:
-                    ids = [
-                        r.id
-                        for r in sorted(
-                            store.sessions(top_level=True), key=lambda r: (r.time_created, r.id)
-                        )
-                    ]
+                if all_sessions:  # every top-level session; subagents fold into them
+                    top = store.sessions(top_level=True)
+                    ids = [r.id for r in sorted(top, key=lambda r: (r.time_created, r.id))]
+                else:
+                    ids = select_sessions(store, session_ids, last=last, since_ms=since_ms(since))
                 report = store_usage(
                     store, ids, by=by, fold=not no_fold, tz=zone, cross_session=len(ids) > 1
                 )

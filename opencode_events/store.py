@@ -133,6 +133,16 @@ class PartRow(NamedTuple):
 _SESSION_COLUMNS = ", ".join(SessionRow._fields)
 
 
+def _int(value: Any) -> int:
+    kind = type(value)
+    return value if kind is int else int(value) if kind is float else 0
+
+
+def _float(value: Any) -> float:
+    kind = type(value)
+    return value if kind is float else float(value) if kind is int else 0.0
+
+
 class Store:
     """A read-only view of one ``opencode.db``. Use as a context manager."""
 
@@ -235,7 +245,7 @@ class Store:
             where.append("time_updated >= ?")
             params.append(since_ms)
         if top_level:
-            where.append("parent_id IS NULL")
+            where.append("(parent_id IS NULL OR parent_id = id)")
         sql = f"SELECT {_SESSION_COLUMNS} FROM session"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -257,13 +267,48 @@ class Store:
 
     @staticmethod
     def _session_row(row: tuple[Any, ...]) -> SessionRow:
-        return SessionRow(*row)
+        """A session row with its numbers made numbers: a damaged cell reads as 0, it does
+        not stop the report (OpenCode itself only ever writes numbers there)."""
+        (
+            sid,
+            parent,
+            title,
+            directory,
+            version,
+            agent,
+            model,
+            cost,
+            t_in,
+            t_out,
+            t_reason,
+            t_read,
+            t_write,
+            created,
+            updated,
+        ) = row
+        return SessionRow(
+            sid,
+            parent if parent != sid else None,  # a session is never its own parent
+            title,
+            directory,
+            version,
+            agent,
+            model,
+            _float(cost),
+            _int(t_in),
+            _int(t_out),
+            _int(t_reason),
+            _int(t_read),
+            _int(t_write),
+            _int(created),
+            _int(updated),
+        )
 
     def children(self) -> dict[str, list[str]]:
         """parent id → child session ids, oldest first."""
         tree: dict[str, list[str]] = {}
         for child, parent in self._query(
-            "SELECT id, parent_id FROM session WHERE parent_id IS NOT NULL "
+            "SELECT id, parent_id FROM session WHERE parent_id IS NOT NULL AND parent_id != id "
             "ORDER BY time_created, id"
         ):
             tree.setdefault(parent, []).append(child)

@@ -539,3 +539,39 @@ def test_read_only_directory(tmp_path: Path, opencode_running: bool):
             assert after == before
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+DAMAGED = [
+    pytest.param("UPDATE session SET tokens_input = 'x', cost = 'abc'", id="text-in-numbers"),
+    pytest.param(
+        "UPDATE session SET time_created = 'x' WHERE parent_id IS NOT NULL", id="text-in-time"
+    ),
+    pytest.param("UPDATE session SET parent_id = id", id="own-parent"),
+    pytest.param(
+        "DELETE FROM message WHERE id IN (SELECT message_id FROM part LIMIT 1)",
+        id="part-without-message",
+    ),
+    pytest.param("UPDATE message SET data = 'not json' WHERE rowid = 1", id="message-not-json"),
+]
+
+
+@pytest.mark.parametrize("damage", DAMAGED)
+def test_damaged_rows_never_traceback(tmp_path: Path, damage: str):
+    db = copy_sample("task", tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.execute(damage)
+    conn.commit()
+    conn.close()
+    for args in (
+        ["sessions", "--all", "--format", "json"],
+        ["import", "--all"],
+        ["usage", "--all", "--format", "json"],
+        ["usage", "--all", "--by", "day", "--format", "json"],
+        ["context", "--format", "json"],
+    ):
+        result = run(*args, "--db", str(db))
+        assert b"Traceback" not in result.stderr, (args, result.stderr.decode())
+        assert result.returncode in (0, 2), (args, result.stderr.decode())
+        if result.returncode == 2:
+            assert result.stderr.startswith(b"error: ")
