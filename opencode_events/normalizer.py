@@ -15,8 +15,10 @@ long logs of many runs.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from msgspec import UNSET, Raw, Struct
 
 from .events import (
@@ -34,7 +36,7 @@ from .events import (
     Warning,
 )
 from .mapping import CONSUMED_PARTS, error_fields, success_of, text_of, tool_events, usage_event
-from .views import MessageInfo, Part
+from .views import ANY_DECODER, MessageInfo, Part, json_type_name
 
 __all__ = ["Normalizer", "Provenance"]
 
@@ -262,6 +264,44 @@ class Normalizer:
         self, prov: Provenance, *, type_: str | None = None, tool: str | None = None
     ) -> list[Event]:
         return self._stamp([Unknown(type=type_, tool=tool, success=UNSET)], prov)
+
+    def not_json(
+        self, data: bytes | Raw, exc: BaseException, prov: Provenance, *, what: str = ""
+    ) -> list[Event]:
+        """A record that does not parse: a ``warning`` carrying its text."""
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        prov.raw = None
+        text = bytes(data).decode("utf-8", "replace")
+        return self.warning(f"{what}not JSON: {reason}", text, prov)
+
+    def rejected(
+        self,
+        data: bytes | Raw,
+        prov: Provenance,
+        *,
+        what: str = "",
+        describe: Callable[[dict[str, Any]], tuple[Any, Any]] = lambda value: (
+            value.get("type"),
+            None,
+        ),
+    ) -> list[Event]:
+        """A record a reader's view rejected: a ``warning`` when it is not JSON or not a JSON
+        object, else ``unknown`` with the record in ``raw``; ``describe`` names its type and
+        tool (and may note its session) from the decoded object."""
+        try:
+            value = ANY_DECODER.decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            return self.not_json(data, exc, prov, what=what)
+        if not isinstance(value, dict):
+            prov.raw = None
+            text = bytes(data).decode("utf-8", "replace")
+            return self.warning(f"{what}not a JSON object: {json_type_name(value)}", text, prov)
+        type_, tool = describe(value)
+        return self.unknown(
+            prov,
+            type_=type_ if isinstance(type_, str) else None,
+            tool=tool if isinstance(tool, str) else None,
+        )
 
     def warning(self, message: str, text: str | None, prov: Provenance) -> list[Event]:
         self.problems += 1

@@ -39,7 +39,7 @@ from msgspec import Raw, Struct
 from .events import Event
 from .normalizer import Normalizer, Provenance
 from .stream import BOM
-from .views import ANY_DECODER, NO_RAW, MessageInfo, Part, json_type_name
+from .views import NO_RAW, MessageInfo, Part
 
 __all__ = ["SseReader", "CONSUMED", "TERMINAL_TOOL_STATUSES"]
 
@@ -355,9 +355,9 @@ class SseReader:
         try:
             frame = _FRAME.decode(data)
         except msgspec.ValidationError:
-            return self._misshapen(data, prov)
+            return self.normalizer.rejected(data, prov, describe=_frame_type)
         except (msgspec.DecodeError, RecursionError) as exc:
-            return self._not_json(data, exc, prov)
+            return self.normalizer.not_json(data, exc, prov)
         type_, props = frame.type, frame.properties
         if frame.payload is not None:
             type_, props = frame.payload.type, frame.payload.properties
@@ -558,27 +558,11 @@ class SseReader:
 
     # ---------------------------------------------------------------- bad data
 
-    def _not_json(self, data: bytes, exc: BaseException, prov: Provenance) -> list[Event]:
-        reason = (
-            "not JSON: nested too deeply"
-            if isinstance(exc, RecursionError)
-            else (f"not JSON: {exc}")
-        )
-        prov.raw = None
-        return self.normalizer.warning(reason, data.decode("utf-8", "replace"), prov)
 
-    def _misshapen(self, data: bytes, prov: Provenance) -> list[Event]:
-        try:
-            value = ANY_DECODER.decode(data)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            return self._not_json(data, exc, prov)
-        if not isinstance(value, dict):
-            prov.raw = None
-            reason = f"not a JSON object: {json_type_name(value)}"
-            return self.normalizer.warning(reason, data.decode("utf-8", "replace"), prov)
-        payload = value.get("payload")
-        type_ = (payload if isinstance(payload, dict) else value).get("type")
-        return self.normalizer.unknown(prov, type_=type_ if isinstance(type_, str) else None)
+def _frame_type(frame: dict[str, Any]) -> tuple[Any, Any]:
+    """The event type of a frame of an unexpected shape (``/global/event`` wraps it)."""
+    payload = frame.get("payload")
+    return (payload if isinstance(payload, dict) else frame).get("type"), None
 
 
 def _spent_nothing(info: MessageInfo) -> bool:

@@ -5,8 +5,8 @@ else ``~/.local/share/opencode/opencode.db`` (``locate_db``).
 
 Observe-only: nothing we do may change the file or its ``-wal``, or create side files; a
 reader of a live database leaves only its read marks in the shared-memory ``-shm``, as every
-SQLite reader does. SQLite's ``mode=ro`` still creates ``-wal``/``-shm`` beside a WAL database that has
-none, so the connection mode depends on what is there:
+SQLite reader does. SQLite's ``mode=ro`` still creates ``-wal``/``-shm`` beside a WAL
+database that has none, so the connection mode depends on what is there:
 
 - no ``-wal`` file: every committed page is in the main file; open it ``immutable=1``
   (no locks, no side files). OpenCode's next writes go to a new WAL first, so a read

@@ -22,7 +22,7 @@ import msgspec
 from .events import Event
 from .mapping import CONSUMED_PARTS, STREAM_RECORD_PARTS
 from .normalizer import Normalizer, Provenance
-from .views import ANY_DECODER, STREAM_RECORD_DECODER, json_type_name
+from .views import STREAM_RECORD_DECODER
 
 __all__ = ["line_batches", "StreamReader", "CHUNK_SIZE"]
 
@@ -99,9 +99,9 @@ class StreamReader:
         try:
             record = STREAM_RECORD_DECODER.decode(line)
         except msgspec.ValidationError:
-            return self._misshapen(line, self._prov(line_no, line))
+            return norm.rejected(line, self._prov(line_no, line), describe=self._describe)
         except (msgspec.DecodeError, RecursionError) as exc:
-            return self._not_json(line, exc, self._prov(line_no, line))
+            return norm.not_json(line, exc, self._prov(line_no, line))
 
         session = record.sessionID
         if type(session) is not str or not session:
@@ -143,31 +143,8 @@ class StreamReader:
         """Nothing is held back between lines."""
         return []
 
-    def _not_json(self, line: bytes, exc: BaseException, prov: Provenance) -> list[Event]:
-        if isinstance(exc, RecursionError):
-            reason = "not JSON: nested too deeply"
-        else:
-            reason = f"not JSON: {exc}"
-        prov.raw = None
-        return self.normalizer.warning(reason, line.decode("utf-8", "replace"), prov)
-
-    def _misshapen(self, line: bytes, prov: Provenance) -> list[Event]:
-        """A line the record view rejected: tell a non-object from an odd object."""
-        try:
-            value = ANY_DECODER.decode(line)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            return self._not_json(line, exc, prov)
-        norm = self.normalizer
-        if not isinstance(value, dict):
-            prov.raw = None
-            reason = f"not a JSON object: {json_type_name(value)}"
-            return norm.warning(reason, line.decode("utf-8", "replace"), prov)
-        norm.enter_session(_session_of_dict(value))
-        record_type = value.get("type")
-        part = value.get("part")
-        tool = part.get("tool") if isinstance(part, dict) else None
-        return norm.unknown(
-            prov,
-            type_=record_type if isinstance(record_type, str) else None,
-            tool=tool if isinstance(tool, str) else None,
-        )
+    def _describe(self, record: dict[str, Any]) -> tuple[Any, Any]:
+        """Type and tool of a record of an unexpected shape; its session still counts."""
+        self.normalizer.enter_session(_session_of_dict(record))
+        part = record.get("part")
+        return record.get("type"), part.get("tool") if isinstance(part, dict) else None

@@ -22,7 +22,7 @@ from msgspec import Raw
 from .events import Event
 from .mapping import CONSUMED_PARTS
 from .normalizer import Normalizer, Provenance
-from .views import ANY_DECODER, MESSAGE_DECODER, PART_DECODER, MessageInfo
+from .views import MESSAGE_DECODER, PART_DECODER, MessageInfo
 
 __all__ = ["TranscriptMapper", "session_events"]
 
@@ -50,17 +50,6 @@ class TranscriptMapper:
             raw=data,  # bytes become msgspec.Raw only when an event carries them
         )
 
-    def _undecodable(self, data: bytes | Raw, what: str, prov: Provenance) -> list[Event]:
-        """A row the view rejected: ``warning`` if it is not JSON, else ``unknown``."""
-        try:
-            value = ANY_DECODER.decode(data)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            prov.raw = None
-            text = bytes(data).decode("utf-8", "replace")
-            return self.normalizer.warning(f"{what} is not JSON: {exc}", text, prov)
-        kind = value.get("type") if isinstance(value, dict) else None
-        return self.normalizer.unknown(prov, type_=kind if isinstance(kind, str) else None)
-
     def message(
         self,
         data: bytes | Raw,
@@ -76,7 +65,7 @@ class TranscriptMapper:
             return MESSAGE_DECODER.decode(data), []
         except (msgspec.DecodeError, RecursionError):
             prov = self._prov(data, session_id=session_id, message_id=message_id, time=time)
-            return None, self._undecodable(data, "message data", prov)
+            return None, self.normalizer.rejected(data, prov, what="message data: ")
 
     def part(
         self,
@@ -96,7 +85,7 @@ class TranscriptMapper:
         try:
             part = PART_DECODER.decode(data)
         except (msgspec.DecodeError, RecursionError):
-            return self._undecodable(data, "part data", prov)
+            return self.normalizer.rejected(data, prov, what="part data: ")
         kind = part.type
         if type(kind) is str and kind in CONSUMED_PARTS:
             normalizer.note_consumed(kind)

@@ -27,7 +27,7 @@ import msgspec
 from msgspec import Struct
 
 from .events import Usage
-from .mapping import spawned_session
+from .mapping import spawned_session, usage_event
 from .normalizer import Normalizer
 from .stream import BOM, StreamReader, line_batches
 from .views import PART_DECODER, Tokens
@@ -286,28 +286,9 @@ def _int(value: Any) -> int:
 
 
 def _figures(message: _Message) -> UsageRow:
-    """An assistant message's tokens and cost as a row (OpenCode's figures)."""
+    """An assistant message's tokens and cost as a row: the mapping's own rule for usage."""
     row = UsageRow()
-    tokens = message.tokens
-    if tokens is not None:
-        row.input_tokens = _int(tokens.input)
-        row.output_tokens = _int(tokens.output)
-        row.reasoning_tokens = _int(tokens.reasoning)
-        if tokens.cache is not None:
-            row.cache_read_tokens = _int(tokens.cache.read)
-            row.cache_write_tokens = _int(tokens.cache.write)
-        given = tokens.total
-        row.total_tokens = (
-            _int(given)
-            if type(given) in (int, float)
-            else row.input_tokens
-            + row.output_tokens
-            + row.reasoning_tokens
-            + row.cache_read_tokens
-            + row.cache_write_tokens
-        )
-    if type(message.cost) in (int, float):
-        row.cost = float(message.cost)
+    row.add(usage_event(message, 0))
     return row
 
 
