@@ -116,42 +116,45 @@ def session_events(
     messages: Iterable[Any],
     parts: Iterable[Any],
 ) -> Iterator[list[Event]]:
-    """Events of one stored session from its message rows and part rows (both in order).
+    """Events of one stored session from its message rows and part rows (both in order),
+    one list per message.
 
     Rows need ``id``, ``time_created`` and ``data``; parts also ``message_id``. Parts whose
     message is not among ``messages`` are skipped by the merge (the store's join drops them).
     """
     mapper = TranscriptMapper(normalizer)
+    map_part = mapper.part
     part_iter = iter(parts)
     pending = next(part_iter, None)
     for message in messages:
+        message_id = message.id
         info, events = mapper.message(
             message.data,
             session_id=session_id,
-            message_id=message.id,
+            message_id=message_id,
             time=message.time_created,
         )
-        if events:
-            yield events
-        role = info.role if info is not None and isinstance(info.role, str) else None
-        while pending is not None and pending.message_id == message.id:
-            events = mapper.part(
+        role = info.role if info is not None and type(info.role) is str else None
+        while pending is not None and pending.message_id == message_id:
+            found = map_part(
                 pending.data,
                 session_id=session_id,
-                message_id=message.id,
+                message_id=message_id,
                 part_id=pending.id,
                 time=pending.time_created,
                 role=role,
             )
-            if events:
-                yield events
+            if found:
+                events.extend(found)
             pending = next(part_iter, None)
-        events = mapper.message_end(
-            info,
-            message.data,
-            session_id=session_id,
-            message_id=message.id,
-            time=message.time_created,
+        events.extend(
+            mapper.message_end(
+                info,
+                message.data,
+                session_id=session_id,
+                message_id=message_id,
+                time=message.time_created,
+            )
         )
         if events:
             yield events
