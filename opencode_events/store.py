@@ -463,11 +463,11 @@ class Store:
 
     def messages_older_than_session(self) -> Iterator[tuple[str, str, bytes]]:
         """Messages created before their session was: a fork's copied history."""
-        # Driven by the session table and the (session_id, time_created) index, this reads
-        # only the copies, not every message.
+        # CROSS JOIN keeps SQLite to this order: the session table, then the
+        # (session_id, time_created) index, so only the copies are read, not every message.
         yield from self._query(
             "SELECT m.session_id, m.id, CAST(m.data AS BLOB) FROM session s "
-            "JOIN message m ON m.session_id = s.id AND m.time_created < s.time_created"
+            "CROSS JOIN message m ON m.session_id = s.id AND m.time_created < s.time_created"
         )
 
     def _in_chunks(self, sql: str, ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
