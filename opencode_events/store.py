@@ -461,12 +461,12 @@ class Store:
             )
         yield from rows
 
-    def messages_older_than_session(self) -> Iterator[tuple[str, str, bytes]]:
+    def messages_older_than_session(self) -> Iterator[tuple[str, str, int, bytes]]:
         """Messages created before their session was: a fork's copied history."""
         # CROSS JOIN keeps SQLite to this order: the session table, then the
         # (session_id, time_created) index, so only the copies are read, not every message.
         yield from self._query(
-            "SELECT m.session_id, m.id, CAST(m.data AS BLOB) FROM session s "
+            "SELECT m.session_id, m.id, m.time_created, CAST(m.data AS BLOB) FROM session s "
             "CROSS JOIN message m ON m.session_id = s.id AND m.time_created < s.time_created"
         )
 

@@ -423,12 +423,11 @@ def _forked_copies(store: Any) -> tuple[set[str], float]:
     candidates: dict[tuple[Any, ...], list[tuple[str, float]]] = {}
     times: set[Any] = set()
     copy_ids: set[str] = set()
-    for _sid, mid, data in _older_than_session(store):
+    for _sid, mid, created, data in _older_than_session(store):
         try:
             info = _MESSAGE.decode(data)
         except msgspec.DecodeError:
             continue
-        created = info.time.created if info.time else None
         candidates.setdefault(_fingerprint(info), []).append((mid, _figures(info).cost))
         times.add(created)
         copy_ids.add(mid)
@@ -571,7 +570,7 @@ def _grouped(
     copy_prints: set[tuple[Any, ...]] = set()
     copy_times: set[Any] = set()
     if dedupe:
-        for _sid, mid, data in _older_than_session(store):
+        for _sid, mid, created, data in _older_than_session(store):
             try:
                 info = _MESSAGE.decode(data)
             except msgspec.DecodeError:
@@ -579,7 +578,7 @@ def _grouped(
             if info.role == "assistant":
                 copy_ids.add(mid)
                 copy_prints.add(_fingerprint(info))
-                copy_times.add(info.time.created if info.time else None)
+                copy_times.add(created)  # the row's column: what the scan compares
 
     day_of = _DayOf(tz)
     everything = len(owner) >= WHOLE_TABLE_SESSIONS
@@ -667,7 +666,10 @@ class _Scan:
 
     def run(self, rows: Iterable[tuple[str, str, Any, bytes]], day_of: _DayOf) -> None:
         by, owner, groups, slow = self.by, self.owner, self.groups, self.slow
-        copy_ids, copy_times = self.copy_ids, self.copy_times
+        # A forked copy shares its original's time, so one set lookup sends both, and only
+        # them, down the slow path.
+        copy_times = self.copy_times
+        days = day_of.cache
         decode = (_FIGURES if by in ("day", "session") else _MESSAGE).decode
         for sid, mid, created, data in rows:
             top = owner.get(sid)
@@ -679,11 +681,13 @@ class _Scan:
                 continue
             if info.role != "assistant":
                 continue
-            if by == "step" or copy_ids and (mid in copy_ids or created in copy_times):
+            if by == "step" or created in copy_times:
                 slow.append((sid, mid, created, data))
                 continue
             if by == "day":
-                key = day_of(created)
+                key = days.get(created // 900_000) if type(created) is int else None
+                if key is None:
+                    key = day_of(created)
             elif by == "session":
                 key = top
             else:
@@ -872,8 +876,9 @@ def _rows_of_sessions(
             yield sid, message.id, message.time_created, message.data
 
 
-def _older_than_session(store: Any) -> Iterator[tuple[str, str, bytes]]:
-    """Messages created before their own session: the copied history of a fork."""
+def _older_than_session(store: Any) -> Iterator[tuple[str, str, Any, bytes]]:
+    """(session id, message id, time_created, data) of messages created before their own
+    session: the copied history of a fork."""
     fast = getattr(store, "messages_older_than_session", None)
     if fast is not None:
         yield from fast()
@@ -881,4 +886,4 @@ def _older_than_session(store: Any) -> Iterator[tuple[str, str, bytes]]:
     for session in store.sessions():
         for message in store.messages(session.id):
             if message.time_created is not None and message.time_created < session.time_created:
-                yield session.id, message.id, message.data
+                yield session.id, message.id, message.time_created, message.data
