@@ -318,7 +318,9 @@ class _Turn:
 
 
 def _session_turns(
-    store: Any, session_id: str, skip: set[str] = frozenset()  # type: ignore[assignment]
+    store: Any,
+    session_id: str,
+    skip: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> tuple[list[_Turn], dict[str, _Turn]]:
     """A session's user turns (with prompt, inferences, tool calls, figures), and the turn
     each child session's spawning ``task`` call belongs to (child id → turn). Messages in
@@ -464,8 +466,10 @@ def _turn_report(
     skip, skipped_cost = _forked_copies(store) if dedupe else (set(), 0.0)
     if skip:
         inferences = len(skip)  # user and assistant messages alike
-        notes.append(f"{inferences} forked cop{'y' if inferences == 1 else 'ies'} of earlier "
-                     f"messages not counted again (${skipped_cost:.4f})")
+        notes.append(
+            f"{inferences} forked cop{'y' if inferences == 1 else 'ies'} of earlier "
+            f"messages not counted again (${skipped_cost:.4f})"
+        )
     several = len(session_ids) > 1 or not fold
     queue = list(session_ids)
     done: set[str] = set()
@@ -513,9 +517,7 @@ def store_usage(
         raise ValueError(f"unknown --by {by}")
     tree = store.children()
     if by == "turn":
-        rows, notes = _turn_report(
-            store, session_ids, fold=fold, tree=tree, dedupe=cross_session
-        )
+        rows, notes = _turn_report(store, session_ids, fold=fold, tree=tree, dedupe=cross_session)
         for row in rows:
             row.cost = round(row.cost, _COST_DIGITS)
         return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes)

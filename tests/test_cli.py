@@ -83,9 +83,13 @@ def test_directory_input_is_an_error(tmp_path: Path):
 
 @pytest.mark.parametrize(
     "args",
-    [["normalize", "--no-such-flag"], ["sessions", "--since", "whenever"],
-     ["usage", "--tz", "Nowhere/Else", "--by", "day"], ["usage", "--by", "model"],
-     ["no-such-command"]],
+    [
+        ["normalize", "--no-such-flag"],
+        ["sessions", "--since", "whenever"],
+        ["usage", "--tz", "Nowhere/Else", "--by", "day"],
+        ["usage", "--by", "model"],
+        ["no-such-command"],
+    ],
     ids=["unknown-option", "bad-since", "bad-tz", "stream-by-model", "unknown-command"],
 )
 def test_bad_usage_is_one_error_line_and_exit_2(args):

@@ -210,7 +210,8 @@ class Oracle:
                 if tool.lower() == "background_process":  # consumed without a command line
                     args = state.get("input")
                     return isinstance(args, dict) and not (
-                        isinstance(args.get("command"), str) and args["command"])
+                        isinstance(args.get("command"), str) and args["command"]
+                    )
         return False
 
 

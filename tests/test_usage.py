@@ -295,9 +295,12 @@ def test_parallel_scan_gives_the_same_report(monkeypatch, by):
 @pytest.mark.parametrize("by", ["turn", "step", "session", "model", "agent", "day"])
 def test_forked_history_is_counted_once_by_every_grouping(by):
     db = SAMPLES / "fork" / "opencode.db"
-    rows = sql(db, "SELECT m.time_created < s.time_created, json_extract(m.data, '$.cost') "
-               "FROM message m JOIN session s ON s.id = m.session_id "
-               "WHERE json_extract(m.data, '$.role') = 'assistant'")
+    rows = sql(
+        db,
+        "SELECT m.time_created < s.time_created, json_extract(m.data, '$.cost') "
+        "FROM message m JOIN session s ON s.id = m.session_id "
+        "WHERE json_extract(m.data, '$.role') = 'assistant'",
+    )
     own = sum(cost for copied, cost in rows if not copied)
     doc = usage("--db", str(db), "--all", "--by", by)
     assert doc["total"]["cost"] == pytest.approx(own, abs=1e-9)
