@@ -376,12 +376,14 @@ def tool_events(part: Part) -> list[Event]:
     if not isinstance(name, str):
         return [Unknown(type=_str(part.type) or "tool")]
     common = tool_common(part)
+    state = part.state
+    if state is None:
+        return [Unknown(**common)]  # a call with no state cannot be read, whatever the tool
     key = name.lower()
     if key in CONSUMED_TOOLS:
         return []
     entry = TOOL_RULES.get(key)
-    state = part.state
-    if entry is None or state is None or not state.input:
+    if entry is None or not state.input:
         return [Unknown(**common)]
     view, rule = entry
     try:

@@ -97,6 +97,11 @@ BAD_LINES = [
         id="tool_use-no-state",
     ),
     pytest.param(
+        b'{"type":"tool_use","part":{"type":"tool","tool":"todowrite","state":null}}',
+        "unknown",
+        id="consumed-tool-no-state",
+    ),
+    pytest.param(
         b'{"type":"tool_use","part":{"type":"tool","tool":7,"state":{"status":"ok"}}}',
         "unknown",
         id="tool-name-not-string",
