@@ -58,3 +58,18 @@ def opencode_env(opencode_bin, tmp_path):
 
     yield make
     # every process is stopped by OpenCodeEnv.run / serve(); the dirs live in tmp_path
+
+
+# Property tests explore new examples on every local run; in CI (CI=true) they replay a fixed
+# derandomized set, so a landing never depends on the luck of the draw.
+def _hypothesis_profiles() -> None:
+    import os
+
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True)
+    if os.environ.get("CI"):
+        settings.load_profile("ci")
+
+
+_hypothesis_profiles()
