@@ -99,11 +99,12 @@ def normalize_streams(
         feed, write = reader.feed, writer.write
         line_no = 0
         for batch in line_batches(stream, first=head):
-            for line in batch:
-                line_no += 1
-                events = feed(line_no, line)
-                if events:
-                    write(events)
+            out: list[Event] = []
+            extend = out.extend
+            for line_no, line in enumerate(batch, line_no + 1):
+                extend(feed(line_no, line))
+            if out:
+                write(out)
             writer.end_batch()
         write(reader.finish())
     if metrics:
