@@ -115,11 +115,24 @@ def import_(
 ) -> None:
     """Stored sessions as normalized events (default: the most recent session).
 
-    SESSION is a session id or an unambiguous prefix of one. The database is only read.
+    SESSION is a session id or an unambiguous prefix of one, or the path of an
+    `opencode export` document. The database is only read.
     """
-    from .pipeline import import_sessions
+    from pathlib import Path
+
+    from .pipeline import import_sessions, normalize_streams
     from .store import select_sessions
     from .writers import make_writer
+
+    documents = [s for s in sessions if Path(s).is_file()]
+    if documents:  # `opencode export` files: the same mapping, no database needed
+        if len(documents) != len(sessions) or db_path or last or since or all_sessions:
+            raise click.UsageError("give either export documents or stored sessions, not both")
+        inputs = open_inputs(tuple(documents))
+        out = open_output(output)
+        writer = make_writer(format_for(fmt, out), out, buffered=True)
+        normalize_streams(inputs, writer, keep_raw=keep_raw, metrics=not no_metrics)
+        return
 
     since_time = since_ms(since)
     with open_store(db_path) as store:

@@ -575,3 +575,13 @@ def test_damaged_rows_never_traceback(tmp_path: Path, damage: str):
         assert result.returncode in (0, 2), (args, result.stderr.decode())
         if result.returncode == 2:
             assert result.stderr.startswith(b"error: ")
+
+
+def test_import_reads_export_documents_too():
+    document = SAMPLES / "task" / "export.json"
+    from_import = run("import", str(document), "--no-metrics")
+    from_normalize = run("normalize", str(document), "--no-metrics")
+    assert from_import.returncode == 0 and from_import.stdout == from_normalize.stdout
+    assert jsonl(from_import.stdout)[0]["kind"] == "prompt"
+    mixed = run("import", str(document), "ses_x")
+    assert mixed.returncode == 2 and mixed.stderr.startswith(b"error: ")
