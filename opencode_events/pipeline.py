@@ -101,7 +101,8 @@ def normalize_streams(
         for batch in line_batches(stream, first=head):
             out: list[Event] = []
             extend = out.extend
-            for line_no, line in enumerate(batch, line_no + 1):
+            first = line_no + 1
+            for line_no, line in enumerate(batch, first):  # line_no carries on to the next batch
                 extend(feed(line_no, line))
             if out:
                 write(out)
