@@ -394,7 +394,13 @@ class Store:
 
     def message_rowid_ranges(self, parts: int) -> list[tuple[int, int]]:
         """``parts`` contiguous rowid ranges [lo, hi) covering the message table."""
-        low, high = next(self._query("SELECT min(rowid), max(rowid) FROM message"))
+        return self.rowid_ranges("message", parts)
+
+    def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int]]:
+        """``parts`` contiguous rowid ranges [lo, hi) covering ``table`` (message or part)."""
+        if table not in ("message", "part"):
+            raise ValueError(table)
+        low, high = next(self._query(f"SELECT min(rowid), max(rowid) FROM {table}"))
         if low is None:
             return []
         step = (high - low) // parts + 1

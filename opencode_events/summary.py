@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -176,6 +176,102 @@ def _tool_calls(store: Any, scope: Sequence[str] | None) -> Iterator[tuple[str, 
             yield sid, part.tool, part.state.status if part.state is not None else None
 
 
+ToolCounts = dict[tuple[str, Any, bool], int]  # (session, tool, failed) → calls
+
+_PARALLEL_MIN_PARTS = 200_000  # part rows; below this a worker's start costs more
+# From this many sessions on, one scan of the whole table beats per-session index lookups.
+WHOLE_TABLE_SESSIONS = 200
+
+
+def _start_tool_counts(store: Any, scope: Sequence[str] | None) -> Callable[[], ToolCounts]:
+    """Tool calls by (session, tool, failed), to be collected by calling the result; a whole
+    large table is scanned by one worker process per core, started now."""
+    if scope is None:
+        pending = _parallel_tool_counts(store)
+        if pending is not None:
+            return pending
+    return lambda: _count(_tool_calls(store, scope))
+
+
+def _count(calls: Iterable[tuple[str, Any, Any]]) -> ToolCounts:
+    counts: ToolCounts = {}
+    for sid, tool, status in calls:
+        key = (sid, tool if isinstance(tool, str) else None, status == "error")
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _parallel_tool_counts(store: Any) -> Callable[[], ToolCounts] | None:
+    import os
+
+    uri = getattr(store, "uri", None)
+    workers = min(os.cpu_count() or 1, 4)
+    if uri is None or workers < 2:
+        return None
+    ranges = store.rowid_ranges("part", workers)
+    if not ranges or ranges[-1][1] - ranges[0][0] < _PARALLEL_MIN_PARTS:
+        return None
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        context = multiprocessing.get_context("fork")
+    except ValueError:
+        return None
+    pool = ProcessPoolExecutor(max_workers=len(ranges), mp_context=context)
+    futures = [pool.submit(_tool_counts_range, uri, lo, hi) for lo, hi in ranges]
+
+    def collect() -> ToolCounts:
+        counts: ToolCounts = {}
+        try:
+            for future in futures:
+                for key, calls in future.result().items():
+                    counts[key] = counts.get(key, 0) + calls
+        finally:
+            pool.shutdown(cancel_futures=True)
+        return counts
+
+    return collect
+
+
+class _PartRange:
+    """The two store queries ``_tool_calls`` needs, over a rowid range of the part table,
+    on a worker's own connection."""
+
+    def __init__(self, conn: Any, low: int, high: int) -> None:
+        self.conn, self.low, self.high = conn, low, high
+
+    def tool_part_batches(self, scope: None) -> Iterator[list[tuple[Any, ...]]]:
+        from .store import Store
+
+        cursor = self.conn.execute(
+            f"{Store._TOOL_PARTS} AND rowid >= ? AND rowid < ?", (self.low, self.high)
+        )
+        yield from iter(lambda: cursor.fetchmany(4096), [])
+
+    def part_data(self, rowid: int) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT CAST(data AS BLOB) FROM part WHERE rowid = ?", (rowid,)
+        ).fetchone()
+        return row[0] if row else None
+
+
+def _tool_counts_range(uri: str, low: int, high: int) -> ToolCounts:
+    """A worker: tool calls of the parts with rowid in [low, high)."""
+    import sqlite3
+
+    from .errors import InputError
+
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            return _count(_tool_calls(_PartRange(conn, low, high), None))
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise InputError(f"cannot read the part table: {exc}") from None
+
+
 def _unescape(raw: bytes) -> str:
     if b"\\" not in raw:
         return raw.decode("utf-8", "replace")
@@ -211,8 +307,11 @@ def summarize(
     db_path = str(store.path)
     summaries = {sid: _base(row, db_path) for sid, row in known.items()}
     ids = list(summaries)
-    everything = len(ids) >= 200  # one scan beats many index probes
+    everything = len(ids) >= WHOLE_TABLE_SESSIONS
     scope = None if everything else ids
+    # On a whole large table the part scan runs in worker processes while this one reads
+    # the messages.
+    tool_counts = _start_tool_counts(store, scope)
 
     for sid, _mid, _created, data in _message_rows(store, scope):
         summary = summaries.get(sid)
@@ -230,13 +329,13 @@ def summarize(
                 summary.in_flight = True
 
     servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
-    for sid, tool, status in _tool_calls(store, scope):
+    for (sid, tool, failed), calls in tool_counts().items():
         summary = summaries.get(sid)
         if summary is None:
             continue
-        summary.tool_calls += 1
-        if status == "error":
-            summary.tool_failures += 1
+        summary.tool_calls += calls
+        if failed:
+            summary.tool_failures += calls
         if isinstance(tool, str):
             directory = summary.directory
             servers = servers_in.get(directory)
@@ -246,7 +345,7 @@ def summarize(
             if server is not None:
                 if not summary.mcp_calls:
                     summary.mcp_calls = {}
-                summary.mcp_calls[server] = summary.mcp_calls.get(server, 0) + 1
+                summary.mcp_calls[server] = summary.mcp_calls.get(server, 0) + calls
 
     for sid, summary in summaries.items():
         summary.children = list(tree.get(sid, ()))

@@ -585,3 +585,31 @@ def test_import_reads_export_documents_too():
     assert jsonl(from_import.stdout)[0]["kind"] == "prompt"
     mixed = run("import", str(document), "ses_x")
     assert mixed.returncode == 2 and mixed.stderr.startswith(b"error: ")
+
+
+@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one core: no workers")
+@pytest.mark.parametrize("scenario", ["task", "mcp", "file_tools"])
+def test_parallel_part_scan_gives_the_same_sessions(monkeypatch, scenario: str):
+    """Large databases count tool calls in one process per core; the rows must not change."""
+    import msgspec
+
+    import opencode_events.summary as summary_module
+
+    db = SAMPLES / scenario / "opencode.db"
+    with Store(db) as store:
+        rows = store.sessions()
+        monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
+        monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 10**12)
+        sequential = msgspec.to_builtins(summary_module.summarize(store, rows))
+        monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
+        started = []
+        original = summary_module._parallel_tool_counts
+        monkeypatch.setattr(
+            summary_module,
+            "_parallel_tool_counts",
+            lambda s: started.append(original(s)) or started[-1],
+        )
+        parallel = msgspec.to_builtins(summary_module.summarize(store, rows))
+    assert started and started[0] is not None  # the workers did run
+    assert parallel == sequential
+    assert sum(r["tool_calls"] for r in parallel) > 0
