@@ -392,10 +392,6 @@ class Store:
             'WHERE substr(data, 1, 15) != \'{"role":"user",\''
         )
 
-    def message_rowid_ranges(self, parts: int) -> list[tuple[int, int]]:
-        """``parts`` contiguous rowid ranges [lo, hi) covering the message table."""
-        return self.rowid_ranges("message", parts)
-
     def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int]]:
         """``parts`` contiguous rowid ranges [lo, hi) covering ``table`` (message or part)."""
         if table not in ("message", "part"):

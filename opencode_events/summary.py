@@ -20,6 +20,7 @@ import msgspec
 from msgspec import Struct
 
 from .mcp import mcp_server_of
+from .parallel import start_over_ranges, worker_connection
 from .store import SessionRow, Store
 
 __all__ = ["SessionSummary", "summarize", "descendants"]
@@ -202,33 +203,15 @@ def _count(calls: Iterable[tuple[str, Any, Any]]) -> ToolCounts:
 
 
 def _parallel_tool_counts(store: Any) -> Callable[[], ToolCounts] | None:
-    import os
-
-    uri = getattr(store, "uri", None)
-    workers = min(os.cpu_count() or 1, 4)
-    if uri is None or workers < 2:
+    pending = start_over_ranges(store, "part", _PARALLEL_MIN_PARTS, _tool_counts_range)
+    if pending is None:
         return None
-    ranges = store.rowid_ranges("part", workers)
-    if not ranges or ranges[-1][1] - ranges[0][0] < _PARALLEL_MIN_PARTS:
-        return None
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    try:
-        context = multiprocessing.get_context("fork")
-    except ValueError:
-        return None
-    pool = ProcessPoolExecutor(max_workers=len(ranges), mp_context=context)
-    futures = [pool.submit(_tool_counts_range, uri, lo, hi) for lo, hi in ranges]
 
     def collect() -> ToolCounts:
         counts: ToolCounts = {}
-        try:
-            for future in futures:
-                for key, calls in future.result().items():
-                    counts[key] = counts.get(key, 0) + calls
-        finally:
-            pool.shutdown(cancel_futures=True)
+        for part in pending():
+            for key, calls in part.items():
+                counts[key] = counts.get(key, 0) + calls
         return counts
 
     return collect
@@ -258,18 +241,8 @@ class _PartRange:
 
 def _tool_counts_range(uri: str, low: int, high: int) -> ToolCounts:
     """A worker: tool calls of the parts with rowid in [low, high)."""
-    import sqlite3
-
-    from .errors import InputError
-
-    try:
-        conn = sqlite3.connect(uri, uri=True)
-        try:
-            return _count(_tool_calls(_PartRange(conn, low, high), None))
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise InputError(f"cannot read the part table: {exc}") from None
+    with worker_connection(uri, "part") as conn:
+        return _count(_tool_calls(_PartRange(conn, low, high), None))
 
 
 def _unescape(raw: bytes) -> str:

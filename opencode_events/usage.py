@@ -29,6 +29,7 @@ from msgspec import Struct
 from .events import Usage
 from .mapping import spawned_session, usage_event
 from .normalizer import Normalizer
+from .parallel import start_over_ranges, worker_connection
 from .stream import BOM, StreamReader, line_batches
 from .views import PART_DECODER, Tokens
 
@@ -718,51 +719,25 @@ _PARALLEL_MIN_ROWS = 100_000  # message rows; below this a worker's start costs 
 def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
     """Run ``scan`` over a large message table in one process per core; False when it is
     not worth it or not possible here (the caller then scans in this process)."""
-    import os
-
-    uri = getattr(store, "uri", None)
-    workers = min(os.cpu_count() or 1, 4)
-    if uri is None or workers < 2:
-        return False
-    ranges = store.message_rowid_ranges(workers)
-    if not ranges or ranges[-1][1] - ranges[0][0] < _PARALLEL_MIN_ROWS:
-        return False
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    try:
-        context = multiprocessing.get_context("fork")
-    except ValueError:
-        return False
     empty = _Scan(scan.by, scan.owner, scan.copy_ids, scan.copy_times)
-    with ProcessPoolExecutor(max_workers=len(ranges), mp_context=context) as pool:
-        futures = [pool.submit(_scan_range, uri, lo, hi, empty, tz) for lo, hi in ranges]
-        for future in futures:
-            scan.merge(future.result())
+    pending = start_over_ranges(store, "message", _PARALLEL_MIN_ROWS, _scan_range, empty, tz)
+    if pending is None:
+        return False
+    for part in pending():
+        scan.merge(part)
     return True
 
 
 def _scan_range(uri: str, low: int, high: int, scan: _Scan, tz: tzinfo | None) -> _Scan:
     """A worker: ``scan`` over the messages with rowid in [low, high), on its own connection."""
-    import sqlite3
-
-    from .errors import InputError
-
-    try:
-        conn = sqlite3.connect(uri, uri=True)
-        try:
-            cursor = conn.execute(
-                "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
-                'WHERE rowid >= ? AND rowid < ? AND substr(data, 1, 15) != \'{"role":"user",\'',
-                (low, high),
-            )
-            scan.run(
-                itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(4096), [])), _DayOf(tz)
-            )
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise InputError(f"cannot read the message table: {exc}") from None
+    with worker_connection(uri, "message") as conn:
+        cursor = conn.execute(
+            "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
+            'WHERE rowid >= ? AND rowid < ? AND substr(data, 1, 15) != \'{"role":"user",\'',
+            (low, high),
+        )
+        rows = itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(4096), []))
+        scan.run(rows, _DayOf(tz))
     scan.owner = {}  # the parent has it; don't send it back
     scan.copy_ids, scan.copy_times = set(), set()
     return scan
