@@ -396,7 +396,10 @@ class Store:
         """``parts`` contiguous rowid ranges [lo, hi) covering ``table`` (message or part)."""
         if table not in ("message", "part"):
             raise ValueError(table)
-        low, high = next(self._query(f"SELECT min(rowid), max(rowid) FROM {table}"))
+        # Two queries: SQLite answers a lone min() or max() from the b-tree's edge, but
+        # scans the whole table for both in one SELECT.
+        (low,) = next(self._query(f"SELECT min(rowid) FROM {table}"))
+        (high,) = next(self._query(f"SELECT max(rowid) FROM {table}"))
         if low is None:
             return []
         step = (high - low) // parts + 1
