@@ -134,6 +134,25 @@ class PartRow(NamedTuple):
 _SESSION_COLUMNS = ", ".join(SessionRow._fields)
 
 
+def _sort_by_id(rows: list[tuple[Any, ...]]) -> None:
+    """Rows in SQLite's ``ORDER BY id``. Part ids are unique, so tuples order by id alone,
+    as SQLite's binary collation does (UTF-8 keeps code point order); a damaged id that is
+    not text (NULL, a blob) orders as SQLite puts it."""
+    try:
+        rows.sort()
+    except TypeError:
+        rows.sort(key=_sqlite_order)
+
+
+def _sqlite_order(row: tuple[Any, ...]) -> tuple[int, Any]:
+    value = row[0]
+    if value is None:
+        return (0, 0)
+    if isinstance(value, (int, float)):
+        return (1, value)
+    return (2, value) if isinstance(value, str) else (3, bytes(value))
+
+
 def _int(value: Any) -> int:
     kind = type(value)
     return value if kind is int else int(value) if kind is float else 0
@@ -327,15 +346,61 @@ class Store:
 
     def parts(self, session_id: str) -> Iterator[PartRow]:
         """A session's parts in message order (the message's time_created, id), then by id."""
-        for pid, mid, sid, created, data in self._query(
-            # Driven by the message index, so parts stream out in order instead of being
-            # copied, data and all, into a temporary sort first.
+        for row in self.part_rows(session_id):
+            yield PartRow(*row)
+
+    def part_rows(self, session_id: str) -> Iterator[tuple[Any, ...]]:
+        """``parts`` as plain tuples in ``PartRow``'s layout (for the import's hot loop).
+
+        Only parts of messages in the same session are read (a row pointing elsewhere is
+        not part of this session's history). Usually the session's parts are read in table
+        order through the session index, the cheapest read there is, and put in order
+        here; a session whose part data would take more than ``GATHER_LIMIT`` bytes of
+        memory streams instead, already ordered, from a join on the message index.
+        """
+        gathered = self._gathered_parts(session_id)
+        if gathered is not None:
+            yield from gathered
+            return
+        yield from self._query(
             "SELECT p.id, p.message_id, p.session_id, p.time_created, CAST(p.data AS BLOB) "
             "FROM message m CROSS JOIN part p ON p.message_id = m.id "
             "WHERE m.session_id = ? AND p.session_id = ? ORDER BY m.time_created, m.id, p.id",
             (session_id, session_id),
+        )
+
+    GATHER_LIMIT = 64 << 20
+
+    def _gathered_parts(self, session_id: str) -> list[tuple[Any, ...]] | None:
+        by_message: dict[Any, list[tuple[Any, ...]]] = {}
+        size, limit = 0, self.GATHER_LIMIT
+        for row in self._query(
+            "SELECT id, message_id, session_id, time_created, CAST(data AS BLOB) FROM part "
+            "WHERE session_id = ?",
+            (session_id,),
         ):
-            yield PartRow(pid, mid, sid, created, data)
+            data = row[4]
+            if type(data) is bytes:
+                size += len(data)
+                if size > limit:
+                    return None
+            found = by_message.get(row[1])
+            if found is None:
+                by_message[row[1]] = [row]
+            else:
+                found.append(row)
+        ordered: list[tuple[Any, ...]] = []
+        if not by_message:
+            return ordered
+        for (message_id,) in self._query(
+            "SELECT id FROM message WHERE session_id = ? ORDER BY time_created, id", (session_id,)
+        ):
+            rows = by_message.get(message_id)
+            if rows is not None:
+                if len(rows) > 1:
+                    _sort_by_id(rows)
+                ordered += rows
+        return ordered
 
     def all_message_data(
         self, session_ids: Sequence[str] | None = None

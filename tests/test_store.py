@@ -613,3 +613,64 @@ def test_parallel_part_scan_gives_the_same_sessions(monkeypatch, scenario: str):
     assert started and started[0] is not None  # the workers did run
     assert parallel == sequential
     assert sum(r["tool_calls"] for r in parallel) > 0
+
+
+def _parts_both_ways(db: Path, monkeypatch) -> tuple[list, list]:
+    """Every session's parts read the usual way (gathered through the session index, put in
+    order in Python) and the way a session too large to gather is read (an ordered join)."""
+    with Store(db) as store:
+        ids = [r.id for r in store.sessions()]
+        gathered = [list(store.parts(sid)) for sid in ids]
+        monkeypatch.setattr(Store, "GATHER_LIMIT", 0)
+        joined = [list(store.parts(sid)) for sid in ids]
+    return gathered, joined
+
+
+@pytest.mark.parametrize("scenario", ["task", "file_tools", "fork", "compaction"])
+def test_gathered_parts_come_in_the_joins_order(monkeypatch, scenario: str):
+    gathered, joined = _parts_both_ways(SAMPLES / scenario / "opencode.db", monkeypatch)
+    assert gathered == joined
+    assert (
+        sum(map(len, gathered))
+        == sql(SAMPLES / scenario / "opencode.db", "SELECT count(*) FROM part")[0][0]
+    )
+
+
+def test_gathered_parts_out_of_table_order_and_odd_rows(tmp_path: Path, monkeypatch):
+    """Parts inserted out of order, a message inserted after a later one, a part whose
+    message is in another session (not this session's history), a NULL and a blob id."""
+    db = copy_sample("file_tools", tmp_path)
+    conn = sqlite3.connect(db)
+    (sid,) = conn.execute("SELECT id FROM session").fetchone()
+    (other,) = conn.execute(
+        "SELECT id FROM message WHERE session_id = ? LIMIT 1", (sid,)
+    ).fetchone()
+    conn.execute(
+        "INSERT INTO session (id, project_id, slug, directory, title, version, time_created, time_updated) VALUES ('ses_other', 'p', 's', '/', 't', 'v', 1, 1)"
+    )
+    conn.execute("INSERT INTO message VALUES ('msg_late', ?, 5, 5, '{\"role\":\"user\"}')", (sid,))
+    conn.execute(
+        "INSERT INTO message VALUES ('msg_elsewhere', 'ses_other', 5, 5, '{\"role\":\"user\"}')"
+    )
+    text = '{"type":"text","text":"%s"}'
+    for part_id, message_id, session_id in [
+        ("prt_z", "msg_late", sid),
+        ("prt_a", "msg_late", sid),
+        ("prt_m", "msg_late", sid),
+        ("prt_stray", "msg_elsewhere", sid),  # a part of this session under a foreign message
+        ("prt_foreign", other, "ses_other"),  # a foreign part under one of our messages
+    ]:
+        conn.execute(
+            "INSERT INTO part VALUES (?, ?, ?, 5, 5, ?)",
+            (part_id, message_id, session_id, text % part_id),
+        )
+    conn.execute("INSERT INTO part VALUES (NULL, 'msg_late', ?, 5, 5, ?)", (sid, text % "null"))
+    conn.execute("INSERT INTO part VALUES (x'00ff', 'msg_late', ?, 5, 5, ?)", (sid, text % "blob"))
+    conn.commit()
+    conn.close()
+    gathered, joined = _parts_both_ways(db, monkeypatch)
+    assert gathered == joined
+    ids = [row.id for rows in gathered for row in rows]
+    assert "prt_stray" not in ids and "prt_foreign" not in ids
+    late = [row.id for rows in gathered for row in rows if row.message_id == "msg_late"]
+    assert late == [None, "prt_a", "prt_m", "prt_z", b"\x00\xff"]
