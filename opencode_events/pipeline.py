@@ -126,9 +126,12 @@ def import_sessions(
     from .transcript import session_events
 
     normalizer = Normalizer(keep_raw=keep_raw)
+    # Plain tuples when the store offers them (same layout as its row types).
+    message_rows = getattr(store, "message_rows_of", None) or store.messages
+    part_rows = getattr(store, "part_rows", None) or store.parts
     for session_id in session_ids:
         for events in session_events(
-            normalizer, session_id, store.messages(session_id), store.parts(session_id)
+            normalizer, session_id, message_rows(session_id), part_rows(session_id)
         ):
             writer.write(events)
         writer.end_batch()

@@ -349,6 +349,18 @@ class Store:
         for row in self.part_rows(session_id):
             yield PartRow(*row)
 
+    def message_rows_of(self, session_id: str) -> list[tuple[Any, ...]]:
+        """``messages`` as a list of plain tuples in ``MessageRow``'s layout (for the
+        import's hot loop)."""
+        rows: list[tuple[Any, ...]] = []
+        for batch in self._batches(
+            "SELECT id, session_id, time_created, CAST(data AS BLOB) FROM message "
+            "WHERE session_id = ? ORDER BY time_created, id",
+            (session_id,),
+        ):
+            rows += batch
+        return rows
+
     def part_rows(self, session_id: str) -> Iterator[tuple[Any, ...]]:
         """``parts`` as plain tuples in ``PartRow``'s layout (for the import's hot loop).
 
@@ -374,21 +386,22 @@ class Store:
     def _gathered_parts(self, session_id: str) -> list[tuple[Any, ...]] | None:
         by_message: dict[Any, list[tuple[Any, ...]]] = {}
         size, limit = 0, self.GATHER_LIMIT
-        for row in self._query(
+        for batch in self._batches(
             "SELECT id, message_id, session_id, time_created, CAST(data AS BLOB) FROM part "
             "WHERE session_id = ?",
             (session_id,),
         ):
-            data = row[4]
-            if type(data) is bytes:
-                size += len(data)
-                if size > limit:
-                    return None
-            found = by_message.get(row[1])
-            if found is None:
-                by_message[row[1]] = [row]
-            else:
-                found.append(row)
+            for row in batch:
+                data = row[4]
+                if type(data) is bytes:
+                    size += len(data)
+                    if size > limit:
+                        return None
+                found = by_message.get(row[1])
+                if found is None:
+                    by_message[row[1]] = [row]
+                else:
+                    found.append(row)
         ordered: list[tuple[Any, ...]] = []
         if not by_message:
             return ordered

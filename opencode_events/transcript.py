@@ -115,46 +115,77 @@ def session_events(
     session_id: str,
     messages: Iterable[Any],
     parts: Iterable[Any],
+    *,
+    source: str | None = None,
 ) -> Iterator[list[Event]]:
     """Events of one stored session from its message rows and part rows (both in order),
     one list per message.
 
-    Rows need ``id``, ``time_created`` and ``data``; parts also ``message_id``. Parts whose
-    message is not among ``messages`` are skipped by the merge (the store's join drops them).
+    Rows are tuples in the store's layouts (``MessageRow``: id, session id, time_created,
+    data; ``PartRow``: id, message id, session id, time_created, data), read by position.
+    Parts whose message is not among ``messages`` are skipped by the merge (the store's
+    join drops them).
+
+    This is the import's hot loop (once per part of the database): it decodes a part
+    before building anything and returns early for parts that map to nothing; every
+    other case goes through the same ``TranscriptMapper``/``Normalizer`` calls as the
+    other readers.
     """
-    mapper = TranscriptMapper(normalizer)
+    mapper = TranscriptMapper(normalizer, source=source)
     map_part = mapper.part
+    decode = PART_DECODER.decode
+    consumed = CONSUMED_PARTS
+    normalize_part = normalizer.part
     part_iter = iter(parts)
     pending = next(part_iter, None)
-    for message in messages:
-        message_id = message.id
+    for message_id, _, created, data in messages:
         info, events = mapper.message(
-            message.data,
-            session_id=session_id,
-            message_id=message_id,
-            time=message.time_created,
+            data, session_id=session_id, message_id=message_id, time=created
         )
         role = info.role if info is not None and type(info.role) is str else None
-        while pending is not None and pending.message_id == message_id:
-            found = map_part(
-                pending.data,
-                session_id=session_id,
-                message_id=message_id,
-                part_id=pending.id,
-                time=pending.time_created,
+        while pending is not None and pending[1] == message_id:
+            part_id, _, _, part_time, part_data = pending
+            pending = next(part_iter, None)
+            try:
+                part = decode(part_data)
+            except (msgspec.DecodeError, RecursionError):
+                # Not a part we can read: the mapper's own path (which counts the record)
+                # turns it into a warning or an unknown event.
+                found = map_part(
+                    part_data,
+                    session_id=session_id,
+                    message_id=message_id,
+                    part_id=part_id,
+                    time=part_time,
+                    role=role,
+                )
+                if found:
+                    events += found
+                continue
+            normalizer.records += 1
+            kind = part.type
+            if type(kind) is str and kind in consumed:
+                normalizer.note_consumed(kind)
+                continue
+            if part.id is None:
+                part.id = part_id  # store rows keep the id in a column, not in data
+            found = normalize_part(
+                part,
+                Provenance(
+                    session_id=session_id,
+                    time=part_time if type(part_time) is int or type(part_time) is float else None,
+                    source=source,
+                    message_id=message_id,
+                    part_id=part_id,
+                    raw=part_data,
+                ),
                 role=role,
             )
             if found:
-                events.extend(found)
-            pending = next(part_iter, None)
-        events.extend(
-            mapper.message_end(
-                info,
-                message.data,
-                session_id=session_id,
-                message_id=message_id,
-                time=message.time_created,
+                events += found
+        if info is not None and info.role == "assistant" and info.error:
+            events += mapper.message_end(
+                info, data, session_id=session_id, message_id=message_id, time=created
             )
-        )
         if events:
             yield events
