@@ -10,7 +10,7 @@ closing metrics cover the whole output.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from .events import Event
@@ -121,21 +121,56 @@ def import_sessions(
     *,
     keep_raw: bool = False,
     metrics: bool = True,
+    workers: int | None = None,
 ) -> Normalizer:
-    """Stored sessions, one after another, through the same normalizer into ``writer``."""
-    from .transcript import session_events
+    """Stored sessions, one after another, through the same normalizer into ``writer``.
+
+    Many sessions of a SQLite store written as JSON Lines are mapped by one worker process
+    per core (``fanout``), with the same output; ``workers=1`` keeps to this process.
+    """
+    from . import fanout
 
     normalizer = Normalizer(keep_raw=keep_raw)
-    # Plain tuples when the store offers them (same layout as its row types).
-    message_rows = getattr(store, "message_rows_of", None) or store.messages
-    part_rows = getattr(store, "part_rows", None) or store.parts
-    for session_id in session_ids:
-        for events in session_events(
-            normalizer, session_id, message_rows(session_id), part_rows(session_id)
-        ):
-            writer.write(events)
-        writer.end_batch()
+    if workers is None:
+        workers = fanout.workers_for(len(session_ids))
+    out = getattr(writer, "out", None)
+    if workers > 1 and out is not None and getattr(store, "uri", None) and session_ids:
+        writer.flush()
+        costs = fanout.import_in_workers(store, session_ids, out, normalizer, workers=workers)
+    else:
+        costs = []
+        for session_id in session_ids:
+            for events in map_session(normalizer, store, session_id, costs):
+                writer.write(events)
+            writer.end_batch()
+    normalizer.totals.cost = sum_in_order(costs)
     if metrics:
         writer.write([normalizer.metrics()])
     writer.flush()
     return normalizer
+
+
+def map_session(
+    normalizer: Normalizer, store: Any, session_id: str, costs: list[float]
+) -> Iterator[list[Event]]:
+    """One stored session's events, a list per message; appends the session's cost sum to
+    ``costs``. (Costs are summed per session, and the sums in session order, so that the
+    import's total is the same float however the sessions are shared among workers.)"""
+    from .transcript import session_events
+
+    # Plain tuples when the store offers them (same layout as its row types).
+    message_rows = getattr(store, "message_rows_of", None) or store.messages
+    part_rows = getattr(store, "part_rows", None) or store.parts
+    normalizer.totals.cost = 0.0
+    yield from session_events(
+        normalizer, session_id, message_rows(session_id), part_rows(session_id)
+    )
+    costs.append(normalizer.totals.cost)
+
+
+def sum_in_order(values: Sequence[float]) -> float:
+    """Left to right, one addition at a time (``sum`` may compensate on newer Pythons)."""
+    total = 0.0
+    for value in values:
+        total += value
+    return total

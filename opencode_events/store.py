@@ -178,6 +178,23 @@ class Store:
 
     # ------------------------------------------------------------------ opening
 
+    bytes_read = 0  # data bytes the row readers have handed out (for memory budgets)
+
+    def reopen(self) -> Store:
+        """The same database on a new connection (for a forked worker: a SQLite connection
+        must not be used across ``fork``). The copy does not own any private copy."""
+        clone = object.__new__(Store)
+        clone.path = self.path
+        clone._tmp = None
+        clone.uri = self.uri
+        clone.bytes_read = 0
+        try:
+            clone.conn = sqlite3.connect(self.uri, uri=True, timeout=5.0)
+            clone.conn.execute("PRAGMA query_only = 1")
+        except sqlite3.Error as exc:
+            raise InputError(f"cannot read {self.path}: {exc}") from None
+        return clone
+
     def _connect(self) -> sqlite3.Connection:
         path = self.path
         if not path.exists():
@@ -272,6 +289,16 @@ class Store:
         sql += " ORDER BY time_updated DESC, id DESC"
         return [self._session_row(row) for row in self._query(sql, params)]
 
+    def session_ids(self, *, top_level: bool = False) -> list[str]:
+        """Session ids, oldest first: the order of ``sessions()`` sorted by (time_created,
+        id), without building whole rows (a damaged time sorts as 0 there too)."""
+        sql = "SELECT id, time_created FROM session"
+        if top_level:
+            sql += " WHERE (parent_id IS NULL OR parent_id = id)"
+        rows = [(_int(created), sid) for sid, created in self._query(sql)]
+        rows.sort()
+        return [sid for _, sid in rows]
+
     def session(self, session_id: str) -> SessionRow | None:
         rows = self._query(f"SELECT {_SESSION_COLUMNS} FROM session WHERE id = ?", (session_id,))
         row = next(rows, None)
@@ -359,6 +386,7 @@ class Store:
             (session_id,),
         ):
             rows += batch
+        self.bytes_read += sum(len(row[3]) for row in rows if type(row[3]) is bytes)
         return rows
 
     def part_rows(self, session_id: str) -> Iterator[tuple[Any, ...]]:
@@ -374,12 +402,15 @@ class Store:
         if gathered is not None:
             yield from gathered
             return
-        yield from self._query(
+        for row in self._query(
             "SELECT p.id, p.message_id, p.session_id, p.time_created, CAST(p.data AS BLOB) "
             "FROM message m CROSS JOIN part p ON p.message_id = m.id "
             "WHERE m.session_id = ? AND p.session_id = ? ORDER BY m.time_created, m.id, p.id",
             (session_id, session_id),
-        )
+        ):
+            if type(row[4]) is bytes:
+                self.bytes_read += len(row[4])
+            yield row
 
     GATHER_LIMIT = 64 << 20
 
@@ -402,6 +433,7 @@ class Store:
                     by_message[row[1]] = [row]
                 else:
                     found.append(row)
+        self.bytes_read += size
         ordered: list[tuple[Any, ...]] = []
         if not by_message:
             return ordered

@@ -22,7 +22,7 @@ _BLOCK = 1 << 20
 
 class JsonlWriter:
     def __init__(self, out: BinaryIO, *, buffered: bool = False) -> None:
-        self._out = out
+        self.out = self._out = out
         self._buffered = buffered
         self._buffer = bytearray()
         self._encode_into = msgspec.json.Encoder().encode_into

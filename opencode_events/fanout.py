@@ -1,0 +1,335 @@
+"""``import`` of many sessions in one worker process per core, written in sequential order.
+
+The contract: the output is byte for byte what the single-process import writes (tested),
+only sooner. How:
+
+- The sessions, in import order, are cut into consecutive chunks, dealt round-robin to the
+  workers (forked; each opens the database again, read-only, on its own connection).
+- A worker maps a chunk with its own ``Normalizer``, numbering events from 0, and holds
+  them until its turn. A token passes from worker to worker in a ring of pipes; it carries
+  the ``seq`` the next chunk starts at. With the token in hand, a worker adds that offset
+  to its events, encodes them, writes them to the shared output (the same open file, so
+  writes taken in turn land in order), flushes, and passes the token on. A chunk that
+  holds more than ``HOLD_BYTES`` of input before its turn waits for the token, then
+  writes as it goes, so memory stays bounded whatever the sessions' sizes.
+- Each worker sends its figures back to the parent at the end (counts, token sums, and
+  each session's cost sum in order); the parent merges them into the normalizer the
+  closing ``metrics`` event comes from. Costs are summed per session and the sessions'
+  sums added in order, in the single-process import too, so even the float total is
+  identical.
+- A worker that fails (a database error, a closed pipe, Ctrl-C) reports it and passes
+  an abort token on; the parent raises the same kind of error, so the command line
+  reports it as it would have in one process.
+
+Only for the JSON Lines writer, a SQLite store that can be opened again (``store.uri``),
+and where ``fork`` exists; ``import_sessions`` falls back to one process otherwise. Nothing
+here prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import struct
+from collections.abc import Sequence
+from typing import Any, BinaryIO
+
+import msgspec
+
+from .errors import InputError
+from .normalizer import Normalizer
+
+__all__ = ["HOLD_BYTES", "MIN_SESSIONS", "import_in_workers", "workers_for"]
+
+MIN_SESSIONS = 64  # below this, starting workers costs more than it saves
+CHUNK_SESSIONS = 32  # sessions per chunk: small enough to balance, large enough to amortize
+HOLD_BYTES = 32 << 20  # input a worker maps ahead of its turn before it waits
+
+_TOKEN = struct.Struct("<q")
+_ABORT = -1
+
+
+def workers_for(sessions: int) -> int:
+    """Workers for an import of ``sessions`` sessions: ``$OPENCODE_EVENTS_WORKERS`` when set
+    (1: this process only), else one per core (at most 4) from ``MIN_SESSIONS`` on."""
+    wanted = os.environ.get("OPENCODE_EVENTS_WORKERS", "").strip()
+    if wanted.isdigit() and int(wanted) > 0:
+        return int(wanted) if hasattr(os, "fork") else 1
+    if sessions < MIN_SESSIONS or not hasattr(os, "fork"):
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 4))
+
+
+def _chunks(session_ids: Sequence[str], workers: int) -> list[Sequence[str]]:
+    size = max(1, min(CHUNK_SESSIONS, len(session_ids) // (workers * 4) or 1))
+    return [session_ids[i : i + size] for i in range(0, len(session_ids), size)]
+
+
+# ------------------------------------------------------------------------------ parent
+
+
+def import_in_workers(
+    store: Any,
+    session_ids: Sequence[str],
+    out: BinaryIO,
+    normalizer: Normalizer,
+    *,
+    workers: int,
+) -> list[float]:
+    """Write the events of ``session_ids`` to ``out`` using ``workers`` processes; merge
+    their figures into ``normalizer`` (whose ``seq`` ends after the last event). Returns
+    each session's cost sum, in order."""
+    out.flush()
+    chunks = _chunks(session_ids, workers)
+    workers = min(workers, len(chunks))
+    # rings[i]: the pipe worker i reads its token from; worker i writes to rings[i + 1].
+    rings = [os.pipe() for _ in range(workers)]
+    results = [os.pipe() for _ in range(workers)]
+    pids: list[int] = []
+    try:
+        for index in range(workers):
+            pid = os.fork()
+            if pid == 0:  # the worker: never returns
+                _worker_main(store, chunks, index, workers, rings, results, out, normalizer)
+            pids.append(pid)
+        for _, write_end in results:
+            os.close(write_end)
+        for index, (read_end, write_end) in enumerate(rings):
+            os.close(read_end)
+            if index:
+                os.close(write_end)
+        os.write(rings[0][1], _TOKEN.pack(normalizer.seq))
+        os.close(rings[0][1])
+        reports = [_read_all(read_end) for read_end, _ in results]
+    except BaseException:
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        raise
+    finally:
+        for read_end, _ in results:
+            _close(read_end)
+        for pid in pids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+    return _merge(reports, chunks, workers, normalizer)
+
+
+def _merge(
+    reports: list[bytes], chunks: list[Sequence[str]], workers: int, normalizer: Normalizer
+) -> list[float]:
+    decoded: list[dict[str, Any]] = []
+    failure: dict[str, Any] | None = None
+    for raw in reports:
+        try:
+            report = pickle.loads(raw)
+        except Exception:  # a worker killed before it could report
+            report = {"error": "RuntimeError", "message": "an import worker stopped unexpectedly"}
+        if "error" in report:
+            # A worker stopped by another's failure says nothing new: keep the first cause.
+            if failure is None or failure["error"] == "_Aborted":
+                failure = report
+        else:
+            decoded.append(report)
+    if failure is not None:
+        kind, message = failure["error"], failure["message"]
+        if kind == "InputError":
+            raise InputError(message)
+        if kind == "BrokenPipeError":
+            raise BrokenPipeError(message)
+        if kind == "KeyboardInterrupt":
+            raise KeyboardInterrupt
+        raise RuntimeError(f"an import worker failed: {message}")
+    costs_by_chunk: dict[int, list[float]] = {}
+    last_session: tuple[int, str] | None = None
+    for report in decoded:
+        normalizer.records += report["records"]
+        for cls, n in report["counts"].items():
+            normalizer.counts[cls] = normalizer.counts.get(cls, 0) + n
+        normalizer.tool_calls += report["tool_calls"]
+        normalizer.tool_failures += report["tool_failures"]
+        normalizer.duplicates += report["duplicates"]
+        normalizer.turns += report["turns"]
+        normalizer.problems += report["problems"]
+        totals = normalizer.totals
+        for name, value in report["totals"].items():
+            if name != "cost":
+                setattr(totals, name, getattr(totals, name) + value)
+        normalizer.seq = max(normalizer.seq, report["seq_end"])
+        costs_by_chunk.update(report["costs"])
+        if report["last_session"] is not None and (
+            last_session is None or report["last_session"][0] > last_session[0]
+        ):
+            last_session = report["last_session"]
+    if last_session is not None:
+        normalizer.enter_session(last_session[1])
+    return [cost for index in range(len(chunks)) for cost in costs_by_chunk.get(index, ())]
+
+
+def _read_all(fd: int) -> bytes:
+    parts = []
+    while True:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            return b"".join(parts)
+        parts.append(data)
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------ worker
+
+
+def _worker_main(
+    store: Any,
+    chunks: list[Sequence[str]],
+    index: int,
+    workers: int,
+    rings: list[tuple[int, int]],
+    results: list[tuple[int, int]],
+    out: BinaryIO,
+    parent_normalizer: Normalizer,
+) -> None:
+    """The forked worker's whole life; leaves with ``os._exit`` (no parent state is
+    finalized here: the parent's database connection and files stay the parent's)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    token_in = rings[index][0]
+    token_out = rings[(index + 1) % workers][1]
+    result_out = results[index][1]
+    keep = {token_in, token_out, result_out}
+    for pair in rings + results:
+        for fd in pair:
+            if fd not in keep:
+                _close(fd)
+    code = 0
+    try:
+        worker = _Worker(store, token_in, token_out, out, keep_raw=parent_normalizer.keep_raw)
+        report = worker.run(chunks, index, workers)
+    except BaseException as exc:  # reported to the parent, which raises it
+        code = 1
+        message = str(exc) if not isinstance(exc, KeyboardInterrupt) else ""
+        report = {"error": type(exc).__name__, "message": message}
+        if not isinstance(exc, (InputError, BrokenPipeError, KeyboardInterrupt, OSError)):
+            import traceback
+
+            report["message"] = "".join(traceback.format_exception(exc)).strip()
+        with contextlib.suppress(OSError):
+            os.write(token_out, _TOKEN.pack(_ABORT))
+    try:
+        data = pickle.dumps(report)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(result_out, view) :]
+    except BaseException:
+        code = 1
+    os._exit(code)
+
+
+class _Worker:
+    def __init__(
+        self, store: Any, token_in: int, token_out: int, out: BinaryIO, *, keep_raw: bool
+    ) -> None:
+        self.parent = os.getppid()
+        self.store = store.reopen()
+        self.token_in = token_in
+        self.token_out = token_out
+        self.out = out
+        self.normalizer = Normalizer(keep_raw=keep_raw)
+        self.buffer = bytearray()
+        self.encode_into = msgspec.json.Encoder().encode_into
+
+    def run(self, chunks: list[Sequence[str]], index: int, workers: int) -> dict[str, Any]:
+        from .pipeline import map_session
+
+        normalizer = self.normalizer
+        store = self.store
+        costs: dict[int, list[float]] = {}
+        last_session: tuple[int, str] | None = None
+        seq_end = 0
+        for number in range(index, len(chunks), workers):
+            if os.getppid() != self.parent:  # the command was killed: stop, don't run on
+                raise _Aborted("the import was stopped")
+            normalizer.seq = 0
+            held: list[list[Any]] = []
+            offset: int | None = None
+            start = store.bytes_read
+            chunk_costs = costs[number] = []
+            for session_id in chunks[number]:
+                for events in map_session(normalizer, store, session_id, chunk_costs):
+                    if offset is None:
+                        held.append(events)
+                        if store.bytes_read - start > HOLD_BYTES:
+                            offset = self._wait_turn()
+                            self._write(held, offset)
+                            held = []
+                    else:
+                        self._write([events], offset)
+                if normalizer.session_id == session_id:
+                    last_session = (number, session_id)  # the closing metrics' session
+            if offset is None:
+                offset = self._wait_turn()
+                self._write(held, offset)
+            self._flush()
+            seq_end = offset + normalizer.seq
+            if number == len(chunks) - 1:
+                break  # the last chunk: nobody waits for the token (its reader may be gone)
+            try:
+                os.write(self.token_out, _TOKEN.pack(seq_end))
+            except OSError:  # the next worker is gone: it failed and says why
+                raise _Aborted("the next import worker stopped") from None
+        totals = normalizer.totals
+        return {
+            "records": normalizer.records,
+            "counts": normalizer.counts,
+            "tool_calls": normalizer.tool_calls,
+            "tool_failures": normalizer.tool_failures,
+            "duplicates": normalizer.duplicates,
+            "turns": normalizer.turns,
+            "problems": normalizer.problems,
+            "totals": {name: getattr(totals, name) for name in totals.__slots__},
+            "costs": costs,
+            "seq_end": seq_end,
+            "last_session": last_session,
+        }
+
+    def _wait_turn(self) -> int:
+        data = b""
+        while len(data) < _TOKEN.size:
+            more = os.read(self.token_in, _TOKEN.size - len(data))
+            if not more:
+                raise _Aborted("an import worker stopped")
+            data += more
+        (offset,) = _TOKEN.unpack(data)
+        if offset < 0:
+            raise _Aborted("an import worker stopped")
+        return offset
+
+    def _write(self, held: list[list[Any]], offset: int) -> None:
+        buffer = self.buffer
+        encode_into = self.encode_into
+        for events in held:
+            for event in events:
+                event.seq += offset
+                encode_into(event, buffer, -1)
+                buffer += b"\n"
+        if len(buffer) >= 1 << 20:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.buffer:
+            self.out.write(self.buffer)
+            self.buffer.clear()
+        self.out.flush()
+
+
+class _Aborted(Exception):
+    """Another worker failed; its report, not this one, says why."""

@@ -1,0 +1,214 @@
+"""`import` in worker processes (opencode_events/fanout.py): the same bytes as one process,
+whatever the number of workers, chunk size or hold budget; failures reported as one process
+would report them.
+
+The database is every real capture (samples/*/opencode.db) merged into one file, so there are
+enough sessions to share out.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from opencode_events import fanout
+from opencode_events.errors import InputError
+from opencode_events.pipeline import import_sessions
+from opencode_events.store import Store, select_sessions
+from opencode_events.writers import JsonlWriter
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+CLI = [sys.executable, "-m", "opencode_events"]
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="workers need fork")
+
+
+@pytest.fixture(scope="module")
+def merged_db(tmp_path_factory) -> Path:
+    """Every captured database's sessions, messages and parts in one file."""
+    samples = sorted(SAMPLES.glob("*/opencode.db"))
+    target = tmp_path_factory.mktemp("merged") / "opencode.db"
+    target.write_bytes(samples[0].read_bytes())
+    conn = sqlite3.connect(target)
+    for index, sample in enumerate(samples[1:]):
+        conn.execute(f"ATTACH DATABASE ? AS s{index}", (f"{sample.as_uri()}?mode=ro",))
+        for table in ("project", "session", "message", "part"):
+            conn.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM s{index}.{table}")
+        conn.commit()
+        conn.execute(f"DETACH DATABASE s{index}")
+    conn.close()
+    return target
+
+
+def import_bytes(db: Path, tmp_path: Path, *, workers: int, keep_raw: bool = False) -> bytes:
+    out_path = tmp_path / f"out-{workers}-{keep_raw}.jsonl"
+    with Store(db) as store, open(out_path, "wb") as out:
+        ids = select_sessions(store, all_sessions=True)
+        import_sessions(
+            store, ids, JsonlWriter(out, buffered=True), keep_raw=keep_raw, workers=workers
+        )
+    return out_path.read_bytes()
+
+
+def test_the_merged_database_has_sessions_to_share(merged_db: Path):
+    with Store(merged_db) as store:
+        assert len(store.sessions()) >= 30
+
+
+@pytest.mark.parametrize("workers", [2, 3, 5])
+def test_workers_write_what_one_process_writes(merged_db: Path, tmp_path: Path, workers: int):
+    one = import_bytes(merged_db, tmp_path, workers=1)
+    assert one.count(b"\n") > 100  # every sample's events
+    assert import_bytes(merged_db, tmp_path, workers=workers) == one
+
+
+def test_with_raw_rows_too(merged_db: Path, tmp_path: Path):
+    assert import_bytes(merged_db, tmp_path, workers=2, keep_raw=True) == import_bytes(
+        merged_db, tmp_path, workers=1, keep_raw=True
+    )
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7])
+def test_any_chunk_size(merged_db: Path, tmp_path: Path, monkeypatch, chunk: int):
+    one = import_bytes(merged_db, tmp_path, workers=1)
+    monkeypatch.setattr(fanout, "CHUNK_SESSIONS", chunk)
+    assert import_bytes(merged_db, tmp_path, workers=2) == one
+
+
+def test_a_worker_over_its_hold_budget_waits_then_streams(
+    merged_db: Path, tmp_path: Path, monkeypatch
+):
+    one = import_bytes(merged_db, tmp_path, workers=1)
+    monkeypatch.setattr(fanout, "HOLD_BYTES", 0)
+    assert import_bytes(merged_db, tmp_path, workers=2) == one
+
+
+def test_cli_uses_workers_when_told(merged_db: Path):
+    def run(workers: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "OPENCODE_EVENTS_WORKERS": workers}
+        return subprocess.run(
+            [*CLI, "import", "--all", "--db", str(merged_db)],
+            capture_output=True,
+            env=env,
+            timeout=120,
+        )
+
+    one, two = run("1"), run("2")
+    assert one.returncode == two.returncode == 0
+    assert one.stderr == two.stderr == b""
+    assert one.stdout == two.stdout
+
+
+def test_how_many_workers(monkeypatch):
+    monkeypatch.delenv("OPENCODE_EVENTS_WORKERS", raising=False)
+    assert fanout.workers_for(fanout.MIN_SESSIONS - 1) == 1
+    assert 1 <= fanout.workers_for(10_000) <= 4
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "3")
+    assert fanout.workers_for(1) == 3
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "1")
+    assert fanout.workers_for(10_000) == 1
+
+
+# ------------------------------------------------------------------------------ failures
+
+
+def _failing_part_rows(session_to_fail: str, error: BaseException):
+    original = Store.part_rows
+
+    def part_rows(self, session_id):
+        if session_id == session_to_fail:
+            raise error
+        return original(self, session_id)
+
+    return part_rows
+
+
+@pytest.mark.parametrize("position", [0, -1, 17])
+def test_a_database_error_in_a_worker_is_the_commands_error(
+    merged_db: Path, tmp_path: Path, monkeypatch, position: int
+):
+    with Store(merged_db) as store:
+        ids = select_sessions(store, all_sessions=True)
+        error = InputError("cannot read opencode.db: database disk image is malformed")
+        monkeypatch.setattr(Store, "part_rows", _failing_part_rows(ids[position], error))
+        with (
+            open(tmp_path / "out.jsonl", "wb") as out,
+            pytest.raises(InputError, match="disk image is malformed"),
+        ):
+            import_sessions(store, ids, JsonlWriter(out), workers=2)
+
+
+def test_ctrl_c_in_a_worker_stops_the_import(merged_db: Path, tmp_path: Path, monkeypatch):
+    with Store(merged_db) as store:
+        ids = select_sessions(store, all_sessions=True)
+        monkeypatch.setattr(Store, "part_rows", _failing_part_rows(ids[5], KeyboardInterrupt()))
+        with open(tmp_path / "out.jsonl", "wb") as out, pytest.raises(KeyboardInterrupt):
+            import_sessions(store, ids, JsonlWriter(out), workers=2)
+
+
+def test_a_bug_in_a_worker_is_not_hidden(merged_db: Path, tmp_path: Path, monkeypatch):
+    with Store(merged_db) as store:
+        ids = select_sessions(store, all_sessions=True)
+        monkeypatch.setattr(Store, "part_rows", _failing_part_rows(ids[3], ValueError("boom")))
+        with open(tmp_path / "out.jsonl", "wb") as out, pytest.raises(RuntimeError, match="boom"):
+            import_sessions(store, ids, JsonlWriter(out), workers=2)
+
+
+def _start_blocked(db: Path) -> subprocess.Popen:
+    """An import whose workers soon block on a full pipe (with --raw the output is larger
+    than a pipe holds), after its first line has been read."""
+    env = {**os.environ, "OPENCODE_EVENTS_WORKERS": "2"}
+    proc = subprocess.Popen(
+        [*CLI, "import", "--all", "--raw", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith(b'{"kind"')
+    return proc
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def test_a_closed_pipe_ends_quietly_with_141(merged_db: Path):
+    proc = _start_blocked(merged_db)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141
+    assert stderr == b""
+
+
+def test_no_worker_is_left_behind(merged_db: Path, tmp_path: Path):
+    import_bytes(merged_db, tmp_path, workers=3)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # every worker was reaped
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc")
+def test_workers_stop_when_the_command_is_killed(merged_db: Path):
+    proc = _start_blocked(merged_db)
+    workers = _children(proc.pid)
+    assert workers
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    assert proc.stdout is not None
+    proc.stdout.close()  # a worker blocked on the pipe gets EPIPE; the others see no parent
+    deadline = time.monotonic() + 20
+    while any(Path(f"/proc/{pid}").exists() for pid in workers):
+        assert time.monotonic() < deadline, "a worker outlived the command"
+        time.sleep(0.05)
