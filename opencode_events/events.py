@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 
-class Event(Struct, kw_only=True, omit_defaults=True, tag_field="kind"):
+class Event(Struct, kw_only=True, omit_defaults=True, tag_field="kind", gc=False):
     """Fields every event carries: position, session and provenance."""
 
     seq: int = -1

@@ -49,7 +49,7 @@ _KIND.update(
 )
 
 
-class Provenance(Struct, kw_only=True):
+class Provenance(Struct, kw_only=True, gc=False):
     """Where a record came from; copied onto every event it produces. ``raw`` is the
     record as read (JSON bytes or ``msgspec.Raw``), attached to ``unknown`` events always
     and to every event with ``--raw``. (A Struct: built once per record, in C.)"""

@@ -38,19 +38,19 @@ __all__ = [
 NO_RAW = Raw()
 
 
-class Times(Struct):
+class Times(Struct, gc=False):
     start: Any = None
     end: Any = None
     created: Any = None
     completed: Any = None
 
 
-class ToolMetadata(Struct):
+class ToolMetadata(Struct, gc=False):
     exit: Any = None  # bash's exit code
     sessionId: Any = None  # task's child session  # noqa: N815 - OpenCode's spelling
 
 
-class ToolState(Struct):
+class ToolState(Struct, gc=False):
     status: Any = None
     input: Raw = NO_RAW
     output: Raw = NO_RAW
@@ -60,12 +60,12 @@ class ToolState(Struct):
     time: Times | None = None
 
 
-class CacheTokens(Struct):
+class CacheTokens(Struct, gc=False):
     read: Any = None
     write: Any = None
 
 
-class Tokens(Struct):
+class Tokens(Struct, gc=False):
     total: Any = None
     input: Any = None
     output: Any = None
@@ -73,7 +73,7 @@ class Tokens(Struct):
     cache: CacheTokens | None = None
 
 
-class Part(Struct):
+class Part(Struct, gc=False):
     """A message part (``part`` of a stream record, a store row's ``data``, an SSE payload)."""
 
     type: Any = None
@@ -95,7 +95,7 @@ class Part(Struct):
     auto: Any = None
 
 
-class MessageInfo(Struct):
+class MessageInfo(Struct, gc=False):
     """A message (a store row's ``data``, an export's ``info``, ``message.updated``)."""
 
     id: Any = None
@@ -114,7 +114,7 @@ class MessageInfo(Struct):
     summary: Any = None
 
 
-class StreamRecord(Struct):
+class StreamRecord(Struct, gc=False):
     """One line of ``opencode run --format json``."""
 
     type: Any = None
