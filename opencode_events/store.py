@@ -23,11 +23,13 @@ are ``InputError``; nothing here prints.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -132,6 +134,10 @@ class PartRow(NamedTuple):
 
 
 _SESSION_COLUMNS = ", ".join(SessionRow._fields)
+
+
+_DATA = operator.itemgetter(4)  # a PartRow's data
+_MESSAGE_ID = operator.itemgetter(1)  # a PartRow's message id
 
 
 def _sort_by_id(rows: list[tuple[Any, ...]]) -> None:
@@ -389,7 +395,7 @@ class Store:
         self.bytes_read += sum(len(row[3]) for row in rows if type(row[3]) is bytes)
         return rows
 
-    def part_rows(self, session_id: str) -> Iterator[tuple[Any, ...]]:
+    def part_rows(self, session_id: str) -> Iterable[tuple[Any, ...]]:
         """``parts`` as plain tuples in ``PartRow``'s layout (for the import's hot loop).
 
         Only parts of messages in the same session are read (a row pointing elsewhere is
@@ -399,9 +405,9 @@ class Store:
         memory streams instead, already ordered, from a join on the message index.
         """
         gathered = self._gathered_parts(session_id)
-        if gathered is not None:
-            yield from gathered
-            return
+        return self._joined_parts(session_id) if gathered is None else gathered
+
+    def _joined_parts(self, session_id: str) -> Iterator[tuple[Any, ...]]:
         for row in self._query(
             "SELECT p.id, p.message_id, p.session_id, p.time_created, CAST(p.data AS BLOB) "
             "FROM message m CROSS JOIN part p ON p.message_id = m.id "
@@ -415,36 +421,40 @@ class Store:
     GATHER_LIMIT = 64 << 20
 
     def _gathered_parts(self, session_id: str) -> list[tuple[Any, ...]] | None:
-        by_message: dict[Any, list[tuple[Any, ...]]] = {}
+        rows: list[tuple[Any, ...]] = []
         size, limit = 0, self.GATHER_LIMIT
         for batch in self._batches(
             "SELECT id, message_id, session_id, time_created, CAST(data AS BLOB) FROM part "
             "WHERE session_id = ?",
             (session_id,),
         ):
-            for row in batch:
-                data = row[4]
-                if type(data) is bytes:
-                    size += len(data)
-                    if size > limit:
-                        return None
-                found = by_message.get(row[1])
-                if found is None:
-                    by_message[row[1]] = [row]
-                else:
-                    found.append(row)
+            try:
+                size += sum(map(len, map(_DATA, batch)))
+            except TypeError:  # a damaged row without data
+                size += sum(len(row[4]) for row in batch if type(row[4]) is bytes)
+            if size > limit:
+                return None
+            rows += batch
         self.bytes_read += size
+        if not rows:
+            return rows
+        # Rows of one message mostly come one after another: group them in runs.
+        by_message: dict[Any, list[tuple[Any, ...]]] = {}
+        for message_id, run in itertools.groupby(rows, _MESSAGE_ID):
+            found = by_message.get(message_id)
+            if found is None:
+                by_message[message_id] = list(run)
+            else:
+                found += run
         ordered: list[tuple[Any, ...]] = []
-        if not by_message:
-            return ordered
         for (message_id,) in self._query(
             "SELECT id FROM message WHERE session_id = ? ORDER BY time_created, id", (session_id,)
         ):
-            rows = by_message.get(message_id)
-            if rows is not None:
-                if len(rows) > 1:
-                    _sort_by_id(rows)
-                ordered += rows
+            found = by_message.get(message_id)
+            if found is not None:
+                if len(found) > 1:
+                    _sort_by_id(found)
+                ordered += found
         return ordered
 
     def all_message_data(

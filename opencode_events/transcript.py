@@ -136,12 +136,20 @@ def session_events(
     decode = PART_DECODER.decode
     consumed = CONSUMED_PARTS
     normalize_part = normalizer.part
+    decode_message = MESSAGE_DECODER.decode
     part_iter = iter(parts)
     pending = next(part_iter, None)
     for message_id, _, created, data in messages:
-        info, events = mapper.message(
-            data, session_id=session_id, message_id=message_id, time=created
-        )
+        if normalizer.session_id != session_id:
+            normalizer.enter_session(session_id)
+        try:
+            info: MessageInfo | None = decode_message(data)
+            normalizer.records += 1
+            events: list[Event] = []
+        except (msgspec.DecodeError, RecursionError):
+            info, events = mapper.message(
+                data, session_id=session_id, message_id=message_id, time=created
+            )
         role = info.role if info is not None and type(info.role) is str else None
         while pending is not None and pending[1] == message_id:
             part_id, _, _, part_time, part_data = pending
