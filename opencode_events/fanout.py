@@ -31,8 +31,10 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import select
 import signal
 import struct
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
@@ -245,6 +247,7 @@ class _Worker:
         self.out = out
         self.normalizer = Normalizer(keep_raw=keep_raw)
         self.buffer = bytearray()
+        self.seq_end = 0
         self.encode_into = msgspec.json.Encoder().encode_into
 
     def run(self, chunks: list[Sequence[str]], index: int, workers: int) -> dict[str, Any]:
@@ -254,38 +257,46 @@ class _Worker:
         store = self.store
         costs: dict[int, list[float]] = {}
         last_session: tuple[int, str] | None = None
-        seq_end = 0
+        self.last_chunk = len(chunks) - 1
+        # Chunks mapped ahead of their turn: (number, events, how many), oldest first.
+        self.pending: deque[tuple[int, list[list[Any]], int]] = deque()
+        # Input behind the events held in memory starts at held_from (the oldest pending
+        # chunk's start, else the current chunk's).
+        self.held_from = self.chunk_from = store.bytes_read
         for number in range(index, len(chunks), workers):
             if os.getppid() != self.parent:  # the command was killed: stop, don't run on
                 raise _Aborted("the import was stopped")
             normalizer.seq = 0
+            self.chunk_from = store.bytes_read
+            if not self.pending:
+                self.held_from = self.chunk_from
             held: list[list[Any]] = []
-            offset: int | None = None
-            start = store.bytes_read
+            offset: int | None = None  # known once this chunk's turn has come
             chunk_costs = costs[number] = []
             for session_id in chunks[number]:
                 for events in map_session(normalizer, store, session_id, chunk_costs):
                     if offset is None:
                         held.append(events)
-                        if store.bytes_read - start > HOLD_BYTES:
-                            offset = self._wait_turn()
-                            self._write(held, offset)
-                            held = []
                     else:
                         self._write([events], offset)
                 if normalizer.session_id == session_id:
                     last_session = (number, session_id)  # the closing metrics' session
+                if offset is None:
+                    self._write_turns(block=False)
+                    if store.bytes_read - self.held_from > HOLD_BYTES:
+                        # Too much held: write the earlier chunks, wait for this one's
+                        # turn, then write as it goes.
+                        self._write_turns(block=True)
+                        offset = self._wait_turn()
+                        self._write(held, offset)
+                        held = []
             if offset is None:
-                offset = self._wait_turn()
-                self._write(held, offset)
-            self._flush()
-            seq_end = offset + normalizer.seq
-            if number == len(chunks) - 1:
-                break  # the last chunk: nobody waits for the token (its reader may be gone)
-            try:
-                os.write(self.token_out, _TOKEN.pack(seq_end))
-            except OSError:  # the next worker is gone: it failed and says why
-                raise _Aborted("the next import worker stopped") from None
+                self.pending.append((number, held, normalizer.seq))
+            else:
+                self._flush()
+                self._pass_token(number, offset + normalizer.seq)
+            self._write_turns(block=False)
+        self._write_turns(block=True)
         totals = normalizer.totals
         return {
             "records": normalizer.records,
@@ -297,9 +308,31 @@ class _Worker:
             "problems": normalizer.problems,
             "totals": {name: getattr(totals, name) for name in totals.__slots__},
             "costs": costs,
-            "seq_end": seq_end,
+            "seq_end": self.seq_end,
             "last_session": last_session,
         }
+
+    def _write_turns(self, *, block: bool) -> None:
+        """Write the pending chunks whose turn has come (all of them, waiting, if
+        ``block``), each passing the token on."""
+        while self.pending:
+            if not block and not select.select([self.token_in], [], [], 0)[0]:
+                return
+            offset = self._wait_turn()
+            number, held, count = self.pending.popleft()
+            self._write(held, offset)
+            self._flush()
+            self._pass_token(number, offset + count)
+        self.held_from = self.chunk_from  # what is held now is the current chunk's, if any
+
+    def _pass_token(self, number: int, seq_end: int) -> None:
+        self.seq_end = seq_end
+        if number == self.last_chunk:
+            return  # nobody waits for the last token (its reader may be gone)
+        try:
+            os.write(self.token_out, _TOKEN.pack(seq_end))
+        except OSError:  # the next worker is gone: it failed and says why
+            raise _Aborted("the next import worker stopped") from None
 
     def _wait_turn(self) -> int:
         data = b""

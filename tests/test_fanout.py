@@ -83,11 +83,13 @@ def test_any_chunk_size(merged_db: Path, tmp_path: Path, monkeypatch, chunk: int
     assert import_bytes(merged_db, tmp_path, workers=2) == one
 
 
+@pytest.mark.parametrize("hold", [0, 20_000, 200_000])
 def test_a_worker_over_its_hold_budget_waits_then_streams(
-    merged_db: Path, tmp_path: Path, monkeypatch
+    merged_db: Path, tmp_path: Path, monkeypatch, hold: int
 ):
     one = import_bytes(merged_db, tmp_path, workers=1)
-    monkeypatch.setattr(fanout, "HOLD_BYTES", 0)
+    monkeypatch.setattr(fanout, "HOLD_BYTES", hold)
+    monkeypatch.setattr(fanout, "CHUNK_SESSIONS", 2)
     assert import_bytes(merged_db, tmp_path, workers=2) == one
 
 
