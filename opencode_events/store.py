@@ -617,6 +617,9 @@ def select_sessions(
     included. With nothing chosen, the most recently active top-level session.
     """
     if all_sessions:
+        ids = getattr(store, "session_ids", None)  # without building every row, when it can
+        if ids is not None:
+            return ids()
         return [row.id for row in sorted(store.sessions(), key=lambda r: (r.time_created, r.id))]
     chosen: list[str] = []
     for wanted in ids:
