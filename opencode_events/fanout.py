@@ -93,6 +93,9 @@ def import_in_workers(
     # rings[i]: the pipe worker i reads its token from; worker i writes to rings[i + 1].
     rings = [os.pipe() for _ in range(workers)]
     results = [os.pipe() for _ in range(workers)]
+    # The first chunk's token goes in before any worker exists: written later, it could
+    # meet a pipe whose only reader, a worker that failed at once, is gone.
+    os.write(rings[0][1], _TOKEN.pack(normalizer.seq))
     pids: list[int] = []
     try:
         for index in range(workers):
@@ -102,12 +105,9 @@ def import_in_workers(
             pids.append(pid)
         for _, write_end in results:
             os.close(write_end)
-        for index, (read_end, write_end) in enumerate(rings):
+        for read_end, write_end in rings:
             os.close(read_end)
-            if index:
-                os.close(write_end)
-        os.write(rings[0][1], _TOKEN.pack(normalizer.seq))
-        os.close(rings[0][1])
+            os.close(write_end)
         reports = [_read_all(read_end) for read_end, _ in results]
     except BaseException:
         for pid in pids:

@@ -214,3 +214,20 @@ def test_workers_stop_when_the_command_is_killed(merged_db: Path):
     while any(Path(f"/proc/{pid}").exists() for pid in workers):
         assert time.monotonic() < deadline, "a worker outlived the command"
         time.sleep(0.05)
+
+
+def test_a_worker_that_cannot_open_the_database(merged_db: Path, tmp_path: Path, monkeypatch):
+    """Workers failing at once (the token must not meet a pipe nobody reads any more)."""
+
+    def reopen(self):
+        raise InputError("cannot read opencode.db: unable to open database file")
+
+    with Store(merged_db) as store:
+        ids = select_sessions(store, all_sessions=True)
+        monkeypatch.setattr(Store, "reopen", reopen)
+        for _ in range(5):
+            with (
+                open(tmp_path / "out.jsonl", "wb") as out,
+                pytest.raises(InputError, match="unable to open"),
+            ):
+                import_sessions(store, ids, JsonlWriter(out), workers=2)
