@@ -286,8 +286,12 @@ def usage(
 
             with open_store(db_path) as store:
                 if all_sessions:  # every top-level session; subagents fold into them
-                    top = store.sessions(top_level=True)
-                    ids = [r.id for r in sorted(top, key=lambda r: (r.time_created, r.id))]
+                    listed = getattr(store, "session_ids", None)
+                    if listed is not None:
+                        ids = listed(top_level=True)
+                    else:
+                        top = store.sessions(top_level=True)
+                        ids = [r.id for r in sorted(top, key=lambda r: (r.time_created, r.id))]
                 else:
                     ids = select_sessions(store, session_ids, last=last, since_ms=since_ms(since))
                 report = store_usage(

@@ -3,12 +3,18 @@
 A worker gets the store's URI (how to open it again, read-only, on its own connection) and a
 rowid range [low, high). Used only when the table is large enough to pay for the workers'
 start, and only where ``fork`` is available; otherwise callers scan in their own process.
+
+Two ways to run them: a process pool that works while the caller does something else (the
+default), or, with ``here=True``, plain forked children for all ranges but the last, which
+the caller's own process scans when it asks for the results (it would only wait otherwise).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pickle
+import signal
 import sqlite3
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,10 +25,18 @@ __all__ = ["start_over_ranges", "worker_connection"]
 
 
 def start_over_ranges(
-    store: Any, table: str, min_rows: int, worker: Callable[..., Any], *args: Any
+    store: Any,
+    table: str,
+    min_rows: int,
+    worker: Callable[..., Any],
+    *args: Any,
+    here: bool = False,
 ) -> Callable[[], list[Any]] | None:
     """Start ``worker(uri, low, high, *args)`` per range of ``table``; the returned function
-    waits for the results, in range order. None when not worth it or not possible here."""
+    waits for the results, in range order. None when not worth it or not possible here.
+
+    With ``here``, the last range runs in this process, inside the returned function, and
+    the others in forked children (the same results, in the same order)."""
     uri = getattr(store, "uri", None)
     workers = min(os.cpu_count() or 1, 4)
     if uri is None or workers < 2:
@@ -30,6 +44,10 @@ def start_over_ranges(
     ranges = store.rowid_ranges(table, workers)
     if not ranges or ranges[-1][1] - ranges[0][0] < min_rows:
         return None
+    if here:
+        if not hasattr(os, "fork") or len(ranges) < 2:
+            return None
+        return _start_here(uri, ranges, worker, args)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -47,6 +65,95 @@ def start_over_ranges(
             pool.shutdown(cancel_futures=True)
 
     return collect
+
+
+def _start_here(
+    uri: str, ranges: list[tuple[int, int]], worker: Callable[..., Any], args: tuple[Any, ...]
+) -> Callable[[], list[Any]]:
+    *forked, (low, high) = ranges
+    children: list[tuple[int, int]] = []
+    try:
+        for start, end in forked:
+            children.append(_fork(worker, (uri, start, end, *args)))
+    except BaseException:
+        _stop(children)
+        raise
+
+    def collect() -> list[Any]:
+        pending = list(children)
+        try:
+            mine = worker(uri, low, high, *args)
+            theirs = []
+            for start, end in forked:
+                theirs.append(_result(pending.pop(0), worker, (uri, start, end, *args)))
+        except BaseException:
+            _stop(pending)
+            raise
+        return [*theirs, mine]
+
+    return collect
+
+
+def _fork(worker: Callable[..., Any], args: tuple[Any, ...]) -> tuple[int, int]:
+    """(pid, read end of its pipe) of a child that runs ``worker(*args)`` and writes back
+    ``(True, result)`` or ``(False, exception)``, pickled."""
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except BaseException:
+        os.close(read)
+        os.close(write)
+        raise
+    if pid == 0:  # the child: never returns into the caller's code
+        code = 0
+        try:
+            os.close(read)
+            try:
+                payload = pickle.dumps((True, worker(*args)), pickle.HIGHEST_PROTOCOL)
+            except BaseException as exc:  # noqa: BLE001 - handed to the parent
+                try:
+                    payload = pickle.dumps((False, exc), pickle.HIGHEST_PROTOCOL)
+                except Exception:  # noqa: BLE001 - an exception that does not pickle
+                    payload = pickle.dumps((False, RuntimeError(repr(exc))))
+            with os.fdopen(write, "wb") as out:
+                out.write(payload)
+        except BaseException:  # noqa: BLE001 - the parent sees no result
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def _result(child: tuple[int, int], worker: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """A child's result (its exception is raised here); a child that died without one is
+    redone in this process."""
+    pid, read = child
+    try:
+        with os.fdopen(read, "rb") as pipe:
+            payload = pipe.read()
+    except BaseException:
+        _stop([(pid, -1)])
+        raise
+    os.waitpid(pid, 0)
+    if not payload:
+        return worker(*args)
+    ok, value = pickle.loads(payload)
+    if not ok:
+        raise value
+    return value
+
+
+def _stop(children: list[tuple[int, int]]) -> None:
+    """Kill and reap children whose results are no longer wanted (-1: pipe already closed)."""
+    for pid, read in children:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        if read >= 0:
+            with contextlib.suppress(OSError):
+                os.close(read)
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, 0)
 
 
 @contextlib.contextmanager

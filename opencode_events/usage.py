@@ -19,19 +19,22 @@ session's rows add up to its session row (plus its subagents' when folded).
 from __future__ import annotations
 
 import itertools
+import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, tzinfo
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 import msgspec
 from msgspec import Struct
 
-from .events import Usage
-from .mapping import spawned_session, usage_event
-from .normalizer import Normalizer
+from .errors import InputError
 from .parallel import start_over_ranges, worker_connection
-from .stream import BOM, StreamReader, line_batches
 from .views import PART_DECODER, Tokens
+
+# The stream and per-turn paths import the mapping (and with it the normalizer and the
+# shell lexer) when they run: the grouped store reports never need it.
+if TYPE_CHECKING:
+    from .events import Usage
 
 __all__ = [
     "UsageRow",
@@ -166,6 +169,8 @@ _NORMALIZED = msgspec.json.Decoder(_NormalizedLine)
 
 
 def _is_normalized(line: bytes) -> bool:
+    from .stream import BOM
+
     try:
         first = _NORMALIZED.decode(line.removeprefix(BOM))
     except msgspec.DecodeError:
@@ -175,6 +180,10 @@ def _is_normalized(line: bytes) -> bool:
 
 def _usage_events(stream: BinaryIO) -> Iterator[tuple[Any, bool]]:
     """(usage-like record, step-open-after-it) from a raw or normalized stream."""
+    from .events import Usage
+    from .normalizer import Normalizer
+    from .stream import StreamReader, line_batches
+
     normalized: bool | None = None
     normalizer = Normalizer()
     reader = StreamReader(normalizer)
@@ -288,6 +297,8 @@ def _int(value: Any) -> int:
 
 def _figures(message: _Message) -> UsageRow:
     """An assistant message's tokens and cost as a row: the mapping's own rule for usage."""
+    from .mapping import usage_event
+
     row = UsageRow()
     row.add(usage_event(message, 0))
     return row
@@ -326,6 +337,8 @@ def _session_turns(
     """A session's user turns (with prompt, inferences, tool calls, figures), and the turn
     each child session's spawning ``task`` call belongs to (child id → turn). Messages in
     ``skip`` (a fork's copied history) are left out, and so are their parts."""
+    from .mapping import spawned_session
+
     turns: list[_Turn] = []
     by_message: dict[str, _Turn] = {}
     for message in store.messages(session_id):
@@ -588,6 +601,8 @@ def _grouped(
     scan = _Scan(by, owner, copy_ids, copy_times)
     if everything and by != "step" and _parallel_scan(store, scan, tz):
         pass  # the workers' sums and slow rows are in ``scan``
+    elif everything and _scan_here(store, scan, day_of):
+        pass  # this process read the table chunk by chunk
     else:
         fast = getattr(store, "assistant_batches", None) if everything else None
         if fast is not None:
@@ -598,44 +613,29 @@ def _grouped(
 
     groups = scan.groups
     steps: list[UsageRow] = []
-    copies: list[tuple[tuple[Any, ...], Any, UsageRow]] = []
+    copies: list[tuple[tuple[Any, ...], Any, Any]] = []
     originals: set[tuple[Any, ...]] = set()
-    for sid, mid, created, data in scan.slow:
-        full = _MESSAGE.decode(data)
-        top = owner[sid]
-        figures = _figures(full)
-        figures.started = created if type(created) is int else None
-        key = _group_key(by, top, full, created, day_of)
-        if by == "step":
-            figures.session_id, figures.message_id = sid, mid
-            figures.model = full.modelID if isinstance(full.modelID, str) else None
-            figures.agent = full.agent if isinstance(full.agent, str) else None
-            figures.reason = full.finish if isinstance(full.finish, str) else None
-            completed = full.time.completed if full.time else None
-            if type(completed) is int and figures.started is not None:
-                figures.duration_ms = completed - figures.started
-            else:
-                figures.in_flight = True
+    for mid, key, fingerprint, figures in scan.ready or scan.prepare(day_of):
         if mid in copy_ids:
-            copies.append((_fingerprint(full), key, figures))
+            copies.append((fingerprint, key, figures))
             continue
-        if copy_ids and _fingerprint(full) in copy_prints:
-            originals.add(_fingerprint(full))
+        if copy_ids and fingerprint in copy_prints:
+            originals.add(fingerprint)
         if by == "step":
             steps.append(figures)
         else:
-            _add_figures(groups, key, figures, figures.started)
+            _add_sums(groups, key, figures)
 
     notes: list[str] = []
     skipped, skipped_cost = 0, 0.0
     for fingerprint, key, figures in copies:
         if fingerprint in originals:
             skipped += 1
-            skipped_cost += figures.cost
+            skipped_cost += figures.cost if by == "step" else figures[6]
         elif by == "step":
             steps.append(figures)
         else:
-            _add_figures(groups, key, figures, figures.started)
+            _add_sums(groups, key, figures)
     if skipped:
         notes.append(
             f"{skipped} forked cop{'y' if skipped == 1 else 'ies'} of earlier "
@@ -652,6 +652,72 @@ def _grouped(
     return UsageReport(by=by, rows=result, total=_total(result), notes=notes)
 
 
+def _step_row(sid: str, mid: str, created: Any, full: _Message) -> UsageRow:
+    """One inference as a ``--by step`` row."""
+    figures = _figures(full)
+    figures.started = created if type(created) is int else None
+    figures.session_id, figures.message_id = sid, mid
+    figures.model = full.modelID if isinstance(full.modelID, str) else None
+    figures.agent = full.agent if isinstance(full.agent, str) else None
+    figures.reason = full.finish if isinstance(full.finish, str) else None
+    completed = full.time.completed if full.time else None
+    if type(completed) is int and figures.started is not None:
+        figures.duration_ms = completed - figures.started
+    else:
+        figures.in_flight = True
+    return figures
+
+
+class _FastCache(Struct, gc=False):
+    read: int = 0
+    write: int = 0
+
+
+class _FastTokens(Struct, gc=False):
+    total: int | None = None
+    input: int = 0
+    output: int = 0
+    reasoning: int = 0
+    cache: _FastCache = msgspec.field(default_factory=_FastCache)
+
+
+class _FastFigures(Struct, gc=False):
+    """An assistant message whose figures are all plain JSON numbers, or no match: a
+    stricter ``_Figures``. What it accepts, ``_Figures`` reads to the same sums (a missing
+    token count is 0 there too, a missing cost adds nothing); anything else (a float or
+    text where a count belongs, a null, another role, no ``tokens``) fails to decode here,
+    and the row is read the lenient way."""
+
+    role: Literal["assistant"]
+    tokens: _FastTokens
+    cost: int | float = 0.0
+
+
+_FAST_FIGURES = msgspec.json.Decoder(_FastFigures)
+_INTS = msgspec.json.Decoder(list[int])
+_STRS = msgspec.json.Decoder(list[str])
+
+# Assistant messages: every row that does not plainly hold a user's (OpenCode writes those
+# starting {"role":"user",). The two comparisons say what substr(data, 1, 15) != that prefix
+# says (the first text after every text with that prefix starts {"role":"user"-), in a
+# memcmp instead of a character count; NULL data is left out by both.
+_NOT_USER = '(data < \'{"role":"user",\' OR data >= \'{"role":"user"-\')'
+_ROWS_SQL = (
+    "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
+    f"WHERE rowid >= ? AND rowid < ? AND {_NOT_USER}"
+)
+# The same rows as one row: their number, JSON arrays of their session ids and times, and
+# their data joined by a 0xFF byte, which UTF-8 text never holds (a row that does
+# splits into too many pieces, and is caught). Python then builds a few objects per chunk
+# instead of four per message; each message is still decoded on its own.
+_CHUNK_SQL = (
+    "SELECT count(*), CAST(json_group_array(session_id) AS BLOB), "
+    "CAST(json_group_array(time_created) AS BLOB), CAST(group_concat(data, x'ff') AS BLOB) "
+    f"FROM message WHERE rowid >= ? AND rowid < ? AND {_NOT_USER}"
+)
+_CHUNK_ROWIDS = 1024  # about 700 assistant messages, 0.3 MB of JSON
+
+
 class _Scan:
     """The hot loop of a grouped report: per-group sums of assistant messages, and the rows
     that need the slow path (steps, forked copies and their possible originals). Picklable,
@@ -666,6 +732,13 @@ class _Scan:
         self.copy_times = copy_times
         self.groups: dict[Any, list[Any]] = {}
         self.slow: list[tuple[str, str, Any, bytes]] = []
+        # ``slow`` decoded by ``prepare`` (a worker does it before it hands its scan back).
+        self.ready: list[tuple[str, Any, tuple[Any, ...], Any]] = []
+
+    @property
+    def chunked(self) -> bool:
+        """Whether ``chunk`` can sum this grouping (it needs only the figures)."""
+        return self.by in ("day", "session")
 
     def run(self, rows: Iterable[tuple[str, str, Any, bytes]], day_of: _DayOf) -> None:
         by, owner, groups, slow = self.by, self.owner, self.groups, self.slow
@@ -700,6 +773,140 @@ class _Scan:
                 acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, created]
             _add_message(acc, info, created)
 
+    def chunk(self, n: int, sids: bytes, times: bytes, datas: bytes, day_of: _DayOf) -> bool:
+        """Sum ``n`` rows given as one (``_CHUNK_SQL``), exactly as ``run`` would sum them one
+        by one, in the same order. False, with nothing summed, when any row needs a closer
+        look (a time that is not an integer or that a fork's copy shares, a message that is
+        not a plainly-typed assistant one, a damaged cell): the caller then reads the
+        chunk's rows with ``run``."""
+        try:
+            created = _INTS.decode(times)
+            if len(created) != n or not self.copy_times.isdisjoint(created):
+                return False
+            pieces = datas.split(b"\xff")
+            if len(pieces) != n:
+                return False
+            messages = list(map(_FAST_FIGURES.decode, pieces))
+            sessions = _STRS.decode(sids)
+        except msgspec.DecodeError:
+            return False
+        if len(sessions) != n:
+            return False
+        if self.by == "day":
+            self._sum_days(sessions, created, messages, day_of)
+        else:
+            self._sum_sessions(sessions, created, messages)
+        return True
+
+    # The two loops below run once per message of a large database. A group's sums live in
+    # locals while its messages come in a row and go back to its list when another group
+    # starts: the same additions in the same order as ``_add_message``.
+
+    def _sum_days(
+        self,
+        sessions: list[str],
+        created: list[int],
+        messages: list[_FastFigures],
+        day_of: _DayOf,
+    ) -> None:
+        # acc[8], the first message's time, is read by ``--by session`` alone: not kept here.
+        owner, groups, days = self.owner, self.groups, day_of.cache
+        bucket = day = acc = None
+        s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
+        s6 = 0.0
+        for sid, ms, message in zip(sessions, created, messages, strict=True):
+            if sid not in owner:
+                continue
+            if ms // 900_000 != bucket:
+                bucket = ms // 900_000
+                key = days.get(bucket) or day_of(ms)
+                if key != day:
+                    if acc is not None:
+                        acc[:8] = s0, s1, s2, s3, s4, s5, s6, s7
+                    day = key
+                    acc = groups.get(key)
+                    if acc is None:
+                        acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, ms]
+                    s0, s1, s2, s3, s4, s5, s6, s7 = acc[:8]
+            tokens = message.tokens
+            cache = tokens.cache
+            i = tokens.input
+            o = tokens.output
+            r = tokens.reasoning
+            cr = cache.read
+            cw = cache.write
+            total = tokens.total
+            s0 += i
+            s1 += o
+            s2 += r
+            s3 += cr
+            s4 += cw
+            s5 += total if total is not None else i + o + r + cr + cw
+            s6 += message.cost
+            s7 += 1
+        if acc is not None:
+            acc[:8] = s0, s1, s2, s3, s4, s5, s6, s7
+
+    def _sum_sessions(
+        self, sessions: list[str], created: list[int], messages: list[_FastFigures]
+    ) -> None:
+        owner, groups = self.owner, self.groups
+        last = acc = None
+        s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
+        s6 = 0.0
+        first: Any = None
+        for sid, ms, message in zip(sessions, created, messages, strict=True):
+            top = owner.get(sid)
+            if top is None:
+                continue
+            if top is not last:
+                if acc is not None:
+                    acc[:] = s0, s1, s2, s3, s4, s5, s6, s7, first
+                last = top
+                acc = groups.get(top)
+                if acc is None:
+                    acc = groups[top] = [0, 0, 0, 0, 0, 0, 0.0, 0, ms]
+                s0, s1, s2, s3, s4, s5, s6, s7, first = acc
+            tokens = message.tokens
+            cache = tokens.cache
+            i = tokens.input
+            o = tokens.output
+            r = tokens.reasoning
+            cr = cache.read
+            cw = cache.write
+            total = tokens.total
+            s0 += i
+            s1 += o
+            s2 += r
+            s3 += cr
+            s4 += cw
+            s5 += total if total is not None else i + o + r + cr + cw
+            s6 += message.cost
+            s7 += 1
+            if first is None or ms < first:
+                first = ms
+        if acc is not None:
+            acc[:] = s0, s1, s2, s3, s4, s5, s6, s7, first
+
+    def prepare(self, day_of: _DayOf) -> list[tuple[str, Any, tuple[Any, ...], Any]]:
+        """The slow rows, in order, as (message id, group key, fingerprint, figures): a
+        ``--by step`` row, or else the message's sums as a group of one (``_add_message``:
+        the same figures as the mapping's rule). The fingerprint is left out (``()``) when
+        there are no forked copies to match."""
+        by, owner, copy_ids = self.by, self.owner, self.copy_ids
+        ready = []
+        for sid, mid, created, data in self.slow:
+            full = _MESSAGE.decode(data)
+            key = _group_key(by, owner[sid], full, created, day_of)
+            fingerprint = _fingerprint(full) if copy_ids else ()
+            if by == "step":
+                figures: Any = _step_row(sid, mid, created, full)
+            else:
+                figures = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
+                _add_message(figures, full, created)
+            ready.append((mid, key, fingerprint, figures))
+        return ready
+
     def merge(self, other: _Scan) -> None:
         for key, acc in other.groups.items():
             mine = self.groups.get(key)
@@ -711,16 +918,55 @@ class _Scan:
             if acc[8] is not None and (mine[8] is None or acc[8] < mine[8]):
                 mine[8] = acc[8]
         self.slow.extend(other.slow)
+        self.ready.extend(other.ready)
+
+
+def _scan_rowids(
+    conn: sqlite3.Connection, low: int, high: int, scan: _Scan, day_of: _DayOf
+) -> None:
+    """``scan`` over the messages with rowid in [low, high), in rowid order: chunk by chunk
+    when the grouping allows (a chunk that needs a closer look is read row by row), else
+    row by row."""
+    if not scan.chunked:
+        cursor = conn.execute(_ROWS_SQL, (low, high))
+        scan.run(itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(4096), [])), day_of)
+        return
+    for start in range(low, high, _CHUNK_ROWIDS):
+        end = min(start + _CHUNK_ROWIDS, high)
+        try:
+            n, *arrays = conn.execute(_CHUNK_SQL, (start, end)).fetchone()
+        except sqlite3.Error:  # e.g. a blob that JSON cannot hold: the rows will tell
+            n = None
+        if n == 0 or (n is not None and scan.chunk(n, *arrays, day_of)):
+            continue
+        scan.run(conn.execute(_ROWS_SQL, (start, end)).fetchall(), day_of)
+
+
+def _scan_here(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
+    """The whole message table in this process, chunk by chunk; False when the store is
+    not a database or the grouping needs whole rows (the caller reads rows itself)."""
+    conn = getattr(store, "conn", None)
+    if not scan.chunked or conn is None or not hasattr(store, "rowid_ranges"):
+        return False
+    try:
+        for low, high in store.rowid_ranges("message", 1):
+            _scan_rowids(conn, low, high, scan, day_of)
+    except sqlite3.Error as exc:
+        raise InputError(f"cannot read {getattr(store, 'path', 'the database')}: {exc}") from None
+    return True
 
 
 _PARALLEL_MIN_ROWS = 100_000  # message rows; below this a worker's start costs more
 
 
 def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
-    """Run ``scan`` over a large message table in one process per core; False when it is
-    not worth it or not possible here (the caller then scans in this process)."""
+    """Run ``scan`` over a large message table in one process per core (this one scans
+    the last range); False when it is not worth it or not possible here (the caller then
+    scans in this process alone)."""
     empty = _Scan(scan.by, scan.owner, scan.copy_ids, scan.copy_times)
-    pending = start_over_ranges(store, "message", _PARALLEL_MIN_ROWS, _scan_range, empty, tz)
+    pending = start_over_ranges(
+        store, "message", _PARALLEL_MIN_ROWS, _scan_range, empty, tz, here=True
+    )
     if pending is None:
         return False
     for part in pending():
@@ -730,14 +976,10 @@ def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
 
 def _scan_range(uri: str, low: int, high: int, scan: _Scan, tz: tzinfo | None) -> _Scan:
     """A worker: ``scan`` over the messages with rowid in [low, high), on its own connection."""
+    day_of = _DayOf(tz)
     with worker_connection(uri, "message") as conn:
-        cursor = conn.execute(
-            "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
-            'WHERE rowid >= ? AND rowid < ? AND substr(data, 1, 15) != \'{"role":"user",\'',
-            (low, high),
-        )
-        rows = itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(4096), []))
-        scan.run(rows, _DayOf(tz))
+        _scan_rowids(conn, low, high, scan, day_of)
+    scan.ready, scan.slow = scan.prepare(day_of), []
     scan.owner = {}  # the parent has it; don't send it back
     scan.copy_ids, scan.copy_times = set(), set()
     return scan
@@ -792,14 +1034,14 @@ def _group_key(by: str, top: str, info: _Message, started: Any, day_of: _DayOf) 
     return None  # step: no group
 
 
-def _add_figures(groups: dict[Any, list[Any]], key: Any, figures: UsageRow, started: Any) -> None:
+def _add_sums(groups: dict[Any, list[Any]], key: Any, sums: list[Any]) -> None:
+    """Add one message's sums (a group of one, from ``_add_message``) to its group."""
     acc = groups.get(key)
     if acc is None:
-        acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, started]
-    for index, name in enumerate(TOKEN_FIELDS):
-        acc[index] += getattr(figures, name)
-    acc[6] += figures.cost
-    acc[7] += 1
+        acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, sums[8]]
+    for index in range(8):
+        acc[index] += sums[index]
+    started = sums[8]
     if started is not None and (acc[8] is None or started < acc[8]):
         acc[8] = started
 

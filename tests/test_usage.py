@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -308,3 +311,207 @@ def test_forked_history_is_counted_once_by_every_grouping(by):
     if by == "turn":
         prompts = [r.get("prompt") for r in doc["rows"]]
         assert len(prompts) == len(set(prompts))  # the copied turn is not listed twice
+
+
+# ------------------------------------------------------------- whole-table scans, chunked
+
+# An assistant message of samples/fork, as OpenCode writes it.
+_ASSISTANT = {
+    "parentID": "msg_x",
+    "role": "assistant",
+    "mode": "build",
+    "agent": "build",
+    "path": {"cwd": "/w", "root": "/w"},
+    "cost": 0.003075,
+    "tokens": {"total": 1005, "input": 1000, "output": 5, "reasoning": 0,
+               "cache": {"write": 7, "read": 9}},
+    "modelID": "mock-model",
+    "providerID": "mock",
+    "time": {"created": 1795967023194, "completed": 1795967023993},
+    "finish": "stop",
+}  # fmt: skip
+
+
+def _text(doc: dict) -> str:
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _with(path: str, value, drop: bool = False) -> str:
+    doc = json.loads(_text(_ASSISTANT))
+    *parents, last = path.split(".")
+    target = doc
+    for key in parents:
+        target = target[key]
+    if drop:
+        del target[last]
+    else:
+        target[last] = value
+    return _text(doc)
+
+
+_WHOLE = _text(_ASSISTANT)
+# (session id, time_created, data) of damaged or unusual message rows; None: the row's own.
+_ODD_ROWS = [
+    (None, None, "not json"),
+    (None, None, sqlite3.Binary(_WHOLE.encode() + b"\xff")),  # stored as text below
+    (None, None, sqlite3.Binary(_WHOLE.replace('"build"', '"bu\xffild"').encode("latin-1"))),
+    (None, None, _WHOLE.encode()),  # JSON stored as a blob
+    (None, "1795967023194x", _WHOLE),  # a time stored as text
+    (None, 1795967023194.5, _WHOLE),  # a time stored as a real
+    (b"ses_dd805feb3ffeRYmW0nRsUneOP2", None, _WHOLE),  # a session id that is a blob
+    ("ses_missing", None, _WHOLE),  # a session that is not in the database
+    (None, None, _with("tokens.input", 12.5)),
+    (None, None, _with("tokens.output", True)),
+    (None, None, _with("tokens.cache", None)),
+    (None, None, _with("tokens.total", None, drop=True)),
+    (None, None, _with("tokens.total", 100.0)),
+    (None, None, _with("tokens.reasoning", 123456789012345678901234567890)),
+    (None, None, _with("tokens", None, drop=True)),
+    (None, None, _with("tokens", None)),
+    (None, None, _with("cost", "1.5")),
+    (None, None, _with("cost", 2)),
+    (None, None, _with("cost", None)),
+    (None, None, _with("cost", None, drop=True)),
+    (None, None, _with("role", "system")),
+    (None, None, " " + _WHOLE),
+    (None, None, ""),
+    (None, None, '{"time":{"created":1},"role":"user","agent":"build"}'),
+    (None, None, '{"role":"user"'),
+    (None, None, '{"role":"user"-"'),
+    # Pieces that would make messages if joined to their neighbours: each row is one value.
+    (None, None, _WHOLE[:200]),
+    (None, None, _WHOLE[200:]),
+    (None, None, _WHOLE + "," + _WHOLE),
+    (None, None, _WHOLE + " " + _WHOLE),
+    # A well-formed message, earlier than the rows before it: the first of its session
+    # (created 1795967025485), whose own first message came at 1795967026198.
+    ("ses_dd805feb3ffeRYmW0nRsUneOP2", 1795967025500, _WHOLE),
+]
+
+
+def grown_fork_db(tmp_path: Path) -> Path:
+    """samples/fork's database with its messages cloned 60 times (new ids, figures varied,
+    seven hours apart so that they cover several days), and an odd row after every fourth."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    rows = conn.execute(
+        "SELECT id, session_id, time_created, time_updated, data FROM message ORDER BY rowid"
+    ).fetchall()
+    odd = iter(_ODD_ROWS)
+    for k in range(1, 61):
+        shift = k * 7 * 3_600_000
+        for n, (mid, sid, created, updated, data) in enumerate(rows):
+            doc = json.loads(data)
+            doc["time"] = {name: ms + shift for name, ms in doc["time"].items()}
+            if doc["role"] == "assistant":
+                doc["cost"] = doc["cost"] * (1 + k / 7)
+                tokens = doc["tokens"]
+                tokens["input"] += k
+                tokens["cache"]["write"] += k
+                tokens["reasoning"] += k % 3
+                tokens["total"] += 2 * k + k % 3
+                if k % 3 == 0:  # older OpenCode versions wrote no total
+                    del tokens["total"]
+            conn.execute(
+                "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (f"{mid}{k:03d}", sid, created + shift, updated + shift, _text(doc)),
+            )
+            unusual = next(odd, None) if (k * len(rows) + n) % 4 == 0 else None
+            if unusual is None:
+                continue
+            odd_sid, odd_time, odd_data = unusual
+            conn.execute(
+                "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+                "VALUES (?, ?, ?, ?, CASE WHEN typeof(?) = 'blob' AND ? THEN CAST(? AS TEXT) "
+                "ELSE ? END)",
+                (
+                    f"{mid}{k:03d}odd",
+                    sid if odd_sid is None else odd_sid,
+                    created + shift + 1 if odd_time is None else odd_time,
+                    updated + shift,
+                    odd_data,
+                    isinstance(odd_data, sqlite3.Binary),  # raw bytes stored as text
+                    odd_data,
+                    odd_data,
+                ),
+            )
+    conn.commit()
+    conn.close()
+    return db
+
+
+@pytest.mark.parametrize("by", ["day", "session", "model", "agent", "step"])
+def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, by: str):
+    """A whole table read in chunks of rows (decoded one message at a time, each chunk that
+    holds an odd row read again row by row) gives the row-by-row report to the last digit,
+    whatever the chunk size, in this process or split with a forked worker."""
+    import opencode_events.usage as usage_module
+    from opencode_events.store import Store
+
+    db = grown_fork_db(tmp_path)
+    monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
+    monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 10**12)
+    chunks: list[bool] = []
+    chunk = usage_module._Scan.chunk
+    monkeypatch.setattr(
+        usage_module._Scan, "chunk", lambda *a: chunks.append(chunk(*a)) or chunks[-1]
+    )
+    with Store(db) as store:
+        ids = store.session_ids(top_level=True)
+
+        def report() -> dict:
+            return usage_module.store_usage(
+                store, ids, by=by, cross_session=True, tz=ZoneInfo("Asia/Kolkata")
+            ).document()
+
+        with monkeypatch.context() as m:  # the store's row-by-row batches, as before chunks
+            m.setattr(usage_module, "_scan_here", lambda *a: False)
+            expected = report()
+        assert not chunks
+        assert expected["rows"] and "forked" in expected["notes"][0]
+        for size in (1, 2, 3, 7, 1024):
+            monkeypatch.setattr(usage_module, "_CHUNK_ROWIDS", size)
+            assert report() == expected, size
+        if (os.cpu_count() or 1) >= 2:
+            monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0)
+            monkeypatch.setattr(usage_module, "_CHUNK_ROWIDS", 5)
+            ran = []
+            original = usage_module._parallel_scan
+            monkeypatch.setattr(
+                usage_module, "_parallel_scan", lambda *a: ran.append(original(*a)) or ran[-1]
+            )
+            assert report() == expected
+            assert ran == ([] if by == "step" else [True])  # steps are read in one process
+    if by == "day":
+        assert any(row["day"] == "?" for row in expected["rows"])  # the time stored as text
+    if by in ("day", "session"):
+        assert True in chunks and False in chunks  # both ways were taken
+    else:
+        assert not chunks  # these need whole rows
+
+
+def test_session_ids_are_the_sorted_session_rows(tmp_path: Path):
+    """``usage --all`` lists ids without building session rows, in the same order."""
+    from opencode_events.store import Store
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    (row,) = conn.execute("SELECT * FROM session LIMIT 1").fetchall()
+    names = [c[1] for c in conn.execute("PRAGMA table_info(session)")]
+    for n, created in enumerate([5, 5, "x", 3.5, 0]):  # ties, damage (read as 0)
+        copy = dict(zip(names, row, strict=True))
+        copy.update(id=f"ses_{n}", parent_id=None, time_created=created)
+        conn.execute(
+            f"INSERT INTO session ({', '.join(copy)}) VALUES ({', '.join('?' * len(copy))})",
+            list(copy.values()),
+        )
+    conn.commit()
+    conn.close()
+    with Store(db) as store:
+        for top in (False, True):
+            rows = sorted(store.sessions(top_level=top), key=lambda r: (r.time_created, r.id))
+            assert store.session_ids(top_level=top) == [r.id for r in rows]
+            assert len(rows) > 5

@@ -1,0 +1,77 @@
+"""parallel.start_over_ranges(here=True): the last range in this process, the others in
+forked children; results in range order, a child's exception raised here, a child that
+died redone here."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from opencode_events.errors import InputError
+from opencode_events.parallel import start_over_ranges
+
+pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no workers")
+
+
+class _Table:
+    uri = "file:unused"
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int]]:
+        step = self.rows // parts + 1
+        return [(start, min(start + step, self.rows)) for start in range(0, self.rows, step)]
+
+
+def _where(uri: str, low: int, high: int, tag: str) -> tuple[int, int, int, str]:
+    return os.getpid(), low, high, tag
+
+
+def test_the_last_range_runs_here_and_the_others_in_children():
+    table = _Table(100)
+    pending = start_over_ranges(table, "message", 10, _where, "t", here=True)
+    assert pending is not None
+    results = pending()
+    ranges = table.rowid_ranges("message", min(os.cpu_count() or 1, 4))
+    assert [(low, high, tag) for _, low, high, tag in results] == [(*r, "t") for r in ranges]
+    assert results[-1][0] == os.getpid()
+    assert all(pid != os.getpid() for pid, *_ in results[:-1])
+
+
+def test_too_small_a_table_is_left_to_the_caller():
+    assert start_over_ranges(_Table(5), "message", 10, _where, "t", here=True) is None
+
+
+def _fails_in_a_child(uri: str, low: int, high: int, parent: int) -> int:
+    if os.getpid() != parent:
+        raise InputError(f"cannot read rows {low}–{high}")
+    return low
+
+
+def test_a_childs_error_is_raised_here():
+    pending = start_over_ranges(
+        _Table(100), "message", 0, _fails_in_a_child, os.getpid(), here=True
+    )
+    assert pending is not None
+    with pytest.raises(InputError, match="cannot read rows 0"):
+        pending()
+
+
+def _dies_in_a_child(uri: str, low: int, high: int, parent: int) -> tuple[int, int]:
+    if os.getpid() != parent:
+        os._exit(3)  # no result written
+    return low, high
+
+
+def test_a_child_that_died_is_redone_here():
+    table = _Table(100)
+    pending = start_over_ranges(table, "message", 0, _dies_in_a_child, os.getpid(), here=True)
+    assert pending is not None
+    assert pending() == table.rowid_ranges("message", min(os.cpu_count() or 1, 4))
+
+
+def test_the_pool_default_is_unchanged():
+    results = start_over_ranges(_Table(100), "message", 0, _where, "p")()
+    assert all(pid != os.getpid() for pid, *_ in results)  # every range in a worker
