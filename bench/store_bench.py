@@ -491,15 +491,51 @@ def _stats_compare(text: str, truth: dict) -> dict:
     }
 
 
+def _tree_pss_mb(pid: int) -> float:
+    """Proportional set size of ``pid`` and its descendants, in MB: what the process tree
+    holds in memory, each shared page counted once in all (a forked worker shares pages)."""
+    total_kb, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            for line in Path(f"/proc/{current}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total_kb += int(line.split()[1])
+                    break
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total_kb / 1024
+
+
+def tree_peak_pss(cmd: list[str]) -> float | None:
+    """Peak of the whole process tree's PSS during one run, sampled every 20 ms (Linux)."""
+    if not Path("/proc/self/smaps_rollup").exists():
+        return None
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, _tree_pss_mb(proc.pid))
+        time.sleep(0.02)
+    return round(peak)
+
+
 def bench_import() -> dict:
-    t, rss = best(our_cmd("import", "--db", str(DB), "--all"))
+    cmd = our_cmd("import", "--db", str(DB), "--all")
+    t, rss = best(cmd)
+    one_env = {**os.environ, "OPENCODE_EVENTS_WORKERS": "1"}
+    one, _ = best(cmd, env=one_env)
     bare, bare_rss = best([PY, __file__, "--bare", str(DB)])
     return {
         "ours_s": round(t, 2),
         "ours_peak_rss_mb": rss,
+        "ours_tree_peak_pss_mb": tree_peak_pss(cmd),
+        "ours_one_process_s": round(one, 2),
         "bare_loop_s": round(bare, 2),
         "bare_loop_peak_rss_mb": bare_rss,
         "ratio_ours_over_bare": round(t / bare, 2),
+        "ratio_one_process_over_bare": round(one / bare, 2),
     }
 
 
@@ -549,6 +585,15 @@ def verdicts(r: dict) -> list[tuple[str, object, str, bool | None]]:
             i["ratio_ours_over_bare"] <= 1.5,
         ),
     ]
+    tree = i.get("ours_tree_peak_pss_mb")
+    rows.append(
+        (
+            "import --all, whole process tree (workers too), peak PSS (MB)",
+            tree,
+            "< 200",
+            None if tree is None else tree < 200,
+        )
+    )
     for name, part in (("sessions", s), ("usage", u), ("import", i)):
         rss = part.get("ours_peak_rss_mb")
         small_rss_mb = small.get(name)
