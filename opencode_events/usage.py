@@ -684,9 +684,9 @@ class _FastTokens(Struct, gc=False):
 class _FastFigures(Struct, gc=False):
     """An assistant message whose figures are all plain JSON numbers, or no match: a
     stricter ``_Figures``. What it accepts, ``_Figures`` reads to the same sums (a missing
-    token count is 0 there too, a missing cost adds nothing); anything else (a float or
-    text where a count belongs, a null, another role, no ``tokens``) fails to decode here,
-    and the row is read the lenient way."""
+    token count is 0 there too; a missing cost, 0.0 here, changes no sum); anything else (a
+    float or text where a count belongs, a null, another role, no ``tokens``) fails to
+    decode here, and the row is read the lenient way."""
 
     role: Literal["assistant"]
     tokens: _FastTokens
