@@ -646,7 +646,8 @@ def test_gathered_parts_out_of_table_order_and_odd_rows(tmp_path: Path, monkeypa
         "SELECT id FROM message WHERE session_id = ? LIMIT 1", (sid,)
     ).fetchone()
     conn.execute(
-        "INSERT INTO session (id, project_id, slug, directory, title, version, time_created, time_updated) VALUES ('ses_other', 'p', 's', '/', 't', 'v', 1, 1)"
+        "INSERT INTO session (id, project_id, slug, directory, title, version, time_created,"
+        " time_updated) VALUES ('ses_other', 'p', 's', '/', 't', 'v', 1, 1)"
     )
     conn.execute("INSERT INTO message VALUES ('msg_late', ?, 5, 5, '{\"role\":\"user\"}')", (sid,))
     conn.execute(
