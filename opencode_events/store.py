@@ -536,22 +536,25 @@ class Store:
         except sqlite3.Error as exc:
             raise InputError(f"cannot read {self.path}: {exc}") from None
 
-    # A tool part as OpenCode writes it starts {"type":"tool","tool":…,"callID":…,"state":
-    # {"status":…: its head says all a summary needs, without loading a large output.
-    # Parts that start otherwise are checked whole, in SQL, and only if they say "tool".
-    _TOOL_HEAD = """substr(data, 1, 14) = '{"type":"tool"'"""
+    # The parts that could be tool parts, with the first _TOOL_HEAD_BYTES of each: a tool
+    # part as OpenCode writes it starts {"type":"tool",… and that start (tool name, call id,
+    # state.status) says all a summary needs, without handing a large output to Python.
+    # A JSON string "tool" is written `"tool"`, or with a \u escape, so a row holding
+    # neither `tool"` nor `\u` cannot have the type "tool"; GLOB finds them in a quick pass
+    # (a value that is not TEXT is matched as text; a NUL byte, which ends the text for GLOB,
+    # makes a row no JSON at all). The caller decodes what the start does not settle. Reading
+    # a row's data a second time, for the result, costs little next to the first time (the
+    # same bytes, still in the CPU's caches).
+    _TOOL_HEAD_BYTES = 256
     _TOOL_PARTS = (
-        "SELECT rowid, session_id, "
-        f"CAST(CASE WHEN {_TOOL_HEAD} THEN substr(data, 1, 240) ELSE data END AS BLOB), "
-        f"{_TOOL_HEAD} FROM part WHERE ({_TOOL_HEAD} OR (substr(data, 1, 9) != "
-        """'{"type":"' AND CASE WHEN json_valid(data) THEN json_extract(data, '$.type') """
-        "END = 'tool'))"
+        f"SELECT rowid, session_id, substr(CAST(data AS BLOB), 1, {_TOOL_HEAD_BYTES}) FROM part "
+        """WHERE (CAST(data AS TEXT) GLOB '*tool"*' OR CAST(data AS TEXT) GLOB '*\\u*')"""
     )
 
     def tool_part_batches(
         self, session_ids: Sequence[str] | None = None
-    ) -> Iterator[list[tuple[int, str, bytes, int]]]:
-        """(rowid, session id, data or its head, is-head) of tool parts, in batches."""
+    ) -> Iterator[list[tuple[int, str, bytes]]]:
+        """(rowid, session id, head) of the parts that could be tool parts, in batches."""
         if session_ids is None:
             yield from self._batches(self._TOOL_PARTS)
             return

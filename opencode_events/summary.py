@@ -12,8 +12,9 @@
 from __future__ import annotations
 
 import itertools
+import operator
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -136,46 +137,29 @@ def _base(row: SessionRow, db_path: str) -> SessionSummary:
         cache_write_tokens=tokens[4],
         total_tokens=sum(tokens),
         cost=float(row.cost or 0.0),
+        total_cost=float(row.cost or 0.0),  # descendants' costs are added later
     )
 
 
-# The head of a tool part as OpenCode writes it (store.Store.tool_part_batches).
+# The head of a tool part as OpenCode writes it (store.Store.tool_part_batches): the tool's
+# name, then its call id (or the other way round: task parts), then state.status. The quick
+# forms take printable ASCII strings without escapes, whose bytes are their text; any other
+# head is matched loosely and its matched part decoded as JSON (escapes, UTF-8 checked), and
+# a head of another shape falls back to decoding the whole row.
+_PLAIN = rb"[ !#-\[\]-~]*"  # printable ASCII but " and \
 _TOOL_HEAD = re.compile(
-    rb'\{"type":"tool","tool":"((?:[^"\\]|\\.)*)","callID":"(?:[^"\\]|\\.)*",'
-    rb'"state":\{"status":"((?:[^"\\]|\\.)*)"'
+    rb'\{"type":"tool","tool":"(%s)","callID":"%s","state":\{"status":"(%s)"'
+    % (_PLAIN, _PLAIN, _PLAIN)
 )
-
-
-def _tool_calls(store: Any, scope: Sequence[str] | None) -> Iterator[tuple[str, Any, Any]]:
-    """(session id, tool name, status) of every tool part in ``scope`` (None: all).
-
-    The store's fast query reads only the head of a tool part written the usual way; any
-    other part is decoded whole, so the counts are exact either way."""
-    batches = getattr(store, "tool_part_batches", None)
-    if batches is None:
-        for sid, data in store.all_part_data(scope):
-            try:
-                part = _PART.decode(data)
-            except msgspec.DecodeError:
-                continue
-            if part.type == "tool":
-                yield sid, part.tool, part.state.status if part.state is not None else None
-        return
-    for rowid, sid, data, is_head in itertools.chain.from_iterable(batches(scope)):
-        if is_head:
-            match = _TOOL_HEAD.match(data)
-            if match is not None:
-                tool, status = match.groups()
-                yield sid, _unescape(tool), _unescape(status)
-                continue
-            data = store.part_data(rowid) or b""
-        try:
-            part = _PART.decode(data)
-        except msgspec.DecodeError:
-            continue
-        if part.type == "tool":
-            yield sid, part.tool, part.state.status if part.state is not None else None
-
+_TOOL_HEAD_CALL_FIRST = re.compile(
+    rb'\{"type":"tool","callID":"%s","tool":"(%s)","state":\{"status":"(%s)"'
+    % (_PLAIN, _PLAIN, _PLAIN)
+)
+_LOOSE = rb'(?:[^"\\]|\\.)*'
+_TOOL_HEAD_ESCAPED = re.compile(
+    rb'\{"type":"tool","(?:tool":"%s","callID":"%s"|callID":"%s","tool":"%s"),'
+    rb'"state":\{"status":"%s"' % (_LOOSE, _LOOSE, _LOOSE, _LOOSE, _LOOSE)
+)
 
 ToolCounts = dict[tuple[str, Any, bool], int]  # (session, tool, failed) → calls
 
@@ -184,49 +168,134 @@ _PARALLEL_MIN_PARTS = 200_000  # part rows; below this a worker's start costs mo
 WHOLE_TABLE_SESSIONS = 200
 
 
-def _start_tool_counts(store: Any, scope: Sequence[str] | None) -> Callable[[], ToolCounts]:
-    """Tool calls by (session, tool, failed), to be collected by calling the result; a whole
-    large table is scanned by one worker process per core, started now."""
-    if scope is None:
-        pending = _parallel_tool_counts(store)
-        if pending is not None:
-            return pending
-    return lambda: _count(_tool_calls(store, scope))
+def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
+    """Tool calls by (session, tool, failed) of every part in ``scope`` (None: all), as
+    decoding each part whole gives them.
 
-
-def _count(calls: Iterable[tuple[str, Any, Any]]) -> ToolCounts:
+    The store's query hands over the start of every part that could be a tool part. A part
+    shorter than that is decoded whole; a longer one that starts the way OpenCode writes a
+    tool part is counted from its start (its output, most of the database, is not parsed for
+    a later duplicate key or broken JSON, which OpenCode never writes); any other is read
+    and decoded whole."""
     counts: ToolCounts = {}
-    for sid, tool, status in calls:
-        key = (sid, tool if isinstance(tool, str) else None, status == "error")
-        counts[key] = counts.get(key, 0) + 1
+    batches = getattr(store, "tool_part_batches", None)
+    if batches is None:
+        for sid, data in store.all_part_data(scope):
+            _count_part(counts, sid, data)
+        return counts
+    plain: dict[tuple[str, bytes, bytes], int] = {}  # (session, tool, status) as bytes
+    head = _TOOL_HEAD.match
+    call_first = _TOOL_HEAD_CALL_FIRST.match
+    for rows in batches(scope):
+        for rowid, sid, start in rows:
+            if len(start) < Store._TOOL_HEAD_BYTES:  # the whole part
+                _count_part(counts, sid, start)
+                continue
+            match = head(start) or call_first(start)
+            if match is not None:
+                key = (sid, match[1], match[2])
+                plain[key] = plain.get(key, 0) + 1
+            elif not _count_escaped_head(counts, sid, start):
+                _count_part(counts, sid, store.part_data(rowid))
+    for (sid, tool, status), calls in plain.items():
+        key = (sid, tool.decode("ascii"), status == b"error")
+        counts[key] = counts.get(key, 0) + calls
     return counts
 
 
-def _parallel_tool_counts(store: Any) -> Callable[[], ToolCounts] | None:
-    pending = start_over_ranges(store, "part", _PARALLEL_MIN_PARTS, _tool_counts_range)
-    if pending is None:
+def _count_escaped_head(counts: ToolCounts, sid: str, data: bytes) -> bool:
+    """Count a head whose strings hold escapes or bytes beyond ASCII; False when it is not
+    of the usual shape, or not JSON as far as it goes."""
+    match = _TOOL_HEAD_ESCAPED.match(data)
+    if match is None:
+        return False
+    try:  # the matched part, closed, is the object as far as the head shows it
+        part = _PART.decode(match[0] + b"}}")
+    except msgspec.DecodeError:
+        return False
+    _add_part(counts, sid, part)
+    return True
+
+
+def _count_part(counts: ToolCounts, sid: str, data: bytes | None) -> None:
+    if data is None:
+        return
+    try:
+        part = _PART.decode(data)
+    except msgspec.DecodeError:
+        return
+    _add_part(counts, sid, part)
+
+
+def _add_part(counts: ToolCounts, sid: str, part: _PartView) -> None:
+    if part.type == "tool":
+        tool = part.tool if isinstance(part.tool, str) else None
+        failed = part.state is not None and part.state.status == "error"
+        key = (sid, tool, failed)
+        counts[key] = counts.get(key, 0) + 1
+
+
+MessageCounts = dict[str, list[Any]]  # session → [turns, inferences, in flight]
+# Each process reads the messages of a share of the message table as large as its share of
+# the part table, times this (in percent), and the last process the rest: the last one is
+# this process, which also looks up the sessions while the others start reading.
+_MESSAGE_LEAD = 112
+
+
+def _start_scan(store: Any) -> Callable[[], list[tuple[ToolCounts, MessageCounts]]] | None:
+    """The tool calls and message counts of the whole (large) database, from one process per
+    core over a rowid range of the part table and the matching share of the message table
+    (the last share read by this process when the result is asked for); None when that is
+    not worth it or not possible here."""
+    rowid_ranges = getattr(store, "rowid_ranges", None)
+    if rowid_ranges is None:
         return None
+    parts, messages = rowid_ranges("part", 1), rowid_ranges("message", 1)
+    if not parts:
+        return None
+    spans = (parts[0], messages[0] if messages else None)
+    return start_over_ranges(store, "part", _PARALLEL_MIN_PARTS, _scan_range, spans, here=True)
 
-    def collect() -> ToolCounts:
-        counts: ToolCounts = {}
-        for part in pending():
-            for key, calls in part.items():
-                counts[key] = counts.get(key, 0) + calls
-        return counts
 
-    return collect
+def _scan_range(
+    uri: str,
+    low: int,
+    high: int,
+    spans: tuple[tuple[int, int], tuple[int, int] | None],
+) -> tuple[ToolCounts, MessageCounts]:
+    """A worker: tool calls of the parts with rowid in [low, high), and the message counts
+    of the same share of the message table (by rowid)."""
+    with worker_connection(uri, "part") as conn:
+        tools = _count_tool_parts(_PartRange(conn, low, high), None)
+        messages: MessageCounts = {}
+        if spans[1] is not None:
+            _count_message_range(conn, *_message_share(low, high, spans), messages)
+    return tools, messages
+
+
+def _message_share(
+    low: int, high: int, spans: tuple[tuple[int, int], tuple[int, int] | None]
+) -> tuple[int, int]:
+    """The message rowids [start, stop) read along with the parts [low, high): shares that
+    follow one another as the part ranges do, the last one ending with the table."""
+    (part_low, part_high), message_span = spans
+    first, end = message_span or (0, 0)
+
+    def edge(rowid: int) -> int:
+        done = (rowid - part_low) * (end - first) * _MESSAGE_LEAD // ((part_high - part_low) * 100)
+        return first + min(done, end - first)
+
+    return edge(low), edge(high)
 
 
 class _PartRange:
-    """The two store queries ``_tool_calls`` needs, over a rowid range of the part table,
-    on a worker's own connection."""
+    """The two store queries ``_count_tool_parts`` needs, over a rowid range of the part
+    table, on a worker's own connection."""
 
     def __init__(self, conn: Any, low: int, high: int) -> None:
         self.conn, self.low, self.high = conn, low, high
 
     def tool_part_batches(self, scope: None) -> Iterator[list[tuple[Any, ...]]]:
-        from .store import Store
-
         cursor = self.conn.execute(
             f"{Store._TOOL_PARTS} AND rowid >= ? AND rowid < ?", (self.low, self.high)
         )
@@ -239,19 +308,135 @@ class _PartRange:
         return row[0] if row else None
 
 
-def _tool_counts_range(uri: str, low: int, high: int) -> ToolCounts:
-    """A worker: tool calls of the parts with rowid in [low, high)."""
-    with worker_connection(uri, "part") as conn:
-        return _count(_tool_calls(_PartRange(conn, low, high), None))
+# --------------------------------------------------------------------------- messages
 
 
-def _unescape(raw: bytes) -> str:
-    if b"\\" not in raw:
-        return raw.decode("utf-8", "replace")
+class _Time(Struct, frozen=True):
+    completed: Any = None
+
+
+_NO_TIME = _Time()
+
+
+class _GroupedMessage(Struct):
+    """A message as the grouped read decodes it: a ``time`` that is there must be an object
+    (``null`` sends the session to the row-by-row read), so ``time.completed`` can be read
+    without a test."""
+
+    role: Any = None
+    time: _Time = _NO_TIME
+
+
+# Messages are decoded up to 1,024 rowids at a time, grouped by session, each row wrapped as a
+# one-element array and the rows joined by a newline. `]`, white space, `[` can stand nowhere
+# inside a JSON value (and no string holds a raw newline), so when the whole decodes into as
+# many one-element arrays as there are rows, each array is exactly one row: the same as
+# decoding the rows one by one. A group that does not decode that way (a row that is not
+# JSON, not an object, ``"time": null`` …) is read row by row.
+_MESSAGE_CHUNK = 1024  # rowids
+_MESSAGES_BY_SESSION = (
+    "SELECT session_id, count(*), CAST(group_concat(data, ']' || char(10) || '[') AS BLOB) "
+    "FROM message WHERE rowid >= ? AND rowid < ? GROUP BY session_id"
+)
+_MESSAGES_OF_SESSION = (
+    "SELECT CAST(data AS BLOB) FROM message WHERE session_id = ? AND rowid >= ? AND rowid < ?"
+)
+_GROUPED = msgspec.json.Decoder(tuple[_GroupedMessage])
+_FIRST = operator.itemgetter(0)
+_ROLE = operator.attrgetter("role")
+_COMPLETED = operator.attrgetter("time.completed")
+_RUNNING = ("assistant", None)
+
+
+def _count_message_range(conn: Any, low: int, high: int, counts: MessageCounts) -> None:
+    """Add the turns, inferences and in-flight of the messages with rowid in [low, high)."""
+    for start in range(low, high, _MESSAGE_CHUNK):
+        end = min(start + _MESSAGE_CHUNK, high)
+        redo = []
+        for sid, rows, joined in conn.execute(_MESSAGES_BY_SESSION, (start, end)):
+            if sid is None:
+                continue
+            try:
+                messages = _GROUPED.decode_lines(b"[" + joined + b"]") if joined else ()
+            except msgspec.DecodeError:
+                messages = ()
+            if len(messages) != rows:
+                redo.append(sid)
+                continue
+            views = list(map(_FIRST, messages))
+            roles = list(map(_ROLE, views))
+            inferences = roles.count("assistant")
+            running = bool(inferences) and _RUNNING in zip(
+                roles, map(_COMPLETED, views), strict=True
+            )
+            _add_messages(counts, sid, roles.count("user"), inferences, running)
+        for sid in redo:
+            view = _MessageCounter()
+            for (data,) in conn.execute(_MESSAGES_OF_SESSION, (sid, start, end)):
+                _count_message(view, data)
+            _add_messages(counts, sid, view.turns, view.inferences, view.in_flight)
+
+
+def _add_messages(
+    counts: MessageCounts, sid: str, turns: int, inferences: int, running: bool
+) -> None:
+    found = counts.get(sid)
+    if found is None:
+        counts[sid] = [turns, inferences, running]
+    else:
+        found[0] += turns
+        found[1] += inferences
+        found[2] = found[2] or running
+
+
+class _MessageCounter:
+    def __init__(self) -> None:
+        self.turns = self.inferences = 0
+        self.in_flight = False
+
+
+def _count_messages(
+    store: Any, scope: Sequence[str] | None, summaries: dict[str, SessionSummary]
+) -> None:
+    """Turns, inferences and in-flight of every summary, from the messages."""
+    uri = getattr(store, "uri", None)
+    rowid_ranges = getattr(store, "rowid_ranges", None)
+    if scope is None and uri is not None and rowid_ranges is not None:
+        counts: MessageCounts = {}
+        with worker_connection(uri, "message") as conn:
+            for low, high in rowid_ranges("message", 1):
+                _count_message_range(conn, low, high, counts)
+        _apply_messages(summaries, counts)
+        return
+    for sid, _mid, _created, data in _message_rows(store, scope):
+        summary = summaries.get(sid)
+        if summary is not None:
+            _count_message(summary, data)
+
+
+def _apply_messages(summaries: dict[str, SessionSummary], counts: MessageCounts) -> None:
+    for sid, (turns, inferences, running) in counts.items():
+        summary = summaries.get(sid)
+        if summary is not None:
+            summary.turns += turns
+            summary.inferences += inferences
+            summary.in_flight = summary.in_flight or running
+
+
+def _count_message(summary: Any, data: bytes | None) -> None:
+    """Count one message row into ``summary`` (a summary, or a _MessageCounter)."""
+    if data is None:
+        return
     try:
-        return msgspec.json.decode(b'"' + raw + b'"')
+        message = _MESSAGE.decode(data)
     except msgspec.DecodeError:
-        return raw.decode("utf-8", "replace")
+        return
+    if message.role == "user":
+        summary.turns += 1
+    elif message.role == "assistant":
+        summary.inferences += 1
+        if message.time is None or message.time.completed is None:
+            summary.in_flight = True
 
 
 def _message_rows(store: Any, scope: Sequence[str] | None) -> Iterator[tuple[Any, ...]]:
@@ -261,48 +446,13 @@ def _message_rows(store: Any, scope: Sequence[str] | None) -> Iterator[tuple[Any
     return ((sid, None, None, data) for sid, data in store.all_message_data(scope))
 
 
-def summarize(
-    store: Store,
-    rows: Sequence[SessionRow],
-    *,
-    mcp_servers: Callable[[str | None], Sequence[str]] = lambda directory: (),
-) -> list[SessionSummary]:
-    """Summaries of ``rows`` (in their order); descendants are read to fold their cost."""
-    tree = store.children()
-    wanted = [row.id for row in rows]
-    below = descendants(wanted, tree)
-    known = {row.id: row for row in rows}
-    extra = [sid for sid in below if sid not in known]
-    for sid in extra:
-        row = store.session(sid)
-        if row is not None:
-            known[sid] = row
-    db_path = str(store.path)
-    summaries = {sid: _base(row, db_path) for sid, row in known.items()}
-    ids = list(summaries)
-    everything = len(ids) >= WHOLE_TABLE_SESSIONS
-    scope = None if everything else ids
-    # On a whole large table the part scan runs in worker processes while this one reads
-    # the messages.
-    tool_counts = _start_tool_counts(store, scope)
-
-    for sid, _mid, _created, data in _message_rows(store, scope):
-        summary = summaries.get(sid)
-        if summary is None:
-            continue
-        try:
-            message = _MESSAGE.decode(data)
-        except msgspec.DecodeError:
-            continue
-        if message.role == "user":
-            summary.turns += 1
-        elif message.role == "assistant":
-            summary.inferences += 1
-            if message.time is None or message.time.completed is None:
-                summary.in_flight = True
-
-    servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
-    for (sid, tool, failed), calls in tool_counts().items():
+def _apply_tools(
+    summaries: dict[str, SessionSummary],
+    counts: ToolCounts,
+    mcp_servers: Callable[[str | None], Sequence[str]],
+    servers_in: dict[str | None, Sequence[str]],
+) -> None:
+    for (sid, tool, failed), calls in counts.items():
         summary = summaries.get(sid)
         if summary is None:
             continue
@@ -320,9 +470,48 @@ def summarize(
                     summary.mcp_calls = {}
                 summary.mcp_calls[server] = summary.mcp_calls.get(server, 0) + calls
 
-    for sid, summary in summaries.items():
-        summary.children = list(tree.get(sid, ()))
-        summary.total_cost = summary.cost + sum(
-            summaries[d].cost for d in descendants([sid], tree) if d in summaries
-        )
+
+def summarize(
+    store: Store,
+    rows: Sequence[SessionRow],
+    *,
+    mcp_servers: Callable[[str | None], Sequence[str]] = lambda directory: (),
+) -> list[SessionSummary]:
+    """Summaries of ``rows`` (in their order); descendants are read to fold their cost."""
+    # A whole large table is read by one process per core, started first: they read while
+    # this one looks up the sessions.
+    scan = _start_scan(store) if len(rows) >= WHOLE_TABLE_SESSIONS else None
+    tree = store.children()
+    wanted = [row.id for row in rows]
+    below = descendants(wanted, tree)
+    known = {row.id: row for row in rows}
+    extra = [sid for sid in below if sid not in known]
+    for sid in extra:
+        row = store.session(sid)
+        if row is not None:
+            known[sid] = row
+    db_path = str(store.path)
+    summaries = {sid: _base(row, db_path) for sid, row in known.items()}
+    ids = list(summaries)
+    everything = len(ids) >= WHOLE_TABLE_SESSIONS
+    scope = None if everything else ids
+    if scan is None and everything:
+        scan = _start_scan(store)
+    if scan is not None:
+        counts = scan()
+    else:
+        _count_messages(store, scope, summaries)
+        counts = [(_count_tool_parts(store, scope), {})]
+    servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
+    for tool_counts, message_counts in counts:
+        _apply_messages(summaries, message_counts)
+        _apply_tools(summaries, tool_counts, mcp_servers, servers_in)
+
+    for sid, children in tree.items():
+        summary = summaries.get(sid)
+        if summary is not None:
+            summary.children = list(children)
+            summary.total_cost += sum(
+                summaries[d].cost for d in descendants([sid], tree) if d in summaries
+            )
     return [summaries[sid] for sid in wanted]

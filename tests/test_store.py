@@ -590,7 +590,8 @@ def test_import_reads_export_documents_too():
 @pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one core: no workers")
 @pytest.mark.parametrize("scenario", ["task", "mcp", "file_tools"])
 def test_parallel_part_scan_gives_the_same_sessions(monkeypatch, scenario: str):
-    """Large databases count tool calls in one process per core; the rows must not change."""
+    """Large databases are read by one process per core (tool calls and messages); the rows
+    must not change."""
     import msgspec
 
     import opencode_events.summary as summary_module
@@ -603,11 +604,9 @@ def test_parallel_part_scan_gives_the_same_sessions(monkeypatch, scenario: str):
         sequential = msgspec.to_builtins(summary_module.summarize(store, rows))
         monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
         started = []
-        original = summary_module._parallel_tool_counts
+        original = summary_module._start_scan
         monkeypatch.setattr(
-            summary_module,
-            "_parallel_tool_counts",
-            lambda s: started.append(original(s)) or started[-1],
+            summary_module, "_start_scan", lambda s: started.append(original(s)) or started[-1]
         )
         parallel = msgspec.to_builtins(summary_module.summarize(store, rows))
     assert started and started[0] is not None  # the workers did run

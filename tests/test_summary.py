@@ -1,0 +1,342 @@
+"""Session summaries on odd rows: the tool calls, failures and MCP calls, turns, inferences and
+in-flight of every session must be what decoding every row one by one gives, whichever way the
+rows are read (per session, the whole table, the per-core workers)."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import opencode_events.summary as summary_module
+from opencode_events.mcp import mcp_server_of
+from opencode_events.store import Store
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+SERVERS = ["my", "w", "db-tools"]  # MCP servers the summaries are given
+
+BIG = "x" * 300  # pushes what follows past the head the store hands over (256 bytes)
+
+# Part rows, one session each: the data as stored, and whether it is stored as a BLOB.
+PARTS: list[Any] = [
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"c","state":{"status":"completed"}}', id="usual"
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"c","state":{"status":"error","x":1}}',
+        id="usual-error",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"my_echo","callID":"c","state":{"status":"error",'
+        f'"output":"{BIG}"}}}}',
+        id="usual-long-mcp",
+    ),
+    pytest.param(
+        '{"type":"tool","callID":"c","tool":"task","state":{"status":"error"}}', id="call-id-first"
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"c","state":{"metadata":{"o":"s"},'
+        '"status":"error"}}',
+        id="status-after-metadata",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"c","state":{"metadata":{"o":"'
+        f'{BIG}"}},"status":"error"}}}}',
+        id="status-past-the-head",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"' + "c" * 300 + '","state":{"status":"error"}}',
+        id="call-id-past-the-head",
+    ),
+    pytest.param(
+        '{"type":"\\u0074ool","tool":"bash","state":{"status":"error"}}', id="escaped-type"
+    ),
+    pytest.param(
+        '{"type":"t\\u006fol","tool":"bash","state":{"status":"error"}}', id="escaped-type-inside"
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"my\\u005fecho","callID":"c","state":{"status":'
+        f'"\\u0065rror"}},"output":"{BIG}"}}',
+        id="escaped-tool-and-status",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"w_\\"q\\"","callID":"c\\\\","state":{"status":'
+        f'"error"}},"output":"{BIG}"}}',
+        id="escaped-quotes",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"w_wërk","callID":"c","state":{"status":"error"},'
+        f'"output":"{BIG}"}}',
+        id="not-ascii",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"w_\\ud800","callID":"c","state":{"status":"error"},'
+        f'"output":"{BIG}"}}',
+        id="lone-surrogate",
+    ),
+    pytest.param(
+        b'{"type":"tool","tool":"w_\xff","callID":"c","state":{"status":"error"},'
+        + f'"output":"{BIG}"}}'.encode(),
+        id="not-utf-8",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"w_\\x","callID":"c","state":{"status":"error"},'
+        f'"output":"{BIG}"}}',
+        id="bad-escape",
+    ),
+    pytest.param('{"tool":"bash","type":"tool","state":{"status":"error"}}', id="type-second"),
+    pytest.param(f'{{"text":"{BIG}","type":"tool","tool":"my_x"}}', id="type-late"),
+    pytest.param(
+        '{ "type" : "tool" , "tool" : "bash" , "state" : { "status" : "error" } }', id="spaces"
+    ),
+    pytest.param(
+        ' {"type":"tool","tool":"bash","callID":"c","state":{"status":"error"}}', id="leading-space"
+    ),
+    pytest.param('{"type":"text","type":"tool","tool":"my_dup"}', id="duplicate-type"),
+    pytest.param('{"type":"tool","type":"text","tool":"bash"}', id="duplicate-type-last"),
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"c","state":{"status":"error"},"type":"text"}',
+        id="usual-then-duplicate-type",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"c","state":{"status":"error","status":"ok"}}',
+        id="duplicate-status",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"c","state":{"status":"error"}}x',
+        id="trailing-garbage",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"c","state":{"status":"error"', id="cut-short"
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"c","state":"error"}', id="state-not-an-object"
+    ),
+    pytest.param('{"type":"tool","tool":"bash","callID":"c","state":null}', id="state-null"),
+    pytest.param(
+        '{"type":"tool","tool":null,"callID":"c","state":{"status":"error"}}',
+        id="tool-not-a-string",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"bash","callID":"c","state":{"status":null}}',
+        id="status-not-a-string",
+    ),
+    pytest.param('{"type":"tool"}', id="bare"),
+    pytest.param('{"type":"tools","tool":"bash"}', id="other-type"),
+    pytest.param('{"type":"text","text":"the tool"}', id="text"),
+    pytest.param('{"type":"text","text":"call the \\"tool\\""}', id="text-quoting-tool"),
+    pytest.param('{"reason":"tool-calls","snapshot":"abc","type":"step-finish"}', id="step-finish"),
+    pytest.param('not json, but says tool"', id="not-json"),
+    pytest.param('["tool"]', id="array"),
+    pytest.param('"tool"', id="string"),
+    pytest.param("", id="empty"),
+    pytest.param('{"x":"a\x00b","type":"tool","tool":"bash"}', id="nul-byte"),
+    pytest.param(
+        b'{"type":"tool","tool":"bash","callID":"c","state":{"status":"error"}}',
+        id="stored-as-blob",
+    ),
+    pytest.param(b'{"type":"\\u0074ool","tool":"bash"}', id="blob-escaped-type"),
+]
+
+# Message rows, one session each.
+MESSAGES: list[Any] = [
+    pytest.param('{"role":"user","time":{"created":1}}', id="user"),
+    pytest.param('{"role":"assistant","time":{"created":1,"completed":2}}', id="assistant"),
+    pytest.param('{"role":"assistant","time":{"created":1}}', id="running"),
+    pytest.param('{"role":"assistant","time":null}', id="time-null"),
+    pytest.param('{"role":"assistant"}', id="no-time"),
+    pytest.param('{"role":"assistant","time":{"completed":null}}', id="completed-null"),
+    pytest.param('{"role":"assistant","time":"later"}', id="time-not-an-object"),
+    pytest.param('{"role":"\\u0075ser"}', id="escaped-role"),
+    pytest.param('{"role":"user","role":"assistant","time":{"completed":1}}', id="duplicate"),
+    pytest.param('{\n  "role": "user"\n}', id="pretty"),
+    pytest.param('{"role":"user"}]\n[{"role":"user"}', id="row-boundary-inside"),
+    pytest.param('{"role":"user"} {"role":"user"}', id="two-objects"),
+    pytest.param('{"role":"user"', id="cut-short"),
+    pytest.param("", id="empty"),
+    pytest.param("[]", id="array"),
+    pytest.param("null", id="null"),
+    pytest.param('{"role":1}', id="role-not-a-string"),
+    pytest.param(b'{"role":"user"}', id="stored-as-blob"),
+    pytest.param(b'{"role":"\xff"}', id="not-utf-8"),
+]
+
+
+def _decoded(data: str | bytes) -> Any:
+    try:
+        return msgspec.json.decode(data.encode() if isinstance(data, str) else data)
+    except msgspec.DecodeError:
+        return None
+
+
+def expected_tools(rows: list[str | bytes]) -> tuple[int, int, dict[str, int]]:
+    """Tool calls, failures and MCP calls from decoding each part whole, the way the
+    summaries define them (a part whose `state` is neither an object nor null is no part)."""
+    calls = failures = 0
+    mcp: dict[str, int] = {}
+    for data in rows:
+        part = _decoded(data)
+        if not isinstance(part, dict) or part.get("type") != "tool":
+            continue
+        state = part.get("state")
+        if state is not None and not isinstance(state, dict):
+            continue
+        calls += 1
+        failures += bool(state) and state.get("status") == "error"
+        tool = part.get("tool")
+        server = mcp_server_of(tool, SERVERS) if isinstance(tool, str) else None
+        if server is not None:
+            mcp[server] = mcp.get(server, 0) + 1
+    return calls, failures, mcp
+
+
+def expected_messages(rows: list[str | bytes]) -> tuple[int, int, bool]:
+    turns = inferences = 0
+    in_flight = False
+    for data in rows:
+        message = _decoded(data)
+        if not isinstance(message, dict):
+            continue
+        time = message.get("time")
+        if time is not None and not isinstance(time, dict):
+            continue
+        if message.get("role") == "user":
+            turns += 1
+        elif message.get("role") == "assistant":
+            inferences += 1
+            in_flight = in_flight or time is None or time.get("completed") is None
+    return turns, inferences, in_flight
+
+
+def build(tmp_path: Path, parts: list[Any], messages: list[Any]) -> tuple[Path, dict]:
+    """A copy of a captured database with one more session per odd row; returns it and what
+    each new session must show."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "mcp" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    (template,) = conn.execute("SELECT id FROM session LIMIT 1").fetchone()
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(session)")]
+    copy = ", ".join("?" if c == "id" else c for c in columns)
+    want: dict[str, dict] = {}
+    for n, (kind, data) in enumerate([("part", p) for p in parts] + [("msg", m) for m in messages]):
+        sid = f"ses_odd{n:04d}"
+        conn.execute(
+            f"INSERT INTO session SELECT {copy} FROM session WHERE id = ?", (sid, template)
+        )
+        mid = f"msg_odd{n:04d}"
+        if kind == "part":
+            conn.execute(
+                "INSERT INTO part VALUES (?, ?, ?, 1, 1, ?)", (f"prt_odd{n:04d}", mid, sid, data)
+            )
+            calls, failures, mcp = expected_tools([data])
+            want[sid] = {"tool_calls": calls, "tool_failures": failures, "mcp_calls": mcp}
+        else:
+            conn.execute("INSERT INTO message VALUES (?, ?, 1, 1, ?)", (mid, sid, data))
+            turns, inferences, in_flight = expected_messages([data])
+            want[sid] = {"turns": turns, "inferences": inferences, "in_flight": in_flight}
+    conn.commit()
+    conn.close()
+    return db, want
+
+
+def summaries(db: Path, monkeypatch, how: str) -> dict[str, dict]:
+    if how == "per-session":
+        monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 10**9)
+    else:
+        monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
+        workers = how == "workers"
+        monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0 if workers else 10**12)
+    with Store(db) as store:
+        rows = store.sessions(top_level=False)
+        result = summary_module.summarize(store, rows, mcp_servers=lambda directory: SERVERS)
+    return {s.id: msgspec.to_builtins(s) for s in result}
+
+
+HOW = ["per-session", "whole-table", "workers"]
+
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("data", PARTS)
+def test_odd_part_rows(tmp_path: Path, monkeypatch, how: str, data: Any):
+    db, want = build(tmp_path, [data], [])
+    got = summaries(db, monkeypatch, how)
+    for sid, fields in want.items():
+        assert {k: got[sid][k] for k in fields} == fields
+
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("data", MESSAGES)
+def test_odd_message_rows(tmp_path: Path, monkeypatch, how: str, data: Any):
+    db, want = build(tmp_path, [], [data])
+    got = summaries(db, monkeypatch, how)
+    for sid, fields in want.items():
+        assert {k: got[sid][k] for k in fields} == fields
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_all_odd_rows_at_once(tmp_path: Path, monkeypatch, how: str):
+    """Every odd row in one database, next to a real capture's rows: each session its own."""
+    parts = [p.values[0] for p in PARTS]
+    messages = [m.values[0] for m in MESSAGES]
+    db, want = build(tmp_path, parts, messages)
+    got = summaries(db, monkeypatch, how)
+    assert {sid: {k: got[sid][k] for k in fields} for sid, fields in want.items()} == want
+    assert sum(s["tool_calls"] for s in got.values()) > sum(
+        w.get("tool_calls", 0) for w in want.values()
+    )  # the capture's own
+
+
+def test_the_odd_rows_are_odd():
+    """The table covers both answers, failures and MCP calls (a guard against a table that
+    would pass whatever the code did)."""
+    results = [expected_tools([p.values[0]]) for p in PARTS]
+    assert {calls for calls, _, _ in results} == {0, 1}
+    assert any(failures for _, failures, _ in results)
+    assert any(mcp for _, _, mcp in results)
+    messages = [expected_messages([m.values[0]]) for m in MESSAGES]
+    assert {m[2] for m in messages} == {False, True}
+
+
+def test_a_long_usual_tool_part_is_judged_by_its_head(tmp_path: Path, monkeypatch):
+    """The one place where the summaries do not decode a row whole: a part of 256 bytes or
+    more that starts the way OpenCode writes a tool part ({"type":"tool","tool":…,"callID":…,
+    "state":{"status":…) is taken at its word, without reading its output (most of the
+    database's bytes) for a later duplicate key or broken JSON. OpenCode writes neither."""
+    tail = f',"output":"{BIG}"'
+    start = '{"type":"tool","tool":"my_x","callID":"c","state":{"status":"error"}'
+    rows = [start + tail + ',"type":"text"}', start + tail + "}garbage", start + tail]
+    db, _ = build(tmp_path, rows, [])
+    for how in HOW:
+        got = summaries(db, monkeypatch, how)
+        for n in range(len(rows)):
+            assert (got[f"ses_odd{n:04d}"]["tool_calls"], got[f"ses_odd{n:04d}"]["mcp_calls"]) == (
+                1,
+                {"my": 1},
+            )
+    assert [expected_tools([row])[0] for row in rows] == [0, 0, 0]  # decoded whole
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_message_shares_follow_one_another(seed: int):
+    """Whatever the part ranges, the processes' message shares cover the message table once."""
+    import random
+
+    rng = random.Random(seed)
+    part_low = rng.randint(1, 1000)
+    part_high = part_low + rng.randint(1, 10**6)
+    first = rng.randint(1, 1000)
+    end = first + rng.randint(0, 10**6)
+    cuts = sorted(
+        rng.sample(range(part_low + 1, part_high), min(rng.randint(0, 5), part_high - part_low - 1))
+    )
+    edges = [part_low, *cuts, part_high]
+    spans = ((part_low, part_high), (first, end))
+    shares = [summary_module._message_share(lo, hi, spans) for lo, hi in itertools.pairwise(edges)]
+    assert shares[0][0] == first and shares[-1][1] == end
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(shares))
+    assert all(start <= stop for start, stop in shares)
