@@ -217,13 +217,12 @@ def sessions(
 
         sessions_table(summaries, out=sys.stdout)
         return
-    rows_out = formats.to_builtins(summaries)
-    if fmt == "json":
-        out.write(formats.write_json(rows_out))
+    if fmt == "json":  # msgspec encodes the summaries as they are: no dicts in between
+        out.write(formats.write_json(summaries))
     elif fmt == "jsonl":
-        out.write(formats.write_jsonl(rows_out))
+        out.write(formats.write_jsonl(summaries))
     else:
-        out.write(formats.write_csv(rows_out, SESSION_COLUMNS))
+        out.write(formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS))
     out.flush()
 
 
