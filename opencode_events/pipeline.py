@@ -158,13 +158,13 @@ def map_session(
     import's total is the same float however the sessions are shared among workers.)"""
     from .transcript import session_events
 
-    # Plain tuples when the store offers them (same layout as its row types).
-    message_rows = getattr(store, "message_rows_of", None) or store.messages
-    part_rows = getattr(store, "part_rows", None) or store.parts
-    normalizer.totals.cost = 0.0
-    yield from session_events(
-        normalizer, session_id, message_rows(session_id), part_rows(session_id)
+    # Plain tuples when the store offers them (same layouts as its row types).
+    rows = getattr(store, "session_rows", None)
+    messages, parts = (
+        rows(session_id) if rows else (store.messages(session_id), store.parts(session_id))
     )
+    normalizer.totals.cost = 0.0
+    yield from session_events(normalizer, session_id, messages, parts)
     costs.append(normalizer.totals.cost)
 
 

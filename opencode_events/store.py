@@ -140,6 +140,28 @@ _DATA = operator.itemgetter(4)  # a PartRow's data
 _MESSAGE_ID = operator.itemgetter(1)  # a PartRow's message id
 
 
+def _in_order(rows: list[tuple[Any, ...]], position: dict[Any, int]) -> bool:
+    """Whether part rows already come in the import's order: by their message's position,
+    then by id (strictly: ids are unique), with no part of a message outside ``position``."""
+    get = position.get
+    last_position, last_id = -1, None
+    try:
+        for row in rows:
+            at = get(row[1])
+            if at is None:
+                return False
+            if at != last_position:
+                if at < last_position:
+                    return False
+                last_position = at
+            elif not row[0] > last_id:
+                return False
+            last_id = row[0]
+    except TypeError:  # an id that is not text: let the sort decide
+        return False
+    return True
+
+
 def _sort_by_id(rows: list[tuple[Any, ...]]) -> None:
     """Rows in SQLite's ``ORDER BY id``. Part ids are unique, so tuples order by id alone,
     as SQLite's binary collation does (UTF-8 keeps code point order); a damaged id that is
@@ -404,8 +426,17 @@ class Store:
         here; a session whose part data would take more than ``GATHER_LIMIT`` bytes of
         memory streams instead, already ordered, from a join on the message index.
         """
-        gathered = self._gathered_parts(session_id)
+        gathered = self._gathered_parts(session_id, None)
         return self._joined_parts(session_id) if gathered is None else gathered
+
+    def session_rows(
+        self, session_id: str
+    ) -> tuple[list[tuple[Any, ...]], Iterable[tuple[Any, ...]]]:
+        """``(message_rows_of, part_rows)`` of one session, the parts put in the order of
+        the messages just read (one query fewer)."""
+        messages = self.message_rows_of(session_id)
+        gathered = self._gathered_parts(session_id, [row[0] for row in messages])
+        return messages, self._joined_parts(session_id) if gathered is None else gathered
 
     def _joined_parts(self, session_id: str) -> Iterator[tuple[Any, ...]]:
         for row in self._query(
@@ -420,7 +451,9 @@ class Store:
 
     GATHER_LIMIT = 64 << 20
 
-    def _gathered_parts(self, session_id: str) -> list[tuple[Any, ...]] | None:
+    def _gathered_parts(
+        self, session_id: str, message_ids: list[Any] | None
+    ) -> list[tuple[Any, ...]] | None:
         rows: list[tuple[Any, ...]] = []
         size, limit = 0, self.GATHER_LIMIT
         for batch in self._batches(
@@ -438,6 +471,18 @@ class Store:
         self.bytes_read += size
         if not rows:
             return rows
+        if message_ids is None:
+            message_ids = [
+                mid
+                for (mid,) in self._query(
+                    "SELECT id FROM message WHERE session_id = ? ORDER BY time_created, id",
+                    (session_id,),
+                )
+            ]
+        # A NULL id never joins (NULL = NULL is not true in SQL).
+        position = {mid: i for i, mid in enumerate(message_ids) if mid is not None}
+        if _in_order(rows, position):
+            return rows  # the usual case: OpenCode writes parts in the order they are read
         # Rows of one message mostly come one after another: group them in runs.
         by_message: dict[Any, list[tuple[Any, ...]]] = {}
         for message_id, run in itertools.groupby(rows, _MESSAGE_ID):
@@ -447,9 +492,7 @@ class Store:
             else:
                 found += run
         ordered: list[tuple[Any, ...]] = []
-        for (message_id,) in self._query(
-            "SELECT id FROM message WHERE session_id = ? ORDER BY time_created, id", (session_id,)
-        ):
+        for message_id in position:
             found = by_message.get(message_id)
             if found is not None:
                 if len(found) > 1:

@@ -122,15 +122,15 @@ def test_how_many_workers(monkeypatch):
 # ------------------------------------------------------------------------------ failures
 
 
-def _failing_part_rows(session_to_fail: str, error: BaseException):
-    original = Store.part_rows
+def _failing_session_rows(session_to_fail: str, error: BaseException):
+    original = Store.session_rows
 
-    def part_rows(self, session_id):
+    def session_rows(self, session_id):
         if session_id == session_to_fail:
             raise error
         return original(self, session_id)
 
-    return part_rows
+    return session_rows
 
 
 @pytest.mark.parametrize("position", [0, -1, 17])
@@ -140,7 +140,7 @@ def test_a_database_error_in_a_worker_is_the_commands_error(
     with Store(merged_db) as store:
         ids = select_sessions(store, all_sessions=True)
         error = InputError("cannot read opencode.db: database disk image is malformed")
-        monkeypatch.setattr(Store, "part_rows", _failing_part_rows(ids[position], error))
+        monkeypatch.setattr(Store, "session_rows", _failing_session_rows(ids[position], error))
         with (
             open(tmp_path / "out.jsonl", "wb") as out,
             pytest.raises(InputError, match="disk image is malformed"),
@@ -151,7 +151,9 @@ def test_a_database_error_in_a_worker_is_the_commands_error(
 def test_ctrl_c_in_a_worker_stops_the_import(merged_db: Path, tmp_path: Path, monkeypatch):
     with Store(merged_db) as store:
         ids = select_sessions(store, all_sessions=True)
-        monkeypatch.setattr(Store, "part_rows", _failing_part_rows(ids[5], KeyboardInterrupt()))
+        monkeypatch.setattr(
+            Store, "session_rows", _failing_session_rows(ids[5], KeyboardInterrupt())
+        )
         with open(tmp_path / "out.jsonl", "wb") as out, pytest.raises(KeyboardInterrupt):
             import_sessions(store, ids, JsonlWriter(out), workers=2)
 
@@ -159,7 +161,9 @@ def test_ctrl_c_in_a_worker_stops_the_import(merged_db: Path, tmp_path: Path, mo
 def test_a_bug_in_a_worker_is_not_hidden(merged_db: Path, tmp_path: Path, monkeypatch):
     with Store(merged_db) as store:
         ids = select_sessions(store, all_sessions=True)
-        monkeypatch.setattr(Store, "part_rows", _failing_part_rows(ids[3], ValueError("boom")))
+        monkeypatch.setattr(
+            Store, "session_rows", _failing_session_rows(ids[3], ValueError("boom"))
+        )
         with open(tmp_path / "out.jsonl", "wb") as out, pytest.raises(RuntimeError, match="boom"):
             import_sessions(store, ids, JsonlWriter(out), workers=2)
 

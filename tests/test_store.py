@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from opencode_events.errors import InputError
-from opencode_events.store import Store, locate_db, select_sessions
+from opencode_events.store import PartRow, Store, locate_db, select_sessions
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -620,6 +620,9 @@ def _parts_both_ways(db: Path, monkeypatch) -> tuple[list, list]:
     with Store(db) as store:
         ids = [r.id for r in store.sessions()]
         gathered = [list(store.parts(sid)) for sid in ids]
+        # The import's read: messages first, the parts put in their order.
+        with_messages = [[PartRow(*r) for r in store.session_rows(sid)[1]] for sid in ids]
+        assert with_messages == gathered
         monkeypatch.setattr(Store, "GATHER_LIMIT", 0)
         joined = [list(store.parts(sid)) for sid in ids]
     return gathered, joined
