@@ -131,6 +131,25 @@ class Normalizer:
     # --------------------------------------------------------------------- emitting
 
     def _stamp(self, events: list[Event], prov: Provenance) -> list[Event]:
+        if len(events) == 1 and not self.keep_raw:
+            # The usual case, once per event of a large import or stream: one fresh event
+            # (its provenance fields still None) that is not an unknown or an error.
+            event = events[0]
+            cls = type(event)
+            if cls is not Unknown and cls is not Error:
+                event.seq = self.seq
+                self.seq += 1
+                event.session_id = prov.session_id or self._session
+                event.time = prov.time
+                if prov.source is not None:
+                    event.source = prov.source
+                if prov.line is not None:
+                    event.line = prov.line
+                event.message_id = prov.message_id
+                event.part_id = prov.part_id
+                counts = self.counts
+                counts[cls] = counts.get(cls, 0) + 1
+                return events
         raw = _as_raw(prov.raw) if self.keep_raw else None
         counts = self.counts
         seq = self.seq
@@ -215,8 +234,13 @@ class Normalizer:
 
     def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
         self.step_open = False
-        if not self._first_sighting(part):
-            return []
+        part_id = part.id
+        if isinstance(part_id, str):  # _first_sighting, inline: once per model step
+            seen = self._seen_parts
+            if part_id in seen:
+                self.duplicates += 1
+                return []
+            seen.add(part_id)
         return self._count_usage(usage_event(part, self._next_turn()), prov)
 
     def _count_usage(self, usage: Usage, prov: Provenance) -> list[Event]:

@@ -139,9 +139,11 @@ def session_events(
     decode_message = MESSAGE_DECODER.decode
     part_iter = iter(parts)
     pending = next(part_iter, None)
+    entered = False
     for message_id, _, created, data in messages:
-        if normalizer.session_id != session_id:
+        if not entered:
             normalizer.enter_session(session_id)
+            entered = True
         try:
             info: MessageInfo | None = decode_message(data)
             normalizer.records += 1
