@@ -401,15 +401,16 @@ class Store:
 
     def parts(self, session_id: str) -> Iterator[PartRow]:
         """A session's parts in message order (the message's time_created, id), then by id."""
-        for row in self.part_rows(session_id):
-            yield PartRow(*row)
+        for part_id, message_id, _, created, data in self.part_rows(session_id):
+            yield PartRow(part_id, message_id, session_id, created, data)
 
     def message_rows_of(self, session_id: str) -> list[tuple[Any, ...]]:
-        """``messages`` as a list of plain tuples in ``MessageRow``'s layout (for the
-        import's hot loop)."""
+        """``messages`` as a list of plain tuples in ``MessageRow``'s layout, the session id
+        left None (the caller has it; one string object fewer a row), for the import's hot
+        loop."""
         rows: list[tuple[Any, ...]] = []
         for batch in self._batches(
-            "SELECT id, session_id, time_created, CAST(data AS BLOB) FROM message "
+            "SELECT id, NULL, time_created, CAST(data AS BLOB) FROM message "
             "WHERE session_id = ? ORDER BY time_created, id",
             (session_id,),
         ):
@@ -418,7 +419,8 @@ class Store:
         return rows
 
     def part_rows(self, session_id: str) -> Iterable[tuple[Any, ...]]:
-        """``parts`` as plain tuples in ``PartRow``'s layout (for the import's hot loop).
+        """``parts`` as plain tuples in ``PartRow``'s layout, the session id left None (the
+        caller has it), for the import's hot loop.
 
         Only parts of messages in the same session are read (a row pointing elsewhere is
         not part of this session's history). Usually the session's parts are read in table
@@ -440,7 +442,7 @@ class Store:
 
     def _joined_parts(self, session_id: str) -> Iterator[tuple[Any, ...]]:
         for row in self._query(
-            "SELECT p.id, p.message_id, p.session_id, p.time_created, CAST(p.data AS BLOB) "
+            "SELECT p.id, p.message_id, NULL, p.time_created, CAST(p.data AS BLOB) "
             "FROM message m CROSS JOIN part p ON p.message_id = m.id "
             "WHERE m.session_id = ? AND p.session_id = ? ORDER BY m.time_created, m.id, p.id",
             (session_id, session_id),
@@ -457,7 +459,7 @@ class Store:
         rows: list[tuple[Any, ...]] = []
         size, limit = 0, self.GATHER_LIMIT
         for batch in self._batches(
-            "SELECT id, message_id, session_id, time_created, CAST(data AS BLOB) FROM part "
+            "SELECT id, message_id, NULL, time_created, CAST(data AS BLOB) FROM part "
             "WHERE session_id = ?",
             (session_id,),
         ):

@@ -621,7 +621,10 @@ def _parts_both_ways(db: Path, monkeypatch) -> tuple[list, list]:
         ids = [r.id for r in store.sessions()]
         gathered = [list(store.parts(sid)) for sid in ids]
         # The import's read: messages first, the parts put in their order.
-        with_messages = [[PartRow(*r) for r in store.session_rows(sid)[1]] for sid in ids]
+        with_messages = [
+            [PartRow(r[0], r[1], sid, r[3], r[4]) for r in store.session_rows(sid)[1]]
+            for sid in ids
+        ]
         assert with_messages == gathered
         monkeypatch.setattr(Store, "GATHER_LIMIT", 0)
         joined = [list(store.parts(sid)) for sid in ids]
