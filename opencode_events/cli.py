@@ -396,6 +396,9 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     except (BrokenPipeError, PipeClosed):
         _quiet_broken_pipe()
         return EXIT_PIPE
+    except OSError as exc:  # e.g. the output's disk is full: one line, not a traceback
+        click.echo(f"error: {exc.strerror or exc}", err=True)
+        return EXIT_USAGE
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     return EXIT_OK

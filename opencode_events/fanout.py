@@ -29,6 +29,7 @@ here prints.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import select
@@ -46,8 +47,9 @@ from .normalizer import Normalizer
 __all__ = ["HOLD_BYTES", "MIN_SESSIONS", "import_in_workers", "workers_for"]
 
 MIN_SESSIONS = 64  # below this, starting workers costs more than it saves
+MAX_WORKERS = 32  # whatever $OPENCODE_EVENTS_WORKERS asks (two pipes a worker)
 CHUNK_SESSIONS = 32  # sessions per chunk: small enough to balance, large enough to amortize
-HOLD_BYTES = 32 << 20  # input a worker maps ahead of its turn before it waits
+HOLD_BYTES = 128 << 20  # input a worker maps ahead of its turn before it waits
 
 _TOKEN = struct.Struct("<q")
 _ABORT = -1
@@ -58,7 +60,7 @@ def workers_for(sessions: int) -> int:
     (1: this process only), else one per core (at most 4) from ``MIN_SESSIONS`` on."""
     wanted = os.environ.get("OPENCODE_EVENTS_WORKERS", "").strip()
     if wanted.isdigit() and int(wanted) > 0:
-        return int(wanted) if hasattr(os, "fork") else 1
+        return min(int(wanted), MAX_WORKERS) if hasattr(os, "fork") else 1
     if sessions < MIN_SESSIONS or not hasattr(os, "fork"):
         return 1
     try:
@@ -76,6 +78,22 @@ def _chunks(session_ids: Sequence[str], workers: int) -> list[Sequence[str]]:
 # ------------------------------------------------------------------------------ parent
 
 
+def can_share(out: Any) -> bool:
+    """Whether forked workers can write to ``out`` for us: a file object over a real file
+    descriptor (a pipe, a file, a terminal), not an in-memory or wrapped stream, whose
+    writes would stay in each worker's own copy."""
+    if not isinstance(out, (io.BufferedWriter, io.FileIO)):
+        return False
+    try:
+        out.fileno()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+LAST_RUN: dict[str, int] = {}  # the last run's workers and most events held: for tests
+
+
 def import_in_workers(
     store: Any,
     session_ids: Sequence[str],
@@ -90,24 +108,36 @@ def import_in_workers(
     out.flush()
     chunks = _chunks(session_ids, workers)
     workers = min(workers, len(chunks))
-    # rings[i]: the pipe worker i reads its token from; worker i writes to rings[i + 1].
-    rings = [os.pipe() for _ in range(workers)]
-    results = [os.pipe() for _ in range(workers)]
-    # The first chunk's token goes in before any worker exists: written later, it could
-    # meet a pipe whose only reader, a worker that failed at once, is gone.
-    os.write(rings[0][1], _TOKEN.pack(normalizer.seq))
+    opened: list[int] = []  # every pipe end this process still holds
+
+    def pipe() -> tuple[int, int]:
+        pair = os.pipe()
+        opened.extend(pair)
+        return pair
+
+    def close(fd: int) -> None:
+        opened.remove(fd)
+        os.close(fd)
+
     pids: list[int] = []
+    statuses: dict[int, int] = {}
     try:
+        # rings[i]: the pipe worker i reads its token from; worker i writes to rings[i + 1].
+        rings = [pipe() for _ in range(workers)]
+        results = [pipe() for _ in range(workers)]
+        # The first chunk's token goes in before any worker exists: written later, it
+        # could meet a pipe whose only reader, a worker that failed at once, is gone.
+        os.write(rings[0][1], _TOKEN.pack(normalizer.seq))
         for index in range(workers):
             pid = os.fork()
             if pid == 0:  # the worker: never returns
                 _worker_main(store, chunks, index, workers, rings, results, out, normalizer)
             pids.append(pid)
         for _, write_end in results:
-            os.close(write_end)
+            close(write_end)
         for read_end, write_end in rings:
-            os.close(read_end)
-            os.close(write_end)
+            close(read_end)
+            close(write_end)
         reports = [_read_all(read_end) for read_end, _ in results]
     except BaseException:
         for pid in pids:
@@ -115,16 +145,21 @@ def import_in_workers(
                 os.kill(pid, signal.SIGTERM)
         raise
     finally:
-        for read_end, _ in results:
-            _close(read_end)
+        for fd in list(opened):
+            _close(fd)
         for pid in pids:
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-    return _merge(reports, chunks, workers, normalizer)
+                statuses[pid] = os.waitpid(pid, 0)[1]
+    killed = [os.WTERMSIG(status) for status in statuses.values() if os.WIFSIGNALED(status)]
+    return _merge(reports, chunks, workers, normalizer, killed)
 
 
 def _merge(
-    reports: list[bytes], chunks: list[Sequence[str]], workers: int, normalizer: Normalizer
+    reports: list[bytes],
+    chunks: list[Sequence[str]],
+    workers: int,
+    normalizer: Normalizer,
+    killed: list[int],
 ) -> list[float]:
     decoded: list[dict[str, Any]] = []
     failure: dict[str, Any] | None = None
@@ -132,7 +167,8 @@ def _merge(
         try:
             report = pickle.loads(raw)
         except Exception:  # a worker killed before it could report
-            report = {"error": "RuntimeError", "message": "an import worker stopped unexpectedly"}
+            why = f" (killed by signal {killed[0]})" if killed else ""
+            report = {"error": "Killed", "message": f"an import worker stopped{why}"}
         if "error" in report:
             # A worker stopped by another's failure says nothing new: keep the first cause.
             if failure is None or failure["error"] == "_Aborted":
@@ -141,16 +177,21 @@ def _merge(
             decoded.append(report)
     if failure is not None:
         kind, message = failure["error"], failure["message"]
-        if kind == "InputError":
+        if kind in ("InputError", "Killed"):
             raise InputError(message)
         if kind == "BrokenPipeError":
             raise BrokenPipeError(message)
         if kind == "KeyboardInterrupt":
             raise KeyboardInterrupt
+        if kind == "OSError":
+            raise OSError(failure.get("errno") or 0, message)
         raise RuntimeError(f"an import worker failed: {message}")
     costs_by_chunk: dict[int, list[float]] = {}
     last_session: tuple[int, str] | None = None
+    LAST_RUN.clear()
+    LAST_RUN.update(workers=workers, most_held=0)
     for report in decoded:
+        LAST_RUN["most_held"] = max(LAST_RUN["most_held"], report["most_held"])
         normalizer.records += report["records"]
         for cls, n in report["counts"].items():
             normalizer.counts[cls] = normalizer.counts.get(cls, 0) + n
@@ -220,7 +261,9 @@ def _worker_main(
         code = 1
         message = str(exc) if not isinstance(exc, KeyboardInterrupt) else ""
         report = {"error": type(exc).__name__, "message": message}
-        if not isinstance(exc, (InputError, BrokenPipeError, KeyboardInterrupt, OSError)):
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+            report.update(error="OSError", errno=exc.errno, message=exc.strerror or message)
+        elif not isinstance(exc, (InputError, BrokenPipeError, KeyboardInterrupt, _Aborted)):
             import traceback
 
             report["message"] = "".join(traceback.format_exception(exc)).strip()
@@ -248,6 +291,7 @@ class _Worker:
         self.normalizer = Normalizer(keep_raw=keep_raw)
         self.buffer = bytearray()
         self.seq_end = 0
+        self.held_count = self.most_held = 0  # events held in memory: now, at most
         self.encode_into = msgspec.json.Encoder().encode_into
 
     def run(self, chunks: list[Sequence[str]], index: int, workers: int) -> dict[str, Any]:
@@ -270,31 +314,35 @@ class _Worker:
             self.chunk_from = store.bytes_read
             if not self.pending:
                 self.held_from = self.chunk_from
-            held: list[list[Any]] = []
-            offset: int | None = None  # known once this chunk's turn has come
+            self.held = []
+            self.offset = None  # known once this chunk's turn has come
             chunk_costs = costs[number] = []
-            for session_id in chunks[number]:
-                for events in map_session(normalizer, store, session_id, chunk_costs):
-                    if offset is None:
-                        held.append(events)
-                    else:
-                        self._write([events], offset)
-                if normalizer.session_id == session_id:
-                    last_session = (number, session_id)  # the closing metrics' session
-                if offset is None:
-                    self._write_turns(block=False)
-                    if store.bytes_read - self.held_from > HOLD_BYTES:
-                        # Too much held: write the earlier chunks, wait for this one's
-                        # turn, then write as it goes.
-                        self._write_turns(block=True)
-                        offset = self._wait_turn()
-                        self._write(held, offset)
-                        held = []
-            if offset is None:
-                self.pending.append((number, held, normalizer.seq))
+            try:
+                for session_id in chunks[number]:
+                    for events in map_session(normalizer, store, session_id, chunk_costs):
+                        if self.offset is None:
+                            self.held.append(events)
+                            self.count_held(len(events))
+                            if store.bytes_read - self.held_from > HOLD_BYTES:
+                                # Too much held: write the earlier chunks, wait for this
+                                # one's turn, then write as it goes.
+                                self._take_turn(block=True)
+                        else:
+                            self._write([events], self.offset)
+                    if normalizer.session_id == session_id:
+                        last_session = (number, session_id)  # the closing metrics' session
+                    self._take_turn(block=False)  # earlier chunks, then this one, if due
+            except InputError:
+                # What one process would have written before the error: the chunks before
+                # this one (theirs too), then this chunk's events so far. Then the abort.
+                self._take_turn(block=True)
+                self._flush()
+                raise
+            if self.offset is None:
+                self.pending.append((number, self.held, normalizer.seq))
             else:
                 self._flush()
-                self._pass_token(number, offset + normalizer.seq)
+                self._pass_token(number, self.offset + normalizer.seq)
             self._write_turns(block=False)
         self._write_turns(block=True)
         totals = normalizer.totals
@@ -309,8 +357,27 @@ class _Worker:
             "totals": {name: getattr(totals, name) for name in totals.__slots__},
             "costs": costs,
             "seq_end": self.seq_end,
+            "most_held": self.most_held,
             "last_session": last_session,
         }
+
+    def count_held(self, events: int) -> None:
+        self.held_count += events
+        if self.held_count > self.most_held:
+            self.most_held = self.held_count
+
+    def _take_turn(self, *, block: bool) -> None:
+        """Start writing the current chunk as it goes, once its turn has come (waiting for
+        it if ``block``; the chunks before it first)."""
+        if self.offset is not None:
+            return
+        self._write_turns(block=block)
+        if self.pending or (not block and not select.select([self.token_in], [], [], 0)[0]):
+            return  # not yet
+        self.offset = self._wait_turn()
+        self._write(self.held, self.offset)
+        self.held = []
+        self.held_count = 0
 
     def _write_turns(self, *, block: bool) -> None:
         """Write the pending chunks whose turn has come (all of them, waiting, if
@@ -321,6 +388,7 @@ class _Worker:
             offset = self._wait_turn()
             number, held, count = self.pending.popleft()
             self._write(held, offset)
+            self.held_count -= sum(map(len, held))
             self._flush()
             self._pass_token(number, offset + count)
         self.held_from = self.chunk_from  # what is held now is the current chunk's, if any

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
+from .errors import InputError
 from .events import Event
 from .normalizer import Normalizer
 from .stream import BOM, CHUNK_SIZE, StreamReader, line_batches
@@ -134,15 +135,19 @@ def import_sessions(
     if workers is None:
         workers = fanout.workers_for(len(session_ids))
     out = getattr(writer, "out", None)
-    if workers > 1 and out is not None and getattr(store, "uri", None) and session_ids:
+    if workers > 1 and fanout.can_share(out) and getattr(store, "uri", None) and session_ids:
         writer.flush()
         costs = fanout.import_in_workers(store, session_ids, out, normalizer, workers=workers)
     else:
         costs = []
-        for session_id in session_ids:
-            for events in map_session(normalizer, store, session_id, costs):
-                writer.write(events)
-            writer.end_batch()
+        try:
+            for session_id in session_ids:
+                for events in map_session(normalizer, store, session_id, costs):
+                    writer.write(events)
+                writer.end_batch()
+        except InputError:
+            writer.flush()  # a database damaged part-way: the events read so far, then why
+            raise
     normalizer.totals.cost = sum_in_order(costs)
     if metrics:
         writer.write([normalizer.metrics()])

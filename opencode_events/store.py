@@ -138,6 +138,7 @@ _SESSION_COLUMNS = ", ".join(SessionRow._fields)
 
 _DATA = operator.itemgetter(4)  # a PartRow's data
 _MESSAGE_ID = operator.itemgetter(1)  # a PartRow's message id
+_PART_ID = operator.itemgetter(0)
 
 
 def _in_order(rows: list[tuple[Any, ...]], position: dict[Any, int]) -> bool:
@@ -167,8 +168,8 @@ def _sort_by_id(rows: list[tuple[Any, ...]]) -> None:
     as SQLite's binary collation does (UTF-8 keeps code point order); a damaged id that is
     not text (NULL, a blob) orders as SQLite puts it."""
     try:
-        rows.sort()
-    except TypeError:
+        rows.sort(key=_PART_ID)
+    except TypeError:  # None < None, str < bytes …: a stable sort keeps table order in ties
         rows.sort(key=_sqlite_order)
 
 
@@ -324,7 +325,10 @@ class Store:
         if top_level:
             sql += " WHERE (parent_id IS NULL OR parent_id = id)"
         rows = [(_int(created), sid) for sid, created in self._query(sql)]
-        rows.sort()
+        try:
+            rows.sort()
+        except TypeError:  # a damaged id (NULL, a blob) beside another at the same time
+            rows.sort(key=lambda row: (row[0], _sqlite_order((row[1],))))
         return [sid for _, sid in rows]
 
     def session(self, session_id: str) -> SessionRow | None:
@@ -462,6 +466,7 @@ class Store:
             "SELECT id, message_id, NULL, time_created, CAST(data AS BLOB) FROM part "
             "WHERE session_id = ?",
             (session_id,),
+            64,  # small batches: the size limit is checked after each
         ):
             try:
                 size += sum(map(len, map(_DATA, batch)))
@@ -570,11 +575,13 @@ class Store:
         step = (high - low) // parts + 1
         return [(start, min(start + step, high + 1)) for start in range(low, high + 1, step)]
 
-    def _batches(self, sql: str, params: Sequence[Any] = ()) -> Iterator[list[tuple[Any, ...]]]:
+    def _batches(
+        self, sql: str, params: Sequence[Any] = (), size: int = 4096
+    ) -> Iterator[list[tuple[Any, ...]]]:
         try:
             cursor = self.conn.execute(sql, params)
             while True:
-                rows = cursor.fetchmany(4096)
+                rows = cursor.fetchmany(size)
                 if not rows:
                     return
                 yield rows

@@ -8,6 +8,8 @@ enough sessions to share out.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import signal
 import sqlite3
@@ -50,11 +52,14 @@ def merged_db(tmp_path_factory) -> Path:
 
 def import_bytes(db: Path, tmp_path: Path, *, workers: int, keep_raw: bool = False) -> bytes:
     out_path = tmp_path / f"out-{workers}-{keep_raw}.jsonl"
+    fanout.LAST_RUN.clear()
     with Store(db) as store, open(out_path, "wb") as out:
         ids = select_sessions(store, all_sessions=True)
         import_sessions(
             store, ids, JsonlWriter(out, buffered=True), keep_raw=keep_raw, workers=workers
         )
+    # The workers did run (a test of equal outputs proves nothing if they did not).
+    assert fanout.LAST_RUN.get("workers", 1) == min(workers, len(ids)) or workers == 1
     return out_path.read_bytes()
 
 
@@ -88,9 +93,77 @@ def test_a_worker_over_its_hold_budget_waits_then_streams(
     merged_db: Path, tmp_path: Path, monkeypatch, hold: int
 ):
     one = import_bytes(merged_db, tmp_path, workers=1)
-    monkeypatch.setattr(fanout, "HOLD_BYTES", hold)
     monkeypatch.setattr(fanout, "CHUNK_SESSIONS", 2)
+    monkeypatch.setattr(fanout, "HOLD_BYTES", hold)
     assert import_bytes(merged_db, tmp_path, workers=2) == one
+
+
+def test_the_hold_budget_bounds_what_a_worker_keeps(merged_db: Path, tmp_path: Path, monkeypatch):
+    """With no budget a worker keeps at most one message's events before it writes them;
+    with a large one it maps whole chunks ahead."""
+    one = import_bytes(merged_db, tmp_path, workers=1)
+    per_message: dict[str, int] = {}
+    for line in one.splitlines()[:-1]:
+        message = json.loads(line).get("message_id")
+        per_message[message] = per_message.get(message, 0) + 1
+    monkeypatch.setattr(fanout, "CHUNK_SESSIONS", 4)
+    monkeypatch.setattr(fanout, "HOLD_BYTES", 0)
+    import_bytes(merged_db, tmp_path, workers=2)
+    tight = fanout.LAST_RUN["most_held"]
+    monkeypatch.setattr(fanout, "HOLD_BYTES", 1 << 30)
+    import_bytes(merged_db, tmp_path, workers=2)
+    loose = fanout.LAST_RUN["most_held"]
+    assert tight <= max(per_message.values()) < loose
+
+
+def test_output_that_is_not_a_file_gets_one_process(merged_db: Path):
+    """Workers write to a shared file descriptor; an in-memory stream stays in one process."""
+    outs = []
+    for workers in (1, 2):
+        out = io.BytesIO()
+        fanout.LAST_RUN.clear()
+        with Store(merged_db) as store:
+            ids = select_sessions(store, all_sessions=True)
+            import_sessions(store, ids, JsonlWriter(out), workers=workers)
+        assert not fanout.LAST_RUN
+        outs.append(out.getvalue())
+    assert outs[0] == outs[1] and outs[0].count(b"\n") > 100
+
+
+def test_what_was_read_before_a_damaged_session_is_written_first(
+    merged_db: Path, tmp_path: Path, monkeypatch
+):
+    """As in one process: the sessions before the damage, in order, then the error."""
+    monkeypatch.setattr(fanout, "CHUNK_SESSIONS", 1)
+    written = []
+    with Store(merged_db) as store:
+        ids = select_sessions(store, all_sessions=True)
+        error = InputError("cannot read opencode.db: database disk image is malformed")
+        monkeypatch.setattr(Store, "session_rows", _failing_session_rows(ids[12], error))
+        for workers in (1, 2, 3):
+            path = tmp_path / f"partial-{workers}.jsonl"
+            with open(path, "wb") as out, pytest.raises(InputError):
+                import_sessions(store, ids, JsonlWriter(out, buffered=True), workers=workers)
+            written.append(path.read_bytes())
+    assert written[0].count(b"\n") > 10
+    assert written[1] == written[0] and written[2] == written[0]
+    sessions = [json.loads(line)["session_id"] for line in written[0].splitlines()]
+    assert ids[12] not in sessions and sessions[-1] in ids[:12]
+
+
+def test_an_output_error_in_a_worker_is_one_line(merged_db: Path):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    for workers in ("1", "2"):
+        env = {**os.environ, "OPENCODE_EVENTS_WORKERS": workers}
+        result = subprocess.run(
+            [*CLI, "import", "--all", "--raw", "--db", str(merged_db), "-o", "/dev/full"],
+            capture_output=True,
+            env=env,
+            timeout=60,
+        )
+        assert result.returncode == 2
+        assert result.stderr.startswith(b"error: ") and result.stderr.count(b"\n") == 1
 
 
 def test_cli_uses_workers_when_told(merged_db: Path):

@@ -680,3 +680,44 @@ def test_gathered_parts_out_of_table_order_and_odd_rows(tmp_path: Path, monkeypa
     assert "prt_stray" not in ids and "prt_foreign" not in ids
     late = [row.id for rows in gathered for row in rows if row.message_id == "msg_late"]
     assert late == [None, "prt_a", "prt_m", "prt_z", b"\x00\xff"]
+
+
+def test_parts_with_no_id_keep_table_order(tmp_path: Path, monkeypatch):
+    """Parts whose ids are all NULL (the schema allows it) tie on id: both reads keep them
+    in table order, not sorted by their other columns."""
+    db = copy_sample("file_tools", tmp_path)
+    conn = sqlite3.connect(db)
+    (sid,) = conn.execute("SELECT session_id FROM message ORDER BY rowid LIMIT 1").fetchone()
+    conn.execute(
+        "INSERT INTO message VALUES ('msg_zz', ?, 9e15, 1, '{\"role\":\"assistant\"}')", (sid,)
+    )
+    for created, text in ((9, "first"), (1, "second")):
+        conn.execute(
+            "INSERT INTO part VALUES (NULL, 'msg_zz', ?, ?, ?, ?)",
+            (sid, created, created, json.dumps({"type": "text", "text": text})),
+        )
+    conn.commit()
+    conn.close()
+    gathered, joined = _parts_both_ways(db, monkeypatch)
+    assert gathered == joined
+    texts = [row.data for rows in gathered for row in rows if row.id is None]
+    assert [json.loads(t)["text"] for t in texts] == ["first", "second"]
+
+
+def test_session_ids_with_damaged_ids(tmp_path: Path):
+    """A NULL or blob session id beside another at the same time: no crash, SQLite's order."""
+    db = copy_sample("text", tmp_path)
+    conn = sqlite3.connect(db)
+    (created,) = conn.execute("SELECT time_created FROM session").fetchone()
+    for sid in (None, b"\x01blob"):
+        conn.execute(
+            "INSERT INTO session (id, project_id, slug, directory, title, version, "
+            "time_created, time_updated) VALUES (?, 'p', 's', '/', 't', 'v', ?, ?)",
+            (sid, created, created),
+        )
+    conn.commit()
+    expected = [r[0] for r in conn.execute("SELECT id FROM session ORDER BY time_created, id")]
+    conn.close()
+    with Store(db) as store:
+        assert store.session_ids() == expected
+        assert select_sessions(store, all_sessions=True) == expected
