@@ -21,7 +21,27 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["start_over_ranges", "worker_connection"]
+__all__ = ["Pending", "start_over_ranges", "worker_connection"]
+
+
+class Pending:
+    """Started workers: call it for their results (in range order), or ``cancel`` it when they
+    are no longer wanted (the workers are stopped and reaped; nothing once it was called)."""
+
+    def __init__(self, collect: Callable[[], list[Any]], stop: Callable[[], None]) -> None:
+        self._collect, self._stop = collect, stop
+        self._state = "started"
+
+    def __call__(self) -> list[Any]:
+        if self._state != "started":
+            raise RuntimeError(f"the workers' results were already {self._state}")
+        self._state = "collected"
+        return self._collect()
+
+    def cancel(self) -> None:
+        if self._state == "started":
+            self._state = "cancelled"
+            self._stop()
 
 
 def start_over_ranges(
@@ -31,9 +51,10 @@ def start_over_ranges(
     worker: Callable[..., Any],
     *args: Any,
     here: bool = False,
-) -> Callable[[], list[Any]] | None:
-    """Start ``worker(uri, low, high, *args)`` per range of ``table``; the returned function
-    waits for the results, in range order. None when not worth it or not possible here.
+) -> Pending | None:
+    """Start ``worker(uri, low, high, *args)`` per range of ``table``; the returned ``Pending``
+    waits for the results, in range order, when called. None when not worth it or not
+    possible here. A caller that may give up before it calls it ``cancel``s it.
 
     With ``here``, the last range runs in this process, inside the returned function, and
     the others in forked children (the same results, in the same order)."""
@@ -64,12 +85,15 @@ def start_over_ranges(
         finally:
             pool.shutdown(cancel_futures=True)
 
-    return collect
+    def stop() -> None:  # the running workers end with their ranges
+        pool.shutdown(cancel_futures=True)
+
+    return Pending(collect, stop)
 
 
 def _start_here(
     uri: str, ranges: list[tuple[int, int]], worker: Callable[..., Any], args: tuple[Any, ...]
-) -> Callable[[], list[Any]]:
+) -> Pending:
     *forked, (low, high) = ranges
     children: list[tuple[int, int]] = []
     try:
@@ -81,6 +105,7 @@ def _start_here(
 
     def collect() -> list[Any]:
         pending = list(children)
+        children.clear()  # pending's now: stopped below if need be
         try:
             mine = worker(uri, low, high, *args)
             theirs = []
@@ -91,7 +116,11 @@ def _start_here(
             raise
         return [*theirs, mine]
 
-    return collect
+    def stop() -> None:
+        _stop(children)
+        children.clear()
+
+    return Pending(collect, stop)
 
 
 def _fork(worker: Callable[..., Any], args: tuple[Any, ...]) -> tuple[int, int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import operator
 import re
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ import msgspec
 from msgspec import Struct
 
 from .mcp import mcp_server_of
-from .parallel import start_over_ranges, worker_connection
+from .parallel import Pending, start_over_ranges, worker_connection
 from .store import SessionRow, Store
 
 __all__ = ["SessionSummary", "summarize", "descendants"]
@@ -242,11 +243,11 @@ MessageCounts = dict[str, list[Any]]  # session → [turns, inferences, in fligh
 _MESSAGE_LEAD = 112
 
 
-def _start_scan(store: Any) -> Callable[[], list[tuple[ToolCounts, MessageCounts]]] | None:
-    """The tool calls and message counts of the whole (large) database, from one process per
-    core over a rowid range of the part table and the matching share of the message table
-    (the last share read by this process when the result is asked for); None when that is
-    not worth it or not possible here."""
+def _start_scan(store: Any) -> Pending | None:
+    """The tool calls and message counts (a list of ``(ToolCounts, MessageCounts)``) of the
+    whole (large) database, from one process per core over a rowid range of the part table
+    and the matching share of the message table (the last share read by this process when
+    the result is asked for); None when that is not worth it or not possible here."""
     rowid_ranges = getattr(store, "rowid_ranges", None)
     if rowid_ranges is None:
         return None
@@ -341,6 +342,9 @@ _MESSAGES_BY_SESSION = (
 _MESSAGES_OF_SESSION = (
     "SELECT CAST(data AS BLOB) FROM message WHERE session_id = ? AND rowid >= ? AND rowid < ?"
 )
+_MESSAGES_OF_RANGE = (
+    "SELECT session_id, CAST(data AS BLOB) FROM message WHERE rowid >= ? AND rowid < ?"
+)
 _GROUPED = msgspec.json.Decoder(tuple[_GroupedMessage])
 _FIRST = operator.itemgetter(0)
 _ROLE = operator.attrgetter("role")
@@ -352,8 +356,13 @@ def _count_message_range(conn: Any, low: int, high: int, counts: MessageCounts) 
     """Add the turns, inferences and in-flight of the messages with rowid in [low, high)."""
     for start in range(low, high, _MESSAGE_CHUNK):
         end = min(start + _MESSAGE_CHUNK, high)
+        try:
+            groups = conn.execute(_MESSAGES_BY_SESSION, (start, end)).fetchall()
+        except sqlite3.Error:  # e.g. a session's rows joined beyond SQLite's length limit
+            _count_rows(conn, start, end, counts)
+            continue
         redo = []
-        for sid, rows, joined in conn.execute(_MESSAGES_BY_SESSION, (start, end)):
+        for sid, rows, joined in groups:
             if sid is None:
                 continue
             try:
@@ -375,6 +384,20 @@ def _count_message_range(conn: Any, low: int, high: int, counts: MessageCounts) 
             for (data,) in conn.execute(_MESSAGES_OF_SESSION, (sid, start, end)):
                 _count_message(view, data)
             _add_messages(counts, sid, view.turns, view.inferences, view.in_flight)
+
+
+def _count_rows(conn: Any, start: int, end: int, counts: MessageCounts) -> None:
+    """``_count_message_range`` over [start, end) row by row, as the grouped read counts it."""
+    views: dict[str, _MessageCounter] = {}
+    for sid, data in conn.execute(_MESSAGES_OF_RANGE, (start, end)):
+        if sid is None:
+            continue
+        view = views.get(sid)
+        if view is None:
+            view = views[sid] = _MessageCounter()
+        _count_message(view, data)
+    for sid, view in views.items():
+        _add_messages(counts, sid, view.turns, view.inferences, view.in_flight)
 
 
 def _add_messages(
@@ -479,23 +502,15 @@ def summarize(
 ) -> list[SessionSummary]:
     """Summaries of ``rows`` (in their order); descendants are read to fold their cost."""
     # A whole large table is read by one process per core, started first: they read while
-    # this one looks up the sessions.
+    # this one looks up the sessions (and are stopped if that fails).
     scan = _start_scan(store) if len(rows) >= WHOLE_TABLE_SESSIONS else None
-    tree = store.children()
-    wanted = [row.id for row in rows]
-    below = descendants(wanted, tree)
-    known = {row.id: row for row in rows}
-    extra = [sid for sid in below if sid not in known]
-    for sid in extra:
-        row = store.session(sid)
-        if row is not None:
-            known[sid] = row
-    db_path = str(store.path)
-    summaries = {sid: _base(row, db_path) for sid, row in known.items()}
-    ids = list(summaries)
-    everything = len(ids) >= WHOLE_TABLE_SESSIONS
-    scope = None if everything else ids
-    if scan is None and everything:
+    try:
+        tree, summaries, scope = _sessions_below(store, rows)
+    except BaseException:
+        if scan is not None:
+            scan.cancel()
+        raise
+    if scan is None and scope is None:
         scan = _start_scan(store)
     if scan is not None:
         counts = scan()
@@ -514,4 +529,24 @@ def summarize(
             summary.total_cost += sum(
                 summaries[d].cost for d in descendants([sid], tree) if d in summaries
             )
-    return [summaries[sid] for sid in wanted]
+    return [summaries[row.id] for row in rows]
+
+
+def _sessions_below(
+    store: Store, rows: Sequence[SessionRow]
+) -> tuple[dict[str, list[str]], dict[str, SessionSummary], list[str] | None]:
+    """The parent → children tree, the bare summaries of ``rows`` and their descendants, and
+    the sessions whose rows to read (None: so many that the whole tables are read)."""
+    tree = store.children()
+    wanted = [row.id for row in rows]
+    below = descendants(wanted, tree)
+    known = {row.id: row for row in rows}
+    extra = [sid for sid in below if sid not in known]
+    for sid in extra:
+        row = store.session(sid)
+        if row is not None:
+            known[sid] = row
+    db_path = str(store.path)
+    summaries = {sid: _base(row, db_path) for sid, row in known.items()}
+    ids = list(summaries)
+    return tree, summaries, None if len(ids) >= WHOLE_TABLE_SESSIONS else ids

@@ -139,9 +139,14 @@ def _total(rows: Iterable[UsageRow]) -> UsageRow:
 
 
 def _day(ms: Any, tz: tzinfo | None) -> str | None:
+    """The local date of epoch ms; None when it is not a number or names no date (out of
+    ``datetime``'s range, infinite, NaN)."""
     if not isinstance(ms, int | float):
         return None
-    return datetime.fromtimestamp(ms / 1000, tz).astimezone(tz).strftime("%Y-%m-%d")
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz).astimezone(tz).strftime("%Y-%m-%d")
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 # --------------------------------------------------------------------------- streams
@@ -656,7 +661,8 @@ def _step_row(sid: str, mid: str, created: Any, full: _Message) -> UsageRow:
     """One inference as a ``--by step`` row."""
     figures = _figures(full)
     figures.started = created if type(created) is int else None
-    figures.session_id, figures.message_id = sid, mid
+    figures.session_id = sid
+    figures.message_id = mid if type(mid) is str else None  # a damaged id (NULL, a blob): none
     figures.model = full.modelID if isinstance(full.modelID, str) else None
     figures.agent = full.agent if isinstance(full.agent, str) else None
     figures.reason = full.finish if isinstance(full.finish, str) else None
@@ -769,8 +775,8 @@ class _Scan:
             else:
                 key = _group_key(by, top, info, created, day_of)
             acc = groups.get(key)
-            if acc is None:
-                acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, created]
+            if acc is None:  # acc[8], the first time, only ever holds an integer
+                acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
             _add_message(acc, info, created)
 
     def chunk(self, n: int, sids: bytes, times: bytes, datas: bytes, day_of: _DayOf) -> bool:
@@ -826,7 +832,7 @@ class _Scan:
                     day = key
                     acc = groups.get(key)
                     if acc is None:
-                        acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, ms]
+                        acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
                     s0, s1, s2, s3, s4, s5, s6, s7 = acc[:8]
             tokens = message.tokens
             cache = tokens.cache
@@ -865,7 +871,7 @@ class _Scan:
                 last = top
                 acc = groups.get(top)
                 if acc is None:
-                    acc = groups[top] = [0, 0, 0, 0, 0, 0, 0.0, 0, ms]
+                    acc = groups[top] = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
                 s0, s1, s2, s3, s4, s5, s6, s7, first = acc
             tokens = message.tokens
             cache = tokens.cache
@@ -892,11 +898,22 @@ class _Scan:
         """The slow rows, in order, as (message id, group key, fingerprint, figures): a
         ``--by step`` row, or else the message's sums as a group of one (``_add_message``:
         the same figures as the mapping's rule). The fingerprint is left out (``()``) when
-        there are no forked copies to match."""
+        there are no forked copies to match, or the message is not whole enough to be one."""
         by, owner, copy_ids = self.by, self.owner, self.copy_ids
         ready = []
         for sid, mid, created, data in self.slow:
-            full = _MESSAGE.decode(data)
+            try:
+                full = _MESSAGE.decode(data)
+            except msgspec.DecodeError:
+                # Read for its figures alone (``run``, by day or session), e.g. a "time" that is
+                # no object: counted as the quick path counts it. No fork's copy or original
+                # (those are decoded whole), so no fingerprint.
+                if by in ("day", "session"):
+                    sums = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
+                    _add_message(sums, _FIGURES.decode(data), created)
+                    key = owner[sid] if by == "session" else day_of(created)
+                    ready.append((mid, key, (), sums))
+                continue
             key = _group_key(by, owner[sid], full, created, day_of)
             fingerprint = _fingerprint(full) if copy_ids else ()
             if by == "step":

@@ -1,10 +1,13 @@
 """parallel.start_over_ranges(here=True): the last range in this process, the others in
 forked children; results in range order, a child's exception raised here, a child that
-died redone here."""
+died redone here, children no longer wanted stopped and reaped."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import time
 
 import pytest
 
@@ -75,3 +78,62 @@ def test_a_child_that_died_is_redone_here():
 def test_the_pool_default_is_unchanged():
     results = start_over_ranges(_Table(100), "message", 0, _where, "p")()
     assert all(pid != os.getpid() for pid, *_ in results)  # every range in a worker
+
+
+def _sleeps_in_a_child(uri: str, low: int, high: int, parent: int) -> int:
+    if os.getpid() != parent:
+        time.sleep(60)
+    return low
+
+
+def test_cancel_stops_and_reaps_the_children(monkeypatch):
+    """Results no longer wanted (the caller failed before it asked for them): the children
+    are killed and reaped at once, their pipes closed; the results cannot be asked for."""
+    import opencode_events.parallel as parallel_module
+
+    children: list[tuple[int, int]] = []
+    fork = parallel_module._fork
+    monkeypatch.setattr(
+        parallel_module, "_fork", lambda *a: children.append(fork(*a)) or children[-1]
+    )
+    try:
+        pending = start_over_ranges(
+            _Table(100), "message", 0, _sleeps_in_a_child, os.getpid(), here=True
+        )
+        assert pending is not None and children
+        started = time.monotonic()
+        pending.cancel()
+        assert time.monotonic() - started < 30
+        for pid, read in children:
+            with pytest.raises(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            with pytest.raises(OSError):
+                os.fstat(read)
+        pending.cancel()  # twice: nothing more to do
+        with pytest.raises(RuntimeError, match="cancelled"):
+            pending()
+    finally:
+        for pid, _read in children:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("here", [True, False])
+def test_cancel_after_the_results_changes_nothing(here: bool):
+    pending = start_over_ranges(_Table(100), "message", 0, _where, "t", here=here)
+    assert pending is not None
+    results = pending()
+    pending.cancel()
+    assert len(results) == len(_Table(100).rowid_ranges("message", min(os.cpu_count() or 1, 4)))
+    with pytest.raises(RuntimeError, match="collected"):
+        pending()
+
+
+def test_cancel_of_the_pool_waits_for_its_workers():
+    pending = start_over_ranges(_Table(100), "message", 0, _where, "p")
+    assert pending is not None
+    pending.cancel()
+    with pytest.raises(RuntimeError, match="cancelled"):
+        pending()

@@ -4,9 +4,15 @@ rows are read (per session, the whole table, the per-core workers)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
+import os
 import shutil
+import signal
 import sqlite3
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -340,3 +346,78 @@ def test_message_shares_follow_one_another(seed: int):
     assert shares[0][0] == first and shares[-1][1] == end
     assert all(a[1] == b[0] for a, b in itertools.pairwise(shares))
     assert all(start <= stop for start, stop in shares)
+
+
+@pytest.mark.parametrize("how", ["whole-table", "workers"])
+def test_a_session_too_long_to_join_is_read_row_by_row(tmp_path: Path, monkeypatch, how: str):
+    """The whole-table read joins each session's messages of a chunk into one value; one
+    longer than SQLite's length limit (1 GB by default; lowered here) is read row by row,
+    to the same summaries, instead of failing the command."""
+    db, _ = build(tmp_path, [], [m.values[0] for m in MESSAGES])
+    conn = sqlite3.connect(db)
+    (sid,) = conn.execute("SELECT id FROM session WHERE id LIKE 'ses_odd%' LIMIT 1").fetchone()
+    for n in range(1000):  # 128 kB of one session's messages, each row far below the limit
+        times = {"created": n, "completed": n + 1} if n % 7 else {"created": n}
+        message = {"role": "assistant" if n % 3 else "user", "agent": "a" * 50, "time": times}
+        data = json.dumps(message)
+        conn.execute("INSERT INTO message VALUES (?, ?, 1, 1, ?)", (f"msg_many{n:04d}", sid, data))
+    conn.commit()
+    conn.close()
+    expected = summaries(db, monkeypatch, how)
+    assert expected[sid]["turns"] >= 334 and expected[sid]["in_flight"]
+    limit = 8000
+    real = summary_module.worker_connection
+
+    @contextlib.contextmanager
+    def limited(uri: str, what: str) -> Iterator[sqlite3.Connection]:
+        with real(uri, what) as conn:
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
+            yield conn
+
+    monkeypatch.setattr(summary_module, "worker_connection", limited)
+    assert summaries(db, monkeypatch, how) == expected
+
+
+def _slow_in_a_child(uri: str, low: int, high: int, *args: Any) -> Any:
+    time.sleep(60)  # a forked child: still reading when the command gives up
+    raise AssertionError("never asked for")
+
+
+def test_workers_are_stopped_when_the_sessions_cannot_be_read(tmp_path: Path, monkeypatch):
+    """The workers start before the sessions are looked up: if that fails, they are stopped
+    and reaped (no process or pipe left behind), and the error is the command's."""
+    import opencode_events.parallel as parallel_module
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: no workers")
+    db, _ = build(tmp_path, [], [])
+    monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
+    monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
+    monkeypatch.setattr(summary_module, "_scan_range", _slow_in_a_child)
+    children: list[tuple[int, int]] = []
+    fork = parallel_module._fork
+    monkeypatch.setattr(
+        parallel_module, "_fork", lambda *a: children.append(fork(*a)) or children[-1]
+    )
+    try:
+        with Store(db) as store:
+            rows = store.sessions(top_level=False)
+
+            def fails() -> dict[str, list[str]]:
+                raise sqlite3.OperationalError("disk I/O error")
+
+            monkeypatch.setattr(store, "children", fails)
+            with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+                summary_module.summarize(store, rows)
+        assert children
+        for pid, read in children:
+            with pytest.raises(ChildProcessError):  # reaped already
+                os.waitpid(pid, os.WNOHANG)
+            with pytest.raises(OSError):  # its pipe closed
+                os.fstat(read)
+    finally:  # whatever happened above, no child outlives the test
+        for pid, _read in children:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)

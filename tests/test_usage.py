@@ -515,3 +515,180 @@ def test_session_ids_are_the_sorted_session_rows(tmp_path: Path):
             rows = sorted(store.sessions(top_level=top), key=lambda r: (r.time_created, r.id))
             assert store.session_ids(top_level=top) == [r.id for r in rows]
             assert len(rows) > 5
+
+
+# ------------------------------------------------------- damaged rows, every grouping
+
+# The time_created of a session's assistant messages (in rowid order); the days they show
+# by day (UTC), a time that names no date being "?"; and the session's start by session
+# (its earliest integer time; None: none).
+_ODD_TIMES = [
+    pytest.param(["12x"], {"?": 1}, None, id="text"),
+    pytest.param(["12x", 5], {"?": 1, "1970-01-01": 1}, 5, id="text-then-integer"),
+    pytest.param([7, "12x", 5], {"?": 1, "1970-01-01": 2}, 5, id="integer-then-text"),
+    pytest.param([b"12", 5], {"?": 1, "1970-01-01": 1}, 5, id="blob"),
+    pytest.param([5.5], {"1970-01-01": 1}, None, id="real"),
+    pytest.param([5.5, 3], {"1970-01-01": 2}, 3, id="real-then-integer"),
+    pytest.param([10**17, 5], {"?": 1, "1970-01-01": 1}, 5, id="year-out-of-range"),
+    pytest.param([-(10**17)], {"?": 1}, -(10**17), id="year-out-of-range-negative"),
+    pytest.param([2**62, 2**62 + 1], {"?": 2}, 2**62, id="beyond-time_t"),
+    pytest.param([float("inf"), 5], {"?": 1, "1970-01-01": 1}, 5, id="infinite"),
+]
+_ODD_FIGURES = {
+    "input_tokens": 5,
+    "output_tokens": 5,
+    "reasoning_tokens": 0,
+    "cache_read_tokens": 3,
+    "cache_write_tokens": 2,
+    "total_tokens": 15,
+    "cost": 0.5,
+}
+
+
+def _odd_session_db(tmp_path: Path, times: list, session_time: int) -> Path:
+    """samples/fork's database and one more top-level session, ses_odd, created at
+    ``session_time``, whose assistant messages (distinct, each with ``_ODD_FIGURES``) have
+    the given time_created."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    names = [c[1] for c in conn.execute("PRAGMA table_info(session)")]
+    (row,) = conn.execute("SELECT * FROM session WHERE parent_id IS NULL LIMIT 1").fetchall()
+    copy = dict(zip(names, row, strict=True))
+    copy.update(id="ses_odd", parent_id=None, time_created=session_time)
+    conn.execute(
+        f"INSERT INTO session ({', '.join(copy)}) VALUES ({', '.join('?' * len(copy))})",
+        list(copy.values()),
+    )
+    for n, created in enumerate(times):
+        data = _with("time", {"created": n, "completed": n + 1})
+        doc = json.loads(data)
+        doc["tokens"] = {"total": 15, "input": 5, "output": 5, "reasoning": 0,
+                         "cache": {"write": 2, "read": 3}}  # fmt: skip
+        doc["cost"] = 0.5
+        conn.execute(
+            "INSERT INTO message VALUES (?, 'ses_odd', ?, 1, ?)",
+            (f"msg_odd{n}", created, _text(doc)),
+        )
+    conn.commit()
+    conn.close()
+    return db
+
+
+def _figures_of(total) -> dict:
+    return {name: getattr(total, name) for name in _ODD_FIGURES}
+
+
+@pytest.mark.parametrize("how", ["per-session", "whole-table", "workers"])
+@pytest.mark.parametrize("session_time", [1, 10**18], ids=["young-session", "old-session"])
+@pytest.mark.parametrize(("times", "days", "started"), _ODD_TIMES)
+def test_odd_message_times_are_counted_by_every_grouping(
+    tmp_path: Path, monkeypatch, how: str, session_time: int, times: list, days: dict, started
+):
+    """A message whose time_created is not an integer, or names no date, fails no report: it
+    counts in every grouping, by day on "?" when its time names no day, and by session the
+    start is the earliest integer time. (An old session makes its messages look like a
+    fork's copies, which are read the slow way.)"""
+    import opencode_events.usage as usage_module
+    from opencode_events.store import Store
+
+    if how == "workers" and (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: no workers")
+    if how != "per-session":
+        monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
+        monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0 if how == "workers" else 10**12)
+    with Store(SAMPLES / "fork" / "opencode.db") as store:
+        before = usage_module.store_usage(
+            store, store.session_ids(top_level=True), cross_session=True
+        ).total
+    db = _odd_session_db(tmp_path, times, session_time)
+    ours = {name: value * len(times) for name, value in _ODD_FIGURES.items()}
+    everything = {name: getattr(before, name) + ours[name] for name in _ODD_FIGURES}
+    utc = ZoneInfo("UTC")
+    with Store(db) as store:
+        ids = store.session_ids(top_level=True)
+        assert "ses_odd" in ids
+        for by in usage_module.BY_STORE:
+            alone = usage_module.store_usage(store, ["ses_odd"], by=by, tz=utc)
+            assert _figures_of(alone.total) == ours, by
+            whole = usage_module.store_usage(store, ids, by=by, tz=utc, cross_session=True)
+            assert _figures_of(whole.total) == pytest.approx(everything, abs=1e-9), by
+            if by == "day":
+                assert {row.day: row.inferences for row in alone.rows} == days
+            elif by == "session":
+                (row,) = alone.rows
+                assert (row.session_id, row.started, row.inferences) == (
+                    "ses_odd",
+                    started,
+                    len(times),
+                )
+                assert "ses_odd" in [row.session_id for row in whole.rows]
+            elif by == "step":
+                assert sorted(row.message_id for row in alone.rows) == [
+                    f"msg_odd{n}" for n in range(len(times))
+                ]
+
+
+@pytest.mark.parametrize("how", ["per-session", "whole-table", "workers"])
+@pytest.mark.parametrize("by", ["day", "session"])
+def test_a_message_with_an_odd_time_object_counts_whichever_way_it_is_read(
+    tmp_path: Path, monkeypatch, how: str, by: str
+):
+    """By day and by session read only a message's figures: one whose "time" is no object
+    counts there, also when it shares its time_created with a fork's copy (then it is read
+    the slow way, whole, for a fingerprint it cannot have)."""
+    import opencode_events.usage as usage_module
+    from opencode_events.store import Store
+
+    if how == "workers" and (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: no workers")
+    if how != "per-session":
+        monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
+        monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0 if how == "workers" else 10**12)
+    (copied,) = sql(
+        SAMPLES / "fork" / "opencode.db",
+        "SELECT m.session_id, m.time_created FROM message m JOIN session s "
+        "ON s.id = m.session_id AND m.time_created < s.time_created "
+        "WHERE json_extract(m.data, '$.role') = 'assistant'",
+    )
+    totals = []
+    for shift in (0, 1):  # the copy's own time, or another
+        db = tmp_path / f"opencode-{shift}.db"
+        shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+        conn = sqlite3.connect(db)
+        conn.execute(
+            "INSERT INTO message VALUES ('msg_odd', ?, ?, 1, ?)",
+            (copied[0], copied[1] + shift, '{"role":"assistant","time":"later","cost":1}'),
+        )
+        conn.commit()
+        conn.close()
+        with Store(db) as store:
+            ids = store.session_ids(top_level=True)
+            report = usage_module.store_usage(store, ids, by=by, cross_session=True)
+        assert "forked" in report.notes[0]
+        totals.append(_figures_of(report.total) | {"inferences": report.total.inferences})
+    assert totals[0] == totals[1]
+    with Store(SAMPLES / "fork" / "opencode.db") as store:
+        ids = store.session_ids(top_level=True)
+        before = usage_module.store_usage(store, ids, by=by, cross_session=True).total
+    assert totals[0]["inferences"] == before.inferences + 1
+    assert totals[0]["cost"] == pytest.approx(before.cost + 1, abs=1e-9)
+
+
+@pytest.mark.parametrize("by", ["step", "turn", "session"])
+def test_messages_with_odd_ids_are_counted(tmp_path: Path, by: str):
+    """A message id that is NULL or a blob (no text): the message counts, without an id."""
+    import opencode_events.usage as usage_module
+    from opencode_events.store import Store
+
+    db = _odd_session_db(tmp_path, [5, 5, 5], 1)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE message SET id = NULL WHERE id = 'msg_odd0'")
+    conn.execute("UPDATE message SET id = CAST('msg_odd1' AS BLOB) WHERE id = 'msg_odd1'")
+    conn.commit()
+    conn.close()
+    with Store(db) as store:
+        report = usage_module.store_usage(store, ["ses_odd"], by=by)
+    assert _figures_of(report.total) == {k: v * 3 for k, v in _ODD_FIGURES.items()}
+    if by == "step":
+        assert sorted(row.message_id or "" for row in report.rows) == ["", "", "msg_odd2"]
