@@ -31,6 +31,9 @@ def parse_since(text: str, *, now: float | None = None) -> int:
 
 
 def format_time(ms: int | float | None, tz: tzinfo | None = None) -> str:
-    if not isinstance(ms, int | float):
+    if not isinstance(ms, int | float) or isinstance(ms, bool):
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz).astimezone(tz).strftime("%Y-%m-%d %H:%M")
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz).astimezone(tz).strftime("%Y-%m-%d %H:%M")
+    except (ValueError, OverflowError, OSError):  # a damaged time that names no date
+        return "?"

@@ -1,0 +1,56 @@
+"""Times people read and type: damaged times never stop a table."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+
+from opencode_events.timeutil import format_time
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("ms", "shown"),
+    [
+        (1_795_966_865_470, "2026-11-29 15:41"),
+        (0, "1970-01-01 00:00"),
+        (1.5e12, "2017-07-14 02:40"),
+        (None, "-"),
+        ("12x", "-"),
+        (True, "-"),
+        (10**17, "?"),  # beyond year 9999
+        (-(10**17), "?"),
+        (float("inf"), "?"),
+        (float("nan"), "?"),
+    ],
+)
+def test_format_time(ms, shown):
+    assert format_time(ms, UTC) == shown
+
+
+@pytest.mark.parametrize("by", ["step", "session", "turn"])
+def test_a_table_with_a_time_out_of_range(tmp_path: Path, by: str):
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(ROOT / "samples" / "file_tools" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "UPDATE message SET time_created = ? WHERE rowid = (SELECT max(rowid) FROM message)",
+        (10**17,),
+    )
+    conn.commit()
+    conn.close()
+    args = ["usage", "--db", str(db), "--format", "table", "--by", by, "--tz", "UTC"]
+    if by != "turn":
+        args.append("--all")
+    result = subprocess.run(
+        [sys.executable, "-m", "opencode_events", *args], capture_output=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert b"Traceback" not in result.stderr
