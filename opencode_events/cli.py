@@ -405,6 +405,10 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
 
 
 def main() -> None:
+    if sys.stdout is None:  # started with stdout closed (`>&-`): every command writes there
+        if sys.stderr is not None:
+            sys.stderr.write("error: standard output is closed\n")
+        sys.exit(EXIT_USAGE)
     sys.exit(run(cli))
 
 

@@ -274,3 +274,15 @@ def test_a_64_mb_line_is_one_warning_and_the_run_goes_on(tmp_path: Path):
     assert result.returncode == 0 and result.stderr == b""
     kinds = [json.loads(line)["kind"] for line in result.stdout.splitlines()]
     assert kinds == ["message", "read", "usage", "warning", "message", "search"]
+
+
+def test_closed_stdout_is_one_error_line():
+    result = subprocess.run(
+        [*CMD, "normalize"],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=30,
+        preexec_fn=lambda: os.close(1),  # as `opencode-events normalize >&-`
+    )
+    assert result.returncode == 2
+    assert result.stderr == b"error: standard output is closed\n"
