@@ -29,6 +29,8 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix opencode_events tests scripts bench
 
 bench: $(STAMP)
+	# Bytecode as an installed package has it (PYTHONDONTWRITEBYTECODE may be set here).
+	$(PY) -m compileall -q opencode_events
 	$(PY) bench/run.py
 	$(PY) bench/store_bench.py
 
