@@ -202,14 +202,23 @@ def sessions(
     """Sessions in the store, newest activity first, with turns, tools, tokens and cost."""
     from . import formats
     from .mcp import mcp_server_names
-    from .summary import summarize
+    from .summary import start_whole_scan, summarize
 
     since_time = since_ms(since)
     with open_store(db_path) as store:
-        rows = store.sessions(since_ms=since_time, top_level=not all_sessions)
+        # Every session of a large database: the workers start reading the tables while
+        # this process reads the session rows.
+        whole = all_sessions and since_time is None and limit is None
+        scan = start_whole_scan(store) if whole else None
+        try:
+            rows = store.sessions(since_ms=since_time, top_level=not all_sessions)
+        except BaseException:
+            if scan is not None:
+                scan.cancel()
+            raise
         if limit is not None:
             rows = rows[:limit]
-        summaries = summarize(store, rows, mcp_servers=mcp_server_names)
+        summaries = summarize(store, rows, mcp_servers=mcp_server_names, scan=scan)
     out = sys.stdout.buffer
     fmt = fmt or ("table" if out.isatty() else "jsonl")
     if fmt == "table":

@@ -318,6 +318,10 @@ class Store:
         sql += " ORDER BY time_updated DESC, id DESC"
         return [self._session_row(row) for row in self._query(sql, params)]
 
+    def session_count(self) -> int:
+        (count,) = next(self._query("SELECT count(*) FROM session"))
+        return count
+
     def session_ids(self, *, top_level: bool = False) -> list[str]:
         """Session ids, oldest first: the order of ``sessions()`` sorted by (time_created,
         id), without building whole rows (a damaged time sorts as 0 there too)."""

@@ -243,6 +243,15 @@ MessageCounts = dict[str, list[Any]]  # session → [turns, inferences, in fligh
 _MESSAGE_LEAD = 112
 
 
+def start_whole_scan(store: Any) -> Pending | None:
+    """Start the whole-table scan of a large database before its session rows are read
+    (for ``summarize(..., scan=…)`` of every session); None where it would not be used."""
+    count = getattr(store, "session_count", None)
+    if count is None or count() < WHOLE_TABLE_SESSIONS:
+        return None
+    return _start_scan(store)
+
+
 def _start_scan(store: Any) -> Pending | None:
     """The tool calls and message counts (a list of ``(ToolCounts, MessageCounts)``) of the
     whole (large) database, from one process per core over a rowid range of the part table
@@ -499,11 +508,14 @@ def summarize(
     rows: Sequence[SessionRow],
     *,
     mcp_servers: Callable[[str | None], Sequence[str]] = lambda directory: (),
+    scan: Pending | None = None,
 ) -> list[SessionSummary]:
-    """Summaries of ``rows`` (in their order); descendants are read to fold their cost."""
+    """Summaries of ``rows`` (in their order); descendants are read to fold their cost.
+    ``scan``: a whole-table scan the caller started already (``start_whole_scan``)."""
     # A whole large table is read by one process per core, started first: they read while
     # this one looks up the sessions (and are stopped if that fails).
-    scan = _start_scan(store) if len(rows) >= WHOLE_TABLE_SESSIONS else None
+    if scan is None and len(rows) >= WHOLE_TABLE_SESSIONS:
+        scan = _start_scan(store)
     try:
         tree, summaries, scope = _sessions_below(store, rows)
     except BaseException:
