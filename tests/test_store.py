@@ -721,3 +721,23 @@ def test_session_ids_with_damaged_ids(tmp_path: Path):
     with Store(db) as store:
         assert store.session_ids() == expected
         assert select_sessions(store, all_sessions=True) == expected
+
+
+@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one core: no workers")
+@pytest.mark.parametrize("scenario", ["task", "mcp"])
+def test_a_scan_started_before_the_rows_gives_the_same_sessions(monkeypatch, scenario: str):
+    """`sessions --all` starts the whole-table scan before it reads the session rows."""
+    import msgspec
+
+    import opencode_events.summary as summary_module
+
+    with Store(SAMPLES / scenario / "opencode.db") as store:
+        rows = store.sessions()
+        plain = msgspec.to_builtins(summary_module.summarize(store, rows))
+        monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
+        monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
+        scan = summary_module.start_whole_scan(store)
+        assert scan is not None
+        early = msgspec.to_builtins(summary_module.summarize(store, rows, scan=scan))
+    assert early == plain
+    assert sum(r["tool_calls"] for r in early) > 0
