@@ -22,7 +22,7 @@ from msgspec import Raw
 from .events import Event
 from .mapping import CONSUMED_PARTS
 from .normalizer import Normalizer, Provenance
-from .views import MESSAGE_DECODER, PART_DECODER, MessageInfo
+from .views import MESSAGE_DECODER, MESSAGE_HEAD_DECODER, PART_DECODER, MessageHead, MessageInfo
 
 __all__ = ["TranscriptMapper", "session_events"]
 
@@ -136,7 +136,7 @@ def session_events(
     decode = PART_DECODER.decode
     consumed = CONSUMED_PARTS
     normalize_part = normalizer.part
-    decode_message = MESSAGE_DECODER.decode
+    decode_message = MESSAGE_HEAD_DECODER.decode  # accepts what MESSAGE_DECODER accepts
     part_iter = iter(parts)
     pending = next(part_iter, None)
     entered = False
@@ -145,7 +145,7 @@ def session_events(
             normalizer.enter_session(session_id)
             entered = True
         try:
-            info: MessageInfo | None = decode_message(data)
+            info: MessageHead | MessageInfo | None = decode_message(data)
             normalizer.records += 1
             events: list[Event] = []
         except (msgspec.DecodeError, RecursionError):

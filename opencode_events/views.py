@@ -26,11 +26,13 @@ __all__ = [
     "Tokens",
     "Part",
     "MessageInfo",
+    "MessageHead",
     "StreamRecord",
     "NO_RAW",
     "STREAM_RECORD_DECODER",
     "PART_DECODER",
     "MESSAGE_DECODER",
+    "MESSAGE_HEAD_DECODER",
     "ANY_DECODER",
     "json_type_name",
 ]
@@ -114,6 +116,17 @@ class MessageInfo(Struct, gc=False):
     summary: Any = None
 
 
+class MessageHead(Struct, gc=False):
+    """A stored message as the import reads it: its role and error. It names the same
+    nested views as ``MessageInfo`` (``time``, ``tokens``), so it accepts and rejects exactly
+    the rows ``MessageInfo`` does, but builds none of the other fields."""
+
+    role: Any = None
+    time: Times | None = None
+    error: Any = None
+    tokens: Tokens | None = None
+
+
 class StreamRecord(Struct, gc=False):
     """One line of ``opencode run --format json``."""
 
@@ -146,3 +159,4 @@ def json_type_name(value: Any) -> str:
 
 PART_DECODER = msgspec.json.Decoder(Part)
 MESSAGE_DECODER = msgspec.json.Decoder(MessageInfo)
+MESSAGE_HEAD_DECODER = msgspec.json.Decoder(MessageHead)

@@ -262,3 +262,32 @@ def test_arbitrary_bytes(data):
             "orchestration",
             "skill",
         }
+
+
+_MESSAGE_KEYS = ["role", "time", "error", "tokens", "cost", "summary", "modelID", "id", "finish"]
+
+
+@given(
+    st.one_of(
+        st.dictionaries(st.sampled_from(_MESSAGE_KEYS), json_values, max_size=6),
+        json_values,
+    )
+)
+@settings(max_examples=300)
+def test_the_imports_message_view_accepts_what_the_full_view_accepts(value):
+    """The import decodes stored messages with ``MessageHead`` (role, error); it must accept
+    and reject exactly the rows ``MessageInfo`` does, and read the same role and error."""
+    from opencode_events.views import MESSAGE_DECODER, MESSAGE_HEAD_DECODER
+
+    data = json.dumps(value).encode()
+    try:
+        full = MESSAGE_DECODER.decode(data)
+    except msgspec.DecodeError:
+        full = None
+    try:
+        head = MESSAGE_HEAD_DECODER.decode(data)
+    except msgspec.DecodeError:
+        head = None
+    assert (full is None) == (head is None)
+    if full is not None and head is not None:
+        assert (head.role, head.error) == (full.role, full.error)
