@@ -290,16 +290,11 @@ def usage(
     )
     try:
         if from_store:
-            from .store import select_sessions
+            from .store import every_session, select_sessions
 
             with open_store(db_path) as store:
                 if all_sessions:  # every top-level session; subagents fold into them
-                    listed = getattr(store, "session_ids", None)
-                    if listed is not None:
-                        ids = listed(top_level=True)
-                    else:
-                        top = store.sessions(top_level=True)
-                        ids = [r.id for r in sorted(top, key=lambda r: (r.time_created, r.id))]
+                    ids = every_session(store, top_level=True)
                 else:
                     ids = select_sessions(store, session_ids, last=last, since_ms=since_ms(since))
                 report = store_usage(

@@ -39,10 +39,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-import msgspec
-
 from .errors import InputError
 from .normalizer import Normalizer
+from .writers import JsonlWriter
 
 __all__ = ["HOLD_BYTES", "MIN_SESSIONS", "import_in_workers", "workers_for"]
 
@@ -287,12 +286,10 @@ class _Worker:
         self.store = store.reopen()
         self.token_in = token_in
         self.token_out = token_out
-        self.out = out
+        self.writer = JsonlWriter(out, buffered=True)
         self.normalizer = Normalizer(keep_raw=keep_raw)
-        self.buffer = bytearray()
         self.seq_end = 0
         self.held_count = self.most_held = 0  # events held in memory: now, at most
-        self.encode_into = msgspec.json.Encoder().encode_into
 
     def run(self, chunks: list[Sequence[str]], index: int, workers: int) -> dict[str, Any]:
         from .pipeline import map_session
@@ -415,21 +412,12 @@ class _Worker:
         return offset
 
     def _write(self, held: list[list[Any]], offset: int) -> None:
-        buffer = self.buffer
-        encode_into = self.encode_into
         for events in held:
-            for event in events:
-                event.seq += offset
-                encode_into(event, buffer, -1)
-                buffer += b"\n"
-        if len(buffer) >= 1 << 20:
-            self._flush()
+            self.writer.write_shifted(events, offset)
+        self.writer.end_batch()  # written out in blocks of 1 MB
 
     def _flush(self) -> None:
-        if self.buffer:
-            self.out.write(self.buffer)
-            self.buffer.clear()
-        self.out.flush()
+        self.writer.flush()
 
 
 class _Aborted(Exception):

@@ -234,13 +234,8 @@ class Normalizer:
 
     def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
         self.step_open = False
-        part_id = part.id
-        if isinstance(part_id, str):  # _first_sighting, inline: once per model step
-            seen = self._seen_parts
-            if part_id in seen:
-                self.duplicates += 1
-                return []
-            seen.add(part_id)
+        if not self._first_sighting(part):
+            return []
         return self._count_usage(usage_event(part, self._next_turn()), prov)
 
     def _count_usage(self, usage: Usage, prov: Provenance) -> list[Event]:

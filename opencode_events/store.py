@@ -45,6 +45,7 @@ __all__ = [
     "channel_databases",
     "REQUIRED_TABLES",
     "select_sessions",
+    "every_session",
     "open_store",
 ]
 
@@ -182,6 +183,12 @@ def _sqlite_order(row: tuple[Any, ...]) -> tuple[int, Any]:
     return (2, value) if isinstance(value, str) else (3, bytes(value))
 
 
+def _read_only(uri: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
+    conn.execute("PRAGMA query_only = 1")
+    return conn
+
+
 def _int(value: Any) -> int:
     kind = type(value)
     return value if kind is int else int(value) if kind is float else 0
@@ -218,8 +225,7 @@ class Store:
         clone.uri = self.uri
         clone.bytes_read = 0
         try:
-            clone.conn = sqlite3.connect(self.uri, uri=True, timeout=5.0)
-            clone.conn.execute("PRAGMA query_only = 1")
+            clone.conn = _read_only(self.uri)
         except sqlite3.Error as exc:
             raise InputError(f"cannot read {self.path}: {exc}") from None
         return clone
@@ -239,8 +245,7 @@ class Store:
             uri = self._private_copy(path, wal)
         self.uri = uri  # how to open it again, for parallel readers
         try:
-            conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
-            conn.execute("PRAGMA query_only = 1")
+            conn = _read_only(uri)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.Error as exc:
             raise InputError(f"{path} is not a readable SQLite database ({exc})") from None
@@ -399,13 +404,8 @@ class Store:
 
     def messages(self, session_id: str) -> Iterator[MessageRow]:
         """A session's messages in (time_created, id) order."""
-        for mid, sid, created, data in self._query(
-            "SELECT id, session_id, time_created, CAST(data AS BLOB) FROM message "
-            "WHERE session_id = ? "
-            "ORDER BY time_created, id",
-            (session_id,),
-        ):
-            yield MessageRow(mid, sid, created, data)
+        for message_id, _, created, data in self.message_rows_of(session_id):
+            yield MessageRow(message_id, session_id, created, data)
 
     def parts(self, session_id: str) -> Iterator[PartRow]:
         """A session's parts in message order (the message's time_created, id), then by id."""
@@ -436,8 +436,7 @@ class Store:
         here; a session whose part data would take more than ``GATHER_LIMIT`` bytes of
         memory streams instead, already ordered, from a join on the message index.
         """
-        gathered = self._gathered_parts(session_id, None)
-        return self._joined_parts(session_id) if gathered is None else gathered
+        return self._ordered_parts(session_id, None)
 
     def session_rows(
         self, session_id: str
@@ -445,8 +444,13 @@ class Store:
         """``(message_rows_of, part_rows)`` of one session, the parts put in the order of
         the messages just read (one query fewer)."""
         messages = self.message_rows_of(session_id)
-        gathered = self._gathered_parts(session_id, [row[0] for row in messages])
-        return messages, self._joined_parts(session_id) if gathered is None else gathered
+        return messages, self._ordered_parts(session_id, [row[0] for row in messages])
+
+    def _ordered_parts(
+        self, session_id: str, message_ids: list[Any] | None
+    ) -> Iterable[tuple[Any, ...]]:
+        gathered = self._gathered_parts(session_id, message_ids)
+        return self._joined_parts(session_id) if gathered is None else gathered
 
     def _joined_parts(self, session_id: str) -> Iterator[tuple[Any, ...]]:
         for row in self._query(
@@ -661,6 +665,15 @@ class Store:
             yield from self._query(sql.format(", ".join("?" * len(chunk))), chunk)
 
 
+def every_session(store: Any, *, top_level: bool = False) -> list[str]:
+    """Every session's id (``top_level``: only those that are no subagent), oldest first."""
+    ids = getattr(store, "session_ids", None)  # without building every row, when it can
+    if ids is not None:
+        return ids(top_level=top_level)
+    rows = store.sessions(top_level=top_level)
+    return [row.id for row in sorted(rows, key=lambda r: (r.time_created, r.id))]
+
+
 def select_sessions(
     store: Store,
     ids: Sequence[str] = (),
@@ -676,10 +689,7 @@ def select_sessions(
     included. With nothing chosen, the most recently active top-level session.
     """
     if all_sessions:
-        ids = getattr(store, "session_ids", None)  # without building every row, when it can
-        if ids is not None:
-            return ids()
-        return [row.id for row in sorted(store.sessions(), key=lambda r: (r.time_created, r.id))]
+        return every_session(store)
     chosen: list[str] = []
     for wanted in ids:
         found = store.find_sessions(wanted)

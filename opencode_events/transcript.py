@@ -115,8 +115,6 @@ def session_events(
     session_id: str,
     messages: Iterable[Any],
     parts: Iterable[Any],
-    *,
-    source: str | None = None,
 ) -> Iterator[list[Event]]:
     """Events of one stored session from its message rows and part rows (both in order),
     one list per message.
@@ -131,7 +129,7 @@ def session_events(
     other case goes through the same ``TranscriptMapper``/``Normalizer`` calls as the
     other readers.
     """
-    mapper = TranscriptMapper(normalizer, source=source)
+    mapper = TranscriptMapper(normalizer)
     map_part = mapper.part
     decode = PART_DECODER.decode
     consumed = CONSUMED_PARTS
@@ -184,7 +182,6 @@ def session_events(
                 Provenance(
                     session_id=session_id,
                     time=part_time if type(part_time) is int or type(part_time) is float else None,
-                    source=source,
                     message_id=message_id,
                     part_id=part_id,
                     raw=part_data,

@@ -798,66 +798,22 @@ class _Scan:
             return False
         if len(sessions) != n:
             return False
-        if self.by == "day":
-            self._sum_days(sessions, created, messages, day_of)
-        else:
-            self._sum_sessions(sessions, created, messages)
+        self._sum_chunk(sessions, created, messages, day_of)
         return True
 
-    # The two loops below run once per message of a large database. A group's sums live in
-    # locals while its messages come in a row and go back to its list when another group
-    # starts: the same additions in the same order as ``_add_message``.
-
-    def _sum_days(
+    def _sum_chunk(
         self,
         sessions: list[str],
         created: list[int],
         messages: list[_FastFigures],
         day_of: _DayOf,
     ) -> None:
-        # acc[8], the first message's time, is read by ``--by session`` alone: not kept here.
+        # Runs once per message of a large database. A group's sums live in locals while its
+        # messages come in a row and go back to its list when another group starts: the same
+        # additions in the same order as ``_add_message``.
         owner, groups, days = self.owner, self.groups, day_of.cache
-        bucket = day = acc = None
-        s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
-        s6 = 0.0
-        for sid, ms, message in zip(sessions, created, messages, strict=True):
-            if sid not in owner:
-                continue
-            if ms // 900_000 != bucket:
-                bucket = ms // 900_000
-                key = days.get(bucket) or day_of(ms)
-                if key != day:
-                    if acc is not None:
-                        acc[:8] = s0, s1, s2, s3, s4, s5, s6, s7
-                    day = key
-                    acc = groups.get(key)
-                    if acc is None:
-                        acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
-                    s0, s1, s2, s3, s4, s5, s6, s7 = acc[:8]
-            tokens = message.tokens
-            cache = tokens.cache
-            i = tokens.input
-            o = tokens.output
-            r = tokens.reasoning
-            cr = cache.read
-            cw = cache.write
-            total = tokens.total
-            s0 += i
-            s1 += o
-            s2 += r
-            s3 += cr
-            s4 += cw
-            s5 += total if total is not None else i + o + r + cr + cw
-            s6 += message.cost
-            s7 += 1
-        if acc is not None:
-            acc[:8] = s0, s1, s2, s3, s4, s5, s6, s7
-
-    def _sum_sessions(
-        self, sessions: list[str], created: list[int], messages: list[_FastFigures]
-    ) -> None:
-        owner, groups = self.owner, self.groups
-        last = acc = None
+        by_day = self.by == "day"
+        bucket = group = acc = key = None
         s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
         s6 = 0.0
         first: Any = None
@@ -865,13 +821,18 @@ class _Scan:
             top = owner.get(sid)
             if top is None:
                 continue
-            if top is not last:
+            if not by_day:
+                key = top
+            elif ms // 900_000 != bucket:  # a day's key is looked up once a quarter hour
+                bucket = ms // 900_000
+                key = days.get(bucket) or day_of(ms)
+            if key != group:
                 if acc is not None:
                     acc[:] = s0, s1, s2, s3, s4, s5, s6, s7, first
-                last = top
-                acc = groups.get(top)
+                group = key
+                acc = groups.get(key)
                 if acc is None:
-                    acc = groups[top] = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
+                    acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
                 s0, s1, s2, s3, s4, s5, s6, s7, first = acc
             tokens = message.tokens
             cache = tokens.cache

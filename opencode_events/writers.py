@@ -22,7 +22,7 @@ _BLOCK = 1 << 20
 
 class JsonlWriter:
     def __init__(self, out: BinaryIO, *, buffered: bool = False) -> None:
-        self.out = self._out = out
+        self.out = out
         self._buffered = buffered
         self._buffer = bytearray()
         self._encode_into = msgspec.json.Encoder().encode_into
@@ -34,15 +34,25 @@ class JsonlWriter:
             encode_into(event, buffer, -1)
             buffer += b"\n"
 
+    def write_shifted(self, events: Iterable[Event], offset: int) -> None:
+        """``write``, each event's ``seq`` moved on by ``offset`` first (an import worker
+        numbers its events from 0 until it knows where its chunk starts)."""
+        buffer = self._buffer
+        encode_into = self._encode_into
+        for event in events:
+            event.seq += offset
+            encode_into(event, buffer, -1)
+            buffer += b"\n"
+
     def end_batch(self) -> None:
         if not self._buffered or len(self._buffer) >= _BLOCK:
             self.flush()
 
     def flush(self) -> None:
         if self._buffer:
-            self._out.write(self._buffer)
+            self.out.write(self._buffer)
             self._buffer.clear()
-        self._out.flush()
+        self.out.flush()
 
 
 def make_writer(fmt: str, out: BinaryIO, *, buffered: bool = False) -> Any:
