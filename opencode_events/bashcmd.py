@@ -106,6 +106,13 @@ def _head_is_foreign(command: str) -> bool:
     early changes no answer and spares the lexer on the most common bash calls. Without
     quoting, every member's head is checked; otherwise only the first.
     """
+    # The usual case first: the first command's name (the match stops within the first
+    # command, or at a blank line before it) is plainly none we know.
+    match = _HEAD.match(command)
+    if match is not None:
+        name = match.group(1)
+        if "/" not in name and name not in _KNOWN_HEADS:
+            return True
     quoted = _QUOTING.search(command) is not None
     segments = [command] if quoted else _SEPARATORS.split(command)
     heads = []
@@ -114,10 +121,11 @@ def _head_is_foreign(command: str) -> bool:
         if match is None:
             continue  # a redirection first, a group, …: let the parser decide
         name = match.group(1)
-        for prefix in _BIN_DIRS:
-            if name.startswith(prefix) and "/" not in name[len(prefix) :]:
-                name = name[len(prefix) :]
-                break
+        if "/" in name:
+            for prefix in _BIN_DIRS:
+                if name.startswith(prefix) and "/" not in name[len(prefix) :]:
+                    name = name[len(prefix) :]
+                    break
         if name not in _KNOWN_HEADS:
             return True
         heads.append(name)

@@ -183,16 +183,16 @@ class Normalizer:
     def part(self, part: Part, prov: Provenance, *, role: str | None = None) -> list[Event]:
         """The events of one part (``part.type`` decides); ``role`` is its message's role."""
         kind = part.type
-        if kind == "tool":
-            return self._tool(part, prov)
+        # The common kinds first: this runs once per part of every source.
+        if kind == "text":
+            text = part.text  # text_of, inline
+            if not isinstance(text, str) or not text:
+                return []
+            return self._stamp([Prompt(text=text) if role == "user" else Message(text=text)], prov)
         if kind == "step-finish":
             return self._step_finish(part, prov)
-        if kind == "text":
-            text = text_of(part)
-            if text is None:
-                return []
-            cls = Prompt if role == "user" else Message
-            return self._stamp([cls(text=text)], prov)
+        if kind == "tool":
+            return self._tool(part, prov)
         if kind == "reasoning":
             text = text_of(part)
             return self._stamp([Reasoning(text=text)], prov) if text is not None else []
@@ -234,9 +234,18 @@ class Normalizer:
 
     def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
         self.step_open = False
-        if not self._first_sighting(part):
-            return []
-        return self._count_usage(usage_event(part, self._next_turn()), prov)
+        part_id = part.id  # _first_sighting and _next_turn, inline: once per model step
+        if isinstance(part_id, str):
+            seen = self._seen_parts
+            if part_id in seen:
+                self.duplicates += 1
+                return []
+            seen.add(part_id)
+        key = self._session or ""
+        turns = self._session_turns
+        turn = turns[key] = turns.get(key, 0) + 1
+        self.turns += 1
+        return self._count_usage(usage_event(part, turn), prov)
 
     def _count_usage(self, usage: Usage, prov: Provenance) -> list[Event]:
         totals = self.totals

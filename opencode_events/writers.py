@@ -25,24 +25,19 @@ class JsonlWriter:
         self.out = out
         self._buffered = buffered
         self._buffer = bytearray()
-        self._encode_into = msgspec.json.Encoder().encode_into
+        # One call per batch of events: encode_into a buffer that keeps growing measured
+        # twice as slow per event (it resizes the buffer on every call).
+        self._encode_lines = msgspec.json.Encoder().encode_lines
 
     def write(self, events: Iterable[Event]) -> None:
-        buffer = self._buffer
-        encode_into = self._encode_into
-        for event in events:
-            encode_into(event, buffer, -1)
-            buffer += b"\n"
+        self._buffer += self._encode_lines(events)
 
-    def write_shifted(self, events: Iterable[Event], offset: int) -> None:
+    def write_shifted(self, events: list[Event], offset: int) -> None:
         """``write``, each event's ``seq`` moved on by ``offset`` first (an import worker
         numbers its events from 0 until it knows where its chunk starts)."""
-        buffer = self._buffer
-        encode_into = self._encode_into
         for event in events:
             event.seq += offset
-            encode_into(event, buffer, -1)
-            buffer += b"\n"
+        self._buffer += self._encode_lines(events)
 
     def end_batch(self) -> None:
         if not self._buffered or len(self._buffer) >= _BLOCK:
