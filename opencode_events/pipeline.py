@@ -132,6 +132,8 @@ def import_sessions(
     from . import fanout
 
     normalizer = Normalizer(keep_raw=keep_raw)
+    if len(session_ids) >= fanout.MIN_SESSIONS:
+        grow_heap_in_large_steps()
     if workers is None:
         workers = fanout.workers_for(len(session_ids))
     out = getattr(writer, "out", None)
@@ -171,6 +173,26 @@ def map_session(
     normalizer.totals.cost = 0.0
     yield from session_events(normalizer, session_id, messages, parts)
     costs.append(normalizer.totals.cost)
+
+
+_M_TOP_PAD = -2  # glibc's mallopt parameter: extra bytes the heap grows (and stays) by
+
+
+def grow_heap_in_large_steps() -> None:
+    """Ask glibc's malloc to grow and trim its heap 16 MB at a time instead of 128 KB.
+
+    A large import frees and allocates row data of tens of KB all the time; with the
+    default, the heap's top is trimmed and grown again over and over, and each new page
+    costs a page fault (measured: 78,000 faults and 0.2 s of a 5 s import, against 7,000
+    faults with the pad). Pages the heap reserves but never touches cost no memory.
+    Elsewhere than glibc this does nothing; forked workers inherit the setting.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(_M_TOP_PAD, 16 << 20)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def sum_in_order(values: Sequence[float]) -> float:
