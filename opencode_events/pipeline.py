@@ -160,7 +160,7 @@ def import_sessions(
 def map_session(
     normalizer: Normalizer, store: Any, session_id: str, costs: list[float]
 ) -> Iterator[list[Event]]:
-    """One stored session's events, a list per message; appends the session's cost sum to
+    """One stored session's events, in batches (``session_events``); appends its cost sum to
     ``costs``. (Costs are summed per session, and the sums in session order, so that the
     import's total is the same float however the sessions are shared among workers.)"""
     from .transcript import session_events

@@ -24,7 +24,11 @@ from .mapping import CONSUMED_PARTS
 from .normalizer import Normalizer, Provenance
 from .views import MESSAGE_DECODER, MESSAGE_HEAD_DECODER, PART_DECODER, MessageHead, MessageInfo
 
-__all__ = ["TranscriptMapper", "session_events"]
+__all__ = ["TranscriptMapper", "session_events", "BATCH_EVENTS"]
+
+# Events handed on at a time by ``session_events``: fewer, larger batches cost less to pass
+# along and to encode; whole messages' events stay together.
+BATCH_EVENTS = 256
 
 
 class TranscriptMapper:
@@ -117,7 +121,7 @@ def session_events(
     parts: Iterable[Any],
 ) -> Iterator[list[Event]]:
     """Events of one stored session from its message rows and part rows (both in order),
-    one list per message.
+    in lists of whole messages' events, each list ``BATCH_EVENTS`` long or more but the last.
 
     Rows are tuples in the store's layouts (``MessageRow``: id, session id, time_created,
     data; ``PartRow``: id, message id, session id, time_created, data), read by position.
@@ -138,6 +142,7 @@ def session_events(
     part_iter = iter(parts)
     pending = next(part_iter, None)
     entered = False
+    events: list[Event] = []
     for message_id, _, created, data in messages:
         if not entered:
             normalizer.enter_session(session_id)
@@ -145,11 +150,11 @@ def session_events(
         try:
             info: MessageHead | MessageInfo | None = decode_message(data)
             normalizer.records += 1
-            events: list[Event] = []
         except (msgspec.DecodeError, RecursionError):
-            info, events = mapper.message(
+            info, found = mapper.message(
                 data, session_id=session_id, message_id=message_id, time=created
             )
+            events += found
         role = info.role if info is not None and type(info.role) is str else None
         while pending is not None and pending[1] == message_id:
             part_id, _, _, part_time, part_data = pending
@@ -194,5 +199,8 @@ def session_events(
             events += mapper.message_end(
                 info, data, session_id=session_id, message_id=message_id, time=created
             )
-        if events:
+        if len(events) >= BATCH_EVENTS:
             yield events
+            events = []
+    if events:
+        yield events

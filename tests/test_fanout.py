@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_events import fanout
+from opencode_events import fanout, transcript
 from opencode_events.errors import InputError
 from opencode_events.pipeline import import_sessions
 from opencode_events.store import Store, select_sessions
@@ -99,8 +99,9 @@ def test_a_worker_over_its_hold_budget_waits_then_streams(
 
 
 def test_the_hold_budget_bounds_what_a_worker_keeps(merged_db: Path, tmp_path: Path, monkeypatch):
-    """With no budget a worker keeps at most one message's events before it writes them;
-    with a large one it maps whole chunks ahead."""
+    """With no budget a worker keeps at most one batch of events before it writes them (here
+    a batch is one message's events); with a large one it maps whole chunks ahead."""
+    monkeypatch.setattr(transcript, "BATCH_EVENTS", 1)
     one = import_bytes(merged_db, tmp_path, workers=1)
     per_message: dict[str, int] = {}
     for line in one.splitlines()[:-1]:
@@ -114,6 +115,16 @@ def test_the_hold_budget_bounds_what_a_worker_keeps(merged_db: Path, tmp_path: P
     import_bytes(merged_db, tmp_path, workers=2)
     loose = fanout.LAST_RUN["most_held"]
     assert tight <= max(per_message.values()) < loose
+
+
+@pytest.mark.parametrize("batch", [1, 3, 10_000])
+def test_the_batch_size_changes_no_byte(merged_db: Path, tmp_path: Path, monkeypatch, batch: int):
+    """``session_events`` hands on events in batches of whole messages; how large they are
+    decides only when events move on, never what is written."""
+    default = import_bytes(merged_db, tmp_path, workers=1)
+    monkeypatch.setattr(transcript, "BATCH_EVENTS", batch)
+    assert import_bytes(merged_db, tmp_path, workers=1) == default
+    assert import_bytes(merged_db, tmp_path, workers=2) == default
 
 
 def test_output_that_is_not_a_file_gets_one_process(merged_db: Path):
