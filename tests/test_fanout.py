@@ -319,3 +319,31 @@ def test_a_worker_that_cannot_open_the_database(merged_db: Path, tmp_path: Path,
                 pytest.raises(InputError, match="unable to open"),
             ):
                 import_sessions(store, ids, JsonlWriter(out), workers=2)
+
+
+def test_a_large_import_asks_for_a_padded_heap(merged_db: Path, tmp_path: Path, monkeypatch):
+    """From ``MIN_SESSIONS`` sessions on, the import asks malloc to grow its heap in large
+    steps (fewer page faults); a small one leaves malloc alone."""
+    from opencode_events import pipeline
+
+    calls = []
+    monkeypatch.setattr(pipeline, "grow_heap_in_large_steps", lambda: calls.append(1))
+    import_bytes(merged_db, tmp_path, workers=1)
+    assert calls == []  # fewer sessions than MIN_SESSIONS
+    monkeypatch.setattr(fanout, "MIN_SESSIONS", 2)
+    import_bytes(merged_db, tmp_path, workers=1)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("failure", [OSError("no libc"), AttributeError("no mallopt")])
+def test_the_heap_request_never_fails(monkeypatch, failure: Exception):
+    """Where there is no glibc (no mallopt, no C library to load) the request does nothing."""
+    import ctypes
+
+    from opencode_events.pipeline import grow_heap_in_large_steps
+
+    def unavailable(*_args: object) -> None:
+        raise failure
+
+    monkeypatch.setattr(ctypes, "CDLL", unavailable)
+    grow_heap_in_large_steps()  # no exception
