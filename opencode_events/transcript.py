@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
+from .errors import InputError
 from .events import Event
 from .mapping import CONSUMED_PARTS
 from .normalizer import Normalizer, Provenance
@@ -140,67 +141,78 @@ def session_events(
     normalize_part = normalizer.part
     decode_message = MESSAGE_HEAD_DECODER.decode  # accepts what MESSAGE_DECODER accepts
     part_iter = iter(parts)
-    pending = next(part_iter, None)
     entered = False
     events: list[Event] = []
-    for message_id, _, created, data in messages:
-        if not entered:
-            normalizer.enter_session(session_id)
-            entered = True
-        try:
-            info: MessageHead | MessageInfo | None = decode_message(data)
-            normalizer.records += 1
-        except (msgspec.DecodeError, RecursionError):
-            info, found = mapper.message(
-                data, session_id=session_id, message_id=message_id, time=created
-            )
-            events += found
-        role = info.role if info is not None and type(info.role) is str else None
-        while pending is not None and pending[1] == message_id:
-            part_id, _, _, part_time, part_data = pending
-            pending = next(part_iter, None)
+    done = 0  # how many of ``events`` belong to messages mapped whole
+    try:
+        pending = next(part_iter, None)
+        for message_id, _, created, data in messages:
+            done = len(events)
+            if not entered:
+                normalizer.enter_session(session_id)
+                entered = True
             try:
-                part = decode(part_data)
+                info: MessageHead | MessageInfo | None = decode_message(data)
+                normalizer.records += 1
             except (msgspec.DecodeError, RecursionError):
-                # Not a part we can read: the mapper's own path (which counts the record)
-                # turns it into a warning or an unknown event.
-                found = map_part(
-                    part_data,
-                    session_id=session_id,
-                    message_id=message_id,
-                    part_id=part_id,
-                    time=part_time,
+                info, found = mapper.message(
+                    data, session_id=session_id, message_id=message_id, time=created
+                )
+                events += found
+            role = info.role if info is not None and type(info.role) is str else None
+            while pending is not None and pending[1] == message_id:
+                part_id, _, _, part_time, part_data = pending
+                pending = next(part_iter, None)
+                try:
+                    part = decode(part_data)
+                except (msgspec.DecodeError, RecursionError):
+                    # Not a part we can read: the mapper's own path (which counts the record)
+                    # turns it into a warning or an unknown event.
+                    found = map_part(
+                        part_data,
+                        session_id=session_id,
+                        message_id=message_id,
+                        part_id=part_id,
+                        time=part_time,
+                        role=role,
+                    )
+                    if found:
+                        events += found
+                    continue
+                normalizer.records += 1
+                kind = part.type
+                if type(kind) is str and kind in consumed:
+                    normalizer.note_consumed(kind)
+                    continue
+                if part.id is None:
+                    part.id = part_id  # store rows keep the id in a column, not in data
+                found = normalize_part(
+                    part,
+                    Provenance(
+                        session_id=session_id,
+                        time=part_time
+                        if type(part_time) is int or type(part_time) is float
+                        else None,
+                        message_id=message_id,
+                        part_id=part_id,
+                        raw=part_data,
+                    ),
                     role=role,
                 )
                 if found:
                     events += found
-                continue
-            normalizer.records += 1
-            kind = part.type
-            if type(kind) is str and kind in consumed:
-                normalizer.note_consumed(kind)
-                continue
-            if part.id is None:
-                part.id = part_id  # store rows keep the id in a column, not in data
-            found = normalize_part(
-                part,
-                Provenance(
-                    session_id=session_id,
-                    time=part_time if type(part_time) is int or type(part_time) is float else None,
-                    message_id=message_id,
-                    part_id=part_id,
-                    raw=part_data,
-                ),
-                role=role,
-            )
-            if found:
-                events += found
-        if info is not None and info.role == "assistant" and info.error:
-            events += mapper.message_end(
-                info, data, session_id=session_id, message_id=message_id, time=created
-            )
-        if len(events) >= BATCH_EVENTS:
-            yield events
-            events = []
+            if info is not None and info.role == "assistant" and info.error:
+                events += mapper.message_end(
+                    info, data, session_id=session_id, message_id=message_id, time=created
+                )
+            if len(events) >= BATCH_EVENTS:
+                yield events
+                events = []
+    except InputError:
+        # The database failed part-way through a session read as it streams: the
+        # messages mapped whole go out first, as one message at a time they would have.
+        if done:
+            yield events[:done]
+        raise
     if events:
         yield events

@@ -347,3 +347,56 @@ def test_the_heap_request_never_fails(monkeypatch, failure: Exception):
 
     monkeypatch.setattr(ctypes, "CDLL", unavailable)
     grow_heap_in_large_steps()  # no exception
+
+
+def test_the_heap_request_never_fails_without_ctypes(monkeypatch):
+    """A Python built without ctypes (minimal or embedded builds) imports as usual."""
+    from opencode_events.pipeline import grow_heap_in_large_steps
+
+    monkeypatch.setitem(sys.modules, "ctypes", None)  # `import ctypes` raises ImportError
+    grow_heap_in_large_steps()  # no exception
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_database_failing_mid_session_keeps_the_whole_messages_before(
+    merged_db: Path, tmp_path: Path, monkeypatch, workers: int
+):
+    """A session read as it streams can fail part-way (a damaged page): what was written before
+    the error is the same whatever the batch size, i.e. every message mapped whole, as if the
+    events went out one message at a time; the failing message's own events are dropped."""
+    with Store(merged_db) as store:
+        ids = select_sessions(store, all_sessions=True)
+        # The session with the most parts fails two part rows before its end.
+        target = max(ids, key=lambda sid: len(list(store.session_rows(sid)[1])))
+    original = Store.session_rows
+
+    def failing_rows(self, session_id):
+        messages, parts = original(self, session_id)
+        if session_id != target:
+            return messages, parts
+        rows = list(parts)
+
+        def stream():
+            for index, row in enumerate(rows):
+                if index == len(rows) - 2:
+                    raise InputError("database disk image is malformed")
+                yield row
+
+        return messages, stream()
+
+    monkeypatch.setattr(Store, "session_rows", failing_rows)
+    if workers > 1:
+        monkeypatch.setattr(fanout, "MIN_SESSIONS", 2)
+
+    def written(batch: int) -> bytes:
+        monkeypatch.setattr(transcript, "BATCH_EVENTS", batch)
+        out_path = tmp_path / f"out-{workers}-{batch}.jsonl"
+        with Store(merged_db) as store, open(out_path, "wb") as out:
+            with pytest.raises(InputError, match="malformed"):
+                import_sessions(store, ids, JsonlWriter(out, buffered=True), workers=workers)
+        return out_path.read_bytes()
+
+    one_at_a_time = written(1)
+    assert written(256) == one_at_a_time
+    # Events of the failing session itself were written (the test would pass vacuously if not).
+    assert target.encode() in one_at_a_time
