@@ -391,9 +391,12 @@ def test_a_database_failing_mid_session_keeps_the_whole_messages_before(
     def written(batch: int) -> bytes:
         monkeypatch.setattr(transcript, "BATCH_EVENTS", batch)
         out_path = tmp_path / f"out-{workers}-{batch}.jsonl"
-        with Store(merged_db) as store, open(out_path, "wb") as out:
-            with pytest.raises(InputError, match="malformed"):
-                import_sessions(store, ids, JsonlWriter(out, buffered=True), workers=workers)
+        with (
+            Store(merged_db) as store,
+            open(out_path, "wb") as out,
+            pytest.raises(InputError, match="malformed"),
+        ):
+            import_sessions(store, ids, JsonlWriter(out, buffered=True), workers=workers)
         return out_path.read_bytes()
 
     one_at_a_time = written(1)
