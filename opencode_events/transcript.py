@@ -186,13 +186,13 @@ def session_events(
                     continue
                 if part.id is None:
                     part.id = part_id  # store rows keep the id in a column, not in data
+                if type(part_time) is not int and type(part_time) is not float:
+                    part_time = None  # a damaged time_created
                 found = normalize_part(
                     part,
                     Provenance(
                         session_id=session_id,
-                        time=part_time
-                        if type(part_time) is int or type(part_time) is float
-                        else None,
+                        time=part_time,
                         message_id=message_id,
                         part_id=part_id,
                         raw=part_data,
