@@ -120,7 +120,20 @@ def paired(
         "peer_s": min(best_theirs),
         "peer_rss": max(r[1] for block in theirs for r in block),
         "pair_ratios": [min(pairs), max(pairs)],  # unrounded: a caller may invert them
+        "peer_over_ours_by_block": [round(min(pairs), 2), round(max(pairs), 2)],
     }
+
+
+def timed(
+    cmd: list[str], peer: list[str] | None, *, peer_env: dict | None = None
+) -> tuple[float, int, dict | None]:
+    """Our best time and peak RSS: against ``peer`` in alternating blocks when there is one
+    (with ``paired``'s figures as the third item), else the best of ``BENCH_REPEAT``."""
+    if peer is None:
+        t, rss = best(cmd)
+        return t, rss, None
+    pair = paired(cmd, peer, peer_env=peer_env)
+    return pair["ours_s"], pair["ours_rss"], pair
 
 
 def capture(cmd: list[str], *, env: dict | None = None, cwd=ROOT) -> bytes:
@@ -332,11 +345,7 @@ def close(a: float, b: float, cents: bool = False) -> bool:
 def bench_sessions(cc: list[str] | None, truth: dict) -> dict:
     cmd = our_cmd("sessions", "--db", str(DB), "--all", "--format", "json")
     cc_cmd = [*cc, "opencode", "session", "--offline", "--json", "--timezone", TZ] if cc else None
-    if cc_cmd:
-        pair = paired(cmd, cc_cmd, peer_env=ccusage_env())
-        t, rss = pair["ours_s"], pair["ours_rss"]
-    else:
-        t, rss = best(cmd)
+    t, rss, pair = timed(cmd, cc_cmd, peer_env=ccusage_env() if cc_cmd else None)
     result: dict = {"ours_s": round(t, 2), "ours_peak_rss_mb": rss}
     rows = json.loads(capture(cmd))
     cols = truth["session_columns"]
@@ -348,12 +357,11 @@ def bench_sessions(cc: list[str] | None, truth: dict) -> dict:
         and all(our_tokens[f] == cols[f] for f in TOKEN_FIELDS)
     )
     result["ours_total_cost"] = round(our_cost, 4)
-    if cc_cmd:
-        t_cc = pair["peer_s"]
+    if cc_cmd and pair:
         result.update(
-            ccusage_s=round(t_cc, 2),
-            ratio=round(t_cc / t, 2),
-            ratio_by_block=[round(r, 2) for r in pair["pair_ratios"]],
+            ccusage_s=round(pair["peer_s"], 2),
+            ratio=round(pair["peer_s"] / t, 2),
+            ratio_by_block=pair["peer_over_ours_by_block"],
         )
         doc = json.loads(capture(cc_cmd, env=ccusage_env()))
         result["ccusage_sessions"] = len(doc["sessions"])
@@ -437,11 +445,7 @@ def _cost_by_model(rows: list[dict], truth: dict) -> dict:
 def bench_usage(cc: list[str] | None, oc: Path | None, truth: dict) -> dict:
     cmd = our_cmd("usage", "--db", str(DB), "--all", "--by", "day", "--format", "json", "--tz", TZ)
     cmd_cc = [*cc, "opencode", "daily", "--offline", "--json", "--timezone", TZ] if cc else None
-    if cmd_cc:
-        pair = paired(cmd, cmd_cc, peer_env=ccusage_env())
-        t, rss = pair["ours_s"], pair["ours_rss"]
-    else:
-        t, rss = best(cmd)
+    t, rss, pair = timed(cmd, cmd_cc, peer_env=ccusage_env() if cmd_cc else None)
     doc = json.loads(capture(cmd))
     result: dict = {"ours_s": round(t, 2), "ours_peak_rss_mb": rss}
     total = doc["total"]
@@ -461,12 +465,11 @@ def bench_usage(cc: list[str] | None, oc: Path | None, truth: dict) -> dict:
     result["ours_days_differing_from_db"] = days_off
     ours_by_day = {row["day"]: row for row in doc["rows"]}
 
-    if cmd_cc:
-        t_cc = pair["peer_s"]
+    if cmd_cc and pair:
         result.update(
-            ccusage_s=round(t_cc, 2),
-            ratio_vs_ccusage=round(t_cc / t, 2),
-            ratio_vs_ccusage_by_block=[round(r, 2) for r in pair["pair_ratios"]],
+            ccusage_s=round(pair["peer_s"], 2),
+            ratio_vs_ccusage=round(pair["peer_s"] / t, 2),
+            ratio_vs_ccusage_by_block=pair["peer_over_ours_by_block"],
         )
         cc_doc = json.loads(capture(cmd_cc, env=ccusage_env()))
         result["ccusage_vs_db"] = _cc_compare(cc_doc["totals"], cc_doc["daily"], truth)

@@ -185,8 +185,8 @@ class Normalizer:
         kind = part.type
         # The common kinds first: this runs once per part of every source.
         if kind == "text":
-            text = part.text  # text_of, inline
-            if not isinstance(text, str) or not text:
+            text = text_of(part)
+            if text is None:
                 return []
             return self._stamp([Prompt(text=text) if role == "user" else Message(text=text)], prov)
         if kind == "step-finish":
@@ -234,18 +234,9 @@ class Normalizer:
 
     def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
         self.step_open = False
-        part_id = part.id  # _first_sighting and _next_turn, inline: once per model step
-        if isinstance(part_id, str):
-            seen = self._seen_parts
-            if part_id in seen:
-                self.duplicates += 1
-                return []
-            seen.add(part_id)
-        key = self._session or ""
-        turns = self._session_turns
-        turn = turns[key] = turns.get(key, 0) + 1
-        self.turns += 1
-        return self._count_usage(usage_event(part, turn), prov)
+        if not self._first_sighting(part):
+            return []
+        return self._count_usage(usage_event(part, self._next_turn()), prov)
 
     def _count_usage(self, usage: Usage, prov: Provenance) -> list[Event]:
         totals = self.totals

@@ -312,9 +312,7 @@ class _PartRange:
         yield from iter(lambda: cursor.fetchmany(4096), [])
 
     def part_data(self, rowid: int) -> bytes | None:
-        row = self.conn.execute(
-            "SELECT CAST(data AS BLOB) FROM part WHERE rowid = ?", (rowid,)
-        ).fetchone()
+        row = self.conn.execute(Store._PART_DATA, (rowid,)).fetchone()
         return row[0] if row else None
 
 
