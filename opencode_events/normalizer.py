@@ -64,8 +64,18 @@ class Provenance(Struct, kw_only=True, gc=False):
 
 
 def _as_raw(value: bytes | Raw | None) -> Raw | None:
-    """Readers may hand over the record's bytes; they become ``Raw`` only when written."""
-    return Raw(value) if type(value) is bytes else value
+    """Readers may hand over the record's bytes; they become ``Raw`` only when written.
+    A record laid out over several lines (an export document, a legacy JSON file) is
+    compacted: an event is one line."""
+    if value is None:
+        return None
+    data = value if type(value) is bytes else bytes(value)
+    if b"\n" in data or b"\r" in data:
+        try:
+            return Raw(msgspec.json.format(data, indent=0))
+        except msgspec.DecodeError:  # not JSON: left as it is (readers hand over JSON only)
+            pass
+    return Raw(data) if type(value) is bytes else value
 
 
 class _Totals:

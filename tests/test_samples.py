@@ -46,6 +46,12 @@ def test_golden(source: Path, golden: Path, reader):
     )
 
 
+def test_every_golden_is_one_json_object_per_line():
+    for golden in sorted(GOLDEN.glob("*.jsonl")):
+        for number, line in enumerate(golden.read_bytes().splitlines(), 1):
+            assert isinstance(json.loads(line), dict), f"{golden.name}:{number}"
+
+
 def test_every_golden_has_its_capture():
     expected = {golden for _, golden, _ in cases()}
     assert set(GOLDEN.glob("*.jsonl")) == expected

@@ -368,28 +368,39 @@ class OpenCodeEnv:
         return self._run(argv, timeout=timeout, stdin=stdin)
 
     def _run(
-        self, argv: list[str], *, timeout: float = 120, stdin: bytes | None = None
+        self,
+        argv: list[str],
+        *,
+        timeout: float = 120,
+        stdin: bytes | None = None,
+        stdout_to_file: bool = False,
     ) -> RunResult:
-        t0 = time.monotonic()
-        proc = subprocess.Popen(
-            argv,
-            cwd=self.work,
-            env=self.env,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(stdin, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, err = proc.communicate()
-            raise HarnessError(
-                f"{argv[1:3]} timed out after {timeout}s; stderr tail: {err[-2000:]!r}"
-            ) from None
-        finally:
-            _kill_group(proc)
+        # A file, not a pipe, for commands that print one large document and exit: `opencode
+        # export` into a pipe stops at 64 KiB (the process exits before its output drains).
+        with tempfile.TemporaryFile() if stdout_to_file else contextlib.nullcontext() as sink:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(
+                argv,
+                cwd=self.work,
+                env=self.env,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=sink if sink is not None else subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            try:
+                out, err = proc.communicate(stdin, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                out, err = proc.communicate()
+                raise HarnessError(
+                    f"{argv[1:3]} timed out after {timeout}s; stderr tail: {err[-2000:]!r}"
+                ) from None
+            finally:
+                _kill_group(proc)
+            if sink is not None:
+                sink.seek(0)
+                out = sink.read()
         return RunResult(argv, proc.returncode, out, err, time.monotonic() - t0)
 
     def run_interrupted(
@@ -456,7 +467,9 @@ class OpenCodeEnv:
         )
 
     def export(self, session_id: str, *extra: str) -> RunResult:
-        return self._run(self.command("export", session_id, *extra), timeout=60)
+        return self._run(
+            self.command("export", session_id, *extra), timeout=60, stdout_to_file=True
+        )
 
     def session_ids(self) -> list[dict[str, Any]]:
         """Sessions in the store (read-only peek), oldest first."""
