@@ -24,7 +24,8 @@ def rows(db: Path, query: str) -> list[tuple]:
 
 
 def write_legacy(db: Path, data_dir: Path, *, oldest: bool) -> None:
-    """OpenCode's JSON files for every session of ``db`` (ids put back into the objects)."""
+    """OpenCode's JSON files for every session of ``db`` (ids put back into the objects),
+    pretty-printed as OpenCode writes them."""
     storage = data_dir / "project" / "work" / "storage" if oldest else data_dir / "storage"
     for sid, parent, title, directory, version, created, updated in rows(
         db,
@@ -41,17 +42,17 @@ def write_legacy(db: Path, data_dir: Path, *, oldest: bool) -> None:
             info["parentID"] = parent
         folder = storage / "session" / ("info" if oldest else "proj")
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{sid}.json").write_text(json.dumps(info))
+        (folder / f"{sid}.json").write_text(json.dumps(info, indent=2))
     for mid, sid, data in rows(db, "SELECT id, session_id, data FROM message"):
         message = {"id": mid, "sessionID": sid, **json.loads(data)}
         folder = storage / ("session/message" if oldest else "message") / sid
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{mid}.json").write_text(json.dumps(message))
+        (folder / f"{mid}.json").write_text(json.dumps(message, indent=2))
     for pid, mid, sid, data in rows(db, "SELECT id, message_id, session_id, data FROM part"):
         part = {"id": pid, "messageID": mid, "sessionID": sid, **json.loads(data)}
         folder = (storage / "session" / "part" / sid / mid) if oldest else (storage / "part" / mid)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{pid}.json").write_text(json.dumps(part))
+        (folder / f"{pid}.json").write_text(json.dumps(part, indent=2))
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -59,12 +60,21 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def comparable(events: list[dict]) -> list[dict]:
-    return [{k: v for k, v in e.items() if k not in ("time", "raw")} for e in events]
+    """Events but for `time` and the ids a JSON file adds to a record kept in `raw`."""
+    found = []
+    for event in events:
+        event = {k: v for k, v in event.items() if k != "time"}
+        if isinstance(event.get("raw"), dict):
+            ids = ("id", "sessionID", "messageID")
+            event["raw"] = {k: v for k, v in event["raw"].items() if k not in ids}
+        found.append(event)
+    return found
 
 
 @pytest.mark.parametrize("oldest", [False, True], ids=["storage", "project-storage"])
-def test_legacy_layout_reads_like_the_database(tmp_path: Path, oldest: bool):
-    db = ROOT / "samples" / "task" / "opencode.db"
+@pytest.mark.parametrize("sample", ["task", "file_tools"])
+def test_legacy_layout_reads_like_the_database(tmp_path: Path, oldest: bool, sample: str):
+    db = ROOT / "samples" / sample / "opencode.db"
     data_dir = tmp_path / "data" / "opencode"
     write_legacy(db, data_dir, oldest=oldest)
     env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "PATH": "/usr/bin"}
