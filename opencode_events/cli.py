@@ -26,6 +26,7 @@ from .cliutil import (
     pipe_safe,
     selection_options,
     since_ms,
+    whole_writes_stdout,
 )
 from .errors import InputError
 
@@ -381,6 +382,8 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     """Run the click command and turn every way out into an exit code."""
     try:
         entry.main(args=args, prog_name="opencode-events", standalone_mode=False)
+        # Here, not at exit: a reader gone before the last block is a closed pipe (141).
+        sys.stdout.flush()
     except InputError as exc:
         click.echo(f"error: {exc}", err=True)
         return EXIT_USAGE
@@ -413,6 +416,7 @@ def main() -> None:
         if sys.stderr is not None:
             sys.stderr.write("error: standard output is closed\n")
         sys.exit(EXIT_USAGE)
+    whole_writes_stdout()
     sys.exit(run(cli))
 
 

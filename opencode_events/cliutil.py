@@ -5,6 +5,8 @@ so none has to import another."""
 from __future__ import annotations
 
 import functools
+import io
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
@@ -65,13 +67,60 @@ def format_for(fmt: str | None, out: BinaryIO) -> str:
     return "pretty" if out.isatty() else "jsonl"
 
 
+class WholeWrites(io.RawIOBase):
+    """A file descriptor that takes every byte it is given or raises.
+
+    Python's ``BufferedWriter`` passes a large block straight to the raw file and returns
+    after a partial write without an error: a reader that went away in the middle of the
+    block (``| head``) or a disk that filled up would cut the output short unnoticed, and
+    the command would exit 0. Here the next write raises (``BrokenPipeError``, ``ENOSPC``)."""
+
+    def __init__(self, fd: int, *, closefd: bool = True) -> None:
+        super().__init__()
+        self._fd, self._closefd = fd, closefd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        return total
+
+    def close(self) -> None:
+        if not self.closed and self._closefd:
+            os.close(self._fd)
+        super().close()
+
+
+def whole_writes_stdout() -> None:
+    """Put ``sys.stdout`` over ``WholeWrites`` (the console script does, before any output)."""
+    old = sys.stdout
+    raw = WholeWrites(old.fileno(), closefd=False)
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=old.encoding,
+        errors=old.errors,
+        line_buffering=old.line_buffering,
+    )
+
+
 def open_output(path: str | None) -> BinaryIO:
     if path is None or path == "-":
         return sys.stdout.buffer
     try:
-        return open(path, "wb")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return io.BufferedWriter(WholeWrites(fd))
 
 
 def db_option(command: Callable[..., Any]) -> Callable[..., Any]:

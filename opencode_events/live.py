@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import click
 
-from .cliutil import pipe_safe
+from .cliutil import open_output, pipe_safe
 from .errors import InputError
 
 __all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
@@ -31,15 +30,6 @@ __all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0)
 READ_TIMEOUT = 35.0  # the server sends a heartbeat every 10 s; silence this long is a drop
 _FORMATS = click.Choice(["jsonl", "pretty"])
-
-
-def _output(path: str | None) -> BinaryIO:
-    if path is None or path == "-":
-        return sys.stdout.buffer
-    try:
-        return open(path, "wb")  # noqa: SIM115 - closed at exit
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _writer(fmt: str | None, out: BinaryIO) -> Any:
@@ -263,7 +253,7 @@ def attach(
     from .sse import SseReader
 
     endpoint = _Endpoint(url)
-    out = _output(output)
+    out = open_output(output)
     writer = _writer(fmt, out)
     normalizer = Normalizer(keep_raw=keep_raw)
     reader = SseReader(normalizer, deltas=deltas, session=session_id)
@@ -341,7 +331,7 @@ def run_opencode(
     from .pipeline import normalize_streams
 
     binary = _opencode_binary()
-    out = _output(output)
+    out = open_output(output)
     copy: BinaryIO | None = None
     if tee is not None:
         try:

@@ -94,6 +94,19 @@ class _TextOut:
         return "utf-8"
 
 
+def passes_broken_pipe(console: Any) -> Any:
+    """Make a rich ``Console`` raise ``BrokenPipeError`` when its reader goes away, as any
+    other output does; rich's default exits with status 1, and the CLI's convention for a
+    closed pipe is its own (141, silent)."""
+
+    def reader_gone() -> None:
+        console.quiet = True  # nothing more is written, not even the footer's end
+        raise BrokenPipeError
+
+    console.on_broken_pipe = reader_gone
+    return console
+
+
 class _Tally:
     __slots__ = ("turns", "tools", "failures", "input", "output", "cache", "total", "cost")
 
@@ -140,6 +153,7 @@ class PrettyWriter:
             soft_wrap=False,
             **kwargs,
         )
+        passes_broken_pipe(self._console)
         self._use_live = terminal if live is None else live
         self._live: Any = None
         self._atexit = False

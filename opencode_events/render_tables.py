@@ -53,7 +53,9 @@ def draw_table(
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(file=out, width=width, soft_wrap=False)
+    from .render import passes_broken_pipe
+
+    console = passes_broken_pipe(Console(file=out, width=width, soft_wrap=False))
     if width is None and not out.isatty():
         console.width = 240  # a table saved to a file is read at leisure
     cells = [[str(column.value(row)) for column in columns] for row in rows]

@@ -207,6 +207,39 @@ def test_closed_pipe_ends_quietly(tmp_path: Path):
     assert proc.returncode == 141
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["normalize", "--format", "pretty"],
+        ["usage", "--format", "csv"],
+        ["usage", "--format", "json"],
+        ["usage", "--format", "markdown"],
+        ["usage", "--format", "table"],
+    ],
+    ids=" ".join,
+)
+def test_closed_pipe_ends_quietly_after_one_large_block(tmp_path: Path, args: list[str]):
+    """A reader gone in the middle of one large write (`| head -c 100`) is a closed pipe
+    too, not a success: the rest of the block is not silently dropped."""
+    steps = [step_finish(input_=10, output=2, cost=0.01) for _ in range(5000)]
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(lines_of(*steps))
+    proc = subprocess.Popen(CMD + [*args, str(big)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(100)
+    proc.stdout.close()  # like `| head -c 100`
+    stderr = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert stderr == b""
+    assert proc.returncode == 141
+
+
+def test_a_full_disk_is_an_error_not_a_short_file(tmp_path: Path):
+    """Output that cannot all be written is one error line and exit 2 (here /dev/full)."""
+    result = run(["normalize", "-o", "/dev/full"], stdin=SIMPLE * 2000)
+    assert result.returncode == 2
+    assert result.stderr.startswith(b"error: ") and result.stderr.count(b"\n") == 1
+
+
 def test_ctrl_c_exits_130_without_traceback():
     proc = subprocess.Popen(
         CMD + ["normalize"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
