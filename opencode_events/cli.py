@@ -342,11 +342,15 @@ def usage(
         columns = [*labels, *TOKEN_FIELDS, "cost", *extra]
         if fmt == "csv":
             out.write(formats.write_csv(rows, columns))
+            # CSV has no place for a note; it goes where a person running the command sees it.
+            for note in report.notes:
+                click.echo(f"note: {note}", err=True)
         else:
             total = {**report.total.as_dict(), columns[0]: "**total**"}
             out.write(
                 formats.write_markdown([*rows, total], columns, numeric=[*TOKEN_FIELDS, "cost"])
             )
+            out.write("".join(f"\n_Note: {note}_\n" for note in report.notes).encode())
     out.flush()
 
 

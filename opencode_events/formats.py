@@ -25,6 +25,8 @@ def to_builtins(rows: Sequence[Any]) -> list[dict[str, Any]]:
 def _cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):  # as JSON writes it, and DuckDB or pandas read it
+        return "true" if value else "false"
     if isinstance(value, dict | list):
         return _ENCODER.encode(value).decode()
     if isinstance(value, float):

@@ -7,6 +7,7 @@ and thousands-separated; costs are dollars with enough digits to see small runs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -29,14 +30,17 @@ def count(value: Any) -> str:
 
 
 def money(value: Any) -> str:
-    """Dollars: cents for big sums, four significant places for small ones."""
-    if not isinstance(value, int | float):
+    """Dollars: cents from a dollar up, four decimal places below, and two significant
+    digits below $0.0001 ($0.000065), never in exponent notation."""
+    if not isinstance(value, int | float) or not math.isfinite(value):
         return "-"
     if value == 0:
         return "$0.00"
     if abs(value) >= 1:
         return f"${value:,.2f}"
-    return f"${value:.4f}" if abs(value) >= 0.0001 else f"${value:.2g}"
+    if abs(value) >= 0.0001:
+        return f"${value:.4f}"
+    return f"${value:.{1 - math.floor(math.log10(abs(value)))}f}"
 
 
 def draw_table(

@@ -325,3 +325,26 @@ def test_format_duration() -> None:
         "1m 00s",
         "62m 05s",
     ]
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (0, "$0.00"),
+        (0.0, "$0.00"),
+        (1234.5, "$1,234.50"),
+        (1.0, "$1.00"),
+        (0.012809999999999998, "$0.0128"),  # a cost as OpenCode stores it
+        (0.0001, "$0.0001"),
+        (6.5e-05, "$0.000065"),  # never 6.5e-05
+        (1.4999999999999999e-05, "$0.000015"),
+        (float("nan"), "-"),
+        (float("inf"), "-"),
+        (None, "-"),
+        ("0.1", "-"),
+    ],
+)
+def test_money_in_tables(value, shown):
+    from opencode_events.render_tables import money
+
+    assert money(value) == shown

@@ -3,6 +3,7 @@ sessions on real captures (samples/*/opencode.db, from `make samples`)."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import shutil
@@ -434,6 +435,8 @@ def test_sessions_csv_and_bad_since():
     csv_out = run("sessions", "--db", str(db), "--format", "csv").stdout.decode().splitlines()
     assert csv_out[0].startswith("id,path,parent_id,title")
     assert len(csv_out) == 2
+    row = dict(zip(*csv.reader(csv_out), strict=True))
+    assert row["in_flight"] == "false"  # as JSON writes it, not Python's False
     bad = run("sessions", "--db", str(db), "--since", "yesterday-ish")
     assert bad.returncode == 2 and b"Traceback" not in bad.stderr
 

@@ -231,6 +231,17 @@ def test_forked_history_is_not_counted_twice():
     assert alone["total"]["cost"] == pytest.approx(session_columns(db, fork)["cost"])
 
 
+def test_the_forked_copies_note_reaches_csv_and_markdown_readers():
+    db = str(SAMPLES / "fork" / "opencode.db")
+    note = json.loads(subprocess.run(CLI + ["--db", db, "--all"], capture_output=True).stdout)
+    note = note["notes"][0]
+    csv_run = subprocess.run(CLI + ["--db", db, "--all", "--format", "csv"], capture_output=True)
+    assert csv_run.returncode == 0 and csv_run.stderr.decode() == f"note: {note}\n"
+    assert note not in csv_run.stdout.decode()  # the CSV itself stays rows only
+    md = subprocess.run(CLI + ["--db", db, "--all", "--format", "markdown"], capture_output=True)
+    assert md.stdout.decode().endswith(f"\n_Note: {note}_\n") and md.stderr == b""
+
+
 def test_day_rows_follow_the_time_zone():
     db = SAMPLES / "text" / "opencode.db"
     utc = usage("--db", str(db), "--last", "--by", "day", "--tz", "UTC")
