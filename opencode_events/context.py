@@ -282,7 +282,8 @@ def price_files(directory: str | None, env: Mapping[str, str] | None = None) -> 
     """
     env = os.environ if env is None else env
     files = config_files(directory, env)
-    global_files, rest = files[:3], files[3:]
+    named_count = 1 if env.get("OPENCODE_CONFIG") else 0
+    global_files, named, rest = files[:3], files[3 : 3 + named_count], files[3 + named_count :]
     home_files, project = rest[-2:], rest[:-2]
     plain = [p for p in project if p.parent.name != ".opencode"]
     dotted = [p for p in project if p.parent.name == ".opencode"]
@@ -297,7 +298,6 @@ def price_files(directory: str | None, env: Mapping[str, str] | None = None) -> 
             ordered += sorted(groups[folder], key=lambda p: p.suffix == ".jsonc")
         return ordered
 
-    named = [Path(env["OPENCODE_CONFIG"])] if env.get("OPENCODE_CONFIG") else []
     return global_files + named + outermost_first(plain) + outermost_first(dotted) + home_files
 
 

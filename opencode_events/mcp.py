@@ -7,7 +7,8 @@ call as MCP. So the server names come from OpenCode's config files (only the key
 ``opencode.jsonc`` in ``$XDG_CONFIG_HOME/opencode`` (``~/.config/opencode``); ``opencode.json``
 / ``opencode.jsonc`` and ``.opencode/opencode.json[c]`` in the session's directory and each
 parent up to the worktree root (the nearest folder holding ``.git``; without one, the
-directory alone); and ``~/.opencode/opencode.json[c]``. A server configured only through
+directory alone); and ``~/.opencode/opencode.json[c]``; also the file ``$OPENCODE_CONFIG``
+names when it is set in this tool's environment. A server configured only through
 ``OPENCODE_CONFIG`` in the agent's own environment cannot be seen from outside and is not
 counted. A tool name matches a server when it starts with the sanitised name and ``_`` and
 has a tool name after it; of several matches the longest wins.
@@ -67,11 +68,14 @@ def _worktree_chain(directory: Path) -> list[Path]:
 
 
 def config_files(directory: str | None, env: Mapping[str, str] | None = None) -> list[Path]:
-    """Every config file seed 002 lists for a session in ``directory``, existing or not."""
+    """Every config file seed 002 lists for a session in ``directory``, existing or not:
+    global, ``$OPENCODE_CONFIG`` (when set), the project's, then ``~/.opencode``."""
     env = os.environ if env is None else env
     home = Path(env.get("HOME") or Path.home())
     config_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "opencode"
     files = [config_home / name for name in ("config.json", "opencode.json", "opencode.jsonc")]
+    if env.get("OPENCODE_CONFIG"):  # set for this tool too: the agent likely shares it
+        files.append(Path(env["OPENCODE_CONFIG"]))
     if directory:
         for folder in _worktree_chain(Path(directory)):
             files += [

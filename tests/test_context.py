@@ -226,6 +226,8 @@ def test_prices_from_config_and_models_cache(tmp_path: Path):
     assert files.index(config / "opencode" / "opencode.json") < files.index(
         project / "opencode.jsonc"
     )
+    named = price_files(str(project), {**env, "OPENCODE_CONFIG": str(tmp_path / "named.json")})
+    assert named == [*files[:3], tmp_path / "named.json", *files[3:]]  # after the global ones
     book = load_prices(str(project), env)
     price = book("anthropic", "claude-x")
     assert price is not None

@@ -476,6 +476,12 @@ def test_mcp_calls_attributed_to_configured_servers(tmp_path: Path):
         ).stdout
     )
     assert without_config[0]["mcp_calls"] == {}
+    named = {"HOME": str(tmp_path / "empty"), "PATH": "/usr/bin"}
+    named["OPENCODE_CONFIG"] = str(folder / "opencode.json")  # set for this tool too
+    by_variable = run(
+        "sessions", "--db", str(folder / "opencode.db"), "--format", "json", env=named
+    )
+    assert json.loads(by_variable.stdout)[0]["mcp_calls"] == {"my-tools.v1": mcp_tools}
 
 
 # ------------------------------------------------------------ a read-only directory
