@@ -23,6 +23,7 @@ class Column:
     style: str | None = None
     max_width: int | None = None
     drop: int = 0  # when the table is too wide, columns with the highest ``drop`` go first
+    cut_to: int | None = None  # then columns with ``cut_to`` are cut (…) down to that width
 
 
 def count(value: Any) -> str:
@@ -64,7 +65,10 @@ def draw_table(
         console.width = 240  # a table saved to a file is read at leisure
     cells = [[str(column.value(row)) for column in columns] for row in rows]
     footers = None if total is None else [str(column.value(total)) for column in columns]
-    shown = _fitting(columns, cells, footers, console.width)
+    shown, hidden, cut = _fitting(columns, cells, footers, console.width)
+    if hidden:  # never leave out figures unsaid: the row would read as complete
+        note = f"not shown at this width: {', '.join(hidden)}"
+        caption = f"{caption}\n{note}" if caption else note
 
     table = Table(
         title=title,
@@ -80,7 +84,7 @@ def draw_table(
             justify="right" if column.numeric else "left",
             style=column.style,
             footer="" if footers is None else Text(footers[index]),
-            max_width=column.max_width,
+            max_width=cut.get(index, column.max_width),
             overflow="ellipsis",
             no_wrap=True,
         )
@@ -90,24 +94,47 @@ def draw_table(
     console.print(table)
 
 
+_NOTHING = frozenset({"", "0", "-", "$0.00"})
+
+
 def _fitting(
     columns: Sequence[Column], cells: list[list[str]], footers: list[str] | None, width: int
-) -> list[int]:
-    """Indexes of the columns to show: drop the most droppable until the table fits."""
+) -> tuple[list[int], list[str], dict[int, int]]:
+    """The indexes of the columns to show, the headers of those left out that held
+    something, and the widths columns are cut to. Until the table fits, a droppable column
+    goes: first one with nothing in it (all zero or empty), then the most droppable; then
+    the columns that may be cut are cut, as far as their ``cut_to``."""
+
+    def values(index: int) -> list[str]:
+        return [row[index] for row in cells] + ([footers[index]] if footers else [])
 
     def natural(index: int) -> int:
         column = columns[index]
-        values = [row[index] for row in cells] + ([footers[index]] if footers else [])
-        longest = max([len(column.header), *map(len, values)])
+        longest = max([len(column.header), *map(len, values(index))])
         return min(longest, column.max_width or longest) + 3  # padding and border
 
+    empty = {i for i in range(len(columns)) if _NOTHING.issuperset(values(i))}
     shown = list(range(len(columns)))
+    hidden: list[str] = []
     while sum(natural(i) for i in shown) + 1 > width:
         candidates = [i for i in shown if columns[i].drop > 0]
         if not candidates:
             break
-        shown.remove(max(candidates, key=lambda i: (columns[i].drop, i)))
-    return shown
+        index = max(candidates, key=lambda i: (i in empty, columns[i].drop, i))
+        shown.remove(index)
+        if index not in empty:
+            hidden.append(columns[index].header or "flags")
+    cut: dict[int, int] = {}
+    excess = sum(natural(i) for i in shown) + 1 - width
+    for index in reversed(shown):  # the last such column first: the id before it stays whole
+        floor = columns[index].cut_to
+        if excess <= 0 or floor is None:
+            continue
+        now = natural(index) - 3
+        if now > floor:
+            cut[index] = max(floor, now - excess)
+            excess -= now - cut[index]
+    return shown, hidden, cut
 
 
 def _tail(path: str | None, width: int) -> str:
@@ -125,9 +152,9 @@ def sessions_table(summaries: Sequence[Any], *, out: TextIO, width: int | None =
         return f"{s.tool_calls:,}{failed}"
 
     columns = [
-        Column("id", lambda s: s.id, style="cyan"),
+        Column("id", lambda s: s.id, style="cyan", cut_to=18),  # still a prefix to look up
         Column("updated", lambda s: format_time(s.time_updated), drop=3),
-        Column("title", lambda s: s.title or "", max_width=32, drop=1),
+        Column("title", lambda s: s.title or "", max_width=32, cut_to=11),
         Column("agent", lambda s: s.agent or "", drop=5),
         Column("model", lambda s: s.model or "", max_width=20, drop=4),
         Column("directory", lambda s: _tail(s.directory, 24), drop=6),
@@ -157,6 +184,12 @@ def _duration(ms: Any) -> str:
     return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+def _session_prefix() -> Column:
+    """The session of each row where several sessions share a table: enough of the id to
+    tell them apart and to pass to ``--session``, never left out."""
+    return Column("session", lambda r: r.session_id or "", style="cyan", max_width=18)
+
+
 def usage_table(report: Any, *, out: TextIO, store: bool, width: int | None = None) -> None:
     """A usage report: label columns by ``--by``, then tokens by class and cost."""
     from .timeutil import format_time
@@ -174,13 +207,13 @@ def usage_table(report: Any, *, out: TextIO, store: bool, width: int | None = No
             return f"{r.turn}" + (" (open)" if r.open else "") if r.turn is not None else "total"
 
         if several_sessions:
-            label.append(Column("session", lambda r: r.session_id or "", style="cyan", drop=2))
+            label.append(_session_prefix())
         label.append(Column("turn", turn, numeric=True))
         if store:
             label += [
                 Column("started", lambda r: format_time(r.started) if r.started else "", drop=3),
                 Column("took", lambda r: _duration(r.duration_ms), numeric=True, drop=4),
-                Column("prompt", lambda r: r.prompt or "", max_width=40, drop=1),
+                Column("prompt", lambda r: r.prompt or "", max_width=40, drop=2),
                 Column("inf.", lambda r: count(r.inferences), numeric=True, drop=2),
                 Column("tools", lambda r: count(r.tool_calls), numeric=True, drop=2),
             ]
@@ -192,7 +225,7 @@ def usage_table(report: Any, *, out: TextIO, store: bool, width: int | None = No
             Column("took", lambda r: _duration(r.duration_ms), numeric=True, drop=4),
         ]
         if several_sessions:
-            label.append(Column("session", lambda r: r.session_id or "", style="cyan", drop=3))
+            label.append(_session_prefix())
         label += [
             Column("model", lambda r: r.model or "", drop=2),
             Column("agent", lambda r: r.agent or "", drop=3),

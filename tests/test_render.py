@@ -348,3 +348,59 @@ def test_money_in_tables(value, shown):
     from opencode_events.render_tables import money
 
     assert money(value) == shown
+
+
+# ------------------------------------------------------------ tables at a terminal's width
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+
+def _sessions_table(width: int) -> str:
+    from opencode_events.render_tables import sessions_table
+    from opencode_events.store import Store
+    from opencode_events.summary import summarize
+
+    with Store(SAMPLES / "task" / "opencode.db") as store:
+        summaries = summarize(store, store.sessions())
+    out = io.StringIO()
+    sessions_table(summaries, out=out, width=width)
+    return out.getvalue()
+
+
+def _usage_table(width: int) -> str:
+    from opencode_events.render_tables import usage_table
+    from opencode_events.store import Store, every_session
+    from opencode_events.usage import store_usage
+
+    with Store(SAMPLES / "fork" / "opencode.db") as store:
+        ids = every_session(store, top_level=True)
+        report = store_usage(store, ids, cross_session=True)
+    out = io.StringIO()
+    usage_table(report, out=out, store=True, width=width)
+    return out.getvalue()
+
+
+def test_a_narrow_sessions_table_keeps_the_title_and_every_figure_whole():
+    text = _sessions_table(80)
+    assert max(map(len, text.splitlines())) <= 80
+    header = next(line for line in text.splitlines() if "┃ id" in line)
+    for name in ("title", "turns", "tools", "input", "output", "cost+sub"):
+        assert f" {name} " in header, name
+    assert "ses_dd8083e0bffeP…" in text  # the id cut, still a prefix to look up
+    assert "not shown at this width: directory, agent, model, sub, updated, c.read, inf." in text
+
+
+def test_a_wide_table_shows_everything():
+    assert "not shown" not in _sessions_table(240)
+    assert "not shown" not in _usage_table(240)
+
+
+def test_a_narrow_usage_table_of_several_sessions_keeps_the_session_and_says_what_it_left_out():
+    text = _usage_table(80)
+    assert max(map(len, text.splitlines())) <= 80
+    header = next(line for line in text.splitlines() if "┃ session" in line)
+    for name in ("turn", "input", "output", "cache read", "total", "cost"):
+        assert f" {name} " in header, name
+    # cache write (all zero here) goes first, and unsaid: nothing is lost with it
+    assert "cache write" not in text
+    assert "not shown at this width: took, started, inf., prompt" in text
