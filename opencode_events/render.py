@@ -19,6 +19,8 @@ import sys
 from collections.abc import Iterable
 from typing import IO, Any
 
+import msgspec
+
 from .events import (
     Command,
     Compaction,
@@ -223,6 +225,8 @@ class PrettyWriter:
         text.append(str(t.tools), "bold")
         if t.failures:
             text.append(f" ({t.failures} {FAIL})", "red")
+        text.append(" · ", "dim")
+        text.append(f"${t.cost:.4f}", "bold")  # before the breakdown, which a narrow line cuts
         text.append(" · tokens ", "dim")
         text.append(format_tokens(t.total), "bold")
         text.append(
@@ -230,8 +234,6 @@ class PrettyWriter:
             f" · cache {format_tokens(t.cache)})",
             "dim",
         )
-        text.append(" · ", "dim")
-        text.append(f"${t.cost:.4f}", "bold")
         if self._streaming:
             tail = self._streaming.replace("\n", " ")[-60:]
             text.append("\n… " + tail, "dim italic")
@@ -420,10 +422,10 @@ def _subject(event: Any, cwd: str = "") -> str:
             return subject
         return f"{op or 'write'} {subject}"
     if isinstance(event, Search):
-        subject = repr(event.pattern) if event.pattern is not None else ""
+        words = [repr(event.pattern)] if event.pattern is not None else []
         if event.path:
-            subject += f" in {_rel(event.path, cwd)}"
-        return subject if tool in ("grep", "glob") else f"search {subject}"
+            words.append(f"in {_rel(event.path, cwd)}")
+        return " ".join(words if tool in ("grep", "glob") else ["search", *words])
     if isinstance(event, Command):
         return _first_line(event.command, 500)
     if isinstance(event, Orchestration):
@@ -433,4 +435,23 @@ def _subject(event: Any, cwd: str = "") -> str:
         return subject
     if isinstance(event, Skill):
         return event.name or ""
-    return _first_line(getattr(event, "title", None))
+    return _first_line(getattr(event, "title", None)) or _input_of(getattr(event, "raw", None))
+
+
+def _input_of(raw: Any) -> str:
+    """The input of the tool part an ``unknown`` event carries (an MCP tool's arguments),
+    as compact JSON; "" when there is none."""
+    if raw is None:
+        return ""
+    try:
+        record = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, TypeError):
+        return ""
+    if not isinstance(record, dict):
+        return ""
+    # the part itself (store), under "part" (run stream) or under "properties" (server)
+    holder = record.get("properties") if isinstance(record.get("properties"), dict) else record
+    part = holder.get("part", holder)
+    state = part.get("state") if isinstance(part, dict) else None
+    value = state.get("input") if isinstance(state, dict) else None
+    return msgspec.json.encode(value).decode() if value else ""

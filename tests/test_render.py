@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from msgspec import Raw
 
 from opencode_events.events import (
     Command,
@@ -104,6 +105,33 @@ TOOL_ROWS = [
     ),
     (Skill(tool="skill", success=None, name="demo"), "• skill      demo"),
     (Unknown(tool="mcp_thing", success=True, title="did a thing"), "✓ mcp_thing  did a thing"),
+    (Search(tool="bash", success=True, path="."), "✓ bash       search in ."),  # `ls`
+    (Search(tool="bash", success=True, pattern="x"), "✓ bash       search 'x'"),
+    # an MCP call has no title: its arguments, from the part it carries (stream, store, server)
+    (
+        Unknown(
+            tool="srv_echo",
+            success=True,
+            title="",
+            raw=Raw(b'{"type":"tool_use","part":{"state":{"input":{"text":"ping"}}}}'),
+        ),
+        '✓ srv_echo   {"text":"ping"}',
+    ),
+    (
+        Unknown(tool="srv_echo", success=True, raw=Raw(b'{"state":{"input":{"n":1}}}')),
+        '✓ srv_echo   {"n":1}',
+    ),
+    (
+        Unknown(
+            tool="srv_echo",
+            success=True,
+            raw=Raw(
+                b'{"type":"message.part.updated","properties":{"part":{"state":{"input":[1]}}}}'
+            ),
+        ),
+        "✓ srv_echo   [1]",
+    ),
+    (Unknown(tool="srv_echo", success=True, raw=Raw(b"[1]")), "✓ srv_echo   "),
 ]
 
 
@@ -216,7 +244,7 @@ def test_live_footer_totals() -> None:
     )
     writer.end_batch()
     footer = writer._footer().plain
-    assert "turns 2 · tools 1 (1 ✗) · tokens 2,000 (in 1,500 · out 100 · cache 400) · $0.0200" in (
+    assert "turns 2 · tools 1 (1 ✗) · $0.0200 · tokens 2,000 (in 1,500 · out 100 · cache 400)" in (
         footer
     )
     assert "streaming words" in footer
