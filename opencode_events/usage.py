@@ -663,7 +663,7 @@ def _step_row(sid: str, mid: str, created: Any, full: _Message) -> UsageRow:
     figures.started = created if type(created) is int else None
     figures.session_id = sid
     figures.message_id = mid if type(mid) is str else None  # a damaged id (NULL, a blob): none
-    figures.model = full.modelID if isinstance(full.modelID, str) else None
+    figures.model = _model_name(full) if isinstance(full.modelID, str) else None
     figures.agent = full.agent if isinstance(full.agent, str) else None
     figures.reason = full.finish if isinstance(full.finish, str) else None
     completed = full.time.completed if full.time else None
@@ -996,13 +996,18 @@ def _add_message(acc: list[Any], info: Any, created: Any) -> None:
         acc[8] = created
 
 
+def _model_name(info: _Message) -> str:
+    """``provider/model`` as OpenCode names a model (``--by model`` and ``--by step`` alike)."""
+    provider = info.providerID if isinstance(info.providerID, str) else None
+    model = info.modelID if isinstance(info.modelID, str) else "?"
+    return f"{provider}/{model}" if provider else model
+
+
 def _group_key(by: str, top: str, info: _Message, started: Any, day_of: _DayOf) -> Any:
     if by == "session":
         return top
     if by == "model":
-        provider = info.providerID if isinstance(info.providerID, str) else None
-        model = info.modelID if isinstance(info.modelID, str) else "?"
-        return f"{provider}/{model}" if provider else model
+        return _model_name(info)
     if by == "agent":
         if isinstance(info.agent, str):
             return info.agent

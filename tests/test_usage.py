@@ -703,3 +703,10 @@ def test_messages_with_odd_ids_are_counted(tmp_path: Path, by: str):
     assert _figures_of(report.total) == {k: v * 3 for k, v in _ODD_FIGURES.items()}
     if by == "step":
         assert sorted(row.message_id or "" for row in report.rows) == ["", "", "msg_odd2"]
+
+
+def test_step_rows_name_the_model_as_the_model_rows_do():
+    db = str(SAMPLES / "task" / "opencode.db")
+    steps = usage("--db", db, "--last", "--by", "step")["rows"]
+    models = usage("--db", db, "--last", "--by", "model")["rows"]
+    assert {r["model"] for r in steps} == {r["model"] for r in models} == {"mock/mock-model"}
