@@ -101,6 +101,9 @@ class Normalizer:
         self.problems = 0  # warnings and error events, for --strict
         self.step_open = False  # a step started and has not finished (an interrupted run)
         self._session: str | None = None
+        self._first_session: str | None = None
+        # The output covers more than one session: the closing metrics name none.
+        self.several_sessions = False
         self._session_turns: dict[str, int] = {}
         self._seen_parts: set[str] = set()
         # Part ids of recently current sessions, so that sessions interleaved in one input
@@ -118,6 +121,10 @@ class Normalizer:
         if session_id is None or session_id == self._session:
             return
         self._session = session_id
+        if self._first_session is None:
+            self._first_session = session_id
+        elif session_id != self._first_session:
+            self.several_sessions = True
         seen = self._seen_by_session.pop(session_id, None)
         self._seen_parts = set() if seen is None else seen
         self._seen_by_session[session_id] = self._seen_parts
@@ -359,5 +366,5 @@ class Normalizer:
         )
         event.seq = self.seq
         self.seq += 1
-        event.session_id = self._session
+        event.session_id = None if self.several_sessions else self._session
         return event

@@ -132,6 +132,7 @@ def import_sessions(
     from . import fanout
 
     normalizer = Normalizer(keep_raw=keep_raw)
+    normalizer.several_sessions = len(set(session_ids)) > 1
     if len(session_ids) >= fanout.MIN_SESSIONS:
         grow_heap_in_large_steps()
     if workers is None:

@@ -766,3 +766,12 @@ def test_a_scan_started_before_the_rows_gives_the_same_sessions(monkeypatch, sce
         early = msgspec.to_builtins(summary_module.summarize(store, rows, scan=scan))
     assert early == plain
     assert sum(r["tool_calls"] for r in early) > 0
+
+
+def test_closing_metrics_name_a_session_only_when_there_is_one():
+    db = str(SAMPLES / "task" / "opencode.db")
+    one = jsonl(run("import", "--db", db).stdout)
+    several = jsonl(run("import", "--db", db, "--all").stdout)
+    assert one[-1]["kind"] == several[-1]["kind"] == "metrics"
+    assert one[-1]["session_id"] == one[0]["session_id"]
+    assert len({e["session_id"] for e in several[:-1]}) == 2 and "session_id" not in several[-1]
