@@ -75,7 +75,7 @@ def normalize(
     from .writers import make_writer
 
     inputs_opened = open_inputs(inputs)
-    out = open_output(output)
+    out = open_output(output, reads=[name for name in inputs if name != "-"])
     writer = make_writer(format_for(fmt, out), out, buffered=buffered)
     normalizer = normalize_streams(
         inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
@@ -122,7 +122,7 @@ def import_(
     from pathlib import Path
 
     from .pipeline import import_sessions, normalize_streams
-    from .store import select_sessions
+    from .store import select_sessions, store_files
     from .writers import make_writer
 
     documents = [s for s in sessions if Path(s).is_file()]
@@ -130,7 +130,7 @@ def import_(
         if len(documents) != len(sessions) or db_path or last or since or all_sessions:
             raise click.UsageError("give either export documents or stored sessions, not both")
         inputs = open_inputs(tuple(documents))
-        out = open_output(output)
+        out = open_output(output, reads=documents)
         writer = make_writer(format_for(fmt, out), out, buffered=True)
         normalize_streams(inputs, writer, keep_raw=keep_raw, metrics=not no_metrics)
         return
@@ -145,7 +145,7 @@ def import_(
             all_sessions=all_sessions,
             children=children,
         )
-        out = open_output(output)
+        out = open_output(output, reads=store_files(store))
         writer = make_writer(format_for(fmt, out), out, buffered=True)
         import_sessions(store, ids, writer, keep_raw=keep_raw, metrics=not no_metrics)
 

@@ -8,7 +8,7 @@ import functools
 import io
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 import click
@@ -113,9 +113,39 @@ def whole_writes_stdout() -> None:
     )
 
 
-def open_output(path: str | None) -> BinaryIO:
+def _is_read(path: str, reads: Sequence[Any]) -> str | None:
+    """The input ``path`` would overwrite (the same file, or the same name though it does
+    not exist yet, or a file inside an input folder), if any."""
+    try:
+        target = os.stat(path)
+    except OSError:
+        target = None
+    real = os.path.realpath(path)
+    for read in reads:
+        read = os.fspath(read)
+        if os.path.isdir(read):
+            if real.startswith(os.path.realpath(read).rstrip(os.sep) + os.sep):
+                return read
+            continue
+        if real == os.path.realpath(read):  # a -wal or -journal SQLite would take as its own
+            return read
+        try:
+            source = os.stat(read)
+        except OSError:
+            continue
+        if target is not None and (target.st_dev, target.st_ino) == (source.st_dev, source.st_ino):
+            return read  # a hard link, a bind mount
+    return None
+
+
+def open_output(path: str | None, reads: Sequence[Any] = ()) -> BinaryIO:
+    """The output: stdout, or the file ``path``, which must not be one of the files (or
+    inside one of the folders) being read: opening it would empty it first."""
     if path is None or path == "-":
         return sys.stdout.buffer
+    clash = _is_read(path, reads)
+    if clash is not None:
+        raise InputError(f"will not write to {path}: it is being read ({clash})")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     except OSError as exc:

@@ -665,6 +665,15 @@ class Store:
             yield from self._query(sql.format(", ".join("?" * len(chunk))), chunk)
 
 
+def store_files(store: Any) -> list[Path]:
+    """What reading ``store`` reads: the database and the files SQLite keeps beside it, or
+    the folder of a legacy JSON store."""
+    path = Path(store.path)
+    if path.is_dir():
+        return [path]
+    return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+
+
 def every_session(store: Any, *, top_level: bool = False) -> list[str]:
     """Every session's id (``top_level``: only those that are no subagent), oldest first."""
     ids = getattr(store, "session_ids", None)  # without building every row, when it can

@@ -319,3 +319,14 @@ def test_closed_stdout_is_one_error_line():
     )
     assert result.returncode == 2
     assert result.stderr == b"error: standard output is closed\n"
+
+
+def test_normalize_will_not_write_over_its_input(tmp_path: Path):
+    source = tmp_path / "run.jsonl"
+    source.write_bytes(SIMPLE)
+    (tmp_path / "link.jsonl").symlink_to(source)
+    for target in (source, tmp_path / "link.jsonl"):
+        result = run(["normalize", str(source), "-o", str(target)])
+        assert result.returncode == 2 and result.stderr.startswith(b"error: will not write to ")
+        assert source.read_bytes() == SIMPLE
+    assert run(["normalize", str(source), "-o", str(tmp_path / "out.jsonl")]).returncode == 0

@@ -775,3 +775,22 @@ def test_closing_metrics_name_a_session_only_when_there_is_one():
     assert one[-1]["kind"] == several[-1]["kind"] == "metrics"
     assert one[-1]["session_id"] == one[0]["session_id"]
     assert len({e["session_id"] for e in several[:-1]}) == 2 and "session_id" not in several[-1]
+
+
+@pytest.mark.parametrize("target", ["opencode.db", "opencode.db-wal", "opencode.db-journal"])
+def test_import_will_not_write_over_what_it_reads(tmp_path: Path, target: str):
+    db = copy_sample("task", tmp_path)
+    before = fingerprint(db.parent)
+    result = run("import", "--all", "--db", str(db), "-o", str(db.parent / target))
+    assert result.returncode == 2
+    assert result.stderr.startswith(b"error: will not write to ") and result.stderr.count(b"\n") == 1
+    assert fingerprint(db.parent) == before  # nothing emptied, nothing created beside it
+
+
+def test_import_will_not_write_into_a_legacy_store(tmp_path: Path):
+    storage = tmp_path / "storage" / "session" / "proj"
+    storage.mkdir(parents=True)
+    (storage / "ses_a.json").write_text('{"id": "ses_a", "time": {"created": 1, "updated": 1}}')
+    result = run("import", "--all", "--db", str(tmp_path), "-o", str(storage / "ses_a.json"))
+    assert result.returncode == 2 and result.stderr.startswith(b"error: will not write to ")
+    assert json.loads((storage / "ses_a.json").read_text())["id"] == "ses_a"
