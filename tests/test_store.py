@@ -783,7 +783,8 @@ def test_import_will_not_write_over_what_it_reads(tmp_path: Path, target: str):
     before = fingerprint(db.parent)
     result = run("import", "--all", "--db", str(db), "-o", str(db.parent / target))
     assert result.returncode == 2
-    assert result.stderr.startswith(b"error: will not write to ") and result.stderr.count(b"\n") == 1
+    assert result.stderr.startswith(b"error: will not write to ")
+    assert result.stderr.count(b"\n") == 1
     assert fingerprint(db.parent) == before  # nothing emptied, nothing created beside it
 
 
