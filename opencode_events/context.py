@@ -58,7 +58,6 @@ inference, so a source only a subagent used shows 0 tokens and a cost.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -69,7 +68,7 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import Raw, Struct
 
-from .mcp import config_files, mcp_server_names, mcp_server_of, strip_jsonc
+from .mcp import config_files, mcp_server_names, mcp_server_of, read_json_file
 from .summary import descendants
 from .views import Tokens
 
@@ -134,7 +133,10 @@ def _int(value: Any) -> int:
 def _float(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0.0
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond any float
+        return 0.0
     return value if math.isfinite(value) else 0.0
 
 
@@ -172,7 +174,8 @@ def _price(cost: Any) -> Price | None:
     if not isinstance(cost, dict):
         return None
     tiers = []
-    for tier in cost.get("tiers") or ():
+    tiers_given = cost.get("tiers")
+    for tier in tiers_given if isinstance(tiers_given, list) else ():
         if isinstance(tier, dict) and isinstance(tier.get("tier"), dict):
             size = tier["tier"].get("size")
             price = _price({k: v for k, v in tier.items() if k != "tier"})
@@ -189,17 +192,10 @@ def _price(cost: Any) -> Price | None:
     )
 
 
-def _json_file(path: Path) -> Any:
-    try:
-        return json.loads(strip_jsonc(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return None
-
-
 @lru_cache(maxsize=64)
 def _model_costs(path: str, mtime_ns: int, catalogue: bool) -> dict[tuple[str, str], dict]:
     """(provider, model) → the raw ``cost`` object in one config or catalogue file."""
-    document = _json_file(Path(path))
+    document = read_json_file(path)
     providers = document if catalogue else (document or {}).get("provider")
     found: dict[tuple[str, str], dict] = {}
     if not isinstance(providers, dict):

@@ -14,6 +14,7 @@ assistant messages' (which is how OpenCode computed them then). Files are only r
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,30 @@ def find_legacy_roots(data: Path) -> list[Path]:
 
 
 def _read(path: Path) -> bytes | None:
+    """A regular file's bytes; None for anything else (a FIFO is never waited on, a device
+    such as /dev/zero never read without end)."""
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _safe_id(value: Any) -> bool:
+    """An id that names one file or folder inside the storage tree (ids become paths)."""
+    return (
+        isinstance(value, str)
+        and value not in ("", ".", "..")
+        and not any(c in value for c in ("/", "\\", "\0"))
+    )
 
 
 def _int(value: Any) -> int | None:
@@ -128,7 +149,7 @@ class LegacyStore:
             info = _SESSION.decode(data) if data else None
         except msgspec.DecodeError:
             info = None
-        if info is None or not isinstance(info.id, str):
+        if info is None or not _safe_id(info.id):
             return None
         cost = 0.0
         tokens = [0, 0, 0, 0, 0]

@@ -19,11 +19,20 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-__all__ = ["sanitize", "mcp_server_names", "mcp_server_of", "strip_jsonc", "config_files"]
+__all__ = [
+    "sanitize",
+    "mcp_server_names",
+    "mcp_server_of",
+    "strip_jsonc",
+    "config_files",
+    "read_json_file",
+]
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -62,8 +71,11 @@ def _worktree_chain(directory: Path) -> list[Path]:
     for parent in [directory, *directory.parents]:
         if parent != directory:
             chain.append(parent)
-        if (parent / ".git").exists():
-            return chain
+        try:
+            if (parent / ".git").exists():
+                return chain
+        except (OSError, ValueError):  # a name too long, a NUL: a damaged session row
+            return [directory]
     return [directory]
 
 
@@ -76,7 +88,7 @@ def config_files(directory: str | None, env: Mapping[str, str] | None = None) ->
     files = [config_home / name for name in ("config.json", "opencode.json", "opencode.jsonc")]
     if env.get("OPENCODE_CONFIG"):  # set for this tool too: the agent likely shares it
         files.append(Path(env["OPENCODE_CONFIG"]))
-    if directory:
+    if isinstance(directory, str) and directory and "\0" not in directory:
         for folder in _worktree_chain(Path(directory)):
             files += [
                 folder / "opencode.jsonc",
@@ -88,12 +100,33 @@ def config_files(directory: str | None, env: Mapping[str, str] | None = None) ->
     return files
 
 
+_LARGEST_CONFIG = 64 << 20  # bytes; OpenCode's models cache is about 1 MB
+
+
+def read_json_file(path: str | os.PathLike[str]) -> Any:
+    """The JSON (or JSONC) document in the regular file ``path``, or None: a missing,
+    unreadable or huge file, a FIFO or a device (never waited on), text that is not JSON or
+    is nested too deep are all no document."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _LARGEST_CONFIG:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            text = file.read(_LARGEST_CONFIG + 1).decode("utf-8")
+        return json.loads(strip_jsonc(text))
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+
+
 @lru_cache(maxsize=1024)
 def _servers_in(path: str, mtime_ns: int) -> tuple[str, ...]:
-    try:
-        document = json.loads(strip_jsonc(Path(path).read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return ()
+    document = read_json_file(path)
     mcp = document.get("mcp") if isinstance(document, dict) else None
     return tuple(mcp) if isinstance(mcp, dict) else ()
 
@@ -103,10 +136,10 @@ def mcp_server_names(directory: str | None, env: Mapping[str, str] | None = None
     names: set[str] = set()
     for path in config_files(directory, env):
         try:
-            stat = path.stat()
-        except OSError:
+            info = path.stat()
+        except (OSError, ValueError):
             continue
-        names.update(_servers_in(str(path), stat.st_mtime_ns))
+        names.update(_servers_in(str(path), info.st_mtime_ns))
     return sorted(names)
 
 

@@ -117,3 +117,38 @@ def test_db_option_accepts_a_storage_folder(tmp_path: Path):
 def test_empty_folder_is_an_error(tmp_path: Path):
     result = run("sessions", "--db", str(tmp_path))
     assert result.returncode == 2 and result.stderr.startswith(b"error: no OpenCode storage")
+
+
+def test_files_that_are_not_regular_files_are_skipped(tmp_path: Path):
+    """A FIFO is never waited on and a device never read without end."""
+    import os
+
+    db = ROOT / "samples" / "text" / "opencode.db"
+    data_dir = tmp_path / "opencode"
+    write_legacy(db, data_dir, oldest=False)
+    sessions = data_dir / "storage" / "session" / "proj"
+    os.mkfifo(sessions / "fifo.json")
+    (sessions / "zero.json").symlink_to("/dev/zero")
+    part_dir = next((data_dir / "storage" / "part").iterdir())
+    os.mkfifo(part_dir / "prt_fifo.json")
+    expected = comparable(
+        [json.loads(line) for line in run("import", "--all", "--db", str(db)).stdout.splitlines()]
+    )
+    for command in (["import", "--all"], ["sessions"], ["usage", "--all"]):
+        result = run(*command, "--db", str(data_dir))
+        assert result.returncode == 0, (command, result.stderr)
+    got = run("import", "--all", "--db", str(data_dir)).stdout.splitlines()
+    assert comparable([json.loads(line) for line in got]) == expected
+
+
+def test_a_session_id_that_would_leave_the_storage_folder_is_no_session(tmp_path: Path):
+    storage = tmp_path / "data" / "storage"
+    (storage / "session" / "proj").mkdir(parents=True)
+    (storage / "message").mkdir()
+    outside = tmp_path / "data" / "secret.json"
+    outside.write_text('{"role": "user", "id": "msg_x"}')
+    for name, sid in (("a", "../.."), ("b", ".."), ("c", "x/../..")):
+        (storage / "session" / "proj" / f"{name}.json").write_text(json.dumps({"id": sid}))
+    (storage / "session" / "proj" / "ok.json").write_text(json.dumps({"id": "ses_ok"}))
+    rows = json.loads(run("sessions", "--all", "--format", "json", "--db", str(storage)).stdout)
+    assert [r["id"] for r in rows] == ["ses_ok"]

@@ -795,3 +795,50 @@ def test_import_will_not_write_into_a_legacy_store(tmp_path: Path):
     result = run("import", "--all", "--db", str(tmp_path), "-o", str(storage / "ses_a.json"))
     assert result.returncode == 2 and result.stderr.startswith(b"error: will not write to ")
     assert json.loads((storage / "ses_a.json").read_text())["id"] == "ses_a"
+
+
+# ------------------------------------------------------- damaged rows and config files
+
+
+@pytest.mark.parametrize(
+    "directory",
+    ["X'2f746d70'", "'/tmp/a' || char(0) || 'b'", "'/' || replace(hex(zeroblob(3000)), '0', 'a')"],
+    ids=["blob", "nul", "too-long"],
+)
+def test_a_damaged_session_directory_is_no_directory(tmp_path: Path, directory: str):
+    db = copy_sample("task", tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute(f"UPDATE session SET directory = {directory}")
+    conn.commit()
+    conn.close()
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin"}
+    for command in ("sessions", "context"):
+        result = run(command, "--db", str(db), "--format", "json", env=env)
+        assert result.returncode == 0, (command, result.stderr.decode())
+        assert b"Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["deep", "fifo", "not-json", "tiers"])
+def test_a_bad_config_file_is_no_config(tmp_path: Path, kind: str):
+    import os
+
+    config = tmp_path / "config" / "opencode"
+    config.mkdir(parents=True)
+    target = config / "opencode.json"
+    if kind == "deep":
+        target.write_text("[" * 100_000)
+    elif kind == "fifo":
+        os.mkfifo(target)  # never opened for a writer: reading it would wait for ever
+    elif kind == "not-json":
+        target.write_bytes(b"\xff\xfe{")
+    else:
+        target.write_text(
+            '{"provider": {"mock": {"models": {"mock-model": {"cost": '
+            '{"input": 1, "tiers": 5, "context_over_200k": {"input": 1e400}}}}}}}'
+        )
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"), "PATH": "/usr/bin"}
+    db = str(SAMPLES / "mcp" / "opencode.db")
+    for command in ("sessions", "context"):
+        result = run(command, "--db", db, "--format", "json", env=env)
+        assert result.returncode == 0, (command, result.stderr.decode())
+        assert b"Traceback" not in result.stderr
