@@ -55,8 +55,16 @@ class _Endpoint:
 
         if "://" not in url:
             url = "http://" + url
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(url)
+            hostname = parts.hostname
+        except ValueError:  # e.g. an unclosed [IPv6 bracket
+            raise InputError(f"not a server URL: {url}") from None
+        if (
+            parts.scheme not in ("http", "https")
+            or not hostname
+            or any(c.isspace() or ord(c) < 32 for c in url)
+        ):
             raise InputError(f"not a server URL: {url}")
         self.url = url
         self.https = parts.scheme == "https"
@@ -94,6 +102,13 @@ class _Endpoint:
         try:
             conn.request("GET", self.path, headers=headers)
             response = conn.getresponse()
+        except UnicodeError:  # a host name IDNA cannot encode (an empty or long label)
+            conn.close()
+            raise InputError(f"not a server URL: {self.url} (bad host name)") from None
+        except (http.client.HTTPException, ValueError) as exc:  # no HTTP there: an SSH port
+            conn.close()
+            detail = str(exc).strip()[:200] or type(exc).__name__
+            raise InputError(f"{self.shown} did not answer as an HTTP server: {detail}") from None
         except BaseException:
             conn.close()
             raise

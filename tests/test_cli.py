@@ -330,3 +330,48 @@ def test_normalize_will_not_write_over_its_input(tmp_path: Path):
         assert result.returncode == 2 and result.stderr.startswith(b"error: will not write to ")
         assert source.read_bytes() == SIMPLE
     assert run(["normalize", str(source), "-o", str(tmp_path / "out.jsonl")]).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("http://[::1", "error: not a server URL: http://[::1"),
+        ("http://h:1/ a", "error: not a server URL: http://h:1/ a"),
+        ("http://a..b", "error: not a server URL: http://a..b (bad host name)"),
+        ("ftp://host", "error: not a server URL: ftp://host"),
+    ],
+)
+def test_attach_to_a_bad_url_is_one_error_line(url: str, message: str):
+    result = run(["attach", url])
+    assert (result.returncode, result.stderr.decode(), result.stdout) == (2, message + "\n", b"")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [b"GARBAGE\r\n\r\n", b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * 70000 + b"\r\n\r\n"],
+    ids=["not-http", "huge-header"],
+)
+def test_attach_to_something_that_is_not_an_http_server(reply: bytes):
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(reply)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        result = run(["attach", f"http://127.0.0.1:{port}"])
+    finally:
+        listener.close()
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.decode().startswith(
+        f"error: http://127.0.0.1:{port} did not answer as an HTTP server: "
+    )
+    assert result.stderr.count(b"\n") == 1 and result.stdout == b""
