@@ -199,8 +199,12 @@ class LegacyStore:
         rows = [row for row, _ in self._sessions.values()]
         if since_ms is not None:
             rows = [r for r in rows if r.time_updated >= since_ms]
-        if top_level:
-            rows = [r for r in rows if r.parent_id is None]
+        if top_level:  # as the database store: no parent, itself, or a parent not there
+            rows = [
+                r
+                for r in rows
+                if r.parent_id is None or r.parent_id == r.id or r.parent_id not in self._sessions
+            ]
         return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)
 
     def session(self, session_id: str) -> SessionRow | None:

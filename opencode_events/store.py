@@ -199,6 +199,11 @@ def _float(value: Any) -> float:
     return value if kind is float else float(value) if kind is int else 0.0
 
 
+# A session that is no subagent: no parent, itself as parent, or a parent no longer there (an
+# orphan counts on its own rather than vanishing from `sessions` and `usage --all`).
+_TOP_LEVEL = "(parent_id IS NULL OR parent_id = id OR parent_id NOT IN (SELECT id FROM session))"
+
+
 class Store:
     """A read-only view of one ``opencode.db``. Use as a context manager."""
 
@@ -316,7 +321,7 @@ class Store:
             where.append("time_updated >= ?")
             params.append(since_ms)
         if top_level:
-            where.append("(parent_id IS NULL OR parent_id = id)")
+            where.append(_TOP_LEVEL)
         sql = f"SELECT {_SESSION_COLUMNS} FROM session"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -332,7 +337,7 @@ class Store:
         id), without building whole rows (a damaged time sorts as 0 there too)."""
         sql = "SELECT id, time_created FROM session"
         if top_level:
-            sql += " WHERE (parent_id IS NULL OR parent_id = id)"
+            sql += f" WHERE {_TOP_LEVEL}"
         rows = [(_int(created), sid) for sid, created in self._query(sql)]
         try:
             rows.sort()

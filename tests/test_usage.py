@@ -710,3 +710,23 @@ def test_step_rows_name_the_model_as_the_model_rows_do():
     steps = usage("--db", db, "--last", "--by", "step")["rows"]
     models = usage("--db", db, "--last", "--by", "model")["rows"]
     assert {r["model"] for r in steps} == {r["model"] for r in models} == {"mock/mock-model"}
+
+
+def test_a_subagent_whose_parent_is_gone_counts_on_its_own(tmp_path: Path):
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    (parent,) = conn.execute("SELECT parent_id FROM session WHERE parent_id IS NOT NULL").fetchone()
+    for table, column in (("part", "session_id"), ("message", "session_id"), ("session", "id")):
+        conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (parent,))
+    conn.commit()
+    (child, cost) = conn.execute("SELECT id, cost FROM session").fetchone()
+    conn.close()
+    doc = usage("--db", str(db), "--all")
+    assert doc["total"]["cost"] == pytest.approx(cost) and doc["rows"]
+    sessions = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "sessions", "--db", str(db), "--format", "json"],
+        capture_output=True,
+        check=True,
+    )
+    assert [row["id"] for row in json.loads(sessions.stdout)] == [child]
