@@ -9,6 +9,7 @@ they need when they run, so start-up stays small.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -287,7 +288,7 @@ def usage(
 
     zone = _zone(tz)
     from_store = bool(db_path or session_ids or last or since or all_sessions) or (
-        not inputs and sys.stdin.isatty()
+        not inputs and sys.stdin is not None and sys.stdin.isatty()
     )
     try:
         if from_store:
@@ -421,7 +422,24 @@ def main() -> None:
             sys.stderr.write("error: standard output is closed\n")
         sys.exit(EXIT_USAGE)
     whole_writes_stdout()
+    _terminate_like_interrupt()
     sys.exit(run(cli))
+
+
+def _terminate_like_interrupt() -> None:
+    """SIGTERM (kill, a container stopping) ends this process as Ctrl-C does: the stores
+    close, a private copy of a database is removed, and the exit status says which signal
+    (128 + 15). A forked worker keeps the default: it just ends."""
+    main_pid = os.getpid()
+
+    def terminate(signum: int, frame: Any) -> None:
+        if os.getpid() != main_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
 
 
 from .live import attach, run_opencode  # noqa: E402 - registered after the group exists

@@ -50,6 +50,8 @@ def open_inputs(paths: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
     opened: list[tuple[str, BinaryIO]] = []
     for path in paths or ("-",):
         if path == "-":
+            if sys.stdin is None:  # started with stdin closed (`<&-`)
+                raise InputError("standard input is closed")
             # Unbuffered: read(n) returns what the pipe holds, so lines flow as they come.
             opened.append(("-", open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)))  # noqa: SIM115
             continue

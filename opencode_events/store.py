@@ -183,6 +183,13 @@ def _sqlite_order(row: tuple[Any, ...]) -> tuple[int, Any]:
     return (2, value) if isinstance(value, str) else (3, bytes(value))
 
 
+def _holds_data(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
 def _read_only(uri: str) -> sqlite3.Connection:
     conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
     conn.execute("PRAGMA query_only = 1")
@@ -210,8 +217,8 @@ class Store:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._tmp: str | None = None
-        self.conn = self._connect()
-        try:
+        try:  # a private copy made before a failure is removed too
+            self.conn = self._connect()
             self._check_schema()
         except BaseException:
             self.close()
@@ -242,7 +249,13 @@ class Store:
         if not path.is_file():
             raise InputError(f"{path} is not a file")
         wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
-        if not wal.exists():
+        journal = Path(f"{path}-journal")
+        if _holds_data(journal):
+            # A rollback journal: a writer's transaction under way, or one cut off (a hot
+            # journal). Read as-is, the file could show uncommitted pages; a private copy with
+            # its journal is rolled back by SQLite to the last committed state.
+            uri = self._private_copy(path, journal, writable=True)
+        elif not wal.exists():
             uri = f"{path.resolve().as_uri()}?immutable=1"
         elif shm.exists():
             uri = f"{path.resolve().as_uri()}?mode=ro"
@@ -256,15 +269,17 @@ class Store:
             raise InputError(f"{path} is not a readable SQLite database ({exc})") from None
         return conn
 
-    def _private_copy(self, path: Path, wal: Path) -> str:
+    def _private_copy(self, path: Path, beside: Path, *, writable: bool = False) -> str:
+        """A copy of the database and its ``-wal`` or ``-journal`` in a folder of our own
+        (removed by ``close``); ``writable`` lets SQLite roll a journal back in the copy."""
         self._tmp = tempfile.mkdtemp(prefix="opencode-events-")
         copy = Path(self._tmp) / "opencode.db"
         try:
             shutil.copyfile(path, copy)
-            shutil.copyfile(wal, f"{copy}-wal")
+            shutil.copyfile(beside, f"{copy}{beside.name[len(path.name) :]}")
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-        return f"{copy.as_uri()}?mode=ro"
+        return f"{copy.as_uri()}?mode={'rw' if writable else 'ro'}"
 
     def _check_schema(self) -> None:
         try:

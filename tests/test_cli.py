@@ -375,3 +375,13 @@ def test_attach_to_something_that_is_not_an_http_server(reply: bytes):
         f"error: http://127.0.0.1:{port} did not answer as an HTTP server: "
     )
     assert result.stderr.count(b"\n") == 1 and result.stdout == b""
+
+
+@pytest.mark.parametrize("args", [["normalize"], ["usage"]])
+def test_closed_stdin_is_one_error_line(args):
+    # `<&-`: no file descriptor 0 at all
+    closed = subprocess.run(
+        ["sh", "-c", 'exec "$@" <&-', "sh", *CMD, *args], capture_output=True, timeout=30
+    )
+    assert closed.returncode == 2, closed.stderr
+    assert closed.stderr == b"error: standard input is closed\n" and closed.stdout == b""

@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -842,3 +843,88 @@ def test_a_bad_config_file_is_no_config(tmp_path: Path, kind: str):
         result = run(command, "--db", db, "--format", "json", env=env)
         assert result.returncode == 0, (command, result.stderr.decode())
         assert b"Traceback" not in result.stderr
+
+
+def test_a_transaction_cut_off_in_rollback_mode_is_not_read(tmp_path: Path):
+    """A writer killed mid-transaction leaves a hot journal and uncommitted pages in the
+    file; the store reads the last committed state (from a private copy rolled back) and
+    leaves the database, its journal and /tmp as they were."""
+    import os
+    import signal
+    import tempfile
+
+    db = copy_sample("task", tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=delete")
+    conn.close()
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "c.execute('PRAGMA cache_size=1')\n"  # uncommitted pages spill into the file
+            "c.execute('BEGIN EXCLUSIVE')\n"
+            "c.execute('UPDATE part SET data = ?', (sys.argv[2],))\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n",
+            str(db),
+            '{"type":"text","text":"UNCOMMITTED"}',
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert writer.stdout.readline() == b"ready\n"
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.wait()
+    assert Path(f"{db}-journal").stat().st_size > 0
+    before = fingerprint(db.parent)
+    temporary = set(Path(tempfile.gettempdir()).glob("opencode-events-*"))
+    result = run("import", "--all", "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    assert b"UNCOMMITTED" not in result.stdout and b'"kind":"read"' in result.stdout
+    assert fingerprint(db.parent) == before
+    assert set(Path(tempfile.gettempdir()).glob("opencode-events-*")) == temporary
+
+
+def test_a_private_copy_is_removed_when_opening_fails(tmp_path: Path):
+    import tempfile
+
+    db = copy_sample("task", tmp_path, wal=True)
+    Path(f"{db}-wal").mkdir()  # a -wal that cannot be copied, and no -shm: the copy path
+    temporary = set(Path(tempfile.gettempdir()).glob("opencode-events-*"))
+    result = run("sessions", "--db", str(db))
+    assert result.returncode == 2 and result.stderr.startswith(b"error: cannot read ")
+    assert set(Path(tempfile.gettempdir()).glob("opencode-events-*")) == temporary
+
+
+def test_sigterm_ends_like_ctrl_c_and_removes_the_private_copy(tmp_path: Path):
+    """`kill` while an import waits on a full pipe: exit 143, no traceback, and the private
+    copy of a crashed WAL database is gone from /tmp."""
+    import signal
+    import tempfile
+
+    db = copy_sample("big_output", tmp_path, wal=True)
+    writer = sqlite3.connect(db)
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("UPDATE session SET title = 'only in the wal'")
+    writer.commit()
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    shutil.copyfile(db, crashed / "opencode.db")
+    shutil.copyfile(f"{db}-wal", crashed / "opencode.db-wal")  # and no -shm: a private copy
+    writer.close()
+    temporary = set(Path(tempfile.gettempdir()).glob("opencode-events-*"))
+    proc = subprocess.Popen(
+        CLI + ["import", "--raw", "--db", str(crashed / "opencode.db")],
+        stdout=subprocess.PIPE,  # never read: the import blocks once the pipe is full
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while set(Path(tempfile.gettempdir()).glob("opencode-events-*")) == temporary:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    time.sleep(0.5)  # well into the import: blocked on the pipe
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and b"Traceback" not in stderr
+    assert set(Path(tempfile.gettempdir()).glob("opencode-events-*")) == temporary
