@@ -57,15 +57,24 @@ def detect_format(head: bytes) -> str:
 
 
 def _read_head(stream: BinaryIO) -> bytes:
-    """Read until the first non-blank line is complete (or the input ends)."""
-    head = b""
+    """Read until the first non-blank line is complete (or the input ends). Each chunk is
+    looked at once: a pipe hands over 64 KiB at a time, and a first line of many MB must not
+    be searched again from its start each time."""
+    chunks: list[bytes] = []
+    text_seen = False
     while True:
         chunk = stream.read(CHUNK_SIZE)
         if not chunk:
-            return head
-        head += chunk
-        if head.strip() and b"\n" in head.lstrip():
-            return head
+            return b"".join(chunks)
+        chunks.append(chunk)
+        if not text_seen:
+            rest = chunk.lstrip()
+            if not rest:
+                continue  # blank so far: its line ends do not end the first line
+            text_seen = True
+            chunk = rest
+        if b"\n" in chunk:
+            return b"".join(chunks)
 
 
 def normalize_streams(

@@ -291,3 +291,33 @@ def test_the_imports_message_view_accepts_what_the_full_view_accepts(value):
     assert (full is None) == (head is None)
     if full is not None and head is not None:
         assert (head.role, head.error) == (full.role, full.error)
+
+
+class _Chunks(io.RawIOBase):
+    """A stream that hands over the given chunks one read at a time, as a pipe does."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = list(chunks)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+
+_PIECES = st.sampled_from([b" ", b"\n", b"\t", b"\r", b"\x0b", b"x", b"{}"])
+
+
+@given(st.lists(st.lists(_PIECES, min_size=1, max_size=6).map(b"".join), max_size=12))
+def test_the_head_is_what_reading_until_the_first_line_ends_gives(chunks: list[bytes]):
+    """_read_head looks at each chunk once, and stops where the plain definition stops:
+    after the chunk in which the first non-blank line ends."""
+    from opencode_events.pipeline import _read_head
+
+    expected, stream = b"", list(chunks)
+    while stream:
+        expected += stream.pop(0)
+        if expected.strip() and b"\n" in expected.lstrip():
+            break
+    assert _read_head(_Chunks(chunks)) == expected
