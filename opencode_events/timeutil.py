@@ -16,8 +16,8 @@ def parse_since(text: str, *, now: float | None = None) -> int:
     """Epoch ms for ``2h``/``30m``/``7d`` ago, or an ISO date/time (local unless it says)."""
     now = time.time() if now is None else now
     match = _DURATION.match(text)
-    if match:
-        return int((now - float(match.group(1)) * UNITS[match.group(2)]) * 1000)
+    if match:  # longer ago than any time a database holds is simply "everything"
+        return int(max((now - float(match.group(1)) * UNITS[match.group(2)]) * 1000, -(2**62)))
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:

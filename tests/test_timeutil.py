@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_events.timeutil import format_time
+from opencode_events.timeutil import format_time, parse_since
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,3 +54,8 @@ def test_a_table_with_a_time_out_of_range(tmp_path: Path, by: str):
     )
     assert result.returncode == 0, result.stderr
     assert b"Traceback" not in result.stderr
+
+
+def test_a_duration_longer_than_any_time_means_everything():
+    assert parse_since("9999999999999999d", now=1_000) == -(2**62)
+    assert parse_since("9" * 400 + "w", now=1_000) == -(2**62)  # beyond a float: inf
