@@ -96,6 +96,20 @@ class _TextOut:
         return "utf-8"
 
 
+# Control characters in what OpenCode recorded (a model's text, a command's output, a title)
+# would drive the terminal: ESC starts escape sequences that can clear the screen or set
+# the window title. Each becomes one visible character (its Unicode control picture, or
+# U+FFFD), so that a rich Text keeps its style spans; newline and tab stay.
+_VISIBLE = {code: 0x2400 + code for code in range(32) if code not in (9, 10)}
+_VISIBLE[0x7F] = 0x2421
+_VISIBLE.update({code: 0xFFFD for code in range(0x80, 0xA0)})
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters shown instead of obeyed."""
+    return text.translate(_VISIBLE)
+
+
 def passes_broken_pipe(console: Any) -> Any:
     """Make a rich ``Console`` raise ``BrokenPipeError`` when its reader goes away, as any
     other output does; rich's default exits with status 1, and the CLI's convention for a
@@ -173,6 +187,7 @@ class PrettyWriter:
             line = self._line(event)
             if line is None:
                 continue
+            line.plain = visible(line.plain)  # one character for one: the styles stay put
             if line.no_wrap:  # one line per event: cut to the width, never wrapped
                 print_(line, no_wrap=True, overflow="ellipsis", crop=True)
             else:

@@ -58,21 +58,21 @@ def draw_table(
     from rich.table import Table
     from rich.text import Text
 
-    from .render import passes_broken_pipe
+    from .render import passes_broken_pipe, visible
 
     console = passes_broken_pipe(Console(file=out, width=width, soft_wrap=False))
     if width is None and not out.isatty():
         console.width = 240  # a table saved to a file is read at leisure
-    cells = [[str(column.value(row)) for column in columns] for row in rows]
-    footers = None if total is None else [str(column.value(total)) for column in columns]
+    cells = [[visible(str(column.value(row))) for column in columns] for row in rows]
+    footers = None if total is None else [visible(str(column.value(total))) for column in columns]
     shown, hidden, cut = _fitting(columns, cells, footers, console.width)
     if hidden:  # never leave out figures unsaid: the row would read as complete
         note = f"not shown at this width: {', '.join(hidden)}"
         caption = f"{caption}\n{note}" if caption else note
 
-    table = Table(
-        title=title,
-        caption=caption,
+    table = Table(  # Text, not markup, here too: a note may hold "[…]"
+        title=None if title is None else Text(visible(title)),
+        caption=None if caption is None else Text(visible(caption)),
         show_footer=footers is not None,
         header_style="bold",
         expand=False,

@@ -432,3 +432,27 @@ def test_a_narrow_usage_table_of_several_sessions_keeps_the_session_and_says_wha
     # cache write (all zero here) goes first, and unsaid: nothing is lost with it
     assert "cache write" not in text
     assert "not shown at this width: took, started, inf., prompt" in text
+
+
+def test_control_characters_are_shown_not_obeyed() -> None:
+    """A model's text with ESC sequences (clear the screen, set the window title) must not
+    drive the terminal; styles still land where they belong."""
+    evil = "hi \x1b[2J\x1b]0;pwned\x07 \x9b31m there"
+    out = io.StringIO()
+    writer = PrettyWriter(out, width=72, color=True, live=False)
+    writer.write([Message(text=evil), Command(tool="bash", success=True, command=evil)])
+    writer.flush()
+    text = out.getvalue()
+    assert "\x1b[2J" not in text and "\x1b]0" not in text and "\x9b" not in text
+    assert "␛[2J␛]0;pwned" in text and "\ufffd31m" in text
+
+
+def test_control_characters_in_tables_are_shown_not_obeyed() -> None:
+    from opencode_events.render_tables import Column, draw_table
+
+    out = io.StringIO()
+    rows = [{"title": "a\x1b]0;pwned\x07b [bold]x[/bold]"}]
+    draw_table([Column("title", lambda r: r["title"])], rows, out=out, width=80, caption="[x]\x1b")
+    text = out.getvalue()
+    assert "\x1b" not in text
+    assert "␛]0;pwned" in text and "[bold]x[/bold]" in text and "[x]␛" in text
