@@ -56,7 +56,7 @@ def detect_format(head: bytes) -> str:
     return "jsonl"
 
 
-def _read_head(stream: BinaryIO) -> bytes:
+def read_head(stream: BinaryIO) -> bytes:
     """Read until the first non-blank line is complete (or the input ends). Each chunk is
     looked at once: a pipe hands over 64 KiB at a time, and a first line of many MB must not
     be searched again from its start each time."""
@@ -77,6 +77,19 @@ def _read_head(stream: BinaryIO) -> bytes:
             return b"".join(chunks)
 
 
+class Prepended:
+    """A stream whose start was already read (``read_head``): that start, then the rest."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self._head, self._stream = head, stream
+
+    def read(self, size: int = -1) -> bytes:
+        if self._head:
+            head, self._head = self._head, b""
+            return head
+        return self._stream.read(size)
+
+
 def normalize_streams(
     inputs: Sequence[tuple[str, BinaryIO]],
     writer: Writer,
@@ -91,7 +104,7 @@ def normalize_streams(
     for name, stream in inputs:
         normalizer.reset()
         source = name if several else None
-        head = _read_head(stream)
+        head = read_head(stream)
         kind = detect_format(head)
         if kind == "export":
             from .export import export_events

@@ -173,38 +173,75 @@ class _NormalizedLine(Struct):
 _NORMALIZED = msgspec.json.Decoder(_NormalizedLine)
 
 
-def _is_normalized(line: bytes) -> bool:
+def _normalized(line: bytes) -> bool | None:
+    """Whether a line is one of our own events (True), an OpenCode record (False), or says
+    nothing (not a JSON object: None). A normalized event is the object with a ``kind``."""
     from .stream import BOM
 
     try:
         first = _NORMALIZED.decode(line.removeprefix(BOM))
     except msgspec.DecodeError:
-        return False
-    return isinstance(first.kind, str) and isinstance(first.seq, int)
+        return None
+    return isinstance(first.kind, str)
 
 
-def _usage_events(stream: BinaryIO) -> Iterator[tuple[Any, bool]]:
-    """(usage-like record, step-open-after-it) from a raw or normalized stream."""
+class _Collect:
+    """A writer keeping the ``usage`` events of a normalized input."""
+
+    def __init__(self) -> None:
+        self.found: list[Any] = []
+
+    def write(self, events: Any) -> None:
+        from .events import Usage
+
+        self.found += [event for event in events if isinstance(event, Usage)]
+
+    def end_batch(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def _usage_events(stream: BinaryIO, unread: list[int]) -> Iterator[tuple[Any, bool]]:
+    """(usage-like record, step-open-after-it) from a raw stream, normalized JSONL, a
+    captured server event stream or an export document; lines of normalized JSONL that
+    cannot be read are counted in ``unread[0]``."""
     from .events import Usage
     from .normalizer import Normalizer
+    from .pipeline import Prepended, detect_format, normalize_streams, read_head
     from .stream import StreamReader, line_batches
 
-    normalized: bool | None = None
+    head = read_head(stream)
+    if detect_format(head) in ("sse", "export"):  # mapped as `normalize` maps them
+        collect = _Collect()
+        normalizer = normalize_streams([("-", Prepended(head, stream))], collect, metrics=False)
+        yield from ((event, False) for event in collect.found)
+        if normalizer.step_open:
+            yield None, True
+        return
+    normalized: bool | None = None  # the first JSON object decides
     normalizer = Normalizer()
     reader = StreamReader(normalizer)
     line_no = 0
-    for batch in line_batches(stream):
+    for batch in line_batches(stream, first=head):
         for line in batch:
             line_no += 1
             if normalized is None:
                 if not line.strip():
                     continue
-                normalized = _is_normalized(line)
+                normalized = _normalized(line)
+                if normalized is None:  # an unreadable line before any event: kept for
+                    reader.feed(line_no, line)  # the raw reading, which warns and goes on
+                    unread[0] += 1
+                    continue
             if normalized:
                 try:
                     event = _NORMALIZED.decode(line)
                 except msgspec.DecodeError:
-                    continue  # usage of a normalized log reads only its usage lines
+                    if line.strip():
+                        unread[0] += 1
+                    continue
                 if event.kind == "usage":
                     yield event, False
             else:
@@ -224,8 +261,9 @@ def stream_usage(
     rows: list[UsageRow] = []
     groups: dict[str, UsageRow] = {}
     sessions = set()
+    unread = [0]
     for _name, stream in inputs:
-        for event, open_step in _usage_events(stream):
+        for event, open_step in _usage_events(stream, unread):
             if open_step:
                 if by in ("turn", "step"):
                     turn = (rows[-1].turn or 0) + 1 if rows else 1
@@ -258,7 +296,10 @@ def stream_usage(
     elif len(sessions) <= 1:
         for row in rows:
             row.session_id = None  # one session: the column says nothing
-    return UsageReport(by=by, rows=rows, total=_total(r for r in rows if not r.open))
+    notes = []
+    if unread[0]:
+        notes.append(f"{unread[0]} line(s) of the input could not be read as events; not counted")
+    return UsageReport(by=by, rows=rows, total=_total(r for r in rows if not r.open), notes=notes)
 
 
 # ----------------------------------------------------------------------------- store

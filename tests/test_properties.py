@@ -311,13 +311,13 @@ _PIECES = st.sampled_from([b" ", b"\n", b"\t", b"\r", b"\x0b", b"x", b"{}"])
 
 @given(st.lists(st.lists(_PIECES, min_size=1, max_size=6).map(b"".join), max_size=12))
 def test_the_head_is_what_reading_until_the_first_line_ends_gives(chunks: list[bytes]):
-    """_read_head looks at each chunk once, and stops where the plain definition stops:
+    """read_head looks at each chunk once, and stops where the plain definition stops:
     after the chunk in which the first non-blank line ends."""
-    from opencode_events.pipeline import _read_head
+    from opencode_events.pipeline import read_head
 
     expected, stream = b"", list(chunks)
     while stream:
         expected += stream.pop(0)
         if expected.strip() and b"\n" in expected.lstrip():
             break
-    assert _read_head(_Chunks(chunks)) == expected
+    assert read_head(_Chunks(chunks)) == expected

@@ -730,3 +730,39 @@ def test_a_subagent_whose_parent_is_gone_counts_on_its_own(tmp_path: Path):
         check=True,
     )
     assert [row["id"] for row in json.loads(sessions.stdout)] == [child]
+
+
+@pytest.mark.parametrize("document", ["export.json", "events.sse"])
+def test_usage_reads_what_normalize_reads(document: str):
+    """An export document or a captured server event stream gives the usage of the same
+    events `normalize` gives."""
+    folder = next(p.parent for p in sorted(SAMPLES.glob(f"*/{document}")))
+    source = str(folder / document)
+    doc = usage(source)
+    events = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "normalize", source],
+        capture_output=True,
+        check=True,
+    ).stdout
+    steps = [e for e in map(json.loads, events.splitlines()) if e["kind"] == "usage"]
+    assert steps and len(doc["rows"]) == len(steps)
+    assert doc["total"]["cost"] == pytest.approx(sum(e["cost"] for e in steps))
+
+
+def test_unreadable_lines_in_normalized_input_are_noted_not_hidden():
+    events = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "opencode_events",
+            "normalize",
+            str(SAMPLES / "task" / "stream.jsonl"),
+        ],
+        capture_output=True,
+        check=True,
+    ).stdout
+    expected = usage(stdin=events)
+    damaged = b"garbage\n" + events + b'{"kind":"usage","input_tokens":"many"}\n'
+    got = usage(stdin=damaged)
+    assert got["rows"] == expected["rows"] and got["total"] == expected["total"]
+    assert got["notes"] == ["2 line(s) of the input could not be read as events; not counted"]
