@@ -629,7 +629,7 @@ def _json_size(raw: Raw) -> int:
         return 0
     try:
         return len(msgspec.json.encode(msgspec.json.decode(raw)))
-    except (msgspec.DecodeError, TypeError, ValueError):
+    except (msgspec.DecodeError, RecursionError, TypeError, ValueError):
         return len(raw)
 
 
@@ -679,13 +679,13 @@ def read_session(
     for row in store.parts(session_id):
         try:
             parts.setdefault(row.message_id, []).append(_PART.decode(row.data))
-        except (msgspec.DecodeError, TypeError):
+        except (msgspec.DecodeError, RecursionError, TypeError):
             skipped += 1
     messages: list[LedgerMessage] = []
     for row in store.messages(session_id):
         try:
             info = _MESSAGE.decode(row.data)
-        except (msgspec.DecodeError, TypeError):
+        except (msgspec.DecodeError, RecursionError, TypeError):
             skipped += 1
             continue
         role = info.role if isinstance(info.role, str) else ""

@@ -15,7 +15,7 @@ from msgspec import Raw, Struct
 from .events import Event
 from .normalizer import Normalizer, Provenance
 from .transcript import TranscriptMapper
-from .views import NO_RAW
+from .views import NO_RAW, decode_repairing
 
 __all__ = ["export_events"]
 
@@ -47,7 +47,7 @@ def _str(value: Any) -> str | None:
 
 def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = None) -> list[Event]:
     try:
-        document = _DOCUMENT.decode(data.removeprefix(b"\xef\xbb\xbf"))
+        document, data = decode_repairing(_DOCUMENT, data.removeprefix(b"\xef\xbb\xbf"))
         session = _IDS.decode(document.info) if document.info else _Ids()
     except (msgspec.DecodeError, RecursionError) as exc:
         normalizer.count_record()

@@ -147,7 +147,7 @@ class LegacyStore:
         data = _read(file)
         try:
             info = _SESSION.decode(data) if data else None
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             info = None
         if info is None or not _safe_id(info.id):
             return None
@@ -234,7 +234,7 @@ class LegacyStore:
             try:
                 info = _MESSAGE.decode(data)
                 created = _int(info.time.created) if info.time else None
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 created = None
             found.append((created or 0, file.stem, data))
         return sorted(found, key=lambda item: (item[0], item[1]))
@@ -243,7 +243,7 @@ class LegacyStore:
         for _, _, data in self._message_files(session_id, layout):
             try:
                 yield _MESSAGE.decode(data)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 continue
 
     def messages(self, session_id: str) -> Iterator[MessageRow]:

@@ -281,7 +281,7 @@ def spawned_session(part: Part) -> str | None:
         return None
     try:
         args = _INPUT_DECODERS[TaskInput].decode(state.input)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.DecodeError, RecursionError):
         args = TaskInput()
     return _child_session(args, part)
 
@@ -295,7 +295,7 @@ def _child_session(args: TaskInput, part: Part) -> str | None:
             # Only task outputs are ever decoded; every other tool's output stays bytes.
             try:
                 output = msgspec.json.decode(state.output)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 output = None
             match = _TASK_ID.search(output[:512]) if isinstance(output, str) else None
             if match:
@@ -388,7 +388,7 @@ def tool_events(part: Part) -> list[Event]:
     view, rule = entry
     try:
         args = _INPUT_DECODERS[view].decode(state.input)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.DecodeError, RecursionError):
         return [Unknown(**common)]
     events = rule(common, args, part)
     return events if events is not None else [Unknown(**common)]

@@ -39,7 +39,7 @@ from msgspec import Raw, Struct
 from .events import Event
 from .normalizer import Normalizer, Provenance
 from .stream import BOM
-from .views import NO_RAW, MessageInfo, Part
+from .views import NO_RAW, MessageInfo, Part, decode_repairing
 
 __all__ = ["SseReader", "CONSUMED", "TERMINAL_TOOL_STATUSES"]
 
@@ -351,13 +351,15 @@ class SseReader:
     def _frame(self, data: bytes, line_no: int) -> list[Event]:
         norm = self.normalizer
         norm.count_record()
-        prov = Provenance(line=line_no, source=self.source, raw=Raw(data))
         try:
-            frame = _FRAME.decode(data)
+            frame, data = decode_repairing(_FRAME, data)
         except msgspec.ValidationError:
+            prov = Provenance(line=line_no, source=self.source, raw=Raw(data))
             return self.normalizer.rejected(data, prov, describe=_frame_type)
         except (msgspec.DecodeError, RecursionError) as exc:
+            prov = Provenance(line=line_no, source=self.source, raw=Raw(data))
             return self.normalizer.not_json(data, exc, prov)
+        prov = Provenance(line=line_no, source=self.source, raw=Raw(data))
         type_, props = frame.type, frame.properties
         if frame.payload is not None:
             type_, props = frame.payload.type, frame.payload.properties

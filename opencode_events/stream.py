@@ -22,7 +22,7 @@ import msgspec
 from .events import Event
 from .mapping import CONSUMED_PARTS, STREAM_RECORD_PARTS
 from .normalizer import Normalizer, Provenance
-from .views import STREAM_RECORD_DECODER
+from .views import STREAM_RECORD_DECODER, decode_repairing
 
 __all__ = ["line_batches", "StreamReader", "CHUNK_SIZE"]
 
@@ -97,7 +97,7 @@ class StreamReader:
         norm = self.normalizer
         norm.records += 1
         try:
-            record = STREAM_RECORD_DECODER.decode(line)
+            record, line = decode_repairing(STREAM_RECORD_DECODER, line)
         except msgspec.ValidationError:
             return norm.rejected(line, self._prov(line_no, line), describe=self._describe)
         except (msgspec.DecodeError, RecursionError) as exc:

@@ -24,6 +24,7 @@ from msgspec import Struct
 from .mcp import mcp_server_of
 from .parallel import Pending, start_over_ranges, worker_connection
 from .store import SessionRow, Store
+from .views import decode_repairing
 
 __all__ = ["SessionSummary", "summarize", "descendants"]
 
@@ -99,7 +100,7 @@ def _model(raw: str | bytes | None) -> tuple[str | None, str | None]:
         return None, None
     try:
         value = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw), None
     if isinstance(value, dict):
         model, provider = value.get("id"), value.get("providerID")
@@ -212,7 +213,7 @@ def _count_escaped_head(counts: ToolCounts, sid: str, data: bytes) -> bool:
         return False
     try:  # the matched part, closed, is the object as far as the head shows it
         part = _PART.decode(match[0] + b"}}")
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False
     _add_part(counts, sid, part)
     return True
@@ -221,9 +222,9 @@ def _count_escaped_head(counts: ToolCounts, sid: str, data: bytes) -> bool:
 def _count_part(counts: ToolCounts, sid: str, data: bytes | None) -> None:
     if data is None:
         return
-    try:
-        part = _PART.decode(data)
-    except msgspec.DecodeError:
+    try:  # as the import reads it, a lone surrogate escape included
+        part = decode_repairing(_PART, data)[0]
+    except (msgspec.DecodeError, RecursionError):
         return
     _add_part(counts, sid, part)
 
@@ -374,7 +375,7 @@ def _count_message_range(conn: Any, low: int, high: int, counts: MessageCounts) 
                 continue
             try:
                 messages = _GROUPED.decode_lines(b"[" + joined + b"]") if joined else ()
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 messages = ()
             if len(messages) != rows:
                 redo.append(sid)
@@ -459,7 +460,7 @@ def _count_message(summary: Any, data: bytes | None) -> None:
         return
     try:
         message = _MESSAGE.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return
     if message.role == "user":
         summary.turns += 1

@@ -23,7 +23,14 @@ from .errors import InputError
 from .events import Event
 from .mapping import CONSUMED_PARTS
 from .normalizer import Normalizer, Provenance
-from .views import MESSAGE_DECODER, MESSAGE_HEAD_DECODER, PART_DECODER, MessageHead, MessageInfo
+from .views import (
+    MESSAGE_DECODER,
+    MESSAGE_HEAD_DECODER,
+    PART_DECODER,
+    MessageHead,
+    MessageInfo,
+    decode_repairing,
+)
 
 __all__ = ["TranscriptMapper", "session_events", "BATCH_EVENTS"]
 
@@ -67,7 +74,7 @@ class TranscriptMapper:
         self.normalizer.enter_session(session_id)
         self.normalizer.count_record()
         try:
-            return MESSAGE_DECODER.decode(data), []
+            return decode_repairing(MESSAGE_DECODER, data)[0], []
         except (msgspec.DecodeError, RecursionError):
             prov = self._prov(data, session_id=session_id, message_id=message_id, time=time)
             return None, self.normalizer.rejected(data, prov, what="message data: ")
@@ -84,13 +91,16 @@ class TranscriptMapper:
     ) -> list[Event]:
         normalizer = self.normalizer
         normalizer.records += 1
+        try:
+            part, data = decode_repairing(PART_DECODER, data)
+        except (msgspec.DecodeError, RecursionError):
+            prov = self._prov(
+                data, session_id=session_id, message_id=message_id, part_id=part_id, time=time
+            )
+            return self.normalizer.rejected(data, prov, what="part data: ")
         prov = self._prov(
             data, session_id=session_id, message_id=message_id, part_id=part_id, time=time
         )
-        try:
-            part = PART_DECODER.decode(data)
-        except (msgspec.DecodeError, RecursionError):
-            return self.normalizer.rejected(data, prov, what="part data: ")
         kind = part.type
         if type(kind) is str and kind in CONSUMED_PARTS:
             normalizer.note_consumed(kind)

@@ -180,7 +180,7 @@ def _normalized(line: bytes) -> bool | None:
 
     try:
         first = _NORMALIZED.decode(line.removeprefix(BOM))
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     return isinstance(first.kind, str)
 
@@ -238,7 +238,7 @@ def _usage_events(stream: BinaryIO, unread: list[int]) -> Iterator[tuple[Any, bo
             if normalized:
                 try:
                     event = _NORMALIZED.decode(line)
-                except msgspec.DecodeError:
+                except (msgspec.DecodeError, RecursionError):
                     if line.strip():
                         unread[0] += 1
                     continue
@@ -392,7 +392,7 @@ def _session_turns(
             continue
         try:
             info = _MESSAGE.decode(message.data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             continue
         created = info.time.created if info.time else None
         if info.role == "user":
@@ -433,7 +433,7 @@ def _session_turns(
             continue
         try:
             view = PART_DECODER.decode(part.data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             continue
         if view.type == "tool":
             turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
@@ -488,7 +488,7 @@ def _forked_copies(store: Any) -> tuple[set[str], float]:
     for _sid, mid, created, data in _older_than_session(store):
         try:
             info = _MESSAGE.decode(data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             continue
         candidates.setdefault(_fingerprint(info), []).append((mid, _figures(info).cost))
         times.add(created)
@@ -501,7 +501,7 @@ def _forked_copies(store: Any) -> tuple[set[str], float]:
             continue
         try:
             info = _MESSAGE.decode(data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             continue
         fingerprint = _fingerprint(info)
         if fingerprint in candidates:
@@ -635,7 +635,7 @@ def _grouped(
         for _sid, mid, created, data in _older_than_session(store):
             try:
                 info = _MESSAGE.decode(data)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 continue
             if info.role == "assistant":
                 copy_ids.add(mid)
@@ -800,7 +800,7 @@ class _Scan:
                 continue
             try:
                 info = decode(data)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 continue
             if info.role != "assistant":
                 continue
@@ -835,7 +835,7 @@ class _Scan:
                 return False
             messages = list(map(_FAST_FIGURES.decode, pieces))
             sessions = _STRS.decode(sids)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return False
         if len(sessions) != n:
             return False
@@ -906,7 +906,7 @@ class _Scan:
         for sid, mid, created, data in self.slow:
             try:
                 full = _MESSAGE.decode(data)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 # Read for its figures alone (``run``, by day or session), e.g. a "time" that is
                 # no object: counted as the quick path counts it. No fork's copy or original
                 # (those are decoded whole), so no fingerprint.

@@ -13,6 +13,7 @@ One ``Decoder`` per view type is created at import and reused for every line.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -160,3 +161,40 @@ def json_type_name(value: Any) -> str:
 PART_DECODER = msgspec.json.Decoder(Part)
 MESSAGE_DECODER = msgspec.json.Decoder(MessageInfo)
 MESSAGE_HEAD_DECODER = msgspec.json.Decoder(MessageHead)
+
+
+# A lone UTF-16 surrogate written as a \u escape: JSON.stringify writes one for a string cut
+# in the middle of a surrogate pair (a tool output OpenCode truncated inside an emoji). It
+# is valid JSON text but names no character, and strict decoders (msgspec's too) refuse the
+# record. Not when the backslash is itself escaped (an even run of backslashes before it).
+_LONE_SURROGATE = re.compile(
+    rb"(?<!\\)((?:\\\\)*)"
+    rb"(?:\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+
+
+def without_lone_surrogates(data: bytes | Raw) -> bytes | None:
+    """``data`` with each lone surrogate escape replaced by ``\\ufffd`` (the replacement
+    character, as a lenient decoder reads it), or None when it holds none. Readers try
+    this only after a record failed to decode."""
+    raw = bytes(data)
+    if b"\\u" not in raw:
+        return None
+    fixed = _LONE_SURROGATE.sub(rb"\1\\ufffd", raw)
+    return fixed if fixed != raw else None
+
+
+def decode_repairing(decoder: Any, data: bytes | Raw) -> tuple[Any, bytes | Raw]:
+    """``(decoder.decode(data), data)``; a record refused only for a lone surrogate escape
+    is decoded with it replaced, and the repaired bytes are returned to keep as ``raw``
+    (output must stay JSON any strict reader takes). Raises as ``decode`` does."""
+    try:
+        return decoder.decode(data), data
+    except msgspec.ValidationError:
+        raise
+    except msgspec.DecodeError:
+        fixed = without_lone_surrogates(data)
+        if fixed is None:
+            raise
+    return decoder.decode(fixed), fixed

@@ -928,3 +928,51 @@ def test_sigterm_ends_like_ctrl_c_and_removes_the_private_copy(tmp_path: Path):
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 143 and b"Traceback" not in stderr
     assert set(Path(tempfile.gettempdir()).glob("opencode-events-*")) == temporary
+
+
+def test_stored_part_cut_inside_a_surrogate_pair_is_read(tmp_path: Path):
+    """OpenCode truncates a tool output by UTF-16 units and may store half an emoji as a
+    lone \\ud83d escape; the part is still mapped, and counted by `sessions` alike."""
+    db = copy_sample("bash_ok", tmp_path)
+    conn = sqlite3.connect(db)
+    (rowid, data) = conn.execute(
+        "SELECT rowid, data FROM part WHERE json_extract(data, '$.type') = 'tool'"
+    ).fetchone()
+    cut = data.replace('"output":"', '"output":"cut \\ud83d ', 1)
+    assert cut != data
+    conn.execute("UPDATE part SET data = ? WHERE rowid = ?", (cut, rowid))
+    conn.commit()
+    conn.close()
+    events = jsonl(run("import", "--db", str(db), "--raw").stdout)
+    assert not [e for e in events if e["kind"] in ("warning", "unknown")]
+    assert any("cut \ufffd" in json.dumps(e.get("raw"), ensure_ascii=False) for e in events)
+    (row,) = json.loads(run("sessions", "--db", str(db), "--format", "json").stdout)
+    assert row["tool_calls"] == events[-1]["tool_calls"] >= 1
+
+
+def test_rows_nested_too_deep_never_crash_a_command(tmp_path: Path):
+    db = copy_sample("task", tmp_path)
+    conn = sqlite3.connect(db)
+    deep = "[" * 100_000 + "]" * 100_000
+    conn.execute(
+        "UPDATE part SET data = ? WHERE rowid = (SELECT min(rowid) FROM part)",
+        ('{"type":"tool","x":' + deep + "}",),
+    )
+    conn.execute(
+        "UPDATE message SET data = ? WHERE rowid = (SELECT max(rowid) FROM message)",
+        ('{"role":"assistant","x":' + deep + "}",),
+    )
+    conn.commit()
+    conn.close()
+    for command in (
+        ["sessions", "--all"],
+        ["usage", "--all"],
+        ["usage", "--all", "--by", "day"],
+        ["usage", "--all", "--by", "step"],
+        ["context", "--per-inference"],
+        ["import", "--all"],
+    ):
+        result = run(
+            *command, "--db", str(db), "--format", "json" if command[0] != "import" else "jsonl"
+        )
+        assert result.returncode == 0, (command, result.stderr.decode()[-300:])

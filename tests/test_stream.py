@@ -238,3 +238,51 @@ def test_raw_attaches_source_record():
     assert event["raw"] == rec
     (plain,) = normalize_lines([rec])
     assert "raw" not in plain
+
+
+# A string JSON.stringify cut inside a surrogate pair: valid JSON text, no character.
+_CUT_EMOJI = '"output":"cut \\ud83d"'
+_LONE_SURROGATE_INPUTS = {
+    "stream": (
+        '{"type":"tool_use","sessionID":"ses_x","part":{"id":"prt_1","type":"tool",'
+        '"tool":"bash","callID":"c","state":{"status":"completed","input":{"command":"echo hi"},'
+        + _CUT_EMOJI
+        + ',"metadata":{"exit":0},"time":{"start":1,"end":2}}}}\n'
+    ),
+    "sse": (
+        'data: {"type":"message.part.updated","properties":{"part":{"id":"prt_1",'
+        '"sessionID":"ses_x","messageID":"msg_1","type":"tool","tool":"bash","callID":"c",'
+        '"state":{"status":"completed","input":{"command":"echo hi"},'
+        + _CUT_EMOJI
+        + ',"metadata":{"exit":0},"time":{"start":1,"end":2}}}}}\n\n'
+    ),
+    "export": (
+        '{"info":{"id":"ses_x"},"messages":[{"info":{"id":"msg_1","sessionID":"ses_x",'
+        '"role":"assistant","time":{"created":1}},"parts":[{"id":"prt_1","sessionID":"ses_x",'
+        '"messageID":"msg_1","type":"tool","tool":"bash","callID":"c","state":{"status":'
+        '"completed","input":{"command":"echo hi"},' + _CUT_EMOJI + ',"metadata":{"exit":0},'
+        '"time":{"start":1,"end":2}}}]}]}\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("source", sorted(_LONE_SURROGATE_INPUTS))
+def test_a_string_cut_inside_a_surrogate_pair_is_read(source: str, tmp_path):
+    """The record is mapped (its lone surrogate read as U+FFFD, as a lenient decoder reads
+    it), and `raw` is JSON every strict reader takes."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "input"
+    path.write_text(_LONE_SURROGATE_INPUTS[source])
+    result = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "normalize", "--raw", str(path)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    (command,) = [e for e in events if e["kind"] == "command"]
+    assert command["command"] == "echo hi"
+    assert "cut \ufffd" in json.dumps(command["raw"], ensure_ascii=False)
+    assert b"\\ud83d" not in result.stdout
