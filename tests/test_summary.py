@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -174,10 +175,17 @@ MESSAGES: list[Any] = [
 
 
 def _decoded(data: str | bytes) -> Any:
+    raw = data.encode() if isinstance(data, str) else data
     try:
-        return msgspec.json.decode(data.encode() if isinstance(data, str) else data)
+        return msgspec.json.decode(raw)
     except msgspec.DecodeError:
-        return None
+        pass
+    # A lone surrogate escape (JSON.stringify of a string cut inside an emoji) is valid JSON
+    # text: read it as the lenient standard library does, the way the import reads it.
+    if re.search(rb"\\u[dD][89a-fA-F]", raw):
+        with contextlib.suppress(ValueError):
+            return json.loads(raw)
+    return None
 
 
 def expected_tools(rows: list[str | bytes]) -> tuple[int, int, dict[str, int]]:
