@@ -694,6 +694,12 @@ def store_files(store: Any) -> list[Path]:
     return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
 
 
+def _is_top_level(store: Any, session_id: str) -> bool:
+    row = store.session(session_id)
+    parent = row.parent_id if row is not None else None
+    return parent is None or parent == session_id or store.session(parent) is None
+
+
 def every_session(store: Any, *, top_level: bool = False) -> list[str]:
     """Every session's id (``top_level``: only those that are no subagent), oldest first."""
     ids = getattr(store, "session_ids", None)  # without building every row, when it can
@@ -711,11 +717,13 @@ def select_sessions(
     since_ms: int | None = None,
     all_sessions: bool = False,
     children: bool = False,
+    top_level: bool = False,
 ) -> list[str]:
     """Session ids to read, oldest first, each followed by its subagents with ``children``.
 
-    ``ids`` may be unambiguous prefixes. ``all_sessions`` means every session, subagents
-    included. With nothing chosen, the most recently active top-level session.
+    ``ids`` may be unambiguous prefixes (``top_level``: unambiguous among top-level
+    sessions, for a command that reads only those). ``all_sessions`` means every session,
+    subagents included. With nothing chosen, the most recently active top-level session.
     """
     if all_sessions:
         return every_session(store)
@@ -724,6 +732,9 @@ def select_sessions(
         found = store.find_sessions(wanted)
         if not found:
             raise InputError(f"no session {wanted} in {store.path}")
+        if len(found) > 1 and top_level:
+            tops = [sid for sid in found if _is_top_level(store, sid)]
+            found = tops if len(tops) == 1 else found
         if len(found) > 1:
             raise InputError(f"{wanted} matches {len(found)} sessions; give more of the id")
         chosen.append(found[0])

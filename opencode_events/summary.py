@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -557,7 +558,7 @@ def _sessions_below(
         row = store.session(sid)
         if row is not None:
             known[sid] = row
-    db_path = str(store.path)
+    db_path = os.path.abspath(store.path)  # a path that names the session from anywhere
     summaries = {sid: _base(row, db_path) for sid, row in known.items()}
     ids = list(summaries)
     return tree, summaries, None if len(ids) >= WHOLE_TABLE_SESSIONS else ids

@@ -719,3 +719,18 @@ def test_legacy_json_storage_reads_like_the_database(tmp_path: Path, oldest: boo
     assert [i.sources for i in legacy.inferences] == [i.sources for i in expected.inferences]
     assert legacy.sources == expected.sources
     assert total_split(legacy) == pytest.approx(expected.cost, rel=REL)
+
+
+def test_a_prefix_shared_with_a_subagent_names_the_top_level_session(priced_env: dict):
+    """OpenCode's ids start with the time, so a session and its subagents share a prefix;
+    `context` reads top-level sessions only, and the prefix is unambiguous among those."""
+    db = str(SAMPLES / "task" / "opencode.db")
+    ids = [row[0] for row in sqlite3.connect(db).execute("SELECT id FROM session")]
+    prefix = "ses_dd80"
+    assert len([i for i in ids if i.startswith(prefix)]) == 2
+    result = run("context", prefix, "--db", db, "--format", "json", env=priced_env)
+    assert result.returncode == 0, result.stderr
+    (top,) = sqlite3.connect(db).execute("SELECT id FROM session WHERE parent_id IS NULL")
+    assert json.loads(result.stdout)["session_id"] == top[0]
+    imported = run("import", prefix, "--db", db, env=priced_env)  # reads any session: ambiguous
+    assert imported.returncode == 2 and b"matches 2 sessions" in imported.stderr

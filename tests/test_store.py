@@ -976,3 +976,16 @@ def test_rows_nested_too_deep_never_crash_a_command(tmp_path: Path):
             *command, "--db", str(db), "--format", "json" if command[0] != "import" else "jsonl"
         )
         assert result.returncode == 0, (command, result.stderr.decode()[-300:])
+
+
+def test_a_session_path_names_the_session_from_anywhere(tmp_path: Path):
+    db = copy_sample("task", tmp_path)
+    result = subprocess.run(
+        CLI + ["sessions", "--db", "task/opencode.db", "--format", "json"],
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=60,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
+    (row,) = json.loads(result.stdout)
+    assert row["path"] == f"{db}/{row['id']}"
