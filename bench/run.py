@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import check_idle
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 PY = sys.executable
@@ -135,7 +137,9 @@ BUDGETS = [
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    idle = check_idle()
     results = {
+        "idle_before": idle,
         "throughput": throughput(),
         "memory": memory_flat(),
         "long_line": long_line(),

@@ -38,6 +38,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from machine import check_idle
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 DB = OUT / "opencode-10k.db"
@@ -677,6 +679,7 @@ def main() -> None:
         bare_loop(sys.argv[2])
         return
     OUT.mkdir(parents=True, exist_ok=True)
+    idle = check_idle()
     meta = ensure_db(DB)
     ensure_db(SMALL_DB, "--sessions", "1000", "--parts", "100000", "--target-gb", "0.3")
     with open(DB, "rb") as f:  # warm the page cache for everyone alike
@@ -686,6 +689,7 @@ def main() -> None:
     cc = ccusage()
     oc = opencode()
     results = {
+        "idle_before": idle,
         "database": meta,
         "sessions": bench_sessions(cc, truth),
         "usage": bench_usage(cc, oc, truth),
