@@ -15,7 +15,7 @@ def _cpu_times() -> tuple[int, int]:
     with open("/proc/stat") as stat:
         fields = [int(v) for v in stat.readline().split()[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return idle, sum(fields)
+    return idle, sum(fields[:8])  # guest time is already in user time
 
 
 def idle_share(seconds: float = 1.0) -> float | None:

@@ -76,7 +76,7 @@ def normalize(
     from .writers import make_writer
 
     inputs_opened = open_inputs(inputs)
-    out = open_output(output, reads=[name for name in inputs if name != "-"])
+    out = open_output(output, reads=inputs or ("-",))
     writer = make_writer(format_for(fmt, out), out, buffered=buffered)
     normalizer = normalize_streams(
         inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
@@ -278,8 +278,9 @@ def usage(
 ) -> None:
     """Tokens and cost per turn, as OpenCode counted them.
 
-    From a stream (INPUT files or stdin: `opencode run --format json` output, or normalized
-    JSONL), one row per model step. From the store (--db, --session, --last, --since, --all;
+    From a stream (INPUT files or stdin: `opencode run --format json` output, normalized
+    JSONL, a captured server event stream or an `opencode export` document), one row per
+    model step. From the store (--db, --session, --last, --since, --all;
     also the default when stdin is a terminal), one row per user turn with subagents folded
     in, or --by step, session, model, agent or day.
     """
@@ -343,6 +344,7 @@ def usage(
         columns = [*labels, *TOKEN_FIELDS, "cost", *extra]
         if fmt == "csv":
             out.write(formats.write_csv(rows, columns))
+            out.flush()  # the rows first, then the notes after them
             # CSV has no place for a note; it goes where a person running the command sees it.
             for note in report.notes:
                 click.echo(f"note: {note}", err=True)

@@ -4,9 +4,12 @@ so none has to import another."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import os
+import select
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
@@ -94,7 +97,14 @@ class WholeWrites(io.RawIOBase):
         view = memoryview(data).cast("B")
         total = len(view)
         while view:
-            view = view[os.write(self._fd, view) :]
+            try:
+                written = os.write(self._fd, view)
+            except BlockingIOError:  # a non-blocking descriptor that is full: wait, go on
+                select.select([], [self._fd], [])
+                continue
+            if written == 0:  # never for a pipe or a file; never loop on it
+                raise OSError(errno.EIO, "nothing could be written")
+            view = view[written:]
         return total
 
     def close(self) -> None:
@@ -104,14 +114,21 @@ class WholeWrites(io.RawIOBase):
 
 
 def whole_writes_stdout() -> None:
-    """Put ``sys.stdout`` over ``WholeWrites`` (the console script does, before any output)."""
+    """Put ``sys.stdout`` over ``WholeWrites`` (the console script does, before any output),
+    where stdout is a plain POSIX file descriptor; anything else is left as it is."""
     old = sys.stdout
-    raw = WholeWrites(old.fileno(), closefd=False)
+    if os.name != "posix" or not hasattr(old, "buffer"):
+        return
+    try:
+        fd = old.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
     sys.stdout = io.TextIOWrapper(
-        io.BufferedWriter(raw),
+        io.BufferedWriter(WholeWrites(fd, closefd=False)),
         encoding=old.encoding,
         errors=old.errors,
         line_buffering=old.line_buffering,
+        write_through=old.write_through,  # python -u, PYTHONUNBUFFERED
     )
 
 
@@ -122,8 +139,20 @@ def _is_read(path: str, reads: Sequence[Any]) -> str | None:
         target = os.stat(path)
     except OSError:
         target = None
+    if target is not None and not stat.S_ISREG(target.st_mode):
+        return None  # a terminal, a pipe, /dev/null: opening it empties nothing
     real = os.path.realpath(path)
     for read in reads:
+        if read == "-":  # stdin redirected from a file (`< run.jsonl`)
+            if target is None:
+                continue
+            try:
+                source = os.fstat(0)
+            except OSError:
+                continue
+            if (target.st_dev, target.st_ino) == (source.st_dev, source.st_ino):
+                return "standard input"
+            continue
         read = os.fspath(read)
         if os.path.isdir(read):
             if real.startswith(os.path.realpath(read).rstrip(os.sep) + os.sep):

@@ -70,7 +70,7 @@ from msgspec import Raw, Struct
 
 from .mcp import config_files, mcp_server_names, mcp_server_of, read_json_file
 from .summary import descendants
-from .views import Tokens
+from .views import Tokens, decode_repairing
 
 __all__ = [
     "Addition",
@@ -678,13 +678,13 @@ def read_session(
     skipped = 0
     for row in store.parts(session_id):
         try:
-            parts.setdefault(row.message_id, []).append(_PART.decode(row.data))
+            parts.setdefault(row.message_id, []).append(decode_repairing(_PART, row.data)[0])
         except (msgspec.DecodeError, RecursionError, TypeError):
             skipped += 1
     messages: list[LedgerMessage] = []
     for row in store.messages(session_id):
         try:
-            info = _MESSAGE.decode(row.data)
+            info = decode_repairing(_MESSAGE, row.data)[0]
         except (msgspec.DecodeError, RecursionError, TypeError):
             skipped += 1
             continue

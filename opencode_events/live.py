@@ -102,9 +102,11 @@ class _Endpoint:
         try:
             conn.request("GET", self.path, headers=headers)
             response = conn.getresponse()
-        except UnicodeError:  # a host name IDNA cannot encode (an empty or long label)
+        except UnicodeError:  # a host name IDNA cannot encode, or a path beyond ASCII
             conn.close()
-            raise InputError(f"not a server URL: {self.url} (bad host name)") from None
+            raise InputError(
+                f"not a server URL: {self.url} (not ASCII, or a bad host name)"
+            ) from None
         except (http.client.HTTPException, ValueError) as exc:  # no HTTP there: an SSH port
             conn.close()
             detail = str(exc).strip()[:200] or type(exc).__name__
@@ -380,13 +382,15 @@ def run_opencode(
         code = child.wait()
         finished = True
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if not finished:
-            writer.flush()
-            _stop(child)
-        if copy is not None:
-            copy.close()
+        try:
+            if not finished:
+                writer.flush()
+                _stop(child)  # still forwarding: a second signal now cannot skip its SIGKILL
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if copy is not None:
+                copy.close()
     raise SystemExit(128 - code if code < 0 else code)
 
 

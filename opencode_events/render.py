@@ -250,7 +250,7 @@ class PrettyWriter:
             "dim",
         )
         if self._streaming:
-            tail = self._streaming.replace("\n", " ")[-60:]
+            tail = visible(self._streaming.replace("\n", " ")[-60:])
             text.append("\n… " + tail, "dim italic")
         return text
 

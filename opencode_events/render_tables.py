@@ -41,6 +41,8 @@ def money(value: Any) -> str:
         return f"${value:,.2f}"
     if abs(value) >= 0.0001:
         return f"${value:.4f}"
+    if abs(value) < 1e-10:  # a fraction of a nano-dollar: no 300-digit cell
+        return "<$0.0000000001" if value > 0 else ">-$0.0000000001"
     return f"${value:.{1 - math.floor(math.log10(abs(value)))}f}"
 
 
@@ -97,43 +99,54 @@ def draw_table(
 _NOTHING = frozenset({"", "0", "-", "$0.00"})
 
 
+_DECORATION = 3  # a column this droppable or more goes before any column is cut
+
+
 def _fitting(
     columns: Sequence[Column], cells: list[list[str]], footers: list[str] | None, width: int
 ) -> tuple[list[int], list[str], dict[int, int]]:
     """The indexes of the columns to show, the headers of those left out that held
-    something, and the widths columns are cut to. Until the table fits, a droppable column
-    goes: first one with nothing in it (all zero or empty), then the most droppable; then
-    the columns that may be cut are cut, as far as their ``cut_to``."""
+    something, and the widths columns are cut to. Until the table fits: droppable columns
+    with nothing in them (all zero or empty) go, then the decoration (``drop`` of
+    ``_DECORATION`` or more), then the columns that may be cut are cut as far as their
+    ``cut_to``, then the other droppable columns go, the most droppable first."""
+    from rich.cells import cell_len  # terminal cells: a CJK character takes two
 
     def values(index: int) -> list[str]:
         return [row[index] for row in cells] + ([footers[index]] if footers else [])
 
     def natural(index: int) -> int:
         column = columns[index]
-        longest = max([len(column.header), *map(len, values(index))])
-        return min(longest, column.max_width or longest) + 3  # padding and border
+        longest = max([cell_len(column.header), *map(cell_len, values(index))])
+        return min(longest, cut.get(index, column.max_width) or longest) + 3  # padding, border
 
     empty = {i for i in range(len(columns)) if _NOTHING.issuperset(values(i))}
     shown = list(range(len(columns)))
     hidden: list[str] = []
-    while sum(natural(i) for i in shown) + 1 > width:
-        candidates = [i for i in shown if columns[i].drop > 0]
-        if not candidates:
-            break
-        index = max(candidates, key=lambda i: (i in empty, columns[i].drop, i))
-        shown.remove(index)
-        if index not in empty:
-            hidden.append(columns[index].header or "flags")
     cut: dict[int, int] = {}
-    excess = sum(natural(i) for i in shown) + 1 - width
+
+    def excess() -> int:
+        return sum(natural(i) for i in shown) + 1 - width
+
+    def drop_while_too_wide(lowest: int) -> None:
+        while excess() > 0:
+            candidates = [
+                i for i in shown if columns[i].drop >= lowest or (columns[i].drop and i in empty)
+            ]
+            if not candidates:
+                return
+            index = max(candidates, key=lambda i: (i in empty, columns[i].drop, i))
+            shown.remove(index)
+            if index not in empty:
+                hidden.append(columns[index].header or "flags")
+
+    drop_while_too_wide(_DECORATION)
     for index in reversed(shown):  # the last such column first: the id before it stays whole
-        floor = columns[index].cut_to
-        if excess <= 0 or floor is None:
-            continue
+        floor, over = columns[index].cut_to, excess()
         now = natural(index) - 3
-        if now > floor:
-            cut[index] = max(floor, now - excess)
-            excess -= now - cut[index]
+        if over > 0 and floor is not None and now > floor:
+            cut[index] = max(floor, now - over)
+    drop_while_too_wide(1)
     return shown, hidden, cut
 
 
@@ -185,9 +198,9 @@ def _duration(ms: Any) -> str:
 
 
 def _session_prefix() -> Column:
-    """The session of each row where several sessions share a table: enough of the id to
-    tell them apart and to pass to ``--session``, never left out."""
-    return Column("session", lambda r: r.session_id or "", style="cyan", max_width=18)
+    """The session of each row where several sessions share a table: never left out, and
+    cut only as far as a prefix that tells them apart and ``--session`` accepts."""
+    return Column("session", lambda r: r.session_id or "", style="cyan", cut_to=18)
 
 
 def usage_table(report: Any, *, out: TextIO, store: bool, width: int | None = None) -> None:

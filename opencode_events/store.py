@@ -183,9 +183,16 @@ def _sqlite_order(row: tuple[Any, ...]) -> tuple[int, Any]:
     return (2, value) if isinstance(value, str) else (3, bytes(value))
 
 
-def _holds_data(path: Path) -> bool:
+_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def _journal_in_use(path: Path) -> bool:
+    """A rollback journal that holds a transaction (begun or cut off): it starts with the
+    journal's magic number. An empty one, or one a `journal_mode=PERSIST` database zeroed
+    after its commit, holds none."""
     try:
-        return path.stat().st_size > 0
+        with open(path, "rb") as journal:
+            return journal.read(8) == _JOURNAL_MAGIC
     except OSError:
         return False
 
@@ -250,17 +257,19 @@ class Store:
             raise InputError(f"{path} is not a file")
         wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
         journal = Path(f"{path}-journal")
-        if _holds_data(journal):
+        uri = None
+        if _journal_in_use(journal):
             # A rollback journal: a writer's transaction under way, or one cut off (a hot
             # journal). Read as-is, the file could show uncommitted pages; a private copy with
             # its journal is rolled back by SQLite to the last committed state.
-            uri = self._private_copy(path, journal, writable=True)
-        elif not wal.exists():
-            uri = f"{path.resolve().as_uri()}?immutable=1"
-        elif shm.exists():
-            uri = f"{path.resolve().as_uri()}?mode=ro"
-        else:
-            uri = self._private_copy(path, wal)
+            uri = self._private_copy(path, journal, writable=True, gone_ok=True)
+        if uri is None:
+            if not wal.exists():
+                uri = f"{path.resolve().as_uri()}?immutable=1"
+            elif shm.exists():
+                uri = f"{path.resolve().as_uri()}?mode=ro"
+            else:
+                uri = self._private_copy(path, wal)
         self.uri = uri  # how to open it again, for parallel readers
         try:
             conn = _read_only(uri)
@@ -269,14 +278,23 @@ class Store:
             raise InputError(f"{path} is not a readable SQLite database ({exc})") from None
         return conn
 
-    def _private_copy(self, path: Path, beside: Path, *, writable: bool = False) -> str:
+    def _private_copy(
+        self, path: Path, beside: Path, *, writable: bool = False, gone_ok: bool = False
+    ) -> str | None:
         """A copy of the database and its ``-wal`` or ``-journal`` in a folder of our own
-        (removed by ``close``); ``writable`` lets SQLite roll a journal back in the copy."""
+        (removed by ``close``); ``writable`` lets SQLite roll a journal back in the copy.
+        With ``gone_ok``, None when ``beside`` went away meanwhile (its writer committed)."""
         self._tmp = tempfile.mkdtemp(prefix="opencode-events-")
         copy = Path(self._tmp) / "opencode.db"
         try:
             shutil.copyfile(path, copy)
             shutil.copyfile(beside, f"{copy}{beside.name[len(path.name) :]}")
+        except FileNotFoundError:
+            if not gone_ok or not path.exists():
+                raise InputError(f"cannot read {path}: it went away while being copied") from None
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+            return None
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
         return f"{copy.as_uri()}?mode={'rw' if writable else 'ro'}"
@@ -690,7 +708,9 @@ def store_files(store: Any) -> list[Path]:
     the folder of a legacy JSON store."""
     path = Path(store.path)
     if path.is_dir():
-        return [path]
+        from .legacy import find_legacy_roots
+
+        return find_legacy_roots(path) or [path]  # the storage/ folders, not the data folder
     return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
 
 

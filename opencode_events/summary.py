@@ -459,8 +459,8 @@ def _count_message(summary: Any, data: bytes | None) -> None:
     """Count one message row into ``summary`` (a summary, or a _MessageCounter)."""
     if data is None:
         return
-    try:
-        message = _MESSAGE.decode(data)
+    try:  # as the import reads it, a lone surrogate escape included
+        message = decode_repairing(_MESSAGE, data)[0]
     except (msgspec.DecodeError, RecursionError):
         return
     if message.role == "user":

@@ -30,6 +30,7 @@ from .views import (
     MessageHead,
     MessageInfo,
     decode_repairing,
+    without_lone_surrogates,
 )
 
 __all__ = ["TranscriptMapper", "session_events", "BATCH_EVENTS"]
@@ -165,6 +166,8 @@ def session_events(
                 info: MessageHead | MessageInfo | None = decode_message(data)
                 normalizer.records += 1
             except (msgspec.DecodeError, RecursionError):
+                # kept repaired for every event that carries it (message_end's raw too)
+                data = without_lone_surrogates(data) or data
                 info, found = mapper.message(
                     data, session_id=session_id, message_id=message_id, time=created
                 )

@@ -29,7 +29,7 @@ from msgspec import Struct
 
 from .errors import InputError
 from .parallel import start_over_ranges, worker_connection
-from .views import PART_DECODER, Tokens
+from .views import PART_DECODER, Tokens, decode_repaired, decode_repairing
 
 # The stream and per-turn paths import the mapping (and with it the normalizer and the
 # shell lexer) when they run: the grouped store reports never need it.
@@ -393,7 +393,10 @@ def _session_turns(
         try:
             info = _MESSAGE.decode(message.data)
         except (msgspec.DecodeError, RecursionError):
-            continue
+            try:  # a lone surrogate escape, read as the import reads it
+                info = decode_repaired(_MESSAGE, message.data)
+            except (msgspec.DecodeError, RecursionError):
+                continue
         created = info.time.created if info.time else None
         if info.role == "user":
             turn = _Turn(
@@ -434,7 +437,10 @@ def _session_turns(
         try:
             view = PART_DECODER.decode(part.data)
         except (msgspec.DecodeError, RecursionError):
-            continue
+            try:
+                view = decode_repaired(PART_DECODER, part.data)
+            except (msgspec.DecodeError, RecursionError):
+                continue
         if view.type == "tool":
             turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
             child = spawned_session(view)
@@ -487,7 +493,7 @@ def _forked_copies(store: Any) -> tuple[set[str], float]:
     copy_ids: set[str] = set()
     for _sid, mid, created, data in _older_than_session(store):
         try:
-            info = _MESSAGE.decode(data)
+            info = decode_repairing(_MESSAGE, data)[0]
         except (msgspec.DecodeError, RecursionError):
             continue
         candidates.setdefault(_fingerprint(info), []).append((mid, _figures(info).cost))
@@ -500,7 +506,7 @@ def _forked_copies(store: Any) -> tuple[set[str], float]:
         if created not in times or mid in copy_ids:
             continue
         try:
-            info = _MESSAGE.decode(data)
+            info = decode_repairing(_MESSAGE, data)[0]
         except (msgspec.DecodeError, RecursionError):
             continue
         fingerprint = _fingerprint(info)
@@ -634,7 +640,7 @@ def _grouped(
     if dedupe:
         for _sid, mid, created, data in _older_than_session(store):
             try:
-                info = _MESSAGE.decode(data)
+                info = decode_repairing(_MESSAGE, data)[0]
             except (msgspec.DecodeError, RecursionError):
                 continue
             if info.role == "assistant":
@@ -905,7 +911,7 @@ class _Scan:
         ready = []
         for sid, mid, created, data in self.slow:
             try:
-                full = _MESSAGE.decode(data)
+                full = decode_repairing(_MESSAGE, data)[0]
             except (msgspec.DecodeError, RecursionError):
                 # Read for its figures alone (``run``, by day or session), e.g. a "time" that is
                 # no object: counted as the quick path counts it. No fork's copy or original

@@ -198,3 +198,13 @@ def decode_repairing(decoder: Any, data: bytes | Raw) -> tuple[Any, bytes | Raw]
         if fixed is None:
             raise
     return decoder.decode(fixed), fixed
+
+
+def decode_repaired(decoder: Any, data: bytes | Raw) -> Any:
+    """For a reader's ``except`` branch, where a row failed to decode: the row decoded with
+    its lone surrogate escapes replaced (``decode_repairing`` without a first try). Raises
+    ``DecodeError`` when it holds none or still does not decode."""
+    fixed = without_lone_surrogates(data)
+    if fixed is None:
+        raise msgspec.DecodeError("not JSON")
+    return decoder.decode(fixed)

@@ -337,7 +337,7 @@ def test_normalize_will_not_write_over_its_input(tmp_path: Path):
     [
         ("http://[::1", "error: not a server URL: http://[::1"),
         ("http://h:1/ a", "error: not a server URL: http://h:1/ a"),
-        ("http://a..b", "error: not a server URL: http://a..b (bad host name)"),
+        ("http://a..b", "error: not a server URL: http://a..b (not ASCII, or a bad host name)"),
         ("ftp://host", "error: not a server URL: ftp://host"),
     ],
 )
@@ -385,3 +385,47 @@ def test_closed_stdin_is_one_error_line(args):
     )
     assert closed.returncode == 2, closed.stderr
     assert closed.stderr == b"error: standard input is closed\n" and closed.stdout == b""
+
+
+def test_normalize_will_not_write_over_the_file_on_its_stdin(tmp_path: Path):
+    source = tmp_path / "run.jsonl"
+    source.write_bytes(SIMPLE)
+    with open(source, "rb") as stdin:
+        result = subprocess.run(
+            CMD + ["normalize", "-o", str(source)], stdin=stdin, capture_output=True, timeout=60
+        )
+    assert result.returncode == 2
+    assert (
+        result.stderr
+        == f"error: will not write to {source}: it is being read (standard input)\n".encode()
+    )
+    assert source.read_bytes() == SIMPLE
+    devnull = run(["normalize", str(source), "-o", os.devnull])  # not a file it could empty
+    assert devnull.returncode == 0, devnull.stderr
+
+
+def test_whole_writes_waits_on_a_full_non_blocking_pipe():
+    """A non-blocking stdout (left so by another program) that fills up is waited on, not
+    an error and not a short write."""
+    import io
+    import threading
+
+    from opencode_events.cliutil import WholeWrites
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    received = bytearray()
+
+    def slow_reader() -> None:
+        while chunk := os.read(read_end, 4096):
+            received.extend(chunk)
+            time.sleep(0.0005)
+
+    reader = threading.Thread(target=slow_reader)
+    reader.start()
+    data = bytes(range(256)) * 4096  # 1 MiB, far past the pipe's 64 KiB
+    with io.BufferedWriter(WholeWrites(write_end)) as out:
+        out.write(data)
+    reader.join(timeout=30)
+    os.close(read_end)
+    assert bytes(received) == data

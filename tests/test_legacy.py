@@ -152,3 +152,14 @@ def test_a_session_id_that_would_leave_the_storage_folder_is_no_session(tmp_path
     (storage / "session" / "proj" / "ok.json").write_text(json.dumps({"id": "ses_ok"}))
     rows = json.loads(run("sessions", "--all", "--format", "json", "--db", str(storage)).stdout)
     assert [r["id"] for r in rows] == ["ses_ok"]
+
+
+def test_output_beside_a_legacy_store_is_allowed_inside_it_is_not(tmp_path: Path):
+    db = ROOT / "samples" / "text" / "opencode.db"
+    data_dir = tmp_path / "opencode"
+    write_legacy(db, data_dir, oldest=False)
+    beside = run("import", "--all", "--db", str(data_dir), "-o", str(data_dir / "all.jsonl"))
+    assert beside.returncode == 0, beside.stderr
+    assert (data_dir / "all.jsonl").stat().st_size > 0
+    inside = run("import", "--all", "--db", str(data_dir), "-o", str(data_dir / "storage" / "x"))
+    assert inside.returncode == 2 and inside.stderr.startswith(b"error: will not write to ")

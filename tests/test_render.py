@@ -456,3 +456,25 @@ def test_control_characters_in_tables_are_shown_not_obeyed() -> None:
     text = out.getvalue()
     assert "\x1b" not in text
     assert "␛]0;pwned" in text and "[bold]x[/bold]" in text and "[x]␛" in text
+
+
+def test_the_live_footer_shows_control_characters_too() -> None:
+    from opencode_events.events import Delta
+
+    out = io.StringIO()
+    writer = PrettyWriter(out, width=72, color=False, live=True)
+    writer.write([Delta(delta="hi \x1b]0;PWNED\x07\x1b[2J")])
+    footer = writer._footer().plain
+    writer.flush()
+    assert "\x1b]0" not in footer and "\x1b[2J" not in footer and "␛]0;PWNED" in footer
+
+
+def test_a_wide_usage_table_shows_whole_session_ids() -> None:
+    text = _usage_table(240)
+    assert "ses_dd8060a99ffe0TE5VY4h7s0VFE" in text  # cut only when the table does not fit
+
+
+def test_a_tiny_cost_is_a_short_cell() -> None:
+    from opencode_events.render_tables import money
+
+    assert money(1e-300) == "<$0.0000000001" and money(-1e-300) == ">-$0.0000000001"

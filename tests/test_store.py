@@ -948,6 +948,39 @@ def test_stored_part_cut_inside_a_surrogate_pair_is_read(tmp_path: Path):
     assert any("cut \ufffd" in json.dumps(e.get("raw"), ensure_ascii=False) for e in events)
     (row,) = json.loads(run("sessions", "--db", str(db), "--format", "json").stdout)
     assert row["tool_calls"] == events[-1]["tool_calls"] >= 1
+    turns = json.loads(run("usage", "--db", str(db), "--last", "--format", "json").stdout)
+    assert turns["total"]["tool_calls"] == row["tool_calls"]
+    context = run("context", "--db", str(db), "--format", "json")
+    assert "unreadable" not in context.stderr.decode()
+    assert any(s["source"] == "tool:bash" for s in json.loads(context.stdout)["sources"])
+
+
+def test_stored_message_cut_inside_a_surrogate_pair_is_read(tmp_path: Path):
+    """The same in an assistant message row: its cost and inference still count everywhere,
+    and every event that carries the row is JSON a strict reader takes."""
+    import msgspec
+
+    db = copy_sample("task", tmp_path)
+    conn = sqlite3.connect(db)
+    rowid, data = conn.execute(
+        "SELECT rowid, data FROM message WHERE json_extract(data, '$.role') = 'assistant' "
+        "AND json_extract(data, '$.cost') > 0 AND json_extract(data, '$.time.completed') > 0"
+    ).fetchone()
+    conn.execute(
+        "UPDATE message SET data = ? WHERE rowid = ?",
+        (data[:-1] + ',"error":{"name":"APIError","data":{"message":"cut \\ud83d"}}}', rowid),
+    )
+    conn.commit()
+    conn.close()
+    imported = run("import", "--all", "--db", str(db), "--raw").stdout
+    for line in imported.splitlines():
+        msgspec.json.decode(line)  # strict: no lone surrogate escape left
+    metrics = jsonl(imported)[-1]
+    total = json.loads(run("usage", "--all", "--db", str(db), "--format", "json").stdout)["total"]
+    assert total["cost"] == pytest.approx(metrics["cost"])
+    rows = json.loads(run("sessions", "--all", "--db", str(db), "--format", "json").stdout)
+    inferences = sum(r["inferences"] for r in rows)
+    assert inferences == sql(db, "SELECT count(*) FROM message WHERE data LIKE '%assistant%'")[0][0]
 
 
 def test_rows_nested_too_deep_never_crash_a_command(tmp_path: Path):
@@ -989,3 +1022,20 @@ def test_a_session_path_names_the_session_from_anywhere(tmp_path: Path):
     )
     (row,) = json.loads(result.stdout)
     assert row["path"] == f"{db}/{row['id']}"
+
+
+def test_a_journal_kept_after_its_commit_holds_no_transaction(tmp_path: Path):
+    """journal_mode=PERSIST keeps the file and zeroes its header: nothing to roll back, so
+    no private copy of the database is made for it."""
+    from opencode_events.store import _journal_in_use
+
+    db = copy_sample("task", tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=persist")
+    conn.execute("UPDATE session SET title = 'committed'")
+    conn.commit()
+    conn.close()
+    journal = Path(f"{db}-journal")
+    assert journal.stat().st_size > 0 and not _journal_in_use(journal)
+    with Store(db) as store:
+        assert store._tmp is None and "committed" in [s.title for s in store.sessions()]
