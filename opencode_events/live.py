@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -202,6 +203,9 @@ def _delay(reader: Any, delays: tuple[float, ...], attempt: int) -> float:
     return delays[min(attempt, len(delays)) - 1]
 
 
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
 def _read(
     response: Any, reader: Any, writer: Any, line_no: int, until_idle: bool
 ) -> tuple[int, bool]:
@@ -209,6 +213,7 @@ def _read(
     feed, write = reader.feed, writer.write
     pending = b""
     got_data = False
+    after_cr = False  # the last chunk ended with CR: a LF opening the next is its CRLF's
     while True:
         try:
             chunk = response.read1(1 << 16)
@@ -219,7 +224,15 @@ def _read(
         if not chunk:
             return line_no, got_data  # a partial last line is dropped with its frame
         got_data = True
-        lines = (pending + chunk).split(b"\n")
+        if after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        buffer = pending + chunk
+        if b"\r" in buffer:  # SSE lines may also end with CRLF or a lone CR
+            lines = _LINE_END.split(buffer)
+            after_cr = buffer.endswith(b"\r")
+        else:
+            lines = buffer.split(b"\n")
+            after_cr = False
         pending = lines.pop()
         for line in lines:
             line_no += 1

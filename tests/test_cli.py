@@ -429,3 +429,43 @@ def test_whole_writes_waits_on_a_full_non_blocking_pipe():
     reader.join(timeout=30)
     os.close(read_end)
     assert bytes(received) == data
+
+
+@pytest.mark.parametrize("line_end", [b"\r", b"\r\n"], ids=["cr", "crlf"])
+def test_attach_reads_event_streams_whose_lines_end_with_cr(line_end: bytes):
+    """SSE lines may end with CR, CRLF or LF; split across reads at any point."""
+    import socket
+    import threading
+
+    samples = Path(__file__).resolve().parent.parent / "samples" / "serve_permission"
+    sse = (samples / "events.sse").read_bytes()
+    body = sse.replace(b"\n", line_end)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+            )
+            for start in range(0, len(body), 7):  # CR and LF of a CRLF in different reads
+                try:
+                    connection.sendall(body[start : start + 7])
+                except OSError:  # attach has seen the run end and gone
+                    return
+                time.sleep(0.0002)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        attached = run(["attach", f"http://127.0.0.1:{port}", "--until-idle", "--format", "jsonl"])
+    finally:
+        listener.close()
+    assert attached.returncode == 0, attached.stderr
+    offline = run(["normalize", str(samples / "events.sse")])
+    drop = ("line", "seq", "records")
+    assert [{k: v for k, v in e.items() if k not in drop} for e in jsonl(attached.stdout)] == [
+        {k: v for k, v in e.items() if k not in drop} for e in jsonl(offline.stdout)
+    ]
