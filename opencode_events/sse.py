@@ -257,6 +257,7 @@ class SseReader:
         self._family: set[str] | None = {session} if session else None
         self._data: list[bytes] = []
         self._data_line = 0
+        self._cr_lines = 0  # lines ended by a lone CR so far, inside what the caller called one
         self._done = _Memory()  # part ids and "m:"+message ids already emitted
         self._roles = _Memory()  # message id -> role
         self._pending: dict[str, tuple[Part, Provenance]] = {}  # incomplete text parts
@@ -285,10 +286,13 @@ class SseReader:
             line = line[3:]
         if line.endswith(b"\r"):
             line = line[:-1]
-        if b"\r" in line:  # lone CR is a line ending too
+        line_no += self._cr_lines
+        if b"\r" in line:  # lone CR is a line ending too: each piece is a line of its own
             events: list[Event] = []
-            for piece in line.split(b"\r"):
-                events += self._field(line_no, piece)
+            pieces = line.split(b"\r")
+            for offset, piece in enumerate(pieces):
+                events += self._field(line_no + offset, piece)
+            self._cr_lines += len(pieces) - 1
             return events
         return self._field(line_no, line)
 

@@ -287,7 +287,11 @@ def test_crlf_lone_cr_and_bom() -> None:
     crlf = "\ufeffdata: " + body + "\r\n\r\n" + "data: " + body + "\r\n\r\n"
     assert kinds(read(crlf)[0]) == ["error", "error"]
     lone_cr = "data: " + body + "\r\r" + "data: " + body + "\r\r"
-    assert kinds(read(lone_cr)[0]) == ["error", "error"]
+    events = read(lone_cr)[0]
+    assert kinds(events) == ["error", "error"]
+    assert [e["line"] for e in events] == [1, 3]  # a lone CR ends a line: numbered as such
+    mixed = "data: " + body + "\r\r\n" + "data: " + body + "\r\r"
+    assert [e["line"] for e in read(mixed)[0]] == [1, 3]
 
 
 def test_last_frame_without_blank_line_is_dispatched_by_finish() -> None:
