@@ -14,7 +14,6 @@ assistant messages' (which is how OpenCode computed them then). Files are only r
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,8 @@ import msgspec
 from msgspec import Struct
 
 from .errors import InputError
-from .store import MessageRow, PartRow, SessionRow
+from .files import read_regular_file
+from .store import MessageRow, PartRow, SessionRow, is_top_level
 from .views import MessageInfo
 
 __all__ = ["LegacyStore", "find_legacy_roots"]
@@ -57,24 +57,6 @@ def find_legacy_roots(data: Path) -> list[Path]:
     if project.is_dir():
         roots += sorted(p for p in project.glob("*/storage") if (p / "session").is_dir())
     return roots
-
-
-def _read(path: Path) -> bytes | None:
-    """A regular file's bytes; None for anything else (a FIFO is never waited on, a device
-    such as /dev/zero never read without end)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            return file.read()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _safe_id(value: Any) -> bool:
@@ -124,6 +106,7 @@ class LegacyStore:
             roots = [self.path]  # pointed straight at a storage folder
         if not roots:
             raise InputError(f"no OpenCode storage/ files under {self.path}")
+        self.roots = roots  # the folders read (nothing may be written inside them)
         self._sessions: dict[str, tuple[SessionRow, _Layout]] = {}
         for root in roots:
             layout = _Layout(root)
@@ -144,7 +127,7 @@ class LegacyStore:
     # ------------------------------------------------------------------ sessions
 
     def _session_row(self, file: Path, layout: _Layout) -> SessionRow | None:
-        data = _read(file)
+        data = read_regular_file(file)
         try:
             info = _SESSION.decode(data) if data else None
         except (msgspec.DecodeError, RecursionError):
@@ -199,12 +182,8 @@ class LegacyStore:
         rows = [row for row, _ in self._sessions.values()]
         if since_ms is not None:
             rows = [r for r in rows if r.time_updated >= since_ms]
-        if top_level:  # as the database store: no parent, itself, or a parent not there
-            rows = [
-                r
-                for r in rows
-                if r.parent_id is None or r.parent_id == r.id or r.parent_id not in self._sessions
-            ]
+        if top_level:
+            rows = [r for r in rows if is_top_level(r, self._sessions.__contains__)]
         return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)
 
     def session(self, session_id: str) -> SessionRow | None:
@@ -228,7 +207,7 @@ class LegacyStore:
     def _message_files(self, session_id: str, layout: _Layout) -> list[tuple[int, str, bytes]]:
         found = []
         for file in layout.message_dir(session_id).glob("*.json"):
-            data = _read(file)
+            data = read_regular_file(file)
             if data is None:
                 continue
             try:
@@ -261,7 +240,7 @@ class LegacyStore:
         for created, message_id, _ in self._message_files(session_id, layout):
             files = sorted(layout.part_dir(session_id, message_id).glob("*.json"))
             for file in files:
-                data = _read(file)
+                data = read_regular_file(file)
                 if data is not None:
                     yield PartRow(file.stem, message_id, session_id, created or None, data)
 

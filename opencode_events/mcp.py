@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from .files import read_regular_file
 
 __all__ = [
     "sanitize",
@@ -105,23 +106,15 @@ _LARGEST_CONFIG = 64 << 20  # bytes; OpenCode's models cache is about 1 MB
 
 def read_json_file(path: str | os.PathLike[str]) -> Any:
     """The JSON (or JSONC) document in the regular file ``path``, or None: a missing,
-    unreadable or huge file, a FIFO or a device (never waited on), text that is not JSON or
-    is nested too deep are all no document."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except (OSError, ValueError):  # ValueError: a NUL in the name
+    unreadable or huge file, a FIFO or a device (``read_regular_file``), text that is not
+    JSON or is nested too deep are all no document."""
+    data = read_regular_file(path, _LARGEST_CONFIG)
+    if data is None:
         return None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _LARGEST_CONFIG:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            text = file.read(_LARGEST_CONFIG + 1).decode("utf-8")
-        return json.loads(strip_jsonc(text))
-    except (OSError, ValueError, RecursionError):
+        return json.loads(strip_jsonc(data.decode("utf-8")))
+    except (ValueError, RecursionError):
         return None
-    finally:
-        os.close(fd)
 
 
 @lru_cache(maxsize=1024)

@@ -69,13 +69,13 @@ def _as_raw(value: bytes | Raw | None) -> Raw | None:
     compacted: an event is one line."""
     if value is None:
         return None
-    data = value if type(value) is bytes else bytes(value)
+    data = bytes(value)  # the same object for bytes; a copy of a Raw's buffer
     if b"\n" in data or b"\r" in data:
         try:
             return Raw(msgspec.json.format(data, indent=0))
         except msgspec.DecodeError:  # not JSON: left as it is (readers hand over JSON only)
             pass
-    return Raw(data) if type(value) is bytes else value
+    return Raw(value) if type(value) is bytes else value
 
 
 class _Totals:

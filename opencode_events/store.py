@@ -29,7 +29,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -706,18 +706,23 @@ class Store:
 def store_files(store: Any) -> list[Path]:
     """What reading ``store`` reads: the database and the files SQLite keeps beside it, or
     the folder of a legacy JSON store."""
+    roots = getattr(store, "roots", None)  # a legacy store: its storage/ folders
+    if roots is not None:
+        return list(roots)
     path = Path(store.path)
-    if path.is_dir():
-        from .legacy import find_legacy_roots
-
-        return find_legacy_roots(path) or [path]  # the storage/ folders, not the data folder
     return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+
+
+def is_top_level(row: SessionRow, known: Callable[[str], bool]) -> bool:
+    """No subagent: no parent, itself as parent, or a parent no longer there (``known``
+    says whether a session exists); ``_TOP_LEVEL`` is the same rule in SQL."""
+    parent = row.parent_id
+    return parent is None or parent == row.id or not known(parent)
 
 
 def _is_top_level(store: Any, session_id: str) -> bool:
     row = store.session(session_id)
-    parent = row.parent_id if row is not None else None
-    return parent is None or parent == session_id or store.session(parent) is None
+    return row is None or is_top_level(row, lambda sid: store.session(sid) is not None)
 
 
 def every_session(store: Any, *, top_level: bool = False) -> list[str]:

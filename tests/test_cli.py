@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +40,25 @@ def run(args, stdin: bytes = b"", **kwargs):
 
 def jsonl(data: bytes) -> list[dict]:
     return [json.loads(line) for line in data.splitlines()]
+
+
+@contextlib.contextmanager
+def one_connection_server(answer: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A server on 127.0.0.1 that takes one connection, reads the request and lets
+    ``answer`` reply; yields its port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            answer(connection)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
 
 
 def test_normalize_stdin_to_stdout():
@@ -352,24 +375,11 @@ def test_attach_to_a_bad_url_is_one_error_line(url: str, message: str):
     ids=["not-http", "huge-header"],
 )
 def test_attach_to_something_that_is_not_an_http_server(reply: bytes):
-    import socket
-    import threading
+    def answer(connection: socket.socket) -> None:
+        connection.sendall(reply)
 
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-
-    def answer() -> None:
-        connection, _ = listener.accept()
-        with connection:
-            connection.recv(65536)
-            connection.sendall(reply)
-
-    thread = threading.Thread(target=answer, daemon=True)
-    thread.start()
-    try:
+    with one_connection_server(answer) as port:
         result = run(["attach", f"http://127.0.0.1:{port}"])
-    finally:
-        listener.close()
     assert result.returncode == 2, result.stderr
     assert result.stderr.decode().startswith(
         f"error: http://127.0.0.1:{port} did not answer as an HTTP server: "
@@ -408,7 +418,6 @@ def test_whole_writes_waits_on_a_full_non_blocking_pipe():
     """A non-blocking stdout (left so by another program) that fills up is waited on, not
     an error and not a short write."""
     import io
-    import threading
 
     from opencode_events.cliutil import WholeWrites
 
@@ -434,35 +443,23 @@ def test_whole_writes_waits_on_a_full_non_blocking_pipe():
 @pytest.mark.parametrize("line_end", [b"\r", b"\r\n"], ids=["cr", "crlf"])
 def test_attach_reads_event_streams_whose_lines_end_with_cr(line_end: bytes):
     """SSE lines may end with CR, CRLF or LF; split across reads at any point."""
-    import socket
-    import threading
-
     samples = Path(__file__).resolve().parent.parent / "samples" / "serve_permission"
     sse = (samples / "events.sse").read_bytes()
     body = sse.replace(b"\n", line_end)
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
 
-    def serve() -> None:
-        connection, _ = listener.accept()
-        with connection:
-            connection.recv(65536)
-            connection.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
-            )
-            for start in range(0, len(body), 7):  # CR and LF of a CRLF in different reads
-                try:
-                    connection.sendall(body[start : start + 7])
-                except OSError:  # attach has seen the run end and gone
-                    return
-                time.sleep(0.0002)
+    def serve(connection: socket.socket) -> None:
+        connection.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+        )
+        for start in range(0, len(body), 7):  # CR and LF of a CRLF in different reads
+            try:
+                connection.sendall(body[start : start + 7])
+            except OSError:  # attach has seen the run end and gone
+                return
+            time.sleep(0.0002)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
+    with one_connection_server(serve) as port:
         attached = run(["attach", f"http://127.0.0.1:{port}", "--until-idle", "--format", "jsonl"])
-    finally:
-        listener.close()
     assert attached.returncode == 0, attached.stderr
     offline = run(["normalize", str(samples / "events.sse")])
     drop = ("line", "seq", "records")
