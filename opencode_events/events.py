@@ -80,6 +80,8 @@ class Prompt(Event, tag="prompt", kw_only=True):
 
 class Read(ToolEvent, tag="read", kw_only=True):
     path: str | None = None
+    command: str | None = None  # a read recognised in a bash command: the command line …
+    exit_code: int | None = None  # … and how it ended
     raw: Raw | None = None
 
 
@@ -87,12 +89,16 @@ class Write(ToolEvent, tag="write", kw_only=True):
     path: str | None = None
     op: str | None = None
     to: str | None = None
+    command: str | None = None  # from bash, as on Read
+    exit_code: int | None = None
     raw: Raw | None = None
 
 
 class Search(ToolEvent, tag="search", kw_only=True):
     pattern: str | None = None
     path: str | None = None
+    command: str | None = None  # from bash, as on Read
+    exit_code: int | None = None
     raw: Raw | None = None
 
 

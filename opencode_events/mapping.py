@@ -243,17 +243,24 @@ def _search(common: dict[str, Any], args: SearchInput, part: Part) -> list[Event
 
 def _bash(common: dict[str, Any], args: BashInput, part: Part) -> list[Event]:
     command = _str(args.command)
+    exit_code = _exit_code(part)
     if command is not None:
         file_ops = classify_bash(command, _str(args.workdir))
         if file_ops:
-            return [_file_op_event(common, op) for op in file_ops]
-    exit_code = None
+            # The command line and its exit code stay on each event: `cat missing.txt` that
+            # exits 1 is still told apart from a read that worked.
+            shared = dict(common, command=command, exit_code=exit_code)
+            return [_file_op_event(shared, op) for op in file_ops]
+    return [Command(**common, command=command, exit_code=exit_code)]
+
+
+def _exit_code(part: Part) -> int | None:
     state = part.state
     if state is not None and state.metadata is not None:
         code = state.metadata.exit
         if isinstance(code, int) and not isinstance(code, bool):
-            exit_code = code
-    return [Command(**common, command=command, exit_code=exit_code)]
+            return code
+    return None
 
 
 def _file_op_event(common: dict[str, Any], op: Any) -> Event:

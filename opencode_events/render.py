@@ -358,7 +358,7 @@ class PrettyWriter:
         tool = event.tool
         subject = _subject(event, self._cwd)
         details = Text(style="dim")
-        if isinstance(event, Command) and event.exit_code is not None:
+        if getattr(event, "exit_code", None) is not None:  # a command, or a file op from bash
             details.append(f"exit {event.exit_code}", "dim" if event.exit_code == 0 else "red")
         duration = format_duration(event.duration_ms)
         if duration:

@@ -130,7 +130,11 @@ class StreamReader:
                 part_id=part_id if type(part_id) is str else None,
             )
             part.type = part_type  # the record type is the authority
-            return norm.part(part, prov)
+            # The stream says nothing of roles. A synthetic text outside any step is one
+            # OpenCode wrote as a user message (the "Continue if you have next steps…"
+            # after an auto-compaction): a prompt, as the store and export call it.
+            role = "user" if part.synthetic is True and not norm.step_open else None
+            return norm.part(part, prov, role=role)
         prov = self._prov(line_no, line, timestamp)
         if record_type == "error":
             return norm.error(record.error, prov)

@@ -47,6 +47,32 @@ def test_record_mapping(rec, expected):
     assert kinds(normalize_lines([rec])) == expected
 
 
+STEP_START = record("step_start", {"type": "step-start"})
+SYNTHETIC = {"type": "text", "text": "Continue if you have next steps", "synthetic": True}
+
+
+@pytest.mark.parametrize(
+    "lines, expected",
+    [
+        pytest.param([record("text", SYNTHETIC)], ["prompt"], id="synthetic-outside-a-step"),
+        pytest.param(
+            [step_finish(), record("text", SYNTHETIC)], ["usage", "prompt"], id="after-a-step"
+        ),
+        pytest.param([STEP_START, record("text", SYNTHETIC)], ["message"], id="inside-a-step"),
+        pytest.param(
+            [record("text", {"type": "text", "text": "hi"})], ["message"], id="not-synthetic"
+        ),
+        pytest.param(
+            [record("text", {**SYNTHETIC, "synthetic": "yes"})], ["message"], id="not-a-boolean"
+        ),
+    ],
+)
+def test_a_synthetic_text_outside_a_step_is_a_prompt(lines, expected):
+    # OpenCode's own user text (after an auto-compaction) reaches the stream as a `text`
+    # record between steps; the store and export call it a prompt, so the stream does too.
+    assert kinds(normalize_lines(lines)) == expected
+
+
 def test_text_and_reasoning_carry_their_text():
     msg, thought = normalize_lines(
         [
@@ -198,8 +224,26 @@ TOOL_CASES = [
     ),
     pytest.param(
         tool_use("bash", {"command": "cat README.md"}, metadata={"exit": 0}),
-        [{"kind": "read", "path": "README.md"}],
+        [{"kind": "read", "path": "README.md", "command": "cat README.md", "exit_code": 0}],
         id="bash-recognized-read",
+    ),
+    pytest.param(
+        tool_use("bash", {"command": "cat missing.txt"}, metadata={"exit": 1}),
+        [{"kind": "read", "path": "missing.txt", "command": "cat missing.txt", "exit_code": 1}],
+        id="bash-recognized-read-that-failed-keeps-its-exit-code",
+    ),
+    pytest.param(
+        tool_use("bash", {"command": "ls src tests"}, metadata={"exit": 2}),
+        [
+            {"kind": "search", "path": "src", "command": "ls src tests", "exit_code": 2},
+            {"kind": "search", "path": "tests", "command": "ls src tests", "exit_code": 2},
+        ],
+        id="bash-recognized-search-each-event-keeps-the-command",
+    ),
+    pytest.param(
+        tool_use("bash", {"command": "rm old.txt"}),
+        [{"kind": "write", "op": "delete", "command": "rm old.txt", "exit_code": None}],
+        id="bash-recognized-change-without-exit-code",
     ),
     pytest.param(
         tool_use("background_process", {"command": "npm run dev"}),

@@ -91,6 +91,10 @@ TOOL_ROWS = [
         "✗ read       missing.txt  3 ms  File not found: missing.txt",
     ),
     (Read(tool="bash", success=True, path="README.md"), "✓ bash       read README.md"),
+    (
+        Read(tool="bash", success=True, path="gone.txt", command="cat gone.txt", exit_code=1),
+        "✓ bash       read gone.txt  exit 1",
+    ),
     (Write(tool="edit", success=True, path="src/app.py"), "✓ edit       src/app.py"),
     (
         Write(tool="apply_patch", success=True, path="a.txt", op="move", to="b.txt"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.update_goldens import GOLDEN, cases, normalized
+from scripts.update_goldens import GOLDEN, cases, imported, normalized
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAMS = sorted(ROOT.glob("samples/*/stream.jsonl"))
@@ -129,6 +129,32 @@ def test_read_missing_is_a_failed_read():
     assert events_of("read_missing")[-1]["tool_failures"] == 1
 
 
+@scenario("parallel_tools")
+def test_a_bash_search_that_failed_keeps_its_command_and_exit_code():
+    raw = {
+        r["part"]["callID"]: r["part"]["state"]
+        for r in raw_records("parallel_tools")
+        if r["type"] == "tool_use"
+    }
+    events = {e["call_id"]: e for e in events_of("parallel_tools") if "call_id" in e}
+    assert len(events) == len(raw) == 4  # four calls in one step, each accounted for
+    ls = events["call_p_bash_fail"]
+    assert ls["kind"] == "search" and ls["path"] == "/nonexistent-dir-xyz"
+    assert ls["command"] == raw["call_p_bash_fail"]["input"]["command"]
+    assert ls["exit_code"] == raw["call_p_bash_fail"]["metadata"]["exit"] != 0
+    assert events["call_p_read_missing"]["success"] is False
+
+
+@scenario("auto_compact")
+def test_the_text_opencode_adds_after_an_auto_compaction_is_a_prompt():
+    raw = raw_records("auto_compact")
+    synthetic = [r["part"]["text"] for r in raw if r["part"].get("synthetic") is True]
+    assert len(synthetic) == 1
+    events = events_of("auto_compact")
+    assert [e["text"] for e in of_kind(events, "prompt")] == synthetic
+    assert synthetic[0] not in [e["text"] for e in of_kind(events, "message")]
+
+
 @scenario("apply_patch")
 def test_apply_patch_one_write_per_file():
     writes = of_kind(events_of("apply_patch"), "write")
@@ -185,3 +211,32 @@ def test_docs_examples_are_the_goldens():
 
     text = DOC.read_text()
     assert render(text) == text, "docs/events.md examples are stale: run `make goldens`"
+
+
+def _by_part(output: bytes) -> dict[str, list[dict]]:
+    """The events of one output by part id, without what differs by source by design: the
+    numbering, the input line, the time (the record's timestamp in the stream, the row's
+    time_created in the store), ``raw`` (the record as that source wrote it) and a usage
+    event's ``turn`` (counted from the start of what is read: a forked session's stored
+    history holds turns its run's stream never showed)."""
+    found: dict[str, list[dict]] = {}
+    for line in output.splitlines():
+        event = json.loads(line)
+        if event.get("part_id"):
+            for key in ("seq", "line", "time", "raw", "turn"):
+                event.pop(key, None)
+            found.setdefault(event["part_id"], []).append(event)
+    return found
+
+
+BOTH = [p.parent for p in STREAMS if (p.parent / "opencode.db").exists()]
+
+
+@pytest.mark.parametrize("folder", BOTH, ids=lambda p: p.name)
+def test_the_stream_and_the_store_map_each_part_alike(folder: Path):
+    # One mapping for every source: a part the stream showed is the same event when the
+    # store's copy of it is imported (the store also has parts the stream never shows).
+    streamed = _by_part(normalized(folder / "stream.jsonl"))
+    stored = _by_part(imported(folder / "opencode.db"))
+    for part_id, events in streamed.items():
+        assert stored.get(part_id) == events, part_id

@@ -859,6 +859,48 @@ SCENARIOS: list[Scenario] = [
             },
         },
     ),
+    Scenario(
+        "auto_compact",
+        "The model's context limit is 8,000 tokens: the first step overflows it, OpenCode "
+        "compacts inside the run (the compaction agent) and goes on after a synthetic user "
+        "text, which the stream shows as a `text` record outside any step.",
+        files=WORK_FILES,
+        config={
+            "provider": {
+                "mock": {"models": {"mock-model": {"limit": {"context": 8000, "output": 1000}}}}
+            }
+        },
+        steps=[
+            tools(call("bash", {"command": "echo big"}, "call_ac_bash"), usage=U(7800, 50, 0, 0)),
+            say("Continued after compaction.", usage=U(900, 6, 0, 0)),
+        ],
+        conversations={
+            "compaction": {
+                "match_system": "context summarization agent",
+                "steps": [say("## Summary\n\nRan echo big.", usage=U(7900, 30, 0, 0))],
+            },
+        },
+    ),
+    Scenario(
+        "parallel_tools",
+        "--thinking; one step with reasoning, text and four tool calls at once (bash that "
+        "works, `ls` of a missing folder that exits 2, a read of a missing file, grep), "
+        "then the answer.",
+        args=["--thinking"],
+        files=WORK_FILES,
+        steps=[
+            tools(
+                call("bash", {"command": "echo one"}, "call_p_bash_ok"),
+                call("bash", {"command": "ls /nonexistent-dir-xyz"}, "call_p_bash_fail"),
+                call("read", {"filePath": "{WORK}/nope.txt"}, "call_p_read_missing"),
+                call("grep", {"pattern": "hello", "path": "{WORK}/src"}, "call_p_grep"),
+                reasoning=["Plan: ", "run four tools."],
+                text=["Running four tools at once."],
+                usage=U(3000, 80, 500, 30),
+            ),
+            say("Two worked, two failed.", usage=U(3300, 20, 2900, 0)),
+        ],
+    ),
 ]
 
 BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
