@@ -385,6 +385,19 @@ def _quiet_broken_pipe() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+def _flush_or_discard_stdout() -> None:
+    """After an error: write what is still buffered for stdout, or, when stdout itself is
+    what failed (a full disk), drop it, so the interpreter's last flush at exit does not
+    print a traceback and turn the exit code into 120."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        try:
+            _quiet_broken_pipe()
+        except (OSError, ValueError):  # no descriptor to point anywhere: nothing to flush
+            pass
+
+
 def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     """Run the click command and turn every way out into an exit code."""
     try:
@@ -393,6 +406,7 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         sys.stdout.flush()
     except InputError as exc:
         click.echo(f"error: {exc}", err=True)
+        _flush_or_discard_stdout()
         return EXIT_USAGE
     except click.exceptions.Abort:
         return EXIT_INTERRUPTED
@@ -412,6 +426,7 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         return EXIT_PIPE
     except OSError as exc:  # e.g. the output's disk is full: one line, not a traceback
         click.echo(f"error: {exc.strerror or exc}", err=True)
+        _flush_or_discard_stdout()
         return EXIT_USAGE
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_OK

@@ -263,6 +263,33 @@ def test_a_full_disk_is_an_error_not_a_short_file(tmp_path: Path):
     assert result.stderr.startswith(b"error: ") and result.stderr.count(b"\n") == 1
 
 
+ROOT = Path(__file__).resolve().parent.parent
+STORE = ROOT / "samples" / "task" / "opencode.db"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["normalize"],
+        ["normalize", "--format", "pretty"],
+        ["sessions", "--db", str(STORE)],
+        ["sessions", "--db", str(STORE), "--format", "csv"],
+        ["usage", "--db", str(STORE), "--all"],
+        ["import", "--db", str(STORE), "--all"],
+    ],
+    ids=lambda a: " ".join(x for x in a if x != str(STORE)),
+)
+def test_a_full_disk_on_stdout_is_one_error_line_and_exit_2(args):
+    # Not a traceback from the interpreter's last flush, and not its exit code 120.
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run(
+            CMD + args, input=SIMPLE, stdout=full, stderr=subprocess.PIPE, timeout=60
+        )
+    assert result.stderr == b"error: No space left on device\n"
+    assert result.returncode == 2
+
+
 def test_ctrl_c_exits_130_without_traceback():
     proc = subprocess.Popen(
         CMD + ["normalize"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
