@@ -8,6 +8,7 @@ they need when they run, so start-up stays small.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -392,10 +393,9 @@ def _flush_or_discard_stdout() -> None:
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
-        try:
+        # No descriptor to point anywhere: then there is nothing left to flush either.
+        with contextlib.suppress(OSError, ValueError):
             _quiet_broken_pipe()
-        except (OSError, ValueError):  # no descriptor to point anywhere: nothing to flush
-            pass
 
 
 def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:

@@ -169,6 +169,24 @@ def _is_read(path: str, reads: Sequence[Any]) -> str | None:
     return None
 
 
+def same_file(first: str, second: str) -> bool:
+    """Whether two paths name one regular file (the same name, or a link to it), existing
+    or not yet; a terminal or /dev/null named twice is not a clash."""
+    try:
+        one = os.stat(first)
+    except OSError:
+        one = None
+    if one is not None and not stat.S_ISREG(one.st_mode):
+        return False
+    if os.path.realpath(first) == os.path.realpath(second):
+        return True
+    try:
+        other = os.stat(second)
+    except OSError:
+        return False
+    return one is not None and (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
+
+
 def open_output(path: str | None, reads: Sequence[Any] = ()) -> BinaryIO:
     """The output: stdout, or the file ``path``, which must not be one of the files (or
     inside one of the folders) being read: opening it would empty it first."""

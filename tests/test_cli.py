@@ -493,3 +493,22 @@ def test_attach_reads_event_streams_whose_lines_end_with_cr(line_end: bytes):
     assert [{k: v for k, v in e.items() if k not in drop} for e in jsonl(attached.stdout)] == [
         {k: v for k, v in e.items() if k not in drop} for e in jsonl(offline.stdout)
     ]
+
+
+@pytest.mark.parametrize("same", ["raw.jsonl", "./raw.jsonl", "link.jsonl"])
+def test_run_refuses_tee_and_output_in_one_file(tmp_path: Path, same: str):
+    fake = tmp_path / "opencode"
+    fake.write_text(f"#!/bin/sh\ntouch {tmp_path / 'started'}\n")
+    fake.chmod(0o755)
+    raw = tmp_path / "raw.jsonl"
+    raw.write_bytes(b"kept\n")
+    (tmp_path / "link.jsonl").symlink_to(raw)
+    result = run(
+        ["run", "--tee", "raw.jsonl", "-o", same, "hi"],
+        cwd=tmp_path,
+        env={**os.environ, "OPENCODE_BIN": str(fake)},
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(b"error: --tee and -o both name ")
+    assert result.stderr.count(b"\n") == 1
+    assert raw.read_bytes() == b"kept\n" and not (tmp_path / "started").exists()
