@@ -56,6 +56,18 @@ def detect_format(head: bytes) -> str:
     return "jsonl"
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def refuse_database(head: bytes, name: str, command: str) -> None:
+    """An SQLite file given as a stream would be thousands of warnings: an error instead,
+    which names the option that reads it."""
+    if head.startswith(SQLITE_MAGIC):
+        what = "standard input" if name == "-" else name
+        path = "FILE" if name == "-" else name
+        raise InputError(f"{what} is an SQLite database, not a stream: use `{command} --db {path}`")
+
+
 def read_head(stream: BinaryIO) -> bytes:
     """Read until the first non-blank line is complete (or the input ends). Each chunk is
     looked at once: a pipe hands over 64 KiB at a time, and a first line of many MB must not
@@ -105,6 +117,7 @@ def normalize_streams(
         normalizer.reset()
         source = name if several else None
         head = read_head(stream)
+        refuse_database(head, name, "import")
         kind = detect_format(head)
         if kind == "export":
             from .export import export_events

@@ -203,24 +203,27 @@ class _Collect:
         pass
 
 
-def _usage_events(stream: BinaryIO, unread: list[int]) -> Iterator[tuple[Any, bool]]:
+def _usage_events(name: str, stream: BinaryIO, unread: list[int]) -> Iterator[tuple[Any, bool]]:
     """(usage-like record, step-open-after-it) from a raw stream, normalized JSONL, a
-    captured server event stream or an export document; lines of normalized JSONL that
-    cannot be read are counted in ``unread[0]``."""
-    from .events import Usage
+    captured server event stream or an export document; what cannot be read (a line that
+    is not JSON, an export cut short) is counted in ``unread[0]``."""
+    from .events import Usage, Warning
     from .normalizer import Normalizer
-    from .pipeline import Prepended, detect_format, normalize_streams, read_head
+    from .pipeline import Prepended, detect_format, normalize_streams, read_head, refuse_database
     from .stream import StreamReader, line_batches
 
     head = read_head(stream)
+    refuse_database(head, name, "usage")
     if detect_format(head) in ("sse", "export"):  # mapped as `normalize` maps them
         collect = _Collect()
         normalizer = normalize_streams([("-", Prepended(head, stream))], collect, metrics=False)
+        unread[0] += normalizer.counts.get(Warning, 0)
         yield from ((event, False) for event in collect.found)
         if normalizer.step_open:
             yield None, True
         return
     normalized: bool | None = None  # the first JSON object decides
+    warned = 0  # the warnings of the raw reading before that decision, counted already
     normalizer = Normalizer()
     reader = StreamReader(normalizer)
     line_no = 0
@@ -235,6 +238,8 @@ def _usage_events(stream: BinaryIO, unread: list[int]) -> Iterator[tuple[Any, bo
                     reader.feed(line_no, line)  # the raw reading, which warns and goes on
                     unread[0] += 1
                     continue
+                if not normalized:  # a raw stream: its warnings from here on are counted
+                    warned = normalizer.counts.get(Warning, 0)
             if normalized:
                 try:
                     event = _NORMALIZED.decode(line)
@@ -248,8 +253,10 @@ def _usage_events(stream: BinaryIO, unread: list[int]) -> Iterator[tuple[Any, bo
                 for event in reader.feed(line_no, line):
                     if isinstance(event, Usage):
                         yield event, False
-    if normalized is False and normalizer.step_open:
-        yield None, True
+    if normalized is False:
+        unread[0] += normalizer.counts.get(Warning, 0) - warned
+        if normalizer.step_open:
+            yield None, True
 
 
 def stream_usage(
@@ -262,8 +269,8 @@ def stream_usage(
     groups: dict[str, UsageRow] = {}
     sessions = set()
     unread = [0]
-    for _name, stream in inputs:
-        for event, open_step in _usage_events(stream, unread):
+    for name, stream in inputs:
+        for event, open_step in _usage_events(name, stream, unread):
             if open_step:
                 if by in ("turn", "step"):
                     turn = (rows[-1].turn or 0) + 1 if rows else 1
@@ -298,7 +305,10 @@ def stream_usage(
             row.session_id = None  # one session: the column says nothing
     notes = []
     if unread[0]:
-        notes.append(f"{unread[0]} line(s) of the input could not be read as events; not counted")
+        notes.append(
+            f"{unread[0]} line(s) of the input could not be read (`normalize` shows them as "
+            "warnings); not counted"
+        )
     return UsageReport(by=by, rows=rows, total=_total(r for r in rows if not r.open), notes=notes)
 
 

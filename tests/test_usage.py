@@ -765,4 +765,42 @@ def test_unreadable_lines_in_normalized_input_are_noted_not_hidden():
     damaged = b"garbage\n" + events + b'{"kind":"usage","input_tokens":"many"}\n'
     got = usage(stdin=damaged)
     assert got["rows"] == expected["rows"] and got["total"] == expected["total"]
-    assert got["notes"] == ["2 line(s) of the input could not be read as events; not counted"]
+    assert got["notes"] == [NOTE_UNREAD.format(2)]
+
+
+NOTE_UNREAD = (
+    "{} line(s) of the input could not be read (`normalize` shows them as warnings); not counted"
+)
+
+
+@pytest.mark.parametrize(
+    "sample, damage, unread",
+    [
+        ("task/stream.jsonl", lambda raw: b"garbage\n" + raw + b'{"type":\n\xff\n', 3),
+        ("task/export.json", lambda raw: raw[:3000], 1),  # as a pipe cut OpenCode's export
+        ("serve_text/events.sse", lambda raw: raw + b"data: {not json\n\n", 1),
+    ],
+    ids=["raw-stream", "export-cut-short", "server-events"],
+)
+def test_what_cannot_be_read_in_any_input_is_noted(sample, damage, unread):
+    raw = (SAMPLES / sample).read_bytes()
+    got = usage(stdin=damage(raw))
+    assert got["notes"] == [NOTE_UNREAD.format(unread)]
+    assert usage(stdin=raw).get("notes") is None  # the capture itself reads whole
+
+
+def test_a_database_given_as_a_stream_is_an_error_naming_the_option():
+    db = SAMPLES / "text" / "opencode.db"
+    for command, option in (("usage", "usage"), ("normalize", "import")):
+        result = subprocess.run(
+            [sys.executable, "-m", "opencode_events", command, str(db)],
+            capture_output=True,
+            timeout=60,
+        )
+        assert result.returncode == 2 and result.stdout == b""
+        assert (
+            result.stderr
+            == (
+                f"error: {db} is an SQLite database, not a stream: use `{option} --db {db}`\n"
+            ).encode()
+        )
