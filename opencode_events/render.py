@@ -283,12 +283,12 @@ class PrettyWriter:
             text = Text(no_wrap=True, overflow="ellipsis", style="bold red")
             text.append(f"{FAIL} {'error':<{_LABEL_WIDTH}}")
             name = event.name or "error"
-            text.append(f"{name}: {_first_line(event.message)}" if event.message else name)
+            text.append(visible(f"{name}: {_first_line(event.message)}" if event.message else name))
             return text
         if isinstance(event, Warning):
             text = Text(no_wrap=True, overflow="ellipsis", style="yellow")
             where = f"line {event.line}: " if event.line is not None else ""
-            text.append(f"! {'warning':<{_LABEL_WIDTH}}{where}{event.message}")
+            text.append(visible(f"! {'warning':<{_LABEL_WIDTH}}{where}{event.message}"))
             return text
         if isinstance(event, Permission):
             return self._permission(event)
@@ -301,7 +301,7 @@ class PrettyWriter:
             return self._summary(event)
         if isinstance(event, Unknown) and event.tool is None:
             text = Text(no_wrap=True, overflow="ellipsis", style="dim")
-            text.append(f"? {'unknown':<{_LABEL_WIDTH}}{event.type or ''}")
+            text.append(visible(f"? {'unknown':<{_LABEL_WIDTH}}{event.type or ''}"))
             return text
         tool = getattr(event, "tool", None)
         if isinstance(tool, str):
@@ -314,22 +314,30 @@ class PrettyWriter:
     def _usage(self, event: Usage) -> Any:
         from rich.text import Text
 
+        # (text, how early it goes when the line is too long: 0 never); the total and the
+        # cost stay in view on any terminal, the break-down goes first
         parts = [
-            f"{format_tokens(event.total_tokens)} tokens",
-            f"{format_tokens(event.input_tokens)} in",
-            f"{format_tokens(event.output_tokens)} out",
+            (f"{format_tokens(event.total_tokens)} tokens", 0),
+            (f"{format_tokens(event.input_tokens)} in", 2),
+            (f"{format_tokens(event.output_tokens)} out", 2),
         ]
         if event.reasoning_tokens:
-            parts.append(f"{format_tokens(event.reasoning_tokens)} reasoning")
+            parts.append((f"{format_tokens(event.reasoning_tokens)} reasoning", 3))
         if event.cache_read_tokens:
-            parts.append(f"{format_tokens(event.cache_read_tokens)} cached")
+            parts.append((f"{format_tokens(event.cache_read_tokens)} cached", 3))
         if event.cache_write_tokens:
-            parts.append(f"{format_tokens(event.cache_write_tokens)} cache write")
-        parts.append(f"${event.cost:.4f}")
+            parts.append((f"{format_tokens(event.cache_write_tokens)} cache write", 4))
+        parts.append((f"${event.cost:.4f}", 0))
         if event.reason:
-            parts.append(event.reason)
-        line = f"  {'turn ' + str(event.turn):<{_LABEL_WIDTH}}" + " · ".join(parts)
-        return Text(line, style="dim", no_wrap=True, overflow="ellipsis")
+            parts.append((visible(event.reason), 1))
+        label = f"  {'turn ' + str(event.turn):<{_LABEL_WIDTH}}"
+
+        def line() -> str:
+            return label + " · ".join(text for text, _ in parts)
+
+        while len(line()) > self._console.width and any(drop for _, drop in parts):
+            parts.pop(max(range(len(parts)), key=lambda i: (parts[i][1], i)))  # ties: the last
+        return Text(line(), style="dim", no_wrap=True, overflow="ellipsis")
 
     def _permission(self, event: Permission) -> Any:
         from rich.text import Text
@@ -340,7 +348,7 @@ class PrettyWriter:
             subject = event.permission or ""
             if event.patterns:
                 subject += ": " + ", ".join(event.patterns)
-            text.append(subject, "yellow")
+            text.append(visible(subject), "yellow")
         else:
             style = "red" if event.reply == "reject" else "green"
             glyph = FAIL if event.reply == "reject" else OK
@@ -356,19 +364,22 @@ class PrettyWriter:
             (OK, "green") if success else (FAIL, "red") if success is False else (NEUTRAL, "yellow")
         )
         tool = event.tool
-        subject = _subject(event, self._cwd)
+        subject = visible(_subject(event, self._cwd))
         details = Text(style="dim")
         if getattr(event, "exit_code", None) is not None:  # a command, or a file op from bash
             details.append(f"exit {event.exit_code}", "dim" if event.exit_code == 0 else "red")
         duration = format_duration(event.duration_ms)
         if duration:
             details.append((" · " if details else "") + duration)
-        head = f"{glyph} {tool:<{_LABEL_WIDTH - 1}} "
+        head = f"{glyph} {visible(tool):<{_LABEL_WIDTH - 1}} "
         room = self._console.width - len(head) - (len(details) + 2 if details else 0)
+        error = visible(_first_line(event.error)) if success is False and event.error else ""
+        if error:  # the error's start stays in view too, after the duration
+            room -= min(len(error), 24) + 2
         if len(subject) > room:  # cut the subject, keep exit code and duration in view
             subject = subject[: max(room - 1, 8)] + "…"
-        if success is False and event.error:  # the error gets what room is left
-            details.append(("  " if details else "") + _first_line(event.error), "red")
+        if error:  # the error gets what room is left
+            details.append(("  " if details else "") + error, "red")
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(glyph + " ", style)
         text.append(head[2:], "bold")
@@ -417,7 +428,7 @@ def _block(prefix: str, body: str, style: str) -> Any:
     """A message-like event: its whole text, continuation lines indented."""
     from rich.text import Text
 
-    body = body.strip("\n")
+    body = visible(body.strip("\n"))  # before rich, which drops BEL, BS and CR unseen
     indent = " " * len(prefix)
     return Text(prefix + body.replace("\n", "\n" + indent), style=style)
 

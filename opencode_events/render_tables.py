@@ -67,7 +67,9 @@ def draw_table(
         console.width = 240  # a table saved to a file is read at leisure
     cells = [[visible(str(column.value(row))) for column in columns] for row in rows]
     footers = None if total is None else [visible(str(column.value(total))) for column in columns]
-    shown, hidden, cut = _fitting(columns, cells, footers, console.width)
+    shown, hidden, cut, needed = _fitting(columns, cells, footers, console.width)
+    if needed > console.width:  # what is left cannot be cut: the terminal wraps it instead,
+        console.width = needed  # rather than a figure shown as "4,5…"
     if hidden:  # never leave out figures unsaid: the row would read as complete
         note = f"not shown at this width: {', '.join(hidden)}"
         caption = f"{caption}\n{note}" if caption else note
@@ -104,12 +106,14 @@ _DECORATION = 3  # a column this droppable or more goes before any column is cut
 
 def _fitting(
     columns: Sequence[Column], cells: list[list[str]], footers: list[str] | None, width: int
-) -> tuple[list[int], list[str], dict[int, int]]:
+) -> tuple[list[int], list[str], dict[int, int], int]:
     """The indexes of the columns to show, the headers of those left out that held
-    something, and the widths columns are cut to. Until the table fits: droppable columns
-    with nothing in them (all zero or empty) go, then the decoration (``drop`` of
-    ``_DECORATION`` or more), then the columns that may be cut are cut as far as their
-    ``cut_to``, then the other droppable columns go, the most droppable first."""
+    something, the widths columns are cut to, and the width the result needs. Until the
+    table fits: droppable columns with nothing in them (all zero or empty) go, then the
+    decoration (``drop`` of ``_DECORATION`` or more), then the columns that may be cut are
+    cut as far as their ``cut_to``, then the other droppable columns go, the most droppable
+    first. The rest (ids cut to a prefix, the figures) is never cut further: on a terminal
+    too narrow even for that, the table is wider than the terminal."""
     from rich.cells import cell_len  # terminal cells: a CJK character takes two
 
     def values(index: int) -> list[str]:
@@ -147,7 +151,7 @@ def _fitting(
         if over > 0 and floor is not None and now > floor:
             cut[index] = max(floor, now - over)
     drop_while_too_wide(1)
-    return shown, hidden, cut
+    return shown, hidden, cut, max(width, width + excess())
 
 
 def _tail(path: str | None, width: int) -> str:

@@ -185,6 +185,49 @@ def test_long_lines_are_cut_to_the_width_keeping_exit_code() -> None:
     assert len(line) == 60 and line.endswith("…  exit 1 · 5 ms")
 
 
+def test_a_long_failed_call_keeps_its_duration_and_the_start_of_its_error() -> None:
+    event = Unknown(
+        tool="webfetch",
+        success=False,
+        title='{"url":"http://127.0.0.1:18321/pages/missing.html","format":"text"}',
+        duration_ms=4,
+        error="Request failed with status code: 404",
+    )
+    (line,) = render([event], width=80)
+    assert len(line) == 80
+    assert "…  4 ms  Request failed with st" in line and line.endswith("…")
+
+
+@pytest.mark.parametrize("width", [120, 80, 60, 45])
+def test_a_usage_line_drops_its_break_down_before_the_total_or_the_cost(width) -> None:
+    event = usage(
+        input_tokens=1_156_000,
+        output_tokens=47_000,
+        reasoning_tokens=9_000,
+        cache_read_tokens=78_000,
+        cache_write_tokens=5_000,
+        total_tokens=1_295_000,
+        cost=123.4567,
+        reason="tool-calls",
+    )
+    (line,) = render([event], width=width)
+    assert len(line) <= width
+    assert "1,295,000 tokens" in line and "$123.4567" in line
+    if width >= 80:
+        assert line.endswith("tool-calls")
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [("A\x07B", "A␇B"), ("A\x08B", "A␈B"), ("A\rB", "A␍B"), ("A\x0bB\x0cC", "A␋B␌C")],
+    ids=["BEL", "BS", "CR", "VT-FF"],
+)
+def test_control_characters_rich_would_drop_are_shown_too(text, shown) -> None:
+    lines = render([Message(text=text), Command(tool="bash", success=True, command=text)])
+    assert lines[0] == "› " + shown
+    assert lines[1] == "✓ bash       " + shown
+
+
 def test_deltas_are_not_lines() -> None:
     assert render([Delta(field="text", delta="Hel"), Delta(field="text", delta="lo")]) == []
 
