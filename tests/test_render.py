@@ -465,6 +465,25 @@ def test_a_narrow_sessions_table_keeps_the_title_and_every_figure_whole():
     assert "not shown at this width: directory, agent, model, sub, updated, c.read, inf." in text
 
 
+def _cells(table: str) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in table.splitlines()
+        if line.startswith("│")
+    ]
+
+
+@pytest.mark.parametrize("width", [50, 30])
+def test_too_narrow_for_the_figures_the_table_is_wider_than_the_terminal_not_cut(width):
+    sessions = _sessions_table(width)
+    assert max(map(len, sessions.splitlines())) > width
+    rows = _cells(sessions)
+    assert [row[4:] for row in rows] == [["4,500", "75", "$0.0206"], ["1,150", "59", "$0.0048"]]
+    assert all("…" not in cell for row in rows for cell in row[2:])  # id and title may be cut
+    usage_rows = _cells(_usage_table(width))
+    assert usage_rows and all("…" not in cell for row in usage_rows for cell in row[1:])
+
+
 def test_a_wide_table_shows_everything():
     assert "not shown" not in _sessions_table(240)
     assert "not shown" not in _usage_table(240)
