@@ -495,10 +495,11 @@ def _session_total(store: Any, session_id: str) -> UsageRow:
     return total
 
 
-def _forked_copies(store: Any) -> tuple[set[str], float]:
+def _forked_copies(store: Any) -> tuple[set[str], int, float]:
     """Ids of messages that are a fork's copy of a message still in the database (older than
-    their own session, same content and times as another), and the cost they carry."""
-    candidates: dict[tuple[Any, ...], list[tuple[str, float]]] = {}
+    their own session, same content and times as another), how many of them are inferences
+    (assistant messages), and the cost they carry."""
+    candidates: dict[tuple[Any, ...], list[tuple[str, bool, float]]] = {}
     times: set[Any] = set()
     copy_ids: set[str] = set()
     for _sid, mid, created, data in _older_than_session(store):
@@ -506,11 +507,12 @@ def _forked_copies(store: Any) -> tuple[set[str], float]:
             info = decode_repairing(_MESSAGE, data)[0]
         except (msgspec.DecodeError, RecursionError):
             continue
-        candidates.setdefault(_fingerprint(info), []).append((mid, _figures(info).cost))
+        copy = (mid, info.role == "assistant", _figures(info).cost)
+        candidates.setdefault(_fingerprint(info), []).append(copy)
         times.add(created)
         copy_ids.add(mid)
     if not candidates:
-        return set(), 0.0
+        return set(), 0, 0.0
     originals: set[tuple[Any, ...]] = set()
     for _sid, mid, created, data in _message_rows(store, None):
         if created not in times or mid in copy_ids:
@@ -522,9 +524,9 @@ def _forked_copies(store: Any) -> tuple[set[str], float]:
         fingerprint = _fingerprint(info)
         if fingerprint in candidates:
             originals.add(fingerprint)
-    skipped = {mid for fp in originals for mid, _ in candidates[fp]}
-    cost = sum(c for fp in originals for _, c in candidates[fp])
-    return skipped, cost
+    copies = [copy for fp in originals for copy in candidates[fp]]
+    inferences = sum(1 for _, assistant, _ in copies if assistant)
+    return {mid for mid, _, _ in copies}, inferences, sum(cost for _, _, cost in copies)
 
 
 def _turn_report(
@@ -539,12 +541,13 @@ def _turn_report(
 
     rows: list[UsageRow] = []
     notes: list[str] = []
-    skip, skipped_cost = _forked_copies(store) if dedupe else (set(), 0.0)
-    if skip:
-        inferences = len(skip)  # user and assistant messages alike
+    # The user messages copied are skipped too (they open no turn of their own); the note
+    # counts inferences, as the grouped reports' note does.
+    skip, inferences, skipped_cost = _forked_copies(store) if dedupe else (set(), 0, 0.0)
+    if inferences:
         notes.append(
             f"{inferences} forked cop{'y' if inferences == 1 else 'ies'} of earlier "
-            f"messages not counted again (${skipped_cost:.4f})"
+            f"inferences not counted again (${skipped_cost:.4f})"
         )
     several = len(session_ids) > 1 or not fold
     queue = list(session_ids)

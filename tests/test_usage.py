@@ -231,6 +231,22 @@ def test_forked_history_is_not_counted_twice():
     assert alone["total"]["cost"] == pytest.approx(session_columns(db, fork)["cost"])
 
 
+def test_every_report_of_a_fork_gives_the_same_note():
+    db = SAMPLES / "fork" / "opencode.db"
+    copied = sql(
+        db,
+        "SELECT count(*), sum(json_extract(m.data, '$.cost')) "
+        "FROM message m JOIN session s ON s.id = m.session_id "
+        "WHERE m.time_created < s.time_created AND json_extract(m.data, '$.role') = 'assistant'",
+    )[0]
+    expected = (
+        f"{copied[0]} forked cop{'y' if copied[0] == 1 else 'ies'} of earlier inferences "
+        f"not counted again (${copied[1]:.4f})"
+    )
+    for by in ("turn", "step", "session", "day"):
+        assert usage("--db", str(db), "--all", "--by", by)["notes"] == [expected], by
+
+
 def test_the_forked_copies_note_reaches_csv_and_markdown_readers():
     db = str(SAMPLES / "fork" / "opencode.db")
     note = json.loads(subprocess.run(CLI + ["--db", db, "--all"], capture_output=True).stdout)
