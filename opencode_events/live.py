@@ -2,7 +2,7 @@
 
 ``attach URL`` subscribes to the server's ``GET /event`` stream and writes normalized
 events as they arrive (through ``sse.SseReader``); it reconnects when the server drops
-the connection and stops at the followed session's idle with ``--until-idle``. ``run``
+the connection and stops at the followed session's idle (unless ``--follow``). ``run``
 starts ``opencode run --format json …`` itself and shows what it does (the pretty view
 on a terminal, else JSON Lines), keeping the raw stream with ``--tee`` and exiting with
 OpenCode's exit code. Both are click commands registered by ``cli``; this module imports
@@ -239,19 +239,26 @@ def _read(
             events = feed(line_no, line)
             if events:
                 write(events)
+            if until_idle and reader.idle:  # not the lines after it in the same read
+                writer.end_batch()
+                return line_no, got_data
         writer.end_batch()
-        if until_idle and reader.idle:
-            return line_no, got_data
 
 
 @click.command()
 @click.argument("url")
 @click.option(
-    "--session", "session_id", metavar="ID", help="Follow this session (and its subagents)."
+    "--session",
+    "session_id",
+    metavar="ID",
+    help="Follow this session (and its subagents); the start of its id will do.",
 )
 @click.option("--deltas", is_flag=True, help="Also emit streaming text deltas.")
 @click.option(
-    "--until-idle", is_flag=True, help="Stop when the followed session goes idle (its run ends)."
+    "--until-idle/--follow",
+    default=True,
+    help="Stop when the followed session goes idle, its run ended (the default); or follow "
+    "the server until Ctrl-C.",
 )
 @click.option(
     "--format",
@@ -275,8 +282,9 @@ def attach(
 ) -> None:
     """Follow a running `opencode serve` at URL live, as normalized events.
 
-    Reads GET URL/event. Without --session the first session seen at work is followed
-    for --until-idle; events of every session are written. The password comes from
+    Reads GET URL/event and stops when the followed session goes idle (--follow: goes on
+    until Ctrl-C). Without --session, events of every session are written and the first
+    session seen at work is the one whose idle ends the command. The password comes from
     OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME, default "opencode").
     """
     from .normalizer import Normalizer

@@ -231,7 +231,8 @@ class _Memory:
 class SseReader:
     """Maps the lines of a server event stream through a shared ``Normalizer``.
 
-    ``session`` follows one session (and the child sessions it starts): frames of other
+    ``session`` follows one session (and the child sessions it starts), given by its id or
+    the start of it (the first session seen whose id starts so is followed): frames of other
     sessions are consumed. ``idle`` turns true when the followed session (without
     ``session``: the first session seen at work) reports ``session.idle`` or an idle
     ``session.status``; ``retry_ms`` and ``last_event_id`` hold the SSE fields for a
@@ -255,6 +256,8 @@ class SseReader:
         self.frames = 0
         self._followed = session
         self._family: set[str] | None = {session} if session else None
+        # Until a session whose id starts with it is seen, ``session`` may be an id prefix.
+        self._prefix = session or None
         self._data: list[bytes] = []
         self._data_line = 0
         self._cr_lines = 0  # lines ended by a lone CR so far, inside what the caller called one
@@ -395,7 +398,15 @@ class SseReader:
 
     def _follows(self, session: str | None) -> bool:
         family = self._family
-        return family is None or session is None or session in family
+        if family is None or session is None or session in family:
+            return True
+        prefix = self._prefix
+        if prefix is not None and session.startswith(prefix):  # the first one seen is it
+            self._prefix = None
+            self._followed = session
+            self._family = {session}
+            return True
+        return False
 
     def _enter(self, session: Any, prov: Provenance) -> bool:
         """Make the frame's session current; False when it is not followed."""
@@ -540,6 +551,8 @@ class SseReader:
         session = _str(view.sessionID)
         status = view.status.type if view.status is not None else None
         if status == "busy":
+            if session is not None and self._prefix is not None:
+                self._follows(session)  # the session asked for by a prefix, at work
             self._adopt(session)
         elif status == "idle":
             self._went_idle(session)
@@ -555,11 +568,14 @@ class SseReader:
 
     def _session_changed(self, props: bytes, prov: Provenance) -> list[Event]:
         """Learn child sessions of the followed one (``info.parentID``)."""
-        family = self._family
-        if family is not None:
+        if self._family is not None:
             info = _SESSION_CHANGED.decode(props).info
-            if info is not None and _str(info.parentID) in family and _str(info.id):
-                family.add(info.id)
+            if info is not None and _str(info.id):
+                if self._prefix is not None:  # the session asked for by a prefix, created
+                    self._follows(info.id)
+                family = self._family  # resolving the prefix made it anew
+                if _str(info.parentID) in family:
+                    family.add(info.id)
         return []
 
     # ---------------------------------------------------------------- bad data

@@ -495,6 +495,36 @@ def test_attach_reads_event_streams_whose_lines_end_with_cr(line_end: bytes):
     ]
 
 
+def test_attach_stops_at_the_followed_sessions_idle_by_default():
+    """The default is SPEC's "until the session goes idle": here the followed session's idle
+    and another session's work arrive in one read, and only what came before the idle is
+    written; then the server is still sending, and attach has ended anyway."""
+    samples = Path(__file__).resolve().parent.parent / "samples" / "serve_text"
+    sse = (samples / "events.sse").read_bytes()
+    later = (
+        b'data: {"type":"session.error","properties":{"sessionID":"ses_later",'
+        b'"error":{"name":"UnknownError","data":{"message":"after the idle"}}}}\n\n'
+    )
+    done = threading.Event()
+
+    def serve(connection: socket.socket) -> None:
+        connection.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+            + sse
+            + later
+        )
+        done.wait(20)  # the stream stays open: only the idle can end attach
+
+    with one_connection_server(serve) as port:
+        attached = run(["attach", f"http://127.0.0.1:{port}", "--format", "jsonl"])
+        done.set()
+    assert attached.returncode == 0, attached.stderr
+    events = jsonl(attached.stdout)
+    assert "after the idle" not in attached.stdout.decode()
+    offline = jsonl(run(["normalize", str(samples / "events.sse")]).stdout)
+    assert [e["kind"] for e in events] == [e["kind"] for e in offline]
+
+
 @pytest.mark.parametrize("same", ["raw.jsonl", "./raw.jsonl", "link.jsonl"])
 def test_run_refuses_tee_and_output_in_one_file(tmp_path: Path, same: str):
     fake = tmp_path / "opencode"

@@ -391,6 +391,26 @@ def test_session_filter_keeps_the_session_and_its_children() -> None:
     assert reader.idle
 
 
+@pytest.mark.parametrize("created_first", [True, False], ids=["created-first", "busy-first"])
+def test_a_session_is_followed_by_the_start_of_its_id(created_first) -> None:
+    prefix = SID[:6]
+    child, other = "ses_child", prefix + "zz"  # another id with the same start
+    text = frame("session.status", sessionID="ses_x", status={"type": "busy"})
+    text += frame("session.error", sessionID="ses_x", error="elsewhere")
+    if created_first:
+        text += frame("session.created", sessionID=SID, info={"id": SID})
+    text += frame("session.status", sessionID=SID, status={"type": "busy"})
+    text += frame("session.created", sessionID=child, info={"id": child, "parentID": SID})
+    text += frame("session.error", sessionID=child, error="in child")
+    text += frame("session.error", sessionID=other, error="a later match is not it")
+    text += frame("session.error", sessionID=SID, error="here")
+    events, reader = read(text, session=prefix)
+    assert [e["message"] for e in events] == ["in child", "here"]
+    assert reader.session == SID and not reader.idle
+    _, reader = read(text + frame("session.idle", sessionID=SID), session=prefix)
+    assert reader.idle
+
+
 def test_interleaved_sessions_do_not_double_events() -> None:
     child = "ses_child"
     child_tool = tool("completed", id_="prt_c").replace(SID, child)
