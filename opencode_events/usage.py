@@ -389,10 +389,12 @@ def _session_turns(
     store: Any,
     session_id: str,
     skip: set[str] = frozenset(),  # type: ignore[assignment]
+    unread: list[int] | None = None,
 ) -> tuple[list[_Turn], dict[str, _Turn]]:
     """A session's user turns (with prompt, inferences, tool calls, figures), and the turn
     each child session's spawning ``task`` call belongs to (child id → turn). Messages in
-    ``skip`` (a fork's copied history) are left out, and so are their parts."""
+    ``skip`` (a fork's copied history) are left out, and so are their parts; message rows
+    that cannot be read (not JSON, no user or assistant role) are counted in ``unread[0]``."""
     from .mapping import spawned_session
 
     turns: list[_Turn] = []
@@ -406,7 +408,11 @@ def _session_turns(
             try:  # a lone surrogate escape, read as the import reads it
                 info = decode_repaired(_MESSAGE, message.data)
             except (msgspec.DecodeError, RecursionError):
-                continue
+                info = None
+        if info is None or info.role not in ("user", "assistant"):
+            if unread is not None:
+                unread[0] += 1
+            continue
         created = info.time.created if info.time else None
         if info.role == "user":
             turn = _Turn(
@@ -550,6 +556,7 @@ def _turn_report(
             f"inferences not counted again (${skipped_cost:.4f})"
         )
     several = len(session_ids) > 1 or not fold
+    unread = [0]
     queue = list(session_ids)
     done: set[str] = set()
     while queue:
@@ -557,7 +564,7 @@ def _turn_report(
         if session_id in done:
             continue
         done.add(session_id)
-        turns, spawned = _session_turns(store, session_id, skip)
+        turns, spawned = _session_turns(store, session_id, skip, unread)
         children = tree.get(session_id, [])
         for child in children:
             if not fold:
@@ -579,7 +586,16 @@ def _turn_report(
             if several:
                 turn.row.session_id = session_id
             rows.append(turn.row)
+    if unread[0]:
+        notes.append(_unread_rows_note(unread[0]))
     return rows, notes
+
+
+def _unread_rows_note(rows: int) -> str:
+    return (
+        f"{rows} message row(s) could not be read (not JSON, or no user or assistant role); "
+        "not counted"
+    )
 
 
 def store_usage(
@@ -706,6 +722,8 @@ def _grouped(
             f"{skipped} forked cop{'y' if skipped == 1 else 'ies'} of earlier "
             f"inferences not counted again (${skipped_cost:.4f})"
         )
+    if scan.unread:
+        notes.append(_unread_rows_note(scan.unread))
     if by == "step":
         steps.sort(key=lambda r: (r.started or 0, r.message_id or ""))
         result = steps
@@ -798,6 +816,7 @@ class _Scan:
         self.copy_times = copy_times
         self.groups: dict[Any, list[Any]] = {}
         self.slow: list[tuple[str, str, Any, bytes]] = []
+        self.unread = 0  # message rows of the sessions read that are not JSON or have no role
         # ``slow`` decoded by ``prepare`` (a worker does it before it hands its scan back).
         self.ready: list[tuple[str, Any, tuple[Any, ...], Any]] = []
 
@@ -820,8 +839,14 @@ class _Scan:
             try:
                 info = decode(data)
             except (msgspec.DecodeError, RecursionError):
-                continue
+                try:  # a lone surrogate escape, read as the import reads it
+                    info = decode_repaired(_FIGURES if by in ("day", "session") else _MESSAGE, data)
+                except (msgspec.DecodeError, RecursionError):
+                    self.unread += 1
+                    continue
             if info.role != "assistant":
+                if info.role != "user":
+                    self.unread += 1
                 continue
             if by == "step" or created in copy_times:
                 slow.append((sid, mid, created, data))
@@ -957,6 +982,7 @@ class _Scan:
                 mine[8] = acc[8]
         self.slow.extend(other.slow)
         self.ready.extend(other.ready)
+        self.unread += other.unread
 
 
 def _scan_rowids(

@@ -820,3 +820,25 @@ def test_a_database_given_as_a_stream_is_an_error_naming_the_option():
                 f"error: {db} is an SQLite database, not a stream: use `{option} --db {db}`\n"
             ).encode()
         )
+
+
+@pytest.mark.parametrize("damage", ['{"role":5}', "not json", '{"role":"system"}'])
+@pytest.mark.parametrize("by", ["turn", "step", "session", "model", "day"])
+def test_a_message_row_that_cannot_be_read_is_noted_not_dropped_unsaid(tmp_path, damage, by):
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    (mid, cost) = conn.execute(
+        "SELECT id, json_extract(data, '$.cost') FROM message "
+        "WHERE json_extract(data, '$.role') = 'assistant' ORDER BY id LIMIT 1"
+    ).fetchone()
+    conn.execute("UPDATE message SET data = ? WHERE id = ?", (damage, mid))
+    conn.commit()
+    conn.close()
+    whole = usage("--db", str(SAMPLES / "task" / "opencode.db"), "--all", "--by", by)
+    got = usage("--db", str(db), "--all", "--by", by)
+    assert got["notes"] == [
+        "1 message row(s) could not be read (not JSON, or no user or assistant role); "
+        "not counted"
+    ]
+    assert got["total"]["cost"] == pytest.approx(whole["total"]["cost"] - cost)
