@@ -131,12 +131,16 @@ def import_(
     if documents:  # `opencode export` files: the same mapping, no database needed
         if len(documents) != len(sessions) or db_path or last or since or all_sessions:
             raise click.UsageError("give either export documents or stored sessions, not both")
+        if children:  # an export holds one session; its subagents are not in it
+            raise click.UsageError("--children reads the store; an export document has none")
         inputs = open_inputs(tuple(documents))
         out = open_output(output, reads=documents)
         writer = make_writer(format_for(fmt, out), out, buffered=True)
         normalize_streams(inputs, writer, keep_raw=keep_raw, metrics=not no_metrics)
         return
 
+    if all_sessions and (sessions or last or since):
+        raise click.UsageError("--all already reads every session; leave out the others")
     since_time = since_ms(since)
     with open_store(db_path) as store:
         ids = select_sessions(
@@ -289,9 +293,12 @@ def usage(
     from .usage import TOKEN_FIELDS, store_usage, stream_usage
 
     zone = _zone(tz)
-    from_store = bool(db_path or session_ids or last or since or all_sessions) or (
-        not inputs and sys.stdin is not None and sys.stdin.isatty()
-    )
+    chose_stored = bool(db_path or session_ids or last or since or all_sessions)
+    if chose_stored and inputs:
+        raise click.UsageError("give either INPUT files or stored sessions (--db …), not both")
+    if all_sessions and (session_ids or last or since):
+        raise click.UsageError("--all already reads every session; leave out the others")
+    from_store = chose_stored or (not inputs and sys.stdin is not None and sys.stdin.isatty())
     try:
         if from_store:
             from .store import every_session, select_sessions

@@ -75,6 +75,7 @@ class Reasoning(Event, tag="reasoning", kw_only=True):
 
 class Prompt(Event, tag="prompt", kw_only=True):
     text: str
+    synthetic: bool | None = None  # True: text OpenCode wrote as the user's, not typed
     raw: Raw | None = None
 
 

@@ -205,7 +205,10 @@ class Normalizer:
             text = text_of(part)
             if text is None:
                 return []
-            return self._stamp([Prompt(text=text) if role == "user" else Message(text=text)], prov)
+            if role == "user":
+                synthetic = True if part.synthetic is True else None
+                return self._stamp([Prompt(text=text, synthetic=synthetic)], prov)
+            return self._stamp([Message(text=text)], prov)
         if kind == "step-finish":
             return self._step_finish(part, prov)
         if kind == "tool":

@@ -542,3 +542,29 @@ def test_run_refuses_tee_and_output_in_one_file(tmp_path: Path, same: str):
     assert result.stderr.startswith(b"error: --tee and -o both name ")
     assert result.stderr.count(b"\n") == 1
     assert raw.read_bytes() == b"kept\n" and not (tmp_path / "started").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["usage", "--db", str(STORE), "--last", "s.jsonl"], "give either INPUT files or stored"),
+        (["usage", "--db", str(STORE), "--all", "--last"], "--all already reads every session"),
+        (["import", "--db", str(STORE), "--all", "ses_"], "--all already reads every session"),
+        (["import", "--db", str(STORE), "--all", "--since", "2h"], "--all already reads every"),
+        (["import", "--children", "export.json"], "--children reads the store"),
+    ],
+    ids=[
+        "usage-file-and-store",
+        "usage-all-and-last",
+        "import-all-and-id",
+        "import-all-since",
+        "import-export-children",
+    ],
+)
+def test_options_that_contradict_each_other_are_refused_not_ignored(tmp_path, args, message):
+    (tmp_path / "s.jsonl").write_bytes(SIMPLE)
+    (tmp_path / "export.json").write_bytes((ROOT / "samples" / "task" / "export.json").read_bytes())
+    result = run(args, cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == b""
+    assert result.stderr.startswith(b"error: " + message.encode())
+    assert result.stderr.count(b"\n") == 1

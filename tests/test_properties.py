@@ -6,11 +6,13 @@ import io
 import json
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from opencode_events.errors import InputError
 from opencode_events.normalizer import Normalizer
-from opencode_events.pipeline import normalize_streams
+from opencode_events.pipeline import SQLITE_MAGIC, normalize_streams
 from opencode_events.stream import StreamReader, line_batches
 from opencode_events.writers import JsonlWriter
 
@@ -245,6 +247,10 @@ def test_any_lines_no_exception_and_every_line_accounted_for(lines, newline):
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes(data):
+    if data.startswith(SQLITE_MAGIC):  # the one input refused whole, with a clear error
+        with pytest.raises(InputError, match="is an SQLite database, not a stream"):
+            run(data)
+        return
     events, _ = run(data)
     assert [e["seq"] for e in events] == list(range(len(events)))
     for event in events[:-1]:
@@ -252,6 +258,7 @@ def test_arbitrary_bytes(data):
             "warning",
             "unknown",
             "message",
+            "prompt",
             "reasoning",
             "usage",
             "error",

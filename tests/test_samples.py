@@ -152,7 +152,29 @@ def test_the_text_opencode_adds_after_an_auto_compaction_is_a_prompt():
     assert len(synthetic) == 1
     events = events_of("auto_compact")
     assert [e["text"] for e in of_kind(events, "prompt")] == synthetic
+    assert [e.get("synthetic") for e in of_kind(events, "prompt")] == [True]
     assert synthetic[0] not in [e["text"] for e in of_kind(events, "message")]
+
+
+@scenario("file_attach")
+def test_stored_prompts_say_which_text_opencode_wrote_for_the_user():
+    import sqlite3
+
+    db = ROOT / "samples" / "file_attach" / "opencode.db"
+    conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
+    rows = conn.execute(
+        "SELECT p.id, json_extract(p.data, '$.synthetic') FROM part p "
+        "JOIN message m ON m.id = p.message_id WHERE json_extract(m.data, '$.role') = 'user' "
+        "AND json_extract(p.data, '$.type') = 'text'"
+    ).fetchall()
+    conn.close()
+    prompts = {
+        e["part_id"]: e.get("synthetic")
+        for e in map(json.loads, imported(db).splitlines())
+        if e["kind"] == "prompt"
+    }
+    assert prompts == {pid: (True if flag == 1 else None) for pid, flag in rows}
+    assert True in prompts.values() and None in prompts.values()
 
 
 @scenario("apply_patch")

@@ -838,7 +838,6 @@ def test_a_message_row_that_cannot_be_read_is_noted_not_dropped_unsaid(tmp_path,
     whole = usage("--db", str(SAMPLES / "task" / "opencode.db"), "--all", "--by", by)
     got = usage("--db", str(db), "--all", "--by", by)
     assert got["notes"] == [
-        "1 message row(s) could not be read (not JSON, or no user or assistant role); "
-        "not counted"
+        "1 message row(s) could not be read (not JSON, or no user or assistant role); not counted"
     ]
     assert got["total"]["cost"] == pytest.approx(whole["total"]["cost"] - cost)
