@@ -128,6 +128,9 @@ def import_(
     from .writers import make_writer
 
     documents = [s for s in sessions if Path(s).is_file()]
+    for wanted in sessions:  # a session id has neither; a path that is not a file is a typo
+        if wanted not in documents and ("/" in wanted or wanted.endswith(".json")):
+            raise InputError(f"cannot read {wanted}: not a file (nor a session id)")
     if documents:  # `opencode export` files: the same mapping, no database needed
         if len(documents) != len(sessions) or db_path or last or since or all_sessions:
             raise click.UsageError("give either export documents or stored sessions, not both")
@@ -405,6 +408,10 @@ def _flush_or_discard_stdout() -> None:
             _quiet_broken_pipe()
 
 
+# click 8.2 and later: the program run without a command (8.1 prints the help, exit 0).
+_NO_COMMAND: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     """Run the click command and turn every way out into an exit code."""
     try:
@@ -419,6 +426,9 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except _NO_COMMAND as exc:  # no command given: the help, as is
+        click.echo(exc.format_message(), err=True)
+        return exc.exit_code
     except click.exceptions.ClickException as exc:
         # One line, like every other error; `--help` shows the usage.
         message = exc.format_message()

@@ -218,7 +218,9 @@ def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Shared options choosing stored sessions."""
     for option in reversed(
         [
-            click.option("--last", is_flag=True, help="The most recently active session."),
+            click.option(
+                "--last", is_flag=True, help="The most recently active top-level session."
+            ),
             click.option(
                 "--since", metavar="WHEN", help="Sessions active since 2h, 7d, 2026-11-01…"
             ),

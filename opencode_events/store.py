@@ -86,7 +86,11 @@ def locate_db(explicit: str | None = None, env: Mapping[str, str] | None = None)
     if explicit:
         return Path(explicit)
     named = env.get("OPENCODE_DB")
-    if named and named != ":memory:":
+    if named == ":memory:":  # OpenCode then keeps nothing on disk
+        raise InputError(
+            "OPENCODE_DB is :memory:, so OpenCode keeps no database to read; pass --db PATH"
+        )
+    if named:
         path = Path(named)
         # OpenCode resolves a relative OPENCODE_DB against its data directory.
         return path if path.is_absolute() else data_dir(env) / path
@@ -787,7 +791,8 @@ def select_sessions(
 def open_store(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Any:
     """The store to read: the database ``locate_db`` names, or else legacy JSON files.
 
-    ``explicit`` may also name an OpenCode data directory or a ``storage`` folder. When the
+    ``explicit`` may also name an OpenCode data directory (its ``opencode.db``, else its
+    legacy files) or a ``storage`` folder. When the
     default database is missing, the data directory's legacy ``storage/`` files are used;
     failing that, the error names any ``opencode-<channel>.db`` found beside it.
     """
@@ -795,6 +800,8 @@ def open_store(explicit: str | None = None, env: Mapping[str, str] | None = None
 
     path = locate_db(explicit, env)
     if path.is_dir():
+        if explicit and (path / "opencode.db").is_file():  # OpenCode's data directory
+            return Store(path / "opencode.db")
         return LegacyStore(path)
     if not path.exists() and not explicit:
         if find_legacy_roots(path.parent):

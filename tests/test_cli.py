@@ -568,3 +568,36 @@ def test_options_that_contradict_each_other_are_refused_not_ignored(tmp_path, ar
     assert result.returncode == 2 and result.stdout == b""
     assert result.stderr.startswith(b"error: " + message.encode())
     assert result.stderr.count(b"\n") == 1
+
+
+def test_no_command_prints_the_help_not_an_error_line():
+    result = run([])
+    assert result.returncode in (0, 2)  # click 8.1 exits 0, later versions 2
+    help_text = result.stdout + result.stderr
+    assert help_text.startswith(b"Usage: opencode-events") and b"error:" not in help_text
+    assert b"normalize" in help_text and b"sessions" in help_text
+
+
+def test_a_missing_export_path_is_named_as_such(tmp_path):
+    result = run(["import", str(tmp_path / "nope.json")])
+    assert result.returncode == 2
+    assert (
+        result.stderr
+        == f"error: cannot read {tmp_path / 'nope.json'}: not a file (nor a session id)\n".encode()
+    )
+
+
+def test_db_may_name_opencodes_data_directory(tmp_path):
+    (tmp_path / "opencode.db").write_bytes(STORE.read_bytes())
+    by_dir = run(["sessions", "--db", str(tmp_path), "--format", "json"])
+    by_file = run(["sessions", "--db", str(tmp_path / "opencode.db"), "--format", "json"])
+    assert by_dir.returncode == 0 and by_dir.stdout == by_file.stdout != b"[]\n"
+
+
+def test_opencode_db_in_memory_is_a_clear_error(tmp_path):
+    env = {**os.environ, "OPENCODE_DB": ":memory:", "XDG_DATA_HOME": str(tmp_path)}
+    result = run(["sessions"], env=env)
+    assert result.returncode == 2
+    assert result.stderr == (
+        b"error: OPENCODE_DB is :memory:, so OpenCode keeps no database to read; pass --db PATH\n"
+    )
