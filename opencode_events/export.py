@@ -26,6 +26,20 @@ class _Ids(Struct):
     time: Any = None
 
 
+class _StateTime(Struct):
+    time: Any = None
+
+
+class _PartIds(Struct):
+    """A part's ids and its own start time (``time.start``; a tool's ``state.time.start``)."""
+
+    id: Any = None
+    sessionID: Any = None  # noqa: N815
+    type: Any = None
+    time: Any = None
+    state: _StateTime | None = None
+
+
 class _ExportMessage(Struct):
     info: Raw = NO_RAW
     parts: list[Raw] = []
@@ -37,6 +51,7 @@ class _ExportDocument(Struct):
 
 
 _DOCUMENT = msgspec.json.Decoder(_ExportDocument)
+_PART_IDS = msgspec.json.Decoder(_PartIds)
 _MESSAGE = msgspec.json.Decoder(_ExportMessage)
 _IDS = msgspec.json.Decoder(_Ids)
 
@@ -71,6 +86,7 @@ def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = N
             ids = _Ids()
         message_id = _str(ids.id)
         created = ids.time.get("created") if isinstance(ids.time, dict) else None
+        completed = ids.time.get("completed") if isinstance(ids.time, dict) else None
         info, found = mapper.message(
             message.info,
             session_id=_str(ids.sessionID) or session_id,
@@ -80,17 +96,14 @@ def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = N
         events.extend(found)
         role = info.role if info is not None and isinstance(info.role, str) else None
         for part in message.parts:
-            try:
-                part_ids = _IDS.decode(part)
-            except (msgspec.DecodeError, RecursionError):
-                part_ids = _Ids()
+            part_ids = _part_ids(part)
             events.extend(
                 mapper.part(
                     part,
                     session_id=_str(part_ids.sessionID) or session_id,
                     message_id=message_id,
                     part_id=_str(part_ids.id),
-                    time=created,
+                    time=_started(part_ids, completed) or created,
                     role=role,
                 )
             )
@@ -104,3 +117,29 @@ def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = N
             )
         )
     return events
+
+
+def _part_ids(part: Raw) -> _PartIds:
+    try:
+        return _PART_IDS.decode(part)
+    except msgspec.ValidationError:  # a "state" that is not an object: the ids alone
+        try:
+            ids = _IDS.decode(part)
+        except (msgspec.DecodeError, RecursionError):
+            return _PartIds()
+        return _PartIds(id=ids.id, sessionID=ids.sessionID)
+    except (msgspec.DecodeError, RecursionError):
+        return _PartIds()
+
+
+def _started(part: _PartIds, completed: Any) -> int | float | None:
+    """When the part was written, as near as the document tells (it has no row times): its
+    ``time.start``, a tool's ``state.time.start``, a step-finish's message completion;
+    None when it has none, and its message's creation stands in."""
+    if part.type == "step-finish" and (type(completed) is int or type(completed) is float):
+        return completed
+    for times in (part.time, part.state.time if part.state is not None else None):
+        start = times.get("start") if isinstance(times, dict) else None
+        if type(start) is int or type(start) is float:
+            return start
+    return None

@@ -262,3 +262,29 @@ def test_the_stream_and_the_store_map_each_part_alike(folder: Path):
     stored = _by_part(imported(folder / "opencode.db"))
     for part_id, events in streamed.items():
         assert stored.get(part_id) == events, part_id
+
+
+EXPORTED = [p.parent for p in sorted(ROOT.glob("samples/*/export.json"))]
+_OWN_TIME = {"message", "reasoning", "read", "write", "search", "command", "orchestration"}
+
+
+@pytest.mark.parametrize("folder", EXPORTED, ids=lambda p: p.name)
+def test_an_export_dates_each_part_near_its_stored_row(folder: Path):
+    # An export has no row times: a part is dated by its own start (a step's usage by its
+    # message's completion), which lands within a few ms of the row's time_created.
+    exported = _with_times(normalized(folder / "export.json"))
+    stored = _with_times(imported(folder / "opencode.db"))
+    near = [
+        abs(time - stored[part_id][1])
+        for part_id, (kind, time) in exported.items()
+        if part_id in stored and kind in {*_OWN_TIME, "usage"}
+    ]
+    assert all(gap <= 250 for gap in near), max(near)
+
+
+def _with_times(output: bytes) -> dict[str, tuple[str, int]]:
+    return {
+        e["part_id"]: (e["kind"], e["time"])
+        for e in map(json.loads, output.splitlines())
+        if e.get("part_id") and isinstance(e.get("time"), int)
+    }
