@@ -258,6 +258,9 @@ class SseReader:
         self._family: set[str] | None = {session} if session else None
         # Until a session whose id starts with it is seen, ``session`` may be an id prefix.
         self._prefix = session or None
+        self._chosen = session is not None  # else the followed session is adopted
+        self._parents: dict[str, str] = {}  # session → parent, as session.created/updated say
+        self._at_work: set[str] = set()  # sessions seen busy or with something to show
         self._data: list[bytes] = []
         self._data_line = 0
         self._cr_lines = 0  # lines ended by a lone CR so far, inside what the caller called one
@@ -413,13 +416,25 @@ class SseReader:
         session = _str(session)
         if not self._follows(session):
             return False
+        if session is not None:
+            self._at_work.add(session)
         prov.session_id = session
         self.normalizer.enter_session(session)
         return True
 
     def _adopt(self, session: str | None) -> None:
+        """Follow the first session seen at work (when none was asked for); a subagent seen
+        first stands for its top-level session, whose idle is the run's end."""
         if self._followed is None and session is not None:
-            self._followed = session
+            self._followed = self._top(session)
+            self._at_work.add(self._followed)
+
+    def _top(self, session: str) -> str:
+        seen = {session}
+        while (parent := self._parents.get(session)) is not None and parent not in seen:
+            seen.add(parent)
+            session = parent
+        return session
 
     # ---------------------------------------------------------------- handlers
 
@@ -551,8 +566,10 @@ class SseReader:
         session = _str(view.sessionID)
         status = view.status.type if view.status is not None else None
         if status == "busy":
-            if session is not None and self._prefix is not None:
-                self._follows(session)  # the session asked for by a prefix, at work
+            if session is not None:
+                self._at_work.add(session)
+                if self._prefix is not None:
+                    self._follows(session)  # the session asked for by a prefix, at work
             self._adopt(session)
         elif status == "idle":
             self._went_idle(session)
@@ -563,19 +580,31 @@ class SseReader:
         return []
 
     def _went_idle(self, session: str | None) -> None:
-        if session is not None and session == self._followed:
+        # Only an idle after work: attach first, then prompt (an idle the server reports
+        # for a session that has not been seen at work is the state before the run).
+        if session is not None and session == self._followed and session in self._at_work:
             self.idle = True
 
     def _session_changed(self, props: bytes, prov: Provenance) -> list[Event]:
-        """Learn child sessions of the followed one (``info.parentID``)."""
-        if self._family is not None:
+        """Learn child sessions (``info.parentID``): of the followed one, to follow them too,
+        and of any, so that a subagent is never taken for the run."""
+        try:
             info = _SESSION_CHANGED.decode(props).info
-            if info is not None and _str(info.id):
-                if self._prefix is not None:  # the session asked for by a prefix, created
-                    self._follows(info.id)
-                family = self._family  # resolving the prefix made it anew
-                if _str(info.parentID) in family:
-                    family.add(info.id)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            if self._family is not None:
+                raise  # a frame of the followed run's shape gone wrong: an unknown event
+            return []  # nothing is written of these frames: nothing to report either
+        if info is not None and _str(info.id) and _str(info.parentID):
+            self._parents[info.id] = info.parentID
+            if not self._chosen and self._followed == info.id:  # adopted a subagent:
+                self._followed = self._top(info.id)  # its top-level session is the run,
+                self._at_work.add(self._followed)  # at work while its subagent is
+        if self._family is not None and info is not None and _str(info.id):
+            if self._prefix is not None:  # the session asked for by a prefix, created
+                self._follows(info.id)
+            family = self._family  # resolving the prefix made it anew
+            if _str(info.parentID) in family:
+                family.add(info.id)
         return []
 
     # ---------------------------------------------------------------- bad data

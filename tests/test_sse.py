@@ -411,6 +411,31 @@ def test_a_session_is_followed_by_the_start_of_its_id(created_first) -> None:
     assert reader.idle
 
 
+@pytest.mark.parametrize("parent_known_first", [True, False], ids=["parent-first", "busy-first"])
+def test_attached_mid_run_a_subagents_idle_does_not_end_the_run(parent_known_first) -> None:
+    child = "ses_child"
+    created = frame("session.updated", sessionID=child, info={"id": child, "parentID": SID})
+    busy = frame("session.status", sessionID=child, status={"type": "busy"})
+    text = (created + busy) if parent_known_first else (busy + created)
+    text += frame("session.status", sessionID=child, status={"type": "idle"})
+    text += frame("session.error", sessionID=SID, error="the parent goes on")
+    events, reader = read(text)
+    assert reader.session == SID and not reader.idle
+    assert [e["message"] for e in events] == ["the parent goes on"]
+    _, reader = read(text + frame("session.idle", sessionID=SID))
+    assert reader.idle
+
+
+@pytest.mark.parametrize("session", [SID, SID[:6]], ids=["id", "prefix"])
+def test_an_idle_before_the_session_was_at_work_is_the_state_before_the_run(session) -> None:
+    idle = frame("session.status", sessionID=SID, status={"type": "idle"})
+    busy = frame("session.status", sessionID=SID, status={"type": "busy"})
+    _, reader = read(idle + busy, session=session)
+    assert not reader.idle
+    _, reader = read(idle + busy + idle, session=session)
+    assert reader.idle
+
+
 def test_interleaved_sessions_do_not_double_events() -> None:
     child = "ses_child"
     child_tool = tool("completed", id_="prt_c").replace(SID, child)
