@@ -95,15 +95,19 @@ def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = N
         )
         events.extend(found)
         role = info.role if info is not None and isinstance(info.role, str) else None
+        last = created  # the time of the part before, which a part without one of its own takes
         for part in message.parts:
             part_ids = _part_ids(part)
+            own = _started(part_ids, completed)
+            if own is not None and (not _is_number(last) or own > last):
+                last = own  # never back in time: the document lists parts as they came
             events.extend(
                 mapper.part(
                     part,
                     session_id=_str(part_ids.sessionID) or session_id,
                     message_id=message_id,
                     part_id=_str(part_ids.id),
-                    time=_started(part_ids, completed) or created,
+                    time=last,
                     role=role,
                 )
             )
@@ -134,12 +138,16 @@ def _part_ids(part: Raw) -> _PartIds:
 
 def _started(part: _PartIds, completed: Any) -> int | float | None:
     """When the part was written, as near as the document tells (it has no row times): its
-    ``time.start``, a tool's ``state.time.start``, a step-finish's message completion;
-    None when it has none, and its message's creation stands in."""
-    if part.type == "step-finish" and (type(completed) is int or type(completed) is float):
+    ``time.start``, a tool's ``state.time.start``, a step-finish's message completion; None
+    when it has none."""
+    if part.type == "step-finish" and _is_number(completed):
         return completed
     for times in (part.time, part.state.time if part.state is not None else None):
         start = times.get("start") if isinstance(times, dict) else None
-        if type(start) is int or type(start) is float:
+        if _is_number(start):
             return start
     return None
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) is int or type(value) is float
