@@ -187,6 +187,18 @@ def same_file(first: str, second: str) -> bool:
     return one is not None and (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
 
 
+def stdout_is(path: str) -> bool:
+    """Whether standard output is redirected to the regular file ``path`` (``> path``)."""
+    try:
+        out, target = os.fstat(1), os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(out.st_mode) and (out.st_dev, out.st_ino) == (
+        target.st_dev,
+        target.st_ino,
+    )
+
+
 def open_output(path: str | None, reads: Sequence[Any] = ()) -> BinaryIO:
     """The output: stdout, or the file ``path``, which must not be one of the files (or
     inside one of the folders) being read: opening it would empty it first."""

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from .cliutil import open_output, pipe_safe, same_file
+from .cliutil import open_output, pipe_safe, same_file, stdout_is
 from .errors import InputError
 
 __all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
@@ -369,10 +369,15 @@ def run_opencode(
     from .pipeline import normalize_streams
 
     binary = _opencode_binary()
-    if tee is not None and output not in (None, "-") and same_file(tee, output):
-        raise InputError(
-            f"--tee and -o both name {output}: the raw stream and the events need a file each"
-        )
+    if tee is not None:
+        if output not in (None, "-") and same_file(tee, output):
+            raise InputError(
+                f"--tee and -o both name {output}: the raw stream and the events need a file each"
+            )
+        if output in (None, "-") and stdout_is(tee):
+            raise InputError(
+                f"--tee {tee} is where stdout goes: the raw stream and the events need a file each"
+            )
     out = open_output(output)
     copy: BinaryIO | None = None
     if tee is not None:

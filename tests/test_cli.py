@@ -544,6 +544,26 @@ def test_run_refuses_tee_and_output_in_one_file(tmp_path: Path, same: str):
     assert raw.read_bytes() == b"kept\n" and not (tmp_path / "started").exists()
 
 
+def test_run_refuses_tee_into_the_file_stdout_goes_to(tmp_path: Path):
+    fake = tmp_path / "opencode"
+    fake.write_text(f"#!/bin/sh\ntouch {tmp_path / 'started'}\n")
+    fake.chmod(0o755)
+    raw = tmp_path / "raw.jsonl"
+    with open(raw, "ab") as stdout:  # `>> raw.jsonl`: nothing emptied by the shell
+        result = subprocess.run(
+            CMD + ["run", "--tee", str(raw), "hi"],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "OPENCODE_BIN": str(fake)},
+            timeout=60,
+        )
+    assert result.returncode == 2
+    assert result.stderr.decode() == (
+        f"error: --tee {raw} is where stdout goes: the raw stream and the events need a file each\n"
+    )
+    assert raw.read_bytes() == b"" and not (tmp_path / "started").exists()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
