@@ -168,6 +168,44 @@ class _NormalizedLine(Struct):
     cache_write_tokens: int = 0
     total_tokens: int = 0
     cost: float = 0.0
+    type: Any = None  # an unknown event's record type
+
+
+_STEP_TYPES = frozenset({"step_finish", "step-finish"})  # as the stream and the store say
+
+
+class _Unread:
+    """What a stream's usage could not count: lines that are not JSON (``warning`` events),
+    step records whose figures cannot be read (``unknown`` of a step-finish type), export
+    documents that are not whole."""
+
+    def __init__(self) -> None:
+        self.lines = self.steps = self.documents = 0
+
+    def count(self, counts: dict[Any, int], unknown_types: Iterable[Any]) -> None:
+        from .events import Warning
+
+        self.lines += counts.get(Warning, 0)
+        self.steps += sum(1 for kind in unknown_types if kind in _STEP_TYPES)
+
+    def notes(self) -> list[str]:
+        notes = []
+        if self.documents:
+            notes.append(
+                f"{self.documents} export document(s) could not be read (not whole JSON: cut "
+                "short?); nothing in them counted"
+            )
+        if self.lines:
+            notes.append(
+                f"{self.lines} line(s) of the input could not be read (`normalize` shows them "
+                "as warnings); not counted"
+            )
+        if self.steps:
+            notes.append(
+                f"{self.steps} step record(s) without readable figures (`normalize` shows them "
+                "as unknown); not counted"
+            )
+        return notes
 
 
 _NORMALIZED = msgspec.json.Decoder(_NormalizedLine)
@@ -186,15 +224,21 @@ def _normalized(line: bytes) -> bool | None:
 
 
 class _Collect:
-    """A writer keeping the ``usage`` events of a normalized input."""
+    """A writer keeping the ``usage`` events of a normalized input, and the record types of
+    its ``unknown`` events."""
 
     def __init__(self) -> None:
         self.found: list[Any] = []
+        self.unknown_types: list[Any] = []
 
     def write(self, events: Any) -> None:
-        from .events import Usage
+        from .events import Unknown, Usage
 
-        self.found += [event for event in events if isinstance(event, Usage)]
+        for event in events:
+            if isinstance(event, Usage):
+                self.found.append(event)
+            elif isinstance(event, Unknown):
+                self.unknown_types.append(event.type)
 
     def end_batch(self) -> None:
         pass
@@ -203,21 +247,26 @@ class _Collect:
         pass
 
 
-def _usage_events(name: str, stream: BinaryIO, unread: list[int]) -> Iterator[tuple[Any, bool]]:
+def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[tuple[Any, bool]]:
     """(usage-like record, step-open-after-it) from a raw stream, normalized JSONL, a
-    captured server event stream or an export document; what cannot be read (a line that
-    is not JSON, an export cut short) is counted in ``unread[0]``."""
-    from .events import Usage, Warning
+    captured server event stream or an export document; what cannot be read is counted in
+    ``unread``."""
+    from .events import Unknown, Usage, Warning
     from .normalizer import Normalizer
     from .pipeline import Prepended, detect_format, normalize_streams, read_head, refuse_database
     from .stream import StreamReader, line_batches
 
     head = read_head(stream)
     refuse_database(head, name, "usage")
-    if detect_format(head) in ("sse", "export"):  # mapped as `normalize` maps them
+    kind = detect_format(head)
+    if kind in ("sse", "export"):  # mapped as `normalize` maps them
         collect = _Collect()
         normalizer = normalize_streams([("-", Prepended(head, stream))], collect, metrics=False)
-        unread[0] += normalizer.counts.get(Warning, 0)
+        if kind == "export":  # one document: a warning means it was not read at all
+            unread.documents += normalizer.counts.get(Warning, 0)
+            unread.count({}, collect.unknown_types)
+        else:
+            unread.count(normalizer.counts, collect.unknown_types)
         yield from ((event, False) for event in collect.found)
         if normalizer.step_open:
             yield None, True
@@ -226,6 +275,7 @@ def _usage_events(name: str, stream: BinaryIO, unread: list[int]) -> Iterator[tu
     warned = 0  # the warnings of the raw reading before that decision, counted already
     normalizer = Normalizer()
     reader = StreamReader(normalizer)
+    unknown_types: list[Any] = []
     line_no = 0
     for batch in line_batches(stream, first=head):
         for line in batch:
@@ -236,7 +286,7 @@ def _usage_events(name: str, stream: BinaryIO, unread: list[int]) -> Iterator[tu
                 normalized = _normalized(line)
                 if normalized is None:  # an unreadable line before any event: kept for
                     reader.feed(line_no, line)  # the raw reading, which warns and goes on
-                    unread[0] += 1
+                    unread.lines += 1
                     continue
                 if not normalized:  # a raw stream: its warnings from here on are counted
                     warned = normalizer.counts.get(Warning, 0)
@@ -245,18 +295,25 @@ def _usage_events(name: str, stream: BinaryIO, unread: list[int]) -> Iterator[tu
                     event = _NORMALIZED.decode(line)
                 except (msgspec.DecodeError, RecursionError):
                     if line.strip():
-                        unread[0] += 1
+                        unread.lines += 1
                     continue
                 if event.kind == "usage":
                     yield event, False
+                elif event.kind == "warning":  # a line the normalize run could not read
+                    unread.lines += 1
+                elif event.kind == "unknown":
+                    unknown_types.append(event.type)
             else:
                 for event in reader.feed(line_no, line):
                     if isinstance(event, Usage):
                         yield event, False
+                    elif isinstance(event, Unknown):
+                        unknown_types.append(event.type)
     if normalized is False:
-        unread[0] += normalizer.counts.get(Warning, 0) - warned
+        unread.lines += normalizer.counts.get(Warning, 0) - warned
         if normalizer.step_open:
             yield None, True
+    unread.count({}, unknown_types)
 
 
 def stream_usage(
@@ -268,7 +325,7 @@ def stream_usage(
     rows: list[UsageRow] = []
     groups: dict[str, UsageRow] = {}
     sessions = set()
-    unread = [0]
+    unread = _Unread()
     for name, stream in inputs:
         for event, open_step in _usage_events(name, stream, unread):
             if open_step:
@@ -303,12 +360,7 @@ def stream_usage(
     elif len(sessions) <= 1:
         for row in rows:
             row.session_id = None  # one session: the column says nothing
-    notes = []
-    if unread[0]:
-        notes.append(
-            f"{unread[0]} line(s) of the input could not be read (`normalize` shows them as "
-            "warnings); not counted"
-        )
+    notes = unread.notes()
     return UsageReport(by=by, rows=rows, total=_total(r for r in rows if not r.open), notes=notes)
 
 

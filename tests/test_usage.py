@@ -789,19 +789,47 @@ NOTE_UNREAD = (
 )
 
 
-@pytest.mark.parametrize(
-    "sample, damage, unread",
-    [
-        ("task/stream.jsonl", lambda raw: b"garbage\n" + raw + b'{"type":\n\xff\n', 3),
-        ("task/export.json", lambda raw: raw[:3000], 1),  # as a pipe cut OpenCode's export
-        ("serve_text/events.sse", lambda raw: raw + b"data: {not json\n\n", 1),
-    ],
-    ids=["raw-stream", "export-cut-short", "server-events"],
+BAD_STEP = b'{"type":"step_finish","sessionID":"s","part":{"type":"step-finish","tokens":"lots"}}\n'
+NOTE_STEPS = (
+    "{} step record(s) without readable figures (`normalize` shows them as unknown); not counted"
 )
-def test_what_cannot_be_read_in_any_input_is_noted(sample, damage, unread):
+NOTE_EXPORT = (
+    "1 export document(s) could not be read (not whole JSON: cut short?); nothing in them counted"
+)
+
+
+def _normalized_with_garbage(raw: bytes) -> bytes:
+    return subprocess.run(
+        [sys.executable, "-m", "opencode_events", "normalize"],
+        input=b"garbage\n" + raw + b"\xff\n",
+        capture_output=True,
+        check=True,
+    ).stdout
+
+
+@pytest.mark.parametrize(
+    "sample, damage, notes",
+    [
+        (
+            "task/stream.jsonl",
+            lambda raw: b"garbage\n" + raw + b'{"type":\n\xff\n',
+            [NOTE_UNREAD.format(3)],
+        ),
+        ("task/stream.jsonl", lambda raw: raw + BAD_STEP, [NOTE_STEPS.format(1)]),
+        ("task/stream.jsonl", _normalized_with_garbage, [NOTE_UNREAD.format(2)]),
+        ("task/export.json", lambda raw: raw[:3000], [NOTE_EXPORT]),  # as a pipe cuts it
+        (
+            "serve_text/events.sse",
+            lambda raw: raw + b"data: {not json\n\n",
+            [NOTE_UNREAD.format(1)],
+        ),
+    ],
+    ids=["raw-stream", "raw-step-without-figures", "normalized", "export-cut-short", "sse"],
+)
+def test_what_cannot_be_read_in_any_input_is_noted(sample, damage, notes):
     raw = (SAMPLES / sample).read_bytes()
     got = usage(stdin=damage(raw))
-    assert got["notes"] == [NOTE_UNREAD.format(unread)]
+    assert got["notes"] == notes
     assert usage(stdin=raw).get("notes") is None  # the capture itself reads whole
 
 
