@@ -63,9 +63,14 @@ def refuse_database(head: bytes, name: str, command: str) -> None:
     """An SQLite file given as a stream would be thousands of warnings: an error instead,
     which names the option that reads it."""
     if head.startswith(SQLITE_MAGIC):
+        import shlex
+
         what = "standard input" if name == "-" else name
-        path = "FILE" if name == "-" else name
-        raise InputError(f"{what} is an SQLite database, not a stream: use `{command} --db {path}`")
+        path = "FILE" if name == "-" else shlex.quote(name)
+        raise InputError(
+            f"{what} is an SQLite database, not a stream: use `{command} --db {path}` "
+            "(--all for every session)"
+        )
 
 
 def read_head(stream: BinaryIO) -> bytes:

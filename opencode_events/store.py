@@ -802,6 +802,10 @@ def open_store(explicit: str | None = None, env: Mapping[str, str] | None = None
     if path.is_dir():
         if explicit and (path / "opencode.db").is_file():  # OpenCode's data directory
             return Store(path / "opencode.db")
+        others = channel_databases(path) if explicit else []
+        if others and not find_legacy_roots(path):
+            names = ", ".join(str(p) for p in others)
+            raise InputError(f"no opencode.db in {path} (found {names}; pass --db FILE)")
         return LegacyStore(path)
     if not path.exists() and not explicit:
         if find_legacy_roots(path.parent):

@@ -621,3 +621,21 @@ def test_opencode_db_in_memory_is_a_clear_error(tmp_path):
     assert result.stderr == (
         b"error: OPENCODE_DB is :memory:, so OpenCode keeps no database to read; pass --db PATH\n"
     )
+
+
+def test_a_database_path_with_a_space_is_quoted_in_the_hint(tmp_path):
+    db = tmp_path / "my store.db"
+    db.write_bytes(STORE.read_bytes())
+    result = run(["normalize", str(db)])
+    assert result.returncode == 2
+    assert f"use `import --db '{db}'` (--all for every session)".encode() in result.stderr
+
+
+def test_db_naming_a_folder_with_only_channel_databases_names_them(tmp_path):
+    (tmp_path / "opencode-dev.db").write_bytes(STORE.read_bytes())
+    result = run(["sessions", "--db", str(tmp_path)])
+    assert result.returncode == 2
+    assert result.stderr.decode() == (
+        f"error: no opencode.db in {tmp_path} (found {tmp_path / 'opencode-dev.db'}; "
+        "pass --db FILE)\n"
+    )

@@ -845,7 +845,8 @@ def test_a_database_given_as_a_stream_is_an_error_naming_the_option():
         assert (
             result.stderr
             == (
-                f"error: {db} is an SQLite database, not a stream: use `{option} --db {db}`\n"
+                f"error: {db} is an SQLite database, not a stream: use `{option} --db {db}` "
+                "(--all for every session)\n"
             ).encode()
         )
 
