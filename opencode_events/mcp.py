@@ -39,7 +39,9 @@ _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 def sanitize(name: str) -> str:
-    return _UNSAFE.sub("_", name)
+    """OpenCode's ``name.replace(/[^a-zA-Z0-9_-]/g, "_")``: JavaScript strings are UTF-16,
+    so a character beyond U+FFFF (an emoji) is two code units and becomes two ``_``."""
+    return _UNSAFE.sub(lambda m: "__" if ord(m[0]) > 0xFFFF else "_", name)
 
 
 def strip_jsonc(text: str) -> str:
@@ -67,7 +69,9 @@ def strip_jsonc(text: str) -> str:
 
 
 def _worktree_chain(directory: Path) -> list[Path]:
-    """The directory and its parents up to the nearest one holding ``.git``."""
+    """The directory and its parents up to the worktree root: the nearest one holding
+    ``.git``, or, outside any repository, ``/`` (OpenCode's worktree for such a folder, so
+    it reads the config of every folder above)."""
     chain = [directory]
     for parent in [directory, *directory.parents]:
         if parent != directory:
@@ -77,7 +81,7 @@ def _worktree_chain(directory: Path) -> list[Path]:
                 return chain
         except (OSError, ValueError):  # a name too long, a NUL: a damaged session row
             return [directory]
-    return [directory]
+    return chain
 
 
 def config_files(directory: str | None, env: Mapping[str, str] | None = None) -> list[Path]:

@@ -1039,3 +1039,34 @@ def test_a_journal_kept_after_its_commit_holds_no_transaction(tmp_path: Path):
     assert journal.stat().st_size > 0 and not _journal_in_use(journal)
     with Store(db) as store:
         assert store._tmp is None and "committed" in [s.title for s in store.sessions()]
+
+
+@pytest.mark.parametrize(
+    "name, sanitized",
+    [
+        ("my-tools.v1", "my-tools_v1"),
+        ("a b/c", "a_b_c"),
+        ("ü-srv", "_-srv"),  # one UTF-16 unit: one _
+        ("r🚀x", "r__x"),  # beyond U+FFFF: two units, two _ (as OpenCode's JavaScript)
+    ],
+)
+def test_server_names_are_sanitised_as_opencode_does(name, sanitized):
+    from opencode_events.mcp import mcp_server_of, sanitize
+
+    assert sanitize(name) == sanitized
+    assert mcp_server_of(f"{sanitized}_echo", [name]) == name
+
+
+def test_project_config_is_read_up_to_the_repository_or_else_to_the_root(tmp_path: Path):
+    from opencode_events.mcp import config_files
+
+    work = tmp_path / "work" / "sub"
+    work.mkdir(parents=True)
+    env = {"HOME": str(tmp_path / "home")}
+    outside = config_files(str(work), env)
+    assert tmp_path / "work" / "opencode.json" in outside  # OpenCode's worktree is / here
+    assert Path("/opencode.json") in outside
+    (tmp_path / "work" / ".git").mkdir()
+    inside = config_files(str(work), env)
+    assert tmp_path / "work" / "opencode.json" in inside
+    assert tmp_path / "opencode.json" not in inside  # above the repository: not read
