@@ -513,7 +513,7 @@ def _session_turns(
             turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
             child = spawned_session(view)
             if child:
-                spawned[child] = turn
+                spawned.setdefault(child, turn)  # a resumed subagent (task_id) stays with its first
         elif (
             view.type == "text"
             and part.message_id == turn.user_id

@@ -870,3 +870,41 @@ def test_a_message_row_that_cannot_be_read_is_noted_not_dropped_unsaid(tmp_path,
         "1 message row(s) could not be read (not JSON, or no user or assistant role); not counted"
     ]
     assert got["total"]["cost"] == pytest.approx(whole["total"]["cost"] - cost)
+
+
+def test_a_resumed_subagent_stays_with_the_turn_that_started_it(tmp_path):
+    """A later turn's task call may resume a subagent (task_id): its cost still folds into
+    the turn whose call started it."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    parent = conn.execute("SELECT id FROM session WHERE parent_id IS NULL").fetchone()[0]
+    user = conn.execute(
+        "SELECT * FROM message WHERE session_id = ? AND json_extract(data, '$.role') = 'user'",
+        (parent,),
+    ).fetchone()
+    reply = conn.execute(
+        "SELECT * FROM message WHERE session_id = ? ORDER BY time_created DESC LIMIT 1",
+        (parent,),
+    ).fetchone()
+    task = conn.execute("SELECT * FROM part WHERE json_extract(data, '$.tool') = 'task'").fetchone()
+    later = 1795966990000  # a second turn, after the first one ended
+    conn.execute(
+        "INSERT INTO message VALUES (?, ?, ?, ?, ?)",
+        ("msg_zz_user", parent, later, later, user[4].replace(str(user[2]), str(later))),
+    )
+    data = json.loads(reply[4])
+    data["parentID"] = "msg_zz_user"
+    conn.execute(
+        "INSERT INTO message VALUES (?, ?, ?, ?, ?)",
+        ("msg_zz_reply", parent, later + 1, later + 1, json.dumps(data)),
+    )
+    conn.execute(
+        "INSERT INTO part VALUES (?, ?, ?, ?, ?, ?)",
+        ("prt_zz_task", "msg_zz_reply", parent, later + 2, later + 2, task[5]),
+    )
+    conn.commit()
+    conn.close()
+    rows = usage("--db", str(db), "--session", parent)["rows"]
+    assert len(rows) == 2
+    assert rows[0].get("subagent_cost") and not rows[1].get("subagent_cost")
