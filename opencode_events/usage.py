@@ -526,8 +526,6 @@ def _session_turns(
         row = turn.row
         if row.started is not None and turn.completed is not None and not row.in_flight:
             row.duration_ms = turn.completed - row.started
-        if row.inferences == 0:
-            row.in_flight = True  # a prompt with no reply yet
         row.cost = round(row.cost, _COST_DIGITS)
     return turns, spawned
 

@@ -908,3 +908,27 @@ def test_a_resumed_subagent_stays_with_the_turn_that_started_it(tmp_path):
     rows = usage("--db", str(db), "--session", parent)["rows"]
     assert len(rows) == 2
     assert rows[0].get("subagent_cost") and not rows[1].get("subagent_cost")
+
+
+def test_a_prompt_without_a_reply_is_not_in_flight_in_any_report(tmp_path):
+    # Seed 002: a reply with no time.completed is in flight; a prompt with none is not
+    # (sessions and usage say the same).
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "continue3" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    (last,) = conn.execute(
+        "SELECT id FROM message WHERE json_extract(data, '$.role') = 'assistant' "
+        "ORDER BY time_created DESC LIMIT 1"
+    ).fetchone()
+    conn.execute("DELETE FROM part WHERE message_id = ?", (last,))
+    conn.execute("DELETE FROM message WHERE id = ?", (last,))
+    conn.commit()
+    conn.close()
+    rows = usage("--db", str(db), "--last")["rows"]
+    assert rows[-1]["inferences"] == 0 and rows[-1]["in_flight"] is False
+    sessions = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "sessions", "--db", str(db), "--format", "json"],
+        capture_output=True,
+        check=True,
+    )
+    assert [s["in_flight"] for s in json.loads(sessions.stdout)] == [False]
