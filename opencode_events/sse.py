@@ -234,8 +234,9 @@ class SseReader:
     ``session`` follows one session (and the child sessions it starts), given by its id or
     the start of it (the first session seen whose id starts so is followed): frames of other
     sessions are consumed. ``idle`` turns true when the followed session (without
-    ``session``: the first session seen at work) reports ``session.idle`` or an idle
-    ``session.status``; ``retry_ms`` and ``last_event_id`` hold the SSE fields for a
+    ``session``: the first session seen at work, or the top-level session of that one when
+    it is a subagent) reports ``session.idle`` or an idle ``session.status`` after it was
+    seen at work; ``retry_ms`` and ``last_event_id`` hold the SSE fields for a
     reconnecting client.
     """
 
@@ -259,8 +260,8 @@ class SseReader:
         # Until a session whose id starts with it is seen, ``session`` may be an id prefix.
         self._prefix = session or None
         self._chosen = session is not None  # else the followed session is adopted
-        self._parents: dict[str, str] = {}  # session → parent, as session.created/updated say
-        self._at_work: set[str] = set()  # sessions seen busy or with something to show
+        self._parents = _Memory()  # session → parent (session.created/updated), to adopt
+        self._followed_at_work = False  # an idle counts only after this
         self._data: list[bytes] = []
         self._data_line = 0
         self._cr_lines = 0  # lines ended by a lone CR so far, inside what the caller called one
@@ -407,6 +408,7 @@ class SseReader:
         if prefix is not None and session.startswith(prefix):  # the first one seen is it
             self._prefix = None
             self._followed = session
+            self._followed_at_work = False  # the caller says when it is seen at work
             self._family = {session}
             return True
         return False
@@ -416,8 +418,8 @@ class SseReader:
         session = _str(session)
         if not self._follows(session):
             return False
-        if session is not None:
-            self._at_work.add(session)
+        if session is not None and session == self._followed:
+            self._followed_at_work = True
         prov.session_id = session
         self.normalizer.enter_session(session)
         return True
@@ -427,11 +429,11 @@ class SseReader:
         first stands for its top-level session, whose idle is the run's end."""
         if self._followed is None and session is not None:
             self._followed = self._top(session)
-            self._at_work.add(self._followed)
+            self._followed_at_work = True  # it, or its subagent, is at work now
 
     def _top(self, session: str) -> str:
         seen = {session}
-        while (parent := self._parents.get(session)) is not None and parent not in seen:
+        while isinstance(parent := self._parents.get(session), str) and parent not in seen:
             seen.add(parent)
             session = parent
         return session
@@ -566,10 +568,10 @@ class SseReader:
         session = _str(view.sessionID)
         status = view.status.type if view.status is not None else None
         if status == "busy":
-            if session is not None:
-                self._at_work.add(session)
-                if self._prefix is not None:
-                    self._follows(session)  # the session asked for by a prefix, at work
+            if session is not None and self._prefix is not None:
+                self._follows(session)  # the session asked for by a prefix, at work
+            if session is not None and session == self._followed:
+                self._followed_at_work = True
             self._adopt(session)
         elif status == "idle":
             self._went_idle(session)
@@ -582,7 +584,7 @@ class SseReader:
     def _went_idle(self, session: str | None) -> None:
         # Only an idle after work: attach first, then prompt (an idle the server reports
         # for a session that has not been seen at work is the state before the run).
-        if session is not None and session == self._followed and session in self._at_work:
+        if session is not None and session == self._followed and self._followed_at_work:
             self.idle = True
 
     def _session_changed(self, props: bytes, prov: Provenance) -> list[Event]:
@@ -594,11 +596,11 @@ class SseReader:
             if self._family is not None:
                 raise  # a frame of the followed run's shape gone wrong: an unknown event
             return []  # nothing is written of these frames: nothing to report either
-        if info is not None and _str(info.id) and _str(info.parentID):
-            self._parents[info.id] = info.parentID
-            if not self._chosen and self._followed == info.id:  # adopted a subagent:
-                self._followed = self._top(info.id)  # its top-level session is the run,
-                self._at_work.add(self._followed)  # at work while its subagent is
+        if not self._chosen and info is not None and _str(info.id) and _str(info.parentID):
+            self._parents.put(info.id, info.parentID)
+            if self._followed == info.id:  # adopted a subagent: its top-level session is
+                self._followed = self._top(info.id)  # the run, at work while its subagent is
+                self._followed_at_work = True
         if self._family is not None and info is not None and _str(info.id):
             if self._prefix is not None:  # the session asked for by a prefix, created
                 self._follows(info.id)

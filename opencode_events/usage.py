@@ -171,22 +171,22 @@ class _NormalizedLine(Struct):
     type: Any = None  # an unknown event's record type
 
 
-_STEP_TYPES = frozenset({"step_finish", "step-finish"})  # as the stream and the store say
+# Records that carry usage, by the type an ``unknown`` event names when one of them could
+# not be read: a step (run stream, store), a message (export), a message update (server).
+_FIGURE_TYPES = frozenset({"step_finish", "step-finish", "message", "message.updated"})
 
 
 class _Unread:
     """What a stream's usage could not count: lines that are not JSON (``warning`` events),
-    step records whose figures cannot be read (``unknown`` of a step-finish type), export
+    records of usage whose shape cannot be read (``unknown`` events of those types), export
     documents that are not whole."""
 
     def __init__(self) -> None:
         self.lines = self.steps = self.documents = 0
 
-    def count(self, counts: dict[Any, int], unknown_types: Iterable[Any]) -> None:
-        from .events import Warning
-
-        self.lines += counts.get(Warning, 0)
-        self.steps += sum(1 for kind in unknown_types if kind in _STEP_TYPES)
+    def unknown(self, record_type: Any) -> None:
+        if isinstance(record_type, str) and record_type in _FIGURE_TYPES:
+            self.steps += 1
 
     def notes(self) -> list[str]:
         notes = []
@@ -202,8 +202,8 @@ class _Unread:
             )
         if self.steps:
             notes.append(
-                f"{self.steps} step record(s) without readable figures (`normalize` shows them "
-                "as unknown); not counted"
+                f"{self.steps} record(s) of usage (steps, messages) that could not be read "
+                "(`normalize` shows them as unknown); not counted"
             )
         return notes
 
@@ -227,9 +227,9 @@ class _Collect:
     """A writer keeping the ``usage`` events of a normalized input, and the record types of
     its ``unknown`` events."""
 
-    def __init__(self) -> None:
+    def __init__(self, unread: _Unread) -> None:
         self.found: list[Any] = []
-        self.unknown_types: list[Any] = []
+        self.unread = unread
 
     def write(self, events: Any) -> None:
         from .events import Unknown, Usage
@@ -238,7 +238,7 @@ class _Collect:
             if isinstance(event, Usage):
                 self.found.append(event)
             elif isinstance(event, Unknown):
-                self.unknown_types.append(event.type)
+                self.unread.unknown(event.type)
 
     def end_batch(self) -> None:
         pass
@@ -260,13 +260,12 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[tupl
     refuse_database(head, name, "usage")
     kind = detect_format(head)
     if kind in ("sse", "export"):  # mapped as `normalize` maps them
-        collect = _Collect()
+        collect = _Collect(unread)
         normalizer = normalize_streams([("-", Prepended(head, stream))], collect, metrics=False)
         if kind == "export":  # one document: a warning means it was not read at all
             unread.documents += normalizer.counts.get(Warning, 0)
-            unread.count({}, collect.unknown_types)
         else:
-            unread.count(normalizer.counts, collect.unknown_types)
+            unread.lines += normalizer.counts.get(Warning, 0)
         yield from ((event, False) for event in collect.found)
         if normalizer.step_open:
             yield None, True
@@ -275,7 +274,6 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[tupl
     warned = 0  # the warnings of the raw reading before that decision, counted already
     normalizer = Normalizer()
     reader = StreamReader(normalizer)
-    unknown_types: list[Any] = []
     line_no = 0
     for batch in line_batches(stream, first=head):
         for line in batch:
@@ -302,18 +300,17 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[tupl
                 elif event.kind == "warning":  # a line the normalize run could not read
                     unread.lines += 1
                 elif event.kind == "unknown":
-                    unknown_types.append(event.type)
+                    unread.unknown(event.type)
             else:
                 for event in reader.feed(line_no, line):
                     if isinstance(event, Usage):
                         yield event, False
                     elif isinstance(event, Unknown):
-                        unknown_types.append(event.type)
+                        unread.unknown(event.type)
     if normalized is False:
         unread.lines += normalizer.counts.get(Warning, 0) - warned
         if normalizer.step_open:
             yield None, True
-    unread.count({}, unknown_types)
 
 
 def stream_usage(

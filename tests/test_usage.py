@@ -791,11 +791,36 @@ NOTE_UNREAD = (
 
 BAD_STEP = b'{"type":"step_finish","sessionID":"s","part":{"type":"step-finish","tokens":"lots"}}\n'
 NOTE_STEPS = (
-    "{} step record(s) without readable figures (`normalize` shows them as unknown); not counted"
+    "{} record(s) of usage (steps, messages) that could not be read (`normalize` shows them as "
+    "unknown); not counted"
 )
 NOTE_EXPORT = (
     "1 export document(s) could not be read (not whole JSON: cut short?); nothing in them counted"
 )
+
+
+def _export_with_a_broken_message(raw: bytes) -> bytes:
+    doc = json.loads(raw)
+    assistant = next(m for m in doc["messages"] if m["info"]["role"] == "assistant")
+    assistant["parts"] = {"oops": assistant["parts"]}  # not a list: the message is unknown
+    return json.dumps(doc).encode()
+
+
+def _sse_with_unreadable_tokens(raw: bytes) -> bytes:
+    update = {
+        "type": "message.updated",
+        "properties": {
+            "info": {
+                "id": "msg_x",
+                "sessionID": "ses_x",
+                "role": "assistant",
+                "time": {"created": 1, "completed": 2},
+                "cost": 0.5,
+                "tokens": "lots",
+            }
+        },
+    }
+    return raw + b"data: " + json.dumps(update).encode() + b"\n\n"
 
 
 def _normalized_with_garbage(raw: bytes) -> bytes:
@@ -818,18 +843,34 @@ def _normalized_with_garbage(raw: bytes) -> bytes:
         ("task/stream.jsonl", lambda raw: raw + BAD_STEP, [NOTE_STEPS.format(1)]),
         ("task/stream.jsonl", _normalized_with_garbage, [NOTE_UNREAD.format(2)]),
         ("task/export.json", lambda raw: raw[:3000], [NOTE_EXPORT]),  # as a pipe cuts it
+        ("file_tools/export.json", _export_with_a_broken_message, [NOTE_STEPS.format(1)]),
+        ("serve_text/events.sse", _sse_with_unreadable_tokens, [NOTE_STEPS.format(1)]),
+        (
+            "task/stream.jsonl",
+            lambda raw: b'{"kind":"unknown","seq":0,"type":{"a":1}}\n',  # not ours: no crash
+            None,
+        ),
         (
             "serve_text/events.sse",
             lambda raw: raw + b"data: {not json\n\n",
             [NOTE_UNREAD.format(1)],
         ),
     ],
-    ids=["raw-stream", "raw-step-without-figures", "normalized", "export-cut-short", "sse"],
+    ids=[
+        "raw-stream",
+        "raw-step-without-figures",
+        "normalized",
+        "export-cut-short",
+        "export-message-unreadable",
+        "sse-message-unreadable",
+        "unknown-of-odd-type",
+        "sse",
+    ],
 )
 def test_what_cannot_be_read_in_any_input_is_noted(sample, damage, notes):
     raw = (SAMPLES / sample).read_bytes()
     got = usage(stdin=damage(raw))
-    assert got["notes"] == notes
+    assert got.get("notes") == notes
     assert usage(stdin=raw).get("notes") is None  # the capture itself reads whole
 
 
