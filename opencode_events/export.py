@@ -117,7 +117,7 @@ def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = N
                 message.info,
                 session_id=session_id,
                 message_id=message_id,
-                time=created,
+                time=last,
             )
         )
     return events

@@ -119,9 +119,15 @@ class TranscriptMapper:
         message_id: str | None,
         time: Any = None,
     ) -> list[Event]:
-        """After a message's parts: the error an assistant message ended with, if any."""
+        """After a message's parts: the error an assistant message ended with, if any, dated
+        when the message ended (``time.completed``) when that is later than ``time``."""
         if info is None or info.role != "assistant" or not info.error:
             return []
+        ended = info.time.completed if info.time is not None else None
+        if (type(ended) is int or type(ended) is float) and (
+            not (type(time) is int or type(time) is float) or ended > time
+        ):
+            time = ended
         prov = self._prov(data, session_id=session_id, message_id=message_id, time=time)
         return self.normalizer.error(info.error, prov)
 

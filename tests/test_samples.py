@@ -296,3 +296,19 @@ def _with_times(output: bytes) -> dict[str, tuple[str, int]]:
         for e in map(json.loads, output.splitlines())
         if e.get("part_id") and isinstance(e.get("time"), int)
     }
+
+
+def test_an_exported_messages_error_comes_after_its_parts_in_time(tmp_path: Path):
+    doc = json.loads((ROOT / "samples" / "file_tools" / "export.json").read_bytes())
+    message = next(m for m in doc["messages"] if m["info"]["role"] == "assistant" and m["parts"])
+    message["info"]["error"] = {"name": "APIError", "data": {"message": "cut off"}}
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(doc))
+    events = [
+        e
+        for e in map(json.loads, normalized(path).splitlines())
+        if e.get("message_id") == message["info"]["id"]
+    ]
+    assert events[-1]["kind"] == "error"
+    times = [e["time"] for e in events]
+    assert times == sorted(times) and len(events) > 2
