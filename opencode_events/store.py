@@ -802,7 +802,7 @@ def open_store(explicit: str | None = None, env: Mapping[str, str] | None = None
     if path.is_dir():
         if explicit and (path / "opencode.db").is_file():  # OpenCode's data directory
             return Store(path / "opencode.db")
-        others = channel_databases(path) if explicit else []
+        others = channel_databases(path)
         if others and not find_legacy_roots(path):
             names = ", ".join(str(p) for p in others)
             raise InputError(f"no opencode.db in {path} (found {names}; pass --db FILE)")

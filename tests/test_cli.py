@@ -549,6 +549,7 @@ def test_run_refuses_tee_into_the_file_stdout_goes_to(tmp_path: Path):
     fake.write_text(f"#!/bin/sh\ntouch {tmp_path / 'started'}\n")
     fake.chmod(0o755)
     raw = tmp_path / "raw.jsonl"
+    raw.write_bytes(b"kept\n")
     with open(raw, "ab") as stdout:  # `>> raw.jsonl`: nothing emptied by the shell
         result = subprocess.run(
             CMD + ["run", "--tee", str(raw), "hi"],
@@ -561,7 +562,7 @@ def test_run_refuses_tee_into_the_file_stdout_goes_to(tmp_path: Path):
     assert result.stderr.decode() == (
         f"error: --tee {raw} is where stdout goes: the raw stream and the events need a file each\n"
     )
-    assert raw.read_bytes() == b"" and not (tmp_path / "started").exists()
+    assert raw.read_bytes() == b"kept\n" and not (tmp_path / "started").exists()
 
 
 @pytest.mark.parametrize(
