@@ -196,7 +196,10 @@ def _price(cost: Any) -> Price | None:
 def _model_costs(path: str, mtime_ns: int, catalogue: bool) -> dict[tuple[str, str], dict]:
     """(provider, model) → the raw ``cost`` object in one config or catalogue file."""
     document = read_json_file(path)
-    providers = document if catalogue else (document or {}).get("provider")
+    if catalogue:
+        providers = document
+    else:  # a config that is JSON but not an object holds no providers
+        providers = document.get("provider") if isinstance(document, dict) else None
     found: dict[tuple[str, str], dict] = {}
     if not isinstance(providers, dict):
         return found
@@ -431,6 +434,8 @@ def _costs(
     raw_write = message.cache_write * p.cache_write
     raw_output = (message.output + message.reasoning) * p.output
     raw = raw_input + raw_read + raw_write + raw_output
+    if not math.isfinite(raw):  # a price so large the products overflow: no split
+        return None, None
     sources = list(dict.fromkeys([*old, *new]))
     if raw <= 0:
         if message.cost != 0:

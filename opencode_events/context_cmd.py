@@ -190,8 +190,8 @@ def context(session: str | None, db_path: str | None, fmt: str | None, per_infer
         click.echo(f"warning: {report.skipped_rows} unreadable row(s) skipped", err=True)
     if report.unpriced:
         click.echo(
-            f"note: no price for {', '.join(report.unpriced)} in OpenCode's config or models "
-            "cache; their costs are not split (shown as -)",
+            f"note: no usable price for {', '.join(report.unpriced)} in OpenCode's config or "
+            "models cache; their costs are not split (shown as -)",
             err=True,
         )
     out = sys.stdout.buffer

@@ -24,6 +24,7 @@ are ``InputError``; nothing here prints.
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 import os
 import shutil
@@ -209,17 +210,46 @@ def _read_only(uri: str) -> sqlite3.Connection:
 
 def _int(value: Any) -> int:
     kind = type(value)
-    return value if kind is int else int(value) if kind is float else 0
+    if kind is int:
+        return value
+    return int(value) if kind is float and math.isfinite(value) else 0  # 9e999 is a REAL
 
 
 def _float(value: Any) -> float:
     kind = type(value)
-    return value if kind is float else float(value) if kind is int else 0.0
+    if kind is float:
+        return value if math.isfinite(value) else 0.0
+    return float(value) if kind is int else 0.0
 
 
-# A session that is no subagent: no parent, itself as parent, or a parent no longer there (an
-# orphan counts on its own rather than vanishing from `sessions` and `usage --all`).
-_TOP_LEVEL = "(parent_id IS NULL OR parent_id = id OR parent_id NOT IN (SELECT id FROM session))"
+def _text(value: Any) -> str | None:
+    """A text cell as text: a BLOB decoded (bad bytes replaced), a number written out."""
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+# Sessions on a loop of parent links (A's parent B, B's parent A): OpenCode never writes one,
+# but a damaged store may. They count as top-level and their parent links are not followed,
+# so that nothing vanishes from the reports and nothing is folded into itself. (Loops of up
+# to 64 sessions are found; each session's walk up its parents stops there.)
+_IN_LOOP = (
+    "SELECT start FROM (WITH RECURSIVE up(start, parent, depth) AS ("
+    "SELECT id, parent_id, 1 FROM session WHERE parent_id IS NOT NULL AND parent_id != id "
+    "UNION ALL SELECT up.start, s.parent_id, up.depth + 1 FROM up JOIN session s "
+    "ON s.id = up.parent WHERE up.parent != up.start AND up.depth < 64 "
+    "AND s.parent_id IS NOT NULL AND s.parent_id != s.id"
+    ") SELECT start FROM up WHERE parent = start)"
+)
+# A session that is no subagent: no parent, itself as parent, a parent no longer there (an
+# orphan counts on its own rather than vanishing from `sessions` and `usage --all`), or on a
+# loop of parents.
+_TOP_LEVEL = (
+    "(parent_id IS NULL OR parent_id = id OR parent_id NOT IN (SELECT id FROM session) "
+    f"OR id IN ({_IN_LOOP}))"
+)
 
 
 class Store:
@@ -419,11 +449,11 @@ class Store:
         return SessionRow(
             sid,
             parent if parent != sid else None,  # a session is never its own parent
-            title,
-            directory,
-            version,
-            agent,
-            model,
+            _text(title),
+            _text(directory),
+            _text(version),
+            _text(agent),
+            _text(model),
             _float(cost),
             _int(t_in),
             _int(t_out),
@@ -439,7 +469,7 @@ class Store:
         tree: dict[str, list[str]] = {}
         for child, parent in self._query(
             "SELECT id, parent_id FROM session WHERE parent_id IS NOT NULL AND parent_id != id "
-            "ORDER BY time_created, id"
+            f"AND id NOT IN ({_IN_LOOP}) ORDER BY time_created, id"
         ):
             tree.setdefault(parent, []).append(child)
         return tree

@@ -31,6 +31,10 @@ from .errors import InputError
 from .parallel import start_over_ranges, worker_connection
 from .views import PART_DECODER, Tokens, decode_repaired, decode_repairing
 
+# What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
+# which a TypeError reports).
+_UNREADABLE = (msgspec.DecodeError, RecursionError, TypeError)
+
 # The stream and per-turn paths import the mapping (and with it the normalizer and the
 # shell lexer) when they run: the grouped store reports never need it.
 if TYPE_CHECKING:
@@ -218,7 +222,7 @@ def _normalized(line: bytes) -> bool | None:
 
     try:
         first = _NORMALIZED.decode(line.removeprefix(BOM))
-    except (msgspec.DecodeError, RecursionError):
+    except _UNREADABLE:
         return None
     return isinstance(first.kind, str)
 
@@ -291,7 +295,7 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[tupl
             if normalized:
                 try:
                     event = _NORMALIZED.decode(line)
-                except (msgspec.DecodeError, RecursionError):
+                except _UNREADABLE:
                     if line.strip():
                         unread.lines += 1
                     continue
@@ -453,10 +457,10 @@ def _session_turns(
             continue
         try:
             info = _MESSAGE.decode(message.data)
-        except (msgspec.DecodeError, RecursionError):
+        except _UNREADABLE:
             try:  # a lone surrogate escape, read as the import reads it
                 info = decode_repaired(_MESSAGE, message.data)
-            except (msgspec.DecodeError, RecursionError):
+            except _UNREADABLE:
                 info = None
         if info is None or info.role not in ("user", "assistant"):
             if unread is not None:
@@ -501,10 +505,10 @@ def _session_turns(
             continue
         try:
             view = PART_DECODER.decode(part.data)
-        except (msgspec.DecodeError, RecursionError):
+        except _UNREADABLE:
             try:
                 view = decode_repaired(PART_DECODER, part.data)
-            except (msgspec.DecodeError, RecursionError):
+            except _UNREADABLE:
                 continue
         if view.type == "tool":
             turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
@@ -558,7 +562,7 @@ def _forked_copies(store: Any) -> tuple[set[str], int, float]:
     for _sid, mid, created, data in _older_than_session(store):
         try:
             info = decode_repairing(_MESSAGE, data)[0]
-        except (msgspec.DecodeError, RecursionError):
+        except _UNREADABLE:
             continue
         copy = (mid, info.role == "assistant", _figures(info).cost)
         candidates.setdefault(_fingerprint(info), []).append(copy)
@@ -572,7 +576,7 @@ def _forked_copies(store: Any) -> tuple[set[str], int, float]:
             continue
         try:
             info = decode_repairing(_MESSAGE, data)[0]
-        except (msgspec.DecodeError, RecursionError):
+        except _UNREADABLE:
             continue
         fingerprint = _fingerprint(info)
         if fingerprint in candidates:
@@ -717,7 +721,7 @@ def _grouped(
         for _sid, mid, created, data in _older_than_session(store):
             try:
                 info = decode_repairing(_MESSAGE, data)[0]
-            except (msgspec.DecodeError, RecursionError):
+            except _UNREADABLE:
                 continue
             if info.role == "assistant":
                 copy_ids.add(mid)
@@ -885,10 +889,10 @@ class _Scan:
                 continue
             try:
                 info = decode(data)
-            except (msgspec.DecodeError, RecursionError):
+            except _UNREADABLE:
                 try:  # a lone surrogate escape, read as the import reads it
                     info = decode_repaired(_FIGURES if by in ("day", "session") else _MESSAGE, data)
-                except (msgspec.DecodeError, RecursionError):
+                except _UNREADABLE:
                     self.unread += 1
                     continue
             if info.role != "assistant":
@@ -926,7 +930,7 @@ class _Scan:
                 return False
             messages = list(map(_FAST_FIGURES.decode, pieces))
             sessions = _STRS.decode(sids)
-        except (msgspec.DecodeError, RecursionError):
+        except _UNREADABLE:
             return False
         if len(sessions) != n:
             return False
@@ -997,7 +1001,7 @@ class _Scan:
         for sid, mid, created, data in self.slow:
             try:
                 full = decode_repairing(_MESSAGE, data)[0]
-            except (msgspec.DecodeError, RecursionError):
+            except _UNREADABLE:
                 # Read for its figures alone (``run``, by day or session), e.g. a "time" that is
                 # no object: counted as the quick path counts it. No fork's copy or original
                 # (those are decoded whole), so no fingerprint.

@@ -24,6 +24,7 @@ from opencode_events.context import (
     LedgerMessage,
     Price,
     PriceBook,
+    _costs,
     apportion,
     build_ledger,
     catalogue_files,
@@ -263,6 +264,23 @@ def test_bad_config_files_are_ignored(tmp_path: Path):
     weird.write_text('{"provider": {"p": {"models": {"m": {"cost": "cheap"}}}, "q": 3}}')
     book = PriceBook([bad, weird, tmp_path / "missing.json"], [tmp_path])
     assert len(book) == 0 and book("p", "m") is None
+
+
+@pytest.mark.parametrize("document", ["[1]", '"just a string"', "5", "true", "null"])
+def test_a_config_that_is_json_but_no_object_has_no_prices(tmp_path: Path, document: str):
+    config = tmp_path / "opencode.json"
+    config.write_text(document)
+    book = PriceBook([config], [tmp_path])
+    assert len(book) == 0 and book("p", "m") is None
+
+
+def test_a_price_so_large_the_split_overflows_is_no_price():
+    message = LedgerMessage(
+        id="msg_1", role="assistant", input=1000, output=10, cost=0.5, provider_id="p", model_id="m"
+    )
+    huge = Price(input=1e308, output=1e308, cache_read=1e308, cache_write=0.0)
+    costs, output = _costs(message, {}, {"user": 1000}, huge)
+    assert costs is None and output is None  # not split, rather than NaN
 
 
 # ------------------------------------------------------------------ properties
@@ -659,7 +677,7 @@ def test_cli_unpriced(priced_env: dict, tmp_path: Path):
         "context", "--db", str(SAMPLES / "task" / "opencode.db"), "--format", "json", env=env
     )
     assert result.returncode == 0
-    assert b"no price for mock/mock-model" in result.stderr
+    assert b"no usable price for mock/mock-model" in result.stderr
     document = json.loads(result.stdout)
     assert all(s["cost"] is None for s in document["sources"])
     assert document["unpriced_models"] == ["mock/mock-model"]

@@ -1070,3 +1070,60 @@ def test_project_config_is_read_up_to_the_repository_or_else_to_the_root(tmp_pat
     inside = config_files(str(work), env)
     assert tmp_path / "work" / "opencode.json" in inside
     assert tmp_path / "opencode.json" not in inside  # above the repository: not read
+
+
+def test_a_loop_of_parent_links_loses_nothing_and_counts_nothing_twice(tmp_path: Path):
+    """OpenCode never writes one; a damaged store may: the sessions of the loop are taken as
+    top-level, and no one of them is folded into another."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    (parent, child) = conn.execute(
+        "SELECT parent_id, id FROM session WHERE parent_id IS NOT NULL"
+    ).fetchone()
+    conn.execute("UPDATE session SET parent_id = ? WHERE id = ?", (child, parent))
+    conn.commit()
+    conn.close()
+    costs = dict(sql(db, "SELECT id, cost FROM session"))
+    rows = json.loads(run("sessions", "--db", str(db), "--format", "json").stdout)
+    assert {r["id"]: r["total_cost"] for r in rows} == pytest.approx(costs)
+    assert all(r["children"] == [] for r in rows)
+    report = json.loads(run("usage", "--db", str(db), "--all", "--format", "json").stdout)
+    assert report["total"]["cost"] == pytest.approx(sum(costs.values()))
+    alone = json.loads(
+        run("usage", "--db", str(db), "--session", parent, "--format", "json").stdout
+    )
+    assert alone["total"]["cost"] == pytest.approx(costs[parent])
+
+
+@pytest.mark.parametrize(
+    "column, value",
+    [
+        ("time_created", 9e999),  # SQLite keeps an infinite REAL even in an integer column
+        ("tokens_input", -9e999),
+        ("cost", 9e999),
+        ("directory", b"/a/blob/of/a/directory/that/is/long/enough"),
+        ("title", b"\xff a blob title"),
+        ("model", b'{"id":"m","providerID":"p"}'),
+    ],
+)
+def test_a_damaged_session_cell_is_read_as_0_or_text_in_every_report(tmp_path, column, value):
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute(f"UPDATE session SET {column} = ?", (value,))
+    conn.commit()
+    conn.close()
+    for args in (
+        ["sessions", "--all", "--format", "json"],
+        ["sessions", "--all", "--format", "table"],
+        ["sessions", "--all", "--format", "csv"],
+        ["usage", "--all", "--format", "json"],
+        ["import", "--all"],
+        ["context", "--format", "json"],
+    ):
+        result = run(*args, "--db", str(db))
+        assert result.returncode == 0 and b"Traceback" not in result.stderr, (args, result.stderr)
+    rows = json.loads(run("sessions", "--all", "--db", str(db), "--format", "json").stdout)
+    assert all(isinstance(r["directory"], str | None) for r in rows)
+    assert all(isinstance(r["time_created"], int) for r in rows)

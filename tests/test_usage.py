@@ -973,3 +973,30 @@ def test_a_prompt_without_a_reply_is_not_in_flight_in_any_report(tmp_path):
         check=True,
     )
     assert [s["in_flight"] for s in json.loads(sessions.stdout)] == [False]
+
+
+@pytest.mark.parametrize("table", ["message", "part"])
+@pytest.mark.parametrize("by", ["turn", "step", "day"])
+def test_null_data_in_a_row_is_a_row_not_read_not_a_crash(tmp_path, table, by):
+    """OpenCode's schema says NOT NULL; a store whose schema was changed by hand may not."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(
+        "UPDATE sqlite_master SET sql = replace(sql, '`data` text NOT NULL', '`data` text') "
+        "WHERE name = ?",
+        (table,),
+    )
+    conn.commit()
+    conn.close()
+    conn = sqlite3.connect(db)
+    conn.execute(f"UPDATE {table} SET data = NULL WHERE rowid = (SELECT max(rowid) FROM {table})")
+    conn.commit()
+    conn.close()
+    result = subprocess.run(
+        CLI + ["--db", str(db), "--all", "--by", by, "--format", "json"], capture_output=True
+    )
+    assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr
+    if table == "message":
+        assert "could not be read" in json.loads(result.stdout)["notes"][-1]
