@@ -408,6 +408,14 @@ def _flush_or_discard_stdout() -> None:
             _quiet_broken_pipe()
 
 
+# An error is one line, whatever it quotes (a session id given with a newline in it).
+_CONTROL = {code: f"\\x{code:02x}" for code in [*range(32), 127] if code != 9}
+
+
+def _one_line(message: str) -> str:
+    return message.translate(_CONTROL)
+
+
 # click 8.2 and later: the program run without a command (8.1 prints the help, exit 0).
 _NO_COMMAND: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -419,7 +427,7 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         # Here, not at exit: a reader gone before the last block is a closed pipe (141).
         sys.stdout.flush()
     except InputError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {_one_line(str(exc))}", err=True)
         _flush_or_discard_stdout()
         return EXIT_USAGE
     except click.exceptions.Abort:
@@ -434,7 +442,7 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         message = exc.format_message()
         if isinstance(exc, click.exceptions.UsageError) and exc.ctx is not None:
             message += f" (see: {exc.ctx.command_path} --help)"
-        click.echo(f"error: {message}", err=True)
+        click.echo(f"error: {_one_line(message)}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code

@@ -25,9 +25,12 @@ def parse_since(text: str, *, now: float | None = None) -> int:
             f"cannot read {text!r} as a time: use a duration like 2h, 30m, 7d "
             "or a date like 2026-11-01"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()  # local time, as people mean it
-    return int(moment.timestamp() * 1000)
+    try:
+        if moment.tzinfo is None:
+            moment = moment.astimezone()  # local time, as people mean it
+        return int(moment.timestamp() * 1000)
+    except (ValueError, OverflowError, OSError):  # 0001-01-01 in a zone ahead of UTC: year 0
+        return -(2**62) if moment.year < 1970 else 2**62  # before or after anything stored
 
 
 def format_time(ms: int | float | None, tz: tzinfo | None = None) -> str:

@@ -640,3 +640,9 @@ def test_db_naming_a_folder_with_only_channel_databases_names_them(tmp_path):
         f"error: no opencode.db in {tmp_path} (found {tmp_path / 'opencode-dev.db'}; "
         "pass --db FILE)\n"
     )
+
+
+def test_an_error_quoting_a_control_character_stays_one_line():
+    result = run(["import", "--db", str(STORE), "ses_dd8083e0\nx\x1b[2J"])
+    assert result.returncode == 2
+    assert result.stderr == (f"error: no session ses_dd8083e0\\x0ax\\x1b[2J in {STORE}\n".encode())

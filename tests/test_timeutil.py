@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -59,3 +61,18 @@ def test_a_table_with_a_time_out_of_range(tmp_path: Path, by: str):
 def test_a_duration_longer_than_any_time_means_everything():
     assert parse_since("9999999999999999d", now=1_000) == -(2**62)
     assert parse_since("9" * 400 + "w", now=1_000) == -(2**62)  # beyond a float: inf
+
+
+def test_the_first_and_last_dates_python_knows_are_before_and_after_everything():
+    # 0001-01-01 local time in a zone ahead of UTC is in year 0, which Python cannot hold.
+    db = Path(__file__).resolve().parent.parent / "samples" / "task" / "opencode.db"
+    env = {**os.environ, "TZ": "Pacific/Kiritimati"}  # UTC+14
+    for since, rows in (("0001-01-01", 1), ("9999-12-31", 0)):
+        result = subprocess.run(
+            [sys.executable, "-m", "opencode_events", "sessions", "--db", str(db)]
+            + ["--since", since, "--format", "json"],
+            capture_output=True,
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr
+        assert len(json.loads(result.stdout)) == rows
