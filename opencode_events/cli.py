@@ -409,7 +409,11 @@ def _flush_or_discard_stdout() -> None:
 
 
 # An error is one line, whatever it quotes (a session id given with a newline in it).
-_CONTROL = {code: f"\\x{code:02x}" for code in [*range(32), 127] if code != 9}
+_CONTROL = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in [*range(32), *range(0x7F, 0xA0), 0x2028, 0x2029]
+    if code != 9
+}
 
 
 def _one_line(message: str) -> str:
@@ -450,7 +454,7 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         _quiet_broken_pipe()
         return EXIT_PIPE
     except OSError as exc:  # e.g. the output's disk is full: one line, not a traceback
-        click.echo(f"error: {exc.strerror or exc}", err=True)
+        click.echo(f"error: {_one_line(str(exc.strerror or exc))}", err=True)
         _flush_or_discard_stdout()
         return EXIT_USAGE
     except SystemExit as exc:

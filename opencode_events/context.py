@@ -442,6 +442,8 @@ def _costs(
             return None, None  # priced at nothing, yet OpenCode charged: cannot split
         return dict.fromkeys(sources, 0.0), 0.0
     factor = message.cost / raw
+    if not math.isfinite(factor):  # a price so small (subnormal) the ratio overflows
+        return None, None
     # Cache reads come from the oldest part of the prompt: what the context had before.
     read = message.cache_read
     from_old = min(read, sum(old.values()))

@@ -23,7 +23,7 @@ from msgspec import Struct
 
 from .errors import InputError
 from .files import read_regular_file
-from .store import MessageRow, PartRow, SessionRow, is_top_level
+from .store import MessageRow, PartRow, SessionRow, is_top_level, loop_members
 from .views import MessageInfo
 
 __all__ = ["LegacyStore", "find_legacy_roots"]
@@ -183,7 +183,8 @@ class LegacyStore:
         if since_ms is not None:
             rows = [r for r in rows if r.time_updated >= since_ms]
         if top_level:
-            rows = [r for r in rows if is_top_level(r, self._sessions.__contains__)]
+            loops = self.loop_members()
+            rows = [r for r in rows if is_top_level(r, self._sessions.__contains__, loops)]
         return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)
 
     def session(self, session_id: str) -> SessionRow | None:
@@ -195,12 +196,17 @@ class LegacyStore:
 
     def children(self) -> dict[str, list[str]]:
         tree: dict[str, list[str]] = {}
+        loops = self.loop_members()
         for row in sorted(
             (r for r, _ in self._sessions.values()), key=lambda r: (r.time_created, r.id)
         ):
-            if row.parent_id:
+            if row.parent_id and row.parent_id != row.id and row.id not in loops:
                 tree.setdefault(row.parent_id, []).append(row.id)
         return tree
+
+    def loop_members(self) -> frozenset[Any]:
+        """The sessions on a loop of parent links (see ``store.loop_members``)."""
+        return loop_members({sid: row.parent_id for sid, (row, _) in self._sessions.items()})
 
     # ------------------------------------------------------------ messages, parts
 

@@ -231,25 +231,35 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-# Sessions on a loop of parent links (A's parent B, B's parent A): OpenCode never writes one,
-# but a damaged store may. They count as top-level and their parent links are not followed,
-# so that nothing vanishes from the reports and nothing is folded into itself. (Loops of up
-# to 64 sessions are found; each session's walk up its parents stops there.)
-_IN_LOOP = (
-    "SELECT start FROM (WITH RECURSIVE up(start, parent, depth) AS ("
-    "SELECT id, parent_id, 1 FROM session WHERE parent_id IS NOT NULL AND parent_id != id "
-    "UNION ALL SELECT up.start, s.parent_id, up.depth + 1 FROM up JOIN session s "
-    "ON s.id = up.parent WHERE up.parent != up.start AND up.depth < 64 "
-    "AND s.parent_id IS NOT NULL AND s.parent_id != s.id"
-    ") SELECT start FROM up WHERE parent = start)"
-)
 # A session that is no subagent: no parent, itself as parent, a parent no longer there (an
 # orphan counts on its own rather than vanishing from `sessions` and `usage --all`), or on a
-# loop of parents.
+# loop of parent links (``loop_members``; the store adds those ids to this rule).
 _TOP_LEVEL = (
-    "(parent_id IS NULL OR parent_id = id OR parent_id NOT IN (SELECT id FROM session) "
-    f"OR id IN ({_IN_LOOP}))"
+    "(parent_id IS NULL OR parent_id = id "
+    "OR parent_id NOT IN (SELECT id FROM session WHERE id IS NOT NULL))"
 )
+
+
+def loop_members(parents: Mapping[Any, Any]) -> frozenset[Any]:
+    """Sessions on a loop of parent links (A's parent B, B's parent A), from session →
+    parent. OpenCode never writes one, but a damaged store may: such sessions count as
+    top-level and their parent links are not followed, so that nothing vanishes from the
+    reports and nothing is folded into itself. Each session is walked once."""
+    state: dict[Any, int] = {}  # 1: on the walk in progress, 2: done
+    loops: set[Any] = set()
+    for start in parents:
+        walk = []
+        node = start
+        while node is not None and node in parents and node not in state:
+            state[node] = 1
+            walk.append(node)
+            parent = parents[node]
+            node = parent if parent != node else None
+        if node is not None and state.get(node) == 1:  # came back to this walk: a loop
+            loops.update(walk[walk.index(node) :])
+        for visited in walk:
+            state[visited] = 2
+    return frozenset(loops)
 
 
 class Store:
@@ -258,6 +268,7 @@ class Store:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._tmp: str | None = None
+        self._loops: frozenset[Any] | None = None
         try:  # a private copy made before a failure is removed too
             self.conn = self._connect()
             self._check_schema()
@@ -275,6 +286,7 @@ class Store:
         clone = object.__new__(Store)
         clone.path = self.path
         clone._tmp = None
+        clone._loops = self._loops
         clone.uri = self.uri
         clone.bytes_read = 0
         try:
@@ -388,7 +400,9 @@ class Store:
             where.append("time_updated >= ?")
             params.append(since_ms)
         if top_level:
-            where.append(_TOP_LEVEL)
+            clause, loop_ids = self._top_level()
+            where.append(clause)
+            params += loop_ids
         sql = f"SELECT {_SESSION_COLUMNS} FROM session"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -403,9 +417,11 @@ class Store:
         """Session ids, oldest first: the order of ``sessions()`` sorted by (time_created,
         id), without building whole rows (a damaged time sorts as 0 there too)."""
         sql = "SELECT id, time_created FROM session"
+        params: list[Any] = []
         if top_level:
-            sql += f" WHERE {_TOP_LEVEL}"
-        rows = [(_int(created), sid) for sid, created in self._query(sql)]
+            clause, params = self._top_level()
+            sql += f" WHERE {clause}"
+        rows = [(_int(created), sid) for sid, created in self._query(sql, params)]
         try:
             rows.sort()
         except TypeError:  # a damaged id (NULL, a blob) beside another at the same time
@@ -465,14 +481,36 @@ class Store:
         )
 
     def children(self) -> dict[str, list[str]]:
-        """parent id → child session ids, oldest first."""
+        """parent id → child session ids, oldest first (a parent link on a loop is not one)."""
         tree: dict[str, list[str]] = {}
+        loops = self.loop_members()
         for child, parent in self._query(
             "SELECT id, parent_id FROM session WHERE parent_id IS NOT NULL AND parent_id != id "
-            f"AND id NOT IN ({_IN_LOOP}) ORDER BY time_created, id"
+            "ORDER BY time_created, id"
         ):
-            tree.setdefault(parent, []).append(child)
+            if child not in loops:
+                tree.setdefault(parent, []).append(child)
         return tree
+
+    def loop_members(self) -> frozenset[Any]:
+        """The sessions on a loop of parent links (``loop_members``), read once."""
+        if self._loops is None:
+            self._loops = loop_members(
+                dict(
+                    self._query(
+                        "SELECT id, parent_id FROM session "
+                        "WHERE parent_id IS NOT NULL AND parent_id != id"
+                    )
+                )
+            )
+        return self._loops
+
+    def _top_level(self) -> tuple[str, list[Any]]:
+        """``_TOP_LEVEL`` with this store's loop members added, and its parameters."""
+        loops = sorted(self.loop_members(), key=str)
+        if not loops:
+            return _TOP_LEVEL, []
+        return f"({_TOP_LEVEL} OR id IN ({', '.join('?' * len(loops))}))", loops
 
     def messages(self, session_id: str) -> Iterator[MessageRow]:
         """A session's messages in (time_created, id) order."""
@@ -747,16 +785,20 @@ def store_files(store: Any) -> list[Path]:
     return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
 
 
-def is_top_level(row: SessionRow, known: Callable[[str], bool]) -> bool:
-    """No subagent: no parent, itself as parent, or a parent no longer there (``known``
-    says whether a session exists); ``_TOP_LEVEL`` is the same rule in SQL."""
+def is_top_level(
+    row: SessionRow, known: Callable[[str], bool], loops: frozenset[Any] = frozenset()
+) -> bool:
+    """No subagent: no parent, itself as parent, a parent no longer there (``known`` says
+    whether a session exists), or on a loop of parents (``loops``); ``_TOP_LEVEL`` with the
+    store's loop members is the same rule in SQL."""
     parent = row.parent_id
-    return parent is None or parent == row.id or not known(parent)
+    return parent is None or parent == row.id or not known(parent) or row.id in loops
 
 
 def _is_top_level(store: Any, session_id: str) -> bool:
     row = store.session(session_id)
-    return row is None or is_top_level(row, lambda sid: store.session(sid) is not None)
+    loops = store.loop_members() if hasattr(store, "loop_members") else frozenset()
+    return row is None or is_top_level(row, lambda sid: store.session(sid) is not None, loops)
 
 
 def every_session(store: Any, *, top_level: bool = False) -> list[str]:
@@ -830,7 +872,7 @@ def open_store(explicit: str | None = None, env: Mapping[str, str] | None = None
 
     path = locate_db(explicit, env)
     if path.is_dir():
-        if explicit and (path / "opencode.db").is_file():  # OpenCode's data directory
+        if (path / "opencode.db").is_file():  # OpenCode's data directory
             return Store(path / "opencode.db")
         others = channel_databases(path)
         if others and not find_legacy_roots(path):

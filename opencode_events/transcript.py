@@ -168,6 +168,8 @@ def session_events(
             if not entered:
                 normalizer.enter_session(session_id)
                 entered = True
+            if data is None:  # NULL in a damaged store: read as the JSON null it stands for
+                data = b"null"
             try:
                 info: MessageHead | MessageInfo | None = decode_message(data)
                 normalizer.records += 1
@@ -182,6 +184,8 @@ def session_events(
             while pending is not None and pending[1] == message_id:
                 part_id, _, _, part_time, part_data = pending
                 pending = next(part_iter, None)
+                if part_data is None:
+                    part_data = b"null"
                 try:
                     part = decode(part_data)
                 except (msgspec.DecodeError, RecursionError):

@@ -615,6 +615,14 @@ def test_db_may_name_opencodes_data_directory(tmp_path):
     assert by_dir.returncode == 0 and by_dir.stdout == by_file.stdout != b"[]\n"
 
 
+def test_opencode_db_may_name_a_data_directory_with_channel_databases_beside(tmp_path):
+    (tmp_path / "opencode.db").write_bytes(STORE.read_bytes())
+    (tmp_path / "opencode-dev.db").write_bytes(STORE.read_bytes())
+    result = run(["sessions", "--format", "json"], env={**os.environ, "OPENCODE_DB": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)) == 1
+
+
 def test_opencode_db_in_memory_is_a_clear_error(tmp_path):
     env = {**os.environ, "OPENCODE_DB": ":memory:", "XDG_DATA_HOME": str(tmp_path)}
     result = run(["sessions"], env=env)

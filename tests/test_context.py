@@ -281,6 +281,8 @@ def test_a_price_so_large_the_split_overflows_is_no_price():
     huge = Price(input=1e308, output=1e308, cache_read=1e308, cache_write=0.0)
     costs, output = _costs(message, {}, {"user": 1000}, huge)
     assert costs is None and output is None  # not split, rather than NaN
+    tiny = Price(input=1e-320, output=1e-320, cache_read=0.0, cache_write=0.0)  # subnormal
+    assert _costs(message, {}, {"user": 1000}, tiny) == (None, None)
 
 
 # ------------------------------------------------------------------ properties

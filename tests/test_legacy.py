@@ -163,3 +163,26 @@ def test_output_beside_a_legacy_store_is_allowed_inside_it_is_not(tmp_path: Path
     assert (data_dir / "all.jsonl").stat().st_size > 0
     inside = run("import", "--all", "--db", str(data_dir), "-o", str(data_dir / "storage" / "x"))
     assert inside.returncode == 2 and inside.stderr.startswith(b"error: will not write to ")
+
+
+def test_a_loop_of_parent_links_in_json_files_is_read_as_in_the_database(tmp_path: Path):
+    db = tmp_path / "opencode.db"
+    db.write_bytes((ROOT / "samples" / "task" / "opencode.db").read_bytes())
+    conn = sqlite3.connect(db)
+    (parent, child) = conn.execute(
+        "SELECT parent_id, id FROM session WHERE parent_id IS NOT NULL"
+    ).fetchone()
+    conn.execute("UPDATE session SET parent_id = ? WHERE id = ?", (child, parent))
+    conn.commit()
+    conn.close()
+    write_legacy(db, tmp_path / "data", oldest=False)
+    for args in (["sessions", "--format", "json"], ["usage", "--all", "--format", "json"]):
+        stored = json.loads(run(*args, "--db", str(db)).stdout)
+        legacy = json.loads(run(*args, "--db", str(tmp_path / "data")).stdout)
+        if args[0] == "sessions":
+            stored = [(r["id"], r["total_cost"], r["children"]) for r in stored]
+            legacy = [(r["id"], r["total_cost"], r["children"]) for r in legacy]
+            assert len(stored) == 2  # both sessions of the loop, each on its own
+        else:
+            stored, legacy = stored["total"], legacy["total"]
+        assert legacy == stored

@@ -1127,3 +1127,41 @@ def test_a_damaged_session_cell_is_read_as_0_or_text_in_every_report(tmp_path, c
     rows = json.loads(run("sessions", "--all", "--db", str(db), "--format", "json").stdout)
     assert all(isinstance(r["directory"], str | None) for r in rows)
     assert all(isinstance(r["time_created"], int) for r in rows)
+
+
+@pytest.mark.parametrize(
+    "parents, loops",
+    [
+        ({"a": None, "b": "a", "c": "b"}, set()),  # a chain
+        ({"a": "a"}, set()),  # its own parent: top-level anyway, no loop to follow
+        ({"a": "gone"}, set()),  # an orphan
+        ({"a": "b", "b": "a"}, {"a", "b"}),
+        ({"a": "b", "b": "c", "c": "a", "d": "a", "e": "d"}, {"a", "b", "c"}),  # d, e below it
+        ({str(i): str((i + 1) % 70) for i in range(70)}, {str(i) for i in range(70)}),
+        ({str(i): str(i + 1) for i in range(10_000)}, set()),  # a long chain, walked once
+    ],
+    ids=["chain", "self", "orphan", "two", "three-with-a-tail", "seventy", "deep-chain"],
+)
+def test_loop_members(parents, loops):
+    from opencode_events.store import loop_members
+
+    assert loop_members(parents) == loops
+
+
+def test_a_session_row_without_an_id_hides_no_orphan(tmp_path: Path):
+    # `x NOT IN (… NULL …)` is never true in SQL: the NULL id must not hide every orphan.
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE session SET parent_id = 'ses_gone' WHERE parent_id IS NOT NULL")
+    names = [c[1] for c in conn.execute("PRAGMA table_info(session)")]
+    row = dict(zip(names, conn.execute("SELECT * FROM session LIMIT 1").fetchone(), strict=True))
+    row.update(id=None, parent_id=None, title="no id")
+    conn.execute(
+        f"INSERT INTO session ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+        list(row.values()),
+    )
+    conn.commit()
+    conn.close()
+    ids = {r["id"] for r in json.loads(run("sessions", "--db", str(db), "--format", "json").stdout)}
+    assert len(ids - {None}) == 2  # the orphan too

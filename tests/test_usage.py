@@ -1000,3 +1000,10 @@ def test_null_data_in_a_row_is_a_row_not_read_not_a_crash(tmp_path, table, by):
     assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr
     if table == "message":
         assert "could not be read" in json.loads(result.stdout)["notes"][-1]
+    imported = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "import", "--all", "--db", str(db)],
+        capture_output=True,
+    )
+    assert imported.returncode == 0, imported.stderr
+    kinds = [json.loads(line)["kind"] for line in imported.stdout.splitlines()]
+    assert kinds.count("warning") == 1  # the row, read as the JSON null it stands for
