@@ -132,6 +132,15 @@ def whole_writes_stdout() -> None:
     )
 
 
+def _descriptor_is(fd: int, target: os.stat_result) -> bool:
+    """Whether the open descriptor ``fd`` is the file ``target`` (a redirection to it)."""
+    try:
+        source = os.fstat(fd)
+    except OSError:
+        return False
+    return (source.st_dev, source.st_ino) == (target.st_dev, target.st_ino)
+
+
 def _is_read(path: str, reads: Sequence[Any]) -> str | None:
     """The input ``path`` would overwrite (the same file, or the same name though it does
     not exist yet, or a file inside an input folder), if any."""
@@ -144,13 +153,7 @@ def _is_read(path: str, reads: Sequence[Any]) -> str | None:
     real = os.path.realpath(path)
     for read in reads:
         if read == "-":  # stdin redirected from a file (`< run.jsonl`)
-            if target is None:
-                continue
-            try:
-                source = os.fstat(0)
-            except OSError:
-                continue
-            if (target.st_dev, target.st_ino) == (source.st_dev, source.st_ino):
+            if target is not None and _descriptor_is(0, target):
                 return "standard input"
             continue
         read = os.fspath(read)
@@ -190,13 +193,10 @@ def same_file(first: str, second: str) -> bool:
 def stdout_is(path: str) -> bool:
     """Whether standard output is redirected to the regular file ``path`` (``> path``)."""
     try:
-        out, target = os.fstat(1), os.stat(path)
+        target = os.stat(path)
     except OSError:
         return False
-    return stat.S_ISREG(out.st_mode) and (out.st_dev, out.st_ino) == (
-        target.st_dev,
-        target.st_ino,
-    )
+    return stat.S_ISREG(target.st_mode) and _descriptor_is(1, target)
 
 
 def open_output(path: str | None, reads: Sequence[Any] = ()) -> BinaryIO:

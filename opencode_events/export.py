@@ -15,7 +15,7 @@ from msgspec import Raw, Struct
 from .events import Event
 from .normalizer import Normalizer, Provenance
 from .transcript import TranscriptMapper
-from .views import NO_RAW, decode_repairing
+from .views import NO_RAW, decode_repairing, later, number
 
 __all__ = ["export_events"]
 
@@ -98,9 +98,8 @@ def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = N
         last = created  # the time of the part before, which a part without one of its own takes
         for part in message.parts:
             part_ids = _part_ids(part)
-            own = _started(part_ids, completed)
-            if own is not None and (not _is_number(last) or own > last):
-                last = own  # never back in time: the document lists parts as they came
+            # never back in time: the document lists parts as they came
+            last = later(last, _started(part_ids, completed))
             events.extend(
                 mapper.part(
                     part,
@@ -140,14 +139,10 @@ def _started(part: _PartIds, completed: Any) -> int | float | None:
     """When the part was written, as near as the document tells (it has no row times): its
     ``time.start``, a tool's ``state.time.start``, a step-finish's message completion; None
     when it has none."""
-    if part.type == "step-finish" and _is_number(completed):
+    if part.type == "step-finish" and number(completed) is not None:
         return completed
     for times in (part.time, part.state.time if part.state is not None else None):
-        start = times.get("start") if isinstance(times, dict) else None
-        if _is_number(start):
+        start = number(times.get("start")) if isinstance(times, dict) else None
+        if start is not None:
             return start
     return None
-
-
-def _is_number(value: Any) -> bool:
-    return type(value) is int or type(value) is float

@@ -29,7 +29,7 @@ from .events import (
     Write,
 )
 from .patch import patched_files
-from .views import MessageInfo, Part
+from .views import MessageInfo, Part, number
 
 __all__ = [
     "STATUS_SUCCESS",
@@ -85,11 +85,6 @@ def success_of(status: Any) -> bool | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _number(value: Any) -> int | float | None:
-    kind = type(value)  # exact types: bool is an int subclass and never a number here
-    return value if kind is int or kind is float else None
 
 
 def text_of(part: Part) -> str | None:
@@ -371,7 +366,7 @@ def tool_common(part: Part) -> dict[str, Any]:
             common["error"] = _str(state.error)
         times = state.time
         if times is not None:
-            start, end = _number(times.start), _number(times.end)
+            start, end = number(times.start), number(times.end)
             if start is not None and end is not None:
                 common["duration_ms"] = end - start
     return common

@@ -39,7 +39,7 @@ from msgspec import Raw, Struct
 from .events import Event
 from .normalizer import Normalizer, Provenance
 from .stream import BOM
-from .views import NO_RAW, MessageInfo, Part, decode_repairing
+from .views import NO_RAW, MessageInfo, Part, decode_repairing, number
 
 __all__ = ["SseReader", "CONSUMED", "TERMINAL_TOOL_STATUSES"]
 
@@ -195,12 +195,6 @@ _SESSION_CHANGED = msgspec.json.Decoder(_SessionChanged)
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def _number(value: Any) -> int | float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return value
 
 
 class _Memory:
@@ -418,11 +412,14 @@ class SseReader:
         session = _str(session)
         if not self._follows(session):
             return False
-        if session is not None and session == self._followed:
-            self._followed_at_work = True
+        self._seen_at_work(session)
         prov.session_id = session
         self.normalizer.enter_session(session)
         return True
+
+    def _seen_at_work(self, session: str | None) -> None:
+        if session is not None and session == self._followed:
+            self._followed_at_work = True
 
     def _adopt(self, session: str | None) -> None:
         """Follow the first session seen at work (when none was asked for); a subagent seen
@@ -453,7 +450,7 @@ class SseReader:
         if not self._enter(session, prov):
             return []
         self._adopt(prov.session_id)
-        prov.time = _number(view.time)
+        prov.time = number(view.time)
         part_id = _str(part.id)
         message_id = _str(part.messageID)
         prov.message_id, prov.part_id = message_id, part_id
@@ -525,7 +522,7 @@ class SseReader:
         if info.error is not None and _spent_nothing(info):
             return events  # a failed request: no inference happened (the run stream agrees)
         prov.message_id = message_id
-        prov.time = _number(info.time.completed)
+        prov.time = number(info.time.completed)
         return events + self.normalizer.message_usage(info, prov)
 
     def _part_delta(self, props: bytes, prov: Provenance) -> list[Event]:
@@ -568,10 +565,8 @@ class SseReader:
         session = _str(view.sessionID)
         status = view.status.type if view.status is not None else None
         if status == "busy":
-            if session is not None and self._prefix is not None:
-                self._follows(session)  # the session asked for by a prefix, at work
-            if session is not None and session == self._followed:
-                self._followed_at_work = True
+            if session is not None and self._follows(session):  # (resolves an id prefix)
+                self._seen_at_work(session)
             self._adopt(session)
         elif status == "idle":
             self._went_idle(session)
@@ -619,7 +614,7 @@ def _frame_type(frame: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _spent_nothing(info: MessageInfo) -> bool:
-    cost = _number(info.cost)
+    cost = number(info.cost)
     if cost:
         return False
     tokens = info.tokens
@@ -628,4 +623,4 @@ def _spent_nothing(info: MessageInfo) -> bool:
     values = [tokens.input, tokens.output, tokens.reasoning, tokens.total]
     if tokens.cache is not None:
         values += [tokens.cache.read, tokens.cache.write]
-    return not any(_number(v) for v in values)
+    return not any(number(v) for v in values)

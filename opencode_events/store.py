@@ -507,7 +507,7 @@ class Store:
 
     def _top_level(self) -> tuple[str, list[Any]]:
         """``_TOP_LEVEL`` with this store's loop members added, and its parameters."""
-        loops = sorted(self.loop_members(), key=str)
+        loops = list(self.loop_members())
         if not loops:
             return _TOP_LEVEL, []
         return f"({_TOP_LEVEL} OR id IN ({', '.join('?' * len(loops))}))", loops
@@ -797,8 +797,9 @@ def is_top_level(
 
 def _is_top_level(store: Any, session_id: str) -> bool:
     row = store.session(session_id)
-    loops = store.loop_members() if hasattr(store, "loop_members") else frozenset()
-    return row is None or is_top_level(row, lambda sid: store.session(sid) is not None, loops)
+    if row is None:
+        return True
+    return is_top_level(row, lambda sid: store.session(sid) is not None, store.loop_members())
 
 
 def every_session(store: Any, *, top_level: bool = False) -> list[str]:

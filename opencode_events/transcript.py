@@ -30,6 +30,7 @@ from .views import (
     MessageHead,
     MessageInfo,
     decode_repairing,
+    later,
     without_lone_surrogates,
 )
 
@@ -123,11 +124,8 @@ class TranscriptMapper:
         when the message ended (``time.completed``) when that is later than ``time``."""
         if info is None or info.role != "assistant" or not info.error:
             return []
-        ended = info.time.completed if info.time is not None else None
-        if (type(ended) is int or type(ended) is float) and (
-            not (type(time) is int or type(time) is float) or ended > time
-        ):
-            time = ended
+        if info.time is not None:
+            time = later(time, info.time.completed)
         prov = self._prov(data, session_id=session_id, message_id=message_id, time=time)
         return self.normalizer.error(info.error, prov)
 

@@ -455,13 +455,10 @@ def _session_turns(
     for message in store.messages(session_id):
         if message.id in skip:
             continue
-        try:
-            info = _MESSAGE.decode(message.data)
+        try:  # a lone surrogate escape too, read as the import reads it
+            info = decode_repairing(_MESSAGE, message.data)[0]
         except _UNREADABLE:
-            try:  # a lone surrogate escape, read as the import reads it
-                info = decode_repaired(_MESSAGE, message.data)
-            except _UNREADABLE:
-                info = None
+            info = None
         if info is None or info.role not in ("user", "assistant"):
             if unread is not None:
                 unread[0] += 1
@@ -504,12 +501,9 @@ def _session_turns(
         if turn is None:
             continue
         try:
-            view = PART_DECODER.decode(part.data)
+            view = decode_repairing(PART_DECODER, part.data)[0]
         except _UNREADABLE:
-            try:
-                view = decode_repaired(PART_DECODER, part.data)
-            except _UNREADABLE:
-                continue
+            continue
         if view.type == "tool":
             turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
             child = spawned_session(view)
@@ -882,7 +876,8 @@ class _Scan:
         # them, down the slow path.
         copy_times = self.copy_times
         days = day_of.cache
-        decode = (_FIGURES if by in ("day", "session") else _MESSAGE).decode
+        decoder = _FIGURES if by in ("day", "session") else _MESSAGE
+        decode = decoder.decode  # the first try inline: this loop runs once per message
         for sid, mid, created, data in rows:
             top = owner.get(sid)
             if top is None:
@@ -891,7 +886,7 @@ class _Scan:
                 info = decode(data)
             except _UNREADABLE:
                 try:  # a lone surrogate escape, read as the import reads it
-                    info = decode_repaired(_FIGURES if by in ("day", "session") else _MESSAGE, data)
+                    info = decode_repaired(decoder, data)
                 except _UNREADABLE:
                     self.unread += 1
                     continue

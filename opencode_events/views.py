@@ -153,6 +153,20 @@ _JSON_TYPE_NAMES = {
 }
 
 
+def number(value: Any) -> int | float | None:
+    """``value`` when it is a JSON number, else None (exact types: a bool is no number)."""
+    kind = type(value)
+    return value if kind is int or kind is float else None
+
+
+def later(first: Any, second: Any) -> Any:
+    """The later of two times either of which may be missing or no number: a number wins
+    over none, and of two numbers the larger; ``first`` when neither is one."""
+    if number(second) is None:
+        return first
+    return second if number(first) is None or second > first else first
+
+
 def json_type_name(value: Any) -> str:
     """How a warning names a decoded JSON value that is not an object."""
     return _JSON_TYPE_NAMES.get(type(value), "a value")

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.stores import with_a_parent_loop
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "opencode_events"]
 
@@ -167,14 +169,7 @@ def test_output_beside_a_legacy_store_is_allowed_inside_it_is_not(tmp_path: Path
 
 def test_a_loop_of_parent_links_in_json_files_is_read_as_in_the_database(tmp_path: Path):
     db = tmp_path / "opencode.db"
-    db.write_bytes((ROOT / "samples" / "task" / "opencode.db").read_bytes())
-    conn = sqlite3.connect(db)
-    (parent, child) = conn.execute(
-        "SELECT parent_id, id FROM session WHERE parent_id IS NOT NULL"
-    ).fetchone()
-    conn.execute("UPDATE session SET parent_id = ? WHERE id = ?", (child, parent))
-    conn.commit()
-    conn.close()
+    with_a_parent_loop(db)
     write_legacy(db, tmp_path / "data", oldest=False)
     for args in (["sessions", "--format", "json"], ["usage", "--all", "--format", "json"]):
         stored = json.loads(run(*args, "--db", str(db)).stdout)

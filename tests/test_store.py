@@ -17,6 +17,7 @@ import pytest
 
 from opencode_events.errors import InputError
 from opencode_events.store import PartRow, Store, locate_db, select_sessions
+from tests.stores import with_a_parent_loop
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -1076,14 +1077,7 @@ def test_a_loop_of_parent_links_loses_nothing_and_counts_nothing_twice(tmp_path:
     """OpenCode never writes one; a damaged store may: the sessions of the loop are taken as
     top-level, and no one of them is folded into another."""
     db = tmp_path / "opencode.db"
-    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    conn = sqlite3.connect(db)
-    (parent, child) = conn.execute(
-        "SELECT parent_id, id FROM session WHERE parent_id IS NOT NULL"
-    ).fetchone()
-    conn.execute("UPDATE session SET parent_id = ? WHERE id = ?", (child, parent))
-    conn.commit()
-    conn.close()
+    parent, _ = with_a_parent_loop(db)
     costs = dict(sql(db, "SELECT id, cost FROM session"))
     rows = json.loads(run("sessions", "--db", str(db), "--format", "json").stdout)
     assert {r["id"]: r["total_cost"] for r in rows} == pytest.approx(costs)

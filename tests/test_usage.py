@@ -38,6 +38,16 @@ def usage(*args: str, stdin: bytes | None = None) -> dict:
     return json.loads(result.stdout)
 
 
+def sessions_of(db: Path) -> list[dict]:
+    """`sessions --format json` of the store ``db``."""
+    result = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "sessions", "--db", str(db), "--format", "json"],
+        capture_output=True,
+        check=True,
+    )
+    return json.loads(result.stdout)
+
+
 def sql(db: Path, query: str, *params) -> list[tuple]:
     conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
     try:
@@ -740,12 +750,7 @@ def test_a_subagent_whose_parent_is_gone_counts_on_its_own(tmp_path: Path):
     conn.close()
     doc = usage("--db", str(db), "--all")
     assert doc["total"]["cost"] == pytest.approx(cost) and doc["rows"]
-    sessions = subprocess.run(
-        [sys.executable, "-m", "opencode_events", "sessions", "--db", str(db), "--format", "json"],
-        capture_output=True,
-        check=True,
-    )
-    assert [row["id"] for row in json.loads(sessions.stdout)] == [child]
+    assert [row["id"] for row in sessions_of(db)] == [child]
 
 
 @pytest.mark.parametrize("document", ["export.json", "events.sse"])
@@ -967,12 +972,7 @@ def test_a_prompt_without_a_reply_is_not_in_flight_in_any_report(tmp_path):
     conn.close()
     rows = usage("--db", str(db), "--last")["rows"]
     assert rows[-1]["inferences"] == 0 and rows[-1]["in_flight"] is False
-    sessions = subprocess.run(
-        [sys.executable, "-m", "opencode_events", "sessions", "--db", str(db), "--format", "json"],
-        capture_output=True,
-        check=True,
-    )
-    assert [s["in_flight"] for s in json.loads(sessions.stdout)] == [False]
+    assert [s["in_flight"] for s in sessions_of(db)] == [False]
 
 
 @pytest.mark.parametrize("table", ["message", "part"])
