@@ -9,6 +9,7 @@ and SPEC §2; docs/events.md shows each row with an example.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,8 @@ __all__ = [
     "spawned_session",
     "TOOL_RULES",
     "success_of",
+    "call_ended",
+    "OPEN_TOOL_STATUSES",
     "tool_events",
     "usage_event",
     "error_fields",
@@ -81,6 +84,17 @@ def success_of(status: Any) -> bool | None:
     if isinstance(status, str):
         return STATUS_SUCCESS.get(status.lower())
     return None
+
+
+# OpenCode's tool states before a call has ended; any other status ends it (``success_of``
+# says how), so a status OpenCode may add later is reported, not waited for.
+OPEN_TOOL_STATUSES = frozenset({"pending", "running"})
+
+
+def call_ended(status: Any) -> bool:
+    """Whether a tool part with this ``state.status`` is a finished call (server events
+    update a part while it runs)."""
+    return isinstance(status, str) and status.lower() not in OPEN_TOOL_STATUSES
 
 
 def _str(value: Any) -> str | None:
@@ -367,8 +381,8 @@ def tool_common(part: Part) -> dict[str, Any]:
         times = state.time
         if times is not None:
             start, end = number(times.start), number(times.end)
-            if start is not None and end is not None:
-                common["duration_ms"] = end - start
+            if start is not None and end is not None and math.isfinite(end - start):
+                common["duration_ms"] = end - start  # two huge times can differ by inf
     return common
 
 

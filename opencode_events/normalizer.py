@@ -34,6 +34,7 @@ from .events import (
     Unknown,
     Usage,
     Warning,
+    summed_cost,
 )
 from .mapping import CONSUMED_PARTS, error_fields, success_of, text_of, tool_events, usage_event
 from .views import ANY_DECODER, MessageInfo, Part, json_type_name
@@ -66,25 +67,36 @@ class Provenance(Struct, kw_only=True, gc=False):
 def _as_raw(value: bytes | Raw | None) -> Raw | None:
     """Readers may hand over the record's bytes; they become ``Raw`` only when written.
     A record laid out over several lines (an export document, a legacy JSON file) is
-    compacted: an event is one line."""
+    compacted (no white space between tokens, as OpenCode writes its stream): an event is
+    one line."""
     if value is None:
         return None
     data = bytes(value)  # the same object for bytes; a copy of a Raw's buffer
     if b"\n" in data or b"\r" in data:
         try:
-            return Raw(msgspec.json.format(data, indent=0))
+            return Raw(msgspec.json.format(data, indent=-1))
         except msgspec.DecodeError:  # not JSON: left as it is (readers hand over JSON only)
             pass
     return Raw(value) if type(value) is bytes else value
 
 
 class _Totals:
-    __slots__ = ("input", "output", "reasoning", "cache_read", "cache_write", "total", "cost")
+    __slots__ = (
+        "input",
+        "output",
+        "reasoning",
+        "cache_read",
+        "cache_write",
+        "total",
+        "cost",
+        "figures",
+    )
 
     def __init__(self) -> None:
         self.input = self.output = self.reasoning = 0
         self.cache_read = self.cache_write = self.total = 0
         self.cost = 0.0
+        self.figures = 0  # usage events whose cost is in ``cost``
 
 
 class Normalizer:
@@ -267,6 +279,7 @@ class Normalizer:
         totals.cache_write += usage.cache_write_tokens
         totals.total += usage.total_tokens
         totals.cost += usage.cost
+        totals.figures += 1
         return self._stamp([usage], prov)
 
     def message_usage(self, info: MessageInfo, prov: Provenance) -> list[Event]:
@@ -365,7 +378,7 @@ class Normalizer:
             cache_read_tokens=totals.cache_read,
             cache_write_tokens=totals.cache_write,
             total_tokens=totals.total,
-            cost=round(totals.cost, 12),  # float sums drift in the 17th digit,
+            cost=summed_cost(totals.cost, totals.figures),
         )
         event.seq = self.seq
         self.seq += 1

@@ -14,6 +14,7 @@ docs/pretty.md shows the layout.
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import sys
 from collections.abc import Iterable
@@ -49,7 +50,7 @@ _LABEL_WIDTH = 11
 
 
 def format_duration(ms: float | None) -> str | None:
-    if ms is None or ms < 0:
+    if ms is None or not 0 <= ms < math.inf:  # NaN too: a normalized input can hold anything
         return None
     if ms < 1000:
         return f"{ms:.0f} ms"

@@ -192,7 +192,7 @@ def sessions_table(summaries: Sequence[Any], *, out: TextIO, width: int | None =
 
 
 def _duration(ms: Any) -> str:
-    if not isinstance(ms, int | float):
+    if not isinstance(ms, int | float) or not math.isfinite(ms):
         return ""
     seconds = ms / 1000
     if seconds < 60:

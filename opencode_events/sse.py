@@ -11,8 +11,8 @@ A frame's data is ``{id, type, properties}`` (``/event``) or the ``/global/event
 stream sends every durable event twice, the second time as ``payload.type == "sync"``;
 those copies are consumed. Mapping (docs/server-events.md has the table):
 
-* ``message.part.updated``: a tool part once, when its status is terminal (completed or
-  error); a text or reasoning part once, when complete (``time.end``), or a user message's
+* ``message.part.updated``: a tool part once, when the call has ended (a status other
+  than pending or running: ``mapping.call_ended``); a text or reasoning part once, when complete (``time.end``), or a user message's
   text part as ``prompt``; ``step-start`` and ``step-finish`` are consumed (usage comes
   from the message); any other part type goes to the normalizer (compaction, unknown).
 * ``message.updated``: an assistant message with ``time.completed`` → ``usage`` once per
@@ -37,11 +37,12 @@ import msgspec
 from msgspec import Raw, Struct
 
 from .events import Event
+from .mapping import call_ended
 from .normalizer import Normalizer, Provenance
 from .stream import BOM
 from .views import NO_RAW, MessageInfo, Part, decode_repairing, number
 
-__all__ = ["SseReader", "CONSUMED", "TERMINAL_TOOL_STATUSES"]
+__all__ = ["SseReader", "CONSUMED"]
 
 # Server event types that carry nothing the normalized stream reports: connection
 # bookkeeping, session/file/project state, UI and plugin chatter. Documented in
@@ -99,7 +100,6 @@ CONSUMED = frozenset(
 )
 _CONSUMED_PREFIXES = ("session.next.",)  # the v2 event family repeats message.* events
 
-TERMINAL_TOOL_STATUSES = frozenset({"completed", "error"})
 _MEMORY = 1 << 16  # ids remembered for dedupe and roles; the oldest are forgotten first
 
 
@@ -461,8 +461,7 @@ class SseReader:
             return []
         if kind == "tool":
             state = part.state
-            status = state.status if state is not None else None
-            if not (isinstance(status, str) and status.lower() in TERMINAL_TOOL_STATUSES):
+            if not call_ended(state.status if state is not None else None):
                 return []
             return self._emit(part, prov)
         if kind in ("text", "reasoning"):

@@ -22,6 +22,8 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from .events import summed_cost
+from .mapping import success_of
 from .mcp import mcp_server_of
 from .parallel import Pending, start_over_ranges, worker_connection
 from .store import SessionRow, Store
@@ -201,7 +203,7 @@ def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
             elif not _count_escaped_head(counts, sid, start):
                 _count_part(counts, sid, store.part_data(rowid))
     for (sid, tool, status), calls in plain.items():
-        key = (sid, tool.decode("ascii"), status == b"error")
+        key = (sid, tool.decode("ascii"), success_of(status.decode("ascii")) is False)
         counts[key] = counts.get(key, 0) + calls
     return counts
 
@@ -233,7 +235,7 @@ def _count_part(counts: ToolCounts, sid: str, data: bytes | None) -> None:
 def _add_part(counts: ToolCounts, sid: str, part: _PartView) -> None:
     if part.type == "tool":
         tool = part.tool if isinstance(part.tool, str) else None
-        failed = part.state is not None and part.state.status == "error"
+        failed = part.state is not None and success_of(part.state.status) is False
         key = (sid, tool, failed)
         counts[key] = counts.get(key, 0) + 1
 
@@ -538,9 +540,8 @@ def summarize(
         summary = summaries.get(sid)
         if summary is not None:
             summary.children = list(children)
-            summary.total_cost += sum(
-                summaries[d].cost for d in descendants([sid], tree) if d in summaries
-            )
+            below = [summaries[d].cost for d in descendants([sid], tree) if d in summaries]
+            summary.total_cost = summed_cost(summary.cost + sum(below), 1 + len(below))
     return [summaries[row.id] for row in rows]
 
 

@@ -28,6 +28,7 @@ import msgspec
 from msgspec import Struct
 
 from .errors import InputError
+from .events import summed_cost
 from .parallel import start_over_ranges, worker_connection
 from .views import PART_DECODER, Tokens, decode_repaired, decode_repairing
 
@@ -59,9 +60,6 @@ TOKEN_FIELDS = (
     "total_tokens",
 )
 _ALWAYS = frozenset({*TOKEN_FIELDS, "cost"})
-# Costs are reported to the nano-dollar: a float sum's last digits depend on the order of
-# addition (one process or several), and no bill has them.
-_COST_DIGITS = 9
 # From this many sessions on, one scan of the whole message table beats per-session lookups.
 WHOLE_TABLE_SESSIONS = 200
 BY_STREAM = ("turn", "step", "session", "day")
@@ -127,10 +125,18 @@ class UsageReport(Struct, kw_only=True):
         return doc
 
 
+def _figures_in(row: UsageRow) -> int:
+    """How many of OpenCode's costs a row's cost adds up (a subagent's share: at least one)."""
+    inferences = 1 if row.inferences is None else row.inferences
+    return inferences + (row.subagent_cost is not None)
+
+
 def _total(rows: Iterable[UsageRow]) -> UsageRow:
     total = UsageRow()
+    figures = 0
     for row in rows:
         total.add(row)
+        figures += _figures_in(row)
         if row.inferences is not None:
             total.inferences = (total.inferences or 0) + row.inferences
         if row.tool_calls is not None:
@@ -138,7 +144,9 @@ def _total(rows: Iterable[UsageRow]) -> UsageRow:
         if row.subagent_cost is not None:
             total.subagent_cost = (total.subagent_cost or 0.0) + row.subagent_cost
             total.subagent_tokens = (total.subagent_tokens or 0) + (row.subagent_tokens or 0)
-    total.cost = round(total.cost, _COST_DIGITS)
+    total.cost = summed_cost(total.cost, figures)
+    if total.subagent_cost is not None:
+        total.subagent_cost = summed_cost(total.subagent_cost, 2)
     return total
 
 
@@ -358,6 +366,8 @@ def stream_usage(
             group.inferences = (group.inferences or 0) + 1
     if by in ("session", "day"):
         rows = [groups[k] for k in sorted(groups)]
+        for row in rows:
+            row.cost = summed_cost(row.cost, _figures_in(row))
     elif len(sessions) <= 1:
         for row in rows:
             row.session_id = None  # one session: the column says nothing
@@ -430,12 +440,13 @@ def _fingerprint(message: _Message) -> tuple[Any, ...]:
 
 
 class _Turn:
-    __slots__ = ("row", "user_id", "completed")
+    __slots__ = ("row", "user_id", "completed", "folded")
 
     def __init__(self, row: UsageRow, user_id: str | None) -> None:
         self.row = row
         self.user_id = user_id
         self.completed: int | None = None
+        self.folded = 0  # subagent sessions whose figures were added to the row
 
 
 def _session_turns(
@@ -521,7 +532,6 @@ def _session_turns(
         row = turn.row
         if row.started is not None and turn.completed is not None and not row.in_flight:
             row.duration_ms = turn.completed - row.started
-        row.cost = round(row.cost, _COST_DIGITS)
     return turns, spawned
 
 
@@ -617,7 +627,8 @@ def _turn_report(
                 continue
             # The child's own figures and its descendants', as OpenCode stores them.
             share = UsageRow()
-            for sid in [child, *descendants([child], tree)]:
+            folded = [child, *descendants([child], tree)]
+            for sid in folded:
                 share.add(_session_total(store, sid))
             turn = spawned.get(child) or (turns[-1] if turns else None)
             if turn is None:
@@ -627,10 +638,16 @@ def _turn_report(
             turn.row.add(share)
             turn.row.subagent_cost = (turn.row.subagent_cost or 0.0) + share.cost
             turn.row.subagent_tokens = (turn.row.subagent_tokens or 0) + share.total_tokens
+            turn.folded += len(folded)
+            done.update(folded)  # counted here: never a row of its own as well
         for turn in turns:
+            row = turn.row
             if several:
-                turn.row.session_id = session_id
-            rows.append(turn.row)
+                row.session_id = session_id
+            row.cost = summed_cost(row.cost, (row.inferences or 0) + turn.folded)
+            if row.subagent_cost is not None:
+                row.subagent_cost = summed_cost(row.subagent_cost, turn.folded)
+            rows.append(row)
     if unread[0]:
         notes.append(_unread_rows_note(unread[0]))
     return rows, notes
@@ -656,12 +673,25 @@ def store_usage(
     if by not in BY_STORE:
         raise ValueError(f"unknown --by {by}")
     tree = store.children()
+    if fold:
+        session_ids = _outermost(session_ids, tree)
     if by == "turn":
         rows, notes = _turn_report(store, session_ids, fold=fold, tree=tree, dedupe=cross_session)
-        for row in rows:
-            row.cost = round(row.cost, _COST_DIGITS)
         return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes)
     return _grouped(store, session_ids, by=by, fold=fold, tz=tz, tree=tree, dedupe=cross_session)
+
+
+def _outermost(session_ids: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
+    """``session_ids`` but those below another of them: a subagent chosen with its parent is
+    folded into the parent's report, not listed a second time."""
+    from .summary import descendants
+
+    chosen = set(session_ids)
+    below: set[str] = set()
+    for sid in session_ids:
+        if sid not in below:
+            below.update(d for d in descendants([sid], tree) if d in chosen)
+    return [sid for sid in session_ids if sid not in below]
 
 
 class _DayOf:
@@ -776,7 +806,7 @@ def _grouped(
         result = [_group_row(by, key, groups[key]) for key in groups]
         result.sort(key=_sort_key(by))
     for row in result:
-        row.cost = round(row.cost, _COST_DIGITS)
+        row.cost = summed_cost(row.cost, _figures_in(row))
     return UsageReport(by=by, rows=result, total=_total(result), notes=notes)
 
 

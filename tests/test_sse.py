@@ -88,6 +88,11 @@ CASES = [
     ),
     ("tool error", tool("running") + tool("error", error="boom"), ["command"]),
     ("tool never finished", tool("pending") + tool("running"), []),
+    # SPEC §2's other statuses end a call too, as the run stream reports them; so does one
+    # OpenCode may add later (success null), while pending and running, in any case, do not.
+    ("tool cancelled", tool("Running") + tool("cancelled") + tool("cancelled"), ["command"]),
+    ("tool failed", tool("PENDING") + tool("failed"), ["command"]),
+    ("tool of a status never seen", tool("running") + tool("aborted"), ["command"]),
     (
         "text only when complete",
         part("text", text="")

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from opencode_events.errors import InputError
@@ -351,7 +352,8 @@ EXPORTED = sorted(p.parent.name for p in SAMPLES.glob("*/export.json"))
 def test_export_document_maps_like_the_store(name: str):
     """Every captured `opencode export` document gives the events `import` gives for the
     same session, but for `seq`, `time` (an export has no part row times) and the ids an
-    export adds to each record kept in `raw`; each event is one line."""
+    export adds to each record kept in `raw`; each event is one line of compact JSON, the
+    indented document's records included."""
     folder = SAMPLES / name
     session = json.loads((folder / "export.json").read_bytes())["info"]["id"]
     exported = run("normalize", str(folder / "export.json"), "--no-metrics", "--raw").stdout
@@ -367,6 +369,8 @@ def test_export_document_maps_like_the_store(name: str):
         return event
 
     assert exported.count(b"\n") == len(jsonl(exported)) > 0
+    for line in exported.splitlines():
+        assert line == msgspec.json.format(line, indent=-1)
     assert [comparable(e) for e in jsonl(exported)] == [comparable(e) for e in jsonl(imported)]
 
 

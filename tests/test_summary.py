@@ -34,6 +34,14 @@ PARTS: list[Any] = [
     pytest.param(
         '{"type":"tool","tool":"bash","callID":"c","state":{"status":"completed"}}', id="usual"
     ),
+    *(
+        pytest.param(
+            f'{{"type":"tool","tool":"bash","callID":"c","state":{{"status":"{status}"'
+            f',"output":"{BIG}"}}}}',
+            id=f"status-{status}",
+        )
+        for status in ("failed", "Cancelled", "FAILURE", "canceled", "running", "OK")
+    ),
     pytest.param(
         '{"type":"tool","tool":"bash","callID":"c","state":{"status":"error","x":1}}',
         id="usual-error",
@@ -188,6 +196,10 @@ def _decoded(data: str | bytes) -> Any:
     return None
 
 
+# SPEC §2: the statuses that mean a call failed, in any case.
+FAILED_STATUSES = ("error", "failed", "failure", "cancelled", "canceled")
+
+
 def expected_tools(rows: list[str | bytes]) -> tuple[int, int, dict[str, int]]:
     """Tool calls, failures and MCP calls from decoding each part whole, the way the
     summaries define them (a part whose `state` is neither an object nor null is no part)."""
@@ -201,7 +213,8 @@ def expected_tools(rows: list[str | bytes]) -> tuple[int, int, dict[str, int]]:
         if state is not None and not isinstance(state, dict):
             continue
         calls += 1
-        failures += bool(state) and state.get("status") == "error"
+        status = state.get("status") if state else None
+        failures += isinstance(status, str) and status.lower() in FAILED_STATUSES
         tool = part.get("tool")
         server = mcp_server_of(tool, SERVERS) if isinstance(tool, str) else None
         if server is not None:

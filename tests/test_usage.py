@@ -198,6 +198,19 @@ def test_subagents_fold_into_the_spawning_turn_or_stand_apart():
     assert "subagent_cost" not in apart["rows"][0]
 
 
+@pytest.mark.parametrize("by", ["turn", "step", "session", "model", "agent", "day"])
+@pytest.mark.parametrize("order", ["parent first", "child first"])
+def test_a_subagent_chosen_with_its_parent_is_counted_once(by: str, order: str):
+    """SPEC §3: nothing is counted twice, however the sessions are named."""
+    db = SAMPLES / "task" / "opencode.db"
+    parent, child = [r[0] for r in sql(db, "SELECT id FROM session ORDER BY parent_id IS NOT NULL")]
+    ((opencode_cost,),) = sql(db, "SELECT sum(cost) FROM session")
+    chosen = [parent, child] if order == "parent first" else [child, parent]
+    doc = usage("--db", str(db), "--by", by, "--session", chosen[0], "--session", chosen[1])
+    assert doc["total"]["cost"] == pytest.approx(opencode_cost, rel=1e-12)
+    assert doc == usage("--db", str(db), "--by", by, "--session", parent)
+
+
 def test_in_flight_turn_is_marked():
     db = SAMPLES / "sigint" / "opencode.db"
     doc = usage("--db", str(db), "--last")
@@ -1007,3 +1020,74 @@ def test_null_data_in_a_row_is_a_row_not_read_not_a_crash(tmp_path, table, by):
     assert imported.returncode == 0, imported.stderr
     kinds = [json.loads(line)["kind"] for line in imported.stdout.splitlines()]
     assert kinds.count("warning") == 1  # the row, read as the JSON null it stands for
+
+
+def _priced(db: Path, costs: dict[str, float]) -> None:
+    """Give each session's assistant messages (and their step-finish parts and the session
+    row) the cost in ``costs``, by session id; a session with several inferences has its
+    cost on each. (The JSON gets the float's shortest repr, all 17 digits where it needs
+    them: SQLite would write a bound REAL with 15.)"""
+    conn = sqlite3.connect(db)
+    for sid, cost in costs.items():
+        conn.execute(
+            "UPDATE message SET data = json_set(data, '$.cost', json(?)) "
+            "WHERE session_id = ? AND json_extract(data, '$.role') = 'assistant'",
+            (repr(cost), sid),
+        )
+        conn.execute(
+            "UPDATE part SET data = json_set(data, '$.cost', json(?)) "
+            "WHERE session_id = ? AND json_extract(data, '$.type') = 'step-finish'",
+            (repr(cost), sid),
+        )
+        conn.execute(
+            "UPDATE session SET cost = ? * (SELECT count(*) FROM message WHERE session_id = ? "
+            "AND json_extract(data, '$.role') = 'assistant') WHERE id = ?",
+            (cost, sid, sid),
+        )
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("cost", [2.31375e-05, 0.0020099999999999996, 1.2345678901234e-09])
+def test_one_inference_s_cost_is_written_as_opencode_stored_it(tmp_path, cost):
+    """SPEC §2: OpenCode's cost is used as it is, to the last digit, in every report of
+    one inference (a sum of several is written to 12 significant digits)."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    ((sid,),) = sql(db, "SELECT id FROM session")
+    _priced(db, {sid: cost})
+    for by in ("turn", "step", "session", "model", "agent", "day"):
+        doc = usage("--db", str(db), "--by", by, "--session", sid)
+        assert [r["cost"] for r in doc["rows"]] == [cost] and doc["total"]["cost"] == cost, by
+    assert sessions_of(db)[0]["cost"] == sessions_of(db)[0]["total_cost"] == cost
+    events = [
+        json.loads(line)
+        for line in subprocess.run(
+            [sys.executable, "-m", "opencode_events", "import", "--db", str(db)],
+            capture_output=True,
+            check=True,
+        ).stdout.splitlines()
+    ]
+    assert [e["cost"] for e in events if e["kind"] in ("usage", "metrics")] == [cost, cost]
+
+
+def test_a_sum_of_costs_is_written_without_binary_noise(tmp_path):
+    """0.1 + 0.2 is 0.30000000000000004 in floats; no bill says so."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    parent, child = [r[0] for r in sql(db, "SELECT id FROM session ORDER BY parent_id IS NOT NULL")]
+    _priced(db, {parent: 0.1, child: 0.2})
+    columns = sql(db, "SELECT cost FROM session ORDER BY parent_id IS NOT NULL")
+    assert columns == [(0.2,), (0.6000000000000001,)]  # 2 inferences of 0.1, 3 of 0.2
+    (row,) = sessions_of(db)
+    assert row["total_cost"] == 0.8
+    for by in ("turn", "session", "day"):
+        assert usage("--db", str(db), "--by", by, "--session", parent)["total"]["cost"] == 0.8
+    stream = tmp_path / "steps.jsonl"
+    stream.write_bytes(
+        b"".join(
+            json.dumps(step_finish(cost=c)).encode() + b"\n" for c in (0.1, 0.2)
+        )
+    )
+    doc = usage(str(stream), "--by", "session")
+    assert doc["rows"][0]["cost"] == doc["total"]["cost"] == 0.3
