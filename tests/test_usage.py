@@ -1085,9 +1085,7 @@ def test_a_sum_of_costs_is_written_without_binary_noise(tmp_path):
         assert usage("--db", str(db), "--by", by, "--session", parent)["total"]["cost"] == 0.8
     stream = tmp_path / "steps.jsonl"
     stream.write_bytes(
-        b"".join(
-            json.dumps(step_finish(cost=c)).encode() + b"\n" for c in (0.1, 0.2)
-        )
+        b"".join(json.dumps(step_finish(cost=c)).encode() + b"\n" for c in (0.1, 0.2))
     )
     doc = usage(str(stream), "--by", "session")
     assert doc["rows"][0]["cost"] == doc["total"]["cost"] == 0.3
