@@ -13,8 +13,9 @@ those copies are consumed. Mapping (docs/server-events.md has the table):
 
 * ``message.part.updated``: a tool part once, when the call has ended (a status other
   than pending or running: ``mapping.call_ended``); a text or reasoning part once, when
-  complete (``time.end``), or a user message's text part as ``prompt``; ``step-start`` and ``step-finish`` are consumed (usage comes
-  from the message); any other part type goes to the normalizer (compaction, unknown).
+  complete (``time.end``), or a user message's text part as ``prompt``; ``step-start``
+  and ``step-finish`` are consumed (usage comes from the message); any other part type
+  goes to the normalizer (compaction, unknown).
 * ``message.updated``: an assistant message with ``time.completed`` → ``usage`` once per
   message id.
 * ``session.error`` → error; ``permission.asked``/``permission.replied`` → permission;
