@@ -302,6 +302,7 @@ def usage(
     if all_sessions and (session_ids or last or since):
         raise click.UsageError("--all already reads every session; leave out the others")
     from_store = chose_stored or (not inputs and sys.stdin is not None and sys.stdin.isatty())
+    start = since_ms(since)  # once: "2h" is read against the clock
     try:
         if from_store:
             from .store import every_session, select_sessions
@@ -310,9 +311,15 @@ def usage(
                 if all_sessions:  # every top-level session; subagents fold into them
                     ids = every_session(store, top_level=True)
                 else:
-                    ids = select_sessions(store, session_ids, last=last, since_ms=since_ms(since))
+                    ids = select_sessions(store, session_ids, last=last, since_ms=start)
                 report = store_usage(
-                    store, ids, by=by, fold=not no_fold, tz=zone, cross_session=len(ids) > 1
+                    store,
+                    ids,
+                    by=by,
+                    fold=not no_fold,
+                    tz=zone,
+                    cross_session=len(ids) > 1,
+                    since_ms=start,
                 )
         else:
             report = stream_usage(open_inputs(inputs), by=by, tz=zone)
@@ -329,30 +336,7 @@ def usage(
         out.write(formats.write_json(report.document()))
     else:
         rows = [row.as_dict() for row in report.rows]
-        labels = [
-            k
-            for k in (
-                "session_id",
-                "turn",
-                "message_id",
-                "day",
-                "model",
-                "agent",
-                "started",
-                "duration_ms",
-                "prompt",
-                "reason",
-                "inferences",
-                "tool_calls",
-            )
-            if any(k in r for r in rows)
-        ]
-        extra = [
-            k
-            for k in ("subagent_cost", "subagent_tokens", "in_flight", "open")
-            if any(k in r for r in rows)
-        ]
-        columns = [*labels, *TOKEN_FIELDS, "cost", *extra]
+        columns = report.columns
         if fmt == "csv":
             out.write(formats.write_csv(rows, columns))
             out.flush()  # the rows first, then the notes after them
@@ -360,6 +344,13 @@ def usage(
             for note in report.notes:
                 click.echo(f"note: {note}", err=True)
         else:
+            # For people: the labels no row has a value for are left out (token fields and
+            # cost are in every row); the total's label goes in the first column left.
+            columns = [
+                c for c in columns if any(c in r for r in rows) or c in TOKEN_FIELDS + ("cost",)
+            ]
+            if columns[0] in TOKEN_FIELDS:  # no label at all: an empty report
+                columns.insert(0, report.columns[0])
             total = {**report.total.as_dict(), columns[0]: "**total**"}
             out.write(
                 formats.write_markdown([*rows, total], columns, numeric=[*TOKEN_FIELDS, "cost"])

@@ -108,11 +108,57 @@ class UsageRow(Struct, kw_only=True, omit_defaults=True):
         self.cost += other.cost
 
 
+# Each report's columns, in order, whatever its rows hold: a CSV of one day lines up with the
+# next day's (a label a row has no value for is an empty cell). JSON rows leave such labels out.
+_LABELS: dict[tuple[bool, str], tuple[str, ...]] = {  # (from the store, --by) → labels
+    (True, "turn"): (
+        "session_id",
+        "turn",
+        "started",
+        "duration_ms",
+        "prompt",
+        "reason",
+        "inferences",
+        "tool_calls",
+    ),
+    (True, "step"): (
+        "session_id",
+        "message_id",
+        "model",
+        "agent",
+        "started",
+        "duration_ms",
+        "reason",
+    ),
+    (True, "session"): ("session_id", "started", "inferences"),
+    (True, "model"): ("model", "inferences"),
+    (True, "agent"): ("agent", "inferences"),
+    (True, "day"): ("day", "inferences"),
+    (False, "turn"): ("session_id", "turn", "started", "reason"),
+    (False, "step"): ("session_id", "turn", "started", "reason"),
+    (False, "session"): ("session_id", "inferences"),
+    (False, "day"): ("day", "inferences"),
+}
+_FLAGS: dict[tuple[bool, str], tuple[str, ...]] = {
+    (True, "turn"): ("subagent_cost", "subagent_tokens", "in_flight"),
+    (True, "step"): ("in_flight",),
+    (False, "turn"): ("open",),
+    (False, "step"): ("open",),
+}
+
+
+def report_columns(by: str, *, stored: bool) -> list[str]:
+    """The columns of a ``--by`` report from the store (``stored``) or from a stream."""
+    key = (stored, by)
+    return [*_LABELS[key], *TOKEN_FIELDS, "cost", *_FLAGS.get(key, ())]
+
+
 class UsageReport(Struct, kw_only=True):
     by: str
     rows: list[UsageRow]
     total: UsageRow
     notes: list[str] = []
+    columns: list[str] = []  # ``report_columns``: every column, in order
 
     def document(self) -> dict[str, Any]:
         """The JSON document: ``{"rows": [...], "total": {...}}`` (plus ``notes``)."""
@@ -372,7 +418,13 @@ def stream_usage(
         for row in rows:
             row.session_id = None  # one session: the column says nothing
     notes = unread.notes()
-    return UsageReport(by=by, rows=rows, total=_total(r for r in rows if not r.open), notes=notes)
+    return UsageReport(
+        by=by,
+        rows=rows,
+        total=_total(r for r in rows if not r.open),
+        notes=notes,
+        columns=report_columns(by, stored=False),
+    )
 
 
 # ----------------------------------------------------------------------------- store
@@ -454,11 +506,14 @@ def _session_turns(
     session_id: str,
     skip: set[str] = frozenset(),  # type: ignore[assignment]
     unread: list[int] | None = None,
+    since: int | None = None,
 ) -> tuple[list[_Turn], dict[str, _Turn]]:
     """A session's user turns (with prompt, inferences, tool calls, figures), and the turn
     each child session's spawning ``task`` call belongs to (child id → turn). Messages in
     ``skip`` (a fork's copied history) are left out, and so are their parts; message rows
-    that cannot be read (not JSON, no user or assistant role) are counted in ``unread[0]``."""
+    that cannot be read (not JSON, no user or assistant role) are counted in ``unread[0]``.
+    With ``since``, inferences created before it are left out with their parts, and so are
+    the turns that started before it and have no inference left."""
     from .mapping import spawned_session
 
     turns: list[_Turn] = []
@@ -488,6 +543,8 @@ def _session_turns(
             )
             turns.append(turn)
             by_message[message.id] = turn
+        elif since is not None and _before(created, since):
+            continue  # an inference before --since: nor its figures, nor its parts
         elif info.role == "assistant":
             turn = by_message.get(info.parentID) if isinstance(info.parentID, str) else None
             if turn is None:
@@ -532,6 +589,8 @@ def _session_turns(
         row = turn.row
         if row.started is not None and turn.completed is not None and not row.in_flight:
             row.duration_ms = turn.completed - row.started
+    if since is not None:
+        turns = [t for t in turns if t.row.inferences or not _before(t.row.started, since)]
     return turns, spawned
 
 
@@ -597,6 +656,7 @@ def _turn_report(
     fold: bool,
     tree: dict[str, list[str]],
     dedupe: bool = False,
+    since: int | None = None,
 ) -> tuple[list[UsageRow], list[str]]:
     from .summary import descendants
 
@@ -619,9 +679,13 @@ def _turn_report(
         if session_id in done:
             continue
         done.add(session_id)
-        turns, spawned = _session_turns(store, session_id, skip, unread)
+        turns, spawned = _session_turns(store, session_id, skip, unread, since)
         children = tree.get(session_id, [])
         for child in children:
+            if since is not None and child not in spawned and _session_before(store, child, since):
+                # spawned by an inference before --since: not counted, folded or apart
+                done.update([child, *descendants([child], tree)])
+                continue
             if not fold:
                 queue.append(child)
                 continue
@@ -653,6 +717,11 @@ def _turn_report(
     return rows, notes
 
 
+def _session_before(store: Any, session_id: str, since: int) -> bool:
+    row = store.session(session_id)
+    return row is not None and _before(row.time_created, since)
+
+
 def _unread_rows_note(rows: int) -> str:
     return (
         f"{rows} message row(s) could not be read (not JSON, or no user or assistant role); "
@@ -668,17 +737,36 @@ def store_usage(
     fold: bool = True,
     tz: tzinfo | None = None,
     cross_session: bool = False,
+    since_ms: int | None = None,
 ) -> UsageReport:
-    """Usage of stored sessions (``session_ids`` top-level, in order)."""
+    """Usage of stored sessions (``session_ids`` top-level, in order); with ``since_ms``,
+    of their inferences created at or after it (and the subagents those spawned)."""
     if by not in BY_STORE:
         raise ValueError(f"unknown --by {by}")
     tree = store.children()
     if fold:
         session_ids = _outermost(session_ids, tree)
     if by == "turn":
-        rows, notes = _turn_report(store, session_ids, fold=fold, tree=tree, dedupe=cross_session)
-        return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes)
-    return _grouped(store, session_ids, by=by, fold=fold, tz=tz, tree=tree, dedupe=cross_session)
+        rows, notes = _turn_report(
+            store, session_ids, fold=fold, tree=tree, dedupe=cross_session, since=since_ms
+        )
+        return UsageReport(
+            by=by,
+            rows=rows,
+            total=_total(rows),
+            notes=notes,
+            columns=report_columns(by, stored=True),
+        )
+    return _grouped(
+        store,
+        session_ids,
+        by=by,
+        fold=fold,
+        tz=tz,
+        tree=tree,
+        dedupe=cross_session,
+        since=since_ms,
+    )
 
 
 def _outermost(session_ids: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
@@ -721,6 +809,7 @@ def _grouped(
     tz: tzinfo | None,
     tree: dict[str, list[str]],
     dedupe: bool,
+    since: int | None = None,
 ) -> UsageReport:
     """Rows by step, session, model, agent or day, from assistant messages alone.
 
@@ -754,7 +843,7 @@ def _grouped(
 
     day_of = _DayOf(tz)
     everything = len(owner) >= WHOLE_TABLE_SESSIONS
-    scan = _Scan(by, owner, copy_ids, copy_times)
+    scan = _Scan(by, owner, copy_ids, copy_times, since)
     if everything and by != "step" and _parallel_scan(store, scan, tz):
         pass  # the workers' sums and slow rows are in ``scan``
     elif everything and _scan_here(store, scan, day_of):
@@ -807,7 +896,13 @@ def _grouped(
         result.sort(key=_sort_key(by))
     for row in result:
         row.cost = summed_cost(row.cost, _figures_in(row))
-    return UsageReport(by=by, rows=result, total=_total(result), notes=notes)
+    return UsageReport(
+        by=by,
+        rows=result,
+        total=_total(result),
+        notes=notes,
+        columns=report_columns(by, stored=True),
+    )
 
 
 def _step_row(sid: str, mid: str, created: Any, full: _Message) -> UsageRow:
@@ -877,16 +972,33 @@ _CHUNK_SQL = (
 _CHUNK_ROWIDS = 1024  # about 700 assistant messages, 0.3 MB of JSON
 
 
+_EVER = -(1 << 63)  # before any time SQLite can hold
+
+
+def _before(created: Any, since: int) -> bool:
+    """Whether a message created at ``created`` is before ``since`` (a message without a
+    usable time is not: nothing says it is older)."""
+    return (type(created) is int or type(created) is float) and created < since
+
+
 class _Scan:
     """The hot loop of a grouped report: per-group sums of assistant messages, and the rows
     that need the slow path (steps, forked copies and their possible originals). Picklable,
     so worker processes can each run one over a part of the table."""
 
     def __init__(
-        self, by: str, owner: dict[str, str], copy_ids: set[str], copy_times: set[Any]
+        self,
+        by: str,
+        owner: dict[str, str],
+        copy_ids: set[str],
+        copy_times: set[Any],
+        since: int | None = None,
     ) -> None:
         self.by = by
         self.owner = owner
+        # Messages created before this are not counted (``--since``); an integer either way,
+        # since the hot loop compares each message's time with it.
+        self.since = _EVER if since is None else since
         self.copy_ids = copy_ids
         self.copy_times = copy_times
         self.groups: dict[Any, list[Any]] = {}
@@ -906,11 +1018,14 @@ class _Scan:
         # them, down the slow path.
         copy_times = self.copy_times
         days = day_of.cache
+        since = self.since
         decoder = _FIGURES if by in ("day", "session") else _MESSAGE
         decode = decoder.decode  # the first try inline: this loop runs once per message
         for sid, mid, created, data in rows:
             top = owner.get(sid)
             if top is None:
+                continue
+            if since is not _EVER and _before(created, since):
                 continue
             try:
                 info = decode(data)
@@ -972,7 +1087,7 @@ class _Scan:
         # Runs once per message of a large database. A group's sums live in locals while its
         # messages come in a row and go back to its list when another group starts: the same
         # additions in the same order as ``_add_message``.
-        owner, groups, days = self.owner, self.groups, day_of.cache
+        owner, groups, days, since = self.owner, self.groups, day_of.cache, self.since
         by_day = self.by == "day"
         bucket = group = acc = key = None
         s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
@@ -980,7 +1095,7 @@ class _Scan:
         first: Any = None
         for sid, ms, message in zip(sessions, created, messages, strict=True):
             top = owner.get(sid)
-            if top is None:
+            if top is None or ms < since:
                 continue
             if not by_day:
                 key = top
@@ -1103,7 +1218,7 @@ def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
     """Run ``scan`` over a large message table in one process per core (this one scans
     the last range); False when it is not worth it or not possible here (the caller then
     scans in this process alone)."""
-    empty = _Scan(scan.by, scan.owner, scan.copy_ids, scan.copy_times)
+    empty = _Scan(scan.by, scan.owner, scan.copy_ids, scan.copy_times, scan.since)
     pending = start_over_ranges(
         store, "message", _PARALLEL_MIN_ROWS, _scan_range, empty, tz, here=True
     )

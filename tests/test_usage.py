@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -309,6 +310,48 @@ def test_csv_and_markdown_use_usage_field_names():
         CLI + ["--db", db, "--format", "markdown"], capture_output=True, check=True
     ).stdout.decode()
     assert "| **total** |" in md and "cache_read_tokens" in md
+
+
+def _csv_header(*args: str) -> list[str]:
+    out = subprocess.run(CLI + [*args, "--format", "csv"], capture_output=True, check=True)
+    return out.stdout.decode().splitlines()[0].split(",")
+
+
+@pytest.mark.parametrize("by", ["turn", "step", "session", "model", "agent", "day"])
+def test_a_csv_report_has_the_same_columns_whatever_its_rows_hold(by: str):
+    """Daily CSVs can be appended and read together (DuckDB matches columns by position):
+    one session or several, subagents or none, an interrupted run, no rows at all."""
+    headers = [
+        _csv_header("--db", str(SAMPLES / name / "opencode.db"), "--all", "--by", by)
+        for name in ("text", "task", "fork", "sigint", "auto_compact")
+    ]
+    headers.append(
+        _csv_header(
+            "--db", str(SAMPLES / "text" / "opencode.db"), "--since", "2099-01-01", "--by", by
+        )
+    )
+    assert all(h == headers[0] for h in headers)
+    assert {*TOKENS, "cost"} <= set(headers[0])
+    if by in ("turn", "step", "session", "day"):
+        streams = [
+            _csv_header(str(SAMPLES / name / "stream.jsonl"), "--by", by)
+            for name in ("text", "task", "fork", "sigint")
+        ]
+        streams.append(_csv_header("/dev/null", "--by", by))
+        assert all(h == streams[0] for h in streams)
+
+
+def test_markdown_total_of_an_empty_report_keeps_every_figure():
+    md = subprocess.run(
+        CLI
+        + ["--db", str(SAMPLES / "text" / "opencode.db"), "--since", "2099-01-01"]
+        + ["--format", "markdown"],
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    header, _, total = md.splitlines()[:3]
+    assert header.split(" | ")[1:] == [*TOKENS, "cost |"]
+    assert total == "| **total** | 0 | 0 | 0 | 0 | 0 | 0 | 0.0 |"
 
 
 def test_table_for_people():
@@ -1089,3 +1132,68 @@ def test_a_sum_of_costs_is_written_without_binary_noise(tmp_path):
     )
     doc = usage(str(stream), "--by", "session")
     assert doc["rows"][0]["cost"] == doc["total"]["cost"] == 0.3
+
+
+@pytest.mark.parametrize("by", ["turn", "step", "session", "model", "agent", "day"])
+def test_since_counts_the_inferences_made_since_then(by: str):
+    """`--since` is spend since then: a session active since then brings only its inferences
+    created at or after that time (ccusage's reading too), in every grouping."""
+    for name in ("continue3", "task"):
+        _check_since(SAMPLES / name / "opencode.db", by)
+
+
+def _check_since(db: Path, by: str) -> None:
+    # At each of the top-level session's message times; a subagent's messages all fall
+    # between two of them (it is folded whole into the turn whose task call spawned it).
+    times = sql(
+        db,
+        "SELECT message.time_created FROM message JOIN session ON session.id = session_id "
+        "WHERE parent_id IS NULL ORDER BY 1",
+    )
+    for (since,) in times:
+        ((expected,),) = sql(
+            db,
+            "SELECT total(json_extract(data, '$.cost')) FROM message "
+            "WHERE json_extract(data, '$.role') = 'assistant' AND time_created >= ?",
+            since,
+        )
+        stamp = datetime.fromtimestamp(since / 1000, UTC).isoformat(timespec="milliseconds")
+        doc = usage("--db", str(db), "--since", stamp, "--by", by)
+        assert doc["total"]["cost"] == pytest.approx(expected, rel=1e-12), (by, since)
+        if by == "turn":  # the turns that started before and have nothing left are gone
+            assert all(row["inferences"] for row in doc["rows"])
+
+
+@pytest.mark.parametrize("by", ["step", "session", "model", "agent", "day"])
+def test_since_gives_the_same_report_whichever_way_the_table_is_read(
+    tmp_path: Path, monkeypatch, by: str
+):
+    import opencode_events.usage as usage_module
+    from opencode_events.store import Store
+
+    db = grown_fork_db(tmp_path)
+    ((since,),) = sql(
+        db,
+        "SELECT time_created FROM message ORDER BY time_created LIMIT 1 OFFSET ("
+        "SELECT count(*) / 2 FROM message)",
+    )
+    monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
+    monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 10**12)
+    with Store(db) as store:
+        ids = store.session_ids(top_level=True)
+
+        def report() -> dict:
+            return usage_module.store_usage(
+                store, ids, by=by, cross_session=True, since_ms=since
+            ).document()
+
+        with monkeypatch.context() as m:  # row by row
+            m.setattr(usage_module, "_scan_here", lambda *a: False)
+            expected = report()
+        whole = usage_module.store_usage(store, ids, by=by, cross_session=True).document()
+        assert 0 < expected["total"]["cost"] < whole["total"]["cost"]
+        monkeypatch.setattr(usage_module, "_CHUNK_ROWIDS", 3)
+        assert report() == expected  # in chunks
+        if by != "step" and (os.cpu_count() or 1) >= 2:
+            monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0)
+            assert report() == expected  # with a worker
