@@ -5,9 +5,10 @@ server events) hand it decoded views with their provenance; it applies the mappi
 numbers events (``seq``), fills in the session, counts what it emitted and keeps token and
 cost sums for the closing ``metrics`` event. It never reads or writes files itself.
 
-Dedupe: OpenCode can re-emit a finished part with the same id (compaction pruning). A tool
-or step-finish part whose id was already seen in the same session is consumed: no second
-event, counted once, and tallied in ``metrics.duplicates``. Ids are remembered for the 64
+Dedupe: OpenCode can re-emit a finished part with the same id (compaction pruning), and a
+log may hold a run twice. A part with an event of its own (text, reasoning, tool,
+step-finish, compaction) whose id was already seen in the same session is consumed: no
+second event, counted once, and tallied in ``metrics.duplicates``. Ids are remembered for the 64
 most recently current sessions, so interleaved sessions dedupe and memory stays flat over
 long logs of many runs.
 """
@@ -215,7 +216,7 @@ class Normalizer:
         # The common kinds first: this runs once per part of every source.
         if kind == "text":
             text = text_of(part)
-            if text is None:
+            if text is None or not self._first_sighting(part):
                 return []
             if role == "user":
                 synthetic = True if part.synthetic is True else None
@@ -227,11 +228,15 @@ class Normalizer:
             return self._tool(part, prov)
         if kind == "reasoning":
             text = text_of(part)
-            return self._stamp([Reasoning(text=text)], prov) if text is not None else []
+            if text is None or not self._first_sighting(part):
+                return []
+            return self._stamp([Reasoning(text=text)], prov)
         if type(kind) is str and kind in CONSUMED_PARTS:
             self.note_consumed(kind)
             return []
         if kind == "compaction":
+            if not self._first_sighting(part):
+                return []
             auto = part.auto if isinstance(part.auto, bool) else None
             return self._stamp([Compaction(auto=auto)], prov)
         return self.unknown(prov, type_=kind if isinstance(kind, str) else None)

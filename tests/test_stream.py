@@ -130,8 +130,10 @@ BAD_LINES = [
 
 @pytest.mark.parametrize("line, kind", BAD_LINES)
 def test_bad_line_becomes_one_event_and_the_run_goes_on(line, kind):
-    good = json.dumps(record("text", {"type": "text", "text": "ok"})).encode()
-    events = normalize_lines([good, line, good])
+    before, after = (
+        json.dumps(record("text", {"type": "text", "text": "ok"})).encode() for _ in range(2)
+    )
+    events = normalize_lines([before, line, after])
     assert [e["kind"] for e in events] == ["message", kind, "message"]
     bad = events[1]
     assert bad["line"] == 2
@@ -195,6 +197,29 @@ def test_re_emitted_part_is_not_counted_twice():
     assert metrics["tool_calls"] == 1 and metrics["turns"] == 1 and metrics["duplicates"] == 2
     assert metrics["input_tokens"] == 10 and metrics["cost"] == 0.5
     assert metrics["records"] == 4
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "text", "text": "hello"},
+        {"type": "reasoning", "text": "thinking"},
+    ],
+    ids=lambda p: p["type"],
+)
+def test_every_re_emitted_part_is_one_event(part):
+    """SPEC §2: a record re-emitted with a part id already seen is not counted twice."""
+    line = record(part["type"], part)
+    events, metrics = normalize_with_metrics([line, line])
+    assert len(events) == 1 and metrics["duplicates"] == 1
+    assert sum(metrics["counts"].values()) == 1
+
+
+def test_a_part_first_seen_without_text_is_written_when_its_text_comes():
+    empty = record("text", {"type": "text", "text": ""})
+    full = {**empty, "part": {**empty["part"], "text": "now"}}
+    events, metrics = normalize_with_metrics([empty, full])
+    assert [e["text"] for e in events] == ["now"] and metrics["duplicates"] == 0
 
 
 def test_interleaved_sessions_still_dedupe():
