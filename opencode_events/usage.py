@@ -241,6 +241,7 @@ class _Unread:
 
     def __init__(self) -> None:
         self.lines = self.steps = self.documents = 0
+        self.empty: list[str] = []  # inputs that held nothing at all
 
     def unknown(self, record_type: Any) -> None:
         if isinstance(record_type, str) and record_type in _FIGURE_TYPES:
@@ -248,6 +249,11 @@ class _Unread:
 
     def notes(self) -> list[str]:
         notes = []
+        for name in self.empty:  # e.g. `usage` run from cron, where stdin is no terminal
+            notes.append(
+                f"{'stdin' if name == '-' else name} was empty; for stored sessions give "
+                "--last, --session, --since or --all"
+            )
         if self.documents:
             notes.append(
                 f"{self.documents} export document(s) could not be read (not whole JSON: cut "
@@ -315,6 +321,9 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[tupl
     from .stream import StreamReader, line_batches
 
     head = read_head(stream)
+    if not head.strip():  # read_head read it all: no line holds anything
+        unread.empty.append(name)
+        return
     refuse_database(head, name, "usage")
     kind = detect_format(head)
     if kind in ("sse", "export"):  # mapped as `normalize` maps them

@@ -105,6 +105,18 @@ def test_usage_at_the_end_of_a_pipe_reads_stdin():
     assert usage(stdin=stream) == usage(str(SAMPLES / "task" / "stream.jsonl"))
 
 
+@pytest.mark.parametrize("stdin", [b"", b"\n \n"])
+def test_an_empty_stdin_is_said_not_reported_as_no_spend(stdin: bytes):
+    """From cron or CI stdin is no terminal, so `usage` reads it; when it holds nothing the
+    report says so (and how to read the store) instead of a silent row of zeros."""
+    result = subprocess.run(CLI + ["--format", "csv"], input=stdin, capture_output=True)
+    assert result.returncode == 0
+    assert result.stderr.decode() == (
+        "note: stdin was empty; for stored sessions give --last, --session, --since or --all\n"
+    )
+    assert usage(str(SAMPLES / "text" / "stream.jsonl")).get("notes") is None
+
+
 def test_interrupted_stream_marks_the_open_turn():
     lines = [
         record("step_start", {"type": "step-start"}),
