@@ -184,7 +184,7 @@ def context(session: str | None, db_path: str | None, fmt: str | None, per_infer
     from .store import open_store, select_sessions
 
     with open_store(db_path) as store:
-        (session_id,) = select_sessions(store, [session] if session else [], top_level=True)[:1]
+        (session_id,) = select_sessions(store, [session] if session else [])[:1]
         report = context_report(store, session_id)
     if report.skipped_rows:
         click.echo(f"warning: {report.skipped_rows} unreadable row(s) skipped", err=True)

@@ -819,13 +819,14 @@ def select_sessions(
     since_ms: int | None = None,
     all_sessions: bool = False,
     children: bool = False,
-    top_level: bool = False,
 ) -> list[str]:
     """Session ids to read, oldest first, each followed by its subagents with ``children``.
 
-    ``ids`` may be unambiguous prefixes (``top_level``: unambiguous among top-level
-    sessions, for a command that reads only those). ``all_sessions`` means every session,
-    subagents included. With nothing chosen, the most recently active top-level session.
+    ``ids`` may be prefixes: one that matches several sessions names the one it equals, or
+    else the only top-level one among them (a subagent's id starts like its parent's, and
+    people shorten the id they see in ``sessions``); otherwise it is an error.
+    ``all_sessions`` means every session, subagents included. With nothing chosen, the most
+    recently active top-level session.
     """
     if all_sessions:
         return every_session(store)
@@ -834,7 +835,9 @@ def select_sessions(
         found = store.find_sessions(wanted)
         if not found:
             raise InputError(f"no session {wanted} in {store.path}")
-        if len(found) > 1 and top_level:
+        if len(found) > 1:
+            found = [wanted] if wanted in found else found
+        if len(found) > 1:
             tops = [sid for sid in found if _is_top_level(store, sid)]
             found = tops if len(tops) == 1 else found
         if len(found) > 1:

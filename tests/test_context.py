@@ -743,7 +743,8 @@ def test_legacy_json_storage_reads_like_the_database(tmp_path: Path, oldest: boo
 
 def test_a_prefix_shared_with_a_subagent_names_the_top_level_session(priced_env: dict):
     """OpenCode's ids start with the time, so a session and its subagents share a prefix;
-    `context` reads top-level sessions only, and the prefix is unambiguous among those."""
+    in every command it names the only top-level session among its matches (a subagent
+    is named by more of its id)."""
     db = str(SAMPLES / "task" / "opencode.db")
     ids = [row[0] for row in sqlite3.connect(db).execute("SELECT id FROM session")]
     prefix = "ses_dd80"
@@ -752,5 +753,11 @@ def test_a_prefix_shared_with_a_subagent_names_the_top_level_session(priced_env:
     assert result.returncode == 0, result.stderr
     (top,) = sqlite3.connect(db).execute("SELECT id FROM session WHERE parent_id IS NULL")
     assert json.loads(result.stdout)["session_id"] == top[0]
-    imported = run("import", prefix, "--db", db, env=priced_env)  # reads any session: ambiguous
-    assert imported.returncode == 2 and b"matches 2 sessions" in imported.stderr
+    imported = run("import", prefix, "--db", db, "--no-metrics", env=priced_env)
+    assert {e["session_id"] for e in map(json.loads, imported.stdout.splitlines())} == {top[0]}
+    used = run("usage", "--session", prefix, "--db", db, "--format", "json", env=priced_env)
+    assert json.loads(used.stdout)["rows"][0]["subagent_cost"]  # the parent's turn
+    (child,) = sqlite3.connect(db).execute("SELECT id FROM session WHERE parent_id IS NOT NULL")
+    longer = child[0][: next(i for i in range(len(child[0])) if child[0][i] != top[0][i]) + 1]
+    imported = run("import", longer, "--db", db, "--no-metrics", env=priced_env)
+    assert {e["session_id"] for e in map(json.loads, imported.stdout.splitlines())} == {child[0]}
