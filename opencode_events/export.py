@@ -1,12 +1,15 @@
 """``opencode export <session>`` documents as input: ``{info, messages: [{info, parts}]}``.
 
 The document's messages and parts are mapped exactly as stored sessions are
-(``transcript``), in the order the document lists them. A document that is not JSON, or
-not of this shape, becomes one ``warning``.
+(``transcript``), in the order the document lists them. Several documents one after
+another (a loop of ``opencode export``, or ``jq -c`` of several files) are read in turn. A
+document that is not JSON, or not of this shape, becomes one ``warning`` (and ends the
+input: where the next one would start cannot be known).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -60,15 +63,54 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# msgspec's message for a value followed by more: where the next document starts.
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+
+
 def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = None) -> list[Event]:
+    """The events of the export documents in ``data``, one document after another."""
+    events: list[Event] = []
+    rest = data.removeprefix(b"\xef\xbb\xbf")
+    line = 1  # where ``rest`` starts
+    while rest:
+        document, after, problem = _next_document(rest)
+        if document is None:
+            normalizer.count_record()
+            prov = Provenance(line=line, source=source)
+            text = rest.decode("utf-8", "replace")
+            events += normalizer.warning(f"not an opencode export document: {problem}", text, prov)
+            break
+        events += _document_events(*document, normalizer, source)
+        line += rest.count(b"\n", 0, len(rest) - len(after))
+        rest = after
+    return events
+
+
+def _next_document(data: bytes) -> tuple[Any, bytes, str | None]:
+    """((document, its session's ids), what follows it (white space left out), None), or
+    (None, ``data``, why) when ``data`` does not start with a whole document."""
+    end = len(data)
     try:
-        document, data = decode_repairing(_DOCUMENT, data.removeprefix(b"\xef\xbb\xbf"))
+        try:
+            document = decode_repairing(_DOCUMENT, data)[0]
+        except msgspec.DecodeError as exc:
+            found = _TRAILING.search(str(exc))
+            if found is None:
+                raise
+            end = int(found[1]) - 1  # msgspec counts from 1: the next document starts there
+            document = decode_repairing(_DOCUMENT, data[:end])[0]
         session = _IDS.decode(document.info) if document.info else _Ids()
     except (msgspec.DecodeError, RecursionError) as exc:
-        normalizer.count_record()
-        prov = Provenance(line=1, source=source)
-        text = data.decode("utf-8", "replace")
-        return normalizer.warning(f"not an opencode export document: {exc}", text, prov)
+        return None, data, str(exc)
+    return (document, session), data[end:].lstrip(), None
+
+
+def _document_events(
+    document: _ExportDocument,
+    session: _Ids,
+    normalizer: Normalizer,
+    source: str | None,
+) -> list[Event]:
     session_id = _str(session.id)
     mapper = TranscriptMapper(normalizer, source=source)
     events: list[Event] = []

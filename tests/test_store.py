@@ -374,6 +374,39 @@ def test_export_document_maps_like_the_store(name: str):
     assert [comparable(e) for e in jsonl(exported)] == [comparable(e) for e in jsonl(imported)]
 
 
+@pytest.mark.parametrize("layout", ["as written", "one per line"])
+def test_export_documents_one_after_another_are_each_read(tmp_path: Path, layout: str):
+    """`for s in …; do opencode export $s; done | opencode-events normalize`, or `jq -c` of
+    several files: every document's events, as each gives them alone, in order."""
+    docs = [(SAMPLES / name / "export.json").read_bytes() for name in EXPORTED]
+    if layout == "one per line":
+        docs = [msgspec.json.format(doc, indent=-1) for doc in docs]
+    joined = tmp_path / "exports.json"
+    joined.write_bytes(b"\n".join(docs) + b"\n")
+
+    def events(path: Path) -> list[dict]:
+        found = jsonl(run("normalize", str(path), "--no-metrics").stdout)
+        return [{k: v for k, v in e.items() if k != "seq"} for e in found]
+
+    alone = []
+    for n, doc in enumerate(docs):
+        (tmp_path / f"{n}.json").write_bytes(doc)
+        alone += events(tmp_path / f"{n}.json")
+    assert events(joined) == alone and len({e["session_id"] for e in alone}) == len(docs)
+
+
+def test_a_damaged_export_document_among_others_is_a_warning_at_its_line(tmp_path: Path):
+    first, second = ((SAMPLES / name / "export.json").read_bytes() for name in EXPORTED[:2])
+    joined = tmp_path / "exports.json"
+    joined.write_bytes(first + b'\n{"info": oops\n' + second)
+    found = jsonl(run("normalize", str(joined), "--no-metrics").stdout)
+    mapped = jsonl(
+        run("normalize", str(SAMPLES / EXPORTED[0] / "export.json"), "--no-metrics").stdout
+    )
+    assert [e["kind"] for e in found] == [e["kind"] for e in mapped] + ["warning"]
+    assert found[-1]["line"] == first.count(b"\n") + 2  # where the damaged one starts
+
+
 # ----------------------------------------------------------------------- sessions
 
 
