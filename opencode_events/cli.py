@@ -19,6 +19,7 @@ import click
 
 from . import __version__
 from .cliutil import (
+    OutputError,
     PipeClosed,
     db_option,
     format_for,
@@ -445,7 +446,10 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         _quiet_broken_pipe()
         return EXIT_PIPE
     except OSError as exc:  # e.g. the output's disk is full: one line, not a traceback
-        click.echo(f"error: {_one_line(str(exc.strerror or exc))}", err=True)
+        reason = str(exc.strerror or exc)
+        if isinstance(exc, OutputError):
+            reason = f"cannot write {exc.filename}: {reason}"
+        click.echo(f"error: {_one_line(reason)}", err=True)
         _flush_or_discard_stdout()
         return EXIT_USAGE
     except SystemExit as exc:

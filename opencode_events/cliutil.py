@@ -72,6 +72,10 @@ def format_for(fmt: str | None, out: BinaryIO) -> str:
     return "pretty" if out.isatty() else "jsonl"
 
 
+class OutputError(OSError):
+    """A write to the output file the user named failed (``filename``: that file)."""
+
+
 class WholeWrites(io.RawIOBase):
     """A file descriptor that takes every byte it is given or raises.
 
@@ -80,9 +84,10 @@ class WholeWrites(io.RawIOBase):
     block (``| head``) or a disk that filled up would cut the output short unnoticed, and
     the command would exit 0. Here the next write raises (``BrokenPipeError``, ``ENOSPC``)."""
 
-    def __init__(self, fd: int, *, closefd: bool = True) -> None:
+    def __init__(self, fd: int, *, closefd: bool = True, name: str | None = None) -> None:
         super().__init__()
         self._fd, self._closefd = fd, closefd
+        self._name = name  # a file the user named (-o): errors name it
 
     def writable(self) -> bool:
         return True
@@ -102,8 +107,14 @@ class WholeWrites(io.RawIOBase):
             except BlockingIOError:  # a non-blocking descriptor that is full: wait, go on
                 select.select([], [self._fd], [])
                 continue
+            except BrokenPipeError:
+                raise
+            except OSError as exc:
+                if self._name is None:
+                    raise
+                raise OutputError(exc.errno, exc.strerror, self._name) from None
             if written == 0:  # never for a pipe or a file; never loop on it
-                raise OSError(errno.EIO, "nothing could be written")
+                raise OutputError(errno.EIO, "nothing could be written", self._name)
             view = view[written:]
         return total
 
@@ -211,7 +222,7 @@ def open_output(path: str | None, reads: Sequence[Any] = ()) -> BinaryIO:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return io.BufferedWriter(WholeWrites(fd))
+    return io.BufferedWriter(WholeWrites(fd, name=path))
 
 
 def db_option(command: Callable[..., Any]) -> Callable[..., Any]:
