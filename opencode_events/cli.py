@@ -19,7 +19,6 @@ import click
 
 from . import __version__
 from .cliutil import (
-    OutputError,
     PipeClosed,
     db_option,
     format_for,
@@ -31,7 +30,7 @@ from .cliutil import (
     since_ms,
     whole_writes_stdout,
 )
-from .errors import InputError
+from .errors import InputError, OutputError
 
 EXIT_OK, EXIT_STRICT, EXIT_USAGE, EXIT_PIPE, EXIT_INTERRUPTED = 0, 1, 2, 141, 130
 
@@ -294,7 +293,7 @@ def usage(
     in, or --by step, session, model, agent or day.
     """
     from . import formats
-    from .usage import TOKEN_FIELDS, store_usage, stream_usage
+    from .usage import TOKEN_FIELDS, GroupingError, store_usage, stream_usage
 
     zone = _zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or all_sessions)
@@ -324,7 +323,7 @@ def usage(
                 )
         else:
             report = stream_usage(open_inputs(inputs), by=by, tz=zone)
-    except ValueError as exc:
+    except GroupingError as exc:
         raise click.UsageError(str(exc)) from None
     out = sys.stdout.buffer
     fmt = fmt or ("table" if out.isatty() else "json")

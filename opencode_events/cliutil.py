@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from .errors import InputError
+from .errors import InputError, OutputError
 
 __all__ = [
     "PipeClosed",
@@ -70,10 +70,6 @@ def format_for(fmt: str | None, out: BinaryIO) -> str:
     if fmt is not None:
         return fmt
     return "pretty" if out.isatty() else "jsonl"
-
-
-class OutputError(OSError):
-    """A write to the output file the user named failed (``filename``: that file)."""
 
 
 class WholeWrites(io.RawIOBase):
@@ -231,7 +227,6 @@ def db_option(command: Callable[..., Any]) -> Callable[..., Any]:
         "--db",
         "db_path",
         metavar="PATH",
-        envvar=None,
         help="OpenCode's database (default: $OPENCODE_DB, else "
         "$XDG_DATA_HOME/opencode/opencode.db, else ~/.local/share/opencode/opencode.db).",
     )(command)

@@ -597,10 +597,6 @@ class _State(Struct):
     time: _PrunedTime | None = None
 
 
-class _AgentSource(Struct):
-    value: Any = None
-
-
 class _PartView(Struct):
     type: Any = None
     text: Any = None

@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from .errors import InputError
+from .errors import InputError, OutputError
 from .normalizer import Normalizer
 from .writers import JsonlWriter
 
@@ -183,6 +183,8 @@ def _merge(
         if kind == "KeyboardInterrupt":
             raise KeyboardInterrupt
         if kind == "OSError":
+            if failure.get("output") is not None:
+                raise OutputError(failure.get("errno") or 0, message, failure["output"])
             raise OSError(failure.get("errno") or 0, message)
         raise RuntimeError(f"an import worker failed: {message}")
     costs_by_chunk: dict[int, list[float]] = {}
@@ -262,6 +264,8 @@ def _worker_main(
         report = {"error": type(exc).__name__, "message": message}
         if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
             report.update(error="OSError", errno=exc.errno, message=exc.strerror or message)
+            if isinstance(exc, OutputError):
+                report["output"] = exc.filename
         elif not isinstance(exc, (InputError, BrokenPipeError, KeyboardInterrupt, _Aborted)):
             import traceback
 

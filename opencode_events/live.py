@@ -163,8 +163,6 @@ def follow(
     while True:
         try:
             response = endpoint.open(reader.last_event_id)
-        except InputError:
-            raise
         except OSError as exc:
             if first:
                 raise _refused(endpoint, exc) from None
@@ -210,6 +208,8 @@ def _read(
     response: Any, reader: Any, writer: Any, line_no: int, until_idle: bool
 ) -> tuple[int, bool]:
     """Feed one connection's lines; returns (last line number, whether data came)."""
+    import http.client  # loaded already: the response is one of its objects
+
     feed, write = reader.feed, writer.write
     pending = b""
     got_data = False
@@ -219,7 +219,7 @@ def _read(
             chunk = response.read1(1 << 16)
         except (OSError, ValueError):  # reset, timeout, or closed under us
             return line_no, got_data
-        except Exception:  # http.client.IncompleteRead and kin: a dropped stream
+        except http.client.HTTPException:  # IncompleteRead and kin: a dropped stream
             return line_no, got_data
         if not chunk:
             return line_no, got_data  # a partial last line is dropped with its frame

@@ -302,6 +302,9 @@ def spawned_session(part: Part) -> str | None:
     return _child_session(args, part)
 
 
+_TEXT = msgspec.json.Decoder(str)
+
+
 def _child_session(args: TaskInput, part: Part) -> str | None:
     state = part.state
     if state is not None:
@@ -310,8 +313,8 @@ def _child_session(args: TaskInput, part: Part) -> str | None:
         if state.output:
             # Only task outputs are ever decoded; every other tool's output stays bytes.
             try:
-                output = msgspec.json.decode(state.output)
-            except (msgspec.DecodeError, RecursionError):
+                output = _TEXT.decode(state.output)
+            except (msgspec.DecodeError, RecursionError):  # not JSON, or not a string
                 output = None
             match = _TASK_ID.search(output[:512]) if isinstance(output, str) else None
             if match:

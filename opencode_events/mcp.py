@@ -6,12 +6,12 @@ call as MCP. So the server names come from OpenCode's config files (only the key
 ``mcp`` sections are read): the global ``config.json``, ``opencode.json`` and
 ``opencode.jsonc`` in ``$XDG_CONFIG_HOME/opencode`` (``~/.config/opencode``); ``opencode.json``
 / ``opencode.jsonc`` and ``.opencode/opencode.json[c]`` in the session's directory and each
-parent up to the worktree root (the nearest folder holding ``.git``; without one, the
-directory alone); and ``~/.opencode/opencode.json[c]``; also the file ``$OPENCODE_CONFIG``
-names when it is set in this tool's environment. A server configured only through
-``OPENCODE_CONFIG`` in the agent's own environment cannot be seen from outside and is not
-counted. A tool name matches a server when it starts with the sanitised name and ``_`` and
-has a tool name after it; of several matches the longest wins.
+parent up to the worktree root (the nearest folder holding ``.git``; without one, every
+parent up to ``/``, as OpenCode does outside git); and ``~/.opencode/opencode.json[c]``;
+also the file ``$OPENCODE_CONFIG`` names when it is set in this tool's environment. A
+server configured only through ``OPENCODE_CONFIG`` in the agent's own environment cannot be
+seen from outside and is not counted. A tool name matches a server when it starts with the
+sanitised name and ``_`` and has a tool name after it; of several matches the longest wins.
 """
 
 from __future__ import annotations

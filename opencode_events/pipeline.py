@@ -241,7 +241,7 @@ def grow_heap_in_large_steps() -> None:
         mallopt = ctypes.CDLL(None).mallopt
         mallopt(_M_MMAP_THRESHOLD, _MAX_HEAP_BLOCK)
         mallopt(_M_TOP_PAD, 16 << 20)
-    except Exception:  # no glibc, no ctypes, no C library to load: keep malloc's defaults
+    except (OSError, AttributeError, ImportError):  # no glibc, ctypes or C library: defaults
         pass
 
 

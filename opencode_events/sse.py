@@ -249,7 +249,6 @@ class SseReader:
         self.idle = False
         self.retry_ms: int | None = None
         self.last_event_id: str | None = None
-        self.frames = 0
         self._followed = session
         self._family: set[str] | None = {session} if session else None
         # Until a session whose id starts with it is seen, ``session`` may be an id prefix.
@@ -349,7 +348,6 @@ class SseReader:
             return []
         data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
         self._data = []
-        self.frames += 1
         return self._frame(data, self._data_line)
 
     # ---------------------------------------------------------------- frames

@@ -625,36 +625,11 @@ class Store:
                 ordered += found
         return ordered
 
-    def all_message_data(
-        self, session_ids: Sequence[str] | None = None
-    ) -> Iterator[tuple[str, bytes]]:
-        """(session id, message data) for many sessions at once, for summaries."""
-        if session_ids is None:
-            rows = self._query("SELECT session_id, CAST(data AS BLOB) FROM message")
-        else:
-            rows = self._in_chunks(
-                "SELECT session_id, CAST(data AS BLOB) FROM message WHERE session_id IN ({})",
-                session_ids,
-            )
-        yield from rows
-
-    def all_part_data(
-        self, session_ids: Sequence[str] | None = None
-    ) -> Iterator[tuple[str, bytes]]:
-        """(session id, part data) for many sessions at once, for summaries."""
-        if session_ids is None:
-            rows = self._query("SELECT session_id, CAST(data AS BLOB) FROM part")
-        else:
-            rows = self._in_chunks(
-                "SELECT session_id, CAST(data AS BLOB) FROM part WHERE session_id IN ({})",
-                session_ids,
-            )
-        yield from rows
-
     def message_batches(
         self, session_ids: Sequence[str] | None = None
     ) -> Iterator[list[tuple[str, str, int, bytes]]]:
-        """``message_rows`` in lists of a few thousand: for loops over a whole database,
+        """(session id, message id, time_created, data) of many sessions' messages (None:
+        all), in no set order, in lists of a few thousand: for loops over a whole database,
         where a generator step per row would cost more than the row's own work."""
         if session_ids is None:
             yield from self._batches(
@@ -741,23 +716,6 @@ class Store:
         """One part's whole data, by rowid."""
         row = next(self._query(self._PART_DATA, (rowid,)), None)
         return row[0] if row else None
-
-    def message_rows(
-        self, session_ids: Sequence[str] | None = None
-    ) -> Iterator[tuple[str, str, int, bytes]]:
-        """(session id, message id, time_created, data) of many sessions' messages, in no
-        set order."""
-        if session_ids is None:
-            rows = self._query(
-                "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message"
-            )
-        else:
-            rows = self._in_chunks(
-                "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
-                "WHERE session_id IN ({})",
-                session_ids,
-            )
-        yield from rows
 
     def messages_older_than_session(self) -> Iterator[tuple[str, str, int, bytes]]:
         """Messages created before their session was: a fork's copied history."""

@@ -66,6 +66,10 @@ BY_STREAM = ("turn", "step", "session", "day")
 BY_STORE = ("turn", "step", "session", "model", "agent", "day")
 
 
+class GroupingError(ValueError):
+    """A ``--by`` this report cannot group by."""
+
+
 class UsageRow(Struct, kw_only=True, omit_defaults=True):
     """One row of a usage table; which label fields are set depends on ``--by``."""
 
@@ -385,7 +389,7 @@ def stream_usage(
 ) -> UsageReport:
     """Usage rows of ``opencode run --format json`` output or of normalized JSONL."""
     if by not in BY_STREAM:
-        raise ValueError(f"--by {by} needs the store (use --db/--session/--last/--all)")
+        raise GroupingError(f"--by {by} needs the store (use --db/--session/--last/--all)")
     rows: list[UsageRow] = []
     groups: dict[str, UsageRow] = {}
     sessions = set()
@@ -751,7 +755,7 @@ def store_usage(
     """Usage of stored sessions (``session_ids`` top-level, in order); with ``since_ms``,
     of their inferences created at or after it (and the subagents those spawned)."""
     if by not in BY_STORE:
-        raise ValueError(f"unknown --by {by}")
+        raise GroupingError(f"unknown --by {by}")
     tree = store.children()
     if fold:
         session_ids = _outermost(session_ids, tree)
