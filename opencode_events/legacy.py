@@ -23,6 +23,7 @@ from msgspec import Struct
 
 from .errors import InputError
 from .files import read_regular_file
+from .mapping import usage_event
 from .store import MessageRow, PartRow, SessionRow, is_top_level, loop_members
 from .views import MessageInfo
 
@@ -140,20 +141,13 @@ class LegacyStore:
         for message in self._message_infos(info.id, layout):
             if message.role != "assistant":
                 continue
-            if isinstance(message.cost, int | float):
-                cost += message.cost
-            t = message.tokens
-            if t is not None:
-                cache = t.cache
-                values = (
-                    t.input,
-                    t.output,
-                    t.reasoning,
-                    cache and cache.read,
-                    cache and cache.write,
-                )
-                for index, value in enumerate(values):
-                    tokens[index] += value if isinstance(value, int) else 0
+            figures = usage_event(message, 0)  # the mapping's one rule for tokens and cost
+            cost += figures.cost
+            tokens[0] += figures.input_tokens
+            tokens[1] += figures.output_tokens
+            tokens[2] += figures.reasoning_tokens
+            tokens[3] += figures.cache_read_tokens
+            tokens[4] += figures.cache_write_tokens
             if isinstance(message.modelID, str):
                 model = msgspec.json.encode(
                     {"id": message.modelID, "providerID": message.providerID}

@@ -181,3 +181,25 @@ def test_a_loop_of_parent_links_in_json_files_is_read_as_in_the_database(tmp_pat
         else:
             stored, legacy = stored["total"], legacy["total"]
         assert legacy == stored
+
+
+def test_odd_figures_in_json_files_count_as_the_mapping_counts_them(tmp_path: Path):
+    """A session row of the JSON layout sums its messages by the mapping's one rule for
+    tokens and cost: a float count is its integer, a boolean is no number."""
+    db = ROOT / "samples" / "text" / "opencode.db"
+    data_dir = tmp_path / "data" / "opencode"
+    write_legacy(db, data_dir, oldest=False)
+    (message,) = [
+        path
+        for path in (data_dir / "storage" / "message").rglob("*.json")
+        if json.loads(path.read_text())["role"] == "assistant"
+    ]
+    data = json.loads(message.read_text())
+    data["cost"] = True
+    data["tokens"]["input"] = 1000.0
+    data["tokens"]["cache"]["read"] = True
+    message.write_text(json.dumps(data))
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "PATH": "/usr/bin"}
+    (row,) = json.loads(run("sessions", "--all", "--format", "json", env=env).stdout)
+    assert (row["cost"], row["input_tokens"], row["cache_read_tokens"]) == (0.0, 1000, 0)
+    assert row["output_tokens"] == data["tokens"]["output"]
