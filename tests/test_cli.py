@@ -309,11 +309,24 @@ def test_ctrl_c_exits_130_without_traceback():
     assert b"Traceback" not in stderr
 
 
-def test_pipe_path_never_imports_rich():
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["normalize"],
+        ["normalize", "-o", "/dev/null"],
+        ["import", "--db", str(STORE)],
+        ["sessions", "--db", str(STORE)],
+        ["usage", "--db", str(STORE)],
+        ["usage"],
+    ],
+    ids=lambda a: " ".join(x for x in a if x != str(STORE)),
+)
+def test_pipe_path_never_imports_rich(args):
+    """SPEC §4: rich is not imported on the JSONL path (stdout a pipe, as here)."""
     code = (
-        "import sys, io\n"
+        "import sys\n"
         "from opencode_events.cli import cli, run\n"
-        "rc = run(cli, ['normalize', '-o', '/dev/null'])\n"
+        f"rc = run(cli, {args!r})\n"
         "assert 'rich' not in sys.modules, 'rich was imported'\n"
         "sys.exit(rc)\n"
     )
@@ -321,6 +334,7 @@ def test_pipe_path_never_imports_rich():
         [sys.executable, "-c", code], input=SIMPLE, capture_output=True, timeout=60
     )
     assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout or "-o" in args
 
 
 def test_python_dash_m_and_console_script_agree():

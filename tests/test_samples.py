@@ -80,8 +80,10 @@ def test_metrics_agree_with_the_raw_step_finish_records(stream: Path):
 
 
 def scenario(name: str):
+    """A test of one capture; a capture renamed or lost fails it (never a silent skip)."""
     path = ROOT / "samples" / name / "stream.jsonl"
-    return pytest.mark.skipif(not path.exists(), reason=f"samples/{name} not captured")
+    assert path.exists(), f"samples/{name} is missing: rerun scripts/capture.py {name}"
+    return lambda test: test
 
 
 @scenario("text")

@@ -304,8 +304,7 @@ STREAM_SCENARIOS = [
 def test_import_agrees_with_the_stream(scenario: str):
     """The same session read from the store and from the run stream maps the same way."""
     folder = SAMPLES / scenario
-    if not (folder / "stream.jsonl").exists():
-        pytest.skip(f"samples/{scenario} not captured")
+    assert (folder / "stream.jsonl").exists(), f"samples/{scenario} is missing"
     streamed = jsonl(run("normalize", str(folder / "stream.jsonl"), "--no-metrics").stdout)
     imported = {
         e.get("part_id"): e
