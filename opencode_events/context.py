@@ -69,7 +69,7 @@ import msgspec
 from msgspec import Raw, Struct
 
 from .mcp import config_files, mcp_server_names, mcp_server_of, read_json_file
-from .summary import descendants
+from .store import descendants
 from .views import Tokens, decode_repairing
 
 __all__ = [

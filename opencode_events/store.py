@@ -48,6 +48,7 @@ __all__ = [
     "select_sessions",
     "every_session",
     "open_store",
+    "descendants",
 ]
 
 # The tables and columns we read; anything else in the schema may change freely.
@@ -238,6 +239,20 @@ _TOP_LEVEL = (
     "(parent_id IS NULL OR parent_id = id "
     "OR parent_id NOT IN (SELECT id FROM session WHERE id IS NOT NULL))"
 )
+
+
+def descendants(roots: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
+    """Every session below ``roots`` in the parent → children tree (not the roots)."""
+    found: list[str] = []
+    stack = list(roots)
+    seen = set(roots)
+    while stack:
+        for child in tree.get(stack.pop(), ()):
+            if child not in seen:  # a cycle in corrupt data must not loop forever
+                seen.add(child)
+                found.append(child)
+                stack.append(child)
+    return found
 
 
 def loop_members(parents: Mapping[Any, Any]) -> frozenset[Any]:
@@ -812,8 +827,6 @@ def select_sessions(
     unique = list(dict.fromkeys(chosen))
     if not children:
         return unique
-    from .summary import descendants
-
     tree = store.children()
     expanded: list[str] = []
     for sid in unique:

@@ -26,10 +26,10 @@ from .events import summed_cost
 from .mapping import success_of
 from .mcp import mcp_server_of
 from .parallel import Pending, start_over_ranges, worker_connection
-from .store import SessionRow, Store
+from .store import SessionRow, Store, descendants
 from .views import decode_repairing
 
-__all__ = ["SessionSummary", "summarize", "descendants"]
+__all__ = ["SessionSummary", "summarize"]
 
 
 class _Completed(Struct):
@@ -82,20 +82,6 @@ class SessionSummary(Struct, kw_only=True):
     cost: float = 0.0
     total_cost: float = 0.0
     children: list[str] = []
-
-
-def descendants(roots: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
-    """Every session below ``roots`` in the parent → children tree (not the roots)."""
-    found: list[str] = []
-    stack = list(roots)
-    seen = set(roots)
-    while stack:
-        for child in tree.get(stack.pop(), ()):
-            if child not in seen:  # a cycle in corrupt data must not loop forever
-                seen.add(child)
-                found.append(child)
-                stack.append(child)
-    return found
 
 
 def _model(raw: str | bytes | None) -> tuple[str | None, str | None]:

@@ -30,6 +30,7 @@ from msgspec import Struct
 from .errors import InputError
 from .events import summed_cost
 from .parallel import start_over_ranges, worker_connection
+from .store import descendants
 from .views import PART_DECODER, Tokens, decode_repaired, decode_repairing
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
@@ -671,8 +672,6 @@ def _turn_report(
     dedupe: bool = False,
     since: int | None = None,
 ) -> tuple[list[UsageRow], list[str]]:
-    from .summary import descendants
-
     rows: list[UsageRow] = []
     notes: list[str] = []
     # The user messages copied are skipped too (they open no turn of their own); the note
@@ -785,8 +784,6 @@ def store_usage(
 def _outermost(session_ids: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
     """``session_ids`` but those below another of them: a subagent chosen with its parent is
     folded into the parent's report, not listed a second time."""
-    from .summary import descendants
-
     chosen = set(session_ids)
     below: set[str] = set()
     for sid in session_ids:
@@ -830,8 +827,6 @@ def _grouped(
     runs once per message of the database. Rows that need more (steps, forked copies and
     their originals) take the slow path with a full decode.
     """
-    from .summary import descendants
-
     owner: dict[str, str] = {}  # session → the top-level session it folds into
     for sid in session_ids:
         owner[sid] = sid
