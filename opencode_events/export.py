@@ -13,12 +13,12 @@ import re
 from typing import Any
 
 import msgspec
-from msgspec import Raw, Struct
+from msgspec import UNSET, Raw, Struct, UnsetType
 
 from .events import Event
 from .normalizer import Normalizer, Provenance
 from .transcript import TranscriptMapper
-from .views import NO_RAW, decode_repairing, later, number
+from .views import NO_RAW, later, number, without_lone_surrogates
 
 __all__ = ["export_events"]
 
@@ -49,8 +49,8 @@ class _ExportMessage(Struct):
 
 
 class _ExportDocument(Struct):
-    info: Raw = NO_RAW
-    messages: list[Raw] = []  # each decoded on its own: one bad message is one warning
+    info: Raw = NO_RAW  # NO_RAW itself when the key is missing
+    messages: list[Raw] | UnsetType = UNSET  # each decoded on its own: one bad one is one warning
 
 
 _DOCUMENT = msgspec.json.Decoder(_ExportDocument)
@@ -65,44 +65,64 @@ def _str(value: Any) -> str | None:
 
 # msgspec's message for a value followed by more: where the next document starts.
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+# What may stand before a document: white space, and a BOM (each file of a `cat` has one).
+_BETWEEN = re.compile(rb"(?:\s|\xef\xbb\xbf)*")
 
 
 def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = None) -> list[Event]:
-    """The events of the export documents in ``data``, one document after another."""
+    """The events of the export documents in ``data``, one document after another.
+
+    Each document is decoded where it starts (a memoryview: nothing is copied), so many
+    small documents take time in proportion to their size. A lone surrogate escape is
+    repaired in the rest of the input at once, where the first one is met: the repair keeps
+    every length, so offsets and line numbers hold."""
     events: list[Event] = []
-    rest = data.removeprefix(b"\xef\xbb\xbf")
-    line = 1  # where ``rest`` starts
-    while rest:
-        document, after, problem = _next_document(rest)
-        if document is None:
+    pos = _BETWEEN.match(data).end()
+    line = 1 + data.count(b"\n", 0, pos)  # the line ``pos`` is on
+    repaired = False
+    while pos < len(data):
+        found, end, problem = _next_document(data, pos)
+        if found is None and not repaired:
+            fixed = without_lone_surrogates(memoryview(data)[pos:])
+            repaired = True
+            if fixed is not None:
+                data = data[:pos] + fixed
+                continue
+        if found is None:
             normalizer.count_record()
             prov = Provenance(line=line, source=source)
-            text = rest.decode("utf-8", "replace")
+            text = data[pos:].decode("utf-8", "replace")
             events += normalizer.warning(f"not an opencode export document: {problem}", text, prov)
             break
-        events += _document_events(*document, normalizer, source)
-        line += rest.count(b"\n", 0, len(rest) - len(after))
-        rest = after
+        events += _document_events(*found, normalizer, source)
+        following = _BETWEEN.match(data, end).end()
+        line += data.count(b"\n", pos, following)
+        pos = following
     return events
 
 
-def _next_document(data: bytes) -> tuple[Any, bytes, str | None]:
-    """((document, its session's ids), what follows it (white space left out), None), or
-    (None, ``data``, why) when ``data`` does not start with a whole document."""
+def _next_document(data: bytes, pos: int) -> tuple[Any, int, str | None]:
+    """((document, its session's ids), where it ends, None) for the document that starts
+    at ``pos``, or (None, ``pos``, why) when none does."""
+    view = memoryview(data)
     end = len(data)
     try:
         try:
-            document = decode_repairing(_DOCUMENT, data)[0]
+            document = _DOCUMENT.decode(view[pos:])
+        except msgspec.ValidationError:
+            raise
         except msgspec.DecodeError as exc:
             found = _TRAILING.search(str(exc))
             if found is None:
                 raise
-            end = int(found[1]) - 1  # msgspec counts from 1: the next document starts there
-            document = decode_repairing(_DOCUMENT, data[:end])[0]
+            end = pos + int(found[1]) - 1  # msgspec counts from 1: the next one starts there
+            document = _DOCUMENT.decode(view[pos:end])
+        if document.info is NO_RAW and document.messages is UNSET:
+            return None, pos, "an object with neither info nor messages"
         session = _IDS.decode(document.info) if document.info else _Ids()
     except (msgspec.DecodeError, RecursionError) as exc:
-        return None, data, str(exc)
-    return (document, session), data[end:].lstrip(), None
+        return None, pos, str(exc)
+    return (document, session), end, None
 
 
 def _document_events(
@@ -114,7 +134,7 @@ def _document_events(
     session_id = _str(session.id)
     mapper = TranscriptMapper(normalizer, source=source)
     events: list[Event] = []
-    for raw_message in document.messages:
+    for raw_message in document.messages or ():  # UNSET is false
         try:
             message = _MESSAGE.decode(raw_message)
         except (msgspec.DecodeError, RecursionError):

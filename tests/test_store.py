@@ -406,6 +406,64 @@ def test_a_damaged_export_document_among_others_is_a_warning_at_its_line(tmp_pat
     assert found[-1]["line"] == first.count(b"\n") + 2  # where the damaged one starts
 
 
+@pytest.mark.parametrize(
+    "between, after",
+    [
+        (b"\n", b"{}"),  # an object, but no export document
+        (b"\n", b'{"type":"text","sessionID":"ses_x","part":{"type":"text","text":"hi"}}'),
+        (b"\n", b"[1, 2]"),
+    ],
+    ids=["empty-object", "run-stream-record", "array"],
+)
+def test_what_follows_an_export_document_and_is_none_is_a_warning(tmp_path, between, after):
+    """Never dropped unsaid: an object that is not an export document ends the input with a
+    warning at its line, after the document before it is mapped."""
+    first = (SAMPLES / EXPORTED[0] / "export.json").read_bytes()
+    path = tmp_path / "mixed.json"
+    path.write_bytes(first + between + after + b"\n")
+    found = jsonl(run("normalize", str(path), "--no-metrics").stdout)
+    alone = jsonl(
+        run("normalize", str(SAMPLES / EXPORTED[0] / "export.json"), "--no-metrics").stdout
+    )
+    assert [e["kind"] for e in found] == [e["kind"] for e in alone] + ["warning"]
+    assert found[-1]["line"] == (first + between).count(b"\n") + 1
+
+
+def test_each_export_document_may_start_with_a_bom(tmp_path: Path):
+    """`cat a.json b.json` of files written with a BOM."""
+    docs = [(SAMPLES / name / "export.json").read_bytes() for name in EXPORTED[:3]]
+    path = tmp_path / "boms.json"
+    path.write_bytes(b"".join(b"\xef\xbb\xbf" + doc for doc in docs))
+    kinds = [e["kind"] for e in jsonl(run("normalize", str(path), "--no-metrics").stdout)]
+    assert "warning" not in kinds
+    assert len({e["session_id"] for e in jsonl(run("normalize", str(path)).stdout)[:-1]}) == 3
+
+
+def test_many_export_documents_are_read_in_one_pass(monkeypatch):
+    """Each document is decoded where it starts, and the input is repaired for lone
+    surrogates once at most: time in proportion to the input, however many documents."""
+    import opencode_events.export as export
+    from opencode_events.normalizer import Normalizer
+
+    doc = (SAMPLES / "text" / "export.json").read_bytes().replace(b"say hello", b"\\ud800 hi")
+    decodes, repairs = [], []
+    decoder, repair = export._DOCUMENT, export.without_lone_surrogates
+
+    class Counting:
+        def decode(self, data):
+            decodes.append(len(data))
+            return decoder.decode(data)
+
+    monkeypatch.setattr(export, "_DOCUMENT", Counting())
+    monkeypatch.setattr(
+        export, "without_lone_surrogates", lambda data: repairs.append(1) or repair(data)
+    )
+    events = export.export_events(doc * 200, Normalizer())
+    assert len(repairs) == 1 and len(decodes) <= 2 * 200 + 1
+    assert [e.text for e in events if type(e).__name__ == "Prompt"][0] == "\ufffd hi"
+    assert not [e for e in events if type(e).__name__ == "Warning"]
+
+
 # ----------------------------------------------------------------------- sessions
 
 
