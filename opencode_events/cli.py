@@ -302,7 +302,7 @@ def usage(
     if all_sessions and (session_ids or last or since):
         raise click.UsageError("--all already reads every session; leave out the others")
     from_store = chose_stored or (not inputs and sys.stdin is not None and sys.stdin.isatty())
-    start = since_ms(since)  # once: "2h" is read against the clock
+    start = since_ms(since, zone)  # once: "2h" is read against the clock
     try:
         if from_store:
             from .store import every_session, select_sessions

@@ -249,13 +249,14 @@ def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def since_ms(since: str | None) -> int | None:
+def since_ms(since: str | None, tz: Any = None) -> int | None:
+    """``--since`` as epoch ms; a date without a zone is read in ``tz`` (``--tz``) if given."""
     if since is None:
         return None
     from .timeutil import parse_since
 
     try:
-        return parse_since(since)
+        return parse_since(since, tz=tz)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from None
 

@@ -22,6 +22,7 @@ import msgspec
 from msgspec import Struct
 
 from .errors import InputError
+from .events import summed_cost
 from .files import read_regular_file
 from .mapping import usage_event
 from .store import MessageRow, PartRow, SessionRow, is_top_level, loop_members
@@ -136,6 +137,7 @@ class LegacyStore:
         if info is None or not _safe_id(info.id):
             return None
         cost = 0.0
+        inferences = 0
         tokens = [0, 0, 0, 0, 0]
         model = None
         for message in self._message_infos(info.id, layout):
@@ -143,6 +145,7 @@ class LegacyStore:
                 continue
             figures = usage_event(message, 0)  # the mapping's one rule for tokens and cost
             cost += figures.cost
+            inferences += 1
             tokens[0] += figures.input_tokens
             tokens[1] += figures.output_tokens
             tokens[2] += figures.reasoning_tokens
@@ -162,7 +165,7 @@ class LegacyStore:
             version=info.version if isinstance(info.version, str) else None,
             agent=info.agent if isinstance(info.agent, str) else None,
             model=model,
-            cost=cost,
+            cost=summed_cost(cost, inferences),  # no column: the sum of its messages
             tokens_input=tokens[0],
             tokens_output=tokens[1],
             tokens_reasoning=tokens[2],

@@ -805,6 +805,8 @@ def select_sessions(
         return every_session(store)
     chosen: list[str] = []
     for wanted in ids:
+        if not wanted:  # every id starts with "": no choice at all
+            raise InputError("an empty session id")
         found = store.find_sessions(wanted)
         if not found:
             raise InputError(f"no session {wanted} in {store.path}")

@@ -12,8 +12,9 @@ UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 
 
-def parse_since(text: str, *, now: float | None = None) -> int:
-    """Epoch ms for ``2h``/``30m``/``7d`` ago, or an ISO date/time (local unless it says)."""
+def parse_since(text: str, *, now: float | None = None, tz: tzinfo | None = None) -> int:
+    """Epoch ms for ``2h``/``30m``/``7d`` ago, or an ISO date/time (in ``tz``, else local
+    time, unless it says)."""
     now = time.time() if now is None else now
     match = _DURATION.match(text)
     if match:  # longer ago than any time a database holds is simply "everything"
@@ -26,8 +27,8 @@ def parse_since(text: str, *, now: float | None = None) -> int:
             "or a date like 2026-11-01"
         ) from None
     try:
-        if moment.tzinfo is None:
-            moment = moment.astimezone()  # local time, as people mean it
+        if moment.tzinfo is None:  # local time, as people mean it, or the report's zone
+            moment = moment.replace(tzinfo=tz) if tz is not None else moment.astimezone()
         return int(moment.timestamp() * 1000)
     except (ValueError, OverflowError, OSError):  # 0001-01-01 in a zone ahead of UTC: year 0
         return -(2**62) if moment.year < 1970 else 2**62  # before or after anything stored

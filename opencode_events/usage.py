@@ -22,7 +22,7 @@ import itertools
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, tzinfo
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NamedTuple
 
 import msgspec
 from msgspec import Struct
@@ -184,10 +184,11 @@ def _figures_in(row: UsageRow) -> int:
 
 def _total(rows: Iterable[UsageRow]) -> UsageRow:
     total = UsageRow()
-    figures = 0
+    figures = shares = 0
     for row in rows:
         total.add(row)
         figures += _figures_in(row)
+        shares += row.subagent_cost is not None
         if row.inferences is not None:
             total.inferences = (total.inferences or 0) + row.inferences
         if row.tool_calls is not None:
@@ -196,8 +197,8 @@ def _total(rows: Iterable[UsageRow]) -> UsageRow:
             total.subagent_cost = (total.subagent_cost or 0.0) + row.subagent_cost
             total.subagent_tokens = (total.subagent_tokens or 0) + (row.subagent_tokens or 0)
     total.cost = summed_cost(total.cost, figures)
-    if total.subagent_cost is not None:
-        total.subagent_cost = summed_cost(total.subagent_cost, 2)
+    if total.subagent_cost is not None:  # one row's (already written as it should be)
+        total.subagent_cost = summed_cost(total.subagent_cost, shares)
     return total
 
 
@@ -506,13 +507,20 @@ def _fingerprint(message: _Message) -> tuple[Any, ...]:
 
 
 class _Turn:
-    __slots__ = ("row", "user_id", "completed", "folded")
+    __slots__ = ("row", "user_id", "opened", "completed", "folded")
 
-    def __init__(self, row: UsageRow, user_id: str | None) -> None:
+    def __init__(self, row: UsageRow, user_id: str | None, opened: Any = None) -> None:
         self.row = row
         self.user_id = user_id
+        self.opened = opened  # the user message row's time_created (what --since compares)
         self.completed: int | None = None
-        self.folded = 0  # subagent sessions whose figures were added to the row
+        self.folded = 0  # figures of subagents added to the row
+
+
+class _SessionTurns(NamedTuple):
+    turns: list[_Turn]
+    spawned: dict[str, _Turn]  # child session → the turn whose task call started it
+    spawned_before: set[str]  # children started by an inference before --since
 
 
 def _session_turns(
@@ -521,17 +529,19 @@ def _session_turns(
     skip: set[str] = frozenset(),  # type: ignore[assignment]
     unread: list[int] | None = None,
     since: int | None = None,
-) -> tuple[list[_Turn], dict[str, _Turn]]:
+) -> _SessionTurns:
     """A session's user turns (with prompt, inferences, tool calls, figures), and the turn
-    each child session's spawning ``task`` call belongs to (child id → turn). Messages in
-    ``skip`` (a fork's copied history) are left out, and so are their parts; message rows
-    that cannot be read (not JSON, no user or assistant role) are counted in ``unread[0]``.
-    With ``since``, inferences created before it are left out with their parts, and so are
-    the turns that started before it and have no inference left."""
+    each child session's spawning ``task`` call belongs to. Messages in ``skip`` (a fork's
+    copied history) are left out, and so are their parts; message rows that cannot be read
+    (not JSON, no user or assistant role) are counted in ``unread[0]``. With ``since``,
+    inferences whose row was created before it are left out with their parts (the children
+    their calls started are named apart), and so are the turns that opened before it and
+    have no inference left."""
     from .mapping import spawned_session
 
     turns: list[_Turn] = []
     by_message: dict[str, _Turn] = {}
+    early: set[str] = set()  # inferences before --since
     for message in store.messages(session_id):
         if message.id in skip:
             continue
@@ -554,11 +564,12 @@ def _session_turns(
                     in_flight=False,
                 ),
                 message.id,
+                message.time_created,
             )
             turns.append(turn)
             by_message[message.id] = turn
-        elif since is not None and _before(created, since):
-            continue  # an inference before --since: nor its figures, nor its parts
+        elif since is not None and _before(message.time_created, since):
+            early.add(message.id)  # an inference before --since: nor its figures, nor its parts
         elif info.role == "assistant":
             turn = by_message.get(info.parentID) if isinstance(info.parentID, str) else None
             if turn is None:
@@ -578,13 +589,19 @@ def _session_turns(
             if turn.row.reason is None or isinstance(info.finish, str):
                 turn.row.reason = info.finish if isinstance(info.finish, str) else None
     spawned: dict[str, _Turn] = {}
+    spawned_before: set[str] = set()
     for part in store.parts(session_id):
         turn = by_message.get(part.message_id)
-        if turn is None:
+        if turn is None and part.message_id not in early:
             continue
         try:
             view = decode_repairing(PART_DECODER, part.data)[0]
         except _UNREADABLE:
+            continue
+        if turn is None:  # a part of an inference before --since
+            child = spawned_session(view) if view.type == "tool" else None
+            if child:
+                spawned_before.add(child)
             continue
         if view.type == "tool":
             turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
@@ -604,8 +621,8 @@ def _session_turns(
         if row.started is not None and turn.completed is not None and not row.in_flight:
             row.duration_ms = turn.completed - row.started
     if since is not None:
-        turns = [t for t in turns if t.row.inferences or not _before(t.row.started, since)]
-    return turns, spawned
+        turns = [t for t in turns if t.row.inferences or not _before(t.opened, since)]
+    return _SessionTurns(turns, spawned, spawned_before)
 
 
 def _first_words(text: str, limit: int = 48) -> str:
@@ -629,14 +646,19 @@ def _session_total(store: Any, session_id: str) -> UsageRow:
     return total
 
 
-def _forked_copies(store: Any) -> tuple[set[str], int, float]:
-    """Ids of messages that are a fork's copy of a message still in the database (older than
-    their own session, same content and times as another), how many of them are inferences
-    (assistant messages), and the cost they carry."""
+def _forked_copies(
+    store: Any, sessions: set[str], since: int | None
+) -> tuple[set[str], int, float]:
+    """Ids of messages of ``sessions`` that are a fork's copy of a message of theirs too
+    (older than their own session, same content and times as another; with ``since``, of
+    those created since then), how many of them are inferences (assistant messages), and
+    the cost they carry."""
     candidates: dict[tuple[Any, ...], list[tuple[str, bool, float]]] = {}
     times: set[Any] = set()
     copy_ids: set[str] = set()
-    for _sid, mid, created, data in _older_than_session(store):
+    for sid, mid, created, data in _older_than_session(store):
+        if sid not in sessions or (since is not None and _before(created, since)):
+            continue
         try:
             info = decode_repairing(_MESSAGE, data)[0]
         except _UNREADABLE:
@@ -648,8 +670,8 @@ def _forked_copies(store: Any) -> tuple[set[str], int, float]:
     if not candidates:
         return set(), 0, 0.0
     originals: set[tuple[Any, ...]] = set()
-    for _sid, mid, created, data in _message_rows(store, None):
-        if created not in times or mid in copy_ids:
+    for sid, mid, created, data in _message_rows(store, None):
+        if created not in times or mid in copy_ids or sid not in sessions:
             continue
         try:
             info = decode_repairing(_MESSAGE, data)[0]
@@ -672,17 +694,21 @@ def _turn_report(
     dedupe: bool = False,
     since: int | None = None,
 ) -> tuple[list[UsageRow], list[str]]:
-    rows: list[UsageRow] = []
+    rows: list[tuple[str, UsageRow]] = []  # (session, row)
     notes: list[str] = []
     # The user messages copied are skipped too (they open no turn of their own); the note
-    # counts inferences, as the grouped reports' note does.
-    skip, inferences, skipped_cost = _forked_copies(store) if dedupe else (set(), 0, 0.0)
+    # counts inferences, as the grouped reports' note does. An original counts when it is in
+    # the report (a session chosen, or a subagent of one).
+    skip, inferences, skipped_cost = (
+        _forked_copies(store, {*session_ids, *descendants(session_ids, tree)}, since)
+        if dedupe
+        else (set(), 0, 0.0)
+    )
     if inferences:
         notes.append(
             f"{inferences} forked cop{'y' if inferences == 1 else 'ies'} of earlier "
             f"inferences not counted again (${skipped_cost:.4f})"
         )
-    several = len(session_ids) > 1 or not fold
     unread = [0]
     queue = list(session_ids)
     done: set[str] = set()
@@ -691,22 +717,28 @@ def _turn_report(
         if session_id in done:
             continue
         done.add(session_id)
-        turns, spawned = _session_turns(store, session_id, skip, unread, since)
+        turns, spawned, spawned_before = _session_turns(store, session_id, skip, unread, since)
         children = tree.get(session_id, [])
         for child in children:
-            if since is not None and child not in spawned and _session_before(store, child, since):
-                # spawned by an inference before --since: not counted, folded or apart
-                done.update([child, *descendants([child], tree)])
-                continue
             if not fold:
                 queue.append(child)
                 continue
-            # The child's own figures and its descendants', as OpenCode stores them.
-            share = UsageRow()
             folded = [child, *descendants([child], tree)]
+            # The child's own figures and its descendants': as OpenCode stores them on the
+            # session rows, or, since a time, their inferences made since then.
+            share, figures = UsageRow(), 0
             for sid in folded:
-                share.add(_session_total(store, sid))
-            turn = spawned.get(child) or (turns[-1] if turns else None)
+                if since is None:
+                    share.add(_session_total(store, sid))
+                    figures += 1
+                else:
+                    figures += _add_inferences_since(share, store, sid, since, skip)
+            if since is not None and not figures:
+                done.update(folded)  # nothing of it since then
+                continue
+            turn = spawned.get(child)
+            if turn is None and child not in spawned_before:
+                turn = turns[-1] if turns else None
             if turn is None:
                 notes.append(f"subagent {child} has no turn to fold into; listed apart")
                 queue.append(child)
@@ -714,24 +746,38 @@ def _turn_report(
             turn.row.add(share)
             turn.row.subagent_cost = (turn.row.subagent_cost or 0.0) + share.cost
             turn.row.subagent_tokens = (turn.row.subagent_tokens or 0) + share.total_tokens
-            turn.folded += len(folded)
+            turn.folded += figures
             done.update(folded)  # counted here: never a row of its own as well
         for turn in turns:
             row = turn.row
-            if several:
-                row.session_id = session_id
             row.cost = summed_cost(row.cost, (row.inferences or 0) + turn.folded)
             if row.subagent_cost is not None:
                 row.subagent_cost = summed_cost(row.subagent_cost, turn.folded)
-            rows.append(row)
+            rows.append((session_id, row))
     if unread[0]:
         notes.append(_unread_rows_note(unread[0]))
-    return rows, notes
+    if not fold or len({sid for sid, _ in rows}) > 1:  # several sessions: say whose a row is
+        for sid, row in rows:
+            row.session_id = sid
+    return [row for _, row in rows], notes
 
 
-def _session_before(store: Any, session_id: str, since: int) -> bool:
-    row = store.session(session_id)
-    return row is not None and _before(row.time_created, since)
+def _add_inferences_since(
+    share: UsageRow, store: Any, session_id: str, since: int, skip: set[str]
+) -> int:
+    """Add a session's inferences made at or after ``since`` to ``share``; how many."""
+    added = 0
+    for message in store.messages(session_id):
+        if message.id in skip or _before(message.time_created, since):
+            continue
+        try:
+            info = decode_repairing(_MESSAGE, message.data)[0]
+        except _UNREADABLE:
+            continue  # counted as unread where the session is listed
+        if info.role == "assistant":
+            share.add(_figures(info))
+            added += 1
+    return added
 
 
 def _unread_rows_note(rows: int) -> str:
@@ -758,6 +804,7 @@ def store_usage(
     tree = store.children()
     if fold:
         session_ids = _outermost(session_ids, tree)
+    cross_session = cross_session and len(session_ids) > 1  # a subagent named too is not
     if by == "turn":
         rows, notes = _turn_report(
             store, session_ids, fold=fold, tree=tree, dedupe=cross_session, since=since_ms
@@ -1154,8 +1201,12 @@ class _Scan:
                 # no object: counted as the quick path counts it. No fork's copy or original
                 # (those are decoded whole), so no fingerprint.
                 if by in ("day", "session"):
+                    try:
+                        figures_only = _FIGURES.decode(data)
+                    except _UNREADABLE:  # a lone surrogate escape, read as the scan reads it
+                        figures_only = decode_repaired(_FIGURES, data)
                     sums = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
-                    _add_message(sums, _FIGURES.decode(data), created)
+                    _add_message(sums, figures_only, created)
                     key = owner[sid] if by == "session" else day_of(created)
                     ready.append((mid, key, (), sums))
                 continue

@@ -203,3 +203,23 @@ def test_odd_figures_in_json_files_count_as_the_mapping_counts_them(tmp_path: Pa
     (row,) = json.loads(run("sessions", "--all", "--format", "json", env=env).stdout)
     assert (row["cost"], row["input_tokens"], row["cache_read_tokens"]) == (0.0, 1000, 0)
     assert row["output_tokens"] == data["tokens"]["output"]
+
+
+def test_a_session_s_cost_summed_from_json_files_is_written_as_any_sum(tmp_path: Path):
+    """The JSON layout has no session columns: a session's cost is the sum of its messages,
+    written to 12 significant digits as every sum is (0.1 + 0.2 is no bill's 0.3000…04)."""
+    data_dir = tmp_path / "data" / "opencode"
+    write_legacy(ROOT / "samples" / "bash_ok" / "opencode.db", data_dir, oldest=False)
+    replies = [
+        path
+        for path in sorted((data_dir / "storage" / "message").rglob("*.json"))
+        if json.loads(path.read_text())["role"] == "assistant"
+    ]
+    assert len(replies) == 2
+    for path, cost in zip(replies, (0.1, 0.2), strict=True):
+        message = json.loads(path.read_text())
+        message["cost"] = cost
+        path.write_text(json.dumps(message))
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "PATH": "/usr/bin"}
+    (row,) = json.loads(run("sessions", "--all", "--format", "json", env=env).stdout)
+    assert row["cost"] == row["total_cost"] == 0.3

@@ -8,7 +8,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -1155,14 +1155,10 @@ def test_since_counts_the_inferences_made_since_then(by: str):
 
 
 def _check_since(db: Path, by: str) -> None:
-    # At each of the top-level session's message times; a subagent's messages all fall
-    # between two of them (it is folded whole into the turn whose task call spawned it).
-    times = sql(
-        db,
-        "SELECT message.time_created FROM message JOIN session ON session.id = session_id "
-        "WHERE parent_id IS NULL ORDER BY 1",
-    )
-    for (since,) in times:
+    # At each message's time, and just after it: inside a subagent's run too, where the
+    # turn report counts the subagent's inferences since then, as the other groupings do.
+    times = sql(db, "SELECT time_created FROM message ORDER BY 1")
+    for since in sorted({t + d for (t,) in times for d in (0, 1)}):
         ((expected,),) = sql(
             db,
             "SELECT total(json_extract(data, '$.cost')) FROM message "
@@ -1173,7 +1169,7 @@ def _check_since(db: Path, by: str) -> None:
         doc = usage("--db", str(db), "--since", stamp, "--by", by)
         assert doc["total"]["cost"] == pytest.approx(expected, rel=1e-12), (by, since)
         if by == "turn":  # the turns that started before and have nothing left are gone
-            assert all(row["inferences"] for row in doc["rows"])
+            assert all(row["inferences"] or row.get("subagent_cost") for row in doc["rows"])
 
 
 @pytest.mark.parametrize("by", ["step", "session", "model", "agent", "day"])
@@ -1209,3 +1205,121 @@ def test_since_gives_the_same_report_whichever_way_the_table_is_read(
         if by != "step" and (os.cpu_count() or 1) >= 2:
             monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0)
             assert report() == expected  # with a worker
+
+
+def test_one_subagent_s_cost_is_its_total_as_stored(tmp_path):
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE session SET cost = 0.12345678901234567 WHERE parent_id IS NOT NULL")
+    conn.commit()
+    conn.close()
+    doc = usage("--db", str(db), "--all")
+    assert doc["rows"][0]["subagent_cost"] == doc["total"]["subagent_cost"] == 0.12345678901234567
+
+
+def test_a_fork_named_with_its_own_subagent_is_still_reported_whole(tmp_path):
+    """One session and a subagent of its own are one report of one session: no fork's copy
+    is left out (that needs the original in the report too)."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    ((fork,),) = sql(db, "SELECT id FROM session ORDER BY time_created DESC LIMIT 1")
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "INSERT INTO session (id, project_id, parent_id, slug, directory, title, version, "
+        "time_created, time_updated, cost, tokens_input, tokens_output, tokens_reasoning, "
+        "tokens_cache_read, tokens_cache_write) SELECT ?, project_id, id, 'kid', directory, "
+        "'child', version, time_created + 100, time_updated, 0.5, 1, 1, 0, 0, 0 "
+        "FROM session WHERE id = ?",
+        (fork[:-6] + "child0", fork),
+    )
+    conn.commit()
+    conn.close()
+    alone = usage("--db", str(db), "--session", fork)
+    both = usage("--db", str(db), "--session", fork, "--session", fork[:-6] + "child0")
+    assert both == alone and "notes" not in both
+
+
+def test_the_forked_copies_note_counts_only_what_the_report_would_count():
+    db = SAMPLES / "fork" / "opencode.db"
+    ((copied,),) = sql(
+        db,
+        "SELECT max(m.time_created) FROM message m JOIN session s ON s.id = m.session_id "
+        "WHERE m.time_created < s.time_created",
+    )
+    for by in ("turn", "session", "day"):
+        both = usage("--db", str(db), "--all", "--by", by)
+        assert "forked" in both["notes"][0], by
+        # since after the copied inference: neither it nor its copy is in the report
+        stamp = datetime.fromtimestamp((copied + 1) / 1000, UTC).isoformat()
+        later = usage("--db", str(db), "--since", stamp, "--by", by)
+        assert len({r.get("session_id") for r in later["rows"]}) >= 1
+        assert "notes" not in later, by
+
+
+def test_since_compares_the_row_s_time_as_every_grouping_does(tmp_path):
+    """The message row's time_created (what OpenCode indexes), not the JSON's copy of it."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "continue3" / "opencode.db", db)
+    times = [t for (t,) in sql(db, "SELECT time_created FROM message ORDER BY 1")]
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE message SET data = json_set(data, '$.time.created', 'soon')")
+    conn.commit()
+    conn.close()
+    stamp = datetime.fromtimestamp(times[3] / 1000, UTC).isoformat(timespec="milliseconds")
+    totals = {
+        by: usage("--db", str(db), "--since", stamp, "--by", by)["total"]["cost"]
+        for by in ("turn", "step", "day")
+    }
+    assert len(set(totals.values())) == 1, totals
+
+
+def test_since_a_date_is_read_in_the_report_s_time_zone():
+    db = SAMPLES / "task" / "opencode.db"
+    ((first,),) = sql(db, "SELECT min(time_created) FROM message")
+    day = datetime.fromtimestamp(first / 1000, UTC).date()
+    assert datetime.fromtimestamp(first / 1000, UTC).hour >= 9  # the next day in Tokyo
+
+    def days(since: str) -> list[str]:
+        env = {**os.environ, "TZ": "Asia/Tokyo"}  # the machine's zone: 9 hours ahead
+        result = subprocess.run(
+            CLI
+            + ["--db", str(db), "--since", since, "--tz", "UTC", "--by", "day"]
+            + ["--format", "json"],
+            capture_output=True,
+            env=env,
+            check=True,
+        )
+        return [row["day"] for row in json.loads(result.stdout)["rows"]]
+
+    assert days(day.isoformat()) == [day.isoformat()]
+    assert days((day + timedelta(days=1)).isoformat()) == []  # midnight UTC, not Tokyo
+
+
+def test_an_empty_session_id_is_refused():
+    result = subprocess.run(
+        CLI + ["--db", str(SAMPLES / "task" / "opencode.db"), "--session", ""],
+        capture_output=True,
+    )
+    assert result.returncode == 2 and result.stderr == b"error: an empty session id\n"
+
+
+def test_a_damaged_message_among_forked_ones_is_read_not_a_traceback(tmp_path):
+    """A message sent down the slow path (its time is a fork's) that is both not whole
+    enough to decode in full and holds a lone surrogate escape: read for its figures."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    ((mid, data),) = conn.execute(
+        "SELECT m.id, m.data FROM message m JOIN session s ON s.id = m.session_id "
+        "WHERE json_extract(m.data, '$.role') = 'assistant' AND m.time_created >= s.time_created "
+        "ORDER BY m.time_created LIMIT 1"
+    ).fetchall()
+    message = json.loads(data)
+    message.pop("time", None)
+    damaged = '{"time": 5, "x": "\\ud800", ' + json.dumps(message)[1:]
+    conn.execute("UPDATE message SET data = ? WHERE id = ?", (damaged, mid))
+    conn.commit()
+    conn.close()
+    for by in ("day", "session"):
+        assert usage("--db", str(db), "--all", "--by", by)["total"]["cost"] > 0
