@@ -196,14 +196,18 @@ class Oracle:
         part, kind = rec.get("part"), rec.get("type")
         if not isinstance(part, dict):
             return False
-        if kind in ("tool_use", "step_finish") and isinstance(part.get("id"), str):
+        if kind in ("text", "reasoning") and not (
+            isinstance(part.get("text"), str) and part["text"]
+        ):
+            return True  # no text yet: nothing to write, and not yet seen
+        if kind in ("tool_use", "step_finish", "text", "reasoning") and isinstance(
+            part.get("id"), str
+        ):
             if part["id"] in self.seen:
-                return True  # a re-emitted part
+                return True  # a re-emitted part (SPEC §2: an id already seen)
             self.seen.add(part["id"])
         if kind == "step_start":
             return True
-        if kind in ("text", "reasoning"):
-            return not (isinstance(part.get("text"), str) and part["text"])
         if kind == "tool_use":
             tool, state = part.get("tool"), part.get("state")
             if isinstance(tool, str) and isinstance(state, dict):
