@@ -18,7 +18,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 from .events import Event
 from .normalizer import Normalizer, Provenance
 from .transcript import TranscriptMapper
-from .views import NO_RAW, later, number, without_lone_surrogates
+from .views import NO_RAW, later, number, repair_lone_surrogates
 
 __all__ = ["export_events"]
 
@@ -69,13 +69,15 @@ _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _BETWEEN = re.compile(rb"(?:\s|\xef\xbb\xbf)*")
 
 
-def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = None) -> list[Event]:
+def export_events(
+    data: bytes | bytearray, normalizer: Normalizer, *, source: str | None = None
+) -> list[Event]:
     """The events of the export documents in ``data``, one document after another.
 
-    Each document is decoded where it starts (a memoryview: nothing is copied), so many
-    small documents take time in proportion to their size. A lone surrogate escape is
-    repaired in the rest of the input at once, where the first one is met: the repair keeps
-    every length, so offsets and line numbers hold."""
+    Each document is decoded where it starts (through a memoryview), so many small
+    documents take time in proportion to their size. Where a document first fails to
+    decode, lone surrogate escapes are repaired in a copy of the input, at once for the rest
+    of it; the repair keeps every length, so offsets and line numbers hold."""
     events: list[Event] = []
     pos = _BETWEEN.match(data).end()
     line = 1 + data.count(b"\n", 0, pos)  # the line ``pos`` is on
@@ -83,10 +85,10 @@ def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = N
     while pos < len(data):
         found, end, problem = _next_document(data, pos)
         if found is None and not repaired:
-            fixed = without_lone_surrogates(memoryview(data)[pos:])
             repaired = True
-            if fixed is not None:
-                data = data[:pos] + fixed
+            buffer = bytearray(data)  # one copy, repaired in place
+            if repair_lone_surrogates(buffer, pos):
+                data = buffer
                 continue
         if found is None:
             normalizer.count_record()
@@ -101,7 +103,7 @@ def export_events(data: bytes, normalizer: Normalizer, *, source: str | None = N
     return events
 
 
-def _next_document(data: bytes, pos: int) -> tuple[Any, int, str | None]:
+def _next_document(data: bytes | bytearray, pos: int) -> tuple[Any, int, str | None]:
     """((document, its session's ids), where it ends, None) for the document that starts
     at ``pos``, or (None, ``pos``, why) when none does."""
     view = memoryview(data)

@@ -39,8 +39,10 @@ class Writer(Protocol):
 
 def detect_format(head: bytes) -> str:
     """``"sse"``, ``"export"`` or ``"jsonl"`` from the first bytes of an input."""
-    for line in head.removeprefix(BOM).split(b"\n"):
+    for line in head.split(b"\n"):
         line = line.strip()
+        while line.startswith(BOM):  # each file of a `cat` may start with one
+            line = line[len(BOM) :].lstrip()
         if not line:
             continue
         if line.startswith(_SSE_FIELDS):

@@ -620,8 +620,8 @@ def _session_turns(
         row = turn.row
         if row.started is not None and turn.completed is not None and not row.in_flight:
             row.duration_ms = turn.completed - row.started
-    if since is not None:
-        turns = [t for t in turns if t.row.inferences or not _before(t.opened, since)]
+    if since is not None:  # a turn with nothing since then shows only if it opened since then
+        turns = [t for t in turns if t.row.inferences or _since_then(t.opened, since)]
     return _SessionTurns(turns, spawned, spawned_before)
 
 
@@ -711,12 +711,14 @@ def _turn_report(
         )
     unread = [0]
     queue = list(session_ids)
-    done: set[str] = set()
+    done: set[str] = set()  # listed, or folded into a turn
+    listed: list[str] = []
     while queue:
         session_id = queue.pop(0)
         if session_id in done:
             continue
         done.add(session_id)
+        listed.append(session_id)
         turns, spawned, spawned_before = _session_turns(store, session_id, skip, unread, since)
         children = tree.get(session_id, [])
         for child in children:
@@ -732,7 +734,7 @@ def _turn_report(
                     share.add(_session_total(store, sid))
                     figures += 1
                 else:
-                    figures += _add_inferences_since(share, store, sid, since, skip)
+                    figures += _add_inferences_since(share, store, sid, since, skip, unread)
             if since is not None and not figures:
                 done.update(folded)  # nothing of it since then
                 continue
@@ -740,7 +742,13 @@ def _turn_report(
             if turn is None and child not in spawned_before:
                 turn = turns[-1] if turns else None
             if turn is None:
-                notes.append(f"subagent {child} has no turn to fold into; listed apart")
+                if child in spawned_before:
+                    notes.append(
+                        f"subagent {child} was started before --since; its inferences since "
+                        "then are listed apart"
+                    )
+                else:
+                    notes.append(f"subagent {child} has no turn to fold into; listed apart")
                 queue.append(child)
                 continue
             turn.row.add(share)
@@ -756,16 +764,22 @@ def _turn_report(
             rows.append((session_id, row))
     if unread[0]:
         notes.append(_unread_rows_note(unread[0]))
-    if not fold or len({sid for sid, _ in rows}) > 1:  # several sessions: say whose a row is
+    if not fold or len(listed) > 1:  # several sessions (one listed apart too): whose a row is
         for sid, row in rows:
             row.session_id = sid
     return [row for _, row in rows], notes
 
 
 def _add_inferences_since(
-    share: UsageRow, store: Any, session_id: str, since: int, skip: set[str]
+    share: UsageRow,
+    store: Any,
+    session_id: str,
+    since: int,
+    skip: set[str],
+    unread: list[int],
 ) -> int:
-    """Add a session's inferences made at or after ``since`` to ``share``; how many."""
+    """Add a session's inferences made at or after ``since`` to ``share``; how many. Rows
+    that cannot be read are counted in ``unread[0]``."""
     added = 0
     for message in store.messages(session_id):
         if message.id in skip or _before(message.time_created, since):
@@ -773,7 +787,8 @@ def _add_inferences_since(
         try:
             info = decode_repairing(_MESSAGE, message.data)[0]
         except _UNREADABLE:
-            continue  # counted as unread where the session is listed
+            unread[0] += 1
+            continue
         if info.role == "assistant":
             share.add(_figures(info))
             added += 1
@@ -1028,6 +1043,11 @@ _CHUNK_ROWIDS = 1024  # about 700 assistant messages, 0.3 MB of JSON
 
 
 _EVER = -(1 << 63)  # before any time SQLite can hold
+
+
+def _since_then(created: Any, since: int) -> bool:
+    """Whether ``created`` is a time at or after ``since``."""
+    return (type(created) is int or type(created) is float) and created >= since
 
 
 def _before(created: Any, since: int) -> bool:

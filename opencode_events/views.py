@@ -180,23 +180,46 @@ MESSAGE_HEAD_DECODER = msgspec.json.Decoder(MessageHead)
 # A lone UTF-16 surrogate written as a \u escape: JSON.stringify writes one for a string cut
 # in the middle of a surrogate pair (a tool output OpenCode truncated inside an emoji). It
 # is valid JSON text but names no character, and strict decoders (msgspec's too) refuse the
-# record. Not when the backslash is itself escaped (an even run of backslashes before it).
-_LONE_SURROGATE = re.compile(
-    rb"(?<!\\)((?:\\\\)*)"
-    rb"(?:\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-)
+# record. Escapes are read left to right, as a decoder reads them, so `\\ud800` (an escaped
+# backslash, then text) is no escape at all.
+_ESCAPE = re.compile(rb"\\(?:u([dD][89a-fA-F][0-9a-fA-F]{2})|.)", re.DOTALL)
+_REPLACEMENT = b"\\ufffd"  # as long as the escape it replaces
+
+
+def repair_lone_surrogates(buffer: bytearray, start: int = 0) -> bool:
+    """Replace, in place from ``start``, each lone surrogate escape with ``\\ufffd`` (the
+    replacement character, as a lenient decoder reads it); whether there was one. Lengths
+    are kept, so offsets into the buffer hold."""
+    found = False
+    high = -1  # where a high surrogate escape waits for its low half
+    for match in _ESCAPE.finditer(buffer, start):
+        code = int(match[1], 16) if match[1] else 0
+        low = 0xDC00 <= code <= 0xDFFF
+        if high >= 0:
+            if low and match.start() == high + 6:  # the pair is whole
+                high = -1
+                continue
+            buffer[high : high + 6] = _REPLACEMENT
+            found, high = True, -1
+        if 0xD800 <= code <= 0xDBFF:
+            high = match.start()
+        elif low:
+            buffer[match.start() : match.end()] = _REPLACEMENT
+            found = True
+    if high >= 0:
+        buffer[high : high + 6] = _REPLACEMENT
+        found = True
+    return found
 
 
 def without_lone_surrogates(data: bytes | Raw) -> bytes | None:
-    """``data`` with each lone surrogate escape replaced by ``\\ufffd`` (the replacement
-    character, as a lenient decoder reads it), or None when it holds none. Readers try
-    this only after a record failed to decode."""
+    """``data`` with each lone surrogate escape replaced by ``\\ufffd``, or None when it
+    holds none. Readers try this only after a record failed to decode."""
     raw = bytes(data)
     if b"\\u" not in raw:
         return None
-    fixed = _LONE_SURROGATE.sub(rb"\1\\ufffd", raw)
-    return fixed if fixed != raw else None
+    buffer = bytearray(raw)
+    return bytes(buffer) if repair_lone_surrogates(buffer) else None
 
 
 def decode_repairing(decoder: Any, data: bytes | Raw) -> tuple[Any, bytes | Raw]:

@@ -332,3 +332,38 @@ def test_the_head_is_what_reading_until_the_first_line_ends_gives(chunks: list[b
         if expected.strip() and b"\n" in expected.lstrip():
             break
     assert read_head(_Chunks(chunks)) == expected
+
+
+def _replaced(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (a pair stays a character)."""
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if "\ud800" <= c <= "\udbff" and i + 1 < len(text) and "\udc00" <= text[i + 1] <= "\udfff":
+            out.append((c + text[i + 1]).encode("utf-16", "surrogatepass").decode("utf-16"))
+            i += 2
+            continue
+        out.append("\ufffd" if "\ud800" <= c <= "\udfff" else c)
+        i += 1
+    return "".join(out)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff", "\\", "u", "d800", "\\ud800"]),
+            st.characters(),
+        ),
+        max_size=20,
+    ).map("".join)
+)
+def test_a_lone_surrogate_repair_reads_as_a_lenient_decoder_does(text: str):
+    """What `json.dumps` writes for any string (lone surrogates as \\u escapes, backslashes
+    escaped) decodes after the repair to that string, each lone surrogate U+FFFD."""
+    from opencode_events.views import without_lone_surrogates
+
+    data = json.dumps({"t": text}).encode()
+    fixed = without_lone_surrogates(data) or data
+    assert len(fixed) == len(data)
+    assert msgspec.json.decode(fixed)["t"] == _replaced(text)

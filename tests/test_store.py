@@ -447,7 +447,7 @@ def test_many_export_documents_are_read_in_one_pass(monkeypatch):
 
     doc = (SAMPLES / "text" / "export.json").read_bytes().replace(b"say hello", b"\\ud800 hi")
     decodes, repairs = [], []
-    decoder, repair = export._DOCUMENT, export.without_lone_surrogates
+    decoder, repair = export._DOCUMENT, export.repair_lone_surrogates
 
     class Counting:
         def decode(self, data):
@@ -456,7 +456,7 @@ def test_many_export_documents_are_read_in_one_pass(monkeypatch):
 
     monkeypatch.setattr(export, "_DOCUMENT", Counting())
     monkeypatch.setattr(
-        export, "without_lone_surrogates", lambda data: repairs.append(1) or repair(data)
+        export, "repair_lone_surrogates", lambda *a: repairs.append(1) or repair(*a)
     )
     events = export.export_events(doc * 200, Normalizer())
     assert len(repairs) == 1 and len(decodes) <= 2 * 200 + 1
@@ -1253,3 +1253,15 @@ def test_a_session_row_without_an_id_hides_no_orphan(tmp_path: Path):
     conn.close()
     ids = {r["id"] for r in json.loads(run("sessions", "--db", str(db), "--format", "json").stdout)}
     assert len(ids - {None}) == 2  # the orphan too
+
+
+def test_an_export_with_a_bom_after_a_blank_line_is_still_an_export(tmp_path: Path):
+    path = tmp_path / "export.json"
+    path.write_bytes(
+        b"\n\xef\xbb\xbf\xef\xbb\xbf" + (SAMPLES / EXPORTED[0] / "export.json").read_bytes()
+    )
+    found = jsonl(run("normalize", str(path), "--no-metrics").stdout)
+    alone = jsonl(
+        run("normalize", str(SAMPLES / EXPORTED[0] / "export.json"), "--no-metrics").stdout
+    )
+    assert [e["kind"] for e in found] == [e["kind"] for e in alone]

@@ -1323,3 +1323,60 @@ def test_a_damaged_message_among_forked_ones_is_read_not_a_traceback(tmp_path):
     conn.close()
     for by in ("day", "session"):
         assert usage("--db", str(db), "--all", "--by", by)["total"]["cost"] > 0
+
+
+def _task_copy(tmp_path: Path, sql_text: str, *params) -> Path:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute(sql_text, params)
+    conn.commit()
+    conn.close()
+    return db
+
+
+def test_a_subagent_listed_apart_under_since_says_whose_its_rows_are(tmp_path):
+    """The parent's task call came before --since and the subagent worked after it: its
+    inferences since then are its own rows, marked with its session, and a note says why."""
+    db = SAMPLES / "task" / "opencode.db"
+    ((child,),) = sql(db, "SELECT id FROM session WHERE parent_id IS NOT NULL")
+    ((spawning, last_of_child),) = sql(
+        db,
+        "SELECT (SELECT m.time_created FROM part p JOIN message m ON m.id = p.message_id "
+        "WHERE json_extract(p.data, '$.tool') = 'task'), "
+        "(SELECT max(time_created) FROM message WHERE session_id = ?)",
+        child,
+    )
+    stamp = datetime.fromtimestamp((spawning + 1) / 1000, UTC).isoformat(timespec="milliseconds")
+    # the parent's later inference moved before the cutoff: only the subagent is left
+    moved = _task_copy(
+        tmp_path,
+        "UPDATE message SET time_created = ? WHERE session_id != ? AND time_created > ?",
+        spawning,
+        child,
+        spawning,
+    )
+    doc = usage("--db", str(moved), "--since", stamp)
+    assert doc["rows"] and all(row["session_id"] == child for row in doc["rows"])
+    assert "started before --since" in doc["notes"][0]
+    assert last_of_child > spawning
+
+
+def test_unreadable_rows_of_a_folded_subagent_are_noted_under_since(tmp_path):
+    db = SAMPLES / "task" / "opencode.db"
+    ((child,),) = sql(db, "SELECT id FROM session WHERE parent_id IS NOT NULL")
+    ((mid,),) = sql(db, "SELECT max(id) FROM message WHERE session_id = ?", child)
+    damaged = _task_copy(tmp_path, "UPDATE message SET data = '{not json' WHERE id = ?", mid)
+    for by in ("turn", "step", "session"):
+        doc = usage("--db", str(damaged), "--since", "2000-01-01", "--by", by)
+        assert any("could not be read" in note for note in doc.get("notes", [])), by
+
+
+def test_under_since_a_turn_without_a_usable_time_and_nothing_since_is_not_listed(tmp_path):
+    db = SAMPLES / "task" / "opencode.db"
+    ((parent,),) = sql(db, "SELECT id FROM session WHERE parent_id IS NULL")
+    odd = _task_copy(
+        tmp_path,
+        "UPDATE message SET time_created = 'nope' WHERE json_extract(data, '$.role') = 'user'",
+    )
+    assert usage("--db", str(odd), "--session", parent, "--since", "2099-01-01")["rows"] == []
