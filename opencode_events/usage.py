@@ -473,6 +473,29 @@ class _Figures(Struct):
 
 
 _MESSAGE = msgspec.json.Decoder(_Message)
+
+
+class _LooseMessage(_Message):
+    """A message whose ``time`` is not of OpenCode's shape (``"time": 5``)."""
+
+    time: Any = None
+
+
+_LOOSE_MESSAGE = msgspec.json.Decoder(_LooseMessage)
+
+
+def _read_message(data: bytes) -> _Message:
+    """A message row as every report reads it: a lone surrogate escape repaired (as the
+    import reads it), and a ``time`` of another shape read as no time, so the message still
+    counts, as in the reports that read only its figures. Raises ``_UNREADABLE``."""
+    try:
+        return decode_repairing(_MESSAGE, data)[0]
+    except msgspec.ValidationError:
+        info = decode_repairing(_LOOSE_MESSAGE, data)[0]
+        info.time = None
+        return info
+
+
 _FIGURES = msgspec.json.Decoder(_Figures)
 
 
@@ -546,7 +569,7 @@ def _session_turns(
         if message.id in skip:
             continue
         try:  # a lone surrogate escape too, read as the import reads it
-            info = decode_repairing(_MESSAGE, message.data)[0]
+            info = _read_message(message.data)
         except _UNREADABLE:
             info = None
         if info is None or info.role not in ("user", "assistant"):
@@ -660,7 +683,7 @@ def _forked_copies(
         if sid not in sessions or (since is not None and _before(created, since)):
             continue
         try:
-            info = decode_repairing(_MESSAGE, data)[0]
+            info = _read_message(data)
         except _UNREADABLE:
             continue
         copy = (mid, info.role == "assistant", _figures(info).cost)
@@ -674,7 +697,7 @@ def _forked_copies(
         if created not in times or mid in copy_ids or sid not in sessions:
             continue
         try:
-            info = decode_repairing(_MESSAGE, data)[0]
+            info = _read_message(data)
         except _UNREADABLE:
             continue
         fingerprint = _fingerprint(info)
@@ -785,7 +808,7 @@ def _add_inferences_since(
         if message.id in skip or _before(message.time_created, since):
             continue
         try:
-            info = decode_repairing(_MESSAGE, message.data)[0]
+            info = _read_message(message.data)
         except _UNREADABLE:
             unread[0] += 1
             continue
@@ -903,7 +926,7 @@ def _grouped(
     if dedupe:
         for _sid, mid, created, data in _older_than_session(store):
             try:
-                info = decode_repairing(_MESSAGE, data)[0]
+                info = _read_message(data)
             except _UNREADABLE:
                 continue
             if info.role == "assistant":
@@ -1105,8 +1128,13 @@ class _Scan:
             try:
                 info = decode(data)
             except _UNREADABLE:
-                try:  # a lone surrogate escape, read as the import reads it
-                    info = decode_repaired(decoder, data)
+                try:  # a lone surrogate escape, read as the import reads it (and a message's
+                    # odd time as no time)
+                    info = (
+                        _read_message(data)
+                        if decoder is _MESSAGE
+                        else decode_repaired(decoder, data)
+                    )
                 except _UNREADABLE:
                     self.unread += 1
                     continue
@@ -1215,7 +1243,7 @@ class _Scan:
         ready = []
         for sid, mid, created, data in self.slow:
             try:
-                full = decode_repairing(_MESSAGE, data)[0]
+                full = _read_message(data)
             except _UNREADABLE:
                 # Read for its figures alone (``run``, by day or session), e.g. a "time" that is
                 # no object: counted as the quick path counts it. No fork's copy or original

@@ -1380,3 +1380,21 @@ def test_under_since_a_turn_without_a_usable_time_and_nothing_since_is_not_liste
         "UPDATE message SET time_created = 'nope' WHERE json_extract(data, '$.role') = 'user'",
     )
     assert usage("--db", str(odd), "--session", parent, "--since", "2099-01-01")["rows"] == []
+
+
+@pytest.mark.parametrize("odd", ["5", '"soon"', "[]", "null"])
+def test_a_message_whose_time_is_of_another_shape_counts_in_every_grouping(tmp_path, odd):
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "UPDATE message SET data = json_set(data, '$.time', json(?)) "
+        "WHERE json_extract(data, '$.role') = 'assistant'",
+        (odd,),
+    )
+    conn.commit()
+    conn.close()
+    ((tokens,),) = sql(db, "SELECT tokens_input + tokens_output + tokens_cache_read FROM session")
+    for by in ("turn", "step", "session", "model", "agent", "day"):
+        doc = usage("--db", str(db), "--all", "--by", by)
+        assert doc["total"]["total_tokens"] == tokens and "notes" not in doc, by
