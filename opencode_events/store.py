@@ -810,8 +810,8 @@ def select_sessions(
         found = store.find_sessions(wanted)
         if not found:
             raise InputError(f"no session {wanted} in {store.path}")
-        if len(found) > 1:
-            found = [wanted] if wanted in found else found
+        if len(found) > 1 and wanted in found:
+            found = [wanted]
         if len(found) > 1:
             tops = [sid for sid in found if _is_top_level(store, sid)]
             found = tops if len(tops) == 1 else found

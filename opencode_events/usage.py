@@ -163,7 +163,12 @@ class UsageReport(Struct, kw_only=True):
     rows: list[UsageRow]
     total: UsageRow
     notes: list[str] = []
-    columns: list[str] = []  # ``report_columns``: every column, in order
+    stored: bool = False  # read from the store (else from a stream): which columns it has
+
+    @property
+    def columns(self) -> list[str]:
+        """Every column of the report, in order (``report_columns``)."""
+        return report_columns(self.by, stored=self.stored)
 
     def document(self) -> dict[str, Any]:
         """The JSON document: ``{"rows": [...], "total": {...}}`` (plus ``notes``)."""
@@ -438,7 +443,6 @@ def stream_usage(
         rows=rows,
         total=_total(r for r in rows if not r.open),
         notes=notes,
-        columns=report_columns(by, stored=False),
     )
 
 
@@ -847,13 +851,7 @@ def store_usage(
         rows, notes = _turn_report(
             store, session_ids, fold=fold, tree=tree, dedupe=cross_session, since=since_ms
         )
-        return UsageReport(
-            by=by,
-            rows=rows,
-            total=_total(rows),
-            notes=notes,
-            columns=report_columns(by, stored=True),
-        )
+        return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
     return _grouped(
         store,
         session_ids,
@@ -989,13 +987,7 @@ def _grouped(
         result.sort(key=_sort_key(by))
     for row in result:
         row.cost = summed_cost(row.cost, _figures_in(row))
-    return UsageReport(
-        by=by,
-        rows=result,
-        total=_total(result),
-        notes=notes,
-        columns=report_columns(by, stored=True),
-    )
+    return UsageReport(by=by, rows=result, total=_total(result), notes=notes, stored=True)
 
 
 def _step_row(sid: str, mid: str, created: Any, full: _Message) -> UsageRow:

@@ -215,10 +215,9 @@ def repair_lone_surrogates(buffer: bytearray, start: int = 0) -> bool:
 def without_lone_surrogates(data: bytes | Raw) -> bytes | None:
     """``data`` with each lone surrogate escape replaced by ``\\ufffd``, or None when it
     holds none. Readers try this only after a record failed to decode."""
-    raw = bytes(data)
-    if b"\\u" not in raw:
+    buffer = bytearray(data)
+    if b"\\u" not in buffer:
         return None
-    buffer = bytearray(raw)
     return bytes(buffer) if repair_lone_surrogates(buffer) else None
 
 
