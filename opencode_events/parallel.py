@@ -4,9 +4,12 @@ A worker gets the store's URI (how to open it again, read-only, on its own conne
 rowid range [low, high). Used only when the table is large enough to pay for the workers'
 start, and only where ``fork`` is available; otherwise callers scan in their own process.
 
-Two ways to run them: a process pool that works while the caller does something else (the
-default), or, with ``here=True``, plain forked children for all ranges but the last, which
-the caller's own process scans when it asks for the results (it would only wait otherwise).
+Three ways to run them: a process pool that works while the caller does something else (the
+default); with ``here=True``, plain forked children for all ranges but the last, which the
+caller's own process scans when it asks for the results (it would only wait otherwise); with
+``forks=True``, plain forked children for every range (for a worker that must not run in the
+caller's process, see ``in_forked_child``). A forked child that dies without a result has its
+range redone in the caller's process.
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["Pending", "start_over_ranges", "worker_connection"]
+__all__ = ["Pending", "in_forked_child", "start_over_ranges", "worker_connection"]
+
+_in_forked_child = False  # set in a child of _fork
+
+
+def in_forked_child() -> bool:
+    """Whether this process is a worker forked by ``here=True`` or ``forks=True``: it holds
+    no connection of its own but the one its worker opens."""
+    return _in_forked_child
 
 
 class Pending:
@@ -51,13 +62,15 @@ def start_over_ranges(
     worker: Callable[..., Any],
     *args: Any,
     here: bool = False,
+    forks: bool = False,
 ) -> Pending | None:
     """Start ``worker(uri, low, high, *args)`` per range of ``table``; the returned ``Pending``
     waits for the results, in range order, when called. None when not worth it or not
     possible here. A caller that may give up before it calls it ``cancel``s it.
 
     With ``here``, the last range runs in this process, inside the returned function, and
-    the others in forked children (the same results, in the same order)."""
+    the others in forked children; with ``forks``, every range in a forked child (the same
+    results, in the same order)."""
     uri = getattr(store, "uri", None)
     workers = min(os.cpu_count() or 1, 4)
     if uri is None or workers < 2:
@@ -65,10 +78,10 @@ def start_over_ranges(
     ranges = store.rowid_ranges(table, workers)
     if not ranges or ranges[-1][1] - ranges[0][0] < min_rows:
         return None
-    if here:
+    if here or forks:
         if not hasattr(os, "fork") or len(ranges) < 2:
             return None
-        return _start_here(uri, ranges, worker, args)
+        return _start_forked(uri, ranges, worker, args, last_here=here and not forks)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -91,10 +104,15 @@ def start_over_ranges(
     return Pending(collect, stop)
 
 
-def _start_here(
-    uri: str, ranges: list[tuple[int, int]], worker: Callable[..., Any], args: tuple[Any, ...]
+def _start_forked(
+    uri: str,
+    ranges: list[tuple[int, int]],
+    worker: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    last_here: bool,
 ) -> Pending:
-    *forked, (low, high) = ranges
+    forked, mine = (ranges[:-1], ranges[-1]) if last_here else (ranges, None)
     children: list[tuple[int, int]] = []
     try:
         for start, end in forked:
@@ -107,14 +125,14 @@ def _start_here(
         pending = list(children)
         children.clear()  # pending's now: stopped below if need be
         try:
-            mine = worker(uri, low, high, *args)
+            here = [] if mine is None else [worker(uri, *mine, *args)]
             theirs = []
             for start, end in forked:
                 theirs.append(_result(pending.pop(0), worker, (uri, start, end, *args)))
         except BaseException:
             _stop(pending)
             raise
-        return [*theirs, mine]
+        return [*theirs, *here]
 
     def stop() -> None:
         _stop(children)
@@ -134,6 +152,8 @@ def _fork(worker: Callable[..., Any], args: tuple[Any, ...]) -> tuple[int, int]:
         os.close(write)
         raise
     if pid == 0:  # the child: never returns into the caller's code
+        global _in_forked_child
+        _in_forked_child = True
         code = 0
         try:
             os.close(read)

@@ -706,9 +706,10 @@ class Store:
     # loads a tool part's whole data again for the result's substr() (about 0.15 s of a
     # 0.8 s scan of the benchmark database); no way to load it once measured faster.
     _TOOL_HEAD_BYTES = 256
+    _MAYBE_TOOL = """(CAST(data AS TEXT) GLOB '*tool"*' OR CAST(data AS TEXT) GLOB '*\\u*')"""
     _TOOL_PARTS = (
         f"SELECT rowid, session_id, substr(CAST(data AS BLOB), 1, {_TOOL_HEAD_BYTES}) FROM part "
-        """WHERE (CAST(data AS TEXT) GLOB '*tool"*' OR CAST(data AS TEXT) GLOB '*\\u*')"""
+        f"WHERE {_MAYBE_TOOL}"
     )
 
     def tool_part_batches(

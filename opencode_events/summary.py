@@ -22,10 +22,11 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from . import fastscan
 from .events import summed_cost
 from .mapping import success_of
 from .mcp import mcp_server_of
-from .parallel import Pending, start_over_ranges, worker_connection
+from .parallel import Pending, in_forked_child, start_over_ranges, worker_connection
 from .store import SessionRow, Store, descendants
 from .views import decode_repairing
 
@@ -228,8 +229,8 @@ def _add_part(counts: ToolCounts, sid: str, part: _PartView) -> None:
 
 MessageCounts = dict[str, list[Any]]  # session → [turns, inferences, in flight]
 # Each process reads the messages of a share of the message table as large as its share of
-# the part table, times this (in percent), and the last process the rest: the last one is
-# this process, which also looks up the sessions while the others start reading.
+# the part table, times this (in percent), and the last process the rest: when the last one
+# is this process, which also looks up the sessions while the others start reading.
 _MESSAGE_LEAD = 112
 
 
@@ -253,36 +254,55 @@ def _start_scan(store: Any) -> Pending | None:
     parts, messages = rowid_ranges("part", 1), rowid_ranges("message", 1)
     if not parts:
         return None
-    spans = (parts[0], messages[0] if messages else None)
-    return start_over_ranges(store, "part", _PARALLEL_MIN_PARTS, _scan_range, spans, here=True)
+    # With apsw, every range is read by a forked child (see fastscan), in equal shares.
+    forks = fastscan.available()
+    spans = (parts[0], messages[0] if messages else None, 100 if forks else _MESSAGE_LEAD)
+    return start_over_ranges(
+        store, "part", _PARALLEL_MIN_PARTS, _scan_range, spans, here=True, forks=forks
+    )
 
 
-def _scan_range(
-    uri: str,
+Spans = tuple[tuple[int, int], tuple[int, int] | None, int]  # parts, messages, lead (%)
+
+
+def _scan_range(uri: str, low: int, high: int, spans: Spans) -> tuple[ToolCounts, MessageCounts]:
+    """A worker: tool calls of the parts with rowid in [low, high), and the message counts
+    of the same share of the message table (by rowid). A forked child reads with apsw where
+    it can (fastscan), any other process with sqlite3."""
+    if in_forked_child():
+        with fastscan.connect(uri, "part") as conn:
+            if conn is not None:
+                parts = fastscan.PartRange(
+                    conn, low, high, Store._TOOL_HEAD_BYTES, Store._MAYBE_TOOL
+                )
+                return _scan(conn, parts, low, high, spans, fastscan.errors())
+    with worker_connection(uri, "part") as conn:
+        return _scan(conn, _PartRange(conn, low, high), low, high, spans, (sqlite3.Error,))
+
+
+def _scan(
+    conn: Any,
+    parts: Any,
     low: int,
     high: int,
-    spans: tuple[tuple[int, int], tuple[int, int] | None],
+    spans: Spans,
+    errors: tuple[type[BaseException], ...],
 ) -> tuple[ToolCounts, MessageCounts]:
-    """A worker: tool calls of the parts with rowid in [low, high), and the message counts
-    of the same share of the message table (by rowid)."""
-    with worker_connection(uri, "part") as conn:
-        tools = _count_tool_parts(_PartRange(conn, low, high), None)
-        messages: MessageCounts = {}
-        if spans[1] is not None:
-            _count_message_range(conn, *_message_share(low, high, spans), messages)
+    tools = _count_tool_parts(parts, None)
+    messages: MessageCounts = {}
+    if spans[1] is not None:
+        _count_message_range(conn, *_message_share(low, high, spans), messages, errors)
     return tools, messages
 
 
-def _message_share(
-    low: int, high: int, spans: tuple[tuple[int, int], tuple[int, int] | None]
-) -> tuple[int, int]:
+def _message_share(low: int, high: int, spans: Spans) -> tuple[int, int]:
     """The message rowids [start, stop) read along with the parts [low, high): shares that
     follow one another as the part ranges do, the last one ending with the table."""
-    (part_low, part_high), message_span = spans
+    (part_low, part_high), message_span, lead = spans
     first, end = message_span or (0, 0)
 
     def edge(rowid: int) -> int:
-        done = (rowid - part_low) * (end - first) * _MESSAGE_LEAD // ((part_high - part_low) * 100)
+        done = (rowid - part_low) * (end - first) * lead // ((part_high - part_low) * 100)
         return first + min(done, end - first)
 
     return edge(low), edge(high)
@@ -349,13 +369,20 @@ _COMPLETED = operator.attrgetter("time.completed")
 _RUNNING = ("assistant", None)
 
 
-def _count_message_range(conn: Any, low: int, high: int, counts: MessageCounts) -> None:
-    """Add the turns, inferences and in-flight of the messages with rowid in [low, high)."""
+def _count_message_range(
+    conn: Any,
+    low: int,
+    high: int,
+    counts: MessageCounts,
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error,),
+) -> None:
+    """Add the turns, inferences and in-flight of the messages with rowid in [low, high)
+    (``errors``: what ``conn``, sqlite3's or apsw's, raises)."""
     for start in range(low, high, _MESSAGE_CHUNK):
         end = min(start + _MESSAGE_CHUNK, high)
         try:
             groups = conn.execute(_MESSAGES_BY_SESSION, (start, end)).fetchall()
-        except sqlite3.Error:  # e.g. a session's rows joined beyond SQLite's length limit
+        except errors:  # e.g. a session's rows joined beyond SQLite's length limit
             _count_rows(conn, start, end, counts)
             continue
         redo = []

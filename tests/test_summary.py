@@ -21,6 +21,7 @@ import msgspec
 import pytest
 
 import opencode_events.summary as summary_module
+from opencode_events import fastscan
 from opencode_events.mcp import mcp_server_of
 from opencode_events.store import Store
 
@@ -272,19 +273,25 @@ def build(tmp_path: Path, parts: list[Any], messages: list[Any]) -> tuple[Path, 
 
 
 def summaries(db: Path, monkeypatch, how: str) -> dict[str, dict]:
+    """``how``: per-session lookups, the whole table in this process, or the per-core
+    workers (forked children reading with apsw; ``workers-sqlite3``: as where apsw is
+    missing, the last range read here)."""
     if how == "per-session":
         monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 10**9)
     else:
         monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
-        workers = how == "workers"
+        workers = how.startswith("workers")
         monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0 if workers else 10**12)
-    with Store(db) as store:
-        rows = store.sessions(top_level=False)
-        result = summary_module.summarize(store, rows, mcp_servers=lambda directory: SERVERS)
+    with monkeypatch.context() as patch:
+        if how == "workers-sqlite3":
+            patch.setattr(fastscan, "_apsw", lambda: None)
+        with Store(db) as store:
+            rows = store.sessions(top_level=False)
+            result = summary_module.summarize(store, rows, mcp_servers=lambda directory: SERVERS)
     return {s.id: msgspec.to_builtins(s) for s in result}
 
 
-HOW = ["per-session", "whole-table", "workers"]
+HOW = ["per-session", "whole-table", "workers", "workers-sqlite3"]
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -348,6 +355,51 @@ def test_a_long_usual_tool_part_is_judged_by_its_head(tmp_path: Path, monkeypatc
     assert [expected_tools([row])[0] for row in rows] == [0, 0, 0]  # decoded whole
 
 
+def _padded(data: str | bytes, front: bool) -> str | bytes:
+    """The row made larger than ``fastscan.BIG`` (so that apsw reads only its head): a key
+    added first or last to an object, white space after anything else."""
+    text = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
+    pad = "p" * (fastscan.BIG + 500)
+    if text.startswith("{") and text.endswith("}") and len(text) > 2:
+        text = f'{{"pad":"{pad}",{text[1:]}' if front else f'{text[:-1]},"pad":"{pad}"}}'
+    else:
+        text += " " * len(pad)
+    return text.encode("utf-8", "surrogateescape") if isinstance(data, bytes) else text
+
+
+def _usual_head(data: str | bytes) -> bool:
+    head = (data.encode() if isinstance(data, str) else data)[:256]
+    match = summary_module._TOOL_HEAD.match
+    return bool(match(head) or summary_module._TOOL_HEAD_CALL_FIRST.match(head))
+
+
+TOOL_FIELDS = ("tool_calls", "tool_failures", "mcp_calls")
+
+
+@pytest.mark.parametrize("front", [False, True], ids=["pad-last", "pad-first"])
+def test_large_odd_parts_read_every_way_agree(tmp_path: Path, monkeypatch, front: bool):
+    """Every odd part made large: apsw's workers read only its first bytes (the rest may be
+    on overflow pages); the other ways test the whole of it in SQL first. Every way gives
+    the same counts, and they are what decoding the part whole gives, but for a part that
+    starts the way OpenCode writes a tool part: judged by its start (the documented limit)."""
+    rows = [_padded(p.values[0], front) for p in PARTS]
+    assert all(len(r) > fastscan.BIG for r in rows)
+    db, want = build(tmp_path, rows, [])
+    results = {how: summaries(db, monkeypatch, how) for how in HOW}
+    reference = results["per-session"]
+    for how, got in results.items():
+        assert {s: {k: got[s][k] for k in TOOL_FIELDS} for s in want} == {
+            s: {k: reference[s][k] for k in TOOL_FIELDS} for s in want
+        }, how
+    judged_by_head = {f"ses_odd{n:04d}" for n, row in enumerate(rows) if _usual_head(row)}
+    assert len(judged_by_head) > (2 if not front else 0)  # a pad first hides most
+    for sid, fields in want.items():
+        if sid not in judged_by_head:
+            assert {k: reference[sid][k] for k in fields} == fields, sid
+        else:
+            assert reference[sid]["tool_calls"] == 1, sid
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_message_shares_follow_one_another(seed: int):
     """Whatever the part ranges, the processes' message shares cover the message table once."""
@@ -362,18 +414,20 @@ def test_message_shares_follow_one_another(seed: int):
         rng.sample(range(part_low + 1, part_high), min(rng.randint(0, 5), part_high - part_low - 1))
     )
     edges = [part_low, *cuts, part_high]
-    spans = ((part_low, part_high), (first, end))
+    spans = ((part_low, part_high), (first, end), rng.choice([100, 112]))
     shares = [summary_module._message_share(lo, hi, spans) for lo, hi in itertools.pairwise(edges)]
     assert shares[0][0] == first and shares[-1][1] == end
     assert all(a[1] == b[0] for a, b in itertools.pairwise(shares))
     assert all(start <= stop for start, stop in shares)
 
 
-@pytest.mark.parametrize("how", ["whole-table", "workers"])
+@pytest.mark.parametrize("how", ["whole-table", "workers", "workers-sqlite3"])
 def test_a_session_too_long_to_join_is_read_row_by_row(tmp_path: Path, monkeypatch, how: str):
     """The whole-table read joins each session's messages of a chunk into one value; one
     longer than SQLite's length limit (1 GB by default; lowered here) is read row by row,
-    to the same summaries, instead of failing the command."""
+    to the same summaries, instead of failing the command (sqlite3's error or apsw's)."""
+    import apsw
+
     db, _ = build(tmp_path, [], [m.values[0] for m in MESSAGES])
     conn = sqlite3.connect(db)
     (sid,) = conn.execute("SELECT id FROM session WHERE id LIKE 'ses_odd%' LIMIT 1").fetchone()
@@ -387,16 +441,33 @@ def test_a_session_too_long_to_join_is_read_row_by_row(tmp_path: Path, monkeypat
     expected = summaries(db, monkeypatch, how)
     assert expected[sid]["turns"] >= 334 and expected[sid]["in_flight"]
     limit = 8000
-    real = summary_module.worker_connection
+    limited_in = tmp_path / "limited"  # one line per connection limited, from any process
+    real, real_apsw = summary_module.worker_connection, fastscan.connect
+
+    def mark(kind: str) -> None:
+        with open(limited_in, "a") as out:
+            out.write(f"{kind}\n")
 
     @contextlib.contextmanager
     def limited(uri: str, what: str) -> Iterator[sqlite3.Connection]:
         with real(uri, what) as conn:
             conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
+            mark("sqlite3")
+            yield conn
+
+    @contextlib.contextmanager
+    def limited_apsw(uri: str, what: str) -> Iterator[Any]:
+        with real_apsw(uri, what) as conn:
+            if conn is not None:
+                conn.limit(apsw.SQLITE_LIMIT_LENGTH, limit)
+                mark("apsw")
             yield conn
 
     monkeypatch.setattr(summary_module, "worker_connection", limited)
+    monkeypatch.setattr(fastscan, "connect", limited_apsw)
     assert summaries(db, monkeypatch, how) == expected
+    kinds = set(limited_in.read_text().split())
+    assert kinds == ({"apsw"} if how == "workers" else {"sqlite3"})
 
 
 def _slow_in_a_child(uri: str, low: int, high: int, *args: Any) -> Any:
@@ -442,3 +513,39 @@ def test_workers_are_stopped_when_the_sessions_cannot_be_read(tmp_path: Path, mo
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(OSError):
                 os.waitpid(pid, 0)
+
+
+def test_apsw_reads_in_forked_children_only(tmp_path: Path, monkeypatch):
+    """Two copies of SQLite must not open one file in one process (closing it in one drops
+    the other's locks): apsw is opened by the forked workers only, never in the command's
+    own process, which holds sqlite3's connection, not even to redo a child that died."""
+    from opencode_events.parallel import in_forked_child
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: no workers")
+    db, _ = build(tmp_path, [p.values[0] for p in PARTS], [m.values[0] for m in MESSAGES])
+    expected = summaries(db, monkeypatch, "per-session")
+    opened, died = tmp_path / "opened", tmp_path / "died"
+    real_connect, real_range = fastscan.connect, summary_module._scan_range
+
+    @contextlib.contextmanager
+    def logged(uri: str, what: str) -> Iterator[Any]:
+        with real_connect(uri, what) as conn:
+            if conn is not None:
+                with open(opened, "a") as out:
+                    out.write(f"{os.getpid()}\n")
+            yield conn
+
+    def first_child_dies(uri: str, low: int, high: int, *args: Any) -> Any:
+        if in_forked_child():
+            with contextlib.suppress(FileExistsError):
+                died.touch(exist_ok=False)
+                os._exit(1)  # no result: the parent redoes this range
+        return real_range(uri, low, high, *args)
+
+    monkeypatch.setattr(fastscan, "connect", logged)
+    monkeypatch.setattr(summary_module, "_scan_range", first_child_dies)
+    assert summaries(db, monkeypatch, "workers") == expected
+    assert died.exists()
+    pids = set(opened.read_text().split())
+    assert pids and str(os.getpid()) not in pids

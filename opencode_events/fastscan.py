@@ -1,0 +1,129 @@
+"""The part heads of a rowid range read with apsw's SQLite: the fast path of the whole-table
+``sessions`` scan, for forked workers only.
+
+Why a second SQLite. Python's ``sqlite3`` module uses the system's library (3.40 on Debian
+12), where any function applied to a value stored on overflow pages loads the whole value,
+and a value used twice is loaded twice: counting tool calls read the benchmark database's
+2.5 GB of part data about one and a half times over. apsw ships a current SQLite (3.43 or
+newer is needed): ``octet_length()`` tells a value's size from the row's header, without
+loading it, and one incremental blob handle, moved from row to row with ``reopen``, reads the
+first bytes of a large value without touching its overflow pages. So a large part (a tool's
+output, mostly) costs its first 256 bytes; a small one is tested in SQL as before.
+
+The same rows and heads as ``Store.tool_part_batches`` hands over, except that a part over
+``BIG`` bytes is handed over whatever it holds (the caller decodes it whole when its head
+does not settle it), so the counts are the same.
+
+Only in forked children (``parallel.in_forked_child``), which hold no other connection: two
+copies of SQLite in one process must not open the same file, because closing a file in one
+drops the POSIX locks the other holds on it (sqlite.org, "How To Corrupt", 2.2.1). Where apsw
+is missing or older, ``connect`` gives None and the caller reads with ``sqlite3``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import InputError
+
+__all__ = ["BIG", "PartRange", "connect", "errors"]
+
+BIG = 4000  # bytes: a larger value may have overflow pages (4,096-byte pages, OpenCode's)
+_MIN_VERSION = (3, 43)  # octet_length()
+
+
+def _apsw() -> Any | None:
+    try:
+        import apsw
+    except ImportError:
+        return None
+    version = tuple(int(n) for n in apsw.sqlite_lib_version().split(".")[:2])
+    return apsw if version >= _MIN_VERSION else None
+
+
+def available() -> bool:
+    """Whether apsw with a new enough SQLite is installed (nothing is opened)."""
+    return _apsw() is not None
+
+
+def errors() -> tuple[type[BaseException], ...]:
+    """The errors a connection from ``connect`` raises (none when apsw is not available)."""
+    apsw = _apsw()
+    return (apsw.Error,) if apsw is not None else ()
+
+
+@contextlib.contextmanager
+def connect(uri: str, what: str) -> Iterator[Any | None]:
+    """A read-only apsw connection to the store at ``uri`` (None where apsw cannot be used);
+    its errors become ``InputError``, as ``parallel.worker_connection``'s do."""
+    apsw = _apsw()
+    if apsw is None:
+        yield None
+        return
+    try:
+        conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        try:
+            conn.set_busy_timeout(5000)  # as sqlite3.connect's default wait
+            yield conn
+        finally:
+            conn.close()
+    except apsw.Error as exc:
+        raise InputError(f"cannot read the {what} table: {exc}") from None
+
+
+class PartRange:
+    """The two queries ``summary._count_tool_parts`` needs, over parts [low, high), on an
+    apsw connection: the heads of the parts that could be tool parts, and a part whole."""
+
+    def __init__(self, conn: Any, low: int, high: int, head_bytes: int, maybe_tool: str) -> None:
+        self.conn, self.low, self.high = conn, low, high
+        self.head_bytes = head_bytes
+        # A large part's head is read through the blob handle (NULL here); a small one is
+        # tested and cut in SQL. octet_length() of a number is its text's: never large.
+        self.query = (
+            f"SELECT rowid, session_id, CASE WHEN octet_length(data) > {BIG} THEN NULL "
+            f"ELSE substr(CAST(data AS BLOB), 1, {head_bytes}) END FROM part "
+            f"WHERE rowid >= ? AND rowid < ? AND (octet_length(data) > {BIG} OR {maybe_tool})"
+        )
+        self._blob: Any = None
+
+    def tool_part_batches(self, scope: None) -> Iterator[list[tuple[Any, ...]]]:
+        # The blob reads happen while the query's statement is open: one read transaction,
+        # so a head comes from the same snapshot as its row.
+        batch: list[tuple[Any, ...]] = []
+        for rowid, sid, head in self.conn.execute(self.query, (self.low, self.high)):
+            batch.append((rowid, sid, self._head(rowid) if head is None else head))
+            if len(batch) == 4096:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+        if self._blob is not None:
+            self._blob.close()
+            self._blob = None
+
+    def _head(self, rowid: int) -> bytes:
+        try:
+            if self._blob is None:
+                self._blob = self.conn.blob_open("main", "part", "data", rowid, False)
+            else:
+                self._blob.reopen(rowid)
+            return self._blob.read(self.head_bytes)
+        except Exception:  # noqa: BLE001 - any refusal (e.g. a value of another type): SQL
+            if self._blob is not None:  # a handle whose reopen failed is of no more use
+                with contextlib.suppress(Exception):
+                    self._blob.close()
+                self._blob = None
+        row = self.conn.execute(
+            f"SELECT substr(CAST(data AS BLOB), 1, {self.head_bytes}) FROM part WHERE rowid = ?",
+            (rowid,),
+        ).fetchone()
+        return row[0] if row and row[0] is not None else b""
+
+    def part_data(self, rowid: int) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT CAST(data AS BLOB) FROM part WHERE rowid = ?", (rowid,)
+        ).fetchone()
+        return row[0] if row else None
