@@ -103,6 +103,56 @@ def test_reading_changes_nothing(tmp_path: Path, wal: bool):
     assert fingerprint(db.parent) == before  # no -wal/-shm created, no byte changed
 
 
+@pytest.mark.parametrize("how", ["workers", "workers-sqlite3"])
+@pytest.mark.parametrize("state", ["closed", "live"])
+def test_session_workers_change_nothing(tmp_path: Path, monkeypatch, state: str, how: str):
+    """The per-core workers of `sessions --all` (forked, reading with apsw's SQLite, or with
+    sqlite3 where apsw is missing) open the store the way the command does: a closed store
+    gains no side file and keeps every byte; beside a live writer, the database and its WAL
+    keep every byte and the writer is never blocked."""
+    import msgspec
+
+    import opencode_events.fastscan as fastscan
+    import opencode_events.summary as summary_module
+
+    db = copy_sample("task", tmp_path, wal=True)
+    writer = None
+    if state == "live":
+        writer = sqlite3.connect(db, timeout=0)
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("UPDATE session SET title = title || ' (live)'")
+        writer.execute(  # one more tool call, in the WAL only
+            "INSERT INTO part SELECT 'prt_zzzzlive', message_id, session_id, time_created, "
+            """time_updated, data FROM part WHERE data LIKE '{"type":"tool",%' LIMIT 1"""
+        )
+        writer.commit()
+        assert Path(f"{db}-wal").exists() and Path(f"{db}-shm").exists()
+    watched = [db.name] if state == "closed" else [db.name, f"{db.name}-wal"]
+    before = fingerprint(db.parent)
+    with Store(db) as store:
+        rows = store.sessions()
+        plain = msgspec.to_builtins(summary_module.summarize(store, rows))
+        monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
+        monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
+        if how == "workers-sqlite3":
+            monkeypatch.setattr(fastscan, "_apsw", lambda: None)
+        assert summary_module._start_scan(store) is not None  # the workers do run
+        workers = msgspec.to_builtins(summary_module.summarize(store, rows))
+        after = fingerprint(db.parent)
+        if writer is not None:
+            writer.execute("UPDATE session SET title = title")
+            writer.commit()  # timeout=0: fails at once if a reader blocked the writer
+            writer.close()
+    tool_parts = sql(db, """SELECT count(*) FROM part WHERE data LIKE '{"type":"tool",%'""")
+    assert workers == plain and sum(r["tool_calls"] for r in workers) == tool_parts[0][0]
+    assert any("(live)" in r["title"] for r in workers) is (state == "live")
+    # Closed: no -wal/-shm created, no byte changed. Live: the database and its WAL keep
+    # every byte (readers change only their read marks in -shm).
+    assert (after if state == "closed" else {n: after[n] for n in watched}) == (
+        before if state == "closed" else {n: before[n] for n in watched}
+    )
+
+
 def test_reads_while_opencode_writes(tmp_path: Path):
     db = copy_sample("task", tmp_path, wal=True)
     writer = sqlite3.connect(db, timeout=0)
