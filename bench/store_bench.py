@@ -674,6 +674,17 @@ def verdicts(r: dict) -> list[tuple[str, object, str, bool | None]]:
     return rows
 
 
+def sqlite_versions() -> dict:
+    """The SQLite of Python's sqlite3 (most reads) and of apsw (the `sessions` workers)."""
+    try:
+        import apsw
+
+        fast = apsw.sqlite_lib_version()
+    except ImportError:
+        fast = None
+    return {"sqlite3": sqlite3.sqlite_version, "apsw": fast}
+
+
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--bare":
         bare_loop(sys.argv[2])
@@ -700,6 +711,7 @@ def main() -> None:
             for k in ("all_messages", "without_fork_copies", "fork_copies", "session_columns")
         },
         "ccusage_version": CCUSAGE_VERSION if cc else None,
+        "sqlite_versions": sqlite_versions(),
     }
     (OUT / "store-results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(

@@ -165,6 +165,13 @@ class UsageReport(Struct, kw_only=True):
     notes: list[str] = []
     stored: bool = False  # read from the store (else from a stream): which columns it has
 
+    def __post_init__(self) -> None:
+        # A count column of the report is in its total even when no row gave one (an empty
+        # report), so that the total keeps one shape.
+        for name in ("inferences", "tool_calls"):
+            if getattr(self.total, name) is None and name in self.columns:
+                setattr(self.total, name, 0)
+
     @property
     def columns(self) -> list[str]:
         """Every column of the report, in order (``report_columns``)."""
@@ -399,6 +406,7 @@ def stream_usage(
         raise GroupingError(f"--by {by} needs the store (use --db/--session/--last/--all)")
     rows: list[UsageRow] = []
     groups: dict[str, UsageRow] = {}
+    first_time: dict[str, int] = {}  # group → its first step's time
     sessions = set()
     unread = _Unread()
     for name, stream in inputs:
@@ -421,6 +429,8 @@ def stream_usage(
                 rows.append(row)
                 continue
             key = session or "" if by == "session" else _day(event.time, tz) or ""
+            if row.started is not None and row.started < first_time.get(key, row.started + 1):
+                first_time[key] = row.started
             group = groups.get(key)
             if group is None:
                 group = groups[key] = UsageRow(
@@ -430,8 +440,8 @@ def stream_usage(
                 )
             group.add(row)
             group.inferences = (group.inferences or 0) + 1
-    if by in ("session", "day"):
-        rows = [groups[k] for k in sorted(groups)]
+    if by in ("session", "day"):  # sessions oldest first, as from the store
+        rows = [groups[k] for k in sorted(groups, key=lambda k: (first_time.get(k, 0), k))]
         for row in rows:
             row.cost = summed_cost(row.cost, _figures_in(row))
     elif len(sessions) <= 1:

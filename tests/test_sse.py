@@ -361,6 +361,44 @@ def test_samples_event_and_global_streams_agree(name: str) -> None:
     ]
 
 
+@pytest.mark.parametrize("name", SERVE_SAMPLES)
+def test_a_capture_read_twice_is_written_once_and_counted_as_duplicates(name: str) -> None:
+    """Server events are deduplicated as the run stream is: a part or a finished message that
+    comes again, complete, is skipped and tallied in ``metrics.duplicates`` (once per part
+    or message written, not once per progress update sent again)."""
+    capture = (SAMPLES / name / "events.sse").read_bytes()
+    once, reader = read(capture)
+    twice, reader_twice = read(capture + capture)
+    drop = {"line", "seq"}
+    apart = {"error", "permission"}  # no part or message id to know them again by
+
+    def parts_and_usage(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {k: v for k, v in e.items() if k not in drop} for e in events if e["kind"] not in apart
+        ]
+
+    assert parts_and_usage(twice) == parts_and_usage(once)
+    again = [e for e in twice if e["kind"] in apart]
+    assert len(again) == 2 * len([e for e in once if e["kind"] in apart])
+    written = {e["part_id"] for e in once if e["kind"] != "usage" and "part_id" in e}
+    usage = [e for e in once if e["kind"] == "usage"]
+    assert reader.normalizer.duplicates == 0 and written  # nothing comes twice in one capture
+    spent_nothing = len(set(_completed_assistants(capture))) - len(usage)  # failed requests
+    assert reader_twice.normalizer.duplicates == len(written) + len(usage) + spent_nothing
+
+
+def _completed_assistants(capture: bytes) -> list[str]:
+    ids = []
+    for line in capture.split(b"\n"):
+        if line.startswith(b"data:"):
+            frame = json.loads(line[5:])
+            info = frame.get("properties", {}).get("info") or {}
+            completed = (info.get("time") or {}).get("completed")
+            if frame.get("type") == "message.updated" and info.get("role") == "assistant":
+                ids += [info["id"]] if completed is not None else []
+    return ids
+
+
 def test_sample_permission_flow() -> None:
     events, reader = read((SAMPLES / "serve_permission" / "events.sse").read_bytes())
     assert kinds(events).count("command") == 3

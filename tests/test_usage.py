@@ -152,6 +152,40 @@ def test_stream_by_day_and_session_keep_the_totals():
     assert len(usage(stream, "--by", "session")["rows"]) == 2
 
 
+def test_stream_sessions_come_oldest_first_as_from_the_store(tmp_path: Path):
+    """`--by session` lists sessions by their first step, oldest first, from a stream as from
+    the store (OpenCode's session ids sort newest first, so not by id)."""
+    stream = SAMPLES / "fork" / "stream.jsonl"
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    from_stream = [r["session_id"] for r in usage(str(stream), "--by", "session")["rows"]]
+    from_store = [
+        r["session_id"] for r in usage("--db", str(db), "--all", "--by", "session")["rows"]
+    ]
+    assert from_stream == from_store and len(from_stream) == 2
+    older, newer = "ses_zzzz", "ses_aaaa"  # ids in the opposite order of their times
+    lines = [
+        {**step_finish(), "sessionID": newer, "timestamp": 2000},
+        {**step_finish(), "sessionID": older, "timestamp": 1000},
+    ]
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in lines)
+    assert [r["session_id"] for r in usage("--by", "session", stdin=data)["rows"]] == [older, newer]
+
+
+@pytest.mark.parametrize("by", ["turn", "step", "session", "model", "agent", "day"])
+def test_an_empty_store_report_has_the_total_of_a_full_one(tmp_path: Path, by: str):
+    """Nothing since then: the total still has the report's count columns (at 0), so its JSON
+    has the shape of any other day's."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    full = usage("--db", str(db), "--all", "--by", by)["total"]
+    empty = usage("--db", str(db), "--since", "2099-01-01", "--by", by)
+    assert empty["rows"] == []
+    counts = {"inferences", "tool_calls"} & set(full)
+    assert {k: empty["total"][k] for k in counts} == dict.fromkeys(counts, 0)
+    assert set(empty["total"]) == set(full) - {"subagent_cost", "subagent_tokens"}
+
+
 def test_stream_cannot_group_by_model():
     result = subprocess.run(CLI + ["--by", "model"], input=b"", capture_output=True)
     assert result.returncode == 2 and b"needs the store" in result.stderr
