@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 import click
 
 from .cliutil import open_output, pipe_safe, same_file, stdout_is
-from .errors import InputError
+from .errors import InputError, OutputError
 
 __all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
 
@@ -310,15 +310,19 @@ def attach(
 class _Tee:
     """A raw reader that copies every chunk it returns to ``copy``, byte for byte."""
 
-    def __init__(self, stream: Any, copy: BinaryIO | None) -> None:
+    def __init__(self, stream: Any, copy: BinaryIO | None, name: str | None = None) -> None:
         self._stream = stream
         self._copy = copy
+        self._name = name
 
     def read(self, n: int = -1) -> bytes:
         chunk = self._stream.read(n)
         if chunk and self._copy is not None:
-            self._copy.write(chunk)
-            self._copy.flush()
+            try:
+                self._copy.write(chunk)
+                self._copy.flush()
+            except OSError as exc:  # a full disk: say which file
+                raise OutputError(exc.errno, exc.strerror, self._name) from None
         return chunk
 
 
@@ -404,7 +408,7 @@ def run_opencode(
     finished = False
     try:
         normalize_streams(
-            [("opencode", _Tee(child.stdout, copy))],  # type: ignore[list-item]
+            [("opencode", _Tee(child.stdout, copy, tee))],  # type: ignore[list-item]
             writer,
             keep_raw=keep_raw,
             metrics=not no_metrics,
@@ -414,13 +418,18 @@ def run_opencode(
     finally:
         try:
             if not finished:
-                writer.flush()
-                _stop(child)  # still forwarding: a second signal now cannot skip its SIGKILL
+                try:  # OpenCode first: a flush into a closed pipe or a full disk fails too
+                    _stop(child)  # still forwarding: a second signal now cannot skip its SIGKILL
+                finally:
+                    writer.flush()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if copy is not None:
-                copy.close()
+                try:
+                    copy.close()
+                except OSError as exc:  # what a full disk left unwritten
+                    raise OutputError(exc.errno, exc.strerror, tee) from None
     raise SystemExit(128 - code if code < 0 else code)
 
 

@@ -668,3 +668,72 @@ def test_an_error_quoting_a_control_character_stays_one_line():
     result = run(["import", "--db", str(STORE), "ses_dd8083e0\nx\x1b[2J"])
     assert result.returncode == 2
     assert result.stderr == (f"error: no session ses_dd8083e0\\x0ax\\x1b[2J in {STORE}\n".encode())
+
+
+_ENDLESS_OPENCODE = """#!{python}
+import json, os, signal, sys, time
+pid_file = {pid_file!r}
+with open(pid_file, "w") as out:
+    out.write(str(os.getpid()))
+signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as Bun does: a closed pipe is an error, not death
+n = 0
+while True:  # a run that would go on for a long time
+    record = {{"type": "text", "timestamp": 1, "sessionID": "ses_x",
+              "part": {{"id": f"prt_{{n}}", "type": "text", "text": "working"}}}}
+    try:
+        sys.stdout.write(json.dumps(record) + "\\n")
+        sys.stdout.flush()
+    except OSError:
+        pass
+    n += 1
+    time.sleep(0.05)
+"""
+
+
+def _endless_opencode(tmp_path: Path) -> tuple[Path, Path]:
+    fake = tmp_path / "opencode"
+    pid_file = tmp_path / "opencode.pid"
+    fake.write_text(_ENDLESS_OPENCODE.format(python=sys.executable, pid_file=str(pid_file)))
+    fake.chmod(0o755)
+    return fake, pid_file
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)  # leave nothing behind, whatever the test says
+    return False
+
+
+@pytest.mark.parametrize("how", ["closed-pipe", "full-disk", "full-tee"])
+def test_run_stops_opencode_when_its_output_fails(tmp_path: Path, how: str):
+    """`run | head -1`, `run -o /dev/full`, `run --tee /dev/full`: OpenCode is stopped, not
+    left working with nobody reading; a full disk is one `error:` line naming the file."""
+    fake, pid_file = _endless_opencode(tmp_path)
+    args = {"closed-pipe": [], "full-disk": ["-o", "/dev/full"], "full-tee": ["--tee", "/dev/full"]}
+    proc = subprocess.Popen(
+        CMD + ["run", *args[how], "work"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OPENCODE_BIN": str(fake)},
+    )
+    try:
+        if how == "closed-pipe":
+            assert proc.stdout.readline().startswith(b"{")
+            proc.stdout.close()  # `| head -1`
+        code = proc.wait(timeout=30)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _gone(int(pid_file.read_text()))
+    if how == "closed-pipe":
+        assert code == 141 and err == b""
+    else:
+        assert code == 2 and err == b"error: cannot write /dev/full: No space left on device\n"
