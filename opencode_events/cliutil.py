@@ -56,13 +56,42 @@ def open_inputs(paths: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
             if sys.stdin is None:  # started with stdin closed (`<&-`)
                 raise InputError("standard input is closed")
             # Unbuffered: read(n) returns what the pipe holds, so lines flow as they come.
-            opened.append(("-", open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)))  # noqa: SIM115
+            stdin = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115
+            opened.append(("-", InputFile(stdin, "standard input")))
             continue
         try:
-            opened.append((path, open(path, "rb", buffering=0)))  # noqa: SIM115 - closed at exit
+            opened.append((path, InputFile(open(path, "rb", buffering=0), path)))  # noqa: SIM115
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     return opened
+
+
+class InputFile:
+    """An input opened unbuffered, whose ``read`` waits for data and names the file when it
+    fails. A pipe whose reader was set non-blocking (by whoever shares it) returns None when
+    nothing is waiting: that is no end of input, so wait until there is something to read.
+    A read error (EIO) is one ``error: cannot read NAME: …``, not a bare errno message."""
+
+    def __init__(self, raw: Any, name: str) -> None:
+        self._raw, self.name = raw, name
+
+    def read(self, size: int = -1) -> bytes:
+        while True:
+            try:
+                chunk = self._raw.read(size)
+            except BlockingIOError:
+                chunk = None
+            except OSError as exc:
+                raise InputError(f"cannot read {self.name}: {exc.strerror or exc}") from None
+            if chunk is not None:
+                return chunk
+            select.select([self._raw], [], [])
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 def format_for(fmt: str | None, out: BinaryIO) -> str:

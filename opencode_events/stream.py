@@ -88,7 +88,7 @@ class StreamReader:
         self.source = source
 
     def feed(self, line_no: int, line: bytes) -> list[Event]:
-        if line_no == 1 and line.startswith(BOM):
+        if line.startswith(BOM):  # a file's first line; each file of a `cat` may have one
             line = line[3:]
         if line.endswith(b"\r"):
             line = line[:-1]

@@ -737,3 +737,36 @@ def test_run_stops_opencode_when_its_output_fails(tmp_path: Path, how: str):
         assert code == 141 and err == b""
     else:
         assert code == 2 and err == b"error: cannot write /dev/full: No space left on device\n"
+
+
+def test_a_non_blocking_stdin_is_read_to_its_end():
+    """A pipe set non-blocking by whoever shares it returns nothing while its writer pauses:
+    that is no end of input; every line is read, however slowly it comes."""
+    import fcntl
+
+    lines = (
+        (ROOT / "samples" / "file_tools" / "stream.jsonl").read_bytes().splitlines(keepends=True)
+    )
+    read_end, write_end = os.pipe()
+    flags = fcntl.fcntl(read_end, fcntl.F_GETFL)
+    fcntl.fcntl(read_end, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    proc = subprocess.Popen(
+        CMD + ["normalize"], stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    os.close(read_end)
+    try:
+        for line in lines:
+            os.write(write_end, line)
+            time.sleep(0.03)
+    finally:
+        os.close(write_end)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err == b""
+    assert out == run(["normalize"], stdin=b"".join(lines)).stdout
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc")
+def test_an_input_that_fails_to_read_is_named():
+    result = run(["normalize", "/proc/self/mem"])
+    assert result.returncode == 2 and result.stdout == b""
+    assert result.stderr == b"error: cannot read /proc/self/mem: Input/output error\n"

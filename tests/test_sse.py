@@ -291,6 +291,7 @@ def test_crlf_lone_cr_and_bom() -> None:
     body = '{"type":"session.error","properties":{"error":"x"}}'
     crlf = "\ufeffdata: " + body + "\r\n\r\n" + "data: " + body + "\r\n\r\n"
     assert kinds(read(crlf)[0]) == ["error", "error"]
+    assert kinds(read(crlf + crlf)[0]) == ["error"] * 4  # `cat a.sse a.sse`: a BOM each
     lone_cr = "data: " + body + "\r\r" + "data: " + body + "\r\r"
     events = read(lone_cr)[0]
     assert kinds(events) == ["error", "error"]

@@ -79,6 +79,16 @@ def test_crlf_bom_and_blank_lines():
     assert metrics["records"] == 2
 
 
+def test_a_bom_starts_any_line_after_blank_lines_or_a_cat():
+    """`{ echo; cat a.jsonl; }` and `cat a.jsonl b.jsonl`: each file's BOM is skipped."""
+    text = json.dumps(record("text", {"type": "text", "text": "a"}))
+    second = json.dumps(step_finish())
+    lines = [b"", ("\ufeff" + text).encode(), ("\ufeff" + second).encode()]
+    events, metrics = normalize_with_metrics(lines)
+    assert [e["kind"] for e in events] == ["message", "usage"]
+    assert metrics["records"] == 2 and "warning" not in metrics.get("counts", {})
+
+
 BAD_LINES = [
     pytest.param(b"not json at all", "warning", id="garbage"),
     pytest.param(b'{"type":"text","part":{"text":"\xff\xfe"}}', "warning", id="invalid-utf8"),
