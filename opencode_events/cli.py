@@ -79,9 +79,14 @@ def normalize(
     inputs_opened = open_inputs(inputs)
     out = open_output(output, reads=inputs or ("-",))
     writer = make_writer(format_for(fmt, out), out, buffered=buffered)
-    normalizer = normalize_streams(
-        inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
-    )
+    try:
+        normalizer = normalize_streams(
+            inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
+        )
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: what was normalized is kept
+        with contextlib.suppress(OSError):
+            writer.flush()
+        raise
     if strict and normalizer.problems:
         raise SystemExit(EXIT_STRICT)
 

@@ -73,13 +73,15 @@ def _first_line(text: str | None, limit: int = 200) -> str:
 
 
 class _TextOut:
-    """A text stream over a binary one (UTF-8), without owning or closing it."""
+    """A text stream over a binary one, without owning or closing it; a character the
+    encoding lacks is written as ``?``, never an error."""
 
-    def __init__(self, out: IO[bytes]) -> None:
+    def __init__(self, out: IO[bytes], encoding: str = "utf-8") -> None:
         self._out = out
+        self._encoding = encoding
 
     def write(self, text: str) -> int:
-        self._out.write(text.encode("utf-8", "replace"))
+        self._out.write(text.encode(self._encoding, "replace"))
         return len(text)
 
     def flush(self) -> None:
@@ -94,7 +96,16 @@ class _TextOut:
 
     @property
     def encoding(self) -> str:
-        return "utf-8"
+        return self._encoding
+
+
+def _is_utf8(encoding: str) -> bool:
+    import codecs
+
+    try:
+        return codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        return False
 
 
 # Control characters in what OpenCode recorded (a model's text, a command's output, a title)
@@ -155,6 +166,10 @@ class PrettyWriter:
             out = sys.stdout
         elif not hasattr(out, "encoding"):
             out = _TextOut(out)  # type: ignore[arg-type]
+        encoding = getattr(out, "encoding", None) or "utf-8"
+        if not _is_utf8(encoding) and hasattr(out, "buffer"):
+            out.flush()  # an ASCII or Latin-1 locale: what it cannot show becomes "?"
+            out = _TextOut(out.buffer, encoding)  # type: ignore[union-attr]
         terminal = bool(getattr(out, "isatty", lambda: False)())
         kwargs: dict[str, Any] = {}
         if color is False:
@@ -171,6 +186,8 @@ class PrettyWriter:
             **kwargs,
         )
         passes_broken_pipe(self._console)
+        if self._console.width < 1:  # COLUMNS=0 (or less) names no width
+            self._console.width = 80
         self._use_live = terminal if live is None else live
         self._live: Any = None
         self._atexit = False
@@ -338,6 +355,8 @@ class PrettyWriter:
 
         while len(line()) > self._console.width and any(drop for _, drop in parts):
             parts.pop(max(range(len(parts)), key=lambda i: (parts[i][1], i)))  # ties: the last
+        if len(line()) > self._console.width:  # a very narrow terminal: a shorter label
+            label = f"  #{event.turn} "
         return Text(line(), style="dim", no_wrap=True, overflow="ellipsis")
 
     def _permission(self, event: Permission) -> Any:
@@ -358,6 +377,7 @@ class PrettyWriter:
         return text
 
     def _tool(self, event: Any) -> Any:
+        from rich.cells import cell_len, set_cell_size
         from rich.text import Text
 
         success = event.success
@@ -365,7 +385,7 @@ class PrettyWriter:
             (OK, "green") if success else (FAIL, "red") if success is False else (NEUTRAL, "yellow")
         )
         tool = event.tool
-        subject = visible(_subject(event, self._cwd))
+        subject = visible(_subject(event, self._cwd)).replace("\t", " ")  # one line: no tab stops
         details = Text(style="dim")
         if getattr(event, "exit_code", None) is not None:  # a command, or a file op from bash
             details.append(f"exit {event.exit_code}", "dim" if event.exit_code == 0 else "red")
@@ -373,12 +393,15 @@ class PrettyWriter:
         if duration:
             details.append((" · " if details else "") + duration)
         head = f"{glyph} {visible(tool):<{_LABEL_WIDTH - 1}} "
-        room = self._console.width - len(head) - (len(details) + 2 if details else 0)
+        # Measured in terminal cells: a CJK character or an emoji takes two.
+        room = (
+            self._console.width - cell_len(head) - (cell_len(details.plain) + 2 if details else 0)
+        )
         error = visible(_first_line(event.error)) if success is False and event.error else ""
         if error:  # the error's start stays in view too, after the duration
-            room -= min(len(error), 24) + 2
-        if len(subject) > room:  # cut the subject, keep exit code and duration in view
-            subject = subject[: max(room - 1, 8)] + "…"
+            room -= min(cell_len(error), 24) + 2
+        if cell_len(subject) > room:  # cut the subject, keep exit code and duration in view
+            subject = set_cell_size(subject, max(room - 1, 8)).rstrip() + "…"
         if error:  # the error gets what room is left
             details.append(("  " if details else "") + error, "red")
         text = Text(no_wrap=True, overflow="ellipsis")

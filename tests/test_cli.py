@@ -770,3 +770,25 @@ def test_an_input_that_fails_to_read_is_named():
     result = run(["normalize", "/proc/self/mem"])
     assert result.returncode == 2 and result.stdout == b""
     assert result.stderr == b"error: cannot read /proc/self/mem: Input/output error\n"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_buffered_keeps_what_was_normalized_when_stopped(tmp_path: Path, sig: int):
+    """`--buffered` batches its writes; Ctrl-C or SIGTERM still writes the events made so
+    far (without the closing metrics), as the unbuffered mode has."""
+    lines = (ROOT / "samples" / "file_tools" / "stream.jsonl").read_bytes().splitlines(True)
+    out = tmp_path / "events.jsonl"
+    proc = subprocess.Popen(
+        CMD + ["normalize", "--buffered", "-o", str(out)],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdin.write(b"".join(lines[:10]))
+    proc.stdin.flush()
+    expected = run(["normalize", "--no-metrics"], stdin=b"".join(lines[:10])).stdout
+    time.sleep(1.0)  # read and normalized, held in the buffer
+    proc.send_signal(sig)
+    code = proc.wait(timeout=30)
+    proc.stdin.close()
+    assert code == (130 if sig == signal.SIGINT else 143)
+    assert out.read_bytes() == expected and expected.count(b"\n") >= 5

@@ -544,3 +544,68 @@ def test_a_tiny_cost_is_a_short_cell() -> None:
     from opencode_events.render_tables import money
 
     assert money(1e-300) == "<$0.0000000001" and money(-1e-300) == ">-$0.0000000001"
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_pretty_on_a_stdout_that_is_not_utf8(encoding: str) -> None:
+    """An ASCII or Latin-1 locale: what the encoding lacks is shown as `?`, the rest as it
+    is; no traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "normalize", "--format", "pretty"]
+        + [str(SAMPLES / "bash_fail" / "stream.jsonl")],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": encoding},
+        cwd=REPO,
+        timeout=60,
+    )
+    assert result.returncode == 0 and result.stderr == b""
+    text = result.stdout.decode(encoding)
+    assert "echo partial; echo oops >&2; exit 3" in text and "exit 3" in text
+    assert "?" in text  # the check mark, the middle dots …
+
+
+def test_pretty_with_columns_zero_uses_80() -> None:
+    """COLUMNS=0 names no width: the events are shown, at 80 columns."""
+    result = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "normalize", "--format", "pretty"]
+        + [str(SAMPLES / "bash_fail" / "stream.jsonl")],
+        capture_output=True,
+        env={**os.environ, "COLUMNS": "0"},
+        cwd=REPO,
+        timeout=60,
+    )
+    lines = result.stdout.decode().splitlines()
+    assert result.returncode == 0 and len(lines) >= 4
+    assert max(len(line) for line in lines) <= 80
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["echo " + "日本語のテキスト" * 4, "echo " + "😀" * 40, "echo\tTABS\t\tmore" + "x" * 60],
+    ids=["cjk", "emoji", "tabs"],
+)
+def test_a_long_command_of_wide_characters_keeps_exit_and_duration(command: str) -> None:
+    """Room is measured in terminal cells: a CJK character or an emoji takes two, and a tab
+    is shown as a space (no tab stop in a one-line view)."""
+    from rich.cells import cell_len
+
+    event = Command(
+        tool="bash",
+        success=True,
+        status="completed",
+        command=command,
+        exit_code=3,
+        duration_ms=78,
+    )
+    (line,) = render([event], width=80)
+    assert line.endswith("exit 3 · 78 ms") and "…" in line and "\t" not in line
+    assert cell_len(line) <= 80
+
+
+@pytest.mark.parametrize("width", [24, 30, 34])
+def test_a_usage_line_keeps_its_cost_on_a_narrow_terminal(width: int) -> None:
+    (line,) = render([usage(turn=3)], width=width)
+    assert "$0.0123" in line or line.endswith("…")
+    assert len(line) <= width
+    if width >= 30:
+        assert "1,250 tokens" in line and "$0.0123" in line
