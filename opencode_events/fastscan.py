@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import InputError
+from .store import Store
 
 __all__ = ["BIG", "PartRange", "connect", "errors"]
 
@@ -77,23 +78,27 @@ class PartRange:
     """The two queries ``summary._count_tool_parts`` needs, over parts [low, high), on an
     apsw connection: the heads of the parts that could be tool parts, and a part whole."""
 
-    def __init__(self, conn: Any, low: int, high: int, head_bytes: int, maybe_tool: str) -> None:
+    # A large part's head is read through the blob handle (NULL here); a small one is tested
+    # and cut in SQL as Store.tool_part_batches does. octet_length() of a number is its
+    # text's: never large.
+    _HEADS = (
+        f"SELECT rowid, session_id, CASE WHEN octet_length(data) > {BIG} THEN NULL "
+        f"ELSE substr(CAST(data AS BLOB), 1, {Store._TOOL_HEAD_BYTES}) END FROM part "
+        f"WHERE rowid >= ? AND rowid < ? AND (octet_length(data) > {BIG} OR {Store._MAYBE_TOOL})"
+    )
+    _HEAD = (
+        f"SELECT substr(CAST(data AS BLOB), 1, {Store._TOOL_HEAD_BYTES}) FROM part WHERE rowid = ?"
+    )
+
+    def __init__(self, conn: Any, low: int, high: int) -> None:
         self.conn, self.low, self.high = conn, low, high
-        self.head_bytes = head_bytes
-        # A large part's head is read through the blob handle (NULL here); a small one is
-        # tested and cut in SQL. octet_length() of a number is its text's: never large.
-        self.query = (
-            f"SELECT rowid, session_id, CASE WHEN octet_length(data) > {BIG} THEN NULL "
-            f"ELSE substr(CAST(data AS BLOB), 1, {head_bytes}) END FROM part "
-            f"WHERE rowid >= ? AND rowid < ? AND (octet_length(data) > {BIG} OR {maybe_tool})"
-        )
         self._blob: Any = None
 
     def tool_part_batches(self, scope: None) -> Iterator[list[tuple[Any, ...]]]:
         # The blob reads happen while the query's statement is open: one read transaction,
         # so a head comes from the same snapshot as its row.
         batch: list[tuple[Any, ...]] = []
-        for rowid, sid, head in self.conn.execute(self.query, (self.low, self.high)):
+        for rowid, sid, head in self.conn.execute(self._HEADS, (self.low, self.high)):
             batch.append((rowid, sid, self._head(rowid) if head is None else head))
             if len(batch) == 4096:
                 yield batch
@@ -110,20 +115,15 @@ class PartRange:
                 self._blob = self.conn.blob_open("main", "part", "data", rowid, False)
             else:
                 self._blob.reopen(rowid)
-            return self._blob.read(self.head_bytes)
+            return self._blob.read(Store._TOOL_HEAD_BYTES)
         except Exception:  # noqa: BLE001 - any refusal (e.g. a value of another type): SQL
             if self._blob is not None:  # a handle whose reopen failed is of no more use
                 with contextlib.suppress(Exception):
                     self._blob.close()
                 self._blob = None
-        row = self.conn.execute(
-            f"SELECT substr(CAST(data AS BLOB), 1, {self.head_bytes}) FROM part WHERE rowid = ?",
-            (rowid,),
-        ).fetchone()
+        row = self.conn.execute(self._HEAD, (rowid,)).fetchone()
         return row[0] if row and row[0] is not None else b""
 
     def part_data(self, rowid: int) -> bytes | None:
-        row = self.conn.execute(
-            "SELECT CAST(data AS BLOB) FROM part WHERE rowid = ?", (rowid,)
-        ).fetchone()
+        row = self.conn.execute(Store._PART_DATA, (rowid,)).fetchone()
         return row[0] if row else None

@@ -69,8 +69,8 @@ def start_over_ranges(
     possible here. A caller that may give up before it calls it ``cancel``s it.
 
     With ``here``, the last range runs in this process, inside the returned function, and
-    the others in forked children; with ``forks``, every range in a forked child (the same
-    results, in the same order)."""
+    the others in forked children; with ``forks`` instead, every range in a forked child
+    (the same results, in the same order)."""
     uri = getattr(store, "uri", None)
     workers = min(os.cpu_count() or 1, 4)
     if uri is None or workers < 2:
@@ -81,7 +81,7 @@ def start_over_ranges(
     if here or forks:
         if not hasattr(os, "fork") or len(ranges) < 2:
             return None
-        return _start_forked(uri, ranges, worker, args, last_here=here and not forks)
+        return _start_forked(uri, ranges, worker, args, last_here=here)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 

@@ -453,9 +453,6 @@ class SseReader:
         part_id = _str(part.id)
         message_id = _str(part.messageID)
         prov.message_id, prov.part_id = message_id, part_id
-        # A part already written comes again: counted in metrics.duplicates when it comes
-        # complete (as it was written), not for every progress update sent again.
-        again = part_id is not None and part_id in self._done
         kind = part.type
         if kind in ("step-start", "step-finish"):
             return []
@@ -463,28 +460,30 @@ class SseReader:
             state = part.state
             if not call_ended(state.status if state is not None else None):
                 return []
-            return self._skip() if again else self._emit(part, prov)
+            return self._emit(part, prov)
         if kind in ("text", "reasoning"):
             role = self._roles.get(message_id) if message_id is not None else None
             if role == "user":
-                return self._skip() if again else self._emit(part, prov, role="user")
+                return self._emit(part, prov, role="user")
             if part.time is not None and part.time.end is not None:
-                if again:
-                    return self._skip()
                 if part_id is not None:
                     self._pending.pop(part_id, None)
                 return self._emit(part, prov, role=role)
-            if part_id is not None and not again:
+            if part_id is not None and part_id not in self._done:
                 self._pending[part_id] = (part, prov)
             return []
-        return self._skip() if again else self._emit(part, prov)
+        return self._emit(part, prov)
 
     def _skip(self) -> list[Event]:
         self.normalizer.duplicates += 1
         return []
 
     def _emit(self, part: Part, prov: Provenance, *, role: str | None = None) -> list[Event]:
+        """Write a complete part, once: one that comes again complete is tallied in
+        ``metrics.duplicates`` (a progress update sent again never reaches here)."""
         if prov.part_id is not None:
+            if prov.part_id in self._done:
+                return self._skip()
             self._done.put(prov.part_id)
         return self.normalizer.part(part, prov, role=role)
 

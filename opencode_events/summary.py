@@ -258,7 +258,7 @@ def _start_scan(store: Any) -> Pending | None:
     forks = fastscan.available()
     spans = (parts[0], messages[0] if messages else None, 100 if forks else _MESSAGE_LEAD)
     return start_over_ranges(
-        store, "part", _PARALLEL_MIN_PARTS, _scan_range, spans, here=True, forks=forks
+        store, "part", _PARALLEL_MIN_PARTS, _scan_range, spans, here=not forks, forks=forks
     )
 
 
@@ -272,9 +272,7 @@ def _scan_range(uri: str, low: int, high: int, spans: Spans) -> tuple[ToolCounts
     if in_forked_child():
         with fastscan.connect(uri, "part") as conn:
             if conn is not None:
-                parts = fastscan.PartRange(
-                    conn, low, high, Store._TOOL_HEAD_BYTES, Store._MAYBE_TOOL
-                )
+                parts = fastscan.PartRange(conn, low, high)
                 return _scan(conn, parts, low, high, spans, fastscan.errors())
     with worker_connection(uri, "part") as conn:
         return _scan(conn, _PartRange(conn, low, high), low, high, spans, (sqlite3.Error,))
