@@ -2,9 +2,12 @@
 
 The document's messages and parts are mapped exactly as stored sessions are
 (``transcript``), in the order the document lists them. Several documents one after
-another (a loop of ``opencode export``, or ``jq -c`` of several files) are read in turn. A
-document that is not JSON, or not of this shape, becomes one ``warning`` (and ends the
-input: where the next one would start cannot be known).
+another (a loop of ``opencode export``, or ``jq -c`` of several files) are read in turn.
+Records of ``opencode run --format json`` among them (the stream indented by ``jq .``, whose
+first line is a lone ``{`` too) are mapped as the stream reader maps them, one per JSON value.
+A JSON value of neither shape becomes one ``warning`` and reading goes on after it; input
+that is not JSON becomes one ``warning`` and ends the input (where the next value would
+start cannot be known).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 from .events import Event
 from .normalizer import Normalizer, Provenance
+from .stream import StreamReader
 from .transcript import TranscriptMapper
 from .views import NO_RAW, later, number, repair_lone_surrogates
 
@@ -51,12 +55,14 @@ class _ExportMessage(Struct):
 class _ExportDocument(Struct):
     info: Raw = NO_RAW  # NO_RAW itself when the key is missing
     messages: list[Raw] | UnsetType = UNSET  # each decoded on its own: one bad one is one warning
+    type: Any = None  # a string in a record of `opencode run --format json`, not here
 
 
 _DOCUMENT = msgspec.json.Decoder(_ExportDocument)
 _PART_IDS = msgspec.json.Decoder(_PartIds)
 _MESSAGE = msgspec.json.Decoder(_ExportMessage)
 _IDS = msgspec.json.Decoder(_Ids)
+_VALUE = msgspec.json.Decoder(Raw)  # a value checked and skipped, to find where it ends
 
 
 def _str(value: Any) -> str | None:
@@ -79,12 +85,13 @@ def export_events(
     decode, lone surrogate escapes are repaired in a copy of the input, at once for the rest
     of it; the repair keeps every length, so offsets and line numbers hold."""
     events: list[Event] = []
+    records: StreamReader | None = None  # for run-stream records among the documents
     pos = _BETWEEN.match(data).end()
     line = 1 + data.count(b"\n", 0, pos)  # the line ``pos`` is on
     repaired = False
     while pos < len(data):
         found, end, problem = _next_document(data, pos)
-        if found is None and not repaired:
+        if found is None and end == pos and not repaired:
             repaired = True
             buffer = bytearray(data)  # one copy, repaired in place
             if repair_lone_surrogates(buffer, pos):
@@ -93,19 +100,34 @@ def export_events(
         if found is None:
             normalizer.count_record()
             prov = Provenance(line=line, source=source)
-            text = data[pos:].decode("utf-8", "replace")
+            # msgspec's end of a value lies past the white space after it
+            value = bytes(data[pos:end]).rstrip() if end > pos else bytes(data[pos:])
+            text = value.decode("utf-8", "replace")
             events += normalizer.warning(f"not an opencode export document: {problem}", text, prov)
-            break
-        events += _document_events(*found, normalizer, source)
+            if end == pos:
+                break  # not JSON: where the next value starts cannot be known
+        elif found is _RECORD:
+            if records is None:
+                records = StreamReader(normalizer, source=source)
+            # One compact line, as the stream has it (an indented one would break `--raw`).
+            events += records.feed(line, msgspec.json.format(bytes(data[pos:end]), indent=-1))
+        else:
+            events += _document_events(*found, normalizer, source)
         following = _BETWEEN.match(data, end).end()
         line += data.count(b"\n", pos, following)
         pos = following
     return events
 
 
+# What ``_next_document`` finds for a record of the run stream.
+_RECORD: Any = object()
+
+
 def _next_document(data: bytes | bytearray, pos: int) -> tuple[Any, int, str | None]:
-    """((document, its session's ids), where it ends, None) for the document that starts
-    at ``pos``, or (None, ``pos``, why) when none does."""
+    """For the JSON value that starts at ``pos``: ((document, its session's ids), where it
+    ends, None) for an export document; (``_RECORD``, where it ends, None) for a record of
+    the run stream; (None, where it ends, why) for a value of another shape; (None, ``pos``,
+    why) when none can be decoded there."""
     view = memoryview(data)
     end = len(data)
     try:
@@ -120,11 +142,30 @@ def _next_document(data: bytes | bytearray, pos: int) -> tuple[Any, int, str | N
             end = pos + int(found[1]) - 1  # msgspec counts from 1: the next one starts there
             document = _DOCUMENT.decode(view[pos:end])
         if document.info is NO_RAW and document.messages is UNSET:
-            return None, pos, "an object with neither info nor messages"
-        session = _IDS.decode(document.info) if document.info else _Ids()
+            if isinstance(document.type, str):
+                return _RECORD, end, None
+            return None, end, "an object with neither info nor messages"
+    except msgspec.ValidationError as exc:  # JSON, but not an object of this shape
+        return None, _value_end(view, pos), str(exc)
     except (msgspec.DecodeError, RecursionError) as exc:
         return None, pos, str(exc)
+    try:
+        session = _IDS.decode(document.info) if document.info else _Ids()
+    except (msgspec.DecodeError, RecursionError) as exc:
+        return None, end, str(exc)
     return (document, session), end, None
+
+
+def _value_end(view: memoryview, pos: int) -> int:
+    """Where the JSON value that starts at ``pos`` ends (``pos`` if none does)."""
+    try:
+        _VALUE.decode(view[pos:])
+    except msgspec.DecodeError as exc:
+        found = _TRAILING.search(str(exc))
+        return pos + int(found[1]) - 1 if found else pos
+    except RecursionError:
+        return pos
+    return len(view)
 
 
 def _document_events(

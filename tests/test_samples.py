@@ -7,11 +7,14 @@ raw records independently of the code under test.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 
+from opencode_events.pipeline import normalize_streams
+from opencode_events.writers import JsonlWriter
 from scripts.update_goldens import GOLDEN, cases, imported, normalized
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -314,3 +317,35 @@ def test_an_exported_messages_error_comes_after_its_parts_in_time(tmp_path: Path
     assert events[-1]["kind"] == "error"
     times = [e["time"] for e in events]
     assert times == sorted(times) and len(events) > 2
+
+
+def _with_raw(path: Path) -> list[dict]:
+    out = io.BytesIO()
+    with open(path, "rb", buffering=0) as f:
+        normalize_streams([("-", f)], JsonlWriter(out), keep_raw=True)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+@pytest.mark.parametrize("stream", STREAMS, ids=lambda p: p.parent.name)
+def test_a_stream_indented_by_jq_maps_as_the_stream_does(stream: Path, tmp_path: Path):
+    # `jq . stream.jsonl > run.json` starts with a lone `{`, like an export document. Each
+    # record is mapped as its line is (`--raw` holds it as one compact line again), and an
+    # event's `line` is the line where its record starts.
+    numbered = [(n, line) for n, line in enumerate(stream.read_bytes().splitlines(), 1)]
+    records = [(n, line) for n, line in numbered if line.strip()]
+    starts, at, texts = {}, 1, []
+    for n, record in records:
+        text = json.dumps(json.loads(record), indent=2, ensure_ascii=False)
+        starts[n] = at
+        at += text.count("\n") + 1
+        texts.append(text)
+    path = tmp_path / "run.json"
+    path.write_text("\n".join(texts) + "\n")
+
+    flat, deep = _with_raw(stream), _with_raw(path)
+    assert len(deep) == len(flat)
+    for f, d in zip(flat, deep, strict=True):
+        assert d.get("line") == (starts[f["line"]] if "line" in f else None)
+        assert {k: v for k, v in d.items() if k != "line"} == {
+            k: v for k, v in f.items() if k != "line"
+        }

@@ -460,23 +460,44 @@ def test_a_damaged_export_document_among_others_is_a_warning_at_its_line(tmp_pat
     "between, after",
     [
         (b"\n", b"{}"),  # an object, but no export document
-        (b"\n", b'{"type":"text","sessionID":"ses_x","part":{"type":"text","text":"hi"}}'),
         (b"\n", b"[1, 2]"),
+        (b"\n", b'{"info": "not an object"}'),
+        (b"\n", b'{"messages": 5}'),
     ],
-    ids=["empty-object", "run-stream-record", "array"],
+    ids=["empty-object", "array", "info-not-object", "messages-not-list"],
 )
-def test_what_follows_an_export_document_and_is_none_is_a_warning(tmp_path, between, after):
-    """Never dropped unsaid: an object that is not an export document ends the input with a
-    warning at its line, after the document before it is mapped."""
-    first = (SAMPLES / EXPORTED[0] / "export.json").read_bytes()
+def test_a_json_value_of_another_shape_is_a_warning_and_reading_goes_on(tmp_path, between, after):
+    """Never dropped unsaid: a JSON value that is neither an export document nor a record of
+    the run stream is one warning at its line, and the document after it is still read."""
+    first, second = ((SAMPLES / name / "export.json").read_bytes() for name in EXPORTED[:2])
     path = tmp_path / "mixed.json"
-    path.write_bytes(first + between + after + b"\n")
+    path.write_bytes(first + between + after + b"\n" + second)
+    found = jsonl(run("normalize", str(path), "--no-metrics").stdout)
+    alone = [
+        jsonl(run("normalize", str(SAMPLES / name / "export.json"), "--no-metrics").stdout)
+        for name in EXPORTED[:2]
+    ]
+    kinds = [e["kind"] for e in found]
+    assert kinds == [e["kind"] for e in alone[0]] + ["warning"] + [e["kind"] for e in alone[1]]
+    warning = found[len(alone[0])]
+    assert warning["line"] == (first + between).count(b"\n") + 1
+    assert warning["text"] == after.decode()
+
+
+def test_records_of_the_run_stream_among_export_documents_are_mapped(tmp_path):
+    """A `--format json` record after a document (a lone `{` starts both) is mapped as the
+    stream reader maps it, not taken for a broken document."""
+    first = (SAMPLES / EXPORTED[0] / "export.json").read_bytes()
+    record = b'{"type":"text","sessionID":"ses_x","part":{"type":"text","text":"hi"}}'
+    path = tmp_path / "mixed.json"
+    path.write_bytes(first + b"\n" + record + b"\n")
     found = jsonl(run("normalize", str(path), "--no-metrics").stdout)
     alone = jsonl(
         run("normalize", str(SAMPLES / EXPORTED[0] / "export.json"), "--no-metrics").stdout
     )
-    assert [e["kind"] for e in found] == [e["kind"] for e in alone] + ["warning"]
-    assert found[-1]["line"] == (first + between).count(b"\n") + 1
+    assert [e["kind"] for e in found] == [e["kind"] for e in alone] + ["message"]
+    assert found[-1]["text"] == "hi" and found[-1]["session_id"] == "ses_x"
+    assert found[-1]["line"] == first.count(b"\n") + 2
 
 
 def test_each_export_document_may_start_with_a_bom(tmp_path: Path):
