@@ -29,6 +29,7 @@ from .cliutil import (
     selection_options,
     since_ms,
     whole_writes_stdout,
+    written_when_interrupted,
 )
 from .errors import InputError, OutputError
 
@@ -79,14 +80,10 @@ def normalize(
     inputs_opened = open_inputs(inputs)
     out = open_output(output, reads=inputs or ("-",))
     writer = make_writer(format_for(fmt, out), out, buffered=buffered)
-    try:
+    with written_when_interrupted(writer):
         normalizer = normalize_streams(
             inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
         )
-    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: what was normalized is kept
-        with contextlib.suppress(OSError):
-            writer.flush()
-        raise
     if strict and normalizer.problems:
         raise SystemExit(EXIT_STRICT)
 
@@ -144,7 +141,8 @@ def import_(
         inputs = open_inputs(tuple(documents))
         out = open_output(output, reads=documents)
         writer = make_writer(format_for(fmt, out), out, buffered=True)
-        normalize_streams(inputs, writer, keep_raw=keep_raw, metrics=not no_metrics)
+        with written_when_interrupted(writer):
+            normalize_streams(inputs, writer, keep_raw=keep_raw, metrics=not no_metrics)
         return
 
     if all_sessions and (sessions or last or since):
@@ -161,7 +159,8 @@ def import_(
         )
         out = open_output(output, reads=store_files(store))
         writer = make_writer(format_for(fmt, out), out, buffered=True)
-        import_sessions(store, ids, writer, keep_raw=keep_raw, metrics=not no_metrics)
+        with written_when_interrupted(writer):
+            import_sessions(store, ids, writer, keep_raw=keep_raw, metrics=not no_metrics)
 
 
 SESSION_COLUMNS = (

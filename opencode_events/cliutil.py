@@ -4,6 +4,7 @@ so none has to import another."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import io
@@ -11,7 +12,7 @@ import os
 import select
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 import click
@@ -46,6 +47,18 @@ def pipe_safe(command: Callable[..., Any]) -> Callable[..., Any]:
             raise PipeClosed() from None
 
     return wrapper
+
+
+@contextlib.contextmanager
+def written_when_interrupted(writer: Any) -> Iterator[Any]:
+    """Ctrl-C or SIGTERM: what was mapped is written, and a terminal's live footer goes
+    away now, before click's closing newline moves the cursor off it (it would stay)."""
+    try:
+        yield writer
+    except (KeyboardInterrupt, SystemExit):
+        with contextlib.suppress(OSError):
+            writer.flush()
+        raise
 
 
 def open_inputs(paths: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:

@@ -371,6 +371,59 @@ def test_normalize_on_a_terminal_is_pretty() -> None:
     assert b"\x1b[?25h" in output  # the cursor is shown again at the end
 
 
+def screen(output: bytes) -> list[str]:
+    """The lines a terminal shows after ``output``: enough of one for what rich writes
+    (CR, LF, erase line, cursor up; styles and cursor visibility ignored)."""
+    lines, row, col = [""], 0, 0
+    for token in re.findall(rb"\x1b\[[0-9;?]*[A-Za-z]|\r|\n|[^\x1b\r\n]+", output):
+        if token == b"\r":
+            col = 0
+        elif token == b"\n":
+            row, col = row + 1, 0
+            lines += [""] * (row + 1 - len(lines))
+        elif token.startswith(b"\x1b["):
+            if token.endswith(b"K"):
+                lines[row] = lines[row][:col] if token != b"\x1b[2K" else ""
+            elif token.endswith(b"A"):
+                row = max(0, row - int(token[2:-1] or 1))
+        else:
+            text = token.decode("utf-8", "replace")
+            line = lines[row].ljust(col)
+            lines[row] = line[:col] + text + line[col + len(text) :]
+            col += len(text)
+    return lines
+
+
+@pytest.mark.parametrize("command", ["import", "normalize"])
+def test_ctrl_c_takes_the_footer_away(command: str) -> None:
+    """Interrupted on a terminal, the footer goes before click's closing newline, so no
+    stale footer stays on the screen; what was mapped before stays."""
+    sample = SAMPLES / "bash_ok"
+    code = (
+        "import sys\n"
+        "import opencode_events.pipeline as p\n"
+        "from opencode_events.cli import main\n"
+        "def interrupted(*args, **kwargs):\n"
+        "    yield from real(*args, **kwargs)\n"
+        "    raise KeyboardInterrupt\n"
+        "def stream_then_interrupt(*args, **kwargs):\n"
+        "    yield from batches(*args, **kwargs)\n"
+        "    raise KeyboardInterrupt\n"
+        "real, batches = p.map_session, p.line_batches\n"
+        "p.map_session, p.line_batches = interrupted, stream_then_interrupt\n"
+        "main()\n"
+    )
+    args = {  # `python -c` makes sys.argv[0] "-c": the command line starts after it
+        "import": ["import", "--db", str(sample / "opencode.db"), "--last"],
+        "normalize": ["normalize", str(sample / "stream.jsonl")],
+    }[command]
+    status, output = run_in_pty([sys.executable, "-c", code, *args])
+    assert status == 130, output
+    shown = screen(output)
+    assert any("✓ bash" in line for line in shown), shown
+    assert not any("turns" in line and "tools" in line for line in shown), shown
+
+
 def test_run_on_a_terminal(tmp_path: Path) -> None:
     """`opencode-events run` under a real pseudo-terminal, with a stand-in OpenCode that
     plays a captured stream and exits 3."""
