@@ -8,7 +8,6 @@ they need when they run, so start-up stays small.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -21,6 +20,7 @@ from . import __version__
 from .cliutil import (
     PipeClosed,
     db_option,
+    discard_stdout,
     format_for,
     open_inputs,
     open_output,
@@ -385,22 +385,15 @@ def schema() -> None:
     sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(event_schema())) + b"\n")
 
 
-def _quiet_broken_pipe() -> None:
-    # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-
-
 def _flush_or_discard_stdout() -> None:
-    """After an error: write what is still buffered for stdout, or, when stdout itself is
-    what failed (a full disk), drop it, so the interpreter's last flush at exit does not
-    print a traceback and turn the exit code into 120."""
+    """After an error or an interrupt: write what is still buffered for stdout, or, when
+    stdout itself is what failed (a full disk, a closed pipe), drop it, so the interpreter's
+    last flush at exit does not print a traceback and turn the exit code into 120. Another
+    Ctrl-C while waiting on a reader that stopped reading drops it too."""
     try:
         sys.stdout.flush()
-    except (OSError, ValueError):
-        # No descriptor to point anywhere: then there is nothing left to flush either.
-        with contextlib.suppress(OSError, ValueError):
-            _quiet_broken_pipe()
+    except (OSError, ValueError, KeyboardInterrupt, SystemExit):
+        discard_stdout()
 
 
 # An error is one line, whatever it quotes (a session id given with a newline in it).
@@ -429,9 +422,8 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         click.echo(f"error: {_one_line(str(exc))}", err=True)
         _flush_or_discard_stdout()
         return EXIT_USAGE
-    except click.exceptions.Abort:
-        return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        _flush_or_discard_stdout()
         return EXIT_INTERRUPTED
     except _NO_COMMAND as exc:  # no command given: the help, as is
         click.echo(exc.format_message(), err=True)
@@ -446,7 +438,7 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except (BrokenPipeError, PipeClosed):
-        _quiet_broken_pipe()
+        discard_stdout()
         return EXIT_PIPE
     except OSError as exc:  # e.g. the output's disk is full: one line, not a traceback
         reason = str(exc.strerror or exc)
@@ -455,7 +447,8 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         click.echo(f"error: {_one_line(reason)}", err=True)
         _flush_or_discard_stdout()
         return EXIT_USAGE
-    except SystemExit as exc:
+    except SystemExit as exc:  # SIGTERM (143), --strict (1)
+        _flush_or_discard_stdout()
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     return EXIT_OK
 

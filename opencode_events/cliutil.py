@@ -55,10 +55,23 @@ def written_when_interrupted(writer: Any) -> Iterator[Any]:
     away now, before click's closing newline moves the cursor off it (it would stay)."""
     try:
         yield writer
-    except (KeyboardInterrupt, SystemExit):
-        with contextlib.suppress(OSError):
-            writer.flush()
-        raise
+    except (KeyboardInterrupt, SystemExit) as first:
+        try:
+            with contextlib.suppress(OSError):
+                writer.flush()
+        except (KeyboardInterrupt, SystemExit):
+            # Interrupted again while writing (a reader that stopped reading): stop now.
+            discard_stdout()
+        raise first
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what is still
+    buffered for it can neither fail (a closed pipe) nor wait (a reader that stopped)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def open_inputs(paths: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:

@@ -71,63 +71,112 @@ def _str(value: Any) -> str | None:
 
 # msgspec's message for a value followed by more: where the next document starts.
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+_TRUNCATED = "truncated"  # in msgspec's message for input that ends inside a value
 # What may stand before a document: white space, and a BOM (each file of a `cat` has one).
 _BETWEEN = re.compile(rb"(?:\s|\xef\xbb\xbf)*")
+# Where reading picks up after a value that cannot be decoded: a line that opens an object
+# or array at its very start (how `jq .`, `opencode export` and `jq -c` begin each value).
+_NEXT_VALUE = re.compile(rb"\n(?:\xef\xbb\xbf)?[{\[]")
+# Below this much unread input, every read is tried at once (records are small, and come
+# live); above it, only when the unread input has doubled since the last try, so that a
+# large document arriving in many reads is decoded a bounded number of times.
+_TRY_EVERY_READ = 1 << 20
+
+# What ``_next_value`` says when the value is not complete yet.
+_MORE: Any = object()
+# What ``_next_value`` finds for a record of the run stream.
+_RECORD: Any = object()
+
+
+class ExportReader:
+    """Maps the JSON values of an input whose first line is a lone ``{``: export
+    documents and run-stream records, as they complete.
+
+    ``take`` is given input as it comes (whole lines) and returns the events of every value
+    completed by it; ``final=True`` says the input has ended. Each value is decoded where it
+    starts (through a memoryview), so many small values take time in proportion to their
+    size; a value still arriving is held, and tried again as described at
+    ``_TRY_EVERY_READ``. Where a value first fails to decode, lone surrogate escapes are
+    repaired in a copy of what is held (lengths are kept, so offsets and lines hold).
+    """
+
+    def __init__(self, normalizer: Normalizer, *, source: str | None = None) -> None:
+        self.normalizer = normalizer
+        self.source = source
+        self._held = b""  # input read and not yet mapped: the start of a value
+        self._new: list[bytes] = []  # input read since the last try
+        self._new_size = 0
+        self._tried_at = 0  # how much was held when a try last found the value incomplete
+        self._line = 1  # the line ``_held`` starts on
+        self._records: StreamReader | None = None  # for run-stream records
+
+    def take(self, data: bytes, *, final: bool = False) -> list[Event]:
+        if data:
+            self._new.append(data)
+            self._new_size += len(data)
+        size = len(self._held) + self._new_size
+        if not final and size > _TRY_EVERY_READ and size < 2 * self._tried_at:
+            return []
+        data = b"".join([self._held, *self._new]) if self._new else self._held
+        self._new, self._new_size = [], 0
+        events: list[Event] = []
+        pos = _BETWEEN.match(data).end()
+        line = self._line + data.count(b"\n", 0, pos)
+        repaired = False
+        while pos < len(data):
+            found, end, problem = _next_value(data, pos, final, repaired=repaired)
+            if found is _MORE:
+                break
+            if problem is _REPAIRABLE:
+                repaired = True
+                buffer = bytearray(data)  # one copy, repaired in place
+                if repair_lone_surrogates(buffer, pos):
+                    data = bytes(buffer)
+                continue
+            if found is None:
+                events += self._warning(data[pos:end].rstrip(), line, problem)
+            elif found is _RECORD:
+                if self._records is None:
+                    self._records = StreamReader(self.normalizer, source=self.source)
+                # One compact line, as the stream has it (an indented one would break `--raw`).
+                compact = msgspec.json.format(data[pos:end], indent=-1)
+                events += self._records.feed(line, compact)
+            else:
+                events += _document_events(*found, self.normalizer, self.source)
+            following = _BETWEEN.match(data, end).end()
+            line += data.count(b"\n", pos, following)
+            pos = following
+        self._held = data[pos:] if pos < len(data) else b""
+        self._line = line
+        self._tried_at = len(self._held)
+        return events
+
+    def _warning(self, value: bytes, line: int, problem: Any) -> list[Event]:
+        self.normalizer.count_record()
+        prov = Provenance(line=line, source=self.source)
+        text = value.decode("utf-8", "replace")
+        return self.normalizer.warning(f"not an opencode export document: {problem}", text, prov)
 
 
 def export_events(
     data: bytes | bytearray, normalizer: Normalizer, *, source: str | None = None
 ) -> list[Event]:
-    """The events of the export documents in ``data``, one document after another.
-
-    Each document is decoded where it starts (through a memoryview), so many small
-    documents take time in proportion to their size. Where a document first fails to
-    decode, lone surrogate escapes are repaired in a copy of the input, at once for the rest
-    of it; the repair keeps every length, so offsets and line numbers hold."""
-    events: list[Event] = []
-    records: StreamReader | None = None  # for run-stream records among the documents
-    pos = _BETWEEN.match(data).end()
-    line = 1 + data.count(b"\n", 0, pos)  # the line ``pos`` is on
-    repaired = False
-    while pos < len(data):
-        found, end, problem = _next_document(data, pos)
-        if found is None and end == pos and not repaired:
-            repaired = True
-            buffer = bytearray(data)  # one copy, repaired in place
-            if repair_lone_surrogates(buffer, pos):
-                data = buffer
-                continue
-        if found is None:
-            normalizer.count_record()
-            prov = Provenance(line=line, source=source)
-            # msgspec's end of a value lies past the white space after it
-            value = bytes(data[pos:end]).rstrip() if end > pos else bytes(data[pos:])
-            text = value.decode("utf-8", "replace")
-            events += normalizer.warning(f"not an opencode export document: {problem}", text, prov)
-            if end == pos:
-                break  # not JSON: where the next value starts cannot be known
-        elif found is _RECORD:
-            if records is None:
-                records = StreamReader(normalizer, source=source)
-            # One compact line, as the stream has it (an indented one would break `--raw`).
-            events += records.feed(line, msgspec.json.format(bytes(data[pos:end]), indent=-1))
-        else:
-            events += _document_events(*found, normalizer, source)
-        following = _BETWEEN.match(data, end).end()
-        line += data.count(b"\n", pos, following)
-        pos = following
-    return events
+    """The events of the export documents (and run-stream records) in ``data``, which is
+    the whole input."""
+    return ExportReader(normalizer, source=source).take(bytes(data), final=True)
 
 
-# What ``_next_document`` finds for a record of the run stream.
-_RECORD: Any = object()
+def _next_value(data: bytes, pos: int, final: bool, *, repaired: bool) -> tuple[Any, int, Any]:
+    """For the JSON value that starts at ``pos``, (what it is, where it ends, why not):
 
-
-def _next_document(data: bytes | bytearray, pos: int) -> tuple[Any, int, str | None]:
-    """For the JSON value that starts at ``pos``: ((document, its session's ids), where it
-    ends, None) for an export document; (``_RECORD``, where it ends, None) for a record of
-    the run stream; (None, where it ends, why) for a value of another shape; (None, ``pos``,
-    why) when none can be decoded there."""
+    - ((document, its session's ids), end, None) for an export document;
+    - (``_RECORD``, end, None) for a record of the run stream (a string ``type``);
+    - (None, end, why) for a value of another shape, or one that cannot be decoded (it
+      ends where the next line opens an object or array, else with the input);
+    - (None, ``pos``, ``_REPAIRABLE``) when it may decode once its lone surrogate escapes
+      are repaired (unless ``repaired`` says that was done);
+    - (``_MORE``, ``pos``, None) when it is not complete yet (more input is to come).
+    """
     view = memoryview(data)
     end = len(data)
     try:
@@ -141,14 +190,20 @@ def _next_document(data: bytes | bytearray, pos: int) -> tuple[Any, int, str | N
                 raise
             end = pos + int(found[1]) - 1  # msgspec counts from 1: the next one starts there
             document = _DOCUMENT.decode(view[pos:end])
-        if document.info is NO_RAW and document.messages is UNSET:
-            if isinstance(document.type, str):
-                return _RECORD, end, None
-            return None, end, "an object with neither info nor messages"
-    except msgspec.ValidationError as exc:  # JSON, but not an object of this shape
-        return None, _value_end(view, pos), str(exc)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        return None, pos, str(exc)
+    except msgspec.ValidationError as exc:  # not an object of this shape
+        return _not_a_document(data, pos, final, str(exc))
+    except msgspec.DecodeError as exc:
+        if _TRUNCATED in str(exc) and not final:
+            return _MORE, pos, None
+        if not repaired:
+            return None, pos, _REPAIRABLE
+        return _not_a_document(data, pos, final, str(exc))
+    except RecursionError as exc:
+        return _not_a_document(data, pos, final, str(exc))
+    if document.messages is UNSET:
+        if isinstance(document.type, str):
+            return _RECORD, end, None
+        return None, end, "an object with neither messages (a document) nor type (a record)"
     try:
         session = _IDS.decode(document.info) if document.info else _Ids()
     except (msgspec.DecodeError, RecursionError) as exc:
@@ -156,16 +211,28 @@ def _next_document(data: bytes | bytearray, pos: int) -> tuple[Any, int, str | N
     return (document, session), end, None
 
 
-def _value_end(view: memoryview, pos: int) -> int:
-    """Where the JSON value that starts at ``pos`` ends (``pos`` if none does)."""
+_REPAIRABLE: Any = "may be repaired"
+
+
+def _not_a_document(data: bytes, pos: int, final: bool, why: str) -> tuple[Any, int, Any]:
+    """A value that is JSON of another shape, or no JSON at all: where it ends."""
     try:
-        _VALUE.decode(view[pos:])
+        _VALUE.decode(memoryview(data)[pos:])
     except msgspec.DecodeError as exc:
         found = _TRAILING.search(str(exc))
-        return pos + int(found[1]) - 1 if found else pos
+        if found:
+            return None, pos + int(found[1]) - 1, why
+        if _TRUNCATED in str(exc) and not final:
+            return _MORE, pos, None
+        why = str(exc) if _TRUNCATED in str(exc) else why
     except RecursionError:
-        return pos
-    return len(view)
+        pass
+    else:
+        return None, len(data), why
+    following = _NEXT_VALUE.search(data, pos)
+    if following is not None:
+        return None, following.start() + 1, why
+    return (_MORE, pos, None) if not final else (None, len(data), why)
 
 
 def _document_events(

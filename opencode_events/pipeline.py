@@ -127,9 +127,16 @@ def normalize_streams(
         refuse_database(head, name, "import")
         kind = detect_format(head)
         if kind == "export":
-            from .export import export_events
+            from .export import ExportReader
 
-            writer.write(export_events(head + stream.read(), normalizer, source=source))
+            values = ExportReader(normalizer, source=source)
+            for batch in line_batches(stream, first=head):
+                batch.append(b"")  # the line ends the batch took off
+                events = values.take(b"\n".join(batch))
+                if events:
+                    writer.write(events)
+                writer.end_batch()
+            writer.write(values.take(b"", final=True))
             writer.end_batch()
             continue
         reader: LineReader

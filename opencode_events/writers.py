@@ -45,8 +45,10 @@ class JsonlWriter:
 
     def flush(self) -> None:
         if self._buffer:
-            self.out.write(self._buffer)
-            self._buffer.clear()
+            # Taken out first: a write cut short by Ctrl-C must not be written again whole
+            # by the flush that follows it.
+            data, self._buffer = self._buffer, bytearray()
+            self.out.write(data)
         self.out.flush()
 
 

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -792,3 +793,96 @@ def test_buffered_keeps_what_was_normalized_when_stopped(tmp_path: Path, sig: in
     proc.stdin.close()
     assert code == (130 if sig == signal.SIGINT else 143)
     assert out.read_bytes() == expected and expected.count(b"\n") >= 5
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_stopped_after_the_reader_went_away_exits_quietly(sig: int, buffered: bool):
+    """`… | opencode-events normalize --buffered | head -1`, then Ctrl-C: what is left
+    for stdout cannot be written, and that is no traceback and no exit code 120."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        CMD + ["normalize", *(["--buffered"] if buffered else [])],
+        stdin=subprocess.PIPE,
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+    )
+    os.close(write_end)
+    proc.stdin.write((ROOT / "samples" / "bash_ok" / "stream.jsonl").read_bytes())
+    proc.stdin.flush()
+    time.sleep(0.5)  # read and normalized: written (or held, --buffered)
+    os.close(read_end)  # the reader is gone
+    time.sleep(0.2)
+    proc.send_signal(sig)
+    code = proc.wait(timeout=30)
+    err = proc.stderr.read()
+    proc.stdin.close()
+    assert code in ((130 if sig == signal.SIGINT else 143), 141), err
+    assert err.strip() == b"", err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_import_stopped_keeps_what_was_mapped(tmp_path: Path, sig: int):
+    """`import` writes in large blocks; stopped, it writes the events mapped so far, each
+    once, whole lines."""
+    db = tmp_path / "opencode.db"
+    shutil.copy(ROOT / "samples" / "task" / "opencode.db", db)
+    out = tmp_path / "events.jsonl"
+    code = (
+        "import sys, os, signal, time\n"
+        "import opencode_events.pipeline as p\n"
+        "from opencode_events.cli import main\n"
+        "real = p.map_session\n"
+        "def slow(*args, **kwargs):\n"  # the first session mapped, then the user stops it
+        "    yield from real(*args, **kwargs)\n"
+        "    os.kill(os.getpid(), int(os.environ['STOP_WITH']))\n"
+        "    time.sleep(5)\n"
+        "p.map_session = slow\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "import", "--db", str(db), "--all", "-o", str(out)],
+        env={**os.environ, "STOP_WITH": str(int(sig))},
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == (130 if sig == signal.SIGINT else 143), proc.stderr
+    events = [json.loads(line) for line in out.read_bytes().splitlines()]
+    assert events and [e["seq"] for e in events] == list(range(len(events)))
+    assert events[-1]["kind"] != "metrics"
+
+
+def test_a_stream_indented_by_jq_is_mapped_as_it_comes():
+    """`opencode run --format json | jq . | opencode-events normalize`: each record's
+    events are written when the record is complete, not at the end of the input."""
+    records = (ROOT / "samples" / "bash_ok" / "stream.jsonl").read_bytes().splitlines()
+    indented = [json.dumps(json.loads(r), indent=2).encode() + b"\n" for r in records if r]
+    proc = subprocess.Popen(
+        CMD + ["normalize"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        first_events = run(["normalize", "--no-metrics"], stdin=b"".join(indented[:2])).stdout
+        assert first_events.count(b"\n") >= 1
+        proc.stdin.write(indented[0])
+        proc.stdin.write(indented[1][:-40])  # the second record in part, then all of it
+        proc.stdin.flush()
+        time.sleep(0.3)
+        proc.stdin.write(indented[1][-40:])
+        proc.stdin.flush()
+        got = b""
+        deadline = time.monotonic() + 20
+        while got.count(b"\n") < first_events.count(b"\n") and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if ready:
+                got += os.read(proc.stdout.fileno(), 65536)
+        assert got == first_events  # before the input ended
+        proc.stdin.write(b"".join(indented[2:]))
+        proc.stdin.close()
+        rest = proc.stdout.read()
+    finally:
+        if not proc.stdin.closed:
+            proc.stdin.close()
+        proc.wait(timeout=30)
+    whole = run(["normalize"], stdin=b"".join(indented)).stdout
+    assert got + rest == whole and proc.returncode == 0

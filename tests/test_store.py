@@ -445,15 +445,21 @@ def test_export_documents_one_after_another_are_each_read(tmp_path: Path, layout
 
 
 def test_a_damaged_export_document_among_others_is_a_warning_at_its_line(tmp_path: Path):
+    """Input that is not JSON is one warning, from where it starts to the next line that
+    opens an object (how each document begins); the document there is read as usual."""
     first, second = ((SAMPLES / name / "export.json").read_bytes() for name in EXPORTED[:2])
     joined = tmp_path / "exports.json"
     joined.write_bytes(first + b'\n{"info": oops\n' + second)
     found = jsonl(run("normalize", str(joined), "--no-metrics").stdout)
-    mapped = jsonl(
-        run("normalize", str(SAMPLES / EXPORTED[0] / "export.json"), "--no-metrics").stdout
-    )
-    assert [e["kind"] for e in found] == [e["kind"] for e in mapped] + ["warning"]
-    assert found[-1]["line"] == first.count(b"\n") + 2  # where the damaged one starts
+    mapped = [
+        jsonl(run("normalize", str(SAMPLES / name / "export.json"), "--no-metrics").stdout)
+        for name in EXPORTED[:2]
+    ]
+    kinds = [e["kind"] for e in found]
+    assert kinds == [e["kind"] for e in mapped[0]] + ["warning"] + [e["kind"] for e in mapped[1]]
+    warning = found[len(mapped[0])]
+    assert warning["line"] == first.count(b"\n") + 2  # where the damaged one starts
+    assert warning["text"] == '{"info": oops'
 
 
 @pytest.mark.parametrize(
@@ -463,12 +469,25 @@ def test_a_damaged_export_document_among_others_is_a_warning_at_its_line(tmp_pat
         (b"\n", b"[1, 2]"),
         (b"\n", b'{"info": "not an object"}'),
         (b"\n", b'{"messages": 5}'),
+        (b"\n", b'{"info": {"id": "ses_x"}}'),  # no messages: not a document
+        (b"\n", b"[" * 3000 + b"]" * 3000),  # deeper than the decoder goes
+        (b"\n", b'{"type": "te\xffxt"}'),  # not UTF-8
+        (b"\n", b'{"info": oops'),  # not JSON: up to the next line that opens an object
     ],
-    ids=["empty-object", "array", "info-not-object", "messages-not-list"],
+    ids=[
+        "empty-object",
+        "array",
+        "info-not-object",
+        "messages-not-list",
+        "info-alone",
+        "deep",
+        "not-utf8",
+        "not-json",
+    ],
 )
 def test_a_json_value_of_another_shape_is_a_warning_and_reading_goes_on(tmp_path, between, after):
-    """Never dropped unsaid: a JSON value that is neither an export document nor a record of
-    the run stream is one warning at its line, and the document after it is still read."""
+    """Never dropped unsaid: a value that is neither an export document nor a record of the
+    run stream is one warning at its line, and the document after it is still read."""
     first, second = ((SAMPLES / name / "export.json").read_bytes() for name in EXPORTED[:2])
     path = tmp_path / "mixed.json"
     path.write_bytes(first + between + after + b"\n" + second)
@@ -481,7 +500,7 @@ def test_a_json_value_of_another_shape_is_a_warning_and_reading_goes_on(tmp_path
     assert kinds == [e["kind"] for e in alone[0]] + ["warning"] + [e["kind"] for e in alone[1]]
     warning = found[len(alone[0])]
     assert warning["line"] == (first + between).count(b"\n") + 1
-    assert warning["text"] == after.decode()
+    assert warning["text"] == after.decode("utf-8", "replace")
 
 
 def test_records_of_the_run_stream_among_export_documents_are_mapped(tmp_path):
@@ -498,6 +517,38 @@ def test_records_of_the_run_stream_among_export_documents_are_mapped(tmp_path):
     assert [e["kind"] for e in found] == [e["kind"] for e in alone] + ["message"]
     assert found[-1]["text"] == "hi" and found[-1]["session_id"] == "ses_x"
     assert found[-1]["line"] == first.count(b"\n") + 2
+
+
+def test_a_large_document_arriving_in_many_reads_is_decoded_a_few_times(monkeypatch):
+    """Below 1 MiB held, every read is tried (records come live); above it, only when what
+    is held has doubled, so a document of N MiB in small reads costs about 2N MiB of decoding
+    past the first MiB, not N²."""
+    import opencode_events.export as export
+    from opencode_events.normalizer import Normalizer
+
+    doc = json.loads((SAMPLES / "text" / "export.json").read_bytes())
+    doc["messages"] *= 2000  # about 10 MB
+    data = json.dumps(doc, indent=2).encode() + b"\n"
+    sizes = []
+    decoder = export._DOCUMENT
+
+    class Counting:
+        def decode(self, view):
+            sizes.append(len(view))
+            return decoder.decode(view)
+
+    monkeypatch.setattr(export, "_DOCUMENT", Counting())
+    reader = export.ExportReader(Normalizer())
+    events = []
+    piece = 4096
+    for start in range(0, len(data), piece):
+        events += reader.take(data[start : start + piece])
+    events += reader.take(b"", final=True)
+    alone = export.export_events(data, Normalizer())
+    assert events == alone and len(events) >= 3  # the copies are one message, deduplicated
+    large = [size for size in sizes if size > export._TRY_EVERY_READ]
+    assert len(large) <= 2 + (len(data) // export._TRY_EVERY_READ).bit_length()
+    assert sum(large) <= 4 * len(data)
 
 
 def test_each_export_document_may_start_with_a_bom(tmp_path: Path):
