@@ -367,3 +367,56 @@ def test_a_lone_surrogate_repair_reads_as_a_lenient_decoder_does(text: str):
     fixed = without_lone_surrogates(data) or data
     assert len(fixed) == len(data)
     assert msgspec.json.decode(fixed)["t"] == _replaced(text)
+
+
+# An input read as JSON values (`opencode export` documents, `jq .` of a stream): values
+# of every shape, broken ones too, laid out over lines as jq and OpenCode write them.
+_RECORD = {"type": "text", "sessionID": "ses_p", "part": {"type": "text", "text": "hi \\ud800"}}
+_DOCUMENT = {
+    "info": {"id": "ses_d"},
+    "messages": [
+        {
+            "info": {"id": "msg_1", "role": "user", "sessionID": "ses_d"},
+            "parts": [{"id": "prt_1", "type": "text", "text": "x"}],
+        }
+    ],
+}
+_VALUES = st.sampled_from(
+    [
+        json.dumps(_RECORD, indent=2),
+        json.dumps(_RECORD),
+        json.dumps(_DOCUMENT, indent=2),
+        json.dumps(_DOCUMENT),
+        "{}",
+        "[1,\n 2]",
+        '"text"',
+        '{"info": oops',
+        '{"type": "text",',
+        "}",
+        "\ufeff{\n}",
+        "garbage",
+        '{"a": "\\ud800"}',
+        "[" * 40 + "]" * 40,
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_VALUES, max_size=8), st.lists(st.integers(1, 30), min_size=1, max_size=8))
+def test_values_read_as_they_come_are_read_as_the_whole_input(values, cuts):
+    """Given in pieces of whole lines (as reads return them), an input gives the events the
+    whole input gives: waiting for more never changes what a value becomes."""
+    from opencode_events.export import ExportReader, export_events
+
+    data = ("{\n}\n" + "\n".join(values) + "\n").encode("utf-8", "surrogatepass")
+    whole = export_events(data, Normalizer())
+    lines = data.splitlines(keepends=True)
+    reader = ExportReader(Normalizer())
+    pieces, at = [], 0
+    for cut in cuts * len(lines):
+        if at >= len(lines):
+            break
+        pieces += reader.take(b"".join(lines[at : at + cut]))
+        at += cut
+    pieces += reader.take(b"".join(lines[at:]), final=True)
+    assert pieces == whole
