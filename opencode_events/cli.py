@@ -26,6 +26,7 @@ from .cliutil import (
     open_output,
     open_store,
     pipe_safe,
+    refuse_stdout_read,
     selection_options,
     since_ms,
     whole_writes_stdout,
@@ -74,10 +75,11 @@ def normalize(
     the first line. Events are written as each input line arrives; the last line is a
     metrics summary.
     """
-    from .pipeline import normalize_streams
+    from .pipeline import normalize_streams, refuse_databases
     from .writers import make_writer
 
     inputs_opened = open_inputs(inputs)
+    refuse_databases(inputs_opened, "import")
     out = open_output(output, reads=inputs or ("-",))
     writer = make_writer(format_for(fmt, out), out, buffered=buffered)
     with written_when_interrupted(writer):
@@ -216,10 +218,12 @@ def sessions(
     """Sessions in the store, newest activity first, with turns, tools, tokens and cost."""
     from . import formats
     from .mcp import mcp_server_names
+    from .store import store_files
     from .summary import start_whole_scan, summarize
 
     since_time = since_ms(since)
     with open_store(db_path) as store:
+        refuse_stdout_read(store_files(store))
         # Every session of a large database: the workers start reading the tables while
         # this process reads the session rows.
         whole = all_sessions and since_time is None and limit is None
@@ -309,9 +313,10 @@ def usage(
     start = since_ms(since, zone)  # once: "2h" is read against the clock
     try:
         if from_store:
-            from .store import every_session, select_sessions
+            from .store import every_session, select_sessions, store_files
 
             with open_store(db_path) as store:
+                refuse_stdout_read(store_files(store))
                 if all_sessions:  # every top-level session; subagents fold into them
                     ids = every_session(store, top_level=True)
                 else:
@@ -326,7 +331,9 @@ def usage(
                     since_ms=start,
                 )
         else:
-            report = stream_usage(open_inputs(inputs), by=by, tz=zone)
+            opened = open_inputs(inputs)
+            refuse_stdout_read(inputs or ("-",))
+            report = stream_usage(opened, by=by, tz=zone)
     except GroupingError as exc:
         raise click.UsageError(str(exc)) from None
     out = sys.stdout.buffer

@@ -24,6 +24,7 @@ __all__ = [
     "pipe_safe",
     "open_inputs",
     "open_output",
+    "refuse_stdout_read",
     "format_for",
     "db_option",
     "selection_options",
@@ -261,10 +262,48 @@ def stdout_is(path: str) -> bool:
     return stat.S_ISREG(target.st_mode) and _descriptor_is(1, target)
 
 
+def refuse_stdout_read(reads: Sequence[Any]) -> None:
+    """Stdout redirected to a file being read (``>> run.jsonl``, ``> opencode.db``): the
+    output would be read again without end, or change the database; refused."""
+    try:
+        target = os.fstat(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        return
+    if not stat.S_ISREG(target.st_mode):
+        return  # a terminal, a pipe, /dev/null
+    where = _descriptor_path(1)
+    for read in reads:
+        if read == "-":
+            if _descriptor_is(0, target):
+                raise InputError("will not write to standard output: it is standard input")
+            continue
+        read = os.fspath(read)
+        if os.path.isdir(read):
+            folder = os.path.realpath(read).rstrip(os.sep) + os.sep
+            if where is not None and where.startswith(folder):
+                raise InputError(f"will not write to standard output: it is inside {read}")
+            continue
+        try:
+            source = os.stat(read)
+        except OSError:
+            continue
+        if (target.st_dev, target.st_ino) == (source.st_dev, source.st_ino):
+            raise InputError(f"will not write to standard output: it is {read}, being read")
+
+
+def _descriptor_path(fd: int) -> str | None:
+    """The path a descriptor was opened with, where the system tells it (Linux)."""
+    try:
+        return os.path.realpath(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return None
+
+
 def open_output(path: str | None, reads: Sequence[Any] = ()) -> BinaryIO:
     """The output: stdout, or the file ``path``, which must not be one of the files (or
     inside one of the folders) being read: opening it would empty it first."""
     if path is None or path == "-":
+        refuse_stdout_read(reads)
         return sys.stdout.buffer
     clash = _is_read(path, reads)
     if clash is not None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from .cliutil import db_option, pipe_safe
+from .cliutil import db_option, pipe_safe, refuse_stdout_read
 
 FORMATS = ("table", "json", "csv")
 
@@ -181,9 +181,10 @@ def context(session: str | None, db_path: str | None, fmt: str | None, per_infer
     """
     from . import formats
     from .context import context_report
-    from .store import open_store, select_sessions
+    from .store import open_store, select_sessions, store_files
 
     with open_store(db_path) as store:
+        refuse_stdout_read(store_files(store))
         (session_id,) = select_sessions(store, [session] if session else [])[:1]
         report = context_report(store, session_id)
     if report.skipped_rows:

@@ -18,7 +18,13 @@ from .events import Event
 from .normalizer import Normalizer
 from .stream import BOM, CHUNK_SIZE, StreamReader, line_batches
 
-__all__ = ["normalize_streams", "import_sessions", "detect_format", "LineReader"]
+__all__ = [
+    "normalize_streams",
+    "import_sessions",
+    "detect_format",
+    "refuse_databases",
+    "LineReader",
+]
 
 _SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 
@@ -73,6 +79,22 @@ def refuse_database(head: bytes, name: str, command: str) -> None:
             f"{what} is an SQLite database, not a stream: use `{command} --db {path}` "
             "(--all for every session)"
         )
+
+
+def refuse_databases(inputs: Sequence[tuple[str, Any]], command: str) -> None:
+    """``refuse_database`` for every input that is a regular file, before anything is read
+    or written: a database given among other files must not leave their events half written,
+    nor an ``-o`` file emptied. Read with ``pread``, which leaves each file where it was."""
+    import os
+    import stat
+
+    for name, stream in inputs:
+        try:
+            fd = stream.fileno()
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                refuse_database(os.pread(fd, len(SQLITE_MAGIC), 0), name, command)
+        except (AttributeError, OSError, ValueError):
+            continue  # no descriptor to look at: it is checked when it is read
 
 
 def read_head(stream: BinaryIO) -> bytes:

@@ -886,3 +886,60 @@ def test_a_stream_indented_by_jq_is_mapped_as_it_comes():
         proc.wait(timeout=30)
     whole = run(["normalize"], stdin=b"".join(indented)).stdout
     assert got + rest == whole and proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["normalize", "{stream}"],
+        ["usage", "{stream}"],
+        ["import", "--db", "{db}", "--all"],
+        ["sessions", "--db", "{db}"],
+        ["usage", "--db", "{db}", "--all"],
+        ["context", "--db", "{db}"],
+    ],
+    ids=["normalize", "usage-stream", "import", "sessions", "usage-store", "context"],
+)
+def test_stdout_appended_to_what_is_read_is_refused(tmp_path: Path, args: list[str]):
+    """`opencode-events normalize run.jsonl >> run.jsonl` would read its own output without
+    end (until the disk is full); `>> opencode.db` would change the database. Refused, and
+    the file is left as it was."""
+    stream, db = tmp_path / "run.jsonl", tmp_path / "opencode.db"
+    shutil.copy(ROOT / "samples" / "bash_ok" / "stream.jsonl", stream)
+    shutil.copy(ROOT / "samples" / "bash_ok" / "opencode.db", db)
+    argv = [a.format(stream=stream, db=db) for a in args]
+    target = stream if "{stream}" in args else db
+    before = target.read_bytes()
+    with open(target, "ab") as appended:
+        proc = subprocess.run(CMD + argv, stdout=appended, stderr=subprocess.PIPE, timeout=60)
+    assert proc.returncode == 2
+    assert (
+        proc.stderr
+        == f"error: will not write to standard output: it is {target}, being read\n".encode()
+    )
+    assert target.read_bytes() == before
+
+
+def test_stdout_redirected_to_stdin_is_refused(tmp_path: Path):
+    stream = tmp_path / "run.jsonl"
+    shutil.copy(ROOT / "samples" / "bash_ok" / "stream.jsonl", stream)
+    with open(stream, "rb") as source, open(stream, "ab") as appended:
+        proc = subprocess.run(
+            CMD + ["normalize"], stdin=source, stdout=appended, stderr=subprocess.PIPE, timeout=60
+        )
+    assert proc.returncode == 2
+    assert proc.stderr == b"error: will not write to standard output: it is standard input\n"
+
+
+def test_a_database_among_the_inputs_is_refused_before_anything_is_written(tmp_path: Path):
+    """The database is found before a line is written: the other inputs' events are not
+    left half written, and an `-o` file is not emptied."""
+    stream, db, keep = tmp_path / "run.jsonl", tmp_path / "x.db", tmp_path / "keep.jsonl"
+    shutil.copy(ROOT / "samples" / "bash_ok" / "stream.jsonl", stream)
+    shutil.copy(ROOT / "samples" / "bash_ok" / "opencode.db", db)
+    keep.write_bytes(b"kept\n")
+    for argv in (["normalize", str(db), "-o", str(keep)], ["normalize", str(stream), str(db)]):
+        proc = subprocess.run(CMD + argv, capture_output=True, timeout=60)
+        assert proc.returncode == 2 and proc.stdout == b""
+        assert proc.stderr.startswith(f"error: {db} is an SQLite database".encode())
+    assert keep.read_bytes() == b"kept\n"
