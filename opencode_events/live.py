@@ -81,8 +81,11 @@ class _Endpoint:
         # "opencode"), password OPENCODE_SERVER_PASSWORD; credentials in the URL win.
         self.username = unquote(parts.username) if parts.username else None
         self.password = unquote(parts.password) if parts.password else None
+        # Where the password came from, for the error that says it was rejected.
+        self.password_from = "the URL"
         if self.password is None:
             self.password = os.environ.get("OPENCODE_SERVER_PASSWORD") or None
+            self.password_from = "OPENCODE_SERVER_PASSWORD"
         if self.username is None:
             self.username = os.environ.get("OPENCODE_SERVER_USERNAME") or "opencode"
         self.shown = f"{parts.scheme}://{parts.hostname}:{self.port}"
@@ -121,7 +124,7 @@ class _Endpoint:
                 raise InputError(f"{self.shown} requires a password: set OPENCODE_SERVER_PASSWORD")
             raise InputError(
                 f"{self.shown} rejected the password (user {self.username!r}, "
-                "from OPENCODE_SERVER_PASSWORD)"
+                f"from {self.password_from})"
             )
         if response.status != 200:
             conn.close()
@@ -285,7 +288,8 @@ def attach(
     Reads GET URL/event and stops when the followed session goes idle (--follow: goes on
     until Ctrl-C). Without --session, events of every session are written and the first
     session seen at work is the one whose idle ends the command. The password comes from
-    OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME, default "opencode").
+    OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME, default "opencode"), or from
+    the URL (http://user:password@host:port), which wins.
     """
     from .normalizer import Normalizer
     from .sse import SseReader

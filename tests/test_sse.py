@@ -608,3 +608,55 @@ def test_any_properties_never_crash(props: Any, type_: str) -> None:
         text = "data: " + json.dumps(doc) + "\n\n"
         events, _ = read(text, deltas=True)
         assert len(events) <= 2
+
+
+# ------------------------------------------------------------------ attach: credentials
+
+
+def _rejecting_server() -> tuple[Any, int]:
+    """A server on 127.0.0.1 answering one request with 401; (its thread, its port)."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with listener:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(
+                    b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, listener.getsockname()[1]
+
+
+@pytest.mark.parametrize("given_in", ["url", "environment"])
+def test_attach_names_where_the_rejected_password_came_from(given_in: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    thread, port = _rejecting_server()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCODE_SERVER_")}
+    if given_in == "url":
+        url = f"http://opencode:bad@127.0.0.1:{port}"
+        source = "from the URL"
+    else:
+        url = f"http://127.0.0.1:{port}"
+        env["OPENCODE_SERVER_PASSWORD"] = "bad"
+        source = "from OPENCODE_SERVER_PASSWORD"
+    result = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "attach", url],
+        capture_output=True,
+        timeout=60,
+        env=env,
+    )
+    thread.join(timeout=10)
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert result.stderr.decode() == (
+        f"error: http://127.0.0.1:{port} rejected the password (user 'opencode', {source})\n"
+    )
