@@ -32,6 +32,7 @@ from .events import (
     Permission,
     Prompt,
     Reasoning,
+    ToolEvent,
     Unknown,
     Usage,
     Warning,
@@ -122,6 +123,7 @@ class Normalizer:
         # Part ids of recently current sessions, so that sessions interleaved in one input
         # (a parent and its subagents, concatenated logs) still dedupe; bounded for memory.
         self._seen_by_session: OrderedDict[str | None, set[str]] = OrderedDict()
+        self._replayed_calls: set[tuple[Any, Any]] = set()  # tool calls of events read again
 
     # ------------------------------------------------------------------ session state
 
@@ -207,6 +209,29 @@ class Normalizer:
         self.seq = seq
         return events
 
+    def replay(self, event: Event) -> list[Event]:
+        """An event already normalized (our own output read again): numbered in this
+        output and counted in its metrics, every other field kept."""
+        self.enter_session(event.session_id)
+        cls = type(event)
+        if cls is Usage:
+            self.turns += 1
+            self._add_usage(event)  # type: ignore[arg-type]
+        elif isinstance(event, ToolEvent) or (cls is Unknown and event.tool is not None):
+            # One call may give several events (a patch's files): a call counts once.
+            call = (event.session_id, event.call_id or event.part_id)
+            if call[1] is None or call not in self._replayed_calls:
+                self._replayed_calls.add(call)
+                self.tool_calls += 1
+                if getattr(event, "success", None) is False:
+                    self.tool_failures += 1
+        if cls is Warning or cls is Error:
+            self.problems += 1
+        event.seq = self.seq
+        self.seq += 1
+        self.counts[cls] = self.counts.get(cls, 0) + 1
+        return [event]
+
     def count_record(self) -> None:
         self.records += 1
 
@@ -276,6 +301,10 @@ class Normalizer:
         return self._count_usage(usage_event(part, self._next_turn()), prov)
 
     def _count_usage(self, usage: Usage, prov: Provenance) -> list[Event]:
+        self._add_usage(usage)
+        return self._stamp([usage], prov)
+
+    def _add_usage(self, usage: Usage) -> None:
         totals = self.totals
         totals.input += usage.input_tokens
         totals.output += usage.output_tokens
@@ -285,7 +314,6 @@ class Normalizer:
         totals.total += usage.total_tokens
         totals.cost += usage.cost
         totals.figures += 1
-        return self._stamp([usage], prov)
 
     def message_usage(self, info: MessageInfo, prov: Provenance) -> list[Event]:
         """``usage`` for one finished assistant message (an inference), counted once per

@@ -43,8 +43,14 @@ class Writer(Protocol):
     def flush(self) -> None: ...
 
 
+def _is_event(line: bytes) -> bool:
+    from .replay import is_event
+
+    return is_event(line)
+
+
 def detect_format(head: bytes) -> str:
-    """``"sse"``, ``"export"`` or ``"jsonl"`` from the first bytes of an input."""
+    """``"sse"``, ``"export"``, ``"events"`` or ``"jsonl"`` from the first bytes of an input."""
     for line in head.split(b"\n"):
         line = line.strip()
         while line.startswith(BOM):  # each file of a `cat` may start with one
@@ -53,6 +59,8 @@ def detect_format(head: bytes) -> str:
             continue
         if line.startswith(_SSE_FIELDS):
             return "sse"
+        if line.startswith(b'{"kind"') or (b'"kind"' in line and _is_event(line)):
+            return "events"  # our own output, read again
         if line == b"{" or (
             line.startswith(b"{")
             and b'"messages"' in line
@@ -166,6 +174,10 @@ def normalize_streams(
             from .sse import SseReader
 
             reader = SseReader(normalizer, source=source, deltas=deltas)
+        elif kind == "events":
+            from .replay import EventReader
+
+            reader = EventReader(normalizer, source=source)
         else:
             reader = StreamReader(normalizer, source=source)
         feed, write = reader.feed, writer.write

@@ -943,3 +943,21 @@ def test_a_database_among_the_inputs_is_refused_before_anything_is_written(tmp_p
         assert proc.returncode == 2 and proc.stdout == b""
         assert proc.stderr.startswith(f"error: {db} is an SQLite database".encode())
     assert keep.read_bytes() == b"kept\n"
+
+
+def test_filtered_events_are_shown_by_the_pretty_view(tmp_path: Path):
+    """`jq -c 'select(.kind == "command")' events.jsonl | opencode-events normalize --format
+    pretty`: saved events read again, shown as when they were made; a line that is not an
+    event is a warning, as in any input."""
+    events = run(["normalize"], stdin=(ROOT / "samples" / "bash_ok" / "stream.jsonl").read_bytes())
+    commands = [line for line in events.stdout.splitlines() if b'"kind":"command"' in line]
+    assert commands
+    filtered = b"\n".join([*commands, b"not an event"]) + b"\n"
+    shown = run(["normalize", "--format", "pretty"], stdin=filtered)
+    assert shown.returncode == 0
+    text = shown.stdout.decode()
+    assert "✓ bash" in text and "exit 0" in text and "? unknown" not in text
+    again = jsonl(run(["normalize"], stdin=filtered).stdout)
+    assert [e["kind"] for e in again] == ["command"] * len(commands) + ["warning", "metrics"]
+    assert [e["seq"] for e in again] == list(range(len(again)))
+    assert again[-1]["tool_calls"] == len(commands) and again[-1]["records"] == len(commands) + 1

@@ -349,3 +349,31 @@ def test_a_stream_indented_by_jq_maps_as_the_stream_does(stream: Path, tmp_path:
         assert {k: v for k, v in d.items() if k != "line"} == {
             k: v for k, v in f.items() if k != "line"
         }
+
+
+_READ_AGAIN = [*STREAMS, *sorted(ROOT.glob("samples/*/events.sse"))]
+
+
+@pytest.mark.parametrize("source", _READ_AGAIN, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_normalized_output_read_again_gives_the_same_events(source: Path, tmp_path: Path):
+    # `opencode-events normalize events.jsonl`: every event as it was (`--raw` too), `seq`
+    # numbered afresh; the closing metrics are counted over the events read: `records` is
+    # the lines read, and a tool call is counted from its events (one OpenCode consumes,
+    # todowrite, has none).
+    for keep_raw in (False, True):
+        first = tmp_path / "events.jsonl"
+        out = io.BytesIO()
+        with open(source, "rb", buffering=0) as f:
+            normalize_streams([("-", f)], JsonlWriter(out), keep_raw=keep_raw)
+        first.write_bytes(out.getvalue())
+        again = [json.loads(line) for line in normalized(first).splitlines()]
+        events = [json.loads(line) for line in out.getvalue().splitlines()]
+        assert again[:-1] == events[:-1]
+        calls = {(e.get("session_id"), e["call_id"]) for e in events if "call_id" in e}
+        metrics, recounted = events[-1], again[-1]
+        assert recounted["records"] == len(events)
+        assert recounted["tool_calls"] == len(calls)
+        if not events[:-1]:
+            metrics.pop("session_id", None)  # no event to name the session
+        same = {k: v for k, v in metrics.items() if k not in ("records", "tool_calls")}
+        assert {k: v for k, v in recounted.items() if k not in ("records", "tool_calls")} == same
