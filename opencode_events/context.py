@@ -47,7 +47,11 @@ from the new pieces; the rest of the prompt pays the blended input/cache-write r
 output side (output + reasoning tokens) is the ``output`` cost, not a context source. A
 message whose model has no price (or whose price is all zero while OpenCode charged
 something) is not split: sources that took tokens from it get no cost (``None``), never a
-guess.
+guess. A cost computed here (a share, or a sum of shares) is written to 12 significant digits,
+as ``usage`` and ``metrics`` write a sum of OpenCode's costs (``events.summed_cost``): its last
+digits are binary-fraction noise (0.011984999999999999 for 0.011985), and no bill has them.
+The report's ``cost``, OpenCode's figures of the session and its subagents, is summed as
+``usage`` sums them (``summed_cost``).
 
 Subagents: each child session has its own ledger; folding adds the child's costs to the
 parent's rows by the same source names (a child's ``tool:bash`` adds to ``tool:bash``), and
@@ -68,6 +72,7 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import Raw, Struct
 
+from .events import SUM_DIGITS, summed_cost
 from .mcp import config_files, mcp_server_names, mcp_server_of, read_json_file
 from .store import descendants
 from .views import Tokens, decode_repairing
@@ -138,6 +143,11 @@ def _float(value: Any) -> float:
     except OverflowError:  # an integer beyond any float
         return 0.0
     return value if math.isfinite(value) else 0.0
+
+
+def _written(cost: float) -> float:
+    """A computed cost as it is written: to ``SUM_DIGITS`` significant digits."""
+    return float(f"{cost:.{SUM_DIGITS}g}")
 
 
 def _size(text: Any) -> int:
@@ -457,8 +467,8 @@ def _costs(
     for source in sources:
         total = old.get(source, 0) + new.get(source, 0)
         hit = cached.get(source, 0)
-        costs[source] = factor * (hit * p.cache_read + (total - hit) * rate)
-    return costs, factor * raw_output
+        costs[source] = _written(factor * (hit * p.cache_read + (total - hit) * rate))
+    return costs, _written(factor * raw_output)
 
 
 def _message_additions(message: LedgerMessage) -> list[Addition]:
@@ -781,7 +791,7 @@ def context_report(
     ids = [session_id, *descendants([session_id], store.children())]
     ledgers: list[SessionLedger] = []
     skipped = 0
-    total_cost = 0.0
+    total_cost, figures = 0.0, 0
     for sid in ids:
         session = row if sid == session_id else store.session(sid)
         directory = session.directory if session is not None else None
@@ -790,7 +800,9 @@ def context_report(
         ledgers.append(build_ledger(messages, prices(directory), session_id=sid))
         if session is not None:
             total_cost += _float(session.cost)
-    return fold(ledgers, cost=total_cost, skipped=skipped)
+            figures += 1
+    # OpenCode's figures, one as stored; a sum of several (subagents) as `usage` writes it
+    return fold(ledgers, cost=summed_cost(total_cost, figures), skipped=skipped)
 
 
 def fold(ledgers: Sequence[SessionLedger], *, cost: float, skipped: int = 0) -> ContextReport:
@@ -834,7 +846,7 @@ def fold(ledgers: Sequence[SessionLedger], *, cost: float, skipped: int = 0) -> 
             source=name,
             tokens=context.get(name, 0),
             share=round(context.get(name, 0) / context_tokens, 6) if context_tokens else 0.0,
-            cost=None if name in unknown else costs.get(name, 0.0),
+            cost=None if name in unknown else _written(costs.get(name, 0.0)),
         )
         for name in names
     ]
@@ -845,7 +857,7 @@ def fold(ledgers: Sequence[SessionLedger], *, cost: float, skipped: int = 0) -> 
         cost=cost,
         sources=rows,
         output_tokens=output_tokens,
-        output_cost=output_cost,
+        output_cost=None if output_cost is None else _written(output_cost),
         inferences=inferences,
         subagents=[ledger.session_id for ledger in ledgers[1:]],
         unpriced=unpriced,

@@ -761,3 +761,23 @@ def test_a_prefix_shared_with_a_subagent_names_the_top_level_session(priced_env:
     longer = child[0][: next(i for i in range(len(child[0])) if child[0][i] != top[0][i]) + 1]
     imported = run("import", longer, "--db", db, "--no-metrics", env=priced_env)
     assert {e["session_id"] for e in map(json.loads, imported.stdout.splitlines())} == {child[0]}
+
+
+def test_computed_costs_are_written_as_the_docs_show_them(priced_env: dict, tmp_path: Path):
+    """A split cost is a computed float: written to 12 significant digits, as `usage` writes
+    a sum of costs, so docs/context.md's figures are what the command prints."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    result = run("context", "--db", str(db), "--format", "json", env=priced_env)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["inferences"][0]["source_costs"] == {"system": 0.011985, "user": 1.5e-05}
+    assert document["output"] == {"tokens": 134, "cost": 0.00201}
+    costs = [s["cost"] for s in document["sources"]] + [document["output"]["cost"]]
+    costs.append(document["cost"])  # the session's and its subagent's, summed
+    for inference in document["inferences"]:
+        costs += inference["source_costs"].values()
+    assert all(cost == float(f"{cost:.12g}") for cost in costs)
+    doc = (ROOT / "docs" / "context.md").read_text()
+    assert '"source_costs": {"system": 0.011985, "user": 1.5e-05}' in doc
+    assert '"output": {"tokens": 134, "cost": 0.00201}' in doc
