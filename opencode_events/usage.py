@@ -3,8 +3,10 @@
 Two inputs, one row type:
 
 - a stream (``opencode run --format json``, or our own normalized JSONL): one row per model
-  turn, i.e. per ``step_finish``; a step that started and never finished (an interrupted
-  run) is an ``open`` row with no figures;
+  turn, i.e. per ``step_finish``, ``open`` false; a step that started and never finished
+  (an interrupted run) is an ``open`` row with no figures. A row's ``started`` is its
+  ``step_start`` record's time where the stream has one (a raw run stream), else its
+  ``usage`` event's (when the step finished);
 - the store: one row per user turn (seed 002: a user message opens a turn, each assistant
   message is an inference extending it), or grouped ``--by`` step, session, model, agent or
   day. Subagent sessions fold into the turn whose ``task`` call spawned them.
@@ -14,6 +16,11 @@ figures, never re-priced; a part or message is counted once (part ids are dedupl
 the normalizer; a forked session's copied history, recognisable as messages older than
 their session that have an original elsewhere, is left out of cross-session reports); a
 session's rows add up to its session row (plus its subagents' when folded).
+
+Every row names its session (``session_id``) whenever it is known, one session or several,
+so that reports appended together can be told apart; only the table for people leaves out a
+column that says the same on every row. Times are epoch ms, except in ``markdown()`` (for
+people), which writes them in ISO 8601 UTC.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NamedTuple
 
 import msgspec
@@ -187,6 +194,35 @@ class UsageReport(Struct, kw_only=True):
             doc["notes"] = list(self.notes)
         return doc
 
+    def markdown(self) -> bytes:
+        """The Markdown table, for people: the labels no row has a value for left out (token
+        fields and cost are in every row), ``started`` in ISO 8601 UTC, a **total** row last,
+        then the notes."""
+        from .formats import write_markdown
+
+        rows = [row.as_dict() for row in self.rows]
+        columns = [c for c in self.columns if c in _ALWAYS or any(c in r for r in rows)]
+        if columns[0] in TOKEN_FIELDS:  # no label at all: an empty report
+            columns.insert(0, self.columns[0])
+        for row in rows:
+            if "started" in row:
+                row["started"] = _iso(row["started"])
+        total = {**self.total.as_dict(), columns[0]: "**total**"}
+        table = write_markdown([*rows, total], columns, numeric=[*TOKEN_FIELDS, "cost"])
+        return table + "".join(f"\n_Note: {note}_\n" for note in self.notes).encode()
+
+
+def _iso(ms: Any) -> Any:
+    """Epoch ms as ISO 8601 UTC to the millisecond (``2026-11-29T15:41:18.256Z``); a value
+    that names no time (out of ``datetime``'s range) as it is."""
+    if type(ms) is not int:
+        return ms
+    try:
+        moment = datetime.fromtimestamp(ms // 1000, UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError, OSError):
+        return ms
+    return f"{moment.isoformat()}.{ms % 1000:03d}Z"
+
 
 def _figures_in(row: UsageRow) -> int:
     """How many of OpenCode's costs a row's cost adds up (a subagent's share: at least one)."""
@@ -329,10 +365,42 @@ class _Collect:
         pass
 
 
-def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[tuple[Any, bool]]:
-    """(usage-like record, step-open-after-it) from a raw stream, normalized JSONL, a
-    captured server event stream or an export document; what cannot be read is counted in
-    ``unread``."""
+class _Step(NamedTuple):
+    """A step of a stream: its ``usage`` event (None: it started and never finished), and
+    when it started and in which session, where the stream says (else None)."""
+
+    usage: Any
+    started: Any = None
+    session: str | None = None
+
+
+class _StepStartLine(Struct):
+    type: Any = None
+    timestamp: Any = None
+
+
+_STEP_START = msgspec.json.Decoder(_StepStartLine)
+
+
+def _step_start(line: bytes, session: str | None) -> tuple[int | None, str | None] | None:
+    """(time, session) of a run stream's ``step_start`` line, or None when it is not one.
+    Only the raw stream has a step's start: ``normalize`` writes no event for it, and an
+    export or a server's events report usage per message, when it completed."""
+    from .stream import BOM
+
+    try:
+        record = _STEP_START.decode(line.removeprefix(BOM))
+    except _UNREADABLE:
+        return None
+    if record.type != "step_start":
+        return None
+    return (record.timestamp if type(record.timestamp) is int else None), session
+
+
+def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Step]:
+    """The steps of a raw stream, normalized JSONL, a captured server event stream or an
+    export document (the last, with no usage, when a step was left open); what cannot be
+    read is counted in ``unread``."""
     from .events import Unknown, Usage, Warning
     from .normalizer import Normalizer
     from .pipeline import Prepended, detect_format, normalize_streams, read_head, refuse_database
@@ -351,15 +419,16 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[tupl
             unread.documents += normalizer.counts.get(Warning, 0)
         else:
             unread.lines += normalizer.counts.get(Warning, 0)
-        yield from ((event, False) for event in collect.found)
+        yield from (_Step(event) for event in collect.found)
         if normalizer.step_open:
-            yield None, True
+            yield _Step(None, session=normalizer.session_id)
         return
     normalized: bool | None = None  # the first JSON object decides
     warned = 0  # the warnings of the raw reading before that decision, counted already
     normalizer = Normalizer()
     reader = StreamReader(normalizer)
     line_no = 0
+    start: tuple[int | None, str | None] | None = None  # the open step's (time, session)
     for batch in line_batches(stream, first=head):
         for line in batch:
             line_no += 1
@@ -381,21 +450,30 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[tupl
                         unread.lines += 1
                     continue
                 if event.kind == "usage":
-                    yield event, False
+                    yield _Step(event)
                 elif event.kind == "warning":  # a line the normalize run could not read
                     unread.lines += 1
                 elif event.kind == "unknown":
                     unread.unknown(event.type)
             else:
-                for event in reader.feed(line_no, line):
+                events = reader.feed(line_no, line)
+                if normalizer.step_open and b'"step_start"' in line:  # a step opened
+                    start = _step_start(line, normalizer.session_id) or start
+                for event in events:
                     if isinstance(event, Usage):
-                        yield event, False
+                        started = None
+                        if start is not None and start[1] == event.session_id:
+                            started = start[0]
+                        yield _Step(event, started)
                     elif isinstance(event, Unknown):
                         unread.unknown(event.type)
+                if not normalizer.step_open:  # finished (or its finish seen before)
+                    start = None
     if normalized is False:
         unread.lines += normalizer.counts.get(Warning, 0) - warned
         if normalizer.step_open:
-            yield None, True
+            time, session = start if start is not None else (None, normalizer.session_id)
+            yield _Step(None, time, session)
 
 
 def stream_usage(
@@ -407,28 +485,33 @@ def stream_usage(
     rows: list[UsageRow] = []
     groups: dict[str, UsageRow] = {}
     first_time: dict[str, int] = {}  # group → its first step's time
-    sessions = set()
     unread = _Unread()
     for name, stream in inputs:
-        for event, open_step in _usage_events(name, stream, unread):
-            if open_step:
+        for step in _usage_events(name, stream, unread):
+            event = step.usage
+            if event is None:  # a step that started and never finished
                 if by in ("turn", "step"):
                     turn = (rows[-1].turn or 0) + 1 if rows else 1
-                    rows.append(UsageRow(turn=turn, open=True))
+                    started = step.started if type(step.started) is int else None
+                    rows.append(
+                        UsageRow(turn=turn, session_id=step.session, started=started, open=True)
+                    )
                 continue
             session = event.session_id if isinstance(event.session_id, str) else None
-            sessions.add(session)
+            # When the step started where the stream says, else when it finished (its event)
+            when = step.started if step.started is not None else event.time
             row = UsageRow(
                 turn=event.turn if isinstance(event.turn, int) else None,
                 session_id=session,
-                started=event.time if isinstance(event.time, int) else None,
+                started=when if type(when) is int else None,
                 reason=event.reason if isinstance(event.reason, str) else None,
+                open=False,
             )
             row.add(event)
             if by in ("turn", "step"):
                 rows.append(row)
                 continue
-            key = session or "" if by == "session" else _day(event.time, tz) or ""
+            key = session or "" if by == "session" else _day(when, tz) or ""
             if row.started is not None and row.started < first_time.get(key, row.started + 1):
                 first_time[key] = row.started
             group = groups.get(key)
@@ -444,9 +527,6 @@ def stream_usage(
         rows = [groups[k] for k in sorted(groups, key=lambda k: (first_time.get(k, 0), k))]
         for row in rows:
             row.cost = summed_cost(row.cost, _figures_in(row))
-    elif len(sessions) <= 1:
-        for row in rows:
-            row.session_id = None  # one session: the column says nothing
     notes = unread.notes()
     return UsageReport(
         by=by,
@@ -731,7 +811,7 @@ def _turn_report(
     dedupe: bool = False,
     since: int | None = None,
 ) -> tuple[list[UsageRow], list[str]]:
-    rows: list[tuple[str, UsageRow]] = []  # (session, row)
+    rows: list[UsageRow] = []
     notes: list[str] = []
     # The user messages copied are skipped too (they open no turn of their own); the note
     # counts inferences, as the grouped reports' note does. An original counts when it is in
@@ -749,13 +829,11 @@ def _turn_report(
     unread = [0]
     queue = list(session_ids)
     done: set[str] = set()  # listed, or folded into a turn
-    listed: list[str] = []
     while queue:
         session_id = queue.pop(0)
         if session_id in done:
             continue
         done.add(session_id)
-        listed.append(session_id)
         turns, spawned, spawned_before = _session_turns(store, session_id, skip, unread, since)
         children = tree.get(session_id, [])
         for child in children:
@@ -798,13 +876,11 @@ def _turn_report(
             row.cost = summed_cost(row.cost, (row.inferences or 0) + turn.folded)
             if row.subagent_cost is not None:
                 row.subagent_cost = summed_cost(row.subagent_cost, turn.folded)
-            rows.append((session_id, row))
+            row.session_id = session_id  # one session or several: whose a row is
+            rows.append(row)
     if unread[0]:
         notes.append(_unread_rows_note(unread[0]))
-    if not fold or len(listed) > 1:  # several sessions (one listed apart too): whose a row is
-        for sid, row in rows:
-            row.session_id = sid
-    return [row for _, row in rows], notes
+    return rows, notes
 
 
 def _add_inferences_since(
