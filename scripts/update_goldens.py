@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from opencode_events.pipeline import import_sessions, normalize_streams  # noqa: E402
-from opencode_events.store import Store, select_sessions  # noqa: E402
-from opencode_events.writers import JsonlWriter  # noqa: E402
+from opencode_events.output.jsonl import JsonlWriter  # noqa: E402
+from opencode_events.pipeline.normalize import import_sessions, normalize_streams  # noqa: E402
+from opencode_events.store.sqlite import Store, select_sessions  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "golden"
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from opencode_events.normalizer import Normalizer
-from opencode_events.stream import StreamReader
+from opencode_events.core.normalizer import Normalizer
+from opencode_events.sources.stream import StreamReader
 
 SESSION = "ses_test0000000000000000001"
 MESSAGE = "msg_test000000000000000001"

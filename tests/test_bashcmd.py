@@ -1,4 +1,4 @@
-"""Tests for opencode_events.bashcmd -- the rules of docs/bash.md.
+"""Tests for opencode_events.core.bashcmd -- the rules of docs/bash.md.
 
 Results are compared in the doc's notation (``render``): ``read P``, ``search P for X``,
 ``move A → B``, ... joined by ``; ``, and ``None``. ``test_doc_rows_are_in_the_table``
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opencode_events import bashcmd
-from opencode_events.bashcmd import MAX_COMMAND_CHARS, FileOp, classify_bash
+from opencode_events.core import bashcmd
+from opencode_events.core.bashcmd import MAX_COMMAND_CHARS, FileOp, classify_bash
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bash.md"
 WRITE_OPS = {"write", "append", "delete", "move", "copy", "mkdir", "touch", "edit"}
@@ -804,7 +804,7 @@ _args = st.sampled_from(
 @settings(max_examples=4000, deadline=None)
 @given(st.lists(st.one_of(_heads, _args), min_size=1, max_size=8))
 def test_early_exit_agrees_with_the_full_parse(words):
-    import opencode_events.bashcmd as bashcmd
+    import opencode_events.core.bashcmd as bashcmd
 
     command = " ".join(words)
     fast = classify_bash(command)

@@ -326,7 +326,7 @@ def test_pipe_path_never_imports_rich(args):
     """SPEC §4: rich is not imported on the JSONL path (stdout a pipe, as here)."""
     code = (
         "import sys\n"
-        "from opencode_events.cli import cli, run\n"
+        "from opencode_events.cli.main import cli, run\n"
         f"rc = run(cli, {args!r})\n"
         "assert 'rich' not in sys.modules, 'rich was imported'\n"
         "sys.exit(rc)\n"
@@ -461,7 +461,7 @@ def test_whole_writes_waits_on_a_full_non_blocking_pipe():
     an error and not a short write."""
     import io
 
-    from opencode_events.cliutil import WholeWrites
+    from opencode_events.cli.io import WholeWrites
 
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
@@ -830,8 +830,8 @@ def test_import_stopped_keeps_what_was_mapped(tmp_path: Path, sig: int):
     out = tmp_path / "events.jsonl"
     code = (
         "import sys, os, signal, time\n"
-        "import opencode_events.pipeline as p\n"
-        "from opencode_events.cli import main\n"
+        "import opencode_events.pipeline.normalize as p\n"
+        "from opencode_events.cli.main import main\n"
         "real = p.map_session\n"
         "def slow(*args, **kwargs):\n"  # the first session mapped, then the user stops it
         "    yield from real(*args, **kwargs)\n"

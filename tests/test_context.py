@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opencode_events.context import (
+from opencode_events.reports.context import (
     PRUNED_OUTPUT,
     Addition,
     LedgerMessage,
@@ -32,7 +32,7 @@ from opencode_events.context import (
     load_prices,
     price_files,
 )
-from opencode_events.store import open_store
+from opencode_events.store.sqlite import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -249,7 +249,7 @@ def test_price_tiers():
             {"input": 3, "output": 4, "tier": {"type": "context", "size": 500}},
         ],
     }
-    from opencode_events.context import _price
+    from opencode_events.reports.context import _price
 
     price = _price(cost)
     assert price.for_prompt(400).input == 1
@@ -585,7 +585,7 @@ def test_generated_database(tmp_path_factory, turns):
 
 
 def test_pruned_tool_output_counts_as_the_placeholder():
-    from opencode_events.context import _PART, _part_additions
+    from opencode_events.reports.context import _PART, _part_additions
 
     part = _PART.decode(
         b'{"type":"tool","tool":"bash","state":{"status":"completed","input":{},'
@@ -720,7 +720,7 @@ def test_cli_closed_pipe(priced_env: dict):
 
 
 def test_document_is_json_serialisable():
-    from opencode_events.context_cmd import document
+    from opencode_events.cli.context import document
 
     msgspec.json.encode(document(report_of("file_tools")))
 

@@ -1,4 +1,4 @@
-"""`import` in worker processes (opencode_events/fanout.py): the same bytes as one process,
+"""`import` in worker processes (opencode_events/pipeline/fanout.py): the same bytes as one process,
 whatever the number of workers, chunk size or hold budget; failures reported as one process
 would report them.
 
@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from opencode_events import fanout, transcript
 from opencode_events.errors import InputError
-from opencode_events.pipeline import import_sessions
-from opencode_events.store import Store, select_sessions
-from opencode_events.writers import JsonlWriter
+from opencode_events.output.jsonl import JsonlWriter
+from opencode_events.pipeline import fanout
+from opencode_events.pipeline.normalize import import_sessions
+from opencode_events.sources import transcript
+from opencode_events.store.sqlite import Store, select_sessions
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -324,7 +325,7 @@ def test_a_worker_that_cannot_open_the_database(merged_db: Path, tmp_path: Path,
 def test_a_large_import_asks_for_a_padded_heap(merged_db: Path, tmp_path: Path, monkeypatch):
     """From ``MIN_SESSIONS`` sessions on, the import asks malloc to grow its heap in large
     steps (fewer page faults); a small one leaves malloc alone."""
-    from opencode_events import pipeline
+    from opencode_events.pipeline import normalize as pipeline
 
     calls = []
     monkeypatch.setattr(pipeline, "grow_heap_in_large_steps", lambda: calls.append(1))
@@ -340,7 +341,7 @@ def test_the_heap_request_never_fails(monkeypatch, failure: Exception):
     """Where there is no glibc (no mallopt, no C library to load) the request does nothing."""
     import ctypes
 
-    from opencode_events.pipeline import grow_heap_in_large_steps
+    from opencode_events.pipeline.normalize import grow_heap_in_large_steps
 
     def unavailable(*_args: object) -> None:
         raise failure
@@ -351,7 +352,7 @@ def test_the_heap_request_never_fails(monkeypatch, failure: Exception):
 
 def test_the_heap_request_never_fails_without_ctypes(monkeypatch):
     """A Python built without ctypes (minimal or embedded builds) imports as usual."""
-    from opencode_events.pipeline import grow_heap_in_large_steps
+    from opencode_events.pipeline.normalize import grow_heap_in_large_steps
 
     monkeypatch.setitem(sys.modules, "ctypes", None)  # `import ctypes` raises ImportError
     grow_heap_in_large_steps()  # no exception

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opencode_events.mapping import STATUS_SUCCESS, success_of
+from opencode_events.core.mapping import STATUS_SUCCESS, success_of
 from tests.records import SESSION, normalize_lines, record, step_finish, tool_use
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from opencode_events.errors import InputError
-from opencode_events.parallel import start_over_ranges
+from opencode_events.store.ranges import start_over_ranges
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no workers")
 
@@ -89,7 +89,7 @@ def _sleeps_in_a_child(uri: str, low: int, high: int, parent: int) -> int:
 def test_cancel_stops_and_reaps_the_children(monkeypatch):
     """Results no longer wanted (the caller failed before it asked for them): the children
     are killed and reaped at once, their pipes closed; the results cannot be asked for."""
-    import opencode_events.parallel as parallel_module
+    import opencode_events.store.ranges as parallel_module
 
     children: list[tuple[int, int]] = []
     fork = parallel_module._fork

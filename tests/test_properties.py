@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from opencode_events.core.normalizer import Normalizer
 from opencode_events.errors import InputError
-from opencode_events.normalizer import Normalizer
-from opencode_events.pipeline import SQLITE_MAGIC, normalize_streams
-from opencode_events.stream import StreamReader, line_batches
-from opencode_events.writers import JsonlWriter
+from opencode_events.output.jsonl import JsonlWriter
+from opencode_events.pipeline.normalize import SQLITE_MAGIC, normalize_streams
+from opencode_events.sources.stream import StreamReader, line_batches
 
 TOOLS = [
     "read",
@@ -288,7 +288,7 @@ _MESSAGE_KEYS = ["role", "time", "error", "tokens", "cost", "summary", "modelID"
 def test_the_imports_message_view_accepts_what_the_full_view_accepts(value):
     """The import decodes stored messages with ``MessageHead`` (role, error); it must accept
     and reject exactly the rows ``MessageInfo`` does, and read the same role and error."""
-    from opencode_events.views import MESSAGE_DECODER, MESSAGE_HEAD_DECODER
+    from opencode_events.core.views import MESSAGE_DECODER, MESSAGE_HEAD_DECODER
 
     data = json.dumps(value).encode()
     try:
@@ -324,7 +324,7 @@ _PIECES = st.sampled_from([b" ", b"\n", b"\t", b"\r", b"\x0b", b"x", b"{}"])
 def test_the_head_is_what_reading_until_the_first_line_ends_gives(chunks: list[bytes]):
     """read_head looks at each chunk once, and stops where the plain definition stops:
     after the chunk in which the first non-blank line ends."""
-    from opencode_events.pipeline import read_head
+    from opencode_events.pipeline.normalize import read_head
 
     expected, stream = b"", list(chunks)
     while stream:
@@ -361,7 +361,7 @@ def _replaced(text: str) -> str:
 def test_a_lone_surrogate_repair_reads_as_a_lenient_decoder_does(text: str):
     """What `json.dumps` writes for any string (lone surrogates as \\u escapes, backslashes
     escaped) decodes after the repair to that string, each lone surrogate U+FFFD."""
-    from opencode_events.views import without_lone_surrogates
+    from opencode_events.core.views import without_lone_surrogates
 
     data = json.dumps({"t": text}).encode()
     fixed = without_lone_surrogates(data) or data
@@ -406,7 +406,7 @@ _VALUES = st.sampled_from(
 def test_values_read_as_they_come_are_read_as_the_whole_input(values, cuts):
     """Given in pieces of whole lines (as reads return them), an input gives the events the
     whole input gives: waiting for more never changes what a value becomes."""
-    from opencode_events.export import ExportReader, export_events
+    from opencode_events.sources.export import ExportReader, export_events
 
     data = ("{\n}\n" + "\n".join(values) + "\n").encode("utf-8", "surrogatepass")
     whole = export_events(data, Normalizer())

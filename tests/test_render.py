@@ -33,7 +33,7 @@ from opencode_events.events import (
     Warning,
     Write,
 )
-from opencode_events.render import PrettyWriter, format_duration
+from opencode_events.output.pretty import PrettyWriter, format_duration
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"
@@ -302,9 +302,9 @@ def test_live_footer_totals() -> None:
 def test_rich_only_for_pretty() -> None:
     code = (
         "import sys, io\n"
-        "from opencode_events.writers import make_writer\n"
+        "from opencode_events.output.jsonl import make_writer\n"
         "make_writer('jsonl', io.BytesIO(), buffered=False)\n"
-        "import opencode_events.live, opencode_events.sse, opencode_events.cli\n"
+        "import opencode_events.cli.live, opencode_events.sources.sse, opencode_events.cli.main\n"
         "assert 'rich' not in sys.modules, 'rich imported'\n"
         "make_writer('pretty', io.BytesIO(), buffered=False)\n"
         "assert 'rich' in sys.modules\n"
@@ -401,8 +401,8 @@ def test_ctrl_c_takes_the_footer_away(command: str) -> None:
     sample = SAMPLES / "bash_ok"
     code = (
         "import sys\n"
-        "import opencode_events.pipeline as p\n"
-        "from opencode_events.cli import main\n"
+        "import opencode_events.pipeline.normalize as p\n"
+        "from opencode_events.cli.main import main\n"
         "def interrupted(*args, **kwargs):\n"
         "    yield from real(*args, **kwargs)\n"
         "    raise KeyboardInterrupt\n"
@@ -473,7 +473,7 @@ def test_format_duration() -> None:
     ],
 )
 def test_money_in_tables(value, shown):
-    from opencode_events.render_tables import money
+    from opencode_events.output.tables import money
 
     assert money(value) == shown
 
@@ -484,9 +484,9 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 
 def _sessions_table(width: int) -> str:
-    from opencode_events.render_tables import sessions_table
-    from opencode_events.store import Store
-    from opencode_events.summary import summarize
+    from opencode_events.output.tables import sessions_table
+    from opencode_events.reports.sessions import summarize
+    from opencode_events.store.sqlite import Store
 
     with Store(SAMPLES / "task" / "opencode.db") as store:
         summaries = summarize(store, store.sessions())
@@ -496,9 +496,9 @@ def _sessions_table(width: int) -> str:
 
 
 def _usage_table(width: int) -> str:
-    from opencode_events.render_tables import usage_table
-    from opencode_events.store import Store, every_session
-    from opencode_events.usage import store_usage
+    from opencode_events.output.tables import usage_table
+    from opencode_events.reports.usage import store_usage
+    from opencode_events.store.sqlite import Store, every_session
 
     with Store(SAMPLES / "fork" / "opencode.db") as store:
         ids = every_session(store, top_level=True)
@@ -567,7 +567,7 @@ def test_control_characters_are_shown_not_obeyed() -> None:
 
 
 def test_control_characters_in_tables_are_shown_not_obeyed() -> None:
-    from opencode_events.render_tables import Column, draw_table
+    from opencode_events.output.tables import Column, draw_table
 
     out = io.StringIO()
     rows = [{"title": "a\x1b]0;pwned\x07b [bold]x[/bold]"}]
@@ -594,7 +594,7 @@ def test_a_wide_usage_table_shows_whole_session_ids() -> None:
 
 
 def test_a_tiny_cost_is_a_short_cell() -> None:
-    from opencode_events.render_tables import money
+    from opencode_events.output.tables import money
 
     assert money(1e-300) == "<$0.0000000001" and money(-1e-300) == ">-$0.0000000001"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from opencode_events.pipeline import normalize_streams
-from opencode_events.writers import JsonlWriter
+from opencode_events.output.jsonl import JsonlWriter
+from opencode_events.pipeline.normalize import normalize_streams
 from scripts.update_goldens import GOLDEN, cases, imported, normalized
 
 ROOT = Path(__file__).resolve().parent.parent

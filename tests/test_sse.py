@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opencode_events.normalizer import Normalizer
-from opencode_events.pipeline import normalize_streams
-from opencode_events.sse import CONSUMED, SseReader
-from opencode_events.writers import JsonlWriter
+from opencode_events.core.normalizer import Normalizer
+from opencode_events.output.jsonl import JsonlWriter
+from opencode_events.pipeline.normalize import normalize_streams
+from opencode_events.sources.sse import CONSUMED, SseReader
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 SERVE_SAMPLES = sorted(p.parent.name for p in SAMPLES.glob("*/events.sse"))

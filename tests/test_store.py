@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from opencode_events.errors import InputError
-from opencode_events.store import PartRow, Store, locate_db, select_sessions
+from opencode_events.store.sqlite import PartRow, Store, locate_db, select_sessions
 from tests.stores import with_a_parent_loop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,8 +112,8 @@ def test_session_workers_change_nothing(tmp_path: Path, monkeypatch, state: str,
     keep every byte and the writer is never blocked."""
     import msgspec
 
-    import opencode_events.fastscan as fastscan
-    import opencode_events.summary as summary_module
+    import opencode_events.reports.sessions as summary_module
+    import opencode_events.store.fastscan as fastscan
 
     db = copy_sample("task", tmp_path, wal=True)
     writer = None
@@ -523,8 +523,8 @@ def test_a_large_document_arriving_in_many_reads_is_decoded_a_few_times(monkeypa
     """Below 1 MiB held, every read is tried (records come live); above it, only when what
     is held has doubled, so a document of N MiB in small reads costs about 2N MiB of decoding
     past the first MiB, not N²."""
-    import opencode_events.export as export
-    from opencode_events.normalizer import Normalizer
+    import opencode_events.sources.export as export
+    from opencode_events.core.normalizer import Normalizer
 
     doc = json.loads((SAMPLES / "text" / "export.json").read_bytes())
     doc["messages"] *= 2000  # about 10 MB
@@ -564,8 +564,8 @@ def test_each_export_document_may_start_with_a_bom(tmp_path: Path):
 def test_many_export_documents_are_read_in_one_pass(monkeypatch):
     """Each document is decoded where it starts, and the input is repaired for lone
     surrogates once at most: time in proportion to the input, however many documents."""
-    import opencode_events.export as export
-    from opencode_events.normalizer import Normalizer
+    import opencode_events.sources.export as export
+    from opencode_events.core.normalizer import Normalizer
 
     doc = (SAMPLES / "text" / "export.json").read_bytes().replace(b"say hello", b"\\ud800 hi")
     decodes, repairs = [], []
@@ -748,7 +748,7 @@ def test_read_only_directory(tmp_path: Path, opencode_running: bool):
         before = fingerprint(folder)
         code = (
             "import sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[1:]; "
-            "from opencode_events.cli import main; main()"
+            "from opencode_events.cli.main import main; main()"
         )
         for args in (["sessions", "--all", "--format", "json"], ["import", "--all"]):
             result = subprocess.run(
@@ -837,7 +837,7 @@ def test_parallel_part_scan_gives_the_same_sessions(monkeypatch, scenario: str):
     must not change."""
     import msgspec
 
-    import opencode_events.summary as summary_module
+    import opencode_events.reports.sessions as summary_module
 
     db = SAMPLES / scenario / "opencode.db"
     with Store(db) as store:
@@ -972,7 +972,7 @@ def test_a_scan_started_before_the_rows_gives_the_same_sessions(monkeypatch, sce
     """`sessions --all` starts the whole-table scan before it reads the session rows."""
     import msgspec
 
-    import opencode_events.summary as summary_module
+    import opencode_events.reports.sessions as summary_module
 
     with Store(SAMPLES / scenario / "opencode.db") as store:
         rows = store.sessions()
@@ -1244,7 +1244,7 @@ def test_a_session_path_names_the_session_from_anywhere(tmp_path: Path):
 def test_a_journal_kept_after_its_commit_holds_no_transaction(tmp_path: Path):
     """journal_mode=PERSIST keeps the file and zeroes its header: nothing to roll back, so
     no private copy of the database is made for it."""
-    from opencode_events.store import _journal_in_use
+    from opencode_events.store.sqlite import _journal_in_use
 
     db = copy_sample("task", tmp_path)
     conn = sqlite3.connect(db)
@@ -1268,14 +1268,14 @@ def test_a_journal_kept_after_its_commit_holds_no_transaction(tmp_path: Path):
     ],
 )
 def test_server_names_are_sanitised_as_opencode_does(name, sanitized):
-    from opencode_events.mcp import mcp_server_of, sanitize
+    from opencode_events.reports.mcp import mcp_server_of, sanitize
 
     assert sanitize(name) == sanitized
     assert mcp_server_of(f"{sanitized}_echo", [name]) == name
 
 
 def test_project_config_is_read_up_to_the_repository_or_else_to_the_root(tmp_path: Path):
-    from opencode_events.mcp import config_files
+    from opencode_events.reports.mcp import config_files
 
     work = tmp_path / "work" / "sub"
     work.mkdir(parents=True)
@@ -1353,7 +1353,7 @@ def test_a_damaged_session_cell_is_read_as_0_or_text_in_every_report(tmp_path, c
     ids=["chain", "self", "orphan", "two", "three-with-a-tail", "seventy", "deep-chain"],
 )
 def test_loop_members(parents, loops):
-    from opencode_events.store import loop_members
+    from opencode_events.store.sqlite import loop_members
 
     assert loop_members(parents) == loops
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from opencode_events.stream import line_batches
+from opencode_events.sources.stream import line_batches
 from tests.records import (
     SESSION,
     normalize_lines,

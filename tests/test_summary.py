@@ -20,10 +20,10 @@ from typing import Any
 import msgspec
 import pytest
 
-import opencode_events.summary as summary_module
-from opencode_events import fastscan
-from opencode_events.mcp import mcp_server_of
-from opencode_events.store import Store
+import opencode_events.reports.sessions as summary_module
+from opencode_events.reports.mcp import mcp_server_of
+from opencode_events.store import fastscan
+from opencode_events.store.sqlite import Store
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 SERVERS = ["my", "w", "db-tools"]  # MCP servers the summaries are given
@@ -478,7 +478,7 @@ def _slow_in_a_child(uri: str, low: int, high: int, *args: Any) -> Any:
 def test_workers_are_stopped_when_the_sessions_cannot_be_read(tmp_path: Path, monkeypatch):
     """The workers start before the sessions are looked up: if that fails, they are stopped
     and reaped (no process or pipe left behind), and the error is the command's."""
-    import opencode_events.parallel as parallel_module
+    import opencode_events.store.ranges as parallel_module
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: no workers")
@@ -519,7 +519,7 @@ def test_apsw_reads_in_forked_children_only(tmp_path: Path, monkeypatch):
     """Two copies of SQLite must not open one file in one process (closing it in one drops
     the other's locks): apsw is opened by the forked workers only, never in the command's
     own process, which holds sqlite3's connection, not even to redo a child that died."""
-    from opencode_events.parallel import in_forked_child
+    from opencode_events.store.ranges import in_forked_child
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: no workers")

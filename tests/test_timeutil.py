@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_events.timeutil import format_time, parse_since
+from opencode_events.core.timeutil import format_time, parse_since
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -421,8 +421,8 @@ def test_table_for_people():
 @pytest.mark.parametrize("by", ["day", "session", "model", "agent"])
 def test_parallel_scan_gives_the_same_report(monkeypatch, by):
     """Large databases are scanned by one process per core; the report must not change."""
-    import opencode_events.usage as usage_module
-    from opencode_events.store import Store
+    import opencode_events.reports.usage as usage_module
+    from opencode_events.store.sqlite import Store
 
     db = SAMPLES / "fork" / "opencode.db"
     with Store(db) as store:
@@ -594,8 +594,8 @@ def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, b
     """A whole table read in chunks of rows (decoded one message at a time, each chunk that
     holds an odd row read again row by row) gives the row-by-row report to the last digit,
     whatever the chunk size, in this process or split with a forked worker."""
-    import opencode_events.usage as usage_module
-    from opencode_events.store import Store
+    import opencode_events.reports.usage as usage_module
+    from opencode_events.store.sqlite import Store
 
     db = grown_fork_db(tmp_path)
     monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
@@ -641,7 +641,7 @@ def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, b
 
 def test_session_ids_are_the_sorted_session_rows(tmp_path: Path):
     """``usage --all`` lists ids without building session rows, in the same order."""
-    from opencode_events.store import Store
+    from opencode_events.store.sqlite import Store
 
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
@@ -736,8 +736,8 @@ def test_odd_message_times_are_counted_by_every_grouping(
     counts in every grouping, by day on "?" when its time names no day, and by session the
     start is the earliest integer time. (An old session makes its messages look like a
     fork's copies, which are read the slow way.)"""
-    import opencode_events.usage as usage_module
-    from opencode_events.store import Store
+    import opencode_events.reports.usage as usage_module
+    from opencode_events.store.sqlite import Store
 
     if how == "workers" and (os.cpu_count() or 1) < 2:
         pytest.skip("one core: no workers")
@@ -784,8 +784,8 @@ def test_a_message_with_an_odd_time_object_counts_whichever_way_it_is_read(
     """By day and by session read only a message's figures: one whose "time" is no object
     counts there, also when it shares its time_created with a fork's copy (then it is read
     the slow way, whole, for a fingerprint it cannot have)."""
-    import opencode_events.usage as usage_module
-    from opencode_events.store import Store
+    import opencode_events.reports.usage as usage_module
+    from opencode_events.store.sqlite import Store
 
     if how == "workers" and (os.cpu_count() or 1) < 2:
         pytest.skip("one core: no workers")
@@ -825,8 +825,8 @@ def test_a_message_with_an_odd_time_object_counts_whichever_way_it_is_read(
 @pytest.mark.parametrize("by", ["step", "turn", "session"])
 def test_messages_with_odd_ids_are_counted(tmp_path: Path, by: str):
     """A message id that is NULL or a blob (no text): the message counts, without an id."""
-    import opencode_events.usage as usage_module
-    from opencode_events.store import Store
+    import opencode_events.reports.usage as usage_module
+    from opencode_events.store.sqlite import Store
 
     db = _odd_session_db(tmp_path, [5, 5, 5], 1)
     conn = sqlite3.connect(db)
@@ -1218,8 +1218,8 @@ def _check_since(db: Path, by: str) -> None:
 def test_since_gives_the_same_report_whichever_way_the_table_is_read(
     tmp_path: Path, monkeypatch, by: str
 ):
-    import opencode_events.usage as usage_module
-    from opencode_events.store import Store
+    import opencode_events.reports.usage as usage_module
+    from opencode_events.store.sqlite import Store
 
     db = grown_fork_db(tmp_path)
     ((since,),) = sql(
@@ -1530,8 +1530,8 @@ def test_the_open_step_of_an_interrupted_run_has_its_session_and_start():
 
 def test_markdown_for_people_dates_a_row_in_iso_8601_utc(tmp_path: Path):
     """CSV and JSON keep epoch ms, for programs; Markdown is read by people."""
-    from opencode_events.store import open_store
-    from opencode_events.usage import store_usage, stream_usage
+    from opencode_events.reports.usage import store_usage, stream_usage
+    from opencode_events.store.sqlite import open_store
 
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)

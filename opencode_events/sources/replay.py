@@ -15,8 +15,8 @@ from typing import Any, Union
 
 import msgspec
 
-from .events import ANY_EVENT, Event, Metrics
-from .normalizer import Normalizer, Provenance
+from ..core.normalizer import Normalizer, Provenance
+from ..events import ANY_EVENT, Event, Metrics
 from .stream import BOM
 
 __all__ = ["EventReader", "KINDS", "is_event"]

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw, Struct
 
-from .events import (
+from ..events import (
     Compaction,
     Delta,
     Error,

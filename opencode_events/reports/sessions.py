@@ -22,13 +22,13 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from . import fastscan
-from .events import summed_cost
-from .mapping import success_of
+from ..core.mapping import success_of
+from ..core.views import decode_repairing
+from ..events import summed_cost
+from ..store import fastscan
+from ..store.ranges import Pending, in_forked_child, start_over_ranges, worker_connection
+from ..store.sqlite import SessionRow, Store, descendants
 from .mcp import mcp_server_of
-from .parallel import Pending, in_forked_child, start_over_ranges, worker_connection
-from .store import SessionRow, Store, descendants
-from .views import decode_repairing
 
 __all__ = ["SessionSummary", "summarize"]
 

@@ -19,11 +19,9 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
-from .errors import InputError
-from .events import Event
-from .mapping import CONSUMED_PARTS
-from .normalizer import Normalizer, Provenance
-from .views import (
+from ..core.mapping import CONSUMED_PARTS
+from ..core.normalizer import Normalizer, Provenance
+from ..core.views import (
     MESSAGE_DECODER,
     MESSAGE_HEAD_DECODER,
     PART_DECODER,
@@ -33,6 +31,8 @@ from .views import (
     later,
     without_lone_surrogates,
 )
+from ..errors import InputError
+from ..events import Event
 
 __all__ = ["TranscriptMapper", "session_events", "BATCH_EVENTS"]
 

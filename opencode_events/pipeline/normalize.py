@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
-from .errors import InputError
-from .events import Event
-from .normalizer import Normalizer
-from .stream import BOM, CHUNK_SIZE, StreamReader, line_batches
+from ..core.normalizer import Normalizer
+from ..errors import InputError
+from ..events import Event
+from ..sources.stream import BOM, CHUNK_SIZE, StreamReader, line_batches
 
 __all__ = [
     "normalize_streams",
@@ -44,7 +44,7 @@ class Writer(Protocol):
 
 
 def _is_event(line: bytes) -> bool:
-    from .replay import is_event
+    from ..sources.replay import is_event
 
     return is_event(line)
 
@@ -157,7 +157,7 @@ def normalize_streams(
         refuse_database(head, name, "import")
         kind = detect_format(head)
         if kind == "export":
-            from .export import ExportReader
+            from ..sources.export import ExportReader
 
             values = ExportReader(normalizer, source=source)
             for batch in line_batches(stream, first=head):
@@ -171,11 +171,11 @@ def normalize_streams(
             continue
         reader: LineReader
         if kind == "sse":
-            from .sse import SseReader
+            from ..sources.sse import SseReader
 
             reader = SseReader(normalizer, source=source, deltas=deltas)
         elif kind == "events":
-            from .replay import EventReader
+            from ..sources.replay import EventReader
 
             reader = EventReader(normalizer, source=source)
         else:
@@ -247,7 +247,7 @@ def map_session(
     """One stored session's events, in batches (``session_events``); appends its cost sum to
     ``costs``. (Costs are summed per session, and the sums in session order, so that the
     import's total is the same float however the sessions are shared among workers.)"""
-    from .transcript import session_events
+    from ..sources.transcript import session_events
 
     # Plain tuples when the store offers them (same layouts as its row types).
     rows = getattr(store, "session_rows", None)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .errors import InputError
+from ..errors import InputError
 
 __all__ = [
     "Store",

@@ -20,8 +20,8 @@ from typing import Any, BinaryIO
 
 import click
 
-from .cliutil import open_output, pipe_safe, same_file, stdout_is
-from .errors import InputError, OutputError
+from ..errors import InputError, OutputError
+from .io import open_output, pipe_safe, same_file, stdout_is
 
 __all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
 
@@ -34,7 +34,7 @@ _FORMATS = click.Choice(["jsonl", "pretty"])
 
 
 def _writer(fmt: str | None, out: BinaryIO) -> Any:
-    from .writers import make_writer
+    from ..output.jsonl import make_writer
 
     if fmt is None:
         fmt = "pretty" if out.isatty() else "jsonl"
@@ -291,8 +291,8 @@ def attach(
     OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME, default "opencode"), or from
     the URL (http://user:password@host:port), which wins.
     """
-    from .normalizer import Normalizer
-    from .sse import SseReader
+    from ..core.normalizer import Normalizer
+    from ..sources.sse import SseReader
 
     endpoint = _Endpoint(url)
     out = open_output(output)
@@ -374,7 +374,7 @@ def run_opencode(
     import signal
     import subprocess
 
-    from .pipeline import normalize_streams
+    from ..pipeline.normalize import normalize_streams
 
     binary = _opencode_binary()
     if tee is not None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from .cliutil import db_option, pipe_safe, refuse_stdout_read
+from .io import db_option, pipe_safe, refuse_stdout_read
 
 FORMATS = ("table", "json", "csv")
 
@@ -86,7 +86,7 @@ def _share(value: Any) -> str:
 
 
 def _draw(report: Any, per_inference: bool) -> None:
-    from .render_tables import Column, count, draw_table, money
+    from ..output.tables import Column, count, draw_table, money
 
     out = sys.stdout
     if per_inference:
@@ -118,7 +118,7 @@ def _draw(report: Any, per_inference: bool) -> None:
 
 
 def _draw_inferences(report: Any, out: Any) -> None:
-    from .render_tables import Column, count, draw_table, money
+    from ..output.tables import Column, count, draw_table, money
 
     previous: dict[str, int] = {}
     rows = []
@@ -179,9 +179,9 @@ def context(session: str | None, db_path: str | None, fmt: str | None, per_infer
     session). Subagents are folded in. Sources: system, user, assistant, tool:<name>,
     mcp:<server>, compaction, other. See docs/context.md for how tokens are attributed.
     """
-    from . import formats
-    from .context import context_report
-    from .store import open_store, select_sessions, store_files
+    from ..output import rows as formats
+    from ..reports.context import context_report
+    from ..store.sqlite import open_store, select_sessions, store_files
 
     with open_store(db_path) as store:
         refuse_stdout_read(store_files(store))

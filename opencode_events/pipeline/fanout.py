@@ -39,9 +39,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from .errors import InputError, OutputError
-from .normalizer import Normalizer
-from .writers import JsonlWriter
+from ..core.normalizer import Normalizer
+from ..errors import InputError, OutputError
+from ..output.jsonl import JsonlWriter
 
 __all__ = ["HOLD_BYTES", "MIN_SESSIONS", "import_in_workers", "workers_for"]
 
@@ -296,7 +296,7 @@ class _Worker:
         self.held_count = self.most_held = 0  # events held in memory: now, at most
 
     def run(self, chunks: list[Sequence[str]], index: int, workers: int) -> dict[str, Any]:
-        from .pipeline import map_session
+        from .normalize import map_session
 
         normalizer = self.normalizer
         store = self.store

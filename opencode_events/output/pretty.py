@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import msgspec
 
-from .events import (
+from ..events import (
     Command,
     Compaction,
     Delta,

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from .events import Event
+from ..events import Event
 
 __all__ = ["JsonlWriter", "make_writer"]
 
@@ -55,7 +55,7 @@ class JsonlWriter:
 def make_writer(fmt: str, out: BinaryIO, *, buffered: bool = False) -> Any:
     """``jsonl`` → JsonlWriter; ``pretty`` → render.PrettyWriter, imported only then (rich)."""
     if fmt == "pretty":
-        from .render import PrettyWriter
+        from .pretty import PrettyWriter
 
         return PrettyWriter(out)
     return JsonlWriter(out, buffered=buffered)

@@ -21,12 +21,12 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from .errors import InputError
-from .events import summed_cost
+from ..core.mapping import usage_event
+from ..core.views import MessageInfo
+from ..errors import InputError
+from ..events import summed_cost
 from .files import read_regular_file
-from .mapping import usage_event
-from .store import MessageRow, PartRow, SessionRow, is_top_level, loop_members
-from .views import MessageInfo
+from .sqlite import MessageRow, PartRow, SessionRow, is_top_level, loop_members
 
 __all__ = ["LegacyStore", "find_legacy_roots"]
 

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from .errors import InputError, OutputError
+from ..errors import InputError, OutputError
 
 __all__ = [
     "PipeClosed",
@@ -347,7 +347,7 @@ def since_ms(since: str | None, tz: Any = None) -> int | None:
     """``--since`` as epoch ms; a date without a zone is read in ``tz`` (``--tz``) if given."""
     if since is None:
         return None
-    from .timeutil import parse_since
+    from ..core.timeutil import parse_since
 
     try:
         return parse_since(since, tz=tz)
@@ -356,6 +356,6 @@ def since_ms(since: str | None, tz: Any = None) -> int | None:
 
 
 def open_store(db_path: str | None) -> Any:
-    from .store import open_store as open_db
+    from ..store.sqlite import open_store as open_db
 
     return open_db(db_path)

@@ -22,7 +22,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .errors import InputError
+from ..errors import InputError
 
 __all__ = ["Pending", "in_forked_child", "start_over_ranges", "worker_connection"]
 

@@ -19,10 +19,10 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from .events import Event
-from .mapping import CONSUMED_PARTS, STREAM_RECORD_PARTS
-from .normalizer import Normalizer, Provenance
-from .views import STREAM_RECORD_DECODER, decode_repairing
+from ..core.mapping import CONSUMED_PARTS, STREAM_RECORD_PARTS
+from ..core.normalizer import Normalizer, Provenance
+from ..core.views import STREAM_RECORD_DECODER, decode_repairing
+from ..events import Event
 
 __all__ = ["line_batches", "StreamReader", "CHUNK_SIZE"]
 

@@ -37,11 +37,11 @@ from typing import Any
 import msgspec
 from msgspec import Raw, Struct
 
-from .events import Event
-from .mapping import call_ended
-from .normalizer import Normalizer, Provenance
+from ..core.mapping import call_ended
+from ..core.normalizer import Normalizer, Provenance
+from ..core.views import NO_RAW, MessageInfo, Part, decode_repairing, number
+from ..events import Event
 from .stream import BOM
-from .views import NO_RAW, MessageInfo, Part, decode_repairing, number
 
 __all__ = ["SseReader", "CONSUMED"]
 

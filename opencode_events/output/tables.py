@@ -60,7 +60,7 @@ def draw_table(
     from rich.table import Table
     from rich.text import Text
 
-    from .render import passes_broken_pipe, visible
+    from .pretty import passes_broken_pipe, visible
 
     console = passes_broken_pipe(Console(file=out, width=width, soft_wrap=False))
     if width is None and not out.isatty():
@@ -162,7 +162,7 @@ def _tail(path: str | None, width: int) -> str:
 
 
 def sessions_table(summaries: Sequence[Any], *, out: TextIO, width: int | None = None) -> None:
-    from .timeutil import format_time
+    from ..core.timeutil import format_time
 
     def tools(s: Any) -> str:
         failed = f" ✗{s.tool_failures:,}" if s.tool_failures else ""
@@ -209,7 +209,7 @@ def _session_prefix() -> Column:
 
 def usage_table(report: Any, *, out: TextIO, store: bool, width: int | None = None) -> None:
     """A usage report: label columns by ``--by``, then tokens by class and cost."""
-    from .timeutil import format_time
+    from ..core.timeutil import format_time
 
     by = report.by
     rows = report.rows

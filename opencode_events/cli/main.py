@@ -16,8 +16,9 @@ from typing import Any
 
 import click
 
-from . import __version__
-from .cliutil import (
+from .. import __version__
+from ..errors import InputError, OutputError
+from .io import (
     PipeClosed,
     db_option,
     discard_stdout,
@@ -32,7 +33,6 @@ from .cliutil import (
     whole_writes_stdout,
     written_when_interrupted,
 )
-from .errors import InputError, OutputError
 
 EXIT_OK, EXIT_STRICT, EXIT_USAGE, EXIT_PIPE, EXIT_INTERRUPTED = 0, 1, 2, 141, 130
 
@@ -75,8 +75,8 @@ def normalize(
     the first line. Events are written as each input line arrives; the last line is a
     metrics summary.
     """
-    from .pipeline import normalize_streams, refuse_databases
-    from .writers import make_writer
+    from ..output.jsonl import make_writer
+    from ..pipeline.normalize import normalize_streams, refuse_databases
 
     inputs_opened = open_inputs(inputs)
     refuse_databases(inputs_opened, "import")
@@ -127,9 +127,9 @@ def import_(
     """
     from pathlib import Path
 
-    from .pipeline import import_sessions, normalize_streams
-    from .store import select_sessions, store_files
-    from .writers import make_writer
+    from ..output.jsonl import make_writer
+    from ..pipeline.normalize import import_sessions, normalize_streams
+    from ..store.sqlite import select_sessions, store_files
 
     documents = [s for s in sessions if Path(s).is_file()]
     for wanted in sessions:  # a session id has neither; a path that is not a file is a typo
@@ -216,10 +216,10 @@ def sessions(
     fmt: str | None,
 ) -> None:
     """Sessions in the store, newest activity first, with turns, tools, tokens and cost."""
-    from . import formats
-    from .mcp import mcp_server_names
-    from .store import store_files
-    from .summary import start_whole_scan, summarize
+    from ..output import rows as formats
+    from ..reports.mcp import mcp_server_names
+    from ..reports.sessions import start_whole_scan, summarize
+    from ..store.sqlite import store_files
 
     since_time = since_ms(since)
     with open_store(db_path) as store:
@@ -240,7 +240,7 @@ def sessions(
     out = sys.stdout.buffer
     fmt = fmt or ("table" if out.isatty() else "jsonl")
     if fmt == "table":
-        from .render_tables import sessions_table
+        from ..output.tables import sessions_table
 
         sessions_table(summaries, out=sys.stdout)
         return
@@ -300,8 +300,8 @@ def usage(
     also the default when stdin is a terminal), one row per user turn with subagents folded
     in, or --by step, session, model, agent or day.
     """
-    from . import formats
-    from .usage import TOKEN_FIELDS, GroupingError, store_usage, stream_usage
+    from ..output import rows as formats
+    from ..reports.usage import TOKEN_FIELDS, GroupingError, store_usage, stream_usage
 
     zone = _zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or all_sessions)
@@ -313,7 +313,7 @@ def usage(
     start = since_ms(since, zone)  # once: "2h" is read against the clock
     try:
         if from_store:
-            from .store import every_session, select_sessions, store_files
+            from ..store.sqlite import every_session, select_sessions, store_files
 
             with open_store(db_path) as store:
                 refuse_stdout_read(store_files(store))
@@ -339,7 +339,7 @@ def usage(
     out = sys.stdout.buffer
     fmt = fmt or ("table" if out.isatty() else "json")
     if fmt == "table":
-        from .render_tables import usage_table
+        from ..output.tables import usage_table
 
         usage_table(report, out=sys.stdout, store=from_store)
         return
@@ -387,7 +387,7 @@ def schema() -> None:
     """Print the JSON Schema of the normalized events."""
     import msgspec
 
-    from .events import schema as event_schema
+    from ..events import schema as event_schema
 
     sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(event_schema())) + b"\n")
 
@@ -491,6 +491,6 @@ from .live import attach, run_opencode  # noqa: E402 - registered after the grou
 cli.add_command(attach)
 cli.add_command(run_opencode, name="run")
 
-from .context_cmd import context  # noqa: E402
+from .context import context  # noqa: E402
 
 cli.add_command(context)

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .files import read_regular_file
+from ..store.files import read_regular_file
 
 __all__ = [
     "sanitize",

@@ -18,11 +18,11 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from .events import Event
-from .normalizer import Normalizer, Provenance
+from ..core.normalizer import Normalizer, Provenance
+from ..core.views import NO_RAW, later, number, repair_lone_surrogates
+from ..events import Event
 from .stream import StreamReader
 from .transcript import TranscriptMapper
-from .views import NO_RAW, later, number, repair_lone_surrogates
 
 __all__ = ["export_events"]
 

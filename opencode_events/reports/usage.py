@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NamedTuple
 import msgspec
 from msgspec import Struct
 
-from .errors import InputError
-from .events import summed_cost
-from .parallel import start_over_ranges, worker_connection
-from .store import descendants
-from .views import PART_DECODER, Tokens, decode_repaired, decode_repairing
+from ..core.views import PART_DECODER, Tokens, decode_repaired, decode_repairing
+from ..errors import InputError
+from ..events import summed_cost
+from ..store.ranges import start_over_ranges, worker_connection
+from ..store.sqlite import descendants
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
 # which a TypeError reports).
@@ -47,7 +47,7 @@ _UNREADABLE = (msgspec.DecodeError, RecursionError, TypeError)
 # The stream and per-turn paths import the mapping (and with it the normalizer and the
 # shell lexer) when they run: the grouped store reports never need it.
 if TYPE_CHECKING:
-    from .events import Usage
+    from ..events import Usage
 
 __all__ = [
     "UsageRow",
@@ -198,7 +198,7 @@ class UsageReport(Struct, kw_only=True):
         """The Markdown table, for people: the labels no row has a value for left out (token
         fields and cost are in every row), ``started`` in ISO 8601 UTC, a **total** row last,
         then the notes."""
-        from .formats import write_markdown
+        from ..output.rows import write_markdown
 
         rows = [row.as_dict() for row in self.rows]
         columns = [c for c in self.columns if c in _ALWAYS or any(c in r for r in rows)]
@@ -332,7 +332,7 @@ _NORMALIZED = msgspec.json.Decoder(_NormalizedLine)
 def _normalized(line: bytes) -> bool | None:
     """Whether a line is one of our own events (True), an OpenCode record (False), or says
     nothing (not a JSON object: None). A normalized event is the object with a ``kind``."""
-    from .stream import BOM
+    from ..sources.stream import BOM
 
     try:
         first = _NORMALIZED.decode(line.removeprefix(BOM))
@@ -350,7 +350,7 @@ class _Collect:
         self.unread = unread
 
     def write(self, events: Any) -> None:
-        from .events import Unknown, Usage
+        from ..events import Unknown, Usage
 
         for event in events:
             if isinstance(event, Usage):
@@ -386,7 +386,7 @@ def _step_start(line: bytes, session: str | None) -> tuple[int | None, str | Non
     """(time, session) of a run stream's ``step_start`` line, or None when it is not one.
     Only the raw stream has a step's start: ``normalize`` writes no event for it, and an
     export or a server's events report usage per message, when it completed."""
-    from .stream import BOM
+    from ..sources.stream import BOM
 
     try:
         record = _STEP_START.decode(line.removeprefix(BOM))
@@ -401,10 +401,16 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
     """The steps of a raw stream, normalized JSONL, a captured server event stream or an
     export document (the last, with no usage, when a step was left open); what cannot be
     read is counted in ``unread``."""
-    from .events import Unknown, Usage, Warning
-    from .normalizer import Normalizer
-    from .pipeline import Prepended, detect_format, normalize_streams, read_head, refuse_database
-    from .stream import StreamReader, line_batches
+    from ..core.normalizer import Normalizer
+    from ..events import Unknown, Usage, Warning
+    from ..pipeline.normalize import (
+        Prepended,
+        detect_format,
+        normalize_streams,
+        read_head,
+        refuse_database,
+    )
+    from ..sources.stream import StreamReader, line_batches
 
     head = read_head(stream)
     if not head.strip():  # read_head read it all: no line holds anything
@@ -600,7 +606,7 @@ def _int(value: Any) -> int:
 
 def _figures(message: _Message) -> UsageRow:
     """An assistant message's tokens and cost as a row: the mapping's own rule for usage."""
-    from .mapping import usage_event
+    from ..core.mapping import usage_event
 
     row = UsageRow()
     row.add(usage_event(message, 0))
@@ -654,7 +660,7 @@ def _session_turns(
     inferences whose row was created before it are left out with their parts (the children
     their calls started are named apart), and so are the turns that opened before it and
     have no inference left."""
-    from .mapping import spawned_session
+    from ..core.mapping import spawned_session
 
     turns: list[_Turn] = []
     by_message: dict[str, _Turn] = {}

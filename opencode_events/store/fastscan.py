@@ -26,8 +26,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import InputError
-from .store import Store
+from ..errors import InputError
+from .sqlite import Store
 
 __all__ = ["BIG", "PartRange", "connect", "errors"]
 

@@ -72,10 +72,10 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import Raw, Struct
 
-from .events import SUM_DIGITS, summed_cost
+from ..core.views import Tokens, decode_repairing
+from ..events import SUM_DIGITS, summed_cost
+from ..store.sqlite import descendants
 from .mcp import config_files, mcp_server_names, mcp_server_of, read_json_file
-from .store import descendants
-from .views import Tokens, decode_repairing
 
 __all__ = [
     "Addition",

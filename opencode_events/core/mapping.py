@@ -17,8 +17,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from .bashcmd import classify_bash
-from .events import (
+from ..events import (
     Command,
     Event,
     Orchestration,
@@ -29,6 +28,7 @@ from .events import (
     Usage,
     Write,
 )
+from .bashcmd import classify_bash
 from .patch import patched_files
 from .views import MessageInfo, Part, number
 
