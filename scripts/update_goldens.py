@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from opencode_events.output.jsonl import JsonlWriter  # noqa: E402
 from opencode_events.pipeline.normalize import import_sessions, normalize_streams  # noqa: E402
-from opencode_events.store.sqlite import Store, select_sessions  # noqa: E402
+from opencode_events.store.open import select_sessions  # noqa: E402
+from opencode_events.store.sqlite import Store  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "golden"
 

@@ -32,7 +32,7 @@ from opencode_events.reports.context import (
     load_prices,
     price_files,
 )
-from opencode_events.store.sqlite import open_store
+from opencode_events.store.open import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"

@@ -25,7 +25,8 @@ from opencode_events.output.jsonl import JsonlWriter
 from opencode_events.pipeline import fanout
 from opencode_events.pipeline.normalize import import_sessions
 from opencode_events.sources import transcript
-from opencode_events.store.sqlite import Store, select_sessions
+from opencode_events.store.open import select_sessions
+from opencode_events.store.sqlite import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"

@@ -498,7 +498,8 @@ def _sessions_table(width: int) -> str:
 def _usage_table(width: int) -> str:
     from opencode_events.output.tables import usage_table
     from opencode_events.reports.usage import store_usage
-    from opencode_events.store.sqlite import Store, every_session
+    from opencode_events.store.open import every_session
+    from opencode_events.store.sqlite import Store
 
     with Store(SAMPLES / "fork" / "opencode.db") as store:
         ids = every_session(store, top_level=True)

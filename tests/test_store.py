@@ -17,7 +17,10 @@ import msgspec
 import pytest
 
 from opencode_events.errors import InputError
-from opencode_events.store.sqlite import PartRow, Store, locate_db, select_sessions
+from opencode_events.paths import locate_db
+from opencode_events.store.open import select_sessions
+from opencode_events.store.rows import PartRow
+from opencode_events.store.sqlite import Store
 from tests.stores import with_a_parent_loop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1353,7 +1356,7 @@ def test_a_damaged_session_cell_is_read_as_0_or_text_in_every_report(tmp_path, c
     ids=["chain", "self", "orphan", "two", "three-with-a-tail", "seventy", "deep-chain"],
 )
 def test_loop_members(parents, loops):
-    from opencode_events.store.sqlite import loop_members
+    from opencode_events.store.rows import loop_members
 
     assert loop_members(parents) == loops
 

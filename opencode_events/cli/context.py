@@ -181,7 +181,7 @@ def context(session: str | None, db_path: str | None, fmt: str | None, per_infer
     """
     from ..output import rows as formats
     from ..reports.context import context_report
-    from ..store.sqlite import open_store, select_sessions, store_files
+    from ..store.open import open_store, select_sessions, store_files
 
     with open_store(db_path) as store:
         refuse_stdout_read(store_files(store))

@@ -356,6 +356,6 @@ def since_ms(since: str | None, tz: Any = None) -> int | None:
 
 
 def open_store(db_path: str | None) -> Any:
-    from ..store.sqlite import open_store as open_db
+    from ..store.open import open_store as open_db
 
     return open_db(db_path)

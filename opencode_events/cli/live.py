@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 
 import click
 
+from .. import paths
 from ..errors import InputError, OutputError
 from .io import open_output, pipe_safe, same_file, stdout_is
 
@@ -83,11 +84,12 @@ class _Endpoint:
         self.password = unquote(parts.password) if parts.password else None
         # Where the password came from, for the error that says it was rejected.
         self.password_from = "the URL"
+        user, password = paths.server_credentials()
         if self.password is None:
-            self.password = os.environ.get("OPENCODE_SERVER_PASSWORD") or None
+            self.password = password
             self.password_from = "OPENCODE_SERVER_PASSWORD"
         if self.username is None:
-            self.username = os.environ.get("OPENCODE_SERVER_USERNAME") or "opencode"
+            self.username = user
         self.shown = f"{parts.scheme}://{parts.hostname}:{self.port}"
 
     def open(self, last_event_id: str | None) -> Any:
@@ -333,7 +335,7 @@ class _Tee:
 def _opencode_binary() -> str:
     import shutil
 
-    binary = os.environ.get("OPENCODE_BIN")
+    binary = paths.opencode_binary_override()
     if binary:
         if not os.access(binary, os.X_OK):
             raise InputError(f"OPENCODE_BIN={binary} is not an executable file")

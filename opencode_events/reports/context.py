@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -72,9 +71,10 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import Raw, Struct
 
+from .. import paths
 from ..core.views import Tokens, decode_repairing
 from ..events import SUM_DIGITS, summed_cost
-from ..store.sqlite import descendants
+from ..store.rows import descendants
 from .mcp import config_files, mcp_server_names, mcp_server_of, read_json_file
 
 __all__ = [
@@ -273,9 +273,7 @@ def catalogue_files(env: Mapping[str, str] | None = None) -> list[Path]:
     OpenCode 1.18 writes ``models.json`` for its default source (models.opencode.ai) and
     ``models-<hash>.json`` when ``OPENCODE_MODELS_URL`` names another; those come after.
     """
-    env = os.environ if env is None else env
-    home = Path(env.get("HOME") or Path.home())
-    cache = Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "opencode"
+    cache = paths.cache_home(env)
     files = [cache / "models.json"]
     with contextlib.suppress(OSError):
         files += sorted(cache.glob("models-*.json"))
@@ -289,9 +287,8 @@ def price_files(directory: str | None, env: Mapping[str, str] | None = None) -> 
     files from the outermost folder to the session's own, ``.opencode/`` folders likewise,
     then ``~/.opencode``.
     """
-    env = os.environ if env is None else env
     files = config_files(directory, env)
-    named_count = 1 if env.get("OPENCODE_CONFIG") else 0
+    named_count = 1 if paths.named_config(env) is not None else 0
     global_files, named, rest = files[:3], files[3 : 3 + named_count], files[3 + named_count :]
     home_files, project = rest[-2:], rest[:-2]
     plain = [p for p in project if p.parent.name != ".opencode"]

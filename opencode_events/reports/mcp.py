@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .. import paths
 from ..store.files import read_regular_file
 
 __all__ = [
@@ -87,12 +88,12 @@ def _worktree_chain(directory: Path) -> list[Path]:
 def config_files(directory: str | None, env: Mapping[str, str] | None = None) -> list[Path]:
     """Every config file seed 002 lists for a session in ``directory``, existing or not:
     global, ``$OPENCODE_CONFIG`` (when set), the project's, then ``~/.opencode``."""
-    env = os.environ if env is None else env
-    home = Path(env.get("HOME") or Path.home())
-    config_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "opencode"
-    files = [config_home / name for name in ("config.json", "opencode.json", "opencode.jsonc")]
-    if env.get("OPENCODE_CONFIG"):  # set for this tool too: the agent likely shares it
-        files.append(Path(env["OPENCODE_CONFIG"]))
+    home = paths.home(env)
+    global_dir = paths.config_home(env)
+    files = [global_dir / name for name in ("config.json", "opencode.json", "opencode.jsonc")]
+    named = paths.named_config(env)
+    if named is not None:
+        files.append(named)
     if isinstance(directory, str) and directory and "\0" not in directory:
         for folder in _worktree_chain(Path(directory)):
             files += [

@@ -27,7 +27,8 @@ from ..core.views import decode_repairing
 from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import Pending, in_forked_child, start_over_ranges, worker_connection
-from ..store.sqlite import SessionRow, Store, descendants
+from ..store.rows import SessionRow, descendants
+from ..store.sqlite import Store
 from .mcp import mcp_server_of
 
 __all__ = ["SessionSummary", "summarize"]

@@ -26,7 +26,7 @@ from ..core.views import MessageInfo
 from ..errors import InputError
 from ..events import summed_cost
 from .files import read_regular_file
-from .sqlite import MessageRow, PartRow, SessionRow, is_top_level, loop_members
+from .rows import MessageRow, PartRow, SessionRow, is_top_level, loop_members
 
 __all__ = ["LegacyStore", "find_legacy_roots"]
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InputError
+from ..workers import failure_report, raise_failure, worker_count
 
 __all__ = ["Pending", "in_forked_child", "start_over_ranges", "worker_connection"]
 
@@ -72,7 +73,7 @@ def start_over_ranges(
     the others in forked children; with ``forks`` instead, every range in a forked child
     (the same results, in the same order)."""
     uri = getattr(store, "uri", None)
-    workers = min(os.cpu_count() or 1, 4)
+    workers = worker_count()  # the one policy: $OPENCODE_EVENTS_WORKERS, cores
     if uri is None or workers < 2:
         return None
     ranges = store.rowid_ranges(table, workers)
@@ -143,7 +144,7 @@ def _start_forked(
 
 def _fork(worker: Callable[..., Any], args: tuple[Any, ...]) -> tuple[int, int]:
     """(pid, read end of its pipe) of a child that runs ``worker(*args)`` and writes back
-    ``(True, result)`` or ``(False, exception)``, pickled."""
+    ``(True, result)`` or ``(False, failure_report)``, pickled."""
     read, write = os.pipe()
     try:
         pid = os.fork()
@@ -160,10 +161,7 @@ def _fork(worker: Callable[..., Any], args: tuple[Any, ...]) -> tuple[int, int]:
             try:
                 payload = pickle.dumps((True, worker(*args)), pickle.HIGHEST_PROTOCOL)
             except BaseException as exc:  # noqa: BLE001 - handed to the parent
-                try:
-                    payload = pickle.dumps((False, exc), pickle.HIGHEST_PROTOCOL)
-                except Exception:  # noqa: BLE001 - an exception that does not pickle
-                    payload = pickle.dumps((False, RuntimeError(repr(exc))))
+                payload = pickle.dumps((False, failure_report(exc)), pickle.HIGHEST_PROTOCOL)
             with os.fdopen(write, "wb") as out:
                 out.write(payload)
         except BaseException:  # noqa: BLE001 - the parent sees no result
@@ -189,7 +187,7 @@ def _result(child: tuple[int, int], worker: Callable[..., Any], args: tuple[Any,
         return worker(*args)
     ok, value = pickle.loads(payload)
     if not ok:
-        raise value
+        raise_failure(value)
     return value
 
 

@@ -1,7 +1,6 @@
 """OpenCode's SQLite store (``opencode.db``), opened read-only and observe-only.
 
-Finding it: ``--db PATH``, else ``$OPENCODE_DB``, else ``$XDG_DATA_HOME/opencode/opencode.db``,
-else ``~/.local/share/opencode/opencode.db`` (``locate_db``).
+Finding it is ``paths.locate_db``'s rule; choosing the store and its sessions is ``store.open``.
 
 Observe-only: nothing we do may change the file or its ``-wal``, or create side files; a
 reader of a live database leaves only its read marks in the shared-memory ``-shm``, as every
@@ -30,26 +29,14 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..errors import InputError
+from .rows import MessageRow, PartRow, SessionRow, loop_members
 
-__all__ = [
-    "Store",
-    "SessionRow",
-    "MessageRow",
-    "PartRow",
-    "locate_db",
-    "data_dir",
-    "channel_databases",
-    "REQUIRED_TABLES",
-    "select_sessions",
-    "every_session",
-    "open_store",
-    "descendants",
-]
+__all__ = ["Store", "REQUIRED_TABLES"]
 
 # The tables and columns we read; anything else in the schema may change freely.
 REQUIRED_TABLES: dict[str, tuple[str, ...]] = {
@@ -73,71 +60,6 @@ REQUIRED_TABLES: dict[str, tuple[str, ...]] = {
     "message": ("id", "session_id", "time_created", "data"),
     "part": ("id", "message_id", "session_id", "time_created", "data"),
 }
-
-
-def data_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_DATA_HOME/opencode``, or ``~/.local/share/opencode``."""
-    env = os.environ if env is None else env
-    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/share")
-    return Path(base) / "opencode"
-
-
-def locate_db(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """The database to read: ``explicit``, ``$OPENCODE_DB`` or the default data path."""
-    env = os.environ if env is None else env
-    if explicit:
-        return Path(explicit)
-    named = env.get("OPENCODE_DB")
-    if named == ":memory:":  # OpenCode then keeps nothing on disk
-        raise InputError(
-            "OPENCODE_DB is :memory:, so OpenCode keeps no database to read; pass --db PATH"
-        )
-    if named:
-        path = Path(named)
-        # OpenCode resolves a relative OPENCODE_DB against its data directory.
-        return path if path.is_absolute() else data_dir(env) / path
-    return data_dir(env) / "opencode.db"
-
-
-def channel_databases(directory: Path) -> list[Path]:
-    """``opencode-<channel>.db`` files (dev or preview builds) beside the default one."""
-    try:
-        return sorted(p for p in directory.glob("opencode-*.db") if p.is_file())
-    except OSError:
-        return []
-
-
-class SessionRow(NamedTuple):
-    id: str
-    parent_id: str | None
-    title: str | None
-    directory: str | None
-    version: str | None
-    agent: str | None
-    model: str | bytes | None  # JSON {"id", "providerID", "variant"}
-    cost: float
-    tokens_input: int
-    tokens_output: int
-    tokens_reasoning: int
-    tokens_cache_read: int
-    tokens_cache_write: int
-    time_created: int
-    time_updated: int
-
-
-class MessageRow(NamedTuple):
-    id: str
-    session_id: str
-    time_created: int | None
-    data: bytes
-
-
-class PartRow(NamedTuple):
-    id: str
-    message_id: str
-    session_id: str
-    time_created: int | None
-    data: bytes
 
 
 _SESSION_COLUMNS = ", ".join(SessionRow._fields)
@@ -239,42 +161,6 @@ _TOP_LEVEL = (
     "(parent_id IS NULL OR parent_id = id "
     "OR parent_id NOT IN (SELECT id FROM session WHERE id IS NOT NULL))"
 )
-
-
-def descendants(roots: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
-    """Every session below ``roots`` in the parent → children tree (not the roots)."""
-    found: list[str] = []
-    stack = list(roots)
-    seen = set(roots)
-    while stack:
-        for child in tree.get(stack.pop(), ()):
-            if child not in seen:  # a cycle in corrupt data must not loop forever
-                seen.add(child)
-                found.append(child)
-                stack.append(child)
-    return found
-
-
-def loop_members(parents: Mapping[Any, Any]) -> frozenset[Any]:
-    """Sessions on a loop of parent links (A's parent B, B's parent A), from session →
-    parent. OpenCode never writes one, but a damaged store may: such sessions count as
-    top-level and their parent links are not followed, so that nothing vanishes from the
-    reports and nothing is folded into itself. Each session is walked once."""
-    state: dict[Any, int] = {}  # 1: on the walk in progress, 2: done
-    loops: set[Any] = set()
-    for start in parents:
-        walk = []
-        node = start
-        while node is not None and node in parents and node not in state:
-            state[node] = 1
-            walk.append(node)
-            parent = parents[node]
-            node = parent if parent != node else None
-        if node is not None and state.get(node) == 1:  # came back to this walk: a loop
-            loops.update(walk[walk.index(node) :])
-        for visited in walk:
-            state[visited] = 2
-    return frozenset(loops)
 
 
 class Store:
@@ -747,121 +633,3 @@ class Store:
         for start in range(0, len(ids), 500):  # stay under SQLite's variable limit
             chunk = ids[start : start + 500]
             yield from self._query(sql.format(", ".join("?" * len(chunk))), chunk)
-
-
-def store_files(store: Any) -> list[Path]:
-    """What reading ``store`` reads: the database and the files SQLite keeps beside it, or
-    the folder of a legacy JSON store."""
-    roots = getattr(store, "roots", None)  # a legacy store: its storage/ folders
-    if roots is not None:
-        return list(roots)
-    path = Path(store.path)
-    return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
-
-
-def is_top_level(
-    row: SessionRow, known: Callable[[str], bool], loops: frozenset[Any] = frozenset()
-) -> bool:
-    """No subagent: no parent, itself as parent, a parent no longer there (``known`` says
-    whether a session exists), or on a loop of parents (``loops``); ``_TOP_LEVEL`` with the
-    store's loop members is the same rule in SQL."""
-    parent = row.parent_id
-    return parent is None or parent == row.id or not known(parent) or row.id in loops
-
-
-def _is_top_level(store: Any, session_id: str) -> bool:
-    row = store.session(session_id)
-    if row is None:
-        return True
-    return is_top_level(row, lambda sid: store.session(sid) is not None, store.loop_members())
-
-
-def every_session(store: Any, *, top_level: bool = False) -> list[str]:
-    """Every session's id (``top_level``: only those that are no subagent), oldest first."""
-    ids = getattr(store, "session_ids", None)  # without building every row, when it can
-    if ids is not None:
-        return ids(top_level=top_level)
-    rows = store.sessions(top_level=top_level)
-    return [row.id for row in sorted(rows, key=lambda r: (r.time_created, r.id))]
-
-
-def select_sessions(
-    store: Store,
-    ids: Sequence[str] = (),
-    *,
-    last: bool = False,
-    since_ms: int | None = None,
-    all_sessions: bool = False,
-    children: bool = False,
-) -> list[str]:
-    """Session ids to read, oldest first, each followed by its subagents with ``children``.
-
-    ``ids`` may be prefixes: one that matches several sessions names the one it equals, or
-    else the only top-level one among them (a subagent's id starts like its parent's, and
-    people shorten the id they see in ``sessions``); otherwise it is an error.
-    ``all_sessions`` means every session, subagents included. With nothing chosen, the most
-    recently active top-level session.
-    """
-    if all_sessions:
-        return every_session(store)
-    chosen: list[str] = []
-    for wanted in ids:
-        if not wanted:  # every id starts with "": no choice at all
-            raise InputError("an empty session id")
-        found = store.find_sessions(wanted)
-        if not found:
-            raise InputError(f"no session {wanted} in {store.path}")
-        if len(found) > 1 and wanted in found:
-            found = [wanted]
-        if len(found) > 1:
-            tops = [sid for sid in found if _is_top_level(store, sid)]
-            found = tops if len(tops) == 1 else found
-        if len(found) > 1:
-            raise InputError(f"{wanted} matches {len(found)} sessions; give more of the id")
-        chosen.append(found[0])
-    if since_ms is not None:
-        recent = store.sessions(since_ms=since_ms, top_level=True)
-        chosen += [r.id for r in sorted(recent, key=lambda r: (r.time_created, r.id))]
-    if last or (not ids and since_ms is None):
-        newest = store.sessions(top_level=True)
-        if not newest:
-            raise InputError(f"no sessions in {store.path}")
-        chosen.append(newest[0].id)
-    unique = list(dict.fromkeys(chosen))
-    if not children:
-        return unique
-    tree = store.children()
-    expanded: list[str] = []
-    for sid in unique:
-        expanded.append(sid)
-        expanded.extend(descendants([sid], tree))
-    return list(dict.fromkeys(expanded))
-
-
-def open_store(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Any:
-    """The store to read: the database ``locate_db`` names, or else legacy JSON files.
-
-    ``explicit`` may also name an OpenCode data directory (its ``opencode.db``, else its
-    legacy files) or a ``storage`` folder. When the
-    default database is missing, the data directory's legacy ``storage/`` files are used;
-    failing that, the error names any ``opencode-<channel>.db`` found beside it.
-    """
-    from .legacy import LegacyStore, find_legacy_roots
-
-    path = locate_db(explicit, env)
-    if path.is_dir():
-        if (path / "opencode.db").is_file():  # OpenCode's data directory
-            return Store(path / "opencode.db")
-        others = channel_databases(path)
-        if others and not find_legacy_roots(path):
-            names = ", ".join(str(p) for p in others)
-            raise InputError(f"no opencode.db in {path} (found {names}; pass --db FILE)")
-        return LegacyStore(path)
-    if not path.exists() and not explicit:
-        if find_legacy_roots(path.parent):
-            return LegacyStore(path.parent)
-        others = channel_databases(path.parent)
-        if others:
-            names = ", ".join(str(p) for p in others)
-            raise InputError(f"no OpenCode database at {path} (found {names}; pass --db)")
-    return Store(path)

@@ -1,0 +1,110 @@
+"""Every place the tool looks something up in the environment: the store's location, the
+data directory, worker counts, the OpenCode binary and server credentials.
+
+One rule per fact: a command or a library function that needs an environment variable asks
+here, with an ``env`` mapping in tests (``os.environ`` by default)::
+
+    >>> from opencode_events.paths import locate_db
+    >>> str(locate_db(env={"OPENCODE_DB": "/tmp/x.db"}))
+    '/tmp/x.db'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from .errors import InputError
+
+__all__ = [
+    "data_dir",
+    "locate_db",
+    "channel_databases",
+    "wanted_workers",
+    "server_credentials",
+    "opencode_binary_override",
+    "home",
+    "config_home",
+    "cache_home",
+    "named_config",
+]
+
+
+def data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_DATA_HOME/opencode``, or ``~/.local/share/opencode``."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_DATA_HOME") or str(home(env) / ".local/share")
+    return Path(base) / "opencode"
+
+
+def locate_db(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """The database to read: ``explicit``, ``$OPENCODE_DB`` or the default data path."""
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit)
+    named = env.get("OPENCODE_DB")
+    if named == ":memory:":  # OpenCode then keeps nothing on disk
+        raise InputError(
+            "OPENCODE_DB is :memory:, so OpenCode keeps no database to read; pass --db PATH"
+        )
+    if named:
+        path = Path(named)
+        # OpenCode resolves a relative OPENCODE_DB against its data directory.
+        return path if path.is_absolute() else data_dir(env) / path
+    return data_dir(env) / "opencode.db"
+
+
+def channel_databases(directory: Path) -> list[Path]:
+    """``opencode-<channel>.db`` files (dev or preview builds) beside the default one."""
+    try:
+        return sorted(p for p in directory.glob("opencode-*.db") if p.is_file())
+    except OSError:
+        return []
+
+
+def wanted_workers(env: Mapping[str, str] | None = None) -> int | None:
+    """``$OPENCODE_EVENTS_WORKERS`` as a positive count, or None when unset or not one."""
+    env = os.environ if env is None else env
+    wanted = env.get("OPENCODE_EVENTS_WORKERS", "").strip()
+    return int(wanted) if wanted.isdigit() and int(wanted) > 0 else None
+
+
+def server_credentials(env: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+    """(user, password) for ``opencode serve``'s basic auth, as OpenCode's own clients take
+    them: ``$OPENCODE_SERVER_USERNAME`` (default ``opencode``), ``$OPENCODE_SERVER_PASSWORD``."""
+    env = os.environ if env is None else env
+    return (
+        env.get("OPENCODE_SERVER_USERNAME") or "opencode",
+        env.get("OPENCODE_SERVER_PASSWORD") or None,
+    )
+
+
+def opencode_binary_override(env: Mapping[str, str] | None = None) -> str | None:
+    """``$OPENCODE_BIN``: the OpenCode executable ``run`` starts instead of the one on PATH."""
+    env = os.environ if env is None else env
+    return env.get("OPENCODE_BIN") or None
+
+
+def home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("HOME") or Path.home())
+
+
+def config_home(env: Mapping[str, str] | None = None) -> Path:
+    """OpenCode's global config folder: ``$XDG_CONFIG_HOME/opencode``."""
+    env = os.environ if env is None else env
+    return Path(env.get("XDG_CONFIG_HOME") or home(env) / ".config") / "opencode"
+
+
+def cache_home(env: Mapping[str, str] | None = None) -> Path:
+    """OpenCode's cache folder: ``$XDG_CACHE_HOME/opencode`` (its models catalogue)."""
+    env = os.environ if env is None else env
+    return Path(env.get("XDG_CACHE_HOME") or home(env) / ".cache") / "opencode"
+
+
+def named_config(env: Mapping[str, str] | None = None) -> Path | None:
+    """``$OPENCODE_CONFIG``: a config file named in this tool's environment (the agent
+    likely shares it)."""
+    env = os.environ if env is None else env
+    return Path(env["OPENCODE_CONFIG"]) if env.get("OPENCODE_CONFIG") else None

@@ -1,0 +1,129 @@
+"""Choosing a store and its sessions: ``open_store`` (the command line's lookup: a database,
+a data directory, or the legacy JSON files) and ``select_sessions`` (ids or prefixes,
+``--last``, ``--since``, ``--all``, ``--children``).
+
+    >>> from opencode_events.store import open_store, select_sessions
+    >>> with open_store("samples/task/opencode.db") as store:
+    ...     len(select_sessions(store, all_sessions=True))
+    2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..paths import channel_databases, locate_db
+from .legacy import LegacyStore, find_legacy_roots
+from .rows import descendants, is_top_level
+from .sqlite import Store
+
+__all__ = ["open_store", "select_sessions", "every_session", "store_files"]
+
+
+def store_files(store: Any) -> list[Path]:
+    """What reading ``store`` reads: the database and the files SQLite keeps beside it, or
+    the folder of a legacy JSON store."""
+    roots = getattr(store, "roots", None)  # a legacy store: its storage/ folders
+    if roots is not None:
+        return list(roots)
+    path = Path(store.path)
+    return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+
+
+def _is_top_level(store: Any, session_id: str) -> bool:
+    row = store.session(session_id)
+    if row is None:
+        return True
+    return is_top_level(row, lambda sid: store.session(sid) is not None, store.loop_members())
+
+
+def every_session(store: Any, *, top_level: bool = False) -> list[str]:
+    """Every session's id (``top_level``: only those that are no subagent), oldest first."""
+    ids = getattr(store, "session_ids", None)  # without building every row, when it can
+    if ids is not None:
+        return ids(top_level=top_level)
+    rows = store.sessions(top_level=top_level)
+    return [row.id for row in sorted(rows, key=lambda r: (r.time_created, r.id))]
+
+
+def select_sessions(
+    store: Store,
+    ids: Sequence[str] = (),
+    *,
+    last: bool = False,
+    since_ms: int | None = None,
+    all_sessions: bool = False,
+    children: bool = False,
+) -> list[str]:
+    """Session ids to read, oldest first, each followed by its subagents with ``children``.
+
+    ``ids`` may be prefixes: one that matches several sessions names the one it equals, or
+    else the only top-level one among them (a subagent's id starts like its parent's, and
+    people shorten the id they see in ``sessions``); otherwise it is an error.
+    ``all_sessions`` means every session, subagents included. With nothing chosen, the most
+    recently active top-level session.
+    """
+    if all_sessions:
+        return every_session(store)
+    chosen: list[str] = []
+    for wanted in ids:
+        if not wanted:  # every id starts with "": no choice at all
+            raise InputError("an empty session id")
+        found = store.find_sessions(wanted)
+        if not found:
+            raise InputError(f"no session {wanted} in {store.path}")
+        if len(found) > 1 and wanted in found:
+            found = [wanted]
+        if len(found) > 1:
+            tops = [sid for sid in found if _is_top_level(store, sid)]
+            found = tops if len(tops) == 1 else found
+        if len(found) > 1:
+            raise InputError(f"{wanted} matches {len(found)} sessions; give more of the id")
+        chosen.append(found[0])
+    if since_ms is not None:
+        recent = store.sessions(since_ms=since_ms, top_level=True)
+        chosen += [r.id for r in sorted(recent, key=lambda r: (r.time_created, r.id))]
+    if last or (not ids and since_ms is None):
+        newest = store.sessions(top_level=True)
+        if not newest:
+            raise InputError(f"no sessions in {store.path}")
+        chosen.append(newest[0].id)
+    unique = list(dict.fromkeys(chosen))
+    if not children:
+        return unique
+    tree = store.children()
+    expanded: list[str] = []
+    for sid in unique:
+        expanded.append(sid)
+        expanded.extend(descendants([sid], tree))
+    return list(dict.fromkeys(expanded))
+
+
+def open_store(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Any:
+    """The store to read: the database ``locate_db`` names, or else legacy JSON files.
+
+    ``explicit`` may also name an OpenCode data directory (its ``opencode.db``, else its
+    legacy files) or a ``storage`` folder. When the
+    default database is missing, the data directory's legacy ``storage/`` files are used;
+    failing that, the error names any ``opencode-<channel>.db`` found beside it.
+    """
+    path = locate_db(explicit, env)
+    if path.is_dir():
+        if (path / "opencode.db").is_file():  # OpenCode's data directory
+            return Store(path / "opencode.db")
+        others = channel_databases(path)
+        if others and not find_legacy_roots(path):
+            names = ", ".join(str(p) for p in others)
+            raise InputError(f"no opencode.db in {path} (found {names}; pass --db FILE)")
+        return LegacyStore(path)
+    if not path.exists() and not explicit:
+        if find_legacy_roots(path.parent):
+            return LegacyStore(path.parent)
+        others = channel_databases(path.parent)
+        if others:
+            names = ", ".join(str(p) for p in others)
+            raise InputError(f"no OpenCode database at {path} (found {names}; pass --db)")
+    return Store(path)

@@ -1,0 +1,90 @@
+"""The rows every store hands out (``SessionRow``, ``MessageRow``, ``PartRow``: the same
+layouts from SQLite and from the legacy JSON files), and the rules of the session tree:
+which sessions are top-level, which are below another, which sit on a loop of parents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+__all__ = ["SessionRow", "MessageRow", "PartRow", "descendants", "loop_members", "is_top_level"]
+
+
+class SessionRow(NamedTuple):
+    id: str
+    parent_id: str | None
+    title: str | None
+    directory: str | None
+    version: str | None
+    agent: str | None
+    model: str | bytes | None  # JSON {"id", "providerID", "variant"}
+    cost: float
+    tokens_input: int
+    tokens_output: int
+    tokens_reasoning: int
+    tokens_cache_read: int
+    tokens_cache_write: int
+    time_created: int
+    time_updated: int
+
+
+class MessageRow(NamedTuple):
+    id: str
+    session_id: str
+    time_created: int | None
+    data: bytes
+
+
+class PartRow(NamedTuple):
+    id: str
+    message_id: str
+    session_id: str
+    time_created: int | None
+    data: bytes
+
+
+def descendants(roots: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
+    """Every session below ``roots`` in the parent → children tree (not the roots)."""
+    found: list[str] = []
+    stack = list(roots)
+    seen = set(roots)
+    while stack:
+        for child in tree.get(stack.pop(), ()):
+            if child not in seen:  # a cycle in corrupt data must not loop forever
+                seen.add(child)
+                found.append(child)
+                stack.append(child)
+    return found
+
+
+def loop_members(parents: Mapping[Any, Any]) -> frozenset[Any]:
+    """Sessions on a loop of parent links (A's parent B, B's parent A), from session →
+    parent. OpenCode never writes one, but a damaged store may: such sessions count as
+    top-level and their parent links are not followed, so that nothing vanishes from the
+    reports and nothing is folded into itself. Each session is walked once."""
+    state: dict[Any, int] = {}  # 1: on the walk in progress, 2: done
+    loops: set[Any] = set()
+    for start in parents:
+        walk = []
+        node = start
+        while node is not None and node in parents and node not in state:
+            state[node] = 1
+            walk.append(node)
+            parent = parents[node]
+            node = parent if parent != node else None
+        if node is not None and state.get(node) == 1:  # came back to this walk: a loop
+            loops.update(walk[walk.index(node) :])
+        for visited in walk:
+            state[visited] = 2
+    return frozenset(loops)
+
+
+def is_top_level(
+    row: SessionRow, known: Callable[[str], bool], loops: frozenset[Any] = frozenset()
+) -> bool:
+    """No subagent: no parent, itself as parent, a parent no longer there (``known`` says
+    whether a session exists), or on a loop of parents (``loops``); ``_TOP_LEVEL`` with the
+    store's loop members is the same rule in SQL."""
+    parent = row.parent_id
+    return parent is None or parent == row.id or not known(parent) or row.id in loops
