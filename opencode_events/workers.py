@@ -1,0 +1,81 @@
+"""The one worker policy: how many processes a whole-table scan (``store.ranges``) or a
+large import (``pipeline.fanout``) uses, and how a forked worker's failure reaches its parent.
+
+- **Count**: ``$OPENCODE_EVENTS_WORKERS`` when set (1: this process only), else one per
+  core this process may run on, at most ``MAX_AUTO`` — and 1 where ``fork`` is missing or
+  the job is too small to pay for the workers (``min_jobs``).
+- **Failures**: a worker sends ``failure_report(exc)`` (plain data, always picklable); the
+  parent calls ``raise_failure(report)``, which raises the same kind of error the worker
+  met (``InputError``, ``OutputError``, ``OSError``, ``BrokenPipeError``,
+  ``KeyboardInterrupt``), so the command line reports it as if it happened here; anything
+  else is a ``RuntimeError`` carrying the worker's traceback.
+
+    >>> from opencode_events.workers import worker_count
+    >>> worker_count(1, min_jobs=100)
+    1
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NoReturn
+
+from .errors import InputError, OutputError
+from .paths import wanted_workers
+
+__all__ = ["MAX_WORKERS", "MAX_AUTO", "worker_count", "failure_report", "raise_failure"]
+
+MAX_WORKERS = 32  # the most ``$OPENCODE_EVENTS_WORKERS`` may ask for (two pipes a worker)
+MAX_AUTO = 4  # the most chosen unasked: more cores fight over one database's pages
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def worker_count(jobs: int | None = None, *, min_jobs: int = 0) -> int:
+    """Processes for ``jobs`` units of work (sessions, rows) that pay for workers from
+    ``min_jobs`` on (``None``: the caller judges the size itself)."""
+    if not hasattr(os, "fork"):
+        return 1
+    wanted = wanted_workers()
+    if wanted is not None:
+        return min(wanted, MAX_WORKERS)
+    if jobs is not None and jobs < min_jobs:
+        return 1
+    return max(1, min(_cores(), MAX_AUTO))
+
+
+def failure_report(exc: BaseException, *, traceback: bool = True) -> dict[str, Any]:
+    """What the parent needs to raise ``exc`` again: its kind, message, errno and file."""
+    message = str(exc) if not isinstance(exc, KeyboardInterrupt) else ""
+    report: dict[str, Any] = {"error": type(exc).__name__, "message": message}
+    if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+        report.update(error="OSError", errno=exc.errno, message=exc.strerror or message)
+        if isinstance(exc, OutputError):
+            report["output"] = exc.filename
+    elif traceback and not isinstance(exc, (InputError, BrokenPipeError, KeyboardInterrupt)):
+        import traceback as tb
+
+        report["message"] = "".join(tb.format_exception(exc)).strip()
+    return report
+
+
+def raise_failure(report: dict[str, Any]) -> NoReturn:
+    """Raise in the parent what ``failure_report`` described (``Killed``: a worker that
+    died without a word, an ``InputError`` naming why)."""
+    kind, message = report["error"], report["message"]
+    if kind in ("InputError", "Killed"):
+        raise InputError(message)
+    if kind == "BrokenPipeError":
+        raise BrokenPipeError(message)
+    if kind == "KeyboardInterrupt":
+        raise KeyboardInterrupt
+    if kind == "OSError":
+        if report.get("output") is not None:
+            raise OutputError(report.get("errno") or 0, message, report["output"])
+        raise OSError(report.get("errno") or 0, message)
+    raise RuntimeError(f"a worker failed: {message}")
