@@ -40,13 +40,13 @@ from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from ..core.normalizer import Normalizer
-from ..errors import InputError, OutputError
+from ..errors import InputError
 from ..output.jsonl import JsonlWriter
+from ..workers import failure_report, raise_failure, worker_count
 
 __all__ = ["HOLD_BYTES", "MIN_SESSIONS", "import_in_workers", "workers_for"]
 
 MIN_SESSIONS = 64  # below this, starting workers costs more than it saves
-MAX_WORKERS = 32  # whatever $OPENCODE_EVENTS_WORKERS asks (two pipes a worker)
 CHUNK_SESSIONS = 32  # sessions per chunk: small enough to balance, large enough to amortize
 HOLD_BYTES = 128 << 20  # input a worker maps ahead of its turn before it waits
 
@@ -55,18 +55,9 @@ _ABORT = -1
 
 
 def workers_for(sessions: int) -> int:
-    """Workers for an import of ``sessions`` sessions: ``$OPENCODE_EVENTS_WORKERS`` when set
-    (1: this process only), else one per core (at most 4) from ``MIN_SESSIONS`` on."""
-    wanted = os.environ.get("OPENCODE_EVENTS_WORKERS", "").strip()
-    if wanted.isdigit() and int(wanted) > 0:
-        return min(int(wanted), MAX_WORKERS) if hasattr(os, "fork") else 1
-    if sessions < MIN_SESSIONS or not hasattr(os, "fork"):
-        return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 4))
+    """Workers for an import of ``sessions`` sessions: the one worker policy (``workers``),
+    paying from ``MIN_SESSIONS`` on."""
+    return worker_count(sessions, min_jobs=MIN_SESSIONS)
 
 
 def _chunks(session_ids: Sequence[str], workers: int) -> list[Sequence[str]]:
@@ -175,18 +166,7 @@ def _merge(
         else:
             decoded.append(report)
     if failure is not None:
-        kind, message = failure["error"], failure["message"]
-        if kind in ("InputError", "Killed"):
-            raise InputError(message)
-        if kind == "BrokenPipeError":
-            raise BrokenPipeError(message)
-        if kind == "KeyboardInterrupt":
-            raise KeyboardInterrupt
-        if kind == "OSError":
-            if failure.get("output") is not None:
-                raise OutputError(failure.get("errno") or 0, message, failure["output"])
-            raise OSError(failure.get("errno") or 0, message)
-        raise RuntimeError(f"an import worker failed: {message}")
+        raise_failure(failure)
     costs_by_chunk: dict[int, list[float]] = {}
     last_session: tuple[int, str] | None = None
     LAST_RUN.clear()
@@ -260,16 +240,7 @@ def _worker_main(
         report = worker.run(chunks, index, workers)
     except BaseException as exc:  # reported to the parent, which raises it
         code = 1
-        message = str(exc) if not isinstance(exc, KeyboardInterrupt) else ""
-        report = {"error": type(exc).__name__, "message": message}
-        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
-            report.update(error="OSError", errno=exc.errno, message=exc.strerror or message)
-            if isinstance(exc, OutputError):
-                report["output"] = exc.filename
-        elif not isinstance(exc, (InputError, BrokenPipeError, KeyboardInterrupt, _Aborted)):
-            import traceback
-
-            report["message"] = "".join(traceback.format_exception(exc)).strip()
+        report = failure_report(exc, traceback=not isinstance(exc, _Aborted))
         with contextlib.suppress(OSError):
             os.write(token_out, _TOKEN.pack(_ABORT))
     try:
@@ -296,7 +267,7 @@ class _Worker:
         self.held_count = self.most_held = 0  # events held in memory: now, at most
 
     def run(self, chunks: list[Sequence[str]], index: int, workers: int) -> dict[str, Any]:
-        from .normalize import map_session
+        from ..sources.transcript import map_session
 
         normalizer = self.normalizer
         store = self.store

@@ -10,13 +10,14 @@ closing metrics cover the whole output.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, BinaryIO, Protocol
 
 from ..core.normalizer import Normalizer
 from ..errors import InputError
 from ..events import Event
 from ..sources.stream import BOM, CHUNK_SIZE, StreamReader, line_batches
+from ..sources.transcript import map_session
 
 __all__ = [
     "normalize_streams",
@@ -239,24 +240,6 @@ def import_sessions(
         writer.write([normalizer.metrics()])
     writer.flush()
     return normalizer
-
-
-def map_session(
-    normalizer: Normalizer, store: Any, session_id: str, costs: list[float]
-) -> Iterator[list[Event]]:
-    """One stored session's events, in batches (``session_events``); appends its cost sum to
-    ``costs``. (Costs are summed per session, and the sums in session order, so that the
-    import's total is the same float however the sessions are shared among workers.)"""
-    from ..sources.transcript import session_events
-
-    # Plain tuples when the store offers them (same layouts as its row types).
-    rows = getattr(store, "session_rows", None)
-    messages, parts = (
-        rows(session_id) if rows else (store.messages(session_id), store.parts(session_id))
-    )
-    normalizer.totals.cost = 0.0
-    yield from session_events(normalizer, session_id, messages, parts)
-    costs.append(normalizer.totals.cost)
 
 
 # glibc's mallopt parameters.

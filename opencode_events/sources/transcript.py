@@ -237,3 +237,19 @@ def session_events(
         raise
     if events:
         yield events
+
+
+def map_session(
+    normalizer: Normalizer, store: Any, session_id: str, costs: list[float]
+) -> Iterator[list[Event]]:
+    """One stored session's events, in batches (``session_events``); appends its cost sum to
+    ``costs``. (Costs are summed per session, and the sums in session order, so that the
+    import's total is the same float however the sessions are shared among workers.)"""
+    # Plain tuples when the store offers them (same layouts as its row types).
+    rows = getattr(store, "session_rows", None)
+    messages, parts = (
+        rows(session_id) if rows else (store.messages(session_id), store.parts(session_id))
+    )
+    normalizer.totals.cost = 0.0
+    yield from session_events(normalizer, session_id, messages, parts)
+    costs.append(normalizer.totals.cost)
