@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from opencode_events.output.rows import report_markdown
 from tests.records import SESSION, record, step_finish
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1531,7 +1532,7 @@ def test_the_open_step_of_an_interrupted_run_has_its_session_and_start():
 def test_markdown_for_people_dates_a_row_in_iso_8601_utc(tmp_path: Path):
     """CSV and JSON keep epoch ms, for programs; Markdown is read by people."""
     from opencode_events.reports.usage import store_usage, stream_usage
-    from opencode_events.store.sqlite import open_store
+    from opencode_events.store.open import open_store
 
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
@@ -1545,19 +1546,16 @@ def test_markdown_for_people_dates_a_row_in_iso_8601_utc(tmp_path: Path):
         parent,
     )
     iso = datetime.fromtimestamp(started / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    text = stored.markdown().decode()
+    text = report_markdown(stored).decode()
     assert f"| {iso} |" in text and str(started) not in text
     assert _csv_rows("--db", str(db), "--all")[0]["started"] == str(started)
     with open(SAMPLES / "task" / "stream.jsonl", "rb") as stream:
         streamed = stream_usage([("run.jsonl", stream)])
-    lines = streamed.markdown().decode().splitlines()
+    lines = report_markdown(streamed).decode().splitlines()
     assert lines[0].startswith("| session_id | turn | started |")
     assert lines[2].split(" | ")[2].endswith("Z") and lines[-1].startswith("| **total** |")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="cli.py's `usage --format markdown` must write UsageReport.markdown()"
-)
 def test_usage_markdown_on_the_command_line_dates_in_iso_8601(tmp_path: Path):
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)

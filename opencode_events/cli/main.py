@@ -129,7 +129,7 @@ def import_(
 
     from ..output.jsonl import make_writer
     from ..pipeline.normalize import import_sessions, normalize_streams
-    from ..store.sqlite import select_sessions, store_files
+    from ..store.open import select_sessions, store_files
 
     documents = [s for s in sessions if Path(s).is_file()]
     for wanted in sessions:  # a session id has neither; a path that is not a file is a typo
@@ -219,7 +219,7 @@ def sessions(
     from ..output import rows as formats
     from ..reports.mcp import mcp_server_names
     from ..reports.sessions import start_whole_scan, summarize
-    from ..store.sqlite import store_files
+    from ..store.open import store_files
 
     since_time = since_ms(since)
     with open_store(db_path) as store:
@@ -301,7 +301,7 @@ def usage(
     in, or --by step, session, model, agent or day.
     """
     from ..output import rows as formats
-    from ..reports.usage import TOKEN_FIELDS, GroupingError, store_usage, stream_usage
+    from ..reports.usage import GroupingError, store_usage, stream_usage
 
     zone = _zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or all_sessions)
@@ -313,7 +313,7 @@ def usage(
     start = since_ms(since, zone)  # once: "2h" is read against the clock
     try:
         if from_store:
-            from ..store.sqlite import every_session, select_sessions, store_files
+            from ..store.open import every_session, select_sessions, store_files
 
             with open_store(db_path) as store:
                 refuse_stdout_read(store_files(store))
@@ -355,18 +355,7 @@ def usage(
             for note in report.notes:
                 click.echo(f"note: {note}", err=True)
         else:
-            # For people: the labels no row has a value for are left out (token fields and
-            # cost are in every row); the total's label goes in the first column left.
-            columns = [
-                c for c in columns if any(c in r for r in rows) or c in TOKEN_FIELDS + ("cost",)
-            ]
-            if columns[0] in TOKEN_FIELDS:  # no label at all: an empty report
-                columns.insert(0, report.columns[0])
-            total = {**report.total.as_dict(), columns[0]: "**total**"}
-            out.write(
-                formats.write_markdown([*rows, total], columns, numeric=[*TOKEN_FIELDS, "cost"])
-            )
-            out.write("".join(f"\n_Note: {note}_\n" for note in report.notes).encode())
+            out.write(formats.report_markdown(report))
     out.flush()
 
 

@@ -13,7 +13,14 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["to_builtins", "write_json", "write_jsonl", "write_csv", "write_markdown"]
+__all__ = [
+    "to_builtins",
+    "write_json",
+    "write_jsonl",
+    "write_csv",
+    "write_markdown",
+    "report_markdown",
+]
 
 _ENCODER = msgspec.json.Encoder()
 
@@ -64,3 +71,10 @@ def write_markdown(
     for row in rows:
         lines.append("| " + " | ".join(escape(_cell(row.get(c))) for c in columns) + " |")
     return ("\n".join(lines) + "\n").encode()
+
+
+def report_markdown(report: Any) -> bytes:
+    """A report's Markdown: its ``markdown_table()``, then its notes in italics."""
+    columns, rows, numeric = report.markdown_table()
+    table = write_markdown(rows, columns, numeric=numeric)
+    return table + "".join(f"\n_Note: {note}_\n" for note in report.notes).encode()

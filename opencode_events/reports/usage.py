@@ -38,7 +38,7 @@ from ..core.views import PART_DECODER, Tokens, decode_repaired, decode_repairing
 from ..errors import InputError
 from ..events import summed_cost
 from ..store.ranges import start_over_ranges, worker_connection
-from ..store.sqlite import descendants
+from ..store.rows import descendants
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
 # which a TypeError reports).
@@ -194,12 +194,11 @@ class UsageReport(Struct, kw_only=True):
             doc["notes"] = list(self.notes)
         return doc
 
-    def markdown(self) -> bytes:
-        """The Markdown table, for people: the labels no row has a value for left out (token
-        fields and cost are in every row), ``started`` in ISO 8601 UTC, a **total** row last,
-        then the notes."""
-        from ..output.rows import write_markdown
-
+    def markdown_table(self) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+        """(columns, rows, numeric columns) of the Markdown table, for people: the labels no
+        row has a value for left out (token fields and cost are in every row), ``started`` in
+        ISO 8601 UTC, a **total** row last. ``output.rows.report_markdown`` writes it, with
+        the notes after it."""
         rows = [row.as_dict() for row in self.rows]
         columns = [c for c in self.columns if c in _ALWAYS or any(c in r for r in rows)]
         if columns[0] in TOKEN_FIELDS:  # no label at all: an empty report
@@ -208,8 +207,7 @@ class UsageReport(Struct, kw_only=True):
             if "started" in row:
                 row["started"] = _iso(row["started"])
         total = {**self.total.as_dict(), columns[0]: "**total**"}
-        table = write_markdown([*rows, total], columns, numeric=[*TOKEN_FIELDS, "cost"])
-        return table + "".join(f"\n_Note: {note}_\n" for note in self.notes).encode()
+        return columns, [*rows, total], [*TOKEN_FIELDS, "cost"]
 
 
 def _iso(ms: Any) -> Any:
