@@ -33,8 +33,7 @@ from .io import (
     whole_writes_stdout,
     written_when_interrupted,
 )
-
-EXIT_OK, EXIT_STRICT, EXIT_USAGE, EXIT_PIPE, EXIT_INTERRUPTED = 0, 1, 2, 141, 130
+from .status import ExitStatus
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -87,7 +86,7 @@ def normalize(
             inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
         )
     if strict and normalizer.problems:
-        raise SystemExit(EXIT_STRICT)
+        raise SystemExit(ExitStatus.STRICT)
 
 
 # ----------------------------------------------------------------------------- the store
@@ -417,10 +416,10 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     except InputError as exc:
         click.echo(f"error: {_one_line(str(exc))}", err=True)
         _flush_or_discard_stdout()
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     except (click.exceptions.Abort, KeyboardInterrupt):
         _flush_or_discard_stdout()
-        return EXIT_INTERRUPTED
+        return ExitStatus.INTERRUPTED
     except _NO_COMMAND as exc:  # no command given: the help, as is
         click.echo(exc.format_message(), err=True)
         return exc.exit_code
@@ -435,25 +434,25 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         return exc.exit_code
     except (BrokenPipeError, PipeClosed):
         discard_stdout()
-        return EXIT_PIPE
+        return ExitStatus.BROKEN_PIPE
     except OSError as exc:  # e.g. the output's disk is full: one line, not a traceback
         reason = str(exc.strerror or exc)
         if isinstance(exc, OutputError):
             reason = f"cannot write {exc.filename}: {reason}"
         click.echo(f"error: {_one_line(reason)}", err=True)
         _flush_or_discard_stdout()
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     except SystemExit as exc:  # SIGTERM (143), --strict (1)
         _flush_or_discard_stdout()
-        return exc.code if isinstance(exc.code, int) else EXIT_OK
-    return EXIT_OK
+        return exc.code if isinstance(exc.code, int) else ExitStatus.OK
+    return ExitStatus.OK
 
 
 def main() -> None:
     if sys.stdout is None:  # started with stdout closed (`>&-`): every command writes there
         if sys.stderr is not None:
             sys.stderr.write("error: standard output is closed\n")
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitStatus.USAGE)
     whole_writes_stdout()
     _terminate_like_interrupt()
     sys.exit(run(cli))
