@@ -23,6 +23,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check opencode_events tests scripts bench
 	$(BIN)/ruff format --check opencode_events tests scripts bench
+	$(BIN)/lint-imports
 
 format: $(STAMP)
 	$(BIN)/ruff format opencode_events tests scripts bench

@@ -1,8 +1,8 @@
 """The exit codes of every command, in one place (README "Exit codes" lists them).
 
-    >>> from opencode_events.cli.status import ExitStatus
-    >>> int(ExitStatus.USAGE)
-    2
+>>> from opencode_events.cli.status import ExitStatus
+>>> int(ExitStatus.USAGE)
+2
 """
 
 from __future__ import annotations
