@@ -139,6 +139,11 @@ class Usage(Event, tag="usage", kw_only=True):
 
     turn: int
     reason: str | None = None
+    # The inference's model and agent, where the source names them (store, export, server
+    # events: the assistant message's modelID, providerID, agent; a run stream has none).
+    model: str | None = None
+    provider: str | None = None
+    agent: str | None = None
     input_tokens: int
     output_tokens: int
     reasoning_tokens: int

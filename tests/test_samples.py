@@ -245,12 +245,13 @@ def _by_part(output: bytes) -> dict[str, list[dict]]:
     numbering, the input line, the time (the record's timestamp in the stream, the row's
     time_created in the store), ``raw`` (the record as that source wrote it) and a usage
     event's ``turn`` (counted from the start of what is read: a forked session's stored
-    history holds turns its run's stream never showed)."""
+    history holds turns its run's stream never showed) and its ``model``, ``provider`` and
+    ``agent`` (the store's message rows name them; the stream has no message records)."""
     found: dict[str, list[dict]] = {}
     for line in output.splitlines():
         event = json.loads(line)
         if event.get("part_id"):
-            for key in ("seq", "line", "time", "raw", "turn"):
+            for key in ("seq", "line", "time", "raw", "turn", "model", "provider", "agent"):
                 event.pop(key, None)
             found.setdefault(event["part_id"], []).append(event)
     return found

@@ -82,6 +82,16 @@ def _as_raw(value: bytes | Raw | None) -> Raw | None:
     return Raw(value) if type(value) is bytes else value
 
 
+def _labels(info: Any) -> tuple[str | None, str | None, str | None]:
+    """(model, provider, agent) of an assistant message, each only when it is text."""
+    model, provider, agent = info.modelID, info.providerID, info.agent
+    return (
+        model if type(model) is str else None,
+        provider if type(provider) is str else None,
+        agent if type(agent) is str else None,
+    )
+
+
 class _Totals:
     __slots__ = (
         "input",
@@ -124,6 +134,8 @@ class Normalizer:
         # (a parent and its subagents, concatenated logs) still dedupe; bounded for memory.
         self._seen_by_session: OrderedDict[str | None, set[str]] = OrderedDict()
         self._replayed_calls: set[tuple[Any, Any]] = set()  # tool calls of events read again
+        # (model, provider, agent) of the assistant message whose parts are being read.
+        self._labels: tuple[str | None, str | None, str | None] | None = None
 
     # ------------------------------------------------------------------ session state
 
@@ -294,11 +306,19 @@ class Normalizer:
             self.tool_failures += 1  # a consumed tool (todowrite) that failed still counts
         return self._stamp(events, prov)
 
+    def enter_message(self, info: Any) -> None:
+        """The message whose parts come next (a stored or exported message): its model,
+        provider and agent label the ``usage`` events of its step-finish parts."""
+        self._labels = _labels(info) if info is not None and info.role == "assistant" else None
+
     def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
         self.step_open = False
         if not self._first_sighting(part):
             return []
-        return self._count_usage(usage_event(part, self._next_turn()), prov)
+        usage = usage_event(part, self._next_turn())
+        if self._labels is not None:
+            usage.model, usage.provider, usage.agent = self._labels
+        return self._count_usage(usage, prov)
 
     def _count_usage(self, usage: Usage, prov: Provenance) -> list[Event]:
         self._add_usage(usage)
@@ -324,7 +344,9 @@ class Normalizer:
                 self.duplicates += 1
                 return []
             self._seen_parts.add(message_id)
-        return self._count_usage(usage_event(info, self._next_turn()), prov)
+        usage = usage_event(info, self._next_turn())
+        usage.model, usage.provider, usage.agent = _labels(info)
+        return self._count_usage(usage, prov)
 
     def permission(
         self,

@@ -118,7 +118,7 @@ class MessageInfo(Struct, gc=False):
 
 
 class MessageHead(Struct, gc=False):
-    """A stored message as the import reads it: its role and error. It names the same
+    """A stored message as the import reads it: its role, error and model labels. It names the same
     nested views as ``MessageInfo`` (``time``, ``tokens``), so it accepts and rejects exactly
     the rows ``MessageInfo`` does, but builds none of the other fields."""
 
@@ -126,6 +126,9 @@ class MessageHead(Struct, gc=False):
     time: Times | None = None
     error: Any = None
     tokens: Tokens | None = None
+    modelID: Any = None  # noqa: N815
+    providerID: Any = None  # noqa: N815
+    agent: Any = None
 
 
 class StreamRecord(Struct, gc=False):

@@ -76,9 +76,12 @@ class TranscriptMapper:
         self.normalizer.enter_session(session_id)
         self.normalizer.count_record()
         try:
-            return decode_repairing(MESSAGE_DECODER, data)[0], []
+            info = decode_repairing(MESSAGE_DECODER, data)[0]
+            self.normalizer.enter_message(info)
+            return info, []
         except (msgspec.DecodeError, RecursionError):
             prov = self._prov(data, session_id=session_id, message_id=message_id, time=time)
+            self.normalizer.enter_message(None)
             return None, self.normalizer.rejected(data, prov, what="message data: ")
 
     def part(
@@ -171,6 +174,7 @@ def session_events(
             try:
                 info: MessageHead | MessageInfo | None = decode_message(data)
                 normalizer.records += 1
+                normalizer.enter_message(info)
             except (msgspec.DecodeError, RecursionError):
                 # kept repaired for every event that carries it (message_end's raw too)
                 data = without_lone_surrogates(data) or data
