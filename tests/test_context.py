@@ -720,9 +720,8 @@ def test_cli_closed_pipe(priced_env: dict):
 
 
 def test_document_is_json_serialisable():
-    from opencode_events.cli.context import document
 
-    msgspec.json.encode(document(report_of("file_tools")))
+    msgspec.json.encode(report_of("file_tools").document())
 
 
 @pytest.mark.parametrize("oldest", [False, True])

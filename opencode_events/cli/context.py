@@ -1,6 +1,6 @@
 """``opencode-events context``: what fills a session's context window, and what it costs.
 
-The ledger itself is ``context.py`` (see its notes and docs/context.md); this module only
+The ledger itself is ``reports/context.py`` (see its notes and docs/context.md); this module only
 chooses the session, writes the table, JSON or CSV, and reports notes on stderr.
 """
 
@@ -14,71 +14,6 @@ import click
 from .io import db_option, pipe_safe, refuse_stdout_read
 
 FORMATS = ("table", "json", "csv")
-
-
-def document(report: Any) -> dict[str, Any]:
-    """The JSON document (docs/context.md)."""
-    return {
-        "session_id": report.session_id,
-        "context_tokens": report.context_tokens,
-        "cost": report.cost,
-        "sources": [
-            {"source": r.source, "tokens": r.tokens, "share": r.share, "cost": r.cost}
-            for r in report.sources
-        ],
-        "output": {"tokens": report.output_tokens, "cost": report.output_cost},
-        "inferences": [
-            {
-                "message_id": i.message_id,
-                "session_id": i.session_id,
-                "model": i.model,
-                "prompt_tokens": i.prompt_tokens,
-                "sources": i.sources,
-                "added": i.added,
-                "cost": i.cost,
-                "source_costs": i.source_costs,
-                **({"compaction": True} if i.compaction else {}),
-            }
-            for i in report.inferences
-        ],
-        "subagents": report.subagents,
-        "unpriced_models": report.unpriced,
-    }
-
-
-def _source_rows(report: Any) -> list[dict[str, Any]]:
-    rows = [
-        {"source": r.source, "tokens": r.tokens, "share": r.share, "cost": r.cost}
-        for r in report.sources
-    ]
-    rows.append(
-        {
-            "source": "output",
-            "tokens": report.output_tokens,
-            "share": None,
-            "cost": report.output_cost,
-        }
-    )
-    return rows
-
-
-def _inference_rows(report: Any) -> list[dict[str, Any]]:
-    rows = []
-    for i in report.inferences:
-        costs = i.source_costs
-        for source, tokens in i.sources.items():
-            rows.append(
-                {
-                    "session_id": i.session_id,
-                    "message_id": i.message_id,
-                    "prompt_tokens": i.prompt_tokens,
-                    "source": source,
-                    "tokens": tokens,
-                    "added": i.added.get(source, 0),
-                    "cost": None if costs is None else costs.get(source, 0.0),
-                }
-            )
-    return rows
 
 
 def _share(value: Any) -> str:
@@ -109,7 +44,7 @@ def _draw(report: Any, per_inference: bool) -> None:
         caption += " · -: no price"
     draw_table(
         columns,
-        _source_rows(report),
+        report.source_rows(),
         out=out,
         title=f"Context of {report.session_id}",
         total=total,
@@ -201,14 +136,14 @@ def context(session: str | None, db_path: str | None, fmt: str | None, per_infer
         _draw(report, per_inference)
         return
     if fmt == "json":
-        out.write(formats.write_json(document(report)))
+        out.write(formats.write_json(report.document()))
     elif per_inference:
         out.write(
             formats.write_csv(
-                _inference_rows(report),
+                report.inference_rows(),
                 ["session_id", "message_id", "prompt_tokens", "source", "tokens", "added", "cost"],
             )
         )
     else:
-        out.write(formats.write_csv(_source_rows(report), ["source", "tokens", "share", "cost"]))
+        out.write(formats.write_csv(report.source_rows(), ["source", "tokens", "share", "cost"]))
     out.flush()

@@ -216,26 +216,14 @@ def sessions(
 ) -> None:
     """Sessions in the store, newest activity first, with turns, tools, tokens and cost."""
     from ..output import rows as formats
-    from ..reports.mcp import mcp_server_names
-    from ..reports.sessions import start_whole_scan, summarize
+    from ..reports.sessions import sessions_report
     from ..store.open import store_files
 
     since_time = since_ms(since)
     with open_store(db_path) as store:
         refuse_stdout_read(store_files(store))
-        # Every session of a large database: the workers start reading the tables while
-        # this process reads the session rows.
-        whole = all_sessions and since_time is None and limit is None
-        scan = start_whole_scan(store) if whole else None
-        try:
-            rows = store.sessions(since_ms=since_time, top_level=not all_sessions)
-        except BaseException:
-            if scan is not None:
-                scan.cancel()
-            raise
-        if limit is not None:
-            rows = rows[:limit]
-        summaries = summarize(store, rows, mcp_servers=mcp_server_names, scan=scan)
+        report = sessions_report(store, since_ms=since_time, limit=limit, all_sessions=all_sessions)
+    summaries = report.sessions
     out = sys.stdout.buffer
     fmt = fmt or ("table" if out.isatty() else "jsonl")
     if fmt == "table":

@@ -762,6 +762,70 @@ class ContextReport(Struct, kw_only=True):
     unpriced: list[str] = []  # models whose messages could not be split
     skipped_rows: int = 0
 
+    def document(self) -> dict[str, Any]:
+        """The JSON document (docs/context.md)."""
+        return {
+            "session_id": self.session_id,
+            "context_tokens": self.context_tokens,
+            "cost": self.cost,
+            "sources": [
+                {"source": r.source, "tokens": r.tokens, "share": r.share, "cost": r.cost}
+                for r in self.sources
+            ],
+            "output": {"tokens": self.output_tokens, "cost": self.output_cost},
+            "inferences": [
+                {
+                    "message_id": i.message_id,
+                    "session_id": i.session_id,
+                    "model": i.model,
+                    "prompt_tokens": i.prompt_tokens,
+                    "sources": i.sources,
+                    "added": i.added,
+                    "cost": i.cost,
+                    "source_costs": i.source_costs,
+                    **({"compaction": True} if i.compaction else {}),
+                }
+                for i in self.inferences
+            ],
+            "subagents": self.subagents,
+            "unpriced_models": self.unpriced,
+        }
+
+    def source_rows(self) -> list[dict[str, Any]]:
+        """One CSV row per source, then ``output``."""
+        rows = [
+            {"source": r.source, "tokens": r.tokens, "share": r.share, "cost": r.cost}
+            for r in self.sources
+        ]
+        rows.append(
+            {
+                "source": "output",
+                "tokens": self.output_tokens,
+                "share": None,
+                "cost": self.output_cost,
+            }
+        )
+        return rows
+
+    def inference_rows(self) -> list[dict[str, Any]]:
+        """One CSV row per inference and source (``--per-inference``)."""
+        rows = []
+        for i in self.inferences:
+            costs = i.source_costs
+            for source, tokens in i.sources.items():
+                rows.append(
+                    {
+                        "session_id": i.session_id,
+                        "message_id": i.message_id,
+                        "prompt_tokens": i.prompt_tokens,
+                        "source": source,
+                        "tokens": tokens,
+                        "added": i.added.get(source, 0),
+                        "cost": None if costs is None else costs.get(source, 0.0),
+                    }
+                )
+        return rows
+
 
 def context_report(
     store: Any,

@@ -31,7 +31,7 @@ from ..store.rows import SessionRow, descendants
 from ..store.sqlite import Store
 from .mcp import mcp_server_of
 
-__all__ = ["SessionSummary", "summarize"]
+__all__ = ["SessionSummary", "SessionsReport", "sessions_report", "summarize"]
 
 
 class _Completed(Struct):
@@ -575,3 +575,41 @@ def _sessions_below(
     summaries = {sid: _base(row, db_path) for sid, row in known.items()}
     ids = list(summaries)
     return tree, summaries, None if len(ids) >= WHOLE_TABLE_SESSIONS else ids
+
+
+class SessionsReport(Struct, kw_only=True):
+    """The ``sessions`` report: one summary per session, newest activity first."""
+
+    sessions: list[SessionSummary]
+
+    def document(self) -> list[dict[str, Any]]:
+        """The JSON document: the summaries as ``sessions --format json`` writes them."""
+        return msgspec.to_builtins(self.sessions)
+
+
+def sessions_report(
+    store: Any,
+    *,
+    since_ms: int | None = None,
+    limit: int | None = None,
+    all_sessions: bool = False,
+    mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
+) -> SessionsReport:
+    """Top-level sessions (``all_sessions``: subagents too), newest activity first; with
+    ``since_ms``, those active since then; at most ``limit``. ``mcp_servers`` names the MCP
+    servers configured for a directory (default: OpenCode's config files, ``mcp``)."""
+    if mcp_servers is None:
+        from .mcp import mcp_server_names as mcp_servers
+    # Every session of a large database: the workers start reading the tables while this
+    # process reads the session rows.
+    whole = all_sessions and since_ms is None and limit is None
+    scan = start_whole_scan(store) if whole else None
+    try:
+        rows = store.sessions(since_ms=since_ms, top_level=not all_sessions)
+    except BaseException:
+        if scan is not None:
+            scan.cancel()
+        raise
+    if limit is not None:
+        rows = rows[:limit]
+    return SessionsReport(sessions=summarize(store, rows, mcp_servers=mcp_servers, scan=scan))
