@@ -27,7 +27,7 @@ from ..core.views import decode_repairing
 from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import Pending, in_forked_child, start_over_ranges, worker_connection
-from ..store.rows import SessionRow, descendants
+from ..store.rows import FastScans, SessionRow, ToolPartHeads, descendants
 from ..store.sqlite import Store
 from .mcp import mcp_server_of
 
@@ -171,15 +171,14 @@ def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
     a later duplicate key or broken JSON, which OpenCode never writes); any other is read
     and decoded whole."""
     counts: ToolCounts = {}
-    batches = getattr(store, "tool_part_batches", None)
-    if batches is None:
+    if not isinstance(store, ToolPartHeads):  # the legacy layout: its files one by one
         for sid, data in store.all_part_data(scope):
             _count_part(counts, sid, data)
         return counts
     plain: dict[tuple[str, bytes, bytes], int] = {}  # (session, tool, status) as bytes
     head = _TOOL_HEAD.match
     call_first = _TOOL_HEAD_CALL_FIRST.match
-    for rows in batches(scope):
+    for rows in store.tool_part_batches(scope):
         for rowid, sid, start in rows:
             if len(start) < Store._TOOL_HEAD_BYTES:  # the whole part
                 _count_part(counts, sid, start)
@@ -238,8 +237,7 @@ _MESSAGE_LEAD = 112
 def start_whole_scan(store: Any) -> Pending | None:
     """Start the whole-table scan of a large database before its session rows are read
     (for ``summarize(..., scan=…)`` of every session); None where it would not be used."""
-    count = getattr(store, "session_count", None)
-    if count is None or count() < WHOLE_TABLE_SESSIONS:
+    if not isinstance(store, FastScans) or store.session_count() < WHOLE_TABLE_SESSIONS:
         return None
     return _start_scan(store)
 
@@ -249,10 +247,9 @@ def _start_scan(store: Any) -> Pending | None:
     whole (large) database, from one process per core over a rowid range of the part table
     and the matching share of the message table (the last share read by this process when
     the result is asked for); None when that is not worth it or not possible here."""
-    rowid_ranges = getattr(store, "rowid_ranges", None)
-    if rowid_ranges is None:
+    if not isinstance(store, FastScans):
         return None
-    parts, messages = rowid_ranges("part", 1), rowid_ranges("message", 1)
+    parts, messages = store.rowid_ranges("part", 1), store.rowid_ranges("message", 1)
     if not parts:
         return None
     # With apsw, every range is read by a forked child (see fastscan), in equal shares.
@@ -445,9 +442,8 @@ def _count_messages(
     store: Any, scope: Sequence[str] | None, summaries: dict[str, SessionSummary]
 ) -> None:
     """Turns, inferences and in-flight of every summary, from the messages."""
-    uri = getattr(store, "uri", None)
-    rowid_ranges = getattr(store, "rowid_ranges", None)
-    if scope is None and uri is not None and rowid_ranges is not None:
+    if scope is None and isinstance(store, FastScans):
+        uri, rowid_ranges = store.uri, store.rowid_ranges
         counts: MessageCounts = {}
         with worker_connection(uri, "message") as conn:
             for low, high in rowid_ranges("message", 1):
@@ -486,9 +482,8 @@ def _count_message(summary: Any, data: bytes | None) -> None:
 
 
 def _message_rows(store: Any, scope: Sequence[str] | None) -> Iterator[tuple[Any, ...]]:
-    batches = getattr(store, "message_batches", None)
-    if batches is not None:
-        return itertools.chain.from_iterable(batches(scope))
+    if isinstance(store, FastScans):
+        return itertools.chain.from_iterable(store.message_batches(scope))
     return ((sid, None, None, data) for sid, data in store.all_message_data(scope))
 
 

@@ -35,10 +35,10 @@ import msgspec
 from msgspec import Struct
 
 from ..core.views import PART_DECODER, Tokens, decode_repaired, decode_repairing
-from ..errors import InputError
+from ..errors import GroupingError, InputError
 from ..events import summed_cost
 from ..store.ranges import start_over_ranges, worker_connection
-from ..store.rows import descendants
+from ..store.rows import FastScans, descendants
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
 # which a TypeError reports).
@@ -72,10 +72,6 @@ _ALWAYS = frozenset({*TOKEN_FIELDS, "cost"})
 WHOLE_TABLE_SESSIONS = 200
 BY_STREAM = ("turn", "step", "session", "day")
 BY_STORE = ("turn", "step", "session", "model", "agent", "day")
-
-
-class GroupingError(ValueError):
-    """A ``--by`` this report cannot group by."""
 
 
 class UsageRow(Struct, kw_only=True, omit_defaults=True):
@@ -1030,9 +1026,9 @@ def _grouped(
     elif everything and _scan_here(store, scan, day_of):
         pass  # this process read the table chunk by chunk
     else:
-        fast = getattr(store, "assistant_batches", None) if everything else None
-        if fast is not None:
-            rows: Iterable[tuple[str, str, Any, bytes]] = itertools.chain.from_iterable(fast())
+        if everything and isinstance(store, FastScans):
+            batches = store.assistant_batches()
+            rows: Iterable[tuple[str, str, Any, bytes]] = itertools.chain.from_iterable(batches)
         else:
             rows = _message_rows(store, None if everything else list(owner))
         scan.run(rows, day_of)
@@ -1389,9 +1385,9 @@ def _scan_rowids(
 def _scan_here(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
     """The whole message table in this process, chunk by chunk; False when the store is
     not a database or the grouping needs whole rows (the caller reads rows itself)."""
-    conn = getattr(store, "conn", None)
-    if not scan.chunked or conn is None or not hasattr(store, "rowid_ranges"):
+    if not scan.chunked or not isinstance(store, FastScans):
         return False
+    conn = store.conn
     try:
         for low, high in store.rowid_ranges("message", 1):
             _scan_rowids(conn, low, high, scan, day_of)
@@ -1530,9 +1526,8 @@ def _message_rows(
 ) -> Iterator[tuple[str, str, Any, bytes]]:
     """(session id, message id, time_created, data); the store's batched query when it has
     one (``itertools.chain`` keeps the per-row cost in C)."""
-    batches = getattr(store, "message_batches", None)
-    if batches is not None:
-        return itertools.chain.from_iterable(batches(session_ids))
+    if isinstance(store, FastScans):
+        return itertools.chain.from_iterable(store.message_batches(session_ids))
     return _rows_of_sessions(store, session_ids)
 
 
@@ -1547,9 +1542,8 @@ def _rows_of_sessions(
 def _older_than_session(store: Any) -> Iterator[tuple[str, str, Any, bytes]]:
     """(session id, message id, time_created, data) of messages created before their own
     session: the copied history of a fork."""
-    fast = getattr(store, "messages_older_than_session", None)
-    if fast is not None:
-        yield from fast()
+    if isinstance(store, FastScans):
+        yield from store.messages_older_than_session()
         return
     for session in store.sessions():
         for message in store.messages(session.id):

@@ -33,6 +33,7 @@ from ..core.views import (
 )
 from ..errors import InputError
 from ..events import Event
+from ..store.rows import FastScans
 
 __all__ = ["TranscriptMapper", "session_events", "BATCH_EVENTS"]
 
@@ -250,10 +251,10 @@ def map_session(
     ``costs``. (Costs are summed per session, and the sums in session order, so that the
     import's total is the same float however the sessions are shared among workers.)"""
     # Plain tuples when the store offers them (same layouts as its row types).
-    rows = getattr(store, "session_rows", None)
-    messages, parts = (
-        rows(session_id) if rows else (store.messages(session_id), store.parts(session_id))
-    )
+    if isinstance(store, FastScans):
+        messages, parts = store.session_rows(session_id)
+    else:
+        messages, parts = store.messages(session_id), store.parts(session_id)
     normalizer.totals.cost = 0.0
     yield from session_events(normalizer, session_id, messages, parts)
     costs.append(normalizer.totals.cost)

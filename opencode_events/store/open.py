@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import InputError
 from ..paths import channel_databases, locate_db
 from .legacy import LegacyStore, find_legacy_roots
-from .rows import descendants, is_top_level
+from .rows import FastScans, descendants, is_top_level
 from .sqlite import Store
 
 __all__ = ["open_store", "select_sessions", "every_session", "store_files"]
@@ -26,9 +26,8 @@ __all__ = ["open_store", "select_sessions", "every_session", "store_files"]
 def store_files(store: Any) -> list[Path]:
     """What reading ``store`` reads: the database and the files SQLite keeps beside it, or
     the folder of a legacy JSON store."""
-    roots = getattr(store, "roots", None)  # a legacy store: its storage/ folders
-    if roots is not None:
-        return list(roots)
+    if isinstance(store, LegacyStore):  # its storage/ folders
+        return list(store.roots)
     path = Path(store.path)
     return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
 
@@ -42,9 +41,8 @@ def _is_top_level(store: Any, session_id: str) -> bool:
 
 def every_session(store: Any, *, top_level: bool = False) -> list[str]:
     """Every session's id (``top_level``: only those that are no subagent), oldest first."""
-    ids = getattr(store, "session_ids", None)  # without building every row, when it can
-    if ids is not None:
-        return ids(top_level=top_level)
+    if isinstance(store, FastScans):  # without building every row
+        return store.session_ids(top_level=top_level)
     rows = store.sessions(top_level=top_level)
     return [row.id for row in sorted(rows, key=lambda r: (r.time_created, r.id))]
 

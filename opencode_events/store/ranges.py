@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..workers import failure_report, raise_failure, worker_count
+from .rows import RowidRanges
 
 __all__ = ["Pending", "in_forked_child", "start_over_ranges", "worker_connection"]
 
@@ -72,7 +73,7 @@ def start_over_ranges(
     With ``here``, the last range runs in this process, inside the returned function, and
     the others in forked children; with ``forks`` instead, every range in a forked child
     (the same results, in the same order)."""
-    uri = getattr(store, "uri", None)
+    uri = store.uri if isinstance(store, RowidRanges) else None
     workers = worker_count()  # the one policy: $OPENCODE_EVENTS_WORKERS, cores
     if uri is None or workers < 2:
         return None

@@ -1,14 +1,32 @@
-"""The rows every store hands out (``SessionRow``, ``MessageRow``, ``PartRow``: the same
-layouts from SQLite and from the legacy JSON files), and the rules of the session tree:
-which sessions are top-level, which are below another, which sit on a loop of parents.
+"""What every store offers, and the rows it hands out.
+
+- ``SessionStore``: the protocol of every store (the SQLite database and the legacy JSON
+  layout): sessions, messages and parts, the parent links. ``FastScans``: what a database
+  offers besides (batched queries, rowid ranges for worker processes); reports check
+  ``isinstance(store, FastScans)`` and read row by row otherwise.
+- ``SessionRow``, ``MessageRow``, ``PartRow``: the same layouts from either store.
+- The rules of the session tree: which sessions are top-level, which are below another,
+  which sit on a loop of parents.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["SessionRow", "MessageRow", "PartRow", "descendants", "loop_members", "is_top_level"]
+__all__ = [
+    "SessionStore",
+    "FastScans",
+    "RowidRanges",
+    "ToolPartHeads",
+    "SessionRow",
+    "MessageRow",
+    "PartRow",
+    "descendants",
+    "loop_members",
+    "is_top_level",
+]
 
 
 class SessionRow(NamedTuple):
@@ -88,3 +106,69 @@ def is_top_level(
     store's loop members is the same rule in SQL."""
     parent = row.parent_id
     return parent is None or parent == row.id or not known(parent) or row.id in loops
+
+
+class SessionStore(Protocol):
+    """What every store offers (``store.sqlite.Store``, ``store.legacy.LegacyStore``)."""
+
+    path: Path
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> Any: ...
+
+    def close(self) -> None: ...
+
+    def sessions(
+        self, *, since_ms: int | None = None, top_level: bool = False
+    ) -> list[SessionRow]: ...
+
+    def session(self, session_id: str) -> SessionRow | None: ...
+
+    def find_sessions(self, prefix: str) -> list[str]: ...
+
+    def children(self) -> dict[str, list[str]]: ...
+
+    def loop_members(self) -> frozenset[Any]: ...
+
+    def messages(self, session_id: str) -> Iterator[MessageRow]: ...
+
+    def parts(self, session_id: str) -> Iterator[PartRow]: ...
+
+
+@runtime_checkable
+class RowidRanges(Protocol):
+    """A table that worker processes can share out: its database's URI (each worker opens
+    its own connection) and rowid ranges of about equal size (``store.ranges``)."""
+
+    uri: str
+
+    def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int]]: ...
+
+
+@runtime_checkable
+class ToolPartHeads(Protocol):
+    """Parts that may be tool parts, as ``(rowid, session id, head)`` in batches: a
+    database, or one worker's rowid range of one (``store.fastscan``)."""
+
+    def tool_part_batches(self, session_ids: Sequence[str] | None) -> Iterator[list[Any]]: ...
+
+
+@runtime_checkable
+class FastScans(RowidRanges, ToolPartHeads, Protocol):
+    """What a database offers besides: rows as plain tuples in batches, counts without
+    building rows, and rowid ranges that worker processes read on their own connections."""
+
+    conn: Any
+
+    def session_count(self) -> int: ...
+
+    def session_ids(self, *, top_level: bool = False) -> list[str]: ...
+
+    def session_rows(self, session_id: str) -> tuple[Iterable[Any], Iterable[Any]]: ...
+
+    def message_batches(self, session_ids: Sequence[str] | None) -> Iterator[list[Any]]: ...
+
+    def assistant_batches(self) -> Iterator[list[Any]]: ...
+
+    def messages_older_than_session(self) -> Iterator[tuple[str, str, int, bytes]]: ...
