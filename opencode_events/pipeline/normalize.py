@@ -10,7 +10,7 @@ closing metrics cover the whole output.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from ..core.normalizer import Normalizer
@@ -18,8 +18,12 @@ from ..errors import InputError
 from ..events import Event
 from ..sources.stream import BOM, CHUNK_SIZE, StreamReader, line_batches
 from ..sources.transcript import map_session
+from ..store.rows import FastScans
 
 __all__ = [
+    "Feeder",
+    "open_reader",
+    "event_batches",
     "normalize_streams",
     "import_sessions",
     "detect_format",
@@ -140,6 +144,128 @@ class Prepended:
         return self._stream.read(size)
 
 
+def open_reader(
+    kind: str, normalizer: Normalizer, *, source: str | None = None, deltas: bool = False
+) -> Any:
+    """The reader of a detected ``kind``: a ``LineReader`` (``feed``/``finish``), or for
+    ``export`` an ``ExportReader`` (``take``), which reads JSON values as they complete."""
+    if kind == "export":
+        from ..sources.export import ExportReader
+
+        return ExportReader(normalizer, source=source)
+    if kind == "sse":
+        from ..sources.sse import SseReader
+
+        return SseReader(normalizer, source=source, deltas=deltas)
+    if kind == "events":
+        from ..sources.replay import EventReader
+
+        return EventReader(normalizer, source=source)
+    return StreamReader(normalizer, source=source)
+
+
+class Feeder:
+    """``event_batches`` the other way round, for input that arrives in pieces (an
+    ``asyncio`` reader): ``feed`` any bytes as they come, get the events of the lines they
+    complete; ``close`` at the end. The format is detected from the first line, as
+    ``normalize`` does.
+
+        >>> feeder = Feeder(Normalizer())
+        >>> feeder.feed(b'{"type":"text","sessionID":"ses_1","part":{"type":"text","te')
+        []
+        >>> [e.text for e in feeder.feed(b'xt":"hi","time":{"end":1}}\n')]
+        ['hi']
+    """
+
+    def __init__(self, normalizer: Normalizer, *, name: str = "-", deltas: bool = False) -> None:
+        self.normalizer = normalizer
+        self._name, self._deltas = name, deltas
+        self._pending = bytearray()  # input not yet mapped: the head, or a line's start
+        self._reader: Any = None
+        self._export = False
+        self._line_no = 0
+
+    def feed(self, data: bytes) -> list[Event]:
+        self._pending += data
+        if self._reader is None and not self._start(final=False):
+            return []
+        end = self._pending.rfind(b"\n")
+        if end < 0:
+            return []
+        complete = bytes(self._pending[: end + 1])
+        del self._pending[: end + 1]
+        return self._map(complete)
+
+    def close(self) -> list[Event]:
+        """The events of what is left (a last line without its newline), then the readers'
+        ``finish``. The caller adds ``normalizer.metrics()`` if it wants them."""
+        if self._reader is None:
+            self._start(final=True)
+        rest, self._pending = bytes(self._pending), bytearray()
+        if self._export:
+            return self._reader.take(rest, final=True)
+        events = self._map(rest + b"\n") if rest else []
+        return events + self._reader.finish()
+
+    def _start(self, *, final: bool) -> bool:
+        """Choose the reader once the first non-blank line is complete (or at the end)."""
+        head = bytes(self._pending)
+        text = head.lstrip()
+        if not final and (not text or b"\n" not in text):
+            return False
+        refuse_database(head, self._name, "import")
+        kind = detect_format(head)
+        self._reader = open_reader(kind, self.normalizer, deltas=self._deltas)
+        self._export = kind == "export"
+        return True
+
+    def _map(self, complete: bytes) -> list[Event]:
+        if self._export:
+            return self._reader.take(complete)
+        feed, events = self._reader.feed, []
+        lines = complete.split(b"\n")
+        lines.pop()  # after the last newline: nothing
+        for line_no, line in enumerate(lines, self._line_no + 1):
+            events += feed(line_no, line)
+        self._line_no += len(lines)
+        return events
+
+
+def event_batches(
+    inputs: Sequence[tuple[str, BinaryIO]],
+    normalizer: Normalizer,
+    *,
+    deltas: bool = False,
+) -> Iterator[list[Event]]:
+    """The events of each ``(name, binary stream)`` in turn, one list per block of input
+    read (an empty list when a block gave none: the writer may still flush then). The
+    closing metrics are the caller's (``normalizer.metrics()``)."""
+    several = len(inputs) > 1
+    for name, stream in inputs:
+        normalizer.reset()
+        source = name if several else None
+        head = read_head(stream)
+        refuse_database(head, name, "import")
+        kind = detect_format(head)
+        reader = open_reader(kind, normalizer, source=source, deltas=deltas)
+        if kind == "export":
+            for batch in line_batches(stream, first=head):
+                batch.append(b"")  # the line ends the batch took off
+                yield reader.take(b"\n".join(batch))
+            yield reader.take(b"", final=True)
+            continue
+        feed = reader.feed
+        line_no = 0
+        for batch in line_batches(stream, first=head):
+            out: list[Event] = []
+            extend = out.extend
+            first = line_no + 1
+            for line_no, line in enumerate(batch, first):  # line_no carries on to the next batch
+                extend(feed(line_no, line))
+            yield out
+        yield reader.finish()
+
+
 def normalize_streams(
     inputs: Sequence[tuple[str, BinaryIO]],
     writer: Writer,
@@ -150,49 +276,11 @@ def normalize_streams(
 ) -> Normalizer:
     """Normalize each ``(name, binary stream)`` in turn into ``writer``."""
     normalizer = Normalizer(keep_raw=keep_raw)
-    several = len(inputs) > 1
-    for name, stream in inputs:
-        normalizer.reset()
-        source = name if several else None
-        head = read_head(stream)
-        refuse_database(head, name, "import")
-        kind = detect_format(head)
-        if kind == "export":
-            from ..sources.export import ExportReader
-
-            values = ExportReader(normalizer, source=source)
-            for batch in line_batches(stream, first=head):
-                batch.append(b"")  # the line ends the batch took off
-                events = values.take(b"\n".join(batch))
-                if events:
-                    writer.write(events)
-                writer.end_batch()
-            writer.write(values.take(b"", final=True))
-            writer.end_batch()
-            continue
-        reader: LineReader
-        if kind == "sse":
-            from ..sources.sse import SseReader
-
-            reader = SseReader(normalizer, source=source, deltas=deltas)
-        elif kind == "events":
-            from ..sources.replay import EventReader
-
-            reader = EventReader(normalizer, source=source)
-        else:
-            reader = StreamReader(normalizer, source=source)
-        feed, write = reader.feed, writer.write
-        line_no = 0
-        for batch in line_batches(stream, first=head):
-            out: list[Event] = []
-            extend = out.extend
-            first = line_no + 1
-            for line_no, line in enumerate(batch, first):  # line_no carries on to the next batch
-                extend(feed(line_no, line))
-            if out:
-                write(out)
-            writer.end_batch()
-        write(reader.finish())
+    write, end_batch = writer.write, writer.end_batch
+    for events in event_batches(inputs, normalizer, deltas=deltas):
+        if events:
+            write(events)
+        end_batch()
     if metrics:
         writer.write([normalizer.metrics()])
     writer.flush()
@@ -222,7 +310,7 @@ def import_sessions(
     if workers is None:
         workers = fanout.workers_for(len(session_ids))
     out = getattr(writer, "out", None)
-    if workers > 1 and fanout.can_share(out) and getattr(store, "uri", None) and session_ids:
+    if workers > 1 and fanout.can_share(out) and isinstance(store, FastScans) and session_ids:
         writer.flush()
         costs = fanout.import_in_workers(store, session_ids, out, normalizer, workers=workers)
     else:
