@@ -36,6 +36,7 @@ __all__ = [
     "Unknown",
     "Metrics",
     "ANY_EVENT",
+    "AnyEvent",
     "TOOL_KINDS",
     "schema",
 ]
@@ -62,6 +63,11 @@ class Event(Struct, kw_only=True, omit_defaults=True, tag_field="kind", gc=False
     line: int | None = None
     message_id: str | None = None
     part_id: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """The event's kind, as written in its ``kind`` field (``"usage"``, ``"read"``, …)."""
+        return self.__struct_config__.tag  # type: ignore[return-value]
 
 
 class ToolEvent(Event, kw_only=True, omit_defaults=True, tag_field="kind"):
@@ -240,6 +246,8 @@ ANY_EVENT = (
     | Unknown
     | Metrics
 )
+
+AnyEvent = ANY_EVENT  # the union of every kind, for type hints and msgspec decoders
 
 TOOL_KINDS = frozenset(
     cls.__struct_config__.tag for cls in (Read, Write, Search, Command, Orchestration, Skill)

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .. import __version__
+from .._version import __version__
 from ..errors import InputError, OutputError
 from .io import (
     PipeClosed,

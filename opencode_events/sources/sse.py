@@ -310,6 +310,11 @@ class SseReader:
                 events += self._emit(part, prov, role=role)
         return events
 
+    def payload(self, data: bytes, number: int) -> list[Event]:
+        """One frame's data, already taken out of its SSE text (an SDK's decoded event,
+        encoded back as JSON); ``number`` stands for its line."""
+        return self._frame(data, number)
+
     def drop_frame(self) -> None:
         """Forget a frame cut off by a lost connection (a live client reconnecting)."""
         self._data = []

@@ -1,0 +1,339 @@
+"""The Python API: what ``import opencode_events`` offers (docs/python-api.md).
+
+Every name here is re-exported by ``opencode_events/__init__.py``, whose ``__all__`` is the
+promise (pinned by tests/test_api.py); the modules behind them may move.
+
+    >>> import opencode_events
+    >>> events = list(opencode_events.iter_events("samples/bash_ok/stream.jsonl"))
+    >>> [e.kind for e in events if e.kind == "command"]
+    ['command']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from datetime import datetime, tzinfo
+from typing import Any, BinaryIO
+
+import msgspec
+
+from .core.normalizer import Normalizer
+from .errors import InputError
+from .events import Event, Metrics
+from .pipeline.normalize import Feeder, event_batches, sum_in_order
+from .reports.context import ContextReport
+from .reports.sessions import SessionsReport
+from .reports.usage import UsageReport
+from .sources.sse import SseReader
+from .store.open import select_sessions
+from .store.rows import SessionStore
+
+__all__ = [
+    "iter_events",
+    "aiter_events",
+    "ServerEvents",
+    "open_store",
+    "stored_events",
+    "sessions_report",
+    "usage_report",
+    "context_report",
+]
+
+Source = str | os.PathLike[str] | BinaryIO | Iterable[bytes]
+
+
+# ---------------------------------------------------------------------- inputs
+
+
+class _Lines:
+    """An iterable of byte lines (or chunks) as the binary stream the readers take: each
+    piece is handed over as one read, a missing final newline added."""
+
+    def __init__(self, pieces: Iterable[bytes]) -> None:
+        self._pieces = iter(pieces)
+
+    def read(self, size: int = -1) -> bytes:
+        for piece in self._pieces:
+            if not isinstance(piece, bytes | bytearray | memoryview):
+                raise TypeError(f"iter_events reads bytes, not {type(piece).__name__}")
+            if piece:
+                piece = bytes(piece)
+                return piece if piece.endswith(b"\n") else piece + b"\n"
+        return b""
+
+
+def _open(source: Source) -> tuple[str, Any, bool]:
+    """(name, binary stream, whether we opened it and must close it)."""
+    if isinstance(source, str | os.PathLike):
+        path = os.fspath(source)
+        try:
+            return path, open(path, "rb", buffering=0), True  # noqa: SIM115 - closed by caller
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if isinstance(source, bytes | bytearray | str):
+        raise TypeError("iter_events takes a path, a binary file or an iterable of byte lines")
+    if hasattr(source, "read"):
+        name = getattr(source, "name", None)
+        return name if isinstance(name, str) else "-", source, False
+    return "-", _Lines(source), False
+
+
+def iter_events(
+    source: Source, *, raw: bool = False, metrics: bool = True, deltas: bool = False
+) -> Iterator[Event]:
+    """The normalized events of one input, as ``opencode-events normalize`` writes them.
+
+    ``source`` is a path, a binary file (read to its end; a pipe as it comes) or an iterable
+    of byte lines; its format (a run stream, server-event text, export documents, our own
+    JSONL) is detected from its first line. ``raw`` attaches each source record; ``metrics``
+    ends with the ``Metrics`` event; ``deltas`` keeps server events' text deltas. Events come
+    as each block of input is read, so a live pipe is followed as it is written.
+    """
+    name, stream, owned = _open(source)
+    normalizer = Normalizer(keep_raw=raw)
+    try:
+        for events in event_batches([(name, stream)], normalizer, deltas=deltas):
+            yield from events
+        if metrics:
+            yield normalizer.metrics()
+    finally:
+        if owned:
+            stream.close()
+
+
+async def aiter_events(
+    source: AsyncIterable[bytes] | Any,
+    *,
+    raw: bool = False,
+    metrics: bool = True,
+    deltas: bool = False,
+) -> AsyncIterator[Event]:
+    """``iter_events`` for ``asyncio``: ``source`` is an ``asyncio.StreamReader`` (such as
+    the ``stdout`` of ``asyncio.create_subprocess_exec("opencode", "run", "--format",
+    "json", …)``) or any async iterable of bytes, in lines or in pieces of any size."""
+    feeder = Feeder(Normalizer(keep_raw=raw), deltas=deltas)
+    if hasattr(source, "read") and not hasattr(source, "__aiter__"):
+        while True:
+            data = await source.read(1 << 16)
+            if not data:
+                break
+            for event in feeder.feed(data):
+                yield event
+    else:
+        async for data in source:
+            for event in feeder.feed(bytes(data)):
+                yield event
+    for event in feeder.close():
+        yield event
+    if metrics:
+        yield feeder.normalizer.metrics()
+
+
+class ServerEvents:
+    """OpenCode's server events, fed one decoded payload at a time, as an SDK hands them
+    over (``{"type": "message.part.updated", "properties": {…}}``, as a dict, JSON bytes or
+    text, or an object with such a ``raw`` payload or a ``model_dump()``).
+
+        events = ServerEvents()
+        async for event in session.stream("Review this PR"):   # any SDK's event stream
+            for normalized in events.feed(event.raw):
+                print(normalized.kind)
+            if events.idle:
+                break
+
+    The mapping is ``attach``'s (docs/server-events.md): a tool call is one event when it
+    ends, a text part one event when complete, an assistant message's figures one ``usage``
+    event. ``session`` follows one session (an id or its start) and the subagents it starts;
+    without it, the first session seen at work. ``idle`` turns true when that session goes
+    idle after it was seen at work. Each event's ``line`` is its payload's number (from 1).
+    """
+
+    def __init__(self, session: str | None = None, *, raw: bool = False, deltas: bool = False):
+        self._normalizer = Normalizer(keep_raw=raw)
+        self._reader = SseReader(self._normalizer, deltas=deltas, session=session)
+        self._count = 0
+
+    @property
+    def idle(self) -> bool:
+        """The followed session went idle after it was seen at work: the run is over."""
+        return self._reader.idle
+
+    @property
+    def session(self) -> str | None:
+        """The followed session's id, once known."""
+        return self._reader.session
+
+    def feed(self, payload: Any) -> list[Event]:
+        """The events one payload maps to (often none: progress, bookkeeping)."""
+        self._count += 1
+        return self._reader.payload(_payload_bytes(payload), self._count)
+
+    def finish(self) -> list[Event]:
+        """Text parts whose message never completed (an interrupted reply), as they were."""
+        return self._reader.finish()
+
+    def metrics(self) -> Metrics:
+        """Counts and token sums of what was fed so far."""
+        return self._normalizer.metrics()
+
+
+_ENCODE = msgspec.json.Encoder()
+
+
+def _payload_bytes(payload: Any) -> bytes:
+    if isinstance(payload, bytes | bytearray | memoryview):
+        return bytes(payload)
+    if isinstance(payload, str):
+        return payload.encode("utf-8", "surrogatepass")
+    if not isinstance(payload, dict):
+        inner = getattr(payload, "raw", None)
+        if isinstance(inner, dict | bytes | str):
+            return _payload_bytes(inner)
+        dump = getattr(payload, "model_dump", None) or getattr(payload, "to_dict", None)
+        if callable(dump):
+            try:
+                payload = dump(mode="json")
+            except TypeError:
+                payload = dump()
+    try:
+        return _ENCODE.encode(payload)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise TypeError(f"not a server event payload: {type(payload).__name__}") from exc
+
+
+# ---------------------------------------------------------------------- the store
+
+
+def open_store(path: str | os.PathLike[str] | None = None) -> Any:
+    """OpenCode's store, read-only, found as the command line finds it (``path``, else
+    ``$OPENCODE_DB``, else ``$XDG_DATA_HOME/opencode/opencode.db``, else the legacy
+    ``storage/`` files); a path may also name a data directory. Use it as a context
+    manager. Raises ``InputError`` for a file that is not OpenCode's database."""
+    from .store.open import open_store as open_
+
+    return open_(os.fspath(path) if path is not None else None)
+
+
+def _since_ms(since: str | int | float | datetime | None, tz: tzinfo | None = None) -> int | None:
+    if since is None:
+        return None
+    if isinstance(since, datetime):
+        return int(since.timestamp() * 1000)
+    if isinstance(since, int | float):
+        return int(since)
+    from .core.timeutil import parse_since
+
+    try:
+        return parse_since(since, tz=tz)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _selected(
+    store: SessionStore,
+    sessions: Sequence[str] | str,
+    *,
+    all_sessions: bool,
+    since: Any,
+    children: bool = False,
+    tz: tzinfo | None = None,
+) -> list[str]:
+    ids = [sessions] if isinstance(sessions, str) else list(sessions)
+    if all_sessions:
+        return select_sessions(store, all_sessions=True)
+    return select_sessions(store, ids, since_ms=_since_ms(since, tz), children=children)
+
+
+def stored_events(
+    store: SessionStore,
+    sessions: Sequence[str] | str = (),
+    *,
+    all_sessions: bool = False,
+    since: str | int | datetime | None = None,
+    children: bool = False,
+    raw: bool = False,
+    metrics: bool = True,
+) -> Iterator[Event]:
+    """The events of stored sessions, as ``opencode-events import`` writes them (in one
+    process): ``sessions`` ids or prefixes (default: the most recent top-level session),
+    ``all_sessions``, ``since`` (``"2h"``, an ISO date, epoch ms or a ``datetime``),
+    ``children`` (each session's subagents after it)."""
+    from .sources.transcript import map_session
+
+    ids = _selected(store, sessions, all_sessions=all_sessions, since=since, children=children)
+    normalizer = Normalizer(keep_raw=raw)
+    normalizer.several_sessions = len(set(ids)) > 1
+    costs: list[float] = []  # summed per session, as `import` sums them
+    for session_id in ids:
+        for events in map_session(normalizer, store, session_id, costs):
+            yield from events
+    if metrics:
+        normalizer.totals.cost = sum_in_order(costs)
+        yield normalizer.metrics()
+
+
+# ---------------------------------------------------------------------- reports
+
+
+def sessions_report(
+    store: SessionStore,
+    *,
+    since: str | int | datetime | None = None,
+    limit: int | None = None,
+    all_sessions: bool = False,
+) -> SessionsReport:
+    """``opencode-events sessions``: one summary per top-level session (``all_sessions``:
+    subagents too), newest activity first; ``.sessions`` and ``.document()``."""
+    from .reports.sessions import sessions_report as report
+
+    return report(store, since_ms=_since_ms(since), limit=limit, all_sessions=all_sessions)
+
+
+def usage_report(
+    source: Source | None = None,
+    *,
+    store: SessionStore | None = None,
+    sessions: Sequence[str] | str = (),
+    all_sessions: bool = False,
+    since: str | int | datetime | None = None,
+    by: str = "turn",
+    fold: bool = True,
+    tz: tzinfo | None = None,
+) -> UsageReport:
+    """``opencode-events usage``: of a stream (``source``, as ``iter_events`` takes it: a
+    raw run stream or normalized JSONL; ``by`` ``turn`` = step rows, ``session`` or ``day``)
+    or of stored sessions (``store``, with the selection of ``stored_events``; ``by`` turn,
+    step, session, model, agent or day; ``fold`` subagents into the turn that ran them).
+    ``.rows``, ``.total``, ``.notes`` and ``.document()``. A ``by`` the source cannot
+    group by raises ``GroupingError``."""
+    from .reports.usage import store_usage, stream_usage
+
+    if (source is None) == (store is None):
+        raise TypeError("usage_report takes a source or a store, not both or neither")
+    if store is None:
+        name, stream, owned = _open(source)  # type: ignore[arg-type]
+        try:
+            return stream_usage([(name, stream)], by=by, tz=tz)
+        finally:
+            if owned:
+                stream.close()
+    start = _since_ms(since, tz)
+    if all_sessions:
+        from .store.open import every_session
+
+        ids = every_session(store, top_level=True)
+    else:
+        ids = _selected(store, sessions, all_sessions=False, since=since, tz=tz)
+    return store_usage(
+        store, ids, by=by, fold=fold, tz=tz, cross_session=len(ids) > 1, since_ms=start
+    )
+
+
+def context_report(store: SessionStore, session: str | None = None) -> ContextReport:
+    """``opencode-events context``: what fills a session's context window (default: the
+    most recent top-level session), by source, with costs; ``.document()``."""
+    from .reports.context import context_report as report
+
+    (session_id,) = select_sessions(store, [session] if session else [])[:1]
+    return report(store, session_id)

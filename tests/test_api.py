@@ -1,0 +1,377 @@
+"""The public Python API (docs/python-api.md): its names are pinned, and each function gives
+what its command gives, checked against the goldens of the real captures in samples/."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import opencode_events
+from scripts.update_goldens import GOLDEN, cases
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+CLI = [sys.executable, "-m", "opencode_events"]
+
+PROMISED = [
+    "__version__",
+    "iter_events",
+    "aiter_events",
+    "ServerEvents",
+    "open_store",
+    "stored_events",
+    "sessions_report",
+    "usage_report",
+    "context_report",
+    "SessionStore",
+    "SessionsReport",
+    "SessionSummary",
+    "UsageReport",
+    "UsageRow",
+    "ContextReport",
+    "Event",
+    "ToolEvent",
+    "AnyEvent",
+    "Message",
+    "Reasoning",
+    "Prompt",
+    "Read",
+    "Write",
+    "Search",
+    "Command",
+    "Orchestration",
+    "Skill",
+    "Usage",
+    "Error",
+    "Permission",
+    "Compaction",
+    "Delta",
+    "Warning",
+    "Unknown",
+    "Metrics",
+    "schema",
+    "OpencodeEventsError",
+    "InputError",
+    "OutputError",
+    "GroupingError",
+]
+
+
+def encoded(events) -> bytes:
+    encode = msgspec.json.Encoder().encode
+    return b"".join(encode(event) + b"\n" for event in events)
+
+
+def stream_cases() -> list[tuple[Path, Path]]:
+    return [(source, golden) for source, golden, _ in cases() if source.name != "opencode.db"]
+
+
+def store_cases() -> list[tuple[Path, Path]]:
+    return [(source, golden) for source, golden, _ in cases() if source.name == "opencode.db"]
+
+
+# ------------------------------------------------------------------ the promise
+
+
+def test_the_public_names_are_pinned():
+    assert opencode_events.__all__ == PROMISED
+    assert sorted(dir(opencode_events)) == sorted(PROMISED)
+
+
+@pytest.mark.parametrize("name", PROMISED)
+def test_every_public_name_resolves(name: str):
+    assert getattr(opencode_events, name) is not None
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'normalizer'"):
+        opencode_events.normalizer  # noqa: B018
+
+
+def test_importing_the_package_imports_nothing_else():
+    # `import opencode_events` must cost the command line's start-up nothing.
+    code = (
+        "import sys, opencode_events; "
+        "print(sorted(m for m in sys.modules if m.startswith('opencode_events')))"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert json.loads(found.stdout.decode().replace("'", '"')) == [
+        "opencode_events",
+        "opencode_events._version",
+    ]
+
+
+def test_the_error_hierarchy():
+    assert issubclass(opencode_events.InputError, opencode_events.OpencodeEventsError)
+    assert issubclass(opencode_events.OutputError, opencode_events.OpencodeEventsError)
+    assert issubclass(opencode_events.OutputError, OSError)
+    assert issubclass(opencode_events.GroupingError, ValueError)
+
+
+# ------------------------------------------------------------------ iter_events
+
+
+@pytest.mark.parametrize("source, golden", stream_cases(), ids=lambda v: getattr(v, "name", v))
+def test_iter_events_gives_what_normalize_writes(source: Path, golden: Path):
+    expected = golden.read_bytes()
+    assert encoded(opencode_events.iter_events(source)) == expected  # a path
+    assert encoded(opencode_events.iter_events(str(source))) == expected
+    with open(source, "rb") as file:  # a binary file
+        assert encoded(opencode_events.iter_events(file)) == expected
+    lines = source.read_bytes().splitlines(keepends=True)  # an iterable of byte lines
+    assert encoded(opencode_events.iter_events(iter(lines))) == expected
+
+
+def test_iter_events_takes_lines_without_their_newlines():
+    lines = (SAMPLES / "bash_ok" / "stream.jsonl").read_bytes().splitlines()
+    assert encoded(opencode_events.iter_events(lines)) == (GOLDEN / "bash_ok.jsonl").read_bytes()
+
+
+def test_iter_events_options():
+    source = SAMPLES / "bash_ok" / "stream.jsonl"
+    events = list(opencode_events.iter_events(source, raw=True, metrics=False))
+    assert events and all(e.kind != "metrics" for e in events)
+    records = [json.loads(line) for line in source.read_bytes().splitlines() if line.strip()]
+    assert json.loads(bytes(events[0].raw)) in records
+    usage = [e for e in events if isinstance(e, opencode_events.Usage)]
+    assert [u.kind for u in usage] == ["usage"] * len(usage) and usage
+
+
+def test_iter_events_refuses_what_it_cannot_read(tmp_path: Path):
+    with pytest.raises(opencode_events.InputError, match="cannot read"):
+        list(opencode_events.iter_events(tmp_path / "missing.jsonl"))
+    with pytest.raises(TypeError, match="bytes"):
+        list(opencode_events.iter_events(["a text line, not bytes"]))
+    with pytest.raises(opencode_events.InputError, match="SQLite database"):
+        list(opencode_events.iter_events(SAMPLES / "task" / "opencode.db"))
+
+
+def test_a_bad_line_is_a_warning_not_an_exception():
+    events = list(opencode_events.iter_events([b"not json", b'{"type":"x","k":1}']))
+    assert [e.kind for e in events] == ["warning", "unknown", "metrics"]
+
+
+# ------------------------------------------------------------------ aiter_events
+
+
+async def _pieces(data: bytes, size: int):
+    for start in range(0, len(data), size):
+        await asyncio.sleep(0)
+        yield data[start : start + size]
+
+
+async def _collect(source) -> list:
+    return [event async for event in opencode_events.aiter_events(source)]
+
+
+@pytest.mark.parametrize("source, golden", stream_cases(), ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("size", [7, 4096, 1 << 20])
+def test_aiter_events_gives_what_normalize_writes_in_pieces_of_any_size(
+    source: Path, golden: Path, size: int
+):
+    events = asyncio.run(_collect(_pieces(source.read_bytes(), size)))
+    assert encoded(events) == golden.read_bytes()
+
+
+def test_aiter_events_reads_a_subprocess_stdout():
+    source = SAMPLES / "file_tools" / "stream.jsonl"
+
+    async def main() -> list:
+        process = await asyncio.create_subprocess_exec(
+            "cat", str(source), stdout=asyncio.subprocess.PIPE
+        )
+        found = await _collect(process.stdout)
+        await process.wait()
+        return found
+
+    assert encoded(asyncio.run(main())) == (GOLDEN / "file_tools.jsonl").read_bytes()
+
+
+# ------------------------------------------------------------------ ServerEvents
+
+SERVED = sorted(SAMPLES.glob("*/events.sse"))
+
+
+def _payloads(sse: Path) -> list[tuple[int, str]]:
+    """(line of the frame's data, its JSON text) of a captured stream with one-line frames."""
+    return [
+        (number, line[5:].strip())
+        for number, line in enumerate(sse.read_text().splitlines(), 1)
+        if line.startswith("data:")
+    ]
+
+
+def _without_lines(events) -> list[dict]:
+    found = [msgspec.to_builtins(event) for event in events]
+    for event in found:
+        event.pop("line", None)
+    return found
+
+
+@pytest.mark.parametrize("sse", SERVED, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("shape", ["dict", "bytes", "text", "sdk-object"])
+def test_server_events_fed_payloads_give_what_normalize_gives(sse: Path, shape: str):
+    class SdkEvent:  # an SDK's event: its payload in `raw` (seed 003)
+        def __init__(self, raw):
+            self.raw, self.type = raw, raw.get("type")
+
+    expected = list(opencode_events.iter_events(sse))
+    events = opencode_events.ServerEvents()
+    found = []
+    shapes = {
+        "dict": json.loads,
+        "bytes": str.encode,
+        "text": str,
+        "sdk-object": lambda text: SdkEvent(json.loads(text)),
+    }
+    for _, text in _payloads(sse):
+        found += events.feed(shapes[shape](text))
+    found += events.finish()
+    found.append(events.metrics())
+    assert _without_lines(found) == _without_lines(expected)
+    # a payload's number stands for its line
+    numbered = [e.line for e in found[:-1] if e.line is not None]
+    assert numbered == sorted(numbered) and all(n >= 1 for n in numbered)
+
+
+def test_server_events_say_when_the_run_is_idle():
+    sse = SAMPLES / "serve_text" / "events.sse"
+    events = opencode_events.ServerEvents()
+    seen_idle_at = None
+    payloads = _payloads(sse)
+    for index, (_, text) in enumerate(payloads):
+        events.feed(text)
+        if events.idle:
+            seen_idle_at = index
+            break
+    assert seen_idle_at is not None
+    assert json.loads(payloads[seen_idle_at][1])["type"] in ("session.idle", "session.status")
+    assert events.session and events.session.startswith("ses_")
+
+
+def test_server_events_refuse_what_is_no_payload():
+    with pytest.raises(TypeError, match="not a server event payload"):
+        opencode_events.ServerEvents().feed(object())
+
+
+# ------------------------------------------------------------------ the store
+
+
+@pytest.mark.parametrize("db, golden", store_cases(), ids=lambda v: getattr(v, "parent", v).name)
+def test_stored_events_give_what_import_writes(db: Path, golden: Path):
+    with opencode_events.open_store(db) as store:
+        events = opencode_events.stored_events(store, all_sessions=True)
+        assert encoded(events) == golden.read_bytes()
+
+
+def _cli_json(*args: str) -> object:
+    result = subprocess.run([*CLI, *args], capture_output=True, check=True)
+    return json.loads(result.stdout)
+
+
+STORED = ["task", "parallel_tools", "fork", "mcp", "compaction"]
+
+
+@pytest.mark.parametrize("scenario", STORED)
+def test_the_reports_are_the_commands_reports(scenario: str):
+    db = str(SAMPLES / scenario / "opencode.db")
+    with opencode_events.open_store(db) as store:
+        sessions = opencode_events.sessions_report(store).document()
+        assert sessions == _cli_json("sessions", "--db", db, "--format", "json")
+        for by in ("turn", "step", "model", "day"):
+            usage = opencode_events.usage_report(store=store, all_sessions=True, by=by, tz=None)
+            assert usage.document() == _cli_json(
+                "usage", "--db", db, "--all", "--by", by, "--format", "json"
+            ), by
+        context = opencode_events.context_report(store).document()
+        assert context == _cli_json("context", "--db", db, "--format", "json")
+
+
+def test_usage_of_a_stream_and_its_groupings():
+    source = SAMPLES / "bash_ok" / "stream.jsonl"
+    report = opencode_events.usage_report(source)
+    assert report.document() == _cli_json("usage", str(source), "--format", "json")
+    with pytest.raises(opencode_events.GroupingError):
+        opencode_events.usage_report(source, by="model")
+    with pytest.raises(TypeError):
+        opencode_events.usage_report()
+
+
+def test_stored_events_select_as_import_does():
+    db = SAMPLES / "task" / "opencode.db"
+    with opencode_events.open_store(db) as store:
+        parent = opencode_events.sessions_report(store).sessions[0].id
+        alone = list(opencode_events.stored_events(store, parent[:14], metrics=False))
+        both = list(opencode_events.stored_events(store, [parent], children=True, metrics=False))
+    assert {e.session_id for e in alone} == {parent}
+    assert len({e.session_id for e in both}) == 2
+    with (
+        pytest.raises(opencode_events.InputError, match="no session"),
+        opencode_events.open_store(db) as store,
+    ):
+        list(opencode_events.stored_events(store, "ses_nothing_like_it"))
+
+
+def test_open_store_refuses_what_is_no_store(tmp_path: Path):
+    with pytest.raises(opencode_events.InputError):
+        opencode_events.open_store(SAMPLES / "README.md")
+
+
+# ------------------------------------------------------------------ the docs
+
+
+def _doc_blocks() -> list[str]:
+    text = (ROOT / "docs" / "python-api.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+@pytest.mark.parametrize("index", range(len(_doc_blocks())))
+def test_docs_examples_run(index: int, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    exec(compile(_doc_blocks()[index], f"docs/python-api.md block {index}", "exec"), {})
+    assert capsys.readouterr().out  # every example shows something
+
+
+def test_every_promised_name_is_documented():
+    text = (ROOT / "docs" / "python-api.md").read_text()
+    missing = [n for n in PROMISED if n != "__version__" and f"`{n}" not in text]
+    kinds = {"Reasoning", "Prompt", "Search", "Orchestration", "Skill", "Error", "Permission"}
+    kinds |= {"Compaction", "Delta", "Warning", "Unknown", "Read", "Write", "Command"}
+    assert [n for n in missing if n not in kinds] == []
+
+
+# ------------------------------------------------------------------ installed from a wheel
+
+
+def test_the_api_works_from_an_installed_wheel(tmp_path: Path):
+    """`pip install .` installs every package of the tree (a missed subpackage would only
+    show here), and the docs' first example runs from it."""
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = wheels.glob("opencode_events-*.whl")
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "-t", str(target), wheel],
+        check=True,
+        capture_output=True,
+    )
+    code = (
+        f"import sys; sys.path.insert(0, {str(target)!r}); import opencode_events; "
+        f"assert opencode_events.__file__.startswith({str(target)!r}), opencode_events.__file__; "
+        f"print(sum(1 for e in opencode_events.iter_events({str(SAMPLES / 'task/stream.jsonl')!r})"
+        " if e.kind == 'usage'))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    assert int(result.stdout) > 0
