@@ -240,11 +240,7 @@ def test_any_lines_no_exception_and_every_line_accounted_for(lines, newline):
         is_consumed = oracle.consumed(line)
         if number not in lines_with_events:
             assert is_consumed, (number, line)
-    records = sum(
-        1
-        for line in lines
-        if line.removeprefix(b"\xef\xbb\xbf").strip()
-    )
+    records = sum(1 for line in lines if line.removeprefix(b"\xef\xbb\xbf").strip())
     assert events[-1]["records"] == records
 
 
