@@ -310,6 +310,19 @@ class Store:
         sql += " ORDER BY time_updated DESC, id DESC"
         return [self._session_row(row) for row in self._query(sql, params)]
 
+    def newest_session(self) -> str | None:
+        """The top-level session written most recently (``import``'s default), or None."""
+        clause, params = self._top_level()
+        row = next(
+            self._query(
+                f"SELECT id FROM session WHERE {clause} ORDER BY time_updated DESC, id DESC "
+                "LIMIT 1",
+                params,
+            ),
+            None,
+        )
+        return row[0] if row else None
+
     def session_count(self) -> int:
         (count,) = next(self._query("SELECT count(*) FROM session"))
         return count
