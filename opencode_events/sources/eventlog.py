@@ -59,15 +59,24 @@ def event_type(stored: str) -> str:
 class SessionActivity:
     """What the message updates of one session say about its work."""
 
-    __slots__ = ("open", "last_user", "last_reply", "last_finish", "last_write", "cost")
+    __slots__ = ("open", "last_user", "last_reply", "last_finish", "last_write", "seen_at")
 
     def __init__(self) -> None:
         self.open: set[str] = set()  # assistant messages without time.completed
         self.last_user = ""  # the newest user message id (ids grow with time)
         self.last_reply = ""  # the newest assistant message id
         self.last_finish: Any = None  # how the newest finished reply ended
-        self.last_write: int | float | None = None  # the latest time seen in its writes
-        self.cost = 0.0  # the session's own cost: its replies' costs, as last written
+        self.last_write: int | float | None = None  # the latest time in its writes (OpenCode's)
+        # When, by our clock, a write to it was last read while following (not its history):
+        # a step's end and the next step are told apart by this clock, not OpenCode's.
+        self.seen_at: float | None = None
+
+    @property
+    def written(self) -> int | float | None:
+        """The last write: OpenCode's time for it, or when we read it, the later."""
+        if self.seen_at is None:
+            return self.last_write
+        return self.seen_at if self.last_write is None else max(self.last_write, self.seen_at)
 
     def in_flight(self, now_ms: int | float) -> bool:
         """A reply running, a prompt awaiting its reply, or a step that asked for tools
@@ -80,7 +89,8 @@ class SessionActivity:
             return True
         if self.last_finish != "tool-calls":
             return False
-        return self.last_write is None or now_ms - self.last_write <= NEXT_STEP_MS
+        written = self.written
+        return written is None or now_ms - written <= NEXT_STEP_MS
 
     def wrote(self, time: Any) -> None:
         if number(time) is not None and (self.last_write is None or time > self.last_write):
@@ -126,6 +136,8 @@ class StoreFollower:
         self._started: set[str] = set()  # sessions whose history was read
         self._has_log: bool | None = None
         self._costs: dict[str, float] = {}  # session → its cost column, for limits
+        self._reads = 0
+        self._touched: set[str] = set()  # sessions written to in this read
 
     # ------------------------------------------------------------------ reading
 
@@ -147,6 +159,11 @@ class StoreFollower:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("COMMIT")
 
+    @property
+    def position(self) -> int:
+        """The last row of the log read (its rowid)."""
+        return self._rowid
+
     def finish(self) -> list[Event]:
         """Parts still open when following ends (a text never completed, a call cut off)."""
         return self.reader.finish()
@@ -166,6 +183,11 @@ class StoreFollower:
             events += self._log(conn)
         for session_id, cursor in list(self._by_rows.items()):
             events += self._rows(conn, session_id, cursor)
+        if self._reads:
+            for session_id in self._touched:
+                self._activity(session_id).seen_at = now_ms
+        self._touched.clear()
+        self._reads += 1
         self._read_costs(conn)
         if self.in_flight(now_ms):
             self.seen_at_work = True
@@ -320,6 +342,8 @@ class StoreFollower:
         for _created, updated, _data in messages.values():
             if type(updated) is int and updated > latest:
                 latest = updated
+        if not messages and not parts:
+            return []
         missing = [mid for mid in parts if mid not in messages]
         created_of = {mid: row[0] for mid, row in messages.items()}
         for start in range(0, len(missing), 500):
@@ -358,6 +382,7 @@ class StoreFollower:
     # ------------------------------------------------------------------ state
 
     def _activity(self, session_id: str) -> SessionActivity:
+        self._touched.add(session_id)
         found = self.activity.get(session_id)
         if found is None:
             found = self.activity[session_id] = SessionActivity()
@@ -397,7 +422,7 @@ class StoreFollower:
                 continue
             state = session_state(
                 in_flight=found.in_flight(now_ms),
-                last_write_ms=found.last_write,
+                last_write_ms=found.written,
                 now_ms=now_ms,
                 stale_after=stale_after,
             )
