@@ -38,7 +38,7 @@ def _schema(src: sqlite3.Connection, dst: sqlite3.Connection, *, log: bool) -> N
         if not log and name in ("event", "event_sequence"):
             continue
         dst.execute(sql)
-    for name, table, sql in src.execute(
+    for _name, table, sql in src.execute(
         "SELECT name, tbl_name, sql FROM sqlite_master WHERE sql IS NOT NULL AND type = 'index'"
     ):
         if not log and table in ("event", "event_sequence"):

@@ -25,7 +25,7 @@ import pytest
 
 from opencode_events.core.activity import BUSY, IDLE, STALE, session_state
 from opencode_events.core.normalizer import Normalizer
-from opencode_events.pipeline.follow import FollowEnd, follow_store
+from opencode_events.pipeline.follow import follow_store
 from opencode_events.pipeline.normalize import import_sessions
 from opencode_events.sources.eventlog import StoreFollower, event_type
 from opencode_events.store.sqlite import Store, select_sessions
