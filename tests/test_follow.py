@@ -350,3 +350,19 @@ def test_follow_usage_errors(args: list[str], message: str) -> None:
     )
     assert done.returncode == 2
     assert message in done.stderr.decode()
+
+
+def test_sessions_call_a_killed_run_stale_and_a_fresh_one_in_flight() -> None:
+    from opencode_events.reports.sessions import summarize
+
+    with Store(SAMPLES / "sigint" / "opencode.db") as store:
+        rows = store.sessions()
+        (later,) = summarize(store, rows)
+        last_write = store.last_write(rows[0].id)
+        assert last_write is not None
+        (at_the_time,) = summarize(store, rows, now_ms=last_write + 1000)
+    assert (later.state, later.in_flight) == (STALE, False)
+    assert (at_the_time.state, at_the_time.in_flight) == (BUSY, True)
+    with Store(SAMPLES / "bash_ok" / "opencode.db") as store:
+        (done,) = summarize(store, store.sessions())
+    assert (done.state, done.in_flight) == (IDLE, False)

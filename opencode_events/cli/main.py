@@ -218,6 +218,7 @@ SESSION_COLUMNS = (
     "turns",
     "inferences",
     "in_flight",
+    "state",
     "tool_calls",
     "tool_failures",
     "mcp_calls",
