@@ -28,7 +28,8 @@ from opencode_events.core.normalizer import Normalizer
 from opencode_events.pipeline.follow import follow_store
 from opencode_events.pipeline.normalize import import_sessions
 from opencode_events.sources.eventlog import StoreFollower, event_type
-from opencode_events.store.sqlite import Store, select_sessions
+from opencode_events.store.open import select_sessions
+from opencode_events.store.sqlite import Store
 from opencode_events.store.watch import StoreWatch
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,7 @@
 
 Chooses the database and the sessions, writes events as they come (flushed per batch),
 and turns how following ended into the exit status: 0 when the session went idle (or
-stale), ``EXIT_OVER_BUDGET`` (3) when ``--max-cost`` was crossed, 130 on Ctrl-C.
+stale), ``ExitStatus.OVER_BUDGET`` (3) when ``--max-cost`` was crossed, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import click
 
 from ..errors import InputError
 from .io import open_output
+from .status import ExitStatus
 
-__all__ = ["follow_import", "EXIT_OVER_BUDGET", "follow_path"]
-
-EXIT_OVER_BUDGET = 3  # a spending limit (--max-cost) was crossed
+__all__ = ["follow_import", "follow_path"]
 
 
 def _note(message: str) -> None:
@@ -26,7 +25,7 @@ def _note(message: str) -> None:
 
 def follow_path(db_path: str | None) -> Path:
     """The database to follow: as ``import`` finds it, which need not exist yet."""
-    from ..store.sqlite import locate_db
+    from ..paths import locate_db
 
     path = locate_db(db_path)
     if path.is_dir():
@@ -54,7 +53,7 @@ def follow_import(
     from ..output.jsonl import make_writer
     from ..pipeline.follow import FollowEnd, follow_store
     from ..sources.eventlog import StoreFollower
-    from ..store.sqlite import store_files
+    from ..store.open import select_sessions, store_files
 
     path = follow_path(db_path)
     if not path.exists():
@@ -65,7 +64,11 @@ def follow_import(
     writer = make_writer(fmt, out, buffered=False)
     normalizer = Normalizer(keep_raw=keep_raw)
     follower = StoreFollower(
-        normalizer, sessions=sessions, all_sessions=all_sessions, children=children
+        normalizer,
+        sessions=sessions,
+        all_sessions=all_sessions,
+        children=children,
+        resolve=lambda store, wanted: select_sessions(store, wanted),
     )
     try:
         end = follow_store(
@@ -88,7 +91,7 @@ def follow_import(
             f"{_named(follower)} cost ${follower.total_cost:.4f} with its subagents, "
             f"over --max-cost ${max_cost:g}"
         )
-        raise SystemExit(EXIT_OVER_BUDGET)
+        raise SystemExit(ExitStatus.OVER_BUDGET)
 
 
 def _named(follower: Any) -> str:

@@ -18,8 +18,9 @@ ended asking for tools (``finish: "tool-calls"``: the next step follows); otherw
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
+
+from ..paths import stale_after_seconds
 
 __all__ = ["STALE_AFTER_MS", "BUSY", "IDLE", "STALE", "session_state", "stale_after_ms"]
 
@@ -30,16 +31,8 @@ BUSY, IDLE, STALE = "busy", "idle", "stale"
 def stale_after_ms(env: Mapping[str, str] | None = None) -> int:
     """``STALE_AFTER_MS``, or ``$OPENCODE_EVENTS_STALE_AFTER`` seconds when that is set
     (a test of a killed run need not wait ten minutes)."""
-    env = os.environ if env is None else env
-    value = env.get("OPENCODE_EVENTS_STALE_AFTER")
-    if value:
-        try:
-            seconds = float(value)
-        except ValueError:
-            return STALE_AFTER_MS
-        if seconds >= 0:
-            return int(seconds * 1000)
-    return STALE_AFTER_MS
+    seconds = stale_after_seconds(env)
+    return STALE_AFTER_MS if seconds is None else int(seconds * 1000)
 
 
 def session_state(

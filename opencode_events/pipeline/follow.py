@@ -30,6 +30,8 @@ from ..store.watch import StoreWatch
 
 __all__ = ["FollowEnd", "follow_store"]
 
+RETRIES = 10  # failed reads in a row (one a poll) before a database read before is an error
+
 
 class FollowEnd(enum.Enum):
     IDLE = "idle"
@@ -53,6 +55,7 @@ def follow_store(
     watch = watch or StoreWatch(path)
     existed = os.path.exists(path)
     opened_once = False
+    failures = 0  # reads that failed in a row
     while True:
         if watch.changed():
             try:
@@ -61,12 +64,17 @@ def follow_store(
                 opened_once = True
             except InputError:
                 # A database that appeared while we waited may be half made (OpenCode
-                # creates the file, then its tables): wait for the next change. One that was
-                # there from the start and cannot be read is an error.
-                if existed or opened_once:
+                # creates the file, then its tables): wait until it can be read. One read
+                # before may be caught as OpenCode quits (its WAL removed while we copy it):
+                # looked at again, a few times. One there from the start that cannot be read
+                # at all is an error.
+                failures += 1
+                if (existed and not opened_once) or (opened_once and failures > RETRIES):
                     raise
                 events = []
                 watch.forget()
+            else:
+                failures = 0
             if events:
                 writer.write(events)
                 writer.end_batch()

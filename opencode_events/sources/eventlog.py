@@ -32,7 +32,7 @@ import contextlib
 import re
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -42,7 +42,6 @@ from ..core.normalizer import Normalizer, Provenance
 from ..core.views import MessageInfo, number
 from ..errors import InputError
 from ..events import Event
-from ..store.sqlite import select_sessions
 from .sse import SseReader
 
 __all__ = ["StoreFollower", "SessionActivity", "event_type"]
@@ -100,7 +99,7 @@ class SessionActivity:
 class StoreFollower:
     """Reads a store's sessions as they are written (see the module's docstring).
 
-    ``sessions``: ids or id prefixes (resolved as ``import`` resolves them); without any,
+    ``sessions``: ids, or id prefixes with ``resolve`` (``import``'s rule); without any,
     the top-level session written most recently, which, until it has been seen at work,
     gives way to a newer one. ``all_sessions``: every session. ``children``: the subagent
     sessions of the followed ones too (found as they are created).
@@ -114,8 +113,11 @@ class StoreFollower:
         all_sessions: bool = False,
         children: bool = False,
         deltas: bool = False,
+        resolve: Callable[[Any, Sequence[str]], list[str]] | None = None,
     ) -> None:
         self.normalizer = normalizer
+        # ``sessions`` → ids in the store (``store.open.select_sessions``: prefixes, errors)
+        self.resolve = resolve or _exact
         self.wanted = list(sessions)
         self.all_sessions = all_sessions
         self.children = children
@@ -198,7 +200,7 @@ class StoreFollower:
             return
         if self.wanted:
             if not self.roots:
-                self.roots = select_sessions(store, self.wanted)
+                self.roots = self.resolve(store, self.wanted)
                 self.family.update(self.roots)
             return
         if self.roots and self.seen_at_work:
@@ -468,6 +470,14 @@ class StoreFollower:
     def total_cost(self) -> float:
         """What the followed sessions and their subagents cost so far (OpenCode's figures)."""
         return float(sum(self._costs.values()))
+
+
+def _exact(store: Any, wanted: Sequence[str]) -> list[str]:
+    """Sessions named by their whole ids (a caller with prefixes passes ``resolve``)."""
+    for session_id in wanted:
+        if store.session(session_id) is None:
+            raise InputError(f"no session {session_id} in {store.path}")
+    return list(dict.fromkeys(wanted))
 
 
 def _prov(session_id: str, message_id: Any, part_id: Any = None) -> Provenance:
