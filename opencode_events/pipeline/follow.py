@@ -54,6 +54,7 @@ def follow_store(
     """Follow until the sessions are done (the reason), or ``stop()`` says so (None)."""
     watch = watch or StoreWatch(path)
     existed = os.path.exists(path)
+    follower.live_from_start = not existed
     opened_once = False
     failures = 0  # reads that failed in a row
     while True:

@@ -139,6 +139,9 @@ class StoreFollower:
         self._has_log: bool | None = None
         self._costs: dict[str, float] = {}  # session → its cost column, for limits
         self._reads = 0
+        # Set when the store did not exist as following began: its history too is being
+        # written now (its own times may be old: a store written again, a skewed clock).
+        self.live_from_start = False
         self._touched: set[str] = set()  # sessions written to in this read
 
     # ------------------------------------------------------------------ reading
@@ -185,7 +188,7 @@ class StoreFollower:
             events += self._log(conn)
         for session_id, cursor in list(self._by_rows.items()):
             events += self._rows(conn, session_id, cursor)
-        if self._reads:
+        if self._reads or self.live_from_start:
             for session_id in self._touched:
                 self._activity(session_id).seen_at = now_ms
         self._touched.clear()
