@@ -108,3 +108,15 @@ def named_config(env: Mapping[str, str] | None = None) -> Path | None:
     likely shares it)."""
     env = os.environ if env is None else env
     return Path(env["OPENCODE_CONFIG"]) if env.get("OPENCODE_CONFIG") else None
+
+
+def stale_after_seconds(env: Mapping[str, str] | None = None) -> float | None:
+    """``$OPENCODE_EVENTS_STALE_AFTER``: seconds of silence after which a session in flight
+    is stale (``core.activity``), when set to a number of 0 or more."""
+    env = os.environ if env is None else env
+    value = env.get("OPENCODE_EVENTS_STALE_AFTER")
+    try:
+        seconds = float(value) if value else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None

@@ -97,6 +97,18 @@ def normalize(
 @db_option
 @selection_options
 @click.option("--children", is_flag=True, help="Also each session's subagent sessions.")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Write events as OpenCode writes them, until the session is idle again.",
+)
+@click.option("--forever", is_flag=True, help="With --follow: keep going until Ctrl-C.")
+@click.option(
+    "--max-cost",
+    type=click.FloatRange(min=0),
+    metavar="USD",
+    help="With --follow: exit 3 once the session with its subagents costs more.",
+)
 @click.option("-o", "--output", metavar="FILE", help="Write events to FILE instead of stdout.")
 @click.option("--raw", "keep_raw", is_flag=True, help="Attach the source row to every event.")
 @click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
@@ -114,6 +126,9 @@ def import_(
     since: str | None,
     all_sessions: bool,
     children: bool,
+    follow: bool,
+    forever: bool,
+    max_cost: float | None,
     output: str | None,
     keep_raw: bool,
     no_metrics: bool,
@@ -122,9 +137,33 @@ def import_(
     """Stored sessions as normalized events (default: the most recent session).
 
     SESSION is a session id or an unambiguous prefix of one, or the path of an
-    `opencode export` document. The database is only read.
+    `opencode export` document. The database is only read. With --follow, events are
+    written as OpenCode writes them (see docs/live.md).
     """
     from pathlib import Path
+
+    if (forever or max_cost is not None) and not follow:
+        raise click.UsageError("--forever and --max-cost go with --follow")
+    if follow:
+        if last or since:
+            raise click.UsageError("--follow takes SESSION..., or --all, not --last or --since")
+        if all_sessions and (sessions or max_cost is not None):
+            raise click.UsageError("--follow --all follows every session; name none")
+        from .follow import follow_import
+
+        follow_import(
+            sessions=sessions,
+            db_path=db_path,
+            all_sessions=all_sessions,
+            children=children,
+            forever=forever,
+            max_cost=max_cost,
+            output=output,
+            keep_raw=keep_raw,
+            no_metrics=no_metrics,
+            fmt=fmt,
+        )
+        return
 
     from ..output.jsonl import make_writer
     from ..pipeline.normalize import import_sessions, normalize_streams
@@ -179,6 +218,7 @@ SESSION_COLUMNS = (
     "turns",
     "inferences",
     "in_flight",
+    "state",
     "tool_calls",
     "tool_failures",
     "mcp_calls",

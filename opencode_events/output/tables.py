@@ -185,7 +185,11 @@ def sessions_table(summaries: Sequence[Any], *, out: TextIO, width: int | None =
         Column("c.write", lambda s: count(s.cache_write_tokens), numeric=True, drop=2),
         Column("cost+sub", lambda s: money(s.total_cost), numeric=True),
         Column("sub", lambda s: count(len(s.children)), numeric=True, drop=3),
-        Column("live", lambda s: "●" if s.in_flight else "", drop=3),
+        Column(
+            "live",
+            lambda s: "●" if s.in_flight else ("stale" if s.state == "stale" else ""),
+            drop=3,
+        ),
     ]
     caption = f"{len(summaries)} session(s); cost+sub includes subagents; ● in flight"
     draw_table(columns, summaries, out=out, width=width, caption=caption)

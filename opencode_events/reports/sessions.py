@@ -16,12 +16,14 @@ import operator
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
 from msgspec import Struct
 
+from ..core.activity import BUSY, session_state, stale_after_ms
 from ..core.mapping import success_of
 from ..core.views import decode_repairing
 from ..events import summed_cost
@@ -72,6 +74,7 @@ class SessionSummary(Struct, kw_only=True):
     turns: int = 0
     inferences: int = 0
     in_flight: bool = False
+    state: str = "idle"  # busy, idle or stale (core.activity): stale is not in flight
     tool_calls: int = 0
     tool_failures: int = 0
     mcp_calls: dict[str, int] = {}
@@ -518,9 +521,11 @@ def summarize(
     *,
     mcp_servers: Callable[[str | None], Sequence[str]] = lambda directory: (),
     scan: Pending | None = None,
+    now_ms: float | None = None,
 ) -> list[SessionSummary]:
     """Summaries of ``rows`` (in their order); descendants are read to fold their cost.
-    ``scan``: a whole-table scan the caller started already (``start_whole_scan``)."""
+    ``scan``: a whole-table scan the caller started already (``start_whole_scan``);
+    ``now_ms`` (default: the clock) tells a stale reply from one in flight."""
     # A whole large table is read by one process per core, started first: they read while
     # this one looks up the sessions (and are stopped if that fails).
     if scan is None and len(rows) >= WHOLE_TABLE_SESSIONS:
@@ -543,6 +548,7 @@ def summarize(
         _apply_messages(summaries, message_counts)
         _apply_tools(summaries, tool_counts, mcp_servers, servers_in)
 
+    _judge_staleness(store, summaries.values(), now_ms)
     for sid, children in tree.items():
         summary = summaries.get(sid)
         if summary is not None:
@@ -550,6 +556,24 @@ def summarize(
             below = [summaries[d].cost for d in descendants([sid], tree) if d in summaries]
             summary.total_cost = summed_cost(summary.cost + sum(below), 1 + len(below))
     return [summaries[row.id] for row in rows]
+
+
+def _judge_staleness(store: Any, summaries: Iterable[SessionSummary], now_ms: float | None) -> None:
+    """A session in flight with nothing written for a while is stale (``core.activity``):
+    its last write is the latest ``time_updated`` of its row, messages and parts."""
+    now = time.time() * 1000 if now_ms is None else now_ms
+    limit = stale_after_ms()
+    last_write = getattr(store, "last_write", None)
+    for summary in summaries:
+        if not summary.in_flight:
+            continue
+        written = summary.time_updated
+        if last_write is not None:
+            written = max(written, last_write(summary.id) or 0)
+        summary.state = session_state(
+            in_flight=True, last_write_ms=written, now_ms=now, stale_after=limit
+        )
+        summary.in_flight = summary.state == BUSY
 
 
 def _sessions_below(

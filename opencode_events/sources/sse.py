@@ -32,6 +32,7 @@ stream's copies and a reconnect never double an event, even when sessions interl
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -39,7 +40,16 @@ from msgspec import Raw, Struct
 
 from ..core.mapping import call_ended
 from ..core.normalizer import Normalizer, Provenance
-from ..core.views import NO_RAW, MessageInfo, Part, decode_repairing, number
+from ..core.views import (
+    ANY_DECODER,
+    MESSAGE_DECODER,
+    NO_RAW,
+    PART_DECODER,
+    MessageInfo,
+    Part,
+    decode_repairing,
+    number,
+)
 from ..events import Event
 from .stream import BOM
 
@@ -242,8 +252,18 @@ class SseReader:
         source: str | None = None,
         deltas: bool = False,
         session: str | None = None,
+        errors_from_messages: bool = False,
+        open_calls_at_end: bool = False,
+        on_message: Callable[[str | None, MessageInfo], None] | None = None,
     ) -> None:
         self.normalizer = normalizer
+        # The store's event log has no ``session.error`` (it is not a durable event): a
+        # failed reply's error comes from its message, as ``import`` reads it.
+        self.errors_from_messages = errors_from_messages
+        # ``finish`` writes a tool call that never ended as it last was (status running:
+        # OpenCode was killed), as ``import`` reads the stored part; else it gives none.
+        self.open_calls_at_end = open_calls_at_end
+        self.on_message = on_message  # sees every message update (the live views' state)
         self.source = source
         self.deltas = deltas
         self.idle = False
@@ -262,6 +282,8 @@ class SseReader:
         self._done = _Memory()  # part ids and "m:"+message ids already emitted
         self._roles = _Memory()  # message id -> role
         self._pending: dict[str, tuple[Part, Provenance]] = {}  # incomplete text parts
+        self._running: dict[str, tuple[Part, Provenance]] = {}  # tool calls not ended yet
+        self._stepped = _Memory()  # messages with a step-finish part: an inference ran
         self._handlers = {
             "message.part.updated": self._part_updated,
             "message.updated": self._message_updated,
@@ -302,6 +324,9 @@ class SseReader:
         parts whose message never completed (an interrupted reply) as they last were."""
         events = self._dispatch()
         pending, self._pending = self._pending, {}
+        if self.open_calls_at_end:
+            pending.update(self._running)  # a call cut off (OpenCode killed), as it last was
+        self._running = {}
         for part_id, (part, prov) in pending.items():
             if part_id not in self._done:
                 message_id = part.messageID
@@ -376,6 +401,42 @@ class SseReader:
                 return []  # the global stream's second copy of a durable event
         if not isinstance(type_, str):
             return norm.unknown(prov)
+        return self._event(type_, props, prov)
+
+    def event(self, type_: str, props: bytes, prov: Provenance) -> list[Event]:
+        """One event already out of its frame: ``type_`` (``message.part.updated``) and
+        its ``properties`` as JSON bytes, as the store's ``event`` log holds them."""
+        self.normalizer.count_record()
+        return self._event(type_, props, prov)
+
+    def stored_part(self, data: bytes, prov: Provenance, time: Any = None) -> list[Event]:
+        """A part row (its ``data``, which lacks the ids ``prov`` carries) as the update
+        ``message.part.updated`` would have sent: the fallback where the log is missing."""
+        self.normalizer.count_record()
+        try:
+            part, data = decode_repairing(PART_DECODER, data)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            return self._bad_row(data, prov, "part data: ")
+        part.id, part.messageID, part.sessionID = prov.part_id, prov.message_id, prov.session_id
+        return self._on_part(part, prov.session_id, time, prov)
+
+    def stored_message(self, data: bytes, prov: Provenance) -> list[Event]:
+        """A message row as ``message.updated`` would have sent it (see ``stored_part``)."""
+        self.normalizer.count_record()
+        try:
+            info, data = decode_repairing(MESSAGE_DECODER, data)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            return self._bad_row(data, prov, "message data: ")
+        info.id, info.sessionID = prov.message_id, prov.session_id
+        return self._on_message(info, prov.session_id, prov)
+
+    def _bad_row(self, data: bytes, prov: Provenance, what: str) -> list[Event]:
+        if not self._enter(prov.session_id, prov):
+            return []
+        prov.raw = data
+        return self.normalizer.rejected(data, prov, what=what)  # a warning, or unknown
+
+    def _event(self, type_: str, props: Raw | bytes, prov: Provenance) -> list[Event]:
         handler = self._handlers.get(type_)
         if handler is None:
             if type_ in CONSUMED or type_.startswith(_CONSUMED_PREFIXES):
@@ -386,9 +447,15 @@ class SseReader:
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             return self._other(type_, props, prov)
 
-    def _other(self, type_: str, props: Raw, prov: Provenance) -> list[Event]:
-        """An unmapped type (or a mapped one of a shape the views reject): ``unknown``."""
+    def _other(self, type_: str, props: Raw | bytes, prov: Provenance) -> list[Event]:
+        """An unmapped type (or a mapped one of a shape the views reject): ``unknown``; a
+        logged event whose properties are not JSON (``event``): a ``warning``."""
         session = None
+        if props and type(props) is bytes:
+            try:
+                ANY_DECODER.decode(props)
+            except (msgspec.DecodeError, RecursionError) as exc:
+                return self.normalizer.not_json(props, exc, prov, what=f"{type_} event: ")
         if props:
             with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                 session = _str(_SESSION_ONLY.decode(props).sessionID)
@@ -449,22 +516,31 @@ class SseReader:
             if not self._enter(session, prov):
                 return []
             return self.normalizer.unknown(prov, type_="message.part.updated")
+        return self._on_part(part, session, view.time, prov)
+
+    def _on_part(self, part: Part, session: Any, time: Any, prov: Provenance) -> list[Event]:
         if session is None:
             session = part.sessionID
         if not self._enter(session, prov):
             return []
         self._adopt(prov.session_id)
-        prov.time = number(view.time)
+        prov.time = number(time)
         part_id = _str(part.id)
         message_id = _str(part.messageID)
         prov.message_id, prov.part_id = message_id, part_id
         kind = part.type
         if kind in ("step-start", "step-finish"):
+            if kind == "step-finish" and message_id is not None:
+                self._stepped.put(message_id)
             return []
         if kind == "tool":
             state = part.state
             if not call_ended(state.status if state is not None else None):
+                if self.open_calls_at_end and part_id is not None and part_id not in self._done:
+                    self._running[part_id] = (part, prov)
                 return []
+            if part_id is not None:
+                self._running.pop(part_id, None)
             return self._emit(part, prov)
         if kind in ("text", "reasoning"):
             role = self._roles.get(message_id) if message_id is not None else None
@@ -509,9 +585,14 @@ class SseReader:
             if not self._enter(view.sessionID, prov):
                 return []
             return self.normalizer.unknown(prov, type_="message.updated")
-        if not self._enter(view.sessionID if view.sessionID is not None else info.sessionID, prov):
+        return self._on_message(info, view.sessionID, prov)
+
+    def _on_message(self, info: MessageInfo, session: Any, prov: Provenance) -> list[Event]:
+        if not self._enter(session if session is not None else info.sessionID, prov):
             return []
         self._adopt(prov.session_id)
+        if self.on_message is not None:
+            self.on_message(prov.session_id, info)
         message_id = _str(info.id)
         role = _str(info.role)
         if message_id is None:
@@ -528,11 +609,17 @@ class SseReader:
         if key in self._done:
             return events + self._skip()
         self._done.put(key)
-        if info.error is not None and _spent_nothing(info):
-            return events  # a failed request: no inference happened (the run stream agrees)
         prov.message_id = message_id
         prov.time = number(info.time.completed)
-        return events + self.normalizer.message_usage(info, prov)
+        if _spent_nothing(info) and (info.error is not None or message_id not in self._stepped):
+            # No inference happened: a failed request, or the message OpenCode makes to
+            # hold a subtask's tool call (no step); the run stream writes no step_finish.
+            pass
+        else:
+            events += self.normalizer.message_usage(info, prov)
+        if self.errors_from_messages and info.error:
+            events += self.normalizer.error(info.error, prov)
+        return events
 
     def _part_delta(self, props: bytes, prov: Provenance) -> list[Event]:
         if not self.deltas:

@@ -310,6 +310,37 @@ class Store:
         sql += " ORDER BY time_updated DESC, id DESC"
         return [self._session_row(row) for row in self._query(sql, params)]
 
+    def newest_session(self) -> str | None:
+        """The top-level session written most recently (``import``'s default), or None."""
+        clause, params = self._top_level()
+        row = next(
+            self._query(
+                f"SELECT id FROM session WHERE {clause} ORDER BY time_updated DESC, id DESC "
+                "LIMIT 1",
+                params,
+            ),
+            None,
+        )
+        return row[0] if row else None
+
+    def last_write(self, session_id: str) -> int | None:
+        """The latest ``time_updated`` of the session's messages and parts (when it was
+        last written to: OpenCode does not touch the session row for every part)."""
+        latest = None
+        for table in ("message", "part"):
+            try:
+                (value,) = next(
+                    self._query(
+                        f"SELECT max(time_updated) FROM {table} WHERE session_id = ?",
+                        (session_id,),
+                    )
+                )
+            except InputError:  # no such column (not a table OpenCode wrote): unknown
+                continue
+            if type(value) is int and (latest is None or value > latest):
+                latest = value
+        return latest
+
     def session_count(self) -> int:
         (count,) = next(self._query("SELECT count(*) FROM session"))
         return count

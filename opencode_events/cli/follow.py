@@ -1,0 +1,106 @@
+"""``import --follow``: the command-line end of ``pipeline.follow`` (docs/live.md).
+
+Chooses the database and the sessions, writes events as they come (flushed per batch),
+and turns how following ended into the exit status: 0 when the session went idle (or
+stale), ``ExitStatus.OVER_BUDGET`` (3) when ``--max-cost`` was crossed, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import InputError
+from .io import open_output
+from .status import ExitStatus
+
+__all__ = ["follow_import", "follow_path"]
+
+
+def _note(message: str) -> None:
+    click.echo(f"opencode-events: {message}", err=True)
+
+
+def follow_path(db_path: str | None) -> Path:
+    """The database to follow: as ``import`` finds it, which need not exist yet."""
+    from ..paths import locate_db
+
+    path = locate_db(db_path)
+    if path.is_dir():
+        if not (path / "opencode.db").is_file():
+            raise InputError(f"no opencode.db in {path} to follow (legacy files do not change)")
+        path = path / "opencode.db"
+    return path
+
+
+def follow_import(
+    *,
+    sessions: tuple[str, ...],
+    db_path: str | None,
+    all_sessions: bool,
+    children: bool,
+    forever: bool,
+    max_cost: float | None,
+    output: str | None,
+    keep_raw: bool,
+    no_metrics: bool,
+    fmt: str | None,
+) -> None:
+    from ..core.activity import stale_after_ms
+    from ..core.normalizer import Normalizer
+    from ..output.jsonl import make_writer
+    from ..pipeline.follow import FollowEnd, follow_store
+    from ..sources.eventlog import StoreFollower
+    from ..store.open import select_sessions, store_files
+
+    path = follow_path(db_path)
+    if not path.exists():
+        _note(f"waiting for {path}")
+    reads = store_files(_Path(path))
+    out = open_output(output, reads=reads)
+    fmt = fmt or ("pretty" if out.isatty() else "jsonl")
+    writer = make_writer(fmt, out, buffered=False)
+    normalizer = Normalizer(keep_raw=keep_raw)
+    follower = StoreFollower(
+        normalizer,
+        sessions=sessions,
+        all_sessions=all_sessions,
+        children=children,
+        resolve=lambda store, wanted: select_sessions(store, wanted),
+    )
+    try:
+        end = follow_store(
+            path,
+            follower,
+            writer,
+            until_idle=not forever,
+            max_cost=max_cost,
+            stale_after=stale_after_ms(),
+        )
+        writer.write(follower.finish())
+        if not no_metrics:
+            writer.write([normalizer.metrics()])
+    finally:
+        writer.flush()
+    if end is FollowEnd.STALE:
+        _note(f"{_named(follower)} is stale: in flight, but nothing written to it for a while")
+    if end is FollowEnd.OVER_BUDGET:
+        _note(
+            f"{_named(follower)} cost ${follower.total_cost:.4f} with its subagents, "
+            f"over --max-cost ${max_cost:g}"
+        )
+        raise SystemExit(ExitStatus.OVER_BUDGET)
+
+
+def _named(follower: Any) -> str:
+    roots = follower.roots
+    return "the sessions" if not roots else ", ".join(roots)
+
+
+class _Path:
+    """``store_files`` takes a store; only its path is needed before one is opened."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path

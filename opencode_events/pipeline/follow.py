@@ -1,0 +1,90 @@
+"""``import --follow``: a store's sessions written out as OpenCode writes them.
+
+The loop: a ``StoreWatch`` tells, cheaply, that the database changed; then the database is
+opened read-only as ``import`` opens it (docs/store.md), what is new is read in one read
+transaction (``StoreFollower.read``), written, and the database is closed again, so no
+connection, lock or snapshot is held while OpenCode works (its checkpoints, WAL resets and
+restarts go on as without us). A database that does not exist yet is waited for.
+
+It ends (``FollowEnd``) when the followed sessions, seen at work, are idle again or stale
+(``core.activity``), or when what they cost with their subagents crosses ``max_cost``;
+``until_idle=False`` goes on until interrupted::
+
+    follower = StoreFollower(Normalizer())
+    end = follow_store(path, follower, writer)        # FollowEnd.IDLE, .STALE, .OVER_BUDGET
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..core.activity import BUSY, STALE
+from ..errors import InputError
+from ..sources.eventlog import StoreFollower
+from ..store.sqlite import Store
+from ..store.watch import StoreWatch
+
+__all__ = ["FollowEnd", "follow_store"]
+
+RETRIES = 10  # failed reads in a row (one a poll) before a database read before is an error
+
+
+class FollowEnd(enum.Enum):
+    IDLE = "idle"
+    STALE = "stale"
+    OVER_BUDGET = "over budget"
+
+
+def follow_store(
+    path: str | os.PathLike[str],
+    follower: StoreFollower,
+    writer: Any,
+    *,
+    until_idle: bool = True,
+    max_cost: float | None = None,
+    watch: StoreWatch | None = None,
+    clock: Callable[[], float] = time.time,
+    stale_after: int | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> FollowEnd | None:
+    """Follow until the sessions are done (the reason), or ``stop()`` says so (None)."""
+    watch = watch or StoreWatch(path)
+    existed = os.path.exists(path)
+    follower.live_from_start = not existed
+    opened_once = False
+    failures = 0  # reads that failed in a row
+    while True:
+        if watch.changed():
+            try:
+                with Store(path) as store:
+                    events = follower.read(store, clock() * 1000)
+                opened_once = True
+            except InputError:
+                # A database that appeared while we waited may be half made (OpenCode
+                # creates the file, then its tables): wait until it can be read. One read
+                # before may be caught as OpenCode quits (its WAL removed while we copy it):
+                # looked at again, a few times. One there from the start that cannot be read
+                # at all is an error.
+                failures += 1
+                if (existed and not opened_once) or (opened_once and failures > RETRIES):
+                    raise
+                events = []
+                watch.forget()
+            else:
+                failures = 0
+            if events:
+                writer.write(events)
+                writer.end_batch()
+            if max_cost is not None and follower.total_cost > max_cost:
+                return FollowEnd.OVER_BUDGET
+        if until_idle and follower.seen_at_work:
+            state = follower.state(clock() * 1000, stale_after)
+            if state != BUSY:
+                return FollowEnd.STALE if state == STALE else FollowEnd.IDLE
+        if stop is not None and stop():
+            return None
+        watch.pause()

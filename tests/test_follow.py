@@ -1,0 +1,369 @@
+"""`import --follow`: the store's event log read as OpenCode writes it (docs/live.md).
+
+The real captures in samples/ are written again, row by row in OpenCode's own order with
+commits spread over time (tests/replay.py), into a database that appears only after
+following began; a checkpoint, a WAL reset and a restart of the writer happen on the way.
+What was followed must be what reading the finished database at once gives, event for
+event, and what `import` gives on it, with the differences the server's events have
+(docs/server-events.md: times, and usage dated by the reply without a step-finish part).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from opencode_events.core.activity import BUSY, IDLE, STALE, session_state
+from opencode_events.core.normalizer import Normalizer
+from opencode_events.pipeline.follow import follow_store
+from opencode_events.pipeline.normalize import import_sessions
+from opencode_events.sources.eventlog import StoreFollower, event_type
+from opencode_events.store.open import select_sessions
+from opencode_events.store.sqlite import Store
+from opencode_events.store.watch import StoreWatch
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+STORES = sorted(p.parent.name for p in SAMPLES.glob("*/opencode.db"))
+CLI = [sys.executable, "-m", "opencode_events"]
+_ENCODE = msgspec.json.Encoder()
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.batches = 0
+        self.positions: set[int] = set()  # where in the log each read ended
+
+    def write(self, events: Any) -> None:
+        self.events += events
+
+    def end_batch(self) -> None:
+        self.batches += 1
+
+    def flush(self) -> None:
+        pass
+
+
+def as_dicts(events: list[Any]) -> list[dict[str, Any]]:
+    return [json.loads(_ENCODE.encode(e)) for e in events]
+
+
+def imported(db: Path) -> list[dict[str, Any]]:
+    sink = Sink()
+    with Store(db) as store:
+        import_sessions(
+            store, select_sessions(store, all_sessions=True), sink, metrics=False, workers=1
+        )
+    return as_dicts(sink.events)
+
+
+def at_once(db: Path) -> list[dict[str, Any]]:
+    follower = StoreFollower(Normalizer(), all_sessions=True)
+    with Store(db) as store:
+        events = follower.read(store)
+    return as_dicts(events + follower.finish())
+
+
+def comparable(events: list[dict[str, Any]]) -> list[str]:
+    """What the server's events and the stored rows both say, as a multiset: not the
+    times or numbering, and usage without its step-finish part (it comes from the reply).
+    Followed events come in the order things ended, `import`'s in the stored order."""
+    out = []
+    for event in events:
+        if event["kind"] == "metrics":
+            continue
+        event = {k: v for k, v in event.items() if k not in {"seq", "time", "line", "raw"}}
+        if event["kind"] == "usage":
+            event.pop("part_id", None)
+        out.append(json.dumps(event, sort_keys=True))
+    return sorted(out)
+
+
+def replay(src: Path, dst: Path, *flags: str, delay: float = 0.005) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.replay", str(src), str(dst), "--delay", str(delay), *flags],
+        cwd=ROOT,
+    )
+
+
+def follow_replay(src: Path, dst: Path, *flags: str) -> tuple[list[dict[str, Any]], Sink]:
+    """Follow every session of ``dst`` while ``src`` is replayed into it; the events."""
+    writer = replay(src, dst, "--wait", "0.2", *flags)
+    follower = StoreFollower(Normalizer(), all_sessions=True)
+    sink = Sink()
+    watch = StoreWatch(dst, interval=0.01)
+    read = follower.read
+
+    def reading(store: Any, now_ms: Any = None) -> list[Any]:
+        events = read(store, now_ms)
+        sink.positions.add(follower.position)
+        return events
+
+    follower.read = reading  # type: ignore[method-assign]
+    try:
+        end = follow_store(
+            dst,
+            follower,
+            sink,
+            until_idle=False,
+            watch=watch,
+            stop=lambda: writer.poll() is not None,
+        )
+    finally:
+        writer.wait(timeout=60)
+    assert end is None and writer.returncode == 0
+    with Store(dst) as store:  # what the last commits wrote after the last look
+        sink.write(follower.read(store))
+    sink.write(follower.finish())
+    return as_dicts(sink.events), sink
+
+
+# ------------------------------------------------------------------- replayed stores
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_a_store_followed_as_written_is_the_store_read_at_once(name: str, tmp_path: Path) -> None:
+    src = SAMPLES / name / "opencode.db"
+    dst = tmp_path / "opencode.db"
+    followed, sink = follow_replay(src, dst, "--checkpoint", "--restart")
+    assert len(sink.positions) >= 4, "the follow saw the log grow in several reads"
+    assert followed == at_once(dst)  # event for event, seq for seq
+    assert comparable(followed) == comparable(imported(dst))
+    assert comparable(followed) == comparable(imported(src))
+
+
+@pytest.mark.parametrize("name", ["bash_ok", "task", "parallel_tools", "sigint", "error400"])
+def test_without_a_log_the_rows_stand_in(name: str, tmp_path: Path) -> None:
+    src = SAMPLES / name / "opencode.db"
+    dst = tmp_path / "opencode.db"
+    followed, _ = follow_replay(src, dst, "--no-log")
+    with sqlite3.connect(dst) as conn:
+        assert not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'event'").fetchall()
+    assert comparable(followed) == comparable(imported(src))
+
+
+def test_a_session_whose_first_events_were_pruned_is_read_from_its_rows(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        (parent,) = conn.execute("SELECT id FROM session WHERE parent_id IS NULL").fetchone()
+        conn.execute("DELETE FROM event WHERE aggregate_id = ? AND seq < 10", (parent,))
+    assert comparable(at_once(db)) == comparable(imported(db))
+
+
+def test_the_log_of_every_sample_is_what_import_reads() -> None:
+    for name in STORES:
+        db = SAMPLES / name / "opencode.db"
+        assert comparable(at_once(db)) == comparable(imported(db)), name
+
+
+@pytest.mark.parametrize(
+    ("stored", "bus"),
+    [
+        ("message.part.updated.1", "message.part.updated"),
+        ("session.created.1", "session.created"),
+        ("message.updated.12", "message.updated"),
+        ("session.next.text.1", "session.next.text"),
+        ("odd", "odd"),
+    ],
+)
+def test_event_type_drops_the_version(stored: str, bus: str) -> None:
+    assert event_type(stored) == bus
+
+
+def test_a_logged_event_that_is_not_json_is_a_warning(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        (sid,) = conn.execute("SELECT id FROM session").fetchone()
+        conn.execute(
+            "INSERT INTO event (id, aggregate_id, seq, type, data) VALUES (?, ?, ?, ?, ?)",
+            ("evt_bad", sid, 999, "workspace.failed.1", "{not json"),
+        )
+    events = at_once(db)
+    warnings = [e for e in events if e["kind"] == "warning"]
+    assert len(warnings) == 1 and warnings[0]["text"] == "{not json"
+    assert all(json.loads(json.dumps(e)) for e in events)
+
+
+# ------------------------------------------------------------------- state
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "last_write", "now", "state"),
+    [
+        (False, 0, 10**12, IDLE),
+        (True, None, 10**12, BUSY),
+        (True, 1000, 1000 + 10 * 60 * 1000, BUSY),
+        (True, 1000, 1001 + 10 * 60 * 1000, STALE),
+    ],
+)
+def test_session_state(in_flight: bool, last_write: int | None, now: int, state: str) -> None:
+    assert session_state(in_flight=in_flight, last_write_ms=last_write, now_ms=now) == state
+
+
+def test_a_killed_run_is_stale_and_a_finished_one_idle() -> None:
+    for name, expected in [("sigint", STALE), ("bash_ok", IDLE), ("serve_permission", IDLE)]:
+        follower = StoreFollower(Normalizer(), all_sessions=True)
+        with Store(SAMPLES / name / "opencode.db") as store:
+            follower.read(store)
+        assert follower.state(time.time() * 1000) == expected, name
+
+
+# ------------------------------------------------------------------- the watch
+
+
+def test_the_watch_sees_commits_checkpoints_and_wal_resets(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    watch = StoreWatch(db)
+    assert not watch.changed()  # no database yet
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (x)")
+    assert watch.changed()
+    assert not watch.changed()
+    for step in (
+        "INSERT INTO t VALUES (1)",
+        "PRAGMA wal_checkpoint(PASSIVE)",
+        "INSERT INTO t VALUES (2)",
+        "PRAGMA wal_checkpoint(TRUNCATE)",
+        "INSERT INTO t VALUES (3)",
+    ):
+        conn.execute(step)
+        assert watch.changed(), step
+        assert not watch.changed(), step
+    conn.close()  # the writer quits: WAL folded in and removed
+    assert watch.changed()
+    assert not os.path.exists(f"{db}-wal")
+
+
+def test_an_idle_follow_opens_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "bash_ok" / "opencode.db", db)
+    opened = []
+    import opencode_events.pipeline.follow as follow
+
+    class Counting(Store):
+        def __init__(self, path: Any) -> None:
+            opened.append(path)
+            super().__init__(path)
+
+    monkeypatch.setattr(follow, "Store", Counting)
+    ticks = iter(range(50))
+    follow_store(
+        db,
+        StoreFollower(Normalizer()),
+        Sink(),
+        until_idle=False,
+        watch=StoreWatch(db, interval=0.001),
+        stop=lambda: next(ticks) >= 49,
+    )
+    assert len(opened) == 1  # the first look; nothing changed after it
+
+
+# ------------------------------------------------------------------- the command
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCODE")}
+    env.update(extra)
+    return env
+
+
+def test_import_follow_waits_for_the_store_and_ends_when_the_session_is_idle(
+    tmp_path: Path,
+) -> None:
+    src = SAMPLES / "bash_ok" / "opencode.db"
+    dst = tmp_path / "data" / "opencode.db"
+    dst.parent.mkdir()
+    follow = subprocess.Popen(
+        [*CLI, "import", "--follow", "--db", str(dst)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=ROOT,
+    )
+    writer = replay(src, dst, "--wait", "0.5", delay=0.02)
+    try:
+        out, err = follow.communicate(timeout=60)
+    finally:
+        writer.wait(timeout=60)
+    assert follow.returncode == 0, err.decode()
+    assert f"waiting for {dst}" in err.decode()
+    events = [json.loads(line) for line in out.splitlines()]
+    assert events[-1]["kind"] == "metrics"
+    assert comparable(events) == comparable(imported(src))
+
+
+def test_max_cost_exits_3_when_crossed(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with Store(db) as store:
+        total = sum(r.cost for r in store.sessions())
+    done = subprocess.run(
+        [*CLI, "import", "--follow", "--db", str(db), "--max-cost", f"{total / 2}"],
+        capture_output=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=30,
+    )
+    assert done.returncode == 3, done.stderr.decode()
+    assert "over --max-cost" in done.stderr.decode()
+    assert json.loads(done.stdout.splitlines()[-1])["kind"] == "metrics"
+    under = subprocess.run(
+        [*CLI, "import", "--follow", "--db", str(SAMPLES / "sigint" / "opencode.db")]
+        + ["--max-cost", "100"],
+        capture_output=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=30,
+    )
+    assert under.returncode == 0, under.stderr.decode()
+    assert "is stale" in under.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--forever"], "--forever and --max-cost go with --follow"),
+        (["--follow", "--last"], "--follow takes SESSION..., or --all"),
+        (["--follow", "--all", "ses_x"], "--follow --all follows every session"),
+    ],
+)
+def test_follow_usage_errors(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [*CLI, "import", *args, "--db", str(SAMPLES / "text" / "opencode.db")],
+        capture_output=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr.decode()
+
+
+def test_sessions_call_a_killed_run_stale_and_a_fresh_one_in_flight() -> None:
+    from opencode_events.reports.sessions import summarize
+
+    with Store(SAMPLES / "sigint" / "opencode.db") as store:
+        rows = store.sessions()
+        (later,) = summarize(store, rows)
+        last_write = store.last_write(rows[0].id)
+        assert last_write is not None
+        (at_the_time,) = summarize(store, rows, now_ms=last_write + 1000)
+    assert (later.state, later.in_flight) == (STALE, False)
+    assert (at_the_time.state, at_the_time.in_flight) == (BUSY, True)
+    with Store(SAMPLES / "bash_ok" / "opencode.db") as store:
+        (done,) = summarize(store, store.sessions())
+    assert (done.state, done.in_flight) == (IDLE, False)
