@@ -563,13 +563,12 @@ def _judge_staleness(store: Any, summaries: Iterable[SessionSummary], now_ms: fl
     its last write is the latest ``time_updated`` of its row, messages and parts."""
     now = time.time() * 1000 if now_ms is None else now_ms
     limit = stale_after_ms()
-    last_write = getattr(store, "last_write", None)
     for summary in summaries:
         if not summary.in_flight:
             continue
         written = summary.time_updated
-        if last_write is not None:
-            written = max(written, last_write(summary.id) or 0)
+        if isinstance(store, FastScans):  # the legacy files keep no per-row write times
+            written = max(written, store.last_write(summary.id) or 0)
         summary.state = session_state(
             in_flight=True, last_write_ms=written, now_ms=now, stale_after=limit
         )
