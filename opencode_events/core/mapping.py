@@ -29,6 +29,7 @@ from ..events import (
     Write,
 )
 from .bashcmd import classify_bash
+from .figures import read_figures
 from .patch import patched_files
 from .views import MessageInfo, Part, number
 
@@ -123,48 +124,12 @@ def error_fields(error: Any) -> tuple[str | None, str | None]:
 # ---------------------------------------------------------------------------- usage
 
 
-def _tokens(value: Any) -> int:
-    kind = type(value)
-    if kind is int:
-        return value
-    return int(value) if kind is float else 0
-
-
 def usage_event(part: Part | MessageInfo, turn: int) -> Usage:
     """Tokens and cost of a step-finish part, or of an assistant message (one inference),
-    OpenCode's figures as they are. A value that is not a number counts as 0."""
-    tokens = part.tokens
-    if tokens is None:
-        input_ = output = reasoning = cache_read = cache_write = 0
-        given = None
-    else:
-        # Inline int checks: this runs once per model step on the hot path.
-        input_, output, reasoning = tokens.input, tokens.output, tokens.reasoning
-        if type(input_) is not int:
-            input_ = _tokens(input_)
-        if type(output) is not int:
-            output = _tokens(output)
-        if type(reasoning) is not int:
-            reasoning = _tokens(reasoning)
-        cache = tokens.cache
-        if cache is None:
-            cache_read = cache_write = 0
-        else:
-            cache_read, cache_write = cache.read, cache.write
-            if type(cache_read) is not int:
-                cache_read = _tokens(cache_read)
-            if type(cache_write) is not int:
-                cache_write = _tokens(cache_write)
-        given = tokens.total
-    if type(given) is int:
-        total = given
-    elif type(given) is float:
-        total = int(given)
-    else:
-        total = input_ + output + reasoning + cache_read + cache_write
-    cost = part.cost
-    if type(cost) is not float:
-        cost = float(cost) if type(cost) is int else 0.0
+    OpenCode's figures as they are, read by the one rule (``figures``)."""
+    input_, output, reasoning, cache_read, cache_write, total, cost = read_figures(
+        part.tokens, part.cost
+    )
     reason = part.reason if type(part) is Part else part.finish
     return Usage(
         turn=turn,

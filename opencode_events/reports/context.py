@@ -72,6 +72,7 @@ import msgspec
 from msgspec import Raw, Struct
 
 from .. import paths
+from ..core.figures import cost_value, read_figures
 from ..core.views import Tokens, decode_repairing
 from ..events import SUM_DIGITS, summed_cost
 from ..store.rows import descendants
@@ -129,13 +130,8 @@ def _split(total: int, pieces: Mapping[str, int]) -> dict[str, int]:
     return dict(zip(names, apportion(total, [pieces[n] for n in names]), strict=True))
 
 
-def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        return 0
-    return max(0, int(value)) if math.isfinite(value) else 0
-
-
 def _float(value: Any) -> float:
+    """A price from a config file or the models catalogue: a finite number, else 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0.0
     try:
@@ -711,8 +707,9 @@ def read_session(
                 summary_size += _size(part.text)
                 continue
             additions += _part_additions(part, role, servers)
-        tokens = info.tokens
-        cache = tokens.cache if tokens is not None else None
+        # The one rule for figures; the ledger apportions counts, so a negative one (never
+        # written by OpenCode) counts 0 here.
+        figures = read_figures(info.tokens, info.cost)
         messages.append(
             LedgerMessage(
                 id=row.id,
@@ -720,12 +717,12 @@ def read_session(
                 session_id=session_id,
                 time=row.time_created if isinstance(row.time_created, int) else None,
                 additions=additions,
-                input=_int(tokens.input) if tokens else 0,
-                output=_int(tokens.output) if tokens else 0,
-                reasoning=_int(tokens.reasoning) if tokens else 0,
-                cache_read=_int(cache.read) if cache else 0,
-                cache_write=_int(cache.write) if cache else 0,
-                cost=_float(info.cost),
+                input=max(0, figures.input),
+                output=max(0, figures.output),
+                reasoning=max(0, figures.reasoning),
+                cache_read=max(0, figures.cache_read),
+                cache_write=max(0, figures.cache_write),
+                cost=figures.cost,
                 provider_id=info.providerID if isinstance(info.providerID, str) else None,
                 model_id=info.modelID if isinstance(info.modelID, str) else None,
                 parent_id=info.parentID if isinstance(info.parentID, str) else None,
@@ -860,7 +857,7 @@ def context_report(
         skipped += bad
         ledgers.append(build_ledger(messages, prices(directory), session_id=sid))
         if session is not None:
-            total_cost += _float(session.cost)
+            total_cost += cost_value(session.cost)
             figures += 1
     # OpenCode's figures, one as stored; a sum of several (subagents) as `usage` writes it
     return fold(ledgers, cost=summed_cost(total_cost, figures), skipped=skipped)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NamedTuple
 import msgspec
 from msgspec import Struct
 
+from ..core.figures import read_figures
 from ..core.views import PART_DECODER, Tokens, decode_repaired, decode_repairing
 from ..errors import GroupingError, InputError
 from ..events import summed_cost
@@ -593,18 +594,18 @@ def _read_message(data: bytes) -> _Message:
 _FIGURES = msgspec.json.Decoder(_Figures)
 
 
-def _int(value: Any) -> int:
-    kind = type(value)
-    return value if kind is int else int(value) if kind is float else 0
-
-
 def _figures(message: _Message) -> UsageRow:
-    """An assistant message's tokens and cost as a row: the mapping's own rule for usage."""
-    from ..core.mapping import usage_event
-
-    row = UsageRow()
-    row.add(usage_event(message, 0))
-    return row
+    """An assistant message's tokens and cost as a row, by the one rule (``figures``)."""
+    f = read_figures(message.tokens, message.cost)
+    return UsageRow(
+        input_tokens=f.input,
+        output_tokens=f.output,
+        reasoning_tokens=f.reasoning,
+        cache_read_tokens=f.cache_read,
+        cache_write_tokens=f.cache_write,
+        total_tokens=f.total,
+        cost=f.cost,
+    )
 
 
 def _fingerprint(message: _Message) -> tuple[Any, ...]:
@@ -1426,33 +1427,16 @@ def _scan_range(uri: str, low: int, high: int, scan: _Scan, tz: tzinfo | None) -
 
 
 def _add_message(acc: list[Any], info: Any, created: Any) -> None:
-    """Add one assistant message's figures to a group's running sums (hot loop)."""
-    tokens = info.tokens
-    if tokens is not None:
-        i, o, r = tokens.input, tokens.output, tokens.reasoning
-        i = i if type(i) is int else _int(i)
-        o = o if type(o) is int else _int(o)
-        r = r if type(r) is int else _int(r)
-        cache = tokens.cache
-        if cache is not None:
-            cr, cw = cache.read, cache.write
-            cr = cr if type(cr) is int else _int(cr)
-            cw = cw if type(cw) is int else _int(cw)
-        else:
-            cr = cw = 0
-        given = tokens.total
-        acc[0] += i
-        acc[1] += o
-        acc[2] += r
-        acc[3] += cr
-        acc[4] += cw
-        if type(given) is int:
-            acc[5] += given
-        else:
-            acc[5] += _int(given) if type(given) is float else i + o + r + cr + cw
-    cost = info.cost
-    if type(cost) in (int, float):
-        acc[6] += cost
+    """Add one assistant message's figures (the one rule, ``figures``) to a group's
+    running sums."""
+    f = read_figures(info.tokens, info.cost)
+    acc[0] += f.input
+    acc[1] += f.output
+    acc[2] += f.reasoning
+    acc[3] += f.cache_read
+    acc[4] += f.cache_write
+    acc[5] += f.total
+    acc[6] += f.cost
     acc[7] += 1
     if type(created) is int and (acc[8] is None or created < acc[8]):
         acc[8] = created

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from ..core.mapping import usage_event
+from ..core.figures import read_figures
 from ..core.views import MessageInfo
 from ..errors import InputError
 from ..events import summed_cost
@@ -143,14 +143,14 @@ class LegacyStore:
         for message in self._message_infos(info.id, layout):
             if message.role != "assistant":
                 continue
-            figures = usage_event(message, 0)  # the mapping's one rule for tokens and cost
+            figures = read_figures(message.tokens, message.cost)  # the one rule
             cost += figures.cost
             inferences += 1
-            tokens[0] += figures.input_tokens
-            tokens[1] += figures.output_tokens
-            tokens[2] += figures.reasoning_tokens
-            tokens[3] += figures.cache_read_tokens
-            tokens[4] += figures.cache_write_tokens
+            tokens[0] += figures.input
+            tokens[1] += figures.output
+            tokens[2] += figures.reasoning
+            tokens[3] += figures.cache_read
+            tokens[4] += figures.cache_write
             if isinstance(message.modelID, str):
                 model = msgspec.json.encode(
                     {"id": message.modelID, "providerID": message.providerID}
