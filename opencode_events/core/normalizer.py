@@ -92,7 +92,9 @@ def _labels(info: Any) -> tuple[str | None, str | None, str | None]:
     )
 
 
-class _Totals:
+class Totals:
+    """Token and cost sums of the usage events."""
+
     __slots__ = (
         "input",
         "output",
@@ -110,19 +112,50 @@ class _Totals:
         self.cost = 0.0
         self.figures = 0  # usage events whose cost is in ``cost``
 
+    def merge(self, other: Totals, *, cost: bool = True) -> None:
+        """Add ``other``'s sums (``cost=False``: all but the cost, which an import sums per
+        session, in session order, so that the float is the same however it was shared)."""
+        for name in self.__slots__:
+            if cost or name != "cost":
+                setattr(self, name, getattr(self, name) + getattr(other, name))
 
-class Normalizer:
-    def __init__(self, *, keep_raw: bool = False) -> None:
-        self.keep_raw = keep_raw
-        self.seq = 0
+
+class Counters:
+    """What a normalizer counts: records read, events by kind, tool calls and failures,
+    duplicates, turns, problems (for ``--strict``) and the usage totals. A worker's counters
+    are ``snapshot()`` there and ``merge``d into its parent's."""
+
+    _COUNTS = ("records", "tool_calls", "tool_failures", "duplicates", "turns", "problems")
+
+    def __init__(self) -> None:
         self.records = 0
         self.counts: dict[type, int] = {}
         self.tool_calls = 0
         self.tool_failures = 0
         self.duplicates = 0
         self.turns = 0
-        self.totals = _Totals()
         self.problems = 0  # warnings and error events, for --strict
+        self.totals = Totals()
+
+    def snapshot(self) -> Counters:
+        """The counters alone (plain data, to send from a worker)."""
+        copy = Counters()
+        copy.merge(self)
+        return copy
+
+    def merge(self, other: Counters, *, cost: bool = True) -> None:
+        for name in self._COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for cls, n in other.counts.items():
+            self.counts[cls] = self.counts.get(cls, 0) + n
+        self.totals.merge(other.totals, cost=cost)
+
+
+class Normalizer(Counters):
+    def __init__(self, *, keep_raw: bool = False) -> None:
+        super().__init__()
+        self.keep_raw = keep_raw
+        self.seq = 0
         self.step_open = False  # a step started and has not finished (an interrupted run)
         self._session: str | None = None
         self._first_session: str | None = None

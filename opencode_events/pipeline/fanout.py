@@ -173,18 +173,7 @@ def _merge(
     LAST_RUN.update(workers=workers, most_held=0)
     for report in decoded:
         LAST_RUN["most_held"] = max(LAST_RUN["most_held"], report["most_held"])
-        normalizer.records += report["records"]
-        for cls, n in report["counts"].items():
-            normalizer.counts[cls] = normalizer.counts.get(cls, 0) + n
-        normalizer.tool_calls += report["tool_calls"]
-        normalizer.tool_failures += report["tool_failures"]
-        normalizer.duplicates += report["duplicates"]
-        normalizer.turns += report["turns"]
-        normalizer.problems += report["problems"]
-        totals = normalizer.totals
-        for name, value in report["totals"].items():
-            if name != "cost":
-                setattr(totals, name, getattr(totals, name) + value)
+        normalizer.merge(report["counters"], cost=False)  # costs: summed per session below
         normalizer.seq = max(normalizer.seq, report["seq_end"])
         costs_by_chunk.update(report["costs"])
         if report["last_session"] is not None and (
@@ -317,16 +306,8 @@ class _Worker:
                 self._pass_token(number, self.offset + normalizer.seq)
             self._write_turns(block=False)
         self._write_turns(block=True)
-        totals = normalizer.totals
         return {
-            "records": normalizer.records,
-            "counts": normalizer.counts,
-            "tool_calls": normalizer.tool_calls,
-            "tool_failures": normalizer.tool_failures,
-            "duplicates": normalizer.duplicates,
-            "turns": normalizer.turns,
-            "problems": normalizer.problems,
-            "totals": {name: getattr(totals, name) for name in totals.__slots__},
+            "counters": normalizer.snapshot(),
             "costs": costs,
             "seq_end": self.seq_end,
             "most_held": self.most_held,
