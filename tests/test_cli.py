@@ -961,3 +961,20 @@ def test_filtered_events_are_shown_by_the_pretty_view(tmp_path: Path):
     assert [e["kind"] for e in again] == ["command"] * len(commands) + ["warning", "metrics"]
     assert [e["seq"] for e in again] == list(range(len(again)))
     assert again[-1]["tool_calls"] == len(commands) and again[-1]["records"] == len(commands) + 1
+
+
+def test_normalize_to_a_pipe_imports_no_database_binding():
+    """Start-up: a stream never opens a database, so neither sqlite3 nor apsw is loaded
+    (the store's row types live apart from the database code)."""
+    code = (
+        "import sys\n"
+        "from opencode_events.cli.main import cli, run\n"
+        "rc = run(cli, ['normalize'])\n"
+        "loaded = [m for m in ('sqlite3', 'apsw', 'rich') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "sys.exit(rc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], input=SIMPLE, capture_output=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr.decode()

@@ -33,7 +33,7 @@ from ..store.rows import FastScans, SessionRow, ToolPartHeads, descendants
 from ..store.sqlite import Store
 from .mcp import mcp_server_of
 
-__all__ = ["SessionSummary", "SessionsReport", "sessions_report", "summarize"]
+__all__ = ["SESSION_COLUMNS", "SessionSummary", "SessionsReport", "sessions_report", "summarize"]
 
 
 class _Completed(Struct):
@@ -593,6 +593,38 @@ def _sessions_below(
     summaries = {sid: _base(row, db_path) for sid, row in known.items()}
     ids = list(summaries)
     return tree, summaries, None if len(ids) >= WHOLE_TABLE_SESSIONS else ids
+
+
+# The CSV columns of ``sessions``, in order.
+SESSION_COLUMNS = (
+    "id",
+    "path",
+    "parent_id",
+    "title",
+    "agent",
+    "model",
+    "provider",
+    "directory",
+    "version",
+    "time_created",
+    "time_updated",
+    "turns",
+    "inferences",
+    "in_flight",
+    "state",
+    "tool_calls",
+    "tool_failures",
+    "mcp_calls",
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+    "cost",
+    "total_cost",
+    "children",
+)
 
 
 class SessionsReport(Struct, kw_only=True):

@@ -10,20 +10,29 @@ reads.
     2
 """
 
-from .legacy import LegacyStore
-from .open import every_session, open_store, select_sessions, store_files
-from .rows import MessageRow, PartRow, SessionRow, descendants
-from .sqlite import Store
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "Store",
-    "LegacyStore",
-    "open_store",
-    "select_sessions",
-    "every_session",
-    "store_files",
-    "SessionRow",
-    "MessageRow",
-    "PartRow",
-    "descendants",
-]
+_WHERE = {
+    "Store": ".sqlite",
+    "LegacyStore": ".legacy",
+    "open_store": ".open",
+    "select_sessions": ".open",
+    "every_session": ".open",
+    "store_files": ".open",
+    "SessionRow": ".rows",
+    "MessageRow": ".rows",
+    "PartRow": ".rows",
+    "descendants": ".rows",
+}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: a reader that needs only the row types (``rows``) must not
+    # pay for sqlite3 at start-up (``normalize`` never opens a database).
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(module, __name__), name)

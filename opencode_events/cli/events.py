@@ -1,0 +1,194 @@
+"""``normalize``, ``import`` and ``schema``: the commands that write events.
+
+Each reads its inputs through ``pipeline`` and writes through ``output.jsonl`` (or the pretty
+view); this module only parses options, opens what the user named and reports problems.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import InputError
+from .io import (
+    db_option,
+    format_for,
+    open_inputs,
+    open_output,
+    open_store,
+    pipe_safe,
+    selection_options,
+    since_ms,
+    written_when_interrupted,
+)
+from .status import ExitStatus
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, metavar="[INPUT]...")
+@click.option("-o", "--output", metavar="FILE", help="Write events to FILE instead of stdout.")
+@click.option("--buffered", is_flag=True, help="Write in large blocks, not as each line arrives.")
+@click.option("--raw", "keep_raw", is_flag=True, help="Attach the source record to every event.")
+@click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
+@click.option("--strict", is_flag=True, help="Exit 1 when warnings or error records were seen.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "pretty"]),
+    help="jsonl, or pretty for people (the default when stdout is a terminal).",
+)
+@click.option("--deltas", is_flag=True, help="Server event input: emit streaming text deltas.")
+@pipe_safe
+def normalize(
+    inputs: tuple[str, ...],
+    output: str | None,
+    buffered: bool,
+    keep_raw: bool,
+    no_metrics: bool,
+    strict: bool,
+    fmt: str | None,
+    deltas: bool,
+) -> None:
+    """Normalize OpenCode's output to one event per line.
+
+    INPUT is a file or - for stdin (the default): `opencode run --format json` output, a
+    captured server event stream (SSE) or an `opencode export` document, told apart by
+    the first line. Events are written as each input line arrives; the last line is a
+    metrics summary.
+    """
+    from ..output.jsonl import make_writer
+    from ..pipeline.normalize import normalize_streams, refuse_databases
+
+    inputs_opened = open_inputs(inputs)
+    refuse_databases(inputs_opened, "import")
+    out = open_output(output, reads=inputs or ("-",))
+    writer = make_writer(format_for(fmt, out), out, buffered=buffered)
+    with written_when_interrupted(writer):
+        normalizer = normalize_streams(
+            inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
+        )
+    if strict and normalizer.problems:
+        raise SystemExit(ExitStatus.STRICT)
+
+
+@click.command(name="import")
+@click.argument("sessions", nargs=-1, metavar="[SESSION]...")
+@db_option
+@selection_options
+@click.option("--children", is_flag=True, help="Also each session's subagent sessions.")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Write events as OpenCode writes them, until the session is idle again.",
+)
+@click.option("--forever", is_flag=True, help="With --follow: keep going until Ctrl-C.")
+@click.option(
+    "--max-cost",
+    type=click.FloatRange(min=0),
+    metavar="USD",
+    help="With --follow: exit 3 once the session with its subagents costs more.",
+)
+@click.option("-o", "--output", metavar="FILE", help="Write events to FILE instead of stdout.")
+@click.option("--raw", "keep_raw", is_flag=True, help="Attach the source row to every event.")
+@click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "pretty"]),
+    help="jsonl, or pretty for people (the default when stdout is a terminal).",
+)
+@pipe_safe
+def import_(
+    sessions: tuple[str, ...],
+    db_path: str | None,
+    last: bool,
+    since: str | None,
+    all_sessions: bool,
+    children: bool,
+    follow: bool,
+    forever: bool,
+    max_cost: float | None,
+    output: str | None,
+    keep_raw: bool,
+    no_metrics: bool,
+    fmt: str | None,
+) -> None:
+    """Stored sessions as normalized events (default: the most recent session).
+
+    SESSION is a session id or an unambiguous prefix of one, or the path of an
+    `opencode export` document. The database is only read. With --follow, events are
+    written as OpenCode writes them (see docs/live.md).
+    """
+    from pathlib import Path
+
+    if (forever or max_cost is not None) and not follow:
+        raise click.UsageError("--forever and --max-cost go with --follow")
+    if follow:
+        if last or since:
+            raise click.UsageError("--follow takes SESSION..., or --all, not --last or --since")
+        if all_sessions and (sessions or max_cost is not None):
+            raise click.UsageError("--follow --all follows every session; name none")
+        from .follow import follow_import
+
+        follow_import(
+            sessions=sessions,
+            db_path=db_path,
+            all_sessions=all_sessions,
+            children=children,
+            forever=forever,
+            max_cost=max_cost,
+            output=output,
+            keep_raw=keep_raw,
+            no_metrics=no_metrics,
+            fmt=fmt,
+        )
+        return
+
+    from ..output.jsonl import make_writer
+    from ..pipeline.normalize import import_sessions, normalize_streams
+    from ..store.open import select_sessions, store_files
+
+    documents = [s for s in sessions if Path(s).is_file()]
+    for wanted in sessions:  # a session id has neither; a path that is not a file is a typo
+        if wanted not in documents and ("/" in wanted or wanted.endswith(".json")):
+            raise InputError(f"cannot read {wanted}: not a file (nor a session id)")
+    if documents:  # `opencode export` files: the same mapping, no database needed
+        if len(documents) != len(sessions) or db_path or last or since or all_sessions:
+            raise click.UsageError("give either export documents or stored sessions, not both")
+        if children:  # an export holds one session; its subagents are not in it
+            raise click.UsageError("--children reads the store; an export document has none")
+        inputs = open_inputs(tuple(documents))
+        out = open_output(output, reads=documents)
+        writer = make_writer(format_for(fmt, out), out, buffered=True)
+        with written_when_interrupted(writer):
+            normalize_streams(inputs, writer, keep_raw=keep_raw, metrics=not no_metrics)
+        return
+
+    if all_sessions and (sessions or last or since):
+        raise click.UsageError("--all already reads every session; leave out the others")
+    since_time = since_ms(since)
+    with open_store(db_path) as store:
+        ids = select_sessions(
+            store,
+            sessions,
+            last=last,
+            since_ms=since_time,
+            all_sessions=all_sessions,
+            children=children,
+        )
+        out = open_output(output, reads=store_files(store))
+        writer = make_writer(format_for(fmt, out), out, buffered=True)
+        with written_when_interrupted(writer):
+            import_sessions(store, ids, writer, keep_raw=keep_raw, metrics=not no_metrics)
+
+
+@click.command()
+@pipe_safe
+def schema() -> None:
+    """Print the JSON Schema of the normalized events."""
+    import msgspec
+
+    from ..events import schema as event_schema
+
+    sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(event_schema())) + b"\n")

@@ -1,0 +1,185 @@
+"""``sessions`` and ``usage``: the commands that write reports of the store or a stream.
+
+The reports are built in ``reports`` (``sessions_report``, ``store_usage``, ``stream_usage``);
+this module chooses the source, then writes a table, JSON, CSV or Markdown.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .io import (
+    db_option,
+    open_inputs,
+    open_store,
+    pipe_safe,
+    refuse_stdout_read,
+    selection_options,
+    since_ms,
+)
+
+
+@click.command()
+@db_option
+@click.option("--since", metavar="WHEN", help="Sessions active since 2h, 7d, 2026-11-01…")
+@click.option("--limit", type=click.IntRange(min=1), help="At most N sessions.")
+@click.option("--all", "all_sessions", is_flag=True, help="Subagent sessions too.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "jsonl", "csv"]),
+    default=None,
+    help="table for people (default on a terminal), json, jsonl or csv for programs.",
+)
+@pipe_safe
+def sessions(
+    db_path: str | None,
+    since: str | None,
+    limit: int | None,
+    all_sessions: bool,
+    fmt: str | None,
+) -> None:
+    """Sessions in the store, newest activity first, with turns, tools, tokens and cost."""
+    from ..output import rows as formats
+    from ..reports.sessions import SESSION_COLUMNS, sessions_report
+    from ..store.open import store_files
+
+    since_time = since_ms(since)
+    with open_store(db_path) as store:
+        refuse_stdout_read(store_files(store))
+        report = sessions_report(store, since_ms=since_time, limit=limit, all_sessions=all_sessions)
+    summaries = report.sessions
+    out = sys.stdout.buffer
+    fmt = fmt or ("table" if out.isatty() else "jsonl")
+    if fmt == "table":
+        from ..output.tables import sessions_table
+
+        sessions_table(summaries, out=sys.stdout)
+        return
+    if fmt == "json":  # msgspec encodes the summaries as they are: no dicts in between
+        out.write(formats.write_json(summaries))
+    elif fmt == "jsonl":
+        out.write(formats.write_jsonl(summaries))
+    else:
+        out.write(formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS))
+    out.flush()
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, metavar="[INPUT]...")
+@db_option
+@click.option(
+    "--session",
+    "session_ids",
+    multiple=True,
+    metavar="ID",
+    help="A stored session (id or prefix); repeatable.",
+)
+@selection_options
+@click.option(
+    "--by",
+    type=click.Choice(["turn", "step", "session", "model", "agent", "day"]),
+    default="turn",
+    show_default=True,
+    help="One row per …",
+)
+@click.option("--tz", metavar="ZONE", help="Time zone for --by day (default: local time).")
+@click.option("--no-fold", is_flag=True, help="List subagent sessions apart, not in their turn.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv", "markdown"]),
+    help="table for people (default on a terminal), json, csv or markdown.",
+)
+@pipe_safe
+def usage(
+    inputs: tuple[str, ...],
+    db_path: str | None,
+    session_ids: tuple[str, ...],
+    last: bool,
+    since: str | None,
+    all_sessions: bool,
+    by: str,
+    tz: str | None,
+    no_fold: bool,
+    fmt: str | None,
+) -> None:
+    """Tokens and cost per turn, as OpenCode counted them.
+
+    From a stream (INPUT files or stdin: `opencode run --format json` output, normalized
+    JSONL, a captured server event stream or an `opencode export` document), one row per
+    model step. From the store (--db, --session, --last, --since, --all;
+    also the default when stdin is a terminal), one row per user turn with subagents folded
+    in, or --by step, session, model, agent or day.
+    """
+    from ..output import rows as formats
+    from ..reports.usage import GroupingError, store_usage, stream_usage
+
+    zone = _zone(tz)
+    chose_stored = bool(db_path or session_ids or last or since or all_sessions)
+    if chose_stored and inputs:
+        raise click.UsageError("give either INPUT files or stored sessions (--db …), not both")
+    if all_sessions and (session_ids or last or since):
+        raise click.UsageError("--all already reads every session; leave out the others")
+    from_store = chose_stored or (not inputs and sys.stdin is not None and sys.stdin.isatty())
+    start = since_ms(since, zone)  # once: "2h" is read against the clock
+    try:
+        if from_store:
+            from ..store.open import every_session, select_sessions, store_files
+
+            with open_store(db_path) as store:
+                refuse_stdout_read(store_files(store))
+                if all_sessions:  # every top-level session; subagents fold into them
+                    ids = every_session(store, top_level=True)
+                else:
+                    ids = select_sessions(store, session_ids, last=last, since_ms=start)
+                report = store_usage(
+                    store,
+                    ids,
+                    by=by,
+                    fold=not no_fold,
+                    tz=zone,
+                    cross_session=len(ids) > 1,
+                    since_ms=start,
+                )
+        else:
+            opened = open_inputs(inputs)
+            refuse_stdout_read(inputs or ("-",))
+            report = stream_usage(opened, by=by, tz=zone)
+    except GroupingError as exc:
+        raise click.UsageError(str(exc)) from None
+    out = sys.stdout.buffer
+    fmt = fmt or ("table" if out.isatty() else "json")
+    if fmt == "table":
+        from ..output.tables import usage_table
+
+        usage_table(report, out=sys.stdout, store=from_store)
+        return
+    if fmt == "json":
+        out.write(formats.write_json(report.document()))
+    else:
+        rows = [row.as_dict() for row in report.rows]
+        columns = report.columns
+        if fmt == "csv":
+            out.write(formats.write_csv(rows, columns))
+            out.flush()  # the rows first, then the notes after them
+            # CSV has no place for a note; it goes where a person running the command sees it.
+            for note in report.notes:
+                click.echo(f"note: {note}", err=True)
+        else:
+            out.write(formats.report_markdown(report))
+    out.flush()
+
+
+def _zone(name: str | None) -> Any:
+    if name is None:
+        return None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(f"unknown time zone {name!r}", param_hint="--tz") from None
