@@ -27,7 +27,7 @@ from .reports.sessions import SessionsReport
 from .reports.usage import UsageReport
 from .sources.sse import SseReader
 from .store.open import select_sessions
-from .store.rows import SessionStore
+from .store.rows import SessionStore, parents_of
 
 __all__ = [
     "iter_events",
@@ -264,6 +264,7 @@ def stored_events(
     ids = _selected(store, sessions, all_sessions=all_sessions, since=since, children=children)
     normalizer = Normalizer(keep_raw=raw)
     normalizer.several_sessions = len(set(ids)) > 1
+    normalizer.parents = parents_of(store)
     costs: list[float] = []  # summed per session, as `import` sums them
     for session_id in ids:
         for events in map_session(normalizer, store, session_id, costs):

@@ -39,6 +39,7 @@ __all__ = [
     "AnyEvent",
     "TOOL_KINDS",
     "schema",
+    "duckdb_columns",
 ]
 
 
@@ -58,11 +59,15 @@ class Event(Struct, kw_only=True, omit_defaults=True, tag_field="kind", gc=False
 
     seq: int = -1
     session_id: str | None = None
+    # A subagent's events name the session that ran it (store and export input).
+    parent_session_id: str | None = None
     time: int | float | None = None
     source: str | None = None  # the input file, when a run reads several
     line: int | None = None
     message_id: str | None = None
     part_id: str | None = None
+    # ``--tag KEY=VALUE`` stamps (a machine, a CI job), written last on every event.
+    tags: dict[str, str] | None = None
 
     @property
     def kind(self) -> str:
@@ -270,3 +275,31 @@ def schema() -> dict[str, Any]:
     doc["title"] = "opencode-events normalized event"
     doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return doc
+
+
+_DUCKDB = {"integer": "BIGINT", "number": "DOUBLE", "string": "VARCHAR", "boolean": "BOOLEAN"}
+
+
+def _json_types(prop: dict[str, Any]) -> set[str]:
+    if "enum" in prop:
+        return {"string"}
+    if "anyOf" in prop:
+        return set().union(*(_json_types(p) for p in prop["anyOf"])) - {"null"}
+    kind = prop.get("type")
+    return {kind} if isinstance(kind, str) else {"any"}
+
+
+def duckdb_columns() -> dict[str, str]:
+    """Every field of every kind, with its DuckDB type, derived from ``schema()``: the
+    ``columns`` of ``read_json`` for a table of events (``opencode-events schema --duckdb``).
+    A field whose kinds disagree on its type, and objects, arrays and ``raw``, are JSON."""
+    found: dict[str, set[str]] = {}
+    for definition in schema()["$defs"].values():
+        for name, prop in definition.get("properties", {}).items():
+            found.setdefault(name, set()).update(_json_types(prop))
+    columns = {}
+    for name, kinds in found.items():
+        if kinds == {"integer", "number"}:
+            kinds = {"number"}
+        columns[name] = _DUCKDB.get(next(iter(kinds)), "JSON") if len(kinds) == 1 else "JSON"
+    return columns

@@ -52,14 +52,15 @@ def merged_db(tmp_path_factory) -> Path:
     return target
 
 
-def import_bytes(db: Path, tmp_path: Path, *, workers: int, keep_raw: bool = False) -> bytes:
+def import_bytes(
+    db: Path, tmp_path: Path, *, workers: int, keep_raw: bool = False, tags=None
+) -> bytes:
     out_path = tmp_path / f"out-{workers}-{keep_raw}.jsonl"
     fanout.LAST_RUN.clear()
     with Store(db) as store, open(out_path, "wb") as out:
         ids = select_sessions(store, all_sessions=True)
-        import_sessions(
-            store, ids, JsonlWriter(out, buffered=True), keep_raw=keep_raw, workers=workers
-        )
+        writer = JsonlWriter(out, buffered=True, tags=tags)
+        import_sessions(store, ids, writer, keep_raw=keep_raw, workers=workers)
     # The workers did run (a test of equal outputs proves nothing if they did not).
     assert fanout.LAST_RUN.get("workers", 1) == min(workers, len(ids)) or workers == 1
     return out_path.read_bytes()
@@ -405,3 +406,12 @@ def test_a_database_failing_mid_session_keeps_the_whole_messages_before(
     assert written(256) == one_at_a_time
     # Events of the failing session itself were written (the test would pass vacuously if not).
     assert target.encode() in one_at_a_time
+
+
+def test_workers_stamp_tags_and_parents_as_one_process_does(merged_db: Path, tmp_path: Path):
+    tags = {"machine": "ci-7"}
+    one = import_bytes(merged_db, tmp_path, workers=1, tags=tags)
+    assert one == import_bytes(merged_db, tmp_path, workers=3, tags=tags)
+    events = [json.loads(line) for line in one.splitlines()]
+    assert all(e["tags"] == tags for e in events)
+    assert any("parent_session_id" in e for e in events)  # the merged stores hold subagents

@@ -20,6 +20,7 @@ from .io import (
     pipe_safe,
     selection_options,
     since_ms,
+    tag_option,
     written_when_interrupted,
 )
 from .status import ExitStatus
@@ -39,6 +40,7 @@ from .status import ExitStatus
     help="jsonl, or pretty for people (the default when stdout is a terminal).",
 )
 @click.option("--deltas", is_flag=True, help="Server event input: emit streaming text deltas.")
+@tag_option
 @pipe_safe
 def normalize(
     inputs: tuple[str, ...],
@@ -49,6 +51,7 @@ def normalize(
     strict: bool,
     fmt: str | None,
     deltas: bool,
+    tags: dict[str, str] | None,
 ) -> None:
     """Normalize OpenCode's output to one event per line.
 
@@ -63,7 +66,7 @@ def normalize(
     inputs_opened = open_inputs(inputs)
     refuse_databases(inputs_opened, "import")
     out = open_output(output, reads=inputs or ("-",))
-    writer = make_writer(format_for(fmt, out), out, buffered=buffered)
+    writer = make_writer(format_for(fmt, out), out, buffered=buffered, tags=tags)
     with written_when_interrupted(writer):
         normalizer = normalize_streams(
             inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
@@ -98,6 +101,7 @@ def normalize(
     type=click.Choice(["jsonl", "pretty"]),
     help="jsonl, or pretty for people (the default when stdout is a terminal).",
 )
+@tag_option
 @pipe_safe
 def import_(
     sessions: tuple[str, ...],
@@ -113,6 +117,7 @@ def import_(
     keep_raw: bool,
     no_metrics: bool,
     fmt: str | None,
+    tags: dict[str, str] | None,
 ) -> None:
     """Stored sessions as normalized events (default: the most recent session).
 
@@ -142,6 +147,7 @@ def import_(
             keep_raw=keep_raw,
             no_metrics=no_metrics,
             fmt=fmt,
+            tags=tags,
         )
         return
 
@@ -160,7 +166,7 @@ def import_(
             raise click.UsageError("--children reads the store; an export document has none")
         inputs = open_inputs(tuple(documents))
         out = open_output(output, reads=documents)
-        writer = make_writer(format_for(fmt, out), out, buffered=True)
+        writer = make_writer(format_for(fmt, out), out, buffered=True, tags=tags)
         with written_when_interrupted(writer):
             normalize_streams(inputs, writer, keep_raw=keep_raw, metrics=not no_metrics)
         return
@@ -178,17 +184,32 @@ def import_(
             children=children,
         )
         out = open_output(output, reads=store_files(store))
-        writer = make_writer(format_for(fmt, out), out, buffered=True)
+        writer = make_writer(format_for(fmt, out), out, buffered=True, tags=tags)
         with written_when_interrupted(writer):
             import_sessions(store, ids, writer, keep_raw=keep_raw, metrics=not no_metrics)
 
 
 @click.command()
+@click.option(
+    "--duckdb",
+    "for_duckdb",
+    is_flag=True,
+    help="Print the columns of an events table for DuckDB's read_json instead.",
+)
 @pipe_safe
-def schema() -> None:
-    """Print the JSON Schema of the normalized events."""
+def schema(for_duckdb: bool) -> None:
+    """Print the JSON Schema of the normalized events.
+
+    With --duckdb, the columns (every field of every kind, typed) as a DuckDB struct, for
+    `read_json('events.jsonl', columns = …)` (see docs/events.md).
+    """
     import msgspec
 
+    from ..events import duckdb_columns
     from ..events import schema as event_schema
 
+    if for_duckdb:
+        fields = ", ".join(f"'{name}': '{kind}'" for name, kind in duckdb_columns().items())
+        sys.stdout.write("{" + fields + "}\n")
+        return
     sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(event_schema())) + b"\n")

@@ -47,6 +47,7 @@ def follow_import(
     keep_raw: bool,
     no_metrics: bool,
     fmt: str | None,
+    tags: dict[str, str] | None = None,
 ) -> None:
     from ..core.activity import stale_after_ms
     from ..core.normalizer import Normalizer
@@ -61,7 +62,7 @@ def follow_import(
     reads = store_files(_Path(path))
     out = open_output(output, reads=reads)
     fmt = fmt or ("pretty" if out.isatty() else "jsonl")
-    writer = make_writer(fmt, out, buffered=False)
+    writer = make_writer(fmt, out, buffered=False, tags=tags)
     normalizer = Normalizer(keep_raw=keep_raw)
     follower = StoreFollower(
         normalizer,

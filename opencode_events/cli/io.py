@@ -359,3 +359,25 @@ def open_store(db_path: str | None) -> Any:
     from ..store.open import open_store as open_db
 
     return open_db(db_path)
+
+
+def _parse_tags(ctx: Any, param: Any, values: tuple[str, ...]) -> dict[str, str] | None:
+    tags: dict[str, str] = {}
+    for value in values:
+        key, equals, text = value.partition("=")
+        if not equals or not key.strip():
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE", ctx=ctx, param=param)
+        tags[key.strip()] = text
+    return tags or None
+
+
+def tag_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Shared option: ``--tag KEY=VALUE`` (repeatable) stamps every event's ``tags``."""
+    return click.option(
+        "--tag",
+        "tags",
+        multiple=True,
+        metavar="KEY=VALUE",
+        callback=_parse_tags,
+        help="Stamp every event with tags.KEY=VALUE (a machine, a CI job); repeatable.",
+    )(command)

@@ -156,6 +156,10 @@ class Normalizer(Counters):
         super().__init__()
         self.keep_raw = keep_raw
         self.seq = 0
+        # session → the session that ran it (a subagent's parent), where the source says;
+        # its events carry ``parent_session_id``.
+        self.parents: dict[str, str] = {}
+        self._parent: str | None = None
         self.step_open = False  # a step started and has not finished (an interrupted run)
         self._session: str | None = None
         self._first_session: str | None = None
@@ -181,6 +185,7 @@ class Normalizer(Counters):
         if session_id is None or session_id == self._session:
             return
         self._session = session_id
+        self._parent = self.parents.get(session_id)
         if self._first_session is None:
             self._first_session = session_id
         elif session_id != self._first_session:
@@ -194,6 +199,7 @@ class Normalizer(Counters):
     def reset(self) -> None:
         """Start a new run (a new input file): session, part ids and turn numbers."""
         self._session = None
+        self._parent = None
         self._seen_parts = set()
         self._seen_by_session = OrderedDict()
         self._session_turns = {}
@@ -216,7 +222,9 @@ class Normalizer(Counters):
             if cls is not Unknown and cls is not Error:
                 event.seq = self.seq
                 self.seq += 1
-                event.session_id = prov.session_id or self._session
+                session = event.session_id = prov.session_id or self._session
+                if self._parent is not None and session == self._session:
+                    event.parent_session_id = self._parent
                 event.time = prov.time
                 if prov.source is not None:
                     event.source = prov.source
@@ -232,12 +240,15 @@ class Normalizer(Counters):
         seq = self.seq
         # The record's own session when the reader knows it, else the current one.
         session = prov.session_id or self._session
+        parent = self._parent if session == self._session else self.parents.get(session)
         time, source, line = prov.time, prov.source, prov.line
         message_id, part_id = prov.message_id, prov.part_id
         for event in events:
             event.seq = seq
             seq += 1
             event.session_id = session
+            if parent is not None:
+                event.parent_session_id = parent
             event.time = time
             event.source = source
             event.line = line

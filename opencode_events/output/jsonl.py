@@ -21,22 +21,37 @@ _BLOCK = 1 << 20
 
 
 class JsonlWriter:
-    def __init__(self, out: BinaryIO, *, buffered: bool = False) -> None:
+    def __init__(
+        self, out: BinaryIO, *, buffered: bool = False, tags: dict[str, str] | None = None
+    ) -> None:
         self.out = out
         self._buffered = buffered
+        self.tags = tags or None  # stamped on every event (``--tag``)
         self._buffer = bytearray()
         # One call per batch of events: encode_into a buffer that keeps growing measured
         # twice as slow per event (it resizes the buffer on every call).
         self._encode_lines = msgspec.json.Encoder().encode_lines
 
     def write(self, events: Iterable[Event]) -> None:
+        if self.tags is not None:
+            events = self._tagged(events)
         self._buffer += self._encode_lines(events)
+
+    def _tagged(self, events: Iterable[Event]) -> list[Event]:
+        tags = self.tags
+        tagged = list(events)
+        for event in tagged:
+            # An event read again may carry tags already: ours win on the same key.
+            event.tags = tags if event.tags is None else {**event.tags, **tags}  # type: ignore[dict-item]
+        return tagged
 
     def write_shifted(self, events: list[Event], offset: int) -> None:
         """``write``, each event's ``seq`` moved on by ``offset`` first (an import worker
         numbers its events from 0 until it knows where its chunk starts)."""
         for event in events:
             event.seq += offset
+        if self.tags is not None:
+            events = self._tagged(events)
         self._buffer += self._encode_lines(events)
 
     def end_batch(self) -> None:
@@ -52,10 +67,12 @@ class JsonlWriter:
         self.out.flush()
 
 
-def make_writer(fmt: str, out: BinaryIO, *, buffered: bool = False) -> Any:
-    """``jsonl`` → JsonlWriter; ``pretty`` → render.PrettyWriter, imported only then (rich)."""
+def make_writer(
+    fmt: str, out: BinaryIO, *, buffered: bool = False, tags: dict[str, str] | None = None
+) -> Any:
+    """``jsonl`` → JsonlWriter; ``pretty`` → pretty.PrettyWriter, imported only then (rich)."""
     if fmt == "pretty":
         from .pretty import PrettyWriter
 
         return PrettyWriter(out)
-    return JsonlWriter(out, buffered=buffered)
+    return JsonlWriter(out, buffered=buffered, tags=tags)

@@ -91,6 +91,7 @@ def import_in_workers(
     normalizer: Normalizer,
     *,
     workers: int,
+    tags: dict[str, str] | None = None,
 ) -> list[float]:
     """Write the events of ``session_ids`` to ``out`` using ``workers`` processes; merge
     their figures into ``normalizer`` (whose ``seq`` ends after the last event). Returns
@@ -121,7 +122,7 @@ def import_in_workers(
         for index in range(workers):
             pid = os.fork()
             if pid == 0:  # the worker: never returns
-                _worker_main(store, chunks, index, workers, rings, results, out, normalizer)
+                _worker_main(store, chunks, index, workers, rings, results, out, normalizer, tags)
             pids.append(pid)
         for _, write_end in results:
             close(write_end)
@@ -211,6 +212,7 @@ def _worker_main(
     results: list[tuple[int, int]],
     out: BinaryIO,
     parent_normalizer: Normalizer,
+    tags: dict[str, str] | None,
 ) -> None:
     """The forked worker's whole life; leaves with ``os._exit`` (no parent state is
     finalized here: the parent's database connection and files stay the parent's)."""
@@ -225,7 +227,15 @@ def _worker_main(
                 _close(fd)
     code = 0
     try:
-        worker = _Worker(store, token_in, token_out, out, keep_raw=parent_normalizer.keep_raw)
+        worker = _Worker(
+            store,
+            token_in,
+            token_out,
+            out,
+            keep_raw=parent_normalizer.keep_raw,
+            parents=parent_normalizer.parents,
+            tags=tags,
+        )
         report = worker.run(chunks, index, workers)
     except BaseException as exc:  # reported to the parent, which raises it
         code = 1
@@ -244,14 +254,23 @@ def _worker_main(
 
 class _Worker:
     def __init__(
-        self, store: Any, token_in: int, token_out: int, out: BinaryIO, *, keep_raw: bool
+        self,
+        store: Any,
+        token_in: int,
+        token_out: int,
+        out: BinaryIO,
+        *,
+        keep_raw: bool,
+        parents: dict[str, str],
+        tags: dict[str, str] | None,
     ) -> None:
         self.parent = os.getppid()
         self.store = store.reopen()
         self.token_in = token_in
         self.token_out = token_out
-        self.writer = JsonlWriter(out, buffered=True)
+        self.writer = JsonlWriter(out, buffered=True, tags=tags)
         self.normalizer = Normalizer(keep_raw=keep_raw)
+        self.normalizer.parents = parents  # the parent's, computed before the fork
         self.seq_end = 0
         self.held_count = self.most_held = 0  # events held in memory: now, at most
 

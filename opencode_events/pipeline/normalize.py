@@ -16,9 +16,10 @@ from typing import Any, BinaryIO, Protocol
 from ..core.normalizer import Normalizer
 from ..errors import InputError
 from ..events import Event
+from ..output.jsonl import JsonlWriter
 from ..sources.stream import BOM, CHUNK_SIZE, StreamReader, line_batches
 from ..sources.transcript import map_session
-from ..store.rows import FastScans
+from ..store.rows import FastScans, parents_of
 
 __all__ = [
     "Feeder",
@@ -305,6 +306,7 @@ def import_sessions(
 
     normalizer = Normalizer(keep_raw=keep_raw)
     normalizer.several_sessions = len(set(session_ids)) > 1
+    normalizer.parents = parents_of(store)
     if len(session_ids) >= fanout.MIN_SESSIONS:
         grow_heap_in_large_steps()
     if workers is None:
@@ -312,7 +314,10 @@ def import_sessions(
     out = getattr(writer, "out", None)
     if workers > 1 and fanout.can_share(out) and isinstance(store, FastScans) and session_ids:
         writer.flush()
-        costs = fanout.import_in_workers(store, session_ids, out, normalizer, workers=workers)
+        tags = writer.tags if isinstance(writer, JsonlWriter) else None
+        costs = fanout.import_in_workers(
+            store, session_ids, out, normalizer, workers=workers, tags=tags
+        )
     else:
         costs = []
         try:

@@ -30,6 +30,7 @@ __all__ = ["export_events"]
 class _Ids(Struct):
     id: Any = None
     sessionID: Any = None  # noqa: N815
+    parentID: Any = None  # noqa: N815
     time: Any = None
 
 
@@ -242,6 +243,9 @@ def _document_events(
     source: str | None,
 ) -> list[Event]:
     session_id = _str(session.id)
+    parent = _str(session.parentID)
+    if session_id is not None and parent is not None and parent != session_id:
+        normalizer.parents[session_id] = parent  # a subagent's export names who ran it
     mapper = TranscriptMapper(normalizer, source=source)
     events: list[Event] = []
     for raw_message in document.messages or ():  # UNSET is false

@@ -26,6 +26,7 @@ __all__ = [
     "descendants",
     "loop_members",
     "is_top_level",
+    "parents_of",
 ]
 
 
@@ -174,3 +175,10 @@ class FastScans(RowidRanges, ToolPartHeads, Protocol):
     def messages_older_than_session(self) -> Iterator[tuple[str, str, int, bytes]]: ...
 
     def last_write(self, session_id: str) -> int | None: ...
+
+
+def parents_of(store: SessionStore) -> dict[str, str]:
+    """Each subagent session's parent (session → the session that ran it), from the
+    store's parent links (``children``: a loop of parents or a parent no longer there is
+    no link)."""
+    return {child: parent for parent, kids in store.children().items() for child in kids}

@@ -1,0 +1,159 @@
+"""Events ready for a warehouse (issue 20 §11): what a table of many machines' events groups
+by — a usage event's model, provider and agent, a subagent's parent session, `--tag` stamps
+— and a real load into DuckDB, typed by `schema --duckdb`, whose sums equal `usage`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+CLI = [sys.executable, "-m", "opencode_events"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, timeout=120)
+
+
+def lines(output: bytes) -> list[dict]:
+    return [json.loads(line) for line in output.splitlines()]
+
+
+# ------------------------------------------------------------------ --tag
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["normalize", str(SAMPLES / "bash_ok" / "stream.jsonl")],
+        ["normalize", str(SAMPLES / "serve_text" / "events.sse")],
+        ["import", "--db", str(SAMPLES / "task" / "opencode.db"), "--all"],
+    ],
+    ids=["stream", "sse", "store"],
+)
+def test_a_tag_stamps_every_event(args: list[str]):
+    result = run(*args, "--tag", "host=ci-7", "--tag", "job=build 42", "--tag", "empty=")
+    assert result.returncode == 0, result.stderr.decode()
+    events = lines(result.stdout)
+    assert events and all(
+        e["tags"] == {"host": "ci-7", "job": "build 42", "empty": ""} for e in events
+    )
+    untagged = lines(run(*args).stdout)
+    assert [{k: v for k, v in e.items() if k != "tags"} for e in events] == untagged
+
+
+def test_tags_read_again_keep_theirs_and_take_the_new_ones(tmp_path: Path):
+    first = run("normalize", str(SAMPLES / "bash_ok" / "stream.jsonl"), "--tag", "host=a")
+    saved = tmp_path / "events.jsonl"
+    saved.write_bytes(first.stdout)
+    again = lines(run("normalize", str(saved), "--tag", "job=1", "--tag", "host=b").stdout)
+    assert all(e["tags"] == {"host": "b", "job": "1"} for e in again)
+
+
+@pytest.mark.parametrize("value", ["no-equals", "=value", " =x"])
+def test_a_tag_that_is_not_key_value_is_a_usage_error(value: str):
+    result = run("normalize", "--tag", value, str(SAMPLES / "bash_ok" / "stream.jsonl"))
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert result.stderr.decode().startswith("error: Invalid value for '--tag'")
+    assert result.stderr.count(b"\n") == 1
+
+
+# ------------------------------------------------------------------ what events group by
+
+
+def test_a_subagents_events_name_its_parent_session():
+    db = SAMPLES / "task" / "opencode.db"
+    events = lines(run("import", "--db", str(db), "--all", "--no-metrics").stdout)
+    (spawn,) = [e for e in events if e["kind"] == "orchestration"]
+    parent, child = spawn["session_id"], spawn["child_session_id"]
+    assert {e.get("parent_session_id") for e in events if e["session_id"] == child} == {parent}
+    assert all("parent_session_id" not in e for e in events if e["session_id"] == parent)
+
+
+def test_usage_events_name_model_provider_and_agent_from_the_store():
+    db = SAMPLES / "task" / "opencode.db"
+    usage = [
+        e for e in lines(run("import", "--db", str(db), "--all").stdout) if e["kind"] == "usage"
+    ]
+    stored = subprocess.run(
+        ["sqlite3", "-readonly", str(db), "SELECT id, data FROM message"],
+        capture_output=True,
+        text=True,
+    )
+    if stored.returncode != 0:  # no sqlite3 CLI: read the rows with Python's own binding
+        import sqlite3
+
+        with sqlite3.connect(f"file:{db}?immutable=1", uri=True) as conn:
+            rows = dict(conn.execute("SELECT id, data FROM message"))
+    else:
+        rows = dict(line.split("|", 1) for line in stored.stdout.splitlines())
+    for event in usage:
+        info = json.loads(rows[event["message_id"]])
+        assert (event["model"], event["provider"], event["agent"]) == (
+            info["modelID"],
+            info["providerID"],
+            info["agent"],
+        )
+
+
+# ------------------------------------------------------------------ DuckDB
+
+SCENARIOS = ["task", "parallel_tools", "mcp", "bash_fail", "compaction", "skill"]
+
+
+def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
+    """Many machines' events in one table: each import tagged with where it came from,
+    typed by `schema --duckdb`; per session (subagents folded by parent_session_id) the
+    sums equal `usage --by session` of that database."""
+    events = tmp_path / "events.jsonl"
+    with open(events, "wb") as out:
+        for scenario in SCENARIOS:
+            db = str(SAMPLES / scenario / "opencode.db")
+            result = run("import", "--db", db, "--all", "--tag", f"machine={scenario}")
+            assert result.returncode == 0, result.stderr.decode()
+            out.write(result.stdout)
+    columns = run("schema", "--duckdb").stdout.decode().strip()
+    con = duckdb.connect()
+    con.execute(
+        f"CREATE TABLE events AS SELECT * FROM read_json('{events}', "
+        f"format = 'newline_delimited', columns = {columns})"
+    )
+    found = {
+        (machine, session): (cost, tokens, inferences)
+        for machine, session, cost, tokens, inferences in con.execute(
+            "SELECT tags->>'machine', coalesce(parent_session_id, session_id), sum(cost), "
+            "sum(total_tokens), count(*) FROM events WHERE kind = 'usage' GROUP BY ALL"
+        ).fetchall()
+    }
+    expected = {}
+    for scenario in SCENARIOS:
+        db = str(SAMPLES / scenario / "opencode.db")
+        report = json.loads(
+            run("usage", "--db", db, "--all", "--by", "session", "--format", "json").stdout
+        )
+        for row in report["rows"]:
+            expected[(scenario, row["session_id"])] = (
+                row["cost"],
+                row["total_tokens"],
+                row["inferences"],
+            )
+    assert found.keys() == expected.keys()
+    for key, (cost, tokens, inferences) in expected.items():
+        assert found[key][1:] == (tokens, inferences), key
+        assert found[key][0] == pytest.approx(cost, rel=1e-12), key
+    kinds = {kind for (kind,) in con.execute("SELECT DISTINCT kind FROM events").fetchall()}
+    assert {"usage", "metrics", "message"} <= kinds
+
+
+def test_the_duckdb_columns_cover_every_field_of_the_schema():
+    schema = json.loads(run("schema").stdout)
+    fields = {name for d in schema["$defs"].values() for name in d.get("properties", {})}
+    columns = run("schema", "--duckdb").stdout.decode()
+    assert {c.split("'")[1] for c in columns.strip("{}\n").split(", ")} == fields
+    assert "'cost': 'DOUBLE'" in columns and "'success': 'BOOLEAN'" in columns
