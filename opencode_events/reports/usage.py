@@ -39,6 +39,7 @@ from ..errors import GroupingError, InputError
 from ..events import summed_cost
 from ..store.ranges import start_over_ranges, worker_connection
 from ..store.rows import FastScans, descendants
+from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
 # which a TypeError reports).
@@ -1391,8 +1392,9 @@ def _scan_here(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
     try:
         for low, high in store.rowid_ranges("message", 1):
             _scan_rowids(conn, low, high, scan, day_of)
-    except sqlite3.Error as exc:
-        raise InputError(f"cannot read {getattr(store, 'path', 'the database')}: {exc}") from None
+    except SQLITE_ERRORS as exc:
+        where = getattr(store, "path", "the database")
+        raise InputError(f"cannot read {where}: {sqlite_reason(exc)}") from None
     return True
 
 

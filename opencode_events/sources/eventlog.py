@@ -42,6 +42,7 @@ from ..core.normalizer import Normalizer, Provenance
 from ..core.views import MessageInfo, number
 from ..errors import InputError
 from ..events import Event
+from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 from .sse import SseReader
 
 __all__ = ["StoreFollower", "SessionActivity", "event_type"]
@@ -154,12 +155,12 @@ class StoreFollower:
         conn = store.conn
         try:
             conn.execute("BEGIN")
-        except sqlite3.Error as exc:
-            raise InputError(f"cannot read {store.path}: {exc}") from None
+        except SQLITE_ERRORS as exc:
+            raise InputError(f"cannot read {store.path}: {sqlite_reason(exc)}") from None
         try:
             return self._read(store, now_ms)
-        except sqlite3.Error as exc:
-            raise InputError(f"cannot read {store.path}: {exc}") from None
+        except SQLITE_ERRORS as exc:
+            raise InputError(f"cannot read {store.path}: {sqlite_reason(exc)}") from None
         finally:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("COMMIT")
