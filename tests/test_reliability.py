@@ -88,3 +88,141 @@ def test_a_database_error_no_reader_caught_is_still_one_line(monkeypatch, capsys
     err = capsys.readouterr().err
     assert code == 2
     assert err == "error: cannot read the database: database disk image is malformed\n"
+
+
+def test_memory_error_is_one_line(monkeypatch, capsys):
+    main = importlib.import_module("opencode_events.cli.main")
+    import opencode_events.pipeline.normalize as pipeline
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(pipeline, "normalize_streams", exhausted)
+    code = main.run(main.cli, ["normalize", str(SAMPLES / "text" / "stream.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: out of memory") and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- the longest line
+
+
+class _Chunks:
+    """A stream that hands over ``data`` ``size`` bytes at a time, as a pipe does."""
+
+    def __init__(self, data: bytes, size: int) -> None:
+        self.data, self.size, self.at = data, size, 0
+
+    def read(self, n: int = -1) -> bytes:
+        piece = self.data[self.at : self.at + min(n, self.size)]
+        self.at += len(piece)
+        return piece
+
+
+def _expected_lines(data: bytes, limit: int) -> list:
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    keep = min(1024, limit)  # an overlong line's start: 1 KiB, or the limit if less
+    return [("long", line[:keep], len(line)) if len(line) > limit else line for line in lines]
+
+
+def _lines_read(data: bytes, chunk: int, limit: int) -> list:
+    from opencode_events.sources.stream import OverlongLine, line_batches
+
+    found: list = []
+    for batch in line_batches(_Chunks(data, chunk), chunk_size=chunk, max_line=limit):
+        if type(batch) is OverlongLine:
+            assert batch == [b""]  # a loop that does not look sees one blank line
+            found.append(("long", batch.start, batch.length))
+        else:
+            found += batch
+    return found
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"short\n" + b"x" * 300 + b"\nafter\n",
+        b"y" * 5000 + b"\n",  # the first line
+        b"a\n" + b"z" * 3000,  # the last, without a newline
+        b"\n".join([b"q" * 101] * 5) + b"\n",  # one after another
+        b"w" * 100 + b"\n",  # at the limit exactly: kept
+    ],
+    ids=["middle", "first", "last-unended", "several", "at-limit"],
+)
+def test_a_line_over_the_limit_is_measured_not_kept(data: bytes, chunk: int):
+    assert _lines_read(data, chunk, 100) == _expected_lines(data, 100)
+
+
+def test_lines_over_the_limit_property():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(
+        st.lists(st.integers(0, 300), max_size=12),
+        st.integers(1, 400),
+        st.integers(1, 200),
+        st.booleans(),
+    )
+    def check(lengths, chunk, limit, ended):
+        data = b"\n".join(bytes([97 + i % 26]) * n for i, n in enumerate(lengths))
+        if ended and data:
+            data += b"\n"
+        assert _lines_read(data, chunk, limit) == _expected_lines(data, limit)
+
+    check()
+
+
+def _jsonl(data: bytes) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in data.decode("utf-8").splitlines()]
+
+
+def test_normalize_warns_of_a_line_over_the_limit_and_reads_on():
+    text = (SAMPLES / "text" / "stream.jsonl").read_bytes()
+    stdin = b"x" * 5000 + b"\n" + text
+    result = run("normalize", "--max-line", "4K", stdin=stdin)
+    assert result.returncode == 0, result.stderr.decode()
+    events = _jsonl(result.stdout)
+    first = events[0]
+    assert first["kind"] == "warning" and first["line"] == 1
+    assert "5,000 bytes" in first["message"] and "4,096" in first["message"]
+    assert first["text"] == "x" * 1024
+    # the rest is read as it would be alone, one line further down
+    alone = _jsonl(run("normalize", stdin=text).stdout)
+    assert [e["kind"] for e in events[1:-1]] == [e["kind"] for e in alone[:-1]]
+    assert [e.get("line") for e in events[1:-1]] == [e["line"] + 1 for e in alone[:-1]]
+    assert events[-1]["records"] == alone[-1]["records"] + 1
+
+
+def test_the_limit_comes_from_the_environment_too():
+    import os
+
+    env = {**os.environ, "OPENCODE_EVENTS_MAX_LINE": "64"}
+    result = run("normalize", stdin=b'{"type":"x","pad":"' + b"p" * 100 + b'"}\n', env=env)
+    assert _jsonl(result.stdout)[0]["kind"] == "warning"
+    bad = run("normalize", stdin=b"{}\n", env={**env, "OPENCODE_EVENTS_MAX_LINE": "lots"})
+    assert bad.returncode == 2 and bad.stderr.startswith(b"error: OPENCODE_EVENTS_MAX_LINE")
+
+
+def test_an_input_line_that_never_ends_is_one_warning():
+    # /dev/zero, cut short: 24 MB and no newline, read with a 1 MiB limit
+    result = run("normalize", "--max-line", "1M", stdin=b"\0" * (24 << 20))
+    assert result.returncode == 0, result.stderr.decode()
+    warning, metrics = _jsonl(result.stdout)
+    assert warning["kind"] == "warning" and f"{24 << 20:,} bytes" in warning["message"]
+    assert metrics["records"] == 1
+
+
+def test_a_server_event_over_the_limit_is_one_warning():
+    frame = b"data: " + b'{"type":"x","properties":{}}' + b"\n"
+    stdin = frame + b"\n" + b"".join([b"data: " + b"d" * 60 + b"\n"] * 10) + b"\n" + frame + b"\n"
+    result = run("normalize", "--max-line", "200", stdin=stdin)
+    events = _jsonl(result.stdout)
+    kinds = [e["kind"] for e in events]
+    assert kinds == ["unknown", "warning", "unknown", "metrics"], events
+    assert events[1]["line"] == 3 and "server event of" in events[1]["message"]

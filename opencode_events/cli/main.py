@@ -56,6 +56,12 @@ def cli() -> None:
     help="jsonl, or pretty for people (the default when stdout is a terminal).",
 )
 @click.option("--deltas", is_flag=True, help="Server event input: emit streaming text deltas.")
+@click.option(
+    "--max-line",
+    metavar="SIZE",
+    help="Longest input line read (default 16M, or $OPENCODE_EVENTS_MAX_LINE); "
+    "a longer one is a warning.",
+)
 @pipe_safe
 def normalize(
     inputs: tuple[str, ...],
@@ -66,6 +72,7 @@ def normalize(
     strict: bool,
     fmt: str | None,
     deltas: bool,
+    max_line: str | None,
 ) -> None:
     """Normalize OpenCode's output to one event per line.
 
@@ -76,14 +83,24 @@ def normalize(
     """
     from ..output.jsonl import make_writer
     from ..pipeline.normalize import normalize_streams, refuse_databases
+    from ..sources.stream import max_line_setting, parse_size
 
+    try:
+        limit = max_line_setting() if max_line is None else parse_size(max_line)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-line") from None
     inputs_opened = open_inputs(inputs)
     refuse_databases(inputs_opened, "import")
     out = open_output(output, reads=inputs or ("-",))
     writer = make_writer(format_for(fmt, out), out, buffered=buffered)
     with written_when_interrupted(writer):
         normalizer = normalize_streams(
-            inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
+            inputs_opened,
+            writer,
+            keep_raw=keep_raw,
+            metrics=not no_metrics,
+            deltas=deltas,
+            max_line=limit,
         )
     if strict and normalizer.problems:
         raise SystemExit(ExitStatus.STRICT)
@@ -415,7 +432,7 @@ def _flush_or_discard_stdout() -> None:
     Ctrl-C while waiting on a reader that stopped reading drops it too."""
     try:
         sys.stdout.flush()
-    except (OSError, ValueError, KeyboardInterrupt, SystemExit):
+    except (OSError, ValueError, MemoryError, KeyboardInterrupt, SystemExit):
         discard_stdout()
 
 
@@ -473,6 +490,12 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     except SystemExit as exc:  # SIGTERM (143), --strict (1)
         _flush_or_discard_stdout()
         return exc.code if isinstance(exc.code, int) else ExitStatus.OK
+    except MemoryError:
+        # A memory cap, or a record larger than the memory there is: what was unwound is
+        # free again, enough for one line.
+        _flush_or_discard_stdout()
+        click.echo("error: out of memory (a memory limit, or an input record too large)", err=True)
+        return ExitStatus.USAGE
     except Exception as exc:
         reason = _database_failure(exc)
         if reason is None:

@@ -405,7 +405,7 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
         read_head,
         refuse_database,
     )
-    from ..sources.stream import StreamReader, line_batches
+    from ..sources.stream import OverlongLine, StreamReader, line_batches
 
     head = read_head(stream)
     if not head.strip():  # read_head read it all: no line holds anything
@@ -431,6 +431,10 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
     line_no = 0
     start: tuple[int | None, str | None] | None = None  # the open step's (time, session)
     for batch in line_batches(stream, first=head):
+        if type(batch) is OverlongLine:  # longer than the limit: not read (a warning there)
+            line_no += 1
+            unread.lines += 1
+            continue
         for line in batch:
             line_no += 1
             if normalized is None:
