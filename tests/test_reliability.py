@@ -226,3 +226,68 @@ def test_a_server_event_over_the_limit_is_one_warning():
     kinds = [e["kind"] for e in events]
     assert kinds == ["unknown", "warning", "unknown", "metrics"], events
     assert events[1]["line"] == 3 and "server event of" in events[1]["message"]
+
+
+# ---------------------------------------------------------------- valid UTF-8 JSON out
+
+
+def _strict_events(data: bytes) -> list[dict]:
+    """Every line as a strict reader takes it: UTF-8 (no surrogates), then JSON."""
+    import json
+
+    text = data.decode("utf-8")  # raises on a byte that is not UTF-8
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _repairs(events: list[dict]) -> list[dict]:
+    from opencode_events.core.normalizer import REPAIRED_RAW
+
+    return [e for e in events if e["kind"] == "warning" and e["message"] == REPAIRED_RAW]
+
+
+BAD_BYTES = [b"\xff", b"\xe2\x82", b"\xed\xa0\x80", b"\xc0\xaf"]  # lone, cut, surrogate, overlong
+
+
+@pytest.mark.parametrize("bad", BAD_BYTES, ids=["ff", "cut", "surrogate", "overlong"])
+@pytest.mark.parametrize(
+    ("stdin", "args", "kind"),
+    [
+        (b'{"type":"x","k":"%s"}\n', [], "unknown"),
+        (b'{"type":"text","part":{"type":"text","text":"hi","k":"%s"}}\n', ["--raw"], "message"),
+        (b'data: {"type":"x","properties":{"k":"%s"}}\n\n', [], "unknown"),
+        (b'{"kind":"unknown","seq":0,"type":"x","raw":{"k":"%s"}}\n', [], "unknown"),
+    ],
+    ids=["stream-unknown", "stream-raw", "server-event", "events-again"],
+)
+def test_bytes_that_are_not_utf8_in_raw_are_replaced_and_said(stdin, args, kind, bad):
+    result = run("normalize", *args, stdin=stdin.replace(b"%s", bad))
+    assert result.returncode == 0, result.stderr.decode()
+    events = _strict_events(result.stdout)
+    warning, event = events[0], events[1]
+    assert _repairs(events) == [warning] and warning["line"] == 1
+    assert event["kind"] == kind and "\ufffd" in str(event["raw"])
+    assert events[-1]["counts"]["warning"] == 1
+    strict = run("normalize", *args, "--strict", stdin=stdin.replace(b"%s", bad))
+    assert strict.returncode == 1  # a damaged record is a problem --strict reports
+
+
+def test_valid_utf8_in_raw_is_kept_as_it_is():
+    stdin = '{"type":"x","k":"é—😀"}\n'.encode()
+    events = _strict_events(run("normalize", stdin=stdin).stdout)
+    assert events[0]["raw"] == {"type": "x", "k": "é—😀"} and not _repairs(events)
+
+
+def test_store_data_that_is_not_utf8_is_replaced_in_raw(tmp_path: Path):
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT rowid, CAST(data AS BLOB) FROM part").fetchall()
+        for rowid, data in rows:
+            damaged = data[:-1] + b',"zz":"\xff"}'
+            conn.execute("UPDATE part SET data = ? WHERE rowid = ?", (damaged, rowid))
+    result = run("import", "--all", "--raw", "--db", str(db))
+    assert result.returncode == 0, result.stderr.decode()
+    events = _strict_events(result.stdout)
+    with_raw = [e for e in events if "raw" in e and e.get("part_id")]
+    assert with_raw and all(e["raw"]["zz"] == "\ufffd" for e in with_raw)
+    assert len(_repairs(events)) == len({e["part_id"] for e in with_raw})
