@@ -291,3 +291,61 @@ def test_store_data_that_is_not_utf8_is_replaced_in_raw(tmp_path: Path):
     with_raw = [e for e in events if "raw" in e and e.get("part_id")]
     assert with_raw and all(e["raw"]["zz"] == "\ufffd" for e in with_raw)
     assert len(_repairs(events)) == len({e["part_id"] for e in with_raw})
+
+
+# ---------------------------------------------------------------- memory
+
+
+@pytest.mark.parametrize("line", [b"{}", b"x", b'{"type":"step_start"}'])
+def test_a_read_of_short_lines_is_handed_on_in_slices(line: bytes):
+    from opencode_events.sources.stream import line_batches
+
+    data = (line + b"\n") * ((3 << 20) // (len(line) + 1)) + b"end"
+    batches = list(line_batches(_Chunks(data, 1 << 20), chunk_size=1 << 20))
+    assert [x for batch in batches for x in batch] == data.split(b"\n")
+    # each batch (and so each round of events) is a slice of a read, not the whole read
+    assert max(len(batch) for batch in batches) <= (80 << 10) // (len(line) + 1)
+
+
+def test_a_read_of_long_lines_is_one_batch():
+    from opencode_events.sources.stream import line_batches
+
+    data = (b"r" * 2000 + b"\n") * 500
+    batches = list(line_batches(_Chunks(data, 1 << 20), chunk_size=1 << 20))
+    assert len(batches) == 1 and batches[0] == data.split(b"\n")[:-1]
+
+
+@pytest.mark.parametrize("by", ["turn", "step", "session", "day"])
+def test_usage_of_a_stream_written_as_read_is_the_report_written_whole(by: str):
+    import io
+
+    from opencode_events.output.rows import csv_pieces, json_pieces, write_csv, write_json
+    from opencode_events.reports.usage import StreamUsage, stream_usage
+
+    streams = sorted(SAMPLES.glob("*/stream.jsonl"))
+    data = b"".join(path.read_bytes() for path in streams) + b'{"type":"step_start"}\nnope\n'
+
+    def opened():
+        return [("-", io.BytesIO(data))]
+
+    report = stream_usage(opened(), by=by)
+    assert report.rows and report.notes  # an open row and an unread line among them
+    usage = StreamUsage(opened(), by=by)
+    rows = (row.as_dict() for row in usage.rows())
+
+    def rest():
+        return {"total": usage.total.as_dict(), "notes": usage.notes}
+
+    assert b"".join(json_pieces("rows", rows, rest)) == write_json(report.document())
+    usage = StreamUsage(opened(), by=by)
+    pieces = list(csv_pieces((r.as_dict() for r in usage.rows()), usage.columns, every=2))
+    assert b"".join(pieces) == write_csv([r.as_dict() for r in report.rows], report.columns)
+    assert len(pieces) > 1 or len(report.rows) < 2
+
+
+def test_json_pieces_of_nothing_is_the_empty_document():
+    from opencode_events.output.rows import json_pieces, write_json
+
+    assert b"".join(json_pieces("rows", [], lambda: {"total": {}})) == write_json(
+        {"rows": [], "total": {}}
+    )

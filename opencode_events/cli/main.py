@@ -345,7 +345,7 @@ def usage(
     in, or --by step, session, model, agent or day.
     """
     from ..output import rows as formats
-    from ..reports.usage import GroupingError, store_usage, stream_usage
+    from ..reports.usage import GroupingError, StreamUsage, store_usage
 
     zone = _zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or all_sessions)
@@ -377,7 +377,11 @@ def usage(
         else:
             opened = open_inputs(inputs)
             refuse_stdout_read(inputs or ("-",))
-            report = stream_usage(opened, by=by, tz=zone)
+            streamed = StreamUsage(opened, by=by, tz=zone)
+            if (fmt or ("table" if sys.stdout.isatty() else "json")) in ("json", "csv"):
+                _write_usage_as_read(streamed, fmt or "json")
+                return
+            report = streamed.report(list(streamed.rows()))
     except GroupingError as exc:
         raise click.UsageError(str(exc)) from None
     out = sys.stdout.buffer
@@ -400,6 +404,33 @@ def usage(
                 click.echo(f"note: {note}", err=True)
         else:
             out.write(formats.report_markdown(report))
+    out.flush()
+
+
+def _write_usage_as_read(usage: Any, fmt: str) -> None:
+    """A stream's usage as JSON or CSV, each row written as it is read (memory stays flat
+    over any length of stream); the total and notes after the rows."""
+    from ..output import rows as formats
+
+    out = sys.stdout.buffer
+    rows = (row.as_dict() for row in usage.rows())
+    if fmt == "json":
+
+        def rest() -> dict[str, Any]:
+            doc: dict[str, Any] = {"total": usage.total.as_dict()}
+            if usage.notes:
+                doc["notes"] = list(usage.notes)
+            return doc
+
+        for piece in formats.json_pieces("rows", rows, rest):
+            out.write(piece)
+    else:
+        for piece in formats.csv_pieces(rows, usage.columns):
+            out.write(piece)
+        out.flush()  # the rows first, then the notes after them
+        # CSV has no place for a note; it goes where a person running the command sees it.
+        for note in usage.notes:
+            click.echo(f"note: {note}", err=True)
     out.flush()
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -16,8 +16,10 @@ import msgspec
 __all__ = [
     "to_builtins",
     "write_json",
+    "json_pieces",
     "write_jsonl",
     "write_csv",
+    "csv_pieces",
     "write_markdown",
     "report_markdown",
 ]
@@ -45,17 +47,51 @@ def write_json(document: Any) -> bytes:
     return msgspec.json.format(_ENCODER.encode(document), indent=2) + b"\n"
 
 
+def json_pieces(
+    key: str, items: Iterable[Any], rest: Callable[[], dict[str, Any]]
+) -> Iterator[bytes]:
+    """``write_json({key: [*items], **rest()})`` in pieces, an item at a time (``rest`` is
+    asked once the items are done), the same bytes: a long report is written as it is made."""
+    head = _ENCODER.encode(key)
+    any_item = False
+    for item in items:
+        item_json = msgspec.json.format(_ENCODER.encode(item), indent=2)
+        yield (b",\n" if any_item else b"{\n  " + head + b": [\n") + _indented(item_json, 4, True)
+        any_item = True
+    yield b"\n  ]" if any_item else b"{\n  " + head + b": []"
+    for name, value in rest().items():
+        value_json = msgspec.json.format(_ENCODER.encode(value), indent=2)
+        yield b",\n  " + _ENCODER.encode(name) + b": " + _indented(value_json, 2, False)
+    yield b"\n}\n"
+
+
+def _indented(data: bytes, by: int, first: bool) -> bytes:
+    pad = b" " * by
+    return (pad if first else b"") + data.replace(b"\n", b"\n" + pad)
+
+
 def write_jsonl(rows: Sequence[Any]) -> bytes:
     return b"".join(_ENCODER.encode(row) + b"\n" for row in rows)
 
 
-def write_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> bytes:
+def write_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> bytes:
+    return b"".join(csv_pieces(rows, columns))
+
+
+def csv_pieces(
+    rows: Iterable[dict[str, Any]], columns: Sequence[str], *, every: int = 1024
+) -> Iterator[bytes]:
+    """``write_csv`` in pieces of ``every`` rows, the header first."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)
-    for row in rows:
+    for n, row in enumerate(rows, 1):
         writer.writerow([_cell(row.get(c)) for c in columns])
-    return buffer.getvalue().encode()
+        if n % every == 0:
+            yield buffer.getvalue().encode()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue().encode()
 
 
 def write_markdown(

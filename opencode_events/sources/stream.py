@@ -73,20 +73,17 @@ def line_batches(
     pending: list[bytes] = []  # pieces of a line whose newline has not come yet
     pending_size = 0
     skipping: OverlongLine | None = None  # an overlong line, measured to its end
-    chunk = first or stream.read(chunk_size)
-    while chunk:
+    for chunk in _reads(stream, first, chunk_size):
         if skipping is not None:
             end = chunk.find(b"\n")
             if end < 0:
                 skipping.length += len(chunk)
-                chunk = stream.read(chunk_size)
                 continue
             skipping.length += end
             yield skipping
             skipping = None
             chunk = chunk[end + 1 :]
             if not chunk:
-                chunk = stream.read(chunk_size)
                 continue
         if b"\n" not in chunk:
             pending.append(chunk)
@@ -94,32 +91,54 @@ def line_batches(
             if pending_size > limit:
                 skipping = OverlongLine(_start_of(pending, keep), pending_size)
                 pending, pending_size = [], 0
-        else:
-            lines = chunk.split(b"\n")
-            if pending:
-                if pending_size + len(lines[0]) > limit:
-                    length = pending_size + len(lines[0])
-                    lines[0] = OverlongLine(_start_of([*pending, lines[0]], keep), length)  # type: ignore[call-overload]
-                else:
-                    pending.append(lines[0])
-                    lines[0] = b"".join(pending)
-                pending, pending_size = [], 0
-            tail = lines.pop()
-            if tail:
-                if len(tail) > limit:
-                    skipping = OverlongLine(tail[:keep], len(tail))
-                else:
-                    pending.append(tail)
-                    pending_size = len(tail)
-            if len(chunk) > limit or type(lines[0]) is OverlongLine:
-                yield from _split_overlong(lines, limit, keep)
+            continue
+        lines = chunk.split(b"\n")
+        if pending:
+            if pending_size + len(lines[0]) > limit:
+                length = pending_size + len(lines[0])
+                lines[0] = OverlongLine(_start_of([*pending, lines[0]], keep), length)  # type: ignore[call-overload]
             else:
-                yield lines
-        chunk = stream.read(chunk_size)
+                pending.append(lines[0])
+                lines[0] = b"".join(pending)
+            pending, pending_size = [], 0
+        tail = lines.pop()
+        if tail:
+            if len(tail) > limit:
+                skipping = OverlongLine(tail[:keep], len(tail))
+            else:
+                pending.append(tail)
+                pending_size = len(tail)
+        if len(chunk) > limit or type(lines[0]) is OverlongLine:
+            yield from _split_overlong(lines, limit, keep)
+        else:
+            yield lines
     if skipping is not None:
         yield skipping
     elif pending:
         yield [b"".join(pending)]
+
+
+# A read of many short lines is handed on in slices of about this size: a 1 MB read of
+# `{}` lines would otherwise be half a million line objects, then as many events, at once.
+_SLICE = 64 << 10
+_DENSE = 1024  # newlines in a read's first slice that make it one of short lines
+
+
+def _reads(stream: BinaryIO, first: bytes, chunk_size: int) -> Iterator[bytes]:
+    """The stream's reads (``first`` the first), a read of short lines cut at newlines
+    into slices of about ``_SLICE`` bytes; OpenCode's records, of a KB or more, never are."""
+    chunk = first or stream.read(chunk_size)
+    while chunk:
+        if len(chunk) > 2 * _SLICE and chunk.count(b"\n", 0, _SLICE) > _DENSE:
+            start = 0
+            while start < len(chunk):
+                end = chunk.find(b"\n", start + _SLICE)
+                end = len(chunk) if end < 0 else end + 1
+                yield chunk[start:end]
+                start = end
+        else:
+            yield chunk
+        chunk = stream.read(chunk_size)
 
 
 def _start_of(pieces: list[bytes], keep: int) -> bytes:
