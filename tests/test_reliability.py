@@ -349,3 +349,98 @@ def test_json_pieces_of_nothing_is_the_empty_document():
     assert b"".join(json_pieces("rows", [], lambda: {"total": {}})) == write_json(
         {"rows": [], "total": {}}
     )
+
+
+# ---------------------------------------------------------------- CSV and the terminal
+
+
+def _titled(tmp_path: Path, title: str) -> Path:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE session SET title = ?", (title,))
+    return db
+
+
+def _csv_rows(data: bytes) -> list[dict]:
+    import csv
+    import io
+
+    return list(csv.DictReader(io.StringIO(data.decode("utf-8"), newline="")))
+
+
+@pytest.mark.parametrize(
+    "title",
+    ['=HYPERLINK("http://evil.example","x")', "+1+cmd", "-2+3", "@SUM(A1)", "\tx", "\rx"],
+)
+def test_csv_cells_a_spreadsheet_would_run_start_with_a_quote(tmp_path: Path, title: str):
+    db = _titled(tmp_path, title)
+    result = run("sessions", "--all", "--format", "csv", "--db", str(db))
+    assert result.returncode == 0, result.stderr.decode()
+    (row,) = _csv_rows(result.stdout)
+    assert row["title"] == "'" + title
+    assert not row["cost"].startswith("'")  # numbers are numbers
+    raw = run("sessions", "--all", "--format", "csv", "--csv-raw", "--db", str(db))
+    assert _csv_rows(raw.stdout)[0]["title"] == title
+
+
+def test_csv_cells_of_plain_text_are_as_they_are(tmp_path: Path):
+    db = _titled(tmp_path, "fix the build = green")
+    (row,) = _csv_rows(run("sessions", "--all", "--format", "csv", "--db", str(db)).stdout)
+    assert row["title"] == "fix the build = green"
+
+
+def _on_a_terminal(*args: str) -> bytes:
+    """What the command writes to a terminal (a pty), all of it."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*CLI, *args], stdout=follower, stderr=subprocess.PIPE, cwd=ROOT)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            piece = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the command is done
+            break
+        if not piece:
+            break
+        seen += piece
+    proc.wait(timeout=60)
+    os.close(leader)
+    assert proc.returncode == 0, proc.stderr.read().decode()
+    return seen
+
+
+CONTROLS = "a\x1b[2Jb\x07c\x1b]52;c;ZXZpbA==\x07d\x9b31me\x7f"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sessions", "--all", "--format", "csv"],
+        ["sessions", "--all", "--format", "json"],
+        ["sessions", "--all", "--format", "jsonl"],
+        ["sessions", "--all"],
+        ["usage", "--all", "--by", "session", "--format", "markdown"],
+        ["import", "--all", "--format", "jsonl"],
+    ],
+    ids=lambda a: " ".join(a[2:]) or a[0],
+)
+def test_no_control_character_reaches_a_terminal_from_any_format(tmp_path: Path, args):
+    db = _titled(tmp_path, CONTROLS)
+    with sqlite3.connect(db) as conn:  # and in what a part says, for import
+        rows = conn.execute("SELECT rowid, CAST(data AS BLOB) FROM part").fetchall()
+        for rowid, data in rows:
+            damaged = (
+                data[:-1] + ',"zz":"{}"}}'.format(CONTROLS.replace("\x1b", "\\u001b")).encode()
+            )
+            conn.execute("UPDATE part SET data = ? WHERE rowid = ?", (damaged, rowid))
+    seen = _on_a_terminal(*args, "--db", str(db), "--raw" if args[0] == "import" else "--all")
+    text = seen.decode("utf-8")
+    assert "\x07" not in text and "\x9b" not in text and "\x7f" not in text
+    shown = text.replace("\x1b[", "").replace("\x1b]", "")  # rich's own styles are allowed
+    if "--format" in args:  # no styles of ours at all in the formats for programs
+        assert "\x1b" not in text
+    assert "\x1b" not in shown.replace("\x1b(B", "")

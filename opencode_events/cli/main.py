@@ -20,6 +20,7 @@ from .._version import __version__
 from ..errors import InputError, OutputError
 from .io import (
     PipeClosed,
+    csv_raw_option,
     db_option,
     discard_stdout,
     format_for,
@@ -28,6 +29,7 @@ from .io import (
     open_store,
     pipe_safe,
     refuse_stdout_read,
+    report_output,
     selection_options,
     since_ms,
     whole_writes_stdout,
@@ -263,6 +265,7 @@ SESSION_COLUMNS = (
     default=None,
     help="table for people (default on a terminal), json, jsonl or csv for programs.",
 )
+@csv_raw_option
 @pipe_safe
 def sessions(
     db_path: str | None,
@@ -270,6 +273,7 @@ def sessions(
     limit: int | None,
     all_sessions: bool,
     fmt: str | None,
+    csv_raw: bool,
 ) -> None:
     """Sessions in the store, newest activity first, with turns, tools, tokens and cost."""
     from ..output import rows as formats
@@ -281,7 +285,7 @@ def sessions(
         refuse_stdout_read(store_files(store))
         report = sessions_report(store, since_ms=since_time, limit=limit, all_sessions=all_sessions)
     summaries = report.sessions
-    out = sys.stdout.buffer
+    out = report_output()
     fmt = fmt or ("table" if out.isatty() else "jsonl")
     if fmt == "table":
         from ..output.tables import sessions_table
@@ -293,7 +297,7 @@ def sessions(
     elif fmt == "jsonl":
         out.write(formats.write_jsonl(summaries))
     else:
-        out.write(formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS))
+        out.write(formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS, raw=csv_raw))
     out.flush()
 
 
@@ -323,6 +327,7 @@ def sessions(
     type=click.Choice(["table", "json", "csv", "markdown"]),
     help="table for people (default on a terminal), json, csv or markdown.",
 )
+@csv_raw_option
 @pipe_safe
 def usage(
     inputs: tuple[str, ...],
@@ -335,6 +340,7 @@ def usage(
     tz: str | None,
     no_fold: bool,
     fmt: str | None,
+    csv_raw: bool,
 ) -> None:
     """Tokens and cost per turn, as OpenCode counted them.
 
@@ -379,12 +385,12 @@ def usage(
             refuse_stdout_read(inputs or ("-",))
             streamed = StreamUsage(opened, by=by, tz=zone)
             if (fmt or ("table" if sys.stdout.isatty() else "json")) in ("json", "csv"):
-                _write_usage_as_read(streamed, fmt or "json")
+                _write_usage_as_read(streamed, fmt or "json", csv_raw=csv_raw)
                 return
             report = streamed.report(list(streamed.rows()))
     except GroupingError as exc:
         raise click.UsageError(str(exc)) from None
-    out = sys.stdout.buffer
+    out = report_output()
     fmt = fmt or ("table" if out.isatty() else "json")
     if fmt == "table":
         from ..output.tables import usage_table
@@ -397,7 +403,7 @@ def usage(
         rows = [row.as_dict() for row in report.rows]
         columns = report.columns
         if fmt == "csv":
-            out.write(formats.write_csv(rows, columns))
+            out.write(formats.write_csv(rows, columns, raw=csv_raw))
             out.flush()  # the rows first, then the notes after them
             # CSV has no place for a note; it goes where a person running the command sees it.
             for note in report.notes:
@@ -407,12 +413,12 @@ def usage(
     out.flush()
 
 
-def _write_usage_as_read(usage: Any, fmt: str) -> None:
+def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False) -> None:
     """A stream's usage as JSON or CSV, each row written as it is read (memory stays flat
     over any length of stream); the total and notes after the rows."""
     from ..output import rows as formats
 
-    out = sys.stdout.buffer
+    out = report_output()
     rows = (row.as_dict() for row in usage.rows())
     if fmt == "json":
 
@@ -425,7 +431,7 @@ def _write_usage_as_read(usage: Any, fmt: str) -> None:
         for piece in formats.json_pieces("rows", rows, rest):
             out.write(piece)
     else:
-        for piece in formats.csv_pieces(rows, usage.columns):
+        for piece in formats.csv_pieces(rows, usage.columns, raw=csv_raw):
             out.write(piece)
         out.flush()  # the rows first, then the notes after them
         # CSV has no place for a note; it goes where a person running the command sees it.

@@ -58,4 +58,15 @@ def make_writer(fmt: str, out: BinaryIO, *, buffered: bool = False) -> Any:
         from .pretty import PrettyWriter
 
         return PrettyWriter(out)
+    if _is_terminal(out):  # JSON Lines asked for on a terminal: shown, never obeyed
+        from .rows import TerminalText
+
+        return JsonlWriter(TerminalText(out), buffered=buffered)  # type: ignore[arg-type]
     return JsonlWriter(out, buffered=buffered)
+
+
+def _is_terminal(out: Any) -> bool:
+    try:
+        return bool(out.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
