@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SAMPLE ?= samples/file_tools/stream.jsonl
 
-.PHONY: run test lint format bench samples goldens clean
+.PHONY: run test lint format bench fuzz samples goldens clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ bench: $(STAMP)
 	$(PY) -m compileall -q opencode_events
 	$(PY) bench/run.py
 	$(PY) bench/store_bench.py
+
+# The long fuzz run: a million mutated real inputs per input kind (FUZZ_CASES to change).
+fuzz: $(STAMP)
+	$(PY) scripts/fuzz.py
 
 samples: $(STAMP)
 	$(PY) scripts/capture.py

@@ -706,8 +706,8 @@ class Generator:
                 left = quota - (self.parts_done - before)
                 if not first and (left <= 0 and not tasks_left):
                     break
-                if remaining_global <= 0 and not tasks_left:
-                    break
+                if not first and remaining_global <= 0 and not tasks_left:
+                    break  # a session takes at least one unit: its row is the unit's
                 want_task = tasks_left > 0 and (left < 30 or rng.random() < 0.25)
                 unit = self.pick_unit(remaining_global if not want_task else 1 << 30, want_task)
                 if unit.kind == "task":

@@ -90,22 +90,74 @@ def memory_flat() -> dict:
 
 
 def long_line() -> dict:
+    """Lines longer than the limit (16 MiB) are measured, not kept: memory stays flat; a
+    record within it costs memory in proportion to its size (figure only)."""
     path = OUT / "long-line.jsonl"
+    kept = OUT / "kept-record.jsonl"
+
+    def write_record(f, size: int) -> None:
+        # Written in pieces: a child's peak RSS starts from this process's at fork time, so
+        # the bench process must never hold a 64 MB string.
+        f.write(b'{"type":"text","timestamp":1,"sessionID":"ses_long","part":')
+        f.write(b'{"id":"prt_long","type":"text","text":"')
+        for _ in range(size >> 20):
+            f.write(b"z" * (1 << 20))
+        f.write(b'"}}\n')
+
     if not path.exists():
-        text = "z" * (64 << 20)
-        record = {
-            "type": "text",
-            "timestamp": 1,
-            "sessionID": "ses_long",
-            "part": {"id": "prt_long", "type": "text", "text": text},
-        }
-        path.write_bytes(json.dumps(record).encode() + b"\n" + b"q" * (64 << 20) + b"\n")
+        with open(path, "wb") as f:
+            write_record(f, 64 << 20)
+            for _ in range(64):
+                f.write(b"q" * (1 << 20))
+            f.write(b"\n")
+    if not kept.exists():
+        with open(kept, "wb") as f:
+            write_record(f, 8 << 20)
     elapsed, rss = measure(CLI + ["normalize", str(path)])
+    kept_s, kept_rss = measure(CLI + ["normalize", str(kept)])
     return {
-        "lines": "a 64 MB record and a 64 MB garbage line",
+        "lines": "a 64 MB record and a 64 MB garbage line (both over the limit)",
         "seconds": round(elapsed, 2),
         "peak_rss_mb": rss,
+        "kept_8mb_record_peak_rss_mb": kept_rss,
+        "kept_8mb_record_seconds": round(kept_s, 2),
     }
+
+
+SHORT_MB = float(os.environ.get("BENCH_SHORT_MB", "32"))
+
+
+def short_lines() -> dict:
+    """Peak RSS of `normalize` over a file of short lines (1 MB reads: the worst case),
+    non-JSON lines and `{}` lines: each line is an event."""
+    result: dict = {"input_mb": SHORT_MB}
+    for name, line in (("not_json", b"x\n"), ("empty_objects", b"{}\n")):
+        path = OUT / f"short-{name}-{int(SHORT_MB)}mb.txt"
+        if not path.exists():
+            block = line * ((1 << 20) // len(line))
+            with open(path, "wb") as f:
+                for _ in range(int(SHORT_MB)):
+                    f.write(block)
+        elapsed, rss = measure(CLI + ["normalize", str(path)])
+        result[f"{name}_peak_rss_mb"] = rss
+        result[f"{name}_seconds"] = round(elapsed, 1)
+    return result
+
+
+def usage_memory() -> dict:
+    """Peak RSS of `usage` over a 1 GB stream piped in, per grouping (rows written as they
+    are read for turn and step; one row per session or day held)."""
+    result: dict = {"stream_mb": MEMORY_MB}
+    for by in ("turn", "step", "session", "day"):
+        gen = subprocess.Popen(
+            [PY, "bench/gen_stream.py", str(MEMORY_MB)], stdout=subprocess.PIPE, cwd=ROOT
+        )
+        elapsed, rss = measure(CLI + ["usage", "--by", by, "--format", "json"], stdin=gen.stdout)
+        gen.stdout.close()
+        gen.wait()
+        result[f"{by}_peak_rss_mb"] = rss
+        result[f"{by}_seconds"] = round(elapsed, 1)
+    return result
 
 
 def start_up() -> dict:
@@ -127,6 +179,29 @@ BUDGETS = [
     ("throughput vs bare msgspec loop", lambda r: r["throughput"]["ratio_vs_bare"], ">=", 0.6),
     ("peak RSS, 1 GB piped stream (MB)", lambda r: r["memory"]["peak_rss_mb"], "<", 60),
     (
+        "peak RSS, short non-JSON lines (MB)",
+        lambda r: r["short_lines"]["not_json_peak_rss_mb"],
+        "<",
+        60,
+    ),
+    (
+        "peak RSS, short {} lines (MB)",
+        lambda r: r["short_lines"]["empty_objects_peak_rss_mb"],
+        "<",
+        60,
+    ),
+    ("peak RSS, lines over the limit (MB)", lambda r: r["long_line"]["peak_rss_mb"], "<", 60),
+    *(
+        (
+            f"peak RSS, usage --by {by} of 1 GB (MB)",
+            lambda r, by=by: r["usage"][f"{by}_peak_rss_mb"],
+            "<",
+            60,
+        )
+        # --by session holds one row per session (about 470 bytes each; a figure, no budget)
+        for by in ("turn", "step", "day")
+    ),
+    (
         "start-up, normalize </dev/null (ms)",
         lambda r: r["start_up"]["normalize_empty_ms"],
         "<",
@@ -143,6 +218,8 @@ def main() -> None:
         "throughput": throughput(),
         "memory": memory_flat(),
         "long_line": long_line(),
+        "short_lines": short_lines(),
+        "usage": usage_memory(),
         "start_up": start_up(),
     }
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")

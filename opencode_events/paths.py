@@ -1,5 +1,6 @@
 """Every place the tool looks something up in the environment: the store's location, the
-data directory, worker counts, the OpenCode binary and server credentials.
+data directory, worker counts, the OpenCode binary, server credentials and the longest
+input line.
 
 One rule per fact: a command or a library function that needs an environment variable asks
 here, with an ``env`` mapping in tests (``os.environ`` by default)::
@@ -28,6 +29,10 @@ __all__ = [
     "config_home",
     "cache_home",
     "named_config",
+    "MAX_LINE",
+    "MAX_LINE_VARIABLE",
+    "max_line_setting",
+    "parse_size",
 ]
 
 
@@ -120,3 +125,33 @@ def stale_after_seconds(env: Mapping[str, str] | None = None) -> float | None:
     except ValueError:
         return None
     return seconds if seconds is not None and seconds >= 0 else None
+
+
+# The longest line kept: 16 MiB, 200 times OpenCode's largest record in the captures (a
+# tool output, which OpenCode caps at 51,200 bytes, written twice); a line of base64 image
+# data is the likeliest to come near. What is longer is measured, not kept.
+MAX_LINE = 16 << 20
+MAX_LINE_VARIABLE = "OPENCODE_EVENTS_MAX_LINE"
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"16M"`` → 16 MiB (K, M, G are powers of 1024; a plain number is bytes)."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = value[-1:] if value[-1:] in _UNITS else ""
+    number = value[: len(value) - len(unit)].strip()
+    if not number.isdigit() or int(number) <= 0:
+        raise ValueError(f"not a size in bytes: {text!r} (e.g. 16M)")
+    return int(number) * _UNITS[unit]
+
+
+def max_line_setting(env: Mapping[str, str] | None = None) -> int:
+    """``$OPENCODE_EVENTS_MAX_LINE`` when set, else ``MAX_LINE``."""
+    value = (os.environ if env is None else env).get(MAX_LINE_VARIABLE)
+    if not value:
+        return MAX_LINE
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise InputError(f"{MAX_LINE_VARIABLE}: {exc}") from None

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from .io import db_option, pipe_safe, refuse_stdout_read
+from .io import csv_raw_option, db_option, pipe_safe, refuse_stdout_read, report_output
 
 FORMATS = ("table", "json", "csv")
 
@@ -106,8 +106,15 @@ def _draw_inferences(report: Any, out: Any) -> None:
 @click.option(
     "--per-inference", is_flag=True, help="Also show how the context grew, inference by inference."
 )
+@csv_raw_option
 @pipe_safe
-def context(session: str | None, db_path: str | None, fmt: str | None, per_inference: bool) -> None:
+def context(
+    session: str | None,
+    db_path: str | None,
+    fmt: str | None,
+    per_inference: bool,
+    csv_raw: bool,
+) -> None:
     """What fills a session's context window, by source, and what each source cost.
 
     SESSION is a session id or an unambiguous prefix (default: the most recent top-level
@@ -130,7 +137,7 @@ def context(session: str | None, db_path: str | None, fmt: str | None, per_infer
             "models cache; their costs are not split (shown as -)",
             err=True,
         )
-    out = sys.stdout.buffer
+    out = report_output()
     fmt = fmt or ("table" if out.isatty() else "json")
     if fmt == "table":
         _draw(report, per_inference)
@@ -142,8 +149,10 @@ def context(session: str | None, db_path: str | None, fmt: str | None, per_infer
             formats.write_csv(
                 report.inference_rows(),
                 ["session_id", "message_id", "prompt_tokens", "source", "tokens", "added", "cost"],
+                raw=csv_raw,
             )
         )
     else:
-        out.write(formats.write_csv(report.source_rows(), ["source", "tokens", "share", "cost"]))
+        columns = ["source", "tokens", "share", "cost"]
+        out.write(formats.write_csv(report.source_rows(), columns, raw=csv_raw))
     out.flush()

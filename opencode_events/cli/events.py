@@ -40,6 +40,12 @@ from .status import ExitStatus
     help="jsonl, or pretty for people (the default when stdout is a terminal).",
 )
 @click.option("--deltas", is_flag=True, help="Server event input: emit streaming text deltas.")
+@click.option(
+    "--max-line",
+    metavar="SIZE",
+    help="Longest input line read (default 16M, or $OPENCODE_EVENTS_MAX_LINE); "
+    "a longer one is a warning.",
+)
 @tag_option
 @pipe_safe
 def normalize(
@@ -51,6 +57,7 @@ def normalize(
     strict: bool,
     fmt: str | None,
     deltas: bool,
+    max_line: str | None,
     tags: dict[str, str] | None,
 ) -> None:
     """Normalize OpenCode's output to one event per line.
@@ -62,14 +69,24 @@ def normalize(
     """
     from ..output.jsonl import make_writer
     from ..pipeline.normalize import normalize_streams, refuse_databases
+    from ..sources.stream import max_line_setting, parse_size
 
+    try:
+        limit = max_line_setting() if max_line is None else parse_size(max_line)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-line") from None
     inputs_opened = open_inputs(inputs)
     refuse_databases(inputs_opened, "import")
     out = open_output(output, reads=inputs or ("-",))
     writer = make_writer(format_for(fmt, out), out, buffered=buffered, tags=tags)
     with written_when_interrupted(writer):
         normalizer = normalize_streams(
-            inputs_opened, writer, keep_raw=keep_raw, metrics=not no_metrics, deltas=deltas
+            inputs_opened,
+            writer,
+            keep_raw=keep_raw,
+            metrics=not no_metrics,
+            deltas=deltas,
+            max_line=limit,
         )
     if strict and normalizer.problems:
         raise SystemExit(ExitStatus.STRICT)

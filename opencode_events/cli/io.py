@@ -30,6 +30,8 @@ __all__ = [
     "selection_options",
     "since_ms",
     "open_store",
+    "report_output",
+    "csv_raw_option",
 ]
 
 
@@ -313,6 +315,28 @@ def open_output(path: str | None, reads: Sequence[Any] = ()) -> BinaryIO:
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
     return io.BufferedWriter(WholeWrites(fd, name=path))
+
+
+def report_output() -> Any:
+    """Standard output for a report: on a terminal, control characters in any format are
+    shown as their pictures (``output.rows.TerminalText``), never obeyed."""
+    out = sys.stdout.buffer
+    if out.isatty():
+        from ..output.rows import TerminalText
+
+        return TerminalText(out)
+    return out
+
+
+def csv_raw_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Shared option: CSV cells as they are, without the quote that keeps a spreadsheet
+    from taking one for a formula."""
+    return click.option(
+        "--csv-raw",
+        is_flag=True,
+        help="CSV: write text cells as they are (by default one starting with = + - @ "
+        "tab or CR gets a leading ' so that no spreadsheet runs it as a formula).",
+    )(command)
 
 
 def db_option(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -39,7 +39,7 @@ def _flush_or_discard_stdout() -> None:
     Ctrl-C while waiting on a reader that stopped reading drops it too."""
     try:
         sys.stdout.flush()
-    except (OSError, ValueError, KeyboardInterrupt, SystemExit):
+    except (OSError, ValueError, MemoryError, KeyboardInterrupt, SystemExit):
         discard_stdout()
 
 
@@ -97,7 +97,34 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     except SystemExit as exc:  # SIGTERM (143), --strict (1)
         _flush_or_discard_stdout()
         return exc.code if isinstance(exc.code, int) else ExitStatus.OK
+    except MemoryError:
+        # A memory cap, or a record larger than the memory there is: what was unwound is
+        # free again, enough for one line.
+        _flush_or_discard_stdout()
+        click.echo("error: out of memory (a memory limit, or an input record too large)", err=True)
+        return ExitStatus.USAGE
+    except Exception as exc:
+        reason = _database_failure(exc)
+        if reason is None:
+            raise
+        # A store error a reader did not turn into an InputError: still one line.
+        click.echo(f"error: cannot read the database: {_one_line(reason)}", err=True)
+        _flush_or_discard_stdout()
+        return ExitStatus.USAGE
     return ExitStatus.OK
+
+
+def _database_failure(exc: BaseException) -> str | None:
+    """What a failure of either SQLite binding says, or None for any other exception (only
+    the modules already imported are asked: the stream path loads neither)."""
+    sqlite3, apsw = sys.modules.get("sqlite3"), sys.modules.get("apsw")
+    if (sqlite3 is not None and isinstance(exc, sqlite3.Error)) or (
+        apsw is not None and isinstance(exc, apsw.Error)
+    ):
+        from ..store.sqlite import sqlite_reason
+
+        return sqlite_reason(exc)
+    return None
 
 
 def main() -> None:

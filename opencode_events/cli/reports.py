@@ -12,11 +12,13 @@ from typing import Any
 import click
 
 from .io import (
+    csv_raw_option,
     db_option,
     open_inputs,
     open_store,
     pipe_safe,
     refuse_stdout_read,
+    report_output,
     selection_options,
     since_ms,
 )
@@ -34,6 +36,7 @@ from .io import (
     default=None,
     help="table for people (default on a terminal), json, jsonl or csv for programs.",
 )
+@csv_raw_option
 @pipe_safe
 def sessions(
     db_path: str | None,
@@ -41,6 +44,7 @@ def sessions(
     limit: int | None,
     all_sessions: bool,
     fmt: str | None,
+    csv_raw: bool,
 ) -> None:
     """Sessions in the store, newest activity first, with turns, tools, tokens and cost."""
     from ..output import rows as formats
@@ -52,7 +56,7 @@ def sessions(
         refuse_stdout_read(store_files(store))
         report = sessions_report(store, since_ms=since_time, limit=limit, all_sessions=all_sessions)
     summaries = report.sessions
-    out = sys.stdout.buffer
+    out = report_output()
     fmt = fmt or ("table" if out.isatty() else "jsonl")
     if fmt == "table":
         from ..output.tables import sessions_table
@@ -64,7 +68,7 @@ def sessions(
     elif fmt == "jsonl":
         out.write(formats.write_jsonl(summaries))
     else:
-        out.write(formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS))
+        out.write(formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS, raw=csv_raw))
     out.flush()
 
 
@@ -94,6 +98,7 @@ def sessions(
     type=click.Choice(["table", "json", "csv", "markdown"]),
     help="table for people (default on a terminal), json, csv or markdown.",
 )
+@csv_raw_option
 @pipe_safe
 def usage(
     inputs: tuple[str, ...],
@@ -106,6 +111,7 @@ def usage(
     tz: str | None,
     no_fold: bool,
     fmt: str | None,
+    csv_raw: bool,
 ) -> None:
     """Tokens and cost per turn, as OpenCode counted them.
 
@@ -116,7 +122,7 @@ def usage(
     in, or --by step, session, model, agent or day.
     """
     from ..output import rows as formats
-    from ..reports.usage import GroupingError, store_usage, stream_usage
+    from ..reports.usage import GroupingError, StreamUsage, store_usage
 
     zone = _zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or all_sessions)
@@ -148,10 +154,14 @@ def usage(
         else:
             opened = open_inputs(inputs)
             refuse_stdout_read(inputs or ("-",))
-            report = stream_usage(opened, by=by, tz=zone)
+            streamed = StreamUsage(opened, by=by, tz=zone)
+            if (fmt or ("table" if sys.stdout.isatty() else "json")) in ("json", "csv"):
+                _write_usage_as_read(streamed, fmt or "json", csv_raw=csv_raw)
+                return
+            report = streamed.report(list(streamed.rows()))
     except GroupingError as exc:
         raise click.UsageError(str(exc)) from None
-    out = sys.stdout.buffer
+    out = report_output()
     fmt = fmt or ("table" if out.isatty() else "json")
     if fmt == "table":
         from ..output.tables import usage_table
@@ -164,13 +174,40 @@ def usage(
         rows = [row.as_dict() for row in report.rows]
         columns = report.columns
         if fmt == "csv":
-            out.write(formats.write_csv(rows, columns))
+            out.write(formats.write_csv(rows, columns, raw=csv_raw))
             out.flush()  # the rows first, then the notes after them
             # CSV has no place for a note; it goes where a person running the command sees it.
             for note in report.notes:
                 click.echo(f"note: {note}", err=True)
         else:
             out.write(formats.report_markdown(report))
+    out.flush()
+
+
+def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False) -> None:
+    """A stream's usage as JSON or CSV, each row written as it is read (memory stays flat
+    over any length of stream); the total and notes after the rows."""
+    from ..output import rows as formats
+
+    out = report_output()
+    rows = (row.as_dict() for row in usage.rows())
+    if fmt == "json":
+
+        def rest() -> dict[str, Any]:
+            doc: dict[str, Any] = {"total": usage.total.as_dict()}
+            if usage.notes:
+                doc["notes"] = list(usage.notes)
+            return doc
+
+        for piece in formats.json_pieces("rows", rows, rest):
+            out.write(piece)
+    else:
+        for piece in formats.csv_pieces(rows, usage.columns, raw=csv_raw):
+            out.write(piece)
+        out.flush()  # the rows first, then the notes after them
+        # CSV has no place for a note; it goes where a person running the command sees it.
+        for note in usage.notes:
+            click.echo(f"note: {note}", err=True)
     out.flush()
 
 

@@ -41,7 +41,7 @@ from ..events import (
 from .mapping import CONSUMED_PARTS, error_fields, success_of, text_of, tool_events, usage_event
 from .views import ANY_DECODER, MessageInfo, Part, json_type_name
 
-__all__ = ["Normalizer", "Provenance"]
+__all__ = ["Normalizer", "Provenance", "REPAIRED_RAW"]
 
 _REMEMBERED_SESSIONS = 64  # sessions whose part ids are kept for dedupe
 
@@ -66,20 +66,33 @@ class Provenance(Struct, kw_only=True, gc=False):
     raw: Any = None
 
 
-def _as_raw(value: bytes | Raw | None) -> Raw | None:
-    """Readers may hand over the record's bytes; they become ``Raw`` only when written.
-    A record laid out over several lines (an export document, a legacy JSON file) is
-    compacted (no white space between tokens, as OpenCode writes its stream): an event is
-    one line."""
+def _as_raw(value: bytes | Raw | None) -> tuple[Raw | None, bool]:
+    """``(raw, repaired)``. Readers may hand over the record's bytes; they become ``Raw``
+    only when written. A record laid out over several lines (an export document, a legacy
+    JSON file) is compacted (no white space between tokens, as OpenCode writes its stream):
+    an event is one line. Bytes that are not UTF-8 (in a field no view decodes, so msgspec
+    never checked them) are replaced by U+FFFD, and ``repaired`` says so: every line written
+    must be valid UTF-8 JSON. The check costs nothing much: ASCII is told apart in one pass,
+    and anything else is decoded once in C."""
     if value is None:
-        return None
+        return None, False
     data = bytes(value)  # the same object for bytes; a copy of a Raw's buffer
     if b"\n" in data or b"\r" in data:
         try:
-            return Raw(msgspec.json.format(data, indent=-1))
+            data = msgspec.json.format(data, indent=-1)
+            value = data
         except msgspec.DecodeError:  # not JSON: left as it is (readers hand over JSON only)
             pass
-    return Raw(value) if type(value) is bytes else value
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            # Only inside strings (msgspec took the rest as JSON), so still JSON after this.
+            return Raw(data.decode("utf-8", "replace").encode()), True
+    return (Raw(value) if type(value) is bytes else value), False
+
+
+REPAIRED_RAW = "invalid UTF-8 in the record: its raw has U+FFFD in place of the bad bytes"
 
 
 def _labels(info: Any) -> tuple[str | None, str | None, str | None]:
@@ -196,6 +209,14 @@ class Normalizer(Counters):
         if len(self._seen_by_session) > _REMEMBERED_SESSIONS:
             self._seen_by_session.popitem(last=False)  # the least recently current
 
+    def learn_parent(self, session_id: str, parent_id: str) -> None:
+        """``session_id`` is a subagent of ``parent_id`` (a server's ``session.created``):
+        its events carry ``parent_session_id`` from now on."""
+        if session_id != parent_id:
+            self.parents[session_id] = parent_id
+            if session_id == self._session:
+                self._parent = parent_id
+
     def reset(self) -> None:
         """Start a new run (a new input file): session, part ids and turn numbers."""
         self._session = None
@@ -235,7 +256,12 @@ class Normalizer(Counters):
                 counts = self.counts
                 counts[cls] = counts.get(cls, 0) + 1
                 return events
-        raw = _as_raw(prov.raw) if self.keep_raw else None
+        raw, repaired = _as_raw(prov.raw) if self.keep_raw else (None, False)
+        if not self.keep_raw and Unknown in map(type, events):
+            raw, repaired = _as_raw(prov.raw)
+        if repaired:  # said before the record's events, at the same place
+            self.problems += 1
+            events = [Warning(message=REPAIRED_RAW), *events]
         counts = self.counts
         seq = self.seq
         # The record's own session when the reader knows it, else the current one.
@@ -256,18 +282,17 @@ class Normalizer(Counters):
             event.part_id = part_id
             cls = type(event)
             counts[cls] = counts.get(cls, 0) + 1
-            if cls is Unknown:
-                event.raw = _as_raw(prov.raw)
-            elif raw is not None and cls is not Warning:
+            if cls is Unknown or (raw is not None and cls is not Warning):
                 event.raw = raw
             if cls is Error:
                 self.problems += 1
         self.seq = seq
         return events
 
-    def replay(self, event: Event) -> list[Event]:
+    def replay(self, event: Event, *, line: int | None = None) -> list[Event]:
         """An event already normalized (our own output read again): numbered in this
-        output and counted in its metrics, every other field kept."""
+        output and counted in its metrics, every other field kept (a ``raw`` that is not
+        UTF-8 is repaired, and a warning at ``line`` of this input says so)."""
         self.enter_session(event.session_id)
         cls = type(event)
         if cls is Usage:
@@ -283,10 +308,20 @@ class Normalizer(Counters):
                     self.tool_failures += 1
         if cls is Warning or cls is Error:
             self.problems += 1
-        event.seq = self.seq
-        self.seq += 1
-        self.counts[cls] = self.counts.get(cls, 0) + 1
-        return [event]
+        found = [event]
+        raw = getattr(event, "raw", None)
+        if raw is not None:
+            event.raw, repaired = _as_raw(raw)  # type: ignore[union-attr]
+            if repaired:
+                self.problems += 1
+                warning = Warning(message=REPAIRED_RAW, session_id=event.session_id, line=line)
+                found.insert(0, warning)
+        for each in found:
+            each.seq = self.seq
+            self.seq += 1
+            kind = type(each)
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+        return found
 
     def count_record(self) -> None:
         self.records += 1

@@ -75,4 +75,15 @@ def make_writer(
         from .pretty import PrettyWriter
 
         return PrettyWriter(out)
+    if _is_terminal(out):  # JSON Lines asked for on a terminal: shown, never obeyed
+        from .rows import TerminalText
+
+        return JsonlWriter(TerminalText(out), buffered=buffered, tags=tags)  # type: ignore[arg-type]
     return JsonlWriter(out, buffered=buffered, tags=tags)
+
+
+def _is_terminal(out: Any) -> bool:
+    try:
+        return bool(out.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False

@@ -42,6 +42,7 @@ from ..events import (
     Warning,
     Write,
 )
+from .rows import visible
 
 __all__ = ["PrettyWriter", "format_duration", "format_tokens"]
 
@@ -106,20 +107,6 @@ def _is_utf8(encoding: str) -> bool:
         return codecs.lookup(encoding).name == "utf-8"
     except LookupError:
         return False
-
-
-# Control characters in what OpenCode recorded (a model's text, a command's output, a title)
-# would drive the terminal: ESC starts escape sequences that can clear the screen or set
-# the window title. Each becomes one visible character (its Unicode control picture, or
-# U+FFFD), so that a rich Text keeps its style spans; newline and tab stay.
-_VISIBLE = {code: 0x2400 + code for code in range(32) if code not in (9, 10)}
-_VISIBLE[0x7F] = 0x2421
-_VISIBLE.update({code: 0xFFFD for code in range(0x80, 0xA0)})
-
-
-def visible(text: str) -> str:
-    """``text`` with its control characters shown instead of obeyed."""
-    return text.translate(_VISIBLE)
 
 
 def passes_broken_pipe(console: Any) -> Any:

@@ -2,13 +2,21 @@
 
 Rows are msgspec Structs or dicts; nested values (dicts, lists) are written as JSON in CSV
 and Markdown cells so that every format carries the same information.
+
+CSV follows OWASP's advice on CSV injection: a text cell that starts with ``=``, ``+``,
+``-``, ``@``, a tab or a carriage return (a session title ``=HYPERLINK(…)``) would be a
+formula to a spreadsheet, so it is written after a single quote (``'=HYPERLINK(…)``);
+``raw=True`` (``--csv-raw``) writes cells as they are. Numbers are never quoted so.
+
+What goes to a terminal in any of these formats goes through ``TerminalText``: control
+characters (ESC, BEL, an OSC 52 clipboard write…) are shown as their Unicode pictures
+(``visible``), never obeyed. In a pipe or a file the bytes are as written.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -16,17 +24,65 @@ import msgspec
 __all__ = [
     "to_builtins",
     "write_json",
+    "json_pieces",
     "write_jsonl",
     "write_csv",
+    "csv_pieces",
     "write_markdown",
     "report_markdown",
+    "visible",
+    "TerminalText",
 ]
+
+# Control characters in what OpenCode recorded (a model's text, a command's output, a title)
+# would drive the terminal: ESC starts escape sequences that can clear the screen or set
+# the window title. Each becomes one visible character (its Unicode control picture, or
+# U+FFFD for the C1 controls), so that a rich Text keeps its style spans; newline and tab stay.
+_VISIBLE = {code: 0x2400 + code for code in range(32) if code not in (9, 10)}
+_VISIBLE[0x7F] = 0x2421
+_VISIBLE.update({code: 0xFFFD for code in range(0x80, 0xA0)})
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters shown instead of obeyed."""
+    return text.translate(_VISIBLE)
+
+
+class TerminalText:
+    """A binary output for a terminal: what is written is shown, control characters as
+    their pictures (``visible``). JSON escapes the C0 controls itself, but not DEL or the
+    C1 controls (U+009B is a CSI to many terminals); CSV and Markdown escape none."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+
+    def write(self, data: bytes) -> int:
+        text = bytes(data).decode("utf-8", "replace")
+        self.out.write(visible(text).encode("utf-8"))
+        return len(data)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return True
+
 
 _ENCODER = msgspec.json.Encoder()
 
 
 def to_builtins(rows: Sequence[Any]) -> list[dict[str, Any]]:
     return [msgspec.to_builtins(row) for row in rows]
+
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: Any, raw: bool) -> str:
+    text = _cell(value)
+    if not raw and type(value) is str and text.startswith(_FORMULA_STARTS):
+        return "'" + text  # OWASP: a spreadsheet shows the text, and runs no formula
+    return text
 
 
 def _cell(value: Any) -> str:
@@ -45,17 +101,70 @@ def write_json(document: Any) -> bytes:
     return msgspec.json.format(_ENCODER.encode(document), indent=2) + b"\n"
 
 
+def json_pieces(
+    key: str, items: Iterable[Any], rest: Callable[[], dict[str, Any]]
+) -> Iterator[bytes]:
+    """``write_json({key: [*items], **rest()})`` in pieces, an item at a time (``rest`` is
+    asked once the items are done), the same bytes: a long report is written as it is made."""
+    head = _ENCODER.encode(key)
+    any_item = False
+    for item in items:
+        item_json = msgspec.json.format(_ENCODER.encode(item), indent=2)
+        yield (b",\n" if any_item else b"{\n  " + head + b": [\n") + _indented(item_json, 4, True)
+        any_item = True
+    yield b"\n  ]" if any_item else b"{\n  " + head + b": []"
+    for name, value in rest().items():
+        value_json = msgspec.json.format(_ENCODER.encode(value), indent=2)
+        yield b",\n  " + _ENCODER.encode(name) + b": " + _indented(value_json, 2, False)
+    yield b"\n}\n"
+
+
+def _indented(data: bytes, by: int, first: bool) -> bytes:
+    pad = b" " * by
+    return (pad if first else b"") + data.replace(b"\n", b"\n" + pad)
+
+
 def write_jsonl(rows: Sequence[Any]) -> bytes:
     return b"".join(_ENCODER.encode(row) + b"\n" for row in rows)
 
 
-def write_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> bytes:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([_cell(row.get(c)) for c in columns])
-    return buffer.getvalue().encode()
+def write_csv(
+    rows: Iterable[dict[str, Any]], columns: Sequence[str], *, raw: bool = False
+) -> bytes:
+    return b"".join(csv_pieces(rows, columns, raw=raw))
+
+
+def csv_pieces(
+    rows: Iterable[dict[str, Any]],
+    columns: Sequence[str],
+    *,
+    every: int = 1024,
+    raw: bool = False,
+) -> Iterator[bytes]:
+    """``write_csv`` in pieces of ``every`` rows, the header first; text cells that a
+    spreadsheet would take for a formula start with ``'`` unless ``raw``. A cell holding a
+    comma, a quote or a line break (CR too) is quoted (RFC 4180; Python's csv module leaves
+    a lone CR bare when lines end in LF, and a reader then splits the row there)."""
+    lines = [_csv_line(columns)]
+    for n, row in enumerate(rows, 1):
+        lines.append(_csv_line([_csv_cell(row.get(c), raw) for c in columns]))
+        if n % every == 0:
+            yield "".join(lines).encode()
+            lines = []
+    yield "".join(lines).encode()
+
+
+_NEEDS_QUOTES = re.compile(r'[,"\r\n]')
+
+
+def _csv_line(cells: Sequence[str]) -> str:
+    return (
+        ",".join(
+            '"' + cell.replace('"', '""') + '"' if _NEEDS_QUOTES.search(cell) else cell
+            for cell in cells
+        )
+        + "\n"
+    )
 
 
 def write_markdown(

@@ -60,7 +60,8 @@ def draw_table(
     from rich.table import Table
     from rich.text import Text
 
-    from .pretty import passes_broken_pipe, visible
+    from .pretty import passes_broken_pipe
+    from .rows import visible
 
     console = passes_broken_pipe(Console(file=out, width=width, soft_wrap=False))
     if width is None and not out.isatty():

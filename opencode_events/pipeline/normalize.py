@@ -17,7 +17,15 @@ from ..core.normalizer import Normalizer
 from ..errors import InputError
 from ..events import Event
 from ..output.jsonl import JsonlWriter
-from ..sources.stream import BOM, CHUNK_SIZE, StreamReader, line_batches
+from ..paths import MAX_LINE_VARIABLE
+from ..sources.stream import (
+    BOM,
+    CHUNK_SIZE,
+    OverlongLine,
+    StreamReader,
+    line_batches,
+    max_line_setting,
+)
 from ..sources.transcript import map_session
 from ..store.rows import FastScans, parents_of
 
@@ -111,17 +119,23 @@ def refuse_databases(inputs: Sequence[tuple[str, Any]], command: str) -> None:
             continue  # no descriptor to look at: it is checked when it is read
 
 
-def read_head(stream: BinaryIO) -> bytes:
-    """Read until the first non-blank line is complete (or the input ends). Each chunk is
-    looked at once: a pipe hands over 64 KiB at a time, and a first line of many MB must not
-    be searched again from its start each time."""
+def read_head(stream: BinaryIO, *, max_line: int | None = None) -> bytes:
+    """Read until the first non-blank line is complete (or the input ends, or more than
+    ``max_line`` bytes came: the line reader skips that line). Each chunk is looked at once:
+    a pipe hands over 64 KiB at a time, and a first line of many MB must not be searched
+    again from its start each time."""
+    limit = max_line_setting() if max_line is None else max_line
     chunks: list[bytes] = []
+    size = 0
     text_seen = False
     while True:
         chunk = stream.read(CHUNK_SIZE)
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks)
         if not text_seen:
             rest = chunk.lstrip()
             if not rest:
@@ -146,7 +160,12 @@ class Prepended:
 
 
 def open_reader(
-    kind: str, normalizer: Normalizer, *, source: str | None = None, deltas: bool = False
+    kind: str,
+    normalizer: Normalizer,
+    *,
+    source: str | None = None,
+    deltas: bool = False,
+    max_line: int | None = None,
 ) -> Any:
     """The reader of a detected ``kind``: a ``LineReader`` (``feed``/``finish``), or for
     ``export`` an ``ExportReader`` (``take``), which reads JSON values as they complete."""
@@ -157,7 +176,7 @@ def open_reader(
     if kind == "sse":
         from ..sources.sse import SseReader
 
-        return SseReader(normalizer, source=source, deltas=deltas)
+        return SseReader(normalizer, source=source, deltas=deltas, max_frame=max_line)
     if kind == "events":
         from ..sources.replay import EventReader
 
@@ -237,27 +256,42 @@ def event_batches(
     normalizer: Normalizer,
     *,
     deltas: bool = False,
+    max_line: int | None = None,
 ) -> Iterator[list[Event]]:
     """The events of each ``(name, binary stream)`` in turn, one list per block of input
-    read (an empty list when a block gave none: the writer may still flush then). The
+    read (an empty list when a block gave none: the writer may still flush then). A line
+    longer than ``max_line`` bytes (default ``max_line_setting()``) is a ``warning``. The
     closing metrics are the caller's (``normalizer.metrics()``)."""
     several = len(inputs) > 1
+    limit = max_line_setting() if max_line is None else max_line
     for name, stream in inputs:
         normalizer.reset()
         source = name if several else None
-        head = read_head(stream)
+        head = read_head(stream, max_line=limit)
         refuse_database(head, name, "import")
         kind = detect_format(head)
-        reader = open_reader(kind, normalizer, source=source, deltas=deltas)
+        reader = open_reader(kind, normalizer, source=source, deltas=deltas, max_line=limit)
         if kind == "export":
-            for batch in line_batches(stream, first=head):
+            lines = 0
+            for batch in line_batches(stream, first=head, max_line=limit):
+                lines += len(batch)
+                if type(batch) is OverlongLine:
+                    # An empty line in its place keeps the reader's line numbers; the value
+                    # it was part of no longer parses (a warning of its own).
+                    yield reader.take(b"\n") + overlong(normalizer, batch, lines, limit, source)
+                    continue
                 batch.append(b"")  # the line ends the batch took off
                 yield reader.take(b"\n".join(batch))
             yield reader.take(b"", final=True)
             continue
         feed = reader.feed
         line_no = 0
-        for batch in line_batches(stream, first=head):
+        for batch in line_batches(stream, first=head, max_line=limit):
+            if type(batch) is OverlongLine:
+                line_no += 1
+                # an empty line in its place (a server event's frame ends there)
+                yield feed(line_no, b"") + overlong(normalizer, batch, line_no, limit, source)
+                continue
             out: list[Event] = []
             extend = out.extend
             first = line_no + 1
@@ -274,11 +308,13 @@ def normalize_streams(
     keep_raw: bool = False,
     metrics: bool = True,
     deltas: bool = False,
+    max_line: int | None = None,
 ) -> Normalizer:
-    """Normalize each ``(name, binary stream)`` in turn into ``writer``."""
+    """Normalize each ``(name, binary stream)`` in turn into ``writer``; a line longer than
+    ``max_line`` bytes (default ``max_line_setting()``) is a ``warning``."""
     normalizer = Normalizer(keep_raw=keep_raw)
     write, end_batch = writer.write, writer.end_batch
-    for events in event_batches(inputs, normalizer, deltas=deltas):
+    for events in event_batches(inputs, normalizer, deltas=deltas, max_line=max_line):
         if events:
             write(events)
         end_batch()
@@ -286,6 +322,21 @@ def normalize_streams(
         writer.write([normalizer.metrics()])
     writer.flush()
     return normalizer
+
+
+def overlong(
+    normalizer: Normalizer, line: OverlongLine, line_no: int, limit: int, source: str | None
+) -> list[Event]:
+    """The ``warning`` for a line longer than ``limit``: its length and its start."""
+    from ..core.normalizer import Provenance
+
+    normalizer.count_record()
+    message = (
+        f"line of {line.length:,} bytes is longer than the limit of {limit:,} "
+        f"(--max-line, ${MAX_LINE_VARIABLE}): skipped"
+    )
+    text = line.start.decode("utf-8", "replace")
+    return normalizer.warning(message, text, Provenance(line=line_no, source=source))
 
 
 def import_sessions(

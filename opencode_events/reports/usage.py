@@ -40,6 +40,7 @@ from ..errors import GroupingError, InputError
 from ..events import summed_cost
 from ..store.ranges import start_over_ranges, worker_connection
 from ..store.rows import FastScans, descendants
+from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
 # which a TypeError reports).
@@ -225,13 +226,18 @@ def _figures_in(row: UsageRow) -> int:
     return inferences + (row.subagent_cost is not None)
 
 
-def _total(rows: Iterable[UsageRow]) -> UsageRow:
-    total = UsageRow()
-    figures = shares = 0
-    for row in rows:
+class _Totaller:
+    """The total row of rows given one at a time (``add``), as written (``total``)."""
+
+    def __init__(self) -> None:
+        self.row = UsageRow()
+        self.figures = self.shares = 0
+
+    def add(self, row: UsageRow) -> None:
+        total = self.row
         total.add(row)
-        figures += _figures_in(row)
-        shares += row.subagent_cost is not None
+        self.figures += _figures_in(row)
+        self.shares += row.subagent_cost is not None
         if row.inferences is not None:
             total.inferences = (total.inferences or 0) + row.inferences
         if row.tool_calls is not None:
@@ -239,10 +245,20 @@ def _total(rows: Iterable[UsageRow]) -> UsageRow:
         if row.subagent_cost is not None:
             total.subagent_cost = (total.subagent_cost or 0.0) + row.subagent_cost
             total.subagent_tokens = (total.subagent_tokens or 0) + (row.subagent_tokens or 0)
-    total.cost = summed_cost(total.cost, figures)
-    if total.subagent_cost is not None:  # one row's (already written as it should be)
-        total.subagent_cost = summed_cost(total.subagent_cost, shares)
-    return total
+
+    def total(self) -> UsageRow:
+        total = msgspec.structs.replace(self.row)
+        total.cost = summed_cost(total.cost, self.figures)
+        if total.subagent_cost is not None:  # one row's (already written as it should be)
+            total.subagent_cost = summed_cost(total.subagent_cost, self.shares)
+        return total
+
+
+def _total(rows: Iterable[UsageRow]) -> UsageRow:
+    totaller = _Totaller()
+    for row in rows:
+        totaller.add(row)
+    return totaller.total()
 
 
 def _day(ms: Any, tz: tzinfo | None) -> str | None:
@@ -405,7 +421,7 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
         read_head,
         refuse_database,
     )
-    from ..sources.stream import StreamReader, line_batches
+    from ..sources.stream import OverlongLine, StreamReader, line_batches
 
     head = read_head(stream)
     if not head.strip():  # read_head read it all: no line holds anything
@@ -431,6 +447,10 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
     line_no = 0
     start: tuple[int | None, str | None] | None = None  # the open step's (time, session)
     for batch in line_batches(stream, first=head):
+        if type(batch) is OverlongLine:  # longer than the limit: not read (a warning there)
+            line_no += 1
+            unread.lines += 1
+            continue
         for line in batch:
             line_no += 1
             if normalized is None:
@@ -481,60 +501,89 @@ def stream_usage(
     inputs: Sequence[tuple[str, BinaryIO]], *, by: str = "turn", tz: tzinfo | None = None
 ) -> UsageReport:
     """Usage rows of ``opencode run --format json`` output or of normalized JSONL."""
-    if by not in BY_STREAM:
-        raise GroupingError(f"--by {by} needs the store (use --db/--session/--last/--all)")
-    rows: list[UsageRow] = []
-    groups: dict[str, UsageRow] = {}
-    first_time: dict[str, int] = {}  # group → its first step's time
-    unread = _Unread()
-    for name, stream in inputs:
-        for step in _usage_events(name, stream, unread):
-            event = step.usage
-            if event is None:  # a step that started and never finished
-                if by in ("turn", "step"):
-                    turn = (rows[-1].turn or 0) + 1 if rows else 1
-                    started = step.started if type(step.started) is int else None
-                    rows.append(
-                        UsageRow(turn=turn, session_id=step.session, started=started, open=True)
-                    )
-                continue
-            session = event.session_id if isinstance(event.session_id, str) else None
-            # When the step started where the stream says, else when it finished (its event)
-            when = step.started if step.started is not None else event.time
-            row = UsageRow(
-                turn=event.turn if isinstance(event.turn, int) else None,
-                session_id=session,
-                started=when if type(when) is int else None,
-                reason=event.reason if isinstance(event.reason, str) else None,
-                open=False,
-            )
-            row.add(event)
-            if by in ("turn", "step"):
-                rows.append(row)
-                continue
-            key = session or "" if by == "session" else _day(when, tz) or ""
-            if row.started is not None and row.started < first_time.get(key, row.started + 1):
-                first_time[key] = row.started
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = UsageRow(
-                    session_id=session if by == "session" else None,
-                    day=key if by == "day" else None,
-                    inferences=0,
+    usage = StreamUsage(inputs, by=by, tz=tz)
+    rows = list(usage.rows())
+    return usage.report(rows)
+
+
+class StreamUsage:
+    """``stream_usage`` as it reads: ``rows()`` yields each row once it is known (``--by``
+    turn and step: as each step finishes, so memory stays flat over any length of stream;
+    session and day: every group at the end, one row per session or day held till then),
+    and ``report(rows)`` or ``total``/``notes`` once they are all read."""
+
+    def __init__(
+        self, inputs: Sequence[tuple[str, BinaryIO]], *, by: str = "turn", tz: tzinfo | None = None
+    ) -> None:
+        if by not in BY_STREAM:
+            raise GroupingError(f"--by {by} needs the store (use --db/--session/--last/--all)")
+        self.inputs, self.by, self.tz = inputs, by, tz
+        self.columns = report_columns(by, stored=False)
+        self.notes: list[str] = []
+        self._totaller = _Totaller()
+
+    @property
+    def total(self) -> UsageRow:
+        """The total row (after ``rows()`` is exhausted), with the shape the report has."""
+        return self.report([]).total
+
+    def report(self, rows: list[UsageRow]) -> UsageReport:
+        return UsageReport(by=self.by, rows=rows, total=self._totaller.total(), notes=self.notes)
+
+    def rows(self) -> Iterator[UsageRow]:
+        by, tz = self.by, self.tz
+        last_turn: int | None = None  # of the last row (an open row numbers on from it)
+        seen = False
+        groups: dict[str, UsageRow] = {}
+        first_time: dict[str, int] = {}  # group → its first step's time
+        unread = _Unread()
+        for name, stream in self.inputs:
+            for step in _usage_events(name, stream, unread):
+                event = step.usage
+                if event is None:  # a step that started and never finished
+                    if by in ("turn", "step"):
+                        turn = (last_turn or 0) + 1 if seen else 1
+                        started = step.started if type(step.started) is int else None
+                        seen, last_turn = True, turn
+                        yield UsageRow(
+                            turn=turn, session_id=step.session, started=started, open=True
+                        )
+                    continue
+                session = event.session_id if isinstance(event.session_id, str) else None
+                # When the step started where the stream says, else when it finished (its event)
+                when = step.started if step.started is not None else event.time
+                row = UsageRow(
+                    turn=event.turn if isinstance(event.turn, int) else None,
+                    session_id=session,
+                    started=when if type(when) is int else None,
+                    reason=event.reason if isinstance(event.reason, str) else None,
+                    open=False,
                 )
-            group.add(row)
-            group.inferences = (group.inferences or 0) + 1
-    if by in ("session", "day"):  # sessions oldest first, as from the store
-        rows = [groups[k] for k in sorted(groups, key=lambda k: (first_time.get(k, 0), k))]
-        for row in rows:
-            row.cost = summed_cost(row.cost, _figures_in(row))
-    notes = unread.notes()
-    return UsageReport(
-        by=by,
-        rows=rows,
-        total=_total(r for r in rows if not r.open),
-        notes=notes,
-    )
+                row.add(event)
+                if by in ("turn", "step"):
+                    seen, last_turn = True, row.turn
+                    self._totaller.add(row)
+                    yield row
+                    continue
+                key = session or "" if by == "session" else _day(when, tz) or ""
+                if row.started is not None and row.started < first_time.get(key, row.started + 1):
+                    first_time[key] = row.started
+                group = groups.get(key)
+                if group is None:
+                    group = groups[key] = UsageRow(
+                        session_id=session if by == "session" else None,
+                        day=key if by == "day" else None,
+                        inferences=0,
+                    )
+                group.add(row)
+                group.inferences = (group.inferences or 0) + 1
+        self.notes = unread.notes()
+        if by in ("session", "day"):  # sessions oldest first, as from the store
+            for key in sorted(groups, key=lambda k: (first_time.get(k, 0), k)):
+                row = groups[key]
+                row.cost = summed_cost(row.cost, _figures_in(row))
+                self._totaller.add(row)
+                yield row
 
 
 # ----------------------------------------------------------------------------- store
@@ -1392,8 +1441,9 @@ def _scan_here(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
     try:
         for low, high in store.rowid_ranges("message", 1):
             _scan_rowids(conn, low, high, scan, day_of)
-    except sqlite3.Error as exc:
-        raise InputError(f"cannot read {getattr(store, 'path', 'the database')}: {exc}") from None
+    except SQLITE_ERRORS as exc:
+        where = getattr(store, "path", "the database")
+        raise InputError(f"cannot read {where}: {sqlite_reason(exc)}") from None
     return True
 
 

@@ -42,6 +42,7 @@ from ..core.normalizer import Normalizer, Provenance
 from ..core.views import MessageInfo, number
 from ..errors import InputError
 from ..events import Event
+from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 from .sse import SseReader
 
 __all__ = ["StoreFollower", "SessionActivity", "event_type"]
@@ -154,12 +155,12 @@ class StoreFollower:
         conn = store.conn
         try:
             conn.execute("BEGIN")
-        except sqlite3.Error as exc:
-            raise InputError(f"cannot read {store.path}: {exc}") from None
+        except SQLITE_ERRORS as exc:
+            raise InputError(f"cannot read {store.path}: {sqlite_reason(exc)}") from None
         try:
             return self._read(store, now_ms)
-        except sqlite3.Error as exc:
-            raise InputError(f"cannot read {store.path}: {exc}") from None
+        except SQLITE_ERRORS as exc:
+            raise InputError(f"cannot read {store.path}: {sqlite_reason(exc)}") from None
         finally:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("COMMIT")
@@ -183,6 +184,7 @@ class StoreFollower:
             return events  # nothing to follow yet (an empty store)
         self._grow_family(conn)
         for session_id in self._new_sessions(conn):
+            self._learn_parent(conn, session_id)
             events += self._history(conn, session_id)
         if self._has_log:
             events += self._log(conn)
@@ -197,6 +199,13 @@ class StoreFollower:
         if self.in_flight(now_ms):
             self.seen_at_work = True
         return events
+
+    def _learn_parent(self, conn: sqlite3.Connection, session_id: str) -> None:
+        """A subagent's events name its parent, as ``import``'s do (the log's
+        ``session.created`` says so too, but it may be pruned)."""
+        row = conn.execute("SELECT parent_id FROM session WHERE id = ?", (session_id,)).fetchone()
+        if row is not None and isinstance(row[0], str) and row[0]:
+            self.normalizer.learn_parent(session_id, row[0])
 
     def _choose(self, store: Any) -> None:
         if self.all_sessions:

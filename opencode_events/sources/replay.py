@@ -111,7 +111,7 @@ class EventReader:
             return norm.not_json(line, exc, Provenance(line=line_no, source=self.source))
         if type(event) is Metrics:
             return []  # the closing metrics are counted afresh over what is passed on
-        return norm.replay(event)
+        return norm.replay(event, line=line_no)
 
     def finish(self) -> list[Event]:
         return []

@@ -51,6 +51,7 @@ from ..core.views import (
     number,
 )
 from ..events import Event
+from ..paths import MAX_LINE_VARIABLE, max_line_setting
 from .stream import BOM
 
 __all__ = ["SseReader", "CONSUMED"]
@@ -255,8 +256,11 @@ class SseReader:
         errors_from_messages: bool = False,
         open_calls_at_end: bool = False,
         on_message: Callable[[str | None, MessageInfo], None] | None = None,
+        max_frame: int | None = None,
     ) -> None:
         self.normalizer = normalizer
+        # A frame's data lines are held until its blank line: at most this many bytes.
+        self.max_frame = max_line_setting() if max_frame is None else max_frame
         # The store's event log has no ``session.error`` (it is not a durable event): a
         # failed reply's error comes from its message, as ``import`` reads it.
         self.errors_from_messages = errors_from_messages
@@ -278,6 +282,8 @@ class SseReader:
         self._followed_at_work = False  # an idle counts only after this
         self._data: list[bytes] = []
         self._data_line = 0
+        self._data_size = 0
+        self._overlong: bytes | None = None  # the start of a frame over max_frame, not kept
         self._cr_lines = 0  # lines ended by a lone CR so far, inside what the caller called one
         self._done = _Memory()  # part ids and "m:"+message ids already emitted
         self._roles = _Memory()  # message id -> role
@@ -342,7 +348,7 @@ class SseReader:
 
     def drop_frame(self) -> None:
         """Forget a frame cut off by a lost connection (a live client reconnecting)."""
-        self._data = []
+        self._data, self._data_size, self._overlong = [], 0, None
 
     def _field(self, line_no: int, line: bytes) -> list[Event]:
         if not line:
@@ -368,17 +374,36 @@ class SseReader:
                 return []  # "event" and unknown field names: nothing to do
         if value[:1] == b" ":
             value = value[1:]
-        if not self._data:
+        if not self._data and self._overlong is None:
             self._data_line = line_no
+        self._data_size += len(value) + 1
+        if self._overlong is not None:
+            return []  # measured, not kept
         self._data.append(value)
+        if self._data_size > self.max_frame:
+            self._overlong = self._data[0][:1024]
+            self._data = []
         return []
 
     def _dispatch(self) -> list[Event]:
+        if self._overlong is not None:
+            return self._overlong_frame()
         if not self._data:
             return []
         data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
-        self._data = []
+        self._data, self._data_size = [], 0
         return self._frame(data, self._data_line)
+
+    def _overlong_frame(self) -> list[Event]:
+        start, size = self._overlong or b"", self._data_size - 1
+        self._overlong, self._data_size = None, 0
+        self.normalizer.count_record()
+        message = (
+            f"server event of {size:,} bytes is longer than the limit of {self.max_frame:,} "
+            f"(${MAX_LINE_VARIABLE}): skipped"
+        )
+        prov = Provenance(line=self._data_line, source=self.source)
+        return self.normalizer.warning(message, start.decode("utf-8", "replace"), prov)
 
     # ---------------------------------------------------------------- frames
 
@@ -687,6 +712,8 @@ class SseReader:
             if self._family is not None:
                 raise  # a frame of the followed run's shape gone wrong: an unknown event
             return []  # nothing is written of these frames: nothing to report either
+        if info is not None and _str(info.id) and _str(info.parentID):
+            self.normalizer.learn_parent(info.id, info.parentID)
         if not self._chosen and info is not None and _str(info.id) and _str(info.parentID):
             self._parents.put(info.id, info.parentID)
             if self._followed == info.id:  # adopted a subagent: its top-level session is

@@ -2,9 +2,11 @@
 
 ``line_batches`` splits a binary file into lines as they arrive: it hands over every
 complete line that one read returned, so a caller can flush output exactly when no
-further complete line is waiting. Lines may be any length (pieces of a long line are
-joined once), CRLF and a leading UTF-8 BOM are accepted, and a last line without a
-newline is still a line.
+further complete line is waiting. Pieces of a long line are joined once; a line longer
+than ``max_line`` bytes (``MAX_LINE``, or ``$OPENCODE_EVENTS_MAX_LINE``) is not kept: it is
+measured as it goes by and handed over as an ``OverlongLine`` batch of its own (its start and
+length, for a warning), so memory stays bounded whatever the input. CRLF and a leading
+UTF-8 BOM are accepted, and a last line without a newline is still a line.
 
 ``StreamReader.feed`` maps one line: one try per line, and whatever a line holds it
 becomes events or a documented consumption, never an exception: a line that is not
@@ -23,40 +25,143 @@ from ..core.mapping import CONSUMED_PARTS, STREAM_RECORD_PARTS
 from ..core.normalizer import Normalizer, Provenance
 from ..core.views import STREAM_RECORD_DECODER, decode_repairing
 from ..events import Event
+from ..paths import MAX_LINE, max_line_setting, parse_size
 
-__all__ = ["line_batches", "StreamReader", "CHUNK_SIZE"]
+__all__ = [
+    "line_batches",
+    "StreamReader",
+    "CHUNK_SIZE",
+    "MAX_LINE",
+    "OverlongLine",
+    "max_line_setting",
+    "parse_size",
+]
 
 CHUNK_SIZE = 1 << 20
 BOM = b"\xef\xbb\xbf"
 
+_START = 1024  # bytes of an overlong line kept for its warning
+
+
+class OverlongLine(list):  # type: ignore[type-arg]
+    """A batch standing for one line longer than the limit: ``start`` (its first bytes)
+    and ``length``. It holds one empty line, so that a loop that does not look for it
+    counts the line and skips it as blank."""
+
+    def __init__(self, start: bytes, length: int) -> None:
+        super().__init__((b"",))
+        self.start = start[:_START]
+        self.length = length
+
 
 def line_batches(
-    stream: BinaryIO, *, first: bytes = b"", chunk_size: int = CHUNK_SIZE
+    stream: BinaryIO,
+    *,
+    first: bytes = b"",
+    chunk_size: int = CHUNK_SIZE,
+    max_line: int | None = None,
 ) -> Iterator[list[bytes]]:
-    """Yield lists of complete lines (without ``\\n``) as reads return them.
+    """Yield lists of complete lines (without ``\\n``) as reads return them; a line longer
+    than ``max_line`` (default ``max_line_setting()``) comes as an ``OverlongLine`` batch.
 
     ``stream.read(n)`` should return what is available (a raw, unbuffered file does), so
     a line written to a pipe is yielded as soon as its newline arrives. ``first`` is data
     already read from the stream (by format detection) to be treated as its beginning.
     """
+    limit = max_line_setting() if max_line is None else max_line
+    keep = min(_START, limit)  # an overlong line's start: what every way of meeting it has
     pending: list[bytes] = []  # pieces of a line whose newline has not come yet
-    chunk = first or stream.read(chunk_size)
-    while chunk:
+    pending_size = 0
+    skipping: OverlongLine | None = None  # an overlong line, measured to its end
+    for chunk in _reads(stream, first, chunk_size):
+        if skipping is not None:
+            end = chunk.find(b"\n")
+            if end < 0:
+                skipping.length += len(chunk)
+                continue
+            skipping.length += end
+            yield skipping
+            skipping = None
+            chunk = chunk[end + 1 :]
+            if not chunk:
+                continue
         if b"\n" not in chunk:
             pending.append(chunk)
-        else:
-            lines = chunk.split(b"\n")
-            if pending:
+            pending_size += len(chunk)
+            if pending_size > limit:
+                skipping = OverlongLine(_start_of(pending, keep), pending_size)
+                pending, pending_size = [], 0
+            continue
+        lines = chunk.split(b"\n")
+        if pending:
+            if pending_size + len(lines[0]) > limit:
+                length = pending_size + len(lines[0])
+                lines[0] = OverlongLine(_start_of([*pending, lines[0]], keep), length)  # type: ignore[call-overload]
+            else:
                 pending.append(lines[0])
                 lines[0] = b"".join(pending)
-                pending = []
-            tail = lines.pop()
-            if tail:
+            pending, pending_size = [], 0
+        tail = lines.pop()
+        if tail:
+            if len(tail) > limit:
+                skipping = OverlongLine(tail[:keep], len(tail))
+            else:
                 pending.append(tail)
+                pending_size = len(tail)
+        if len(chunk) > limit or type(lines[0]) is OverlongLine:
+            yield from _split_overlong(lines, limit, keep)
+        else:
             yield lines
-        chunk = stream.read(chunk_size)
-    if pending:
+    if skipping is not None:
+        yield skipping
+    elif pending:
         yield [b"".join(pending)]
+
+
+# A read of many short lines is handed on in slices of about this size: a 1 MB read of
+# `{}` lines would otherwise be half a million line objects, then as many events, at once.
+_SLICE = 64 << 10
+_DENSE = 1024  # newlines in a read's first slice that make it one of short lines
+
+
+def _reads(stream: BinaryIO, first: bytes, chunk_size: int) -> Iterator[bytes]:
+    """The stream's reads (``first`` the first), a read of short lines cut at newlines
+    into slices of about ``_SLICE`` bytes; OpenCode's records, of a KB or more, never are."""
+    chunk = first or stream.read(chunk_size)
+    while chunk:
+        if len(chunk) > 2 * _SLICE and chunk.count(b"\n", 0, _SLICE) > _DENSE:
+            start = 0
+            while start < len(chunk):
+                end = chunk.find(b"\n", start + _SLICE)
+                end = len(chunk) if end < 0 else end + 1
+                yield chunk[start:end]
+                start = end
+        else:
+            yield chunk
+        chunk = stream.read(chunk_size)
+
+
+def _start_of(pieces: list[bytes], keep: int) -> bytes:
+    """The first ``keep`` bytes of a line in pieces, without joining the whole of it."""
+    start = b""
+    for piece in pieces:
+        start += piece[: keep - len(start)]
+        if len(start) >= keep:
+            break
+    return start
+
+
+def _split_overlong(lines: list[Any], limit: int, keep: int) -> Iterator[list[bytes]]:
+    """``lines`` as batches, each overlong one (or ``OverlongLine`` already) on its own."""
+    start = 0
+    for at, line in enumerate(lines):
+        if type(line) is OverlongLine or len(line) > limit:
+            if at > start:
+                yield lines[start:at]
+            yield line if type(line) is OverlongLine else OverlongLine(line[:keep], len(line))
+            start = at + 1
+    if start < len(lines):
+        yield lines[start:]
 
 
 def _session_of(record: Any) -> str | None:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import InputError
-from .sqlite import Store
+from .sqlite import Store, sqlite_reason
 
 __all__ = ["BIG", "PartRange", "connect", "errors"]
 
@@ -70,8 +70,8 @@ def connect(uri: str, what: str) -> Iterator[Any | None]:
             yield conn
         finally:
             conn.close()
-    except apsw.Error as exc:
-        raise InputError(f"cannot read the {what} table: {exc}") from None
+    except (apsw.Error, UnicodeDecodeError) as exc:  # apsw decodes text cells itself
+        raise InputError(f"cannot read the {what} table: {sqlite_reason(exc)}") from None
 
 
 class PartRange:

@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import InputError
 from ..workers import failure_report, raise_failure, worker_count
 from .rows import RowidRanges
+from .sqlite import SQLITE_ERRORS, sqlite_reason
 
 __all__ = ["Pending", "in_forked_child", "start_over_ranges", "worker_connection"]
 
@@ -213,5 +214,5 @@ def worker_connection(uri: str, what: str) -> Iterator[sqlite3.Connection]:
             yield conn
         finally:
             conn.close()
-    except sqlite3.Error as exc:
-        raise InputError(f"cannot read the {what} table: {exc}") from None
+    except SQLITE_ERRORS as exc:
+        raise InputError(f"cannot read the {what} table: {sqlite_reason(exc)}") from None

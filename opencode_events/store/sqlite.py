@@ -36,7 +36,7 @@ from typing import Any
 from ..errors import InputError
 from .rows import MessageRow, PartRow, SessionRow, loop_members
 
-__all__ = ["Store", "REQUIRED_TABLES"]
+__all__ = ["Store", "REQUIRED_TABLES", "SQLITE_ERRORS", "sqlite_reason"]
 
 # The tables and columns we read; anything else in the schema may change freely.
 REQUIRED_TABLES: dict[str, tuple[str, ...]] = {
@@ -125,6 +125,21 @@ def _journal_in_use(path: Path) -> bool:
         return False
 
 
+# What reading a damaged file can raise: SQLite's errors, and ``UnicodeDecodeError`` when
+# the text Python's sqlite3 converts is not UTF-8 (a damaged schema: SQLite's error message
+# quotes the broken SQL; with apsw, a text cell too).
+SQLITE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, UnicodeDecodeError)
+
+
+def sqlite_reason(exc: BaseException) -> str:
+    """What ``exc`` (one of ``SQLITE_ERRORS``) says, as valid text."""
+    if isinstance(exc, UnicodeDecodeError):
+        said = exc.object[:200] if isinstance(exc.object, (bytes, bytearray)) else b""
+        text = bytes(said).decode("utf-8", "replace")
+        return f"damaged text that is not UTF-8: {text}" if text else "damaged text"
+    return str(exc)
+
+
 def _read_only(uri: str) -> sqlite3.Connection:
     conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
     conn.execute("PRAGMA query_only = 1")
@@ -192,8 +207,8 @@ class Store:
         clone.bytes_read = 0
         try:
             clone.conn = _read_only(self.uri)
-        except sqlite3.Error as exc:
-            raise InputError(f"cannot read {self.path}: {exc}") from None
+        except SQLITE_ERRORS as exc:
+            raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
         return clone
 
     def _connect(self) -> sqlite3.Connection:
@@ -221,8 +236,9 @@ class Store:
         try:
             conn = _read_only(uri)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error as exc:
-            raise InputError(f"{path} is not a readable SQLite database ({exc})") from None
+        except SQLITE_ERRORS as exc:
+            reason = sqlite_reason(exc)
+            raise InputError(f"{path} is not a readable SQLite database ({reason})") from None
         return conn
 
     def _private_copy(
@@ -254,8 +270,10 @@ class Store:
                     "SELECT name FROM sqlite_master WHERE type = 'table'"
                 )
             }
-        except sqlite3.Error as exc:
-            raise InputError(f"{self.path} is not a readable SQLite database ({exc})") from None
+        except SQLITE_ERRORS as exc:
+            raise InputError(
+                f"{self.path} is not a readable SQLite database ({sqlite_reason(exc)})"
+            ) from None
         for table, columns in REQUIRED_TABLES.items():
             if table not in tables:
                 raise InputError(f"{self.path} is not an OpenCode database (no `{table}` table)")
@@ -291,8 +309,8 @@ class Store:
                 if not rows:
                     return
                 yield from rows
-        except sqlite3.Error as exc:
-            raise InputError(f"cannot read {self.path}: {exc}") from None
+        except SQLITE_ERRORS as exc:
+            raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
 
     def sessions(self, *, since_ms: int | None = None, top_level: bool = False) -> list[SessionRow]:
         """Sessions, newest activity first."""
@@ -610,8 +628,8 @@ class Store:
                 if not rows:
                     return
                 yield rows
-        except sqlite3.Error as exc:
-            raise InputError(f"cannot read {self.path}: {exc}") from None
+        except SQLITE_ERRORS as exc:
+            raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
 
     # The parts that could be tool parts, with the first _TOOL_HEAD_BYTES of each: a tool
     # part as OpenCode writes it starts {"type":"tool",… and that start (tool name, call id,

@@ -1,0 +1,446 @@
+"""Bad input of every kind: one ``error:`` line and exit 2, or a warning and reading goes on;
+never a traceback, never output that is not valid UTF-8 JSON (issue 23)."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opencode_events.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+CLI = [sys.executable, "-m", "opencode_events"]
+
+
+def run(*args: str, stdin: bytes = b"", env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CLI, *args], input=stdin, capture_output=True, timeout=120, cwd=ROOT, env=env
+    )
+
+
+# ---------------------------------------------------------------- damaged databases
+
+STORE_COMMANDS = [
+    ["import", "--all"],
+    ["sessions", "--all"],
+    ["usage", "--all"],
+    ["usage", "--all", "--by", "turn"],
+    ["context"],
+]
+
+
+def _with_schema_byte(tmp_path: Path, offset: int, value: int) -> Path:
+    """A copy of a real store with one byte of its first CREATE TABLE changed."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "file_tools" / "opencode.db", db)
+    data = bytearray(db.read_bytes())
+    data[data.index(b"CREATE TABLE") + offset] = value
+    db.write_bytes(bytes(data))
+    return db
+
+
+@pytest.mark.parametrize("args", STORE_COMMANDS, ids=lambda a: " ".join(a))
+def test_a_schema_byte_that_is_not_utf8_is_one_error_line(tmp_path: Path, args):
+    # SQLite's message quotes the broken SQL; Python's sqlite3 then raises
+    # UnicodeDecodeError, not sqlite3.Error.
+    db = _with_schema_byte(tmp_path, 12, 0xD2)
+    with pytest.raises(UnicodeDecodeError):
+        sqlite3.connect(f"{db.as_uri()}?immutable=1", uri=True).execute(
+            "SELECT count(*) FROM sqlite_master"
+        ).fetchone()
+    result = run(*args, "--db", str(db))
+    assert result.returncode == 2, result.stderr.decode()
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert "not a readable SQLite database" in lines[0]
+    assert "\ufffd" in lines[0]  # the damaged byte shown as such, the message kept
+
+
+def test_apsw_text_that_is_not_utf8_is_an_input_error(tmp_path: Path):
+    from opencode_events.store import fastscan
+
+    if not fastscan.available():
+        pytest.skip("apsw with SQLite 3.43 or newer is not installed")
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "file_tools" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE part SET session_id = CAST(x'73ff' AS TEXT)")
+    uri = f"{db.as_uri()}?immutable=1"
+    with pytest.raises(InputError, match="not UTF-8"), fastscan.connect(uri, "part") as conn:
+        list(fastscan.PartRange(conn, 0, 1 << 40).tool_part_batches(None))
+
+
+def test_a_database_error_no_reader_caught_is_still_one_line(monkeypatch, capsys):
+    main = importlib.import_module("opencode_events.cli.main")
+
+    def fail(*args, **kwargs):
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr("opencode_events.store.open.open_store", fail)
+    code = main.run(main.cli, ["sessions", "--db", str(SAMPLES / "text" / "opencode.db")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == "error: cannot read the database: database disk image is malformed\n"
+
+
+def test_memory_error_is_one_line(monkeypatch, capsys):
+    main = importlib.import_module("opencode_events.cli.main")
+    import opencode_events.pipeline.normalize as pipeline
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(pipeline, "normalize_streams", exhausted)
+    code = main.run(main.cli, ["normalize", str(SAMPLES / "text" / "stream.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: out of memory") and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- the longest line
+
+
+class _Chunks:
+    """A stream that hands over ``data`` ``size`` bytes at a time, as a pipe does."""
+
+    def __init__(self, data: bytes, size: int) -> None:
+        self.data, self.size, self.at = data, size, 0
+
+    def read(self, n: int = -1) -> bytes:
+        piece = self.data[self.at : self.at + min(n, self.size)]
+        self.at += len(piece)
+        return piece
+
+
+def _expected_lines(data: bytes, limit: int) -> list:
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    keep = min(1024, limit)  # an overlong line's start: 1 KiB, or the limit if less
+    return [("long", line[:keep], len(line)) if len(line) > limit else line for line in lines]
+
+
+def _lines_read(data: bytes, chunk: int, limit: int) -> list:
+    from opencode_events.sources.stream import OverlongLine, line_batches
+
+    found: list = []
+    for batch in line_batches(_Chunks(data, chunk), chunk_size=chunk, max_line=limit):
+        if type(batch) is OverlongLine:
+            assert batch == [b""]  # a loop that does not look sees one blank line
+            found.append(("long", batch.start, batch.length))
+        else:
+            found += batch
+    return found
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"short\n" + b"x" * 300 + b"\nafter\n",
+        b"y" * 5000 + b"\n",  # the first line
+        b"a\n" + b"z" * 3000,  # the last, without a newline
+        b"\n".join([b"q" * 101] * 5) + b"\n",  # one after another
+        b"w" * 100 + b"\n",  # at the limit exactly: kept
+    ],
+    ids=["middle", "first", "last-unended", "several", "at-limit"],
+)
+def test_a_line_over_the_limit_is_measured_not_kept(data: bytes, chunk: int):
+    assert _lines_read(data, chunk, 100) == _expected_lines(data, 100)
+
+
+def test_lines_over_the_limit_property():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(
+        st.lists(st.integers(0, 300), max_size=12),
+        st.integers(1, 400),
+        st.integers(1, 200),
+        st.booleans(),
+    )
+    def check(lengths, chunk, limit, ended):
+        data = b"\n".join(bytes([97 + i % 26]) * n for i, n in enumerate(lengths))
+        if ended and data:
+            data += b"\n"
+        assert _lines_read(data, chunk, limit) == _expected_lines(data, limit)
+
+    check()
+
+
+def _jsonl(data: bytes) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in data.decode("utf-8").splitlines()]
+
+
+def test_normalize_warns_of_a_line_over_the_limit_and_reads_on():
+    text = (SAMPLES / "text" / "stream.jsonl").read_bytes()
+    stdin = b"x" * 5000 + b"\n" + text
+    result = run("normalize", "--max-line", "4K", stdin=stdin)
+    assert result.returncode == 0, result.stderr.decode()
+    events = _jsonl(result.stdout)
+    first = events[0]
+    assert first["kind"] == "warning" and first["line"] == 1
+    assert "5,000 bytes" in first["message"] and "4,096" in first["message"]
+    assert first["text"] == "x" * 1024
+    # the rest is read as it would be alone, one line further down
+    alone = _jsonl(run("normalize", stdin=text).stdout)
+    assert [e["kind"] for e in events[1:-1]] == [e["kind"] for e in alone[:-1]]
+    assert [e.get("line") for e in events[1:-1]] == [e["line"] + 1 for e in alone[:-1]]
+    assert events[-1]["records"] == alone[-1]["records"] + 1
+
+
+def test_the_limit_comes_from_the_environment_too():
+    import os
+
+    env = {**os.environ, "OPENCODE_EVENTS_MAX_LINE": "64"}
+    result = run("normalize", stdin=b'{"type":"x","pad":"' + b"p" * 100 + b'"}\n', env=env)
+    assert _jsonl(result.stdout)[0]["kind"] == "warning"
+    bad = run("normalize", stdin=b"{}\n", env={**env, "OPENCODE_EVENTS_MAX_LINE": "lots"})
+    assert bad.returncode == 2 and bad.stderr.startswith(b"error: OPENCODE_EVENTS_MAX_LINE")
+
+
+def test_an_input_line_that_never_ends_is_one_warning():
+    # /dev/zero, cut short: 24 MB and no newline, read with a 1 MiB limit
+    result = run("normalize", "--max-line", "1M", stdin=b"\0" * (24 << 20))
+    assert result.returncode == 0, result.stderr.decode()
+    warning, metrics = _jsonl(result.stdout)
+    assert warning["kind"] == "warning" and f"{24 << 20:,} bytes" in warning["message"]
+    assert metrics["records"] == 1
+
+
+def test_a_server_event_over_the_limit_is_one_warning():
+    frame = b"data: " + b'{"type":"x","properties":{}}' + b"\n"
+    stdin = frame + b"\n" + b"".join([b"data: " + b"d" * 60 + b"\n"] * 10) + b"\n" + frame + b"\n"
+    result = run("normalize", "--max-line", "200", stdin=stdin)
+    events = _jsonl(result.stdout)
+    kinds = [e["kind"] for e in events]
+    assert kinds == ["unknown", "warning", "unknown", "metrics"], events
+    assert events[1]["line"] == 3 and "server event of" in events[1]["message"]
+
+
+# ---------------------------------------------------------------- valid UTF-8 JSON out
+
+
+def _strict_events(data: bytes) -> list[dict]:
+    """Every line as a strict reader takes it: UTF-8 (no surrogates), then JSON."""
+    import json
+
+    text = data.decode("utf-8")  # raises on a byte that is not UTF-8
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _repairs(events: list[dict]) -> list[dict]:
+    from opencode_events.core.normalizer import REPAIRED_RAW
+
+    return [e for e in events if e["kind"] == "warning" and e["message"] == REPAIRED_RAW]
+
+
+BAD_BYTES = [b"\xff", b"\xe2\x82", b"\xed\xa0\x80", b"\xc0\xaf"]  # lone, cut, surrogate, overlong
+
+
+@pytest.mark.parametrize("bad", BAD_BYTES, ids=["ff", "cut", "surrogate", "overlong"])
+@pytest.mark.parametrize(
+    ("stdin", "args", "kind"),
+    [
+        (b'{"type":"x","k":"%s"}\n', [], "unknown"),
+        (b'{"type":"text","part":{"type":"text","text":"hi","k":"%s"}}\n', ["--raw"], "message"),
+        (b'data: {"type":"x","properties":{"k":"%s"}}\n\n', [], "unknown"),
+        (b'{"kind":"unknown","seq":0,"type":"x","raw":{"k":"%s"}}\n', [], "unknown"),
+    ],
+    ids=["stream-unknown", "stream-raw", "server-event", "events-again"],
+)
+def test_bytes_that_are_not_utf8_in_raw_are_replaced_and_said(stdin, args, kind, bad):
+    result = run("normalize", *args, stdin=stdin.replace(b"%s", bad))
+    assert result.returncode == 0, result.stderr.decode()
+    events = _strict_events(result.stdout)
+    warning, event = events[0], events[1]
+    assert _repairs(events) == [warning] and warning["line"] == 1
+    assert event["kind"] == kind and "\ufffd" in str(event["raw"])
+    assert events[-1]["counts"]["warning"] == 1
+    strict = run("normalize", *args, "--strict", stdin=stdin.replace(b"%s", bad))
+    assert strict.returncode == 1  # a damaged record is a problem --strict reports
+
+
+def test_valid_utf8_in_raw_is_kept_as_it_is():
+    stdin = '{"type":"x","k":"é—😀"}\n'.encode()
+    events = _strict_events(run("normalize", stdin=stdin).stdout)
+    assert events[0]["raw"] == {"type": "x", "k": "é—😀"} and not _repairs(events)
+
+
+def test_store_data_that_is_not_utf8_is_replaced_in_raw(tmp_path: Path):
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT rowid, CAST(data AS BLOB) FROM part").fetchall()
+        for rowid, data in rows:
+            damaged = data[:-1] + b',"zz":"\xff"}'
+            conn.execute("UPDATE part SET data = ? WHERE rowid = ?", (damaged, rowid))
+    result = run("import", "--all", "--raw", "--db", str(db))
+    assert result.returncode == 0, result.stderr.decode()
+    events = _strict_events(result.stdout)
+    with_raw = [e for e in events if "raw" in e and e.get("part_id")]
+    assert with_raw and all(e["raw"]["zz"] == "\ufffd" for e in with_raw)
+    assert len(_repairs(events)) == len({e["part_id"] for e in with_raw})
+
+
+# ---------------------------------------------------------------- memory
+
+
+@pytest.mark.parametrize("line", [b"{}", b"x", b'{"type":"step_start"}'])
+def test_a_read_of_short_lines_is_handed_on_in_slices(line: bytes):
+    from opencode_events.sources.stream import line_batches
+
+    data = (line + b"\n") * ((3 << 20) // (len(line) + 1)) + b"end"
+    batches = list(line_batches(_Chunks(data, 1 << 20), chunk_size=1 << 20))
+    assert [x for batch in batches for x in batch] == data.split(b"\n")
+    # each batch (and so each round of events) is a slice of a read, not the whole read
+    assert max(len(batch) for batch in batches) <= (80 << 10) // (len(line) + 1)
+
+
+def test_a_read_of_long_lines_is_one_batch():
+    from opencode_events.sources.stream import line_batches
+
+    data = (b"r" * 2000 + b"\n") * 500
+    batches = list(line_batches(_Chunks(data, 1 << 20), chunk_size=1 << 20))
+    assert len(batches) == 1 and batches[0] == data.split(b"\n")[:-1]
+
+
+@pytest.mark.parametrize("by", ["turn", "step", "session", "day"])
+def test_usage_of_a_stream_written_as_read_is_the_report_written_whole(by: str):
+    import io
+
+    from opencode_events.output.rows import csv_pieces, json_pieces, write_csv, write_json
+    from opencode_events.reports.usage import StreamUsage, stream_usage
+
+    streams = sorted(SAMPLES.glob("*/stream.jsonl"))
+    data = b"".join(path.read_bytes() for path in streams) + b'{"type":"step_start"}\nnope\n'
+
+    def opened():
+        return [("-", io.BytesIO(data))]
+
+    report = stream_usage(opened(), by=by)
+    assert report.rows and report.notes  # an open row and an unread line among them
+    usage = StreamUsage(opened(), by=by)
+    rows = (row.as_dict() for row in usage.rows())
+
+    def rest():
+        return {"total": usage.total.as_dict(), "notes": usage.notes}
+
+    assert b"".join(json_pieces("rows", rows, rest)) == write_json(report.document())
+    usage = StreamUsage(opened(), by=by)
+    pieces = list(csv_pieces((r.as_dict() for r in usage.rows()), usage.columns, every=2))
+    assert b"".join(pieces) == write_csv([r.as_dict() for r in report.rows], report.columns)
+    assert len(pieces) > 1 or len(report.rows) < 2
+
+
+def test_json_pieces_of_nothing_is_the_empty_document():
+    from opencode_events.output.rows import json_pieces, write_json
+
+    assert b"".join(json_pieces("rows", [], lambda: {"total": {}})) == write_json(
+        {"rows": [], "total": {}}
+    )
+
+
+# ---------------------------------------------------------------- CSV and the terminal
+
+
+def _titled(tmp_path: Path, title: str) -> Path:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE session SET title = ?", (title,))
+    return db
+
+
+def _csv_rows(data: bytes) -> list[dict]:
+    import csv
+    import io
+
+    return list(csv.DictReader(io.StringIO(data.decode("utf-8"), newline="")))
+
+
+@pytest.mark.parametrize(
+    "title",
+    ['=HYPERLINK("http://evil.example","x")', "+1+cmd", "-2+3", "@SUM(A1)", "\tx", "\rx"],
+)
+def test_csv_cells_a_spreadsheet_would_run_start_with_a_quote(tmp_path: Path, title: str):
+    db = _titled(tmp_path, title)
+    result = run("sessions", "--all", "--format", "csv", "--db", str(db))
+    assert result.returncode == 0, result.stderr.decode()
+    (row,) = _csv_rows(result.stdout)
+    assert row["title"] == "'" + title
+    assert not row["cost"].startswith("'")  # numbers are numbers
+    raw = run("sessions", "--all", "--format", "csv", "--csv-raw", "--db", str(db))
+    assert _csv_rows(raw.stdout)[0]["title"] == title
+
+
+def test_csv_cells_of_plain_text_are_as_they_are(tmp_path: Path):
+    db = _titled(tmp_path, "fix the build = green")
+    (row,) = _csv_rows(run("sessions", "--all", "--format", "csv", "--db", str(db)).stdout)
+    assert row["title"] == "fix the build = green"
+
+
+def _on_a_terminal(*args: str) -> bytes:
+    """What the command writes to a terminal (a pty), all of it."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*CLI, *args], stdout=follower, stderr=subprocess.PIPE, cwd=ROOT)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            piece = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the command is done
+            break
+        if not piece:
+            break
+        seen += piece
+    proc.wait(timeout=60)
+    os.close(leader)
+    assert proc.returncode == 0, proc.stderr.read().decode()
+    return seen
+
+
+CONTROLS = "a\x1b[2Jb\x07c\x1b]52;c;ZXZpbA==\x07d\x9b31me\x7f"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sessions", "--all", "--format", "csv"],
+        ["sessions", "--all", "--format", "json"],
+        ["sessions", "--all", "--format", "jsonl"],
+        ["sessions", "--all"],
+        ["usage", "--all", "--by", "session", "--format", "markdown"],
+        ["import", "--all", "--format", "jsonl"],
+    ],
+    ids=lambda a: " ".join(a[2:]) or a[0],
+)
+def test_no_control_character_reaches_a_terminal_from_any_format(tmp_path: Path, args):
+    db = _titled(tmp_path, CONTROLS)
+    with sqlite3.connect(db) as conn:  # and in what a part says, for import
+        rows = conn.execute("SELECT rowid, CAST(data AS BLOB) FROM part").fetchall()
+        for rowid, data in rows:
+            damaged = (
+                data[:-1] + ',"zz":"{}"}}'.format(CONTROLS.replace("\x1b", "\\u001b")).encode()
+            )
+            conn.execute("UPDATE part SET data = ? WHERE rowid = ?", (damaged, rowid))
+    seen = _on_a_terminal(*args, "--db", str(db), "--raw" if args[0] == "import" else "--all")
+    text = seen.decode("utf-8")
+    assert "\x07" not in text and "\x9b" not in text and "\x7f" not in text
+    shown = text.replace("\x1b[", "").replace("\x1b]", "")  # rich's own styles are allowed
+    if "--format" in args:  # no styles of ours at all in the formats for programs
+        assert "\x1b" not in text
+    assert "\x1b" not in shown.replace("\x1b(B", "")
