@@ -31,6 +31,8 @@ __all__ = [
     "Error",
     "Permission",
     "Compaction",
+    "Patch",
+    "Retry",
     "Delta",
     "Warning",
     "Unknown",
@@ -89,6 +91,7 @@ class ToolEvent(Event, kw_only=True, omit_defaults=True, tag_field="kind"):
 
 class Message(Event, tag="message", kw_only=True):
     text: str
+    summary: bool | None = None  # True: a compaction's summary (OpenCode's summary message)
     raw: Raw | None = None
 
 
@@ -107,6 +110,7 @@ class Read(ToolEvent, tag="read", kw_only=True):
     path: str | None = None
     command: str | None = None  # a read recognised in a bash command: the command line …
     exit_code: int | None = None  # … and how it ended
+    interrupted: str | None = None  # "timeout" or "abort": bash killed it (exit_code null)
     raw: Raw | None = None
 
 
@@ -116,20 +120,25 @@ class Write(ToolEvent, tag="write", kw_only=True):
     to: str | None = None
     command: str | None = None  # from bash, as on Read
     exit_code: int | None = None
+    interrupted: str | None = None
     raw: Raw | None = None
 
 
 class Search(ToolEvent, tag="search", kw_only=True):
     pattern: str | None = None
     path: str | None = None
+    operation: str | None = None  # lsp: the operation (workspaceSymbol, goToDefinition, …)
+    position: str | None = None  # lsp: "line:character" (1-based) of the symbol looked up
     command: str | None = None  # from bash, as on Read
     exit_code: int | None = None
+    interrupted: str | None = None
     raw: Raw | None = None
 
 
 class Command(ToolEvent, tag="command", kw_only=True):
     command: str | None = None
     exit_code: int | None = None
+    interrupted: str | None = None  # "timeout" or "abort": bash killed it (exit_code null)
     raw: Raw | None = None
 
 
@@ -181,6 +190,26 @@ class Permission(Event, tag="permission", kw_only=True):
 
 class Compaction(Event, tag="compaction", kw_only=True):
     auto: bool | None = None
+    overflow: bool | None = None  # True: the provider refused the context as too long
+    raw: Raw | None = None
+
+
+class Patch(Event, tag="patch", kw_only=True):
+    """The files one model step changed (OpenCode's ``patch`` part: a snapshot diff taken
+    after the step, so changes made by bash are in it too), absolute paths."""
+
+    files: list[str]
+    hash: str | None = None  # the snapshot before the step (what a revert goes back to)
+    raw: Raw | None = None
+
+
+class Retry(Event, tag="retry", kw_only=True):
+    """The provider failed and OpenCode will try again (``session.status`` retry)."""
+
+    attempt: int | None = None
+    message: str | None = None  # why, as OpenCode tells the user
+    next: int | float | None = None  # when the next attempt starts (epoch ms)
+    reason: str | None = None  # OpenCode's ``action.reason`` (free_tier_limit, …), if any
     raw: Raw | None = None
 
 
@@ -246,6 +275,8 @@ ANY_EVENT = (
     | Error
     | Permission
     | Compaction
+    | Patch
+    | Retry
     | Delta
     | Warning
     | Unknown

@@ -109,6 +109,34 @@ def test_error_record_without_data_keeps_name():
     assert event["name"] == "MessageOutputLengthError" and "message" not in event
 
 
+@pytest.mark.parametrize(
+    ("error", "name", "message"),
+    [
+        pytest.param(
+            {"name": "APIError", "data": {"message": "m"}}, "APIError", "m", id="named-error"
+        ),
+        # OpenCode's HTTP API answers with Effect's tagged errors (`_tag`, then the fields)
+        pytest.param(
+            {"_tag": "InvalidRequestError", "message": "bad field", "field": "parts"},
+            "InvalidRequestError",
+            "bad field",
+            id="tagged-http-error",
+        ),
+        pytest.param({"_tag": "BadRequest"}, "BadRequest", None, id="tagged-without-message"),
+        pytest.param(
+            {"name": "UnknownError", "_tag": "X", "data": {"message": "m"}},
+            "UnknownError",
+            "m",
+            id="name-wins-over-tag",
+        ),
+        pytest.param({"_tag": 3, "message": "m"}, None, "m", id="tag-not-text"),
+    ],
+)
+def test_error_names(error, name, message):
+    (event,) = normalize_lines([{"type": "error", "error": error}])
+    assert event.get("name") == name and event.get("message") == message
+
+
 def test_unknown_record_keeps_the_whole_record():
     rec = record("done", reason="idle", rejected=["bash"])
     (event,) = normalize_lines([rec])
@@ -206,6 +234,64 @@ TOOL_CASES = [
         tool_use("apply_patch", {"patchText": "nothing here"}),
         [{"kind": "unknown", "tool": "apply_patch"}],
         id="apply_patch-no-markers",
+    ),
+    pytest.param(
+        tool_use(
+            "apply_patch",
+            {"patchText": PATCH},
+            metadata={
+                "files": [
+                    {"filePath": "/w/new.txt", "relativePath": "new.txt", "type": "add"},
+                    {
+                        "filePath": "/w/a/from.py",
+                        "relativePath": "b/to.py",
+                        "type": "move",
+                        "movePath": "/w/b/to.py",
+                    },
+                ]
+            },
+        ),
+        [
+            {"kind": "write", "path": "/w/new.txt", "op": "add"},
+            {"kind": "write", "path": "/w/a/from.py", "op": "move", "to": "/w/b/to.py"},
+        ],
+        id="apply_patch-what-opencode-recorded-wins",
+    ),
+    pytest.param(
+        tool_use("apply_patch", {"patchText": PATCH}, status="error", error="verification failed"),
+        [
+            {"kind": "write", "path": "new.txt", "op": "add", "success": False},
+            {"kind": "write", "path": "src/app.py", "op": "update", "success": False},
+            {"kind": "write", "path": "old.txt", "op": "delete", "success": False},
+            {"kind": "write", "path": "a/from.py", "op": "move", "to": "b/to.py", "success": False},
+        ],
+        id="apply_patch-failed-read-from-the-patch",
+    ),
+    pytest.param(
+        tool_use(
+            "bash",
+            {"command": "sleep 5", "timeout": 1000},
+            output="\n\n<shell_metadata>\nshell tool terminated command after exceeding "
+            "timeout 1000 ms.",
+            metadata={"exit": None, "output": ""},
+        ),
+        [{"kind": "command", "command": "sleep 5", "interrupted": "timeout", "success": True}],
+        id="bash-timed-out",
+    ),
+    pytest.param(
+        tool_use(
+            "bash",
+            {"command": "sleep 5"},
+            output="\n\n<shell_metadata>\nUser aborted the command\n</shell_metadata>",
+            metadata={"exit": None},
+        ),
+        [{"kind": "command", "command": "sleep 5", "interrupted": "abort"}],
+        id="bash-aborted",
+    ),
+    pytest.param(
+        tool_use("bash", {"command": "true"}, metadata={"exit": 0}),
+        [{"kind": "command", "command": "true", "exit_code": 0, "interrupted": None}],
+        id="bash-exit-0-not-interrupted",
     ),
     pytest.param(
         tool_use("grep", {"pattern": "TODO", "path": "src", "include": "*.py"}),
@@ -307,13 +393,44 @@ TOOL_CASES = [
                 "character": 1,
             },
         ),
-        [{"kind": "search", "pattern": "Foo", "path": "a.ts"}],
-        id="lsp-query",
+        [{"kind": "search", "pattern": "Foo", "operation": "workspaceSymbol", "path": None}],
+        id="lsp-workspace-symbol-query",
+    ),
+    pytest.param(
+        tool_use("lsp", {"operation": "workspaceSymbol", "filePath": "a.ts", "line": 1}),
+        [{"kind": "search", "pattern": "", "operation": "workspaceSymbol"}],
+        id="lsp-workspace-symbol-every-symbol",
+    ),
+    pytest.param(
+        tool_use(
+            "lsp", {"operation": "findReferences", "filePath": "/w/a.ts", "line": 3, "character": 7}
+        ),
+        [
+            {
+                "kind": "search",
+                "path": "/w/a.ts",
+                "position": "3:7",
+                "operation": "findReferences",
+            }
+        ],
+        id="lsp-symbol-at-a-position",
     ),
     pytest.param(
         tool_use("lsp", {"operation": "hover", "filePath": "a.ts"}),
         [{"kind": "unknown", "tool": "lsp"}],
-        id="lsp-no-query-unknown",
+        id="lsp-position-missing-unknown",
+    ),
+    pytest.param(
+        tool_use(
+            "lsp", {"operation": "documentSymbol", "filePath": "a.ts", "line": 1, "character": 1}
+        ),
+        [{"kind": "unknown", "tool": "lsp"}],
+        id="lsp-document-outline-unknown",
+    ),
+    pytest.param(
+        tool_use("lsp", {"symbol": "Foo", "filePath": "a.ts"}),
+        [{"kind": "unknown", "tool": "lsp"}],
+        id="lsp-no-operation-unknown",
     ),
     pytest.param(tool_use("todo", {}), [], id="todo-consumed"),
     pytest.param(tool_use("todowrite", {"todos": []}), [], id="todowrite-consumed"),

@@ -183,13 +183,99 @@ def test_stored_prompts_say_which_text_opencode_wrote_for_the_user():
 
 
 @scenario("apply_patch")
-def test_apply_patch_one_write_per_file():
+def test_apply_patch_one_write_per_file_with_the_paths_opencode_recorded():
     writes = of_kind(events_of("apply_patch"), "write")
-    ops = {(w["op"], w["path"], w.get("to")) for w in writes}
-    assert ("add", "added.txt", None) in ops
-    assert ("move", "rename_me.txt", "moved/renamed.txt") in ops
-    assert {w["op"] for w in writes} >= {"add", "update", "delete", "move"}
+    work = "/tmp/oc-capture/apply_patch/work/"
+    ops = [(w["op"], w["path"], w.get("to")) for w in writes]
+    assert ops == [
+        ("add", work + "added.txt", None),
+        ("update", work + "src/app.py", None),
+        ("delete", work + "old.txt", None),
+        ("move", work + "rename_me.txt", work + "moved/renamed.txt"),
+    ]
+    files = [
+        (f["type"], f["filePath"], f.get("movePath"))
+        for r in raw_records("apply_patch")
+        if r["type"] == "tool_use"
+        for f in r["part"]["state"]["metadata"]["files"]
+    ]
+    assert ops == files
     assert all(w["tool"] == "apply_patch" for w in writes)
+
+
+def _stored(scenario: str) -> list[dict]:
+    return [
+        json.loads(line)
+        for line in imported(ROOT / "samples" / scenario / "opencode.db").splitlines()
+    ]
+
+
+def _served(scenario: str) -> list[dict]:
+    return [
+        json.loads(line)
+        for line in normalized(ROOT / "samples" / scenario / "events.sse").splitlines()
+    ]
+
+
+def _figures(events: list[dict]) -> list[tuple]:
+    keys = ("session_id", "message_id", "part_id", "turn", "total_tokens", "cost", "model", "agent")
+    return [tuple(e.get(k) for k in keys) for e in of_kind(events, "usage")]
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in ROOT.glob("samples/*/events.sse")))
+def test_served_and_stored_sessions_give_the_same_usage(name: str):
+    """Usage comes from step-finish parts on the server as in the store: a reply no model
+    call stands behind (a context-overflow attempt, a user shell command) costs nothing and
+    gives none, so turns and figures agree."""
+    served, stored = _served(name), _stored(name)
+    assert _figures(served) == _figures(stored)
+    assert served[-1]["turns"] == stored[-1]["turns"]
+    assert served[-1]["cost"] == stored[-1]["cost"]
+
+
+def test_an_overflow_attempt_is_no_inference():
+    """serve_overflow: the provider refused the first request as too long; OpenCode said so
+    (session.error), left the message without an error, compacted and answered."""
+    served = _served("serve_overflow")
+    (error,) = of_kind(served, "error")
+    assert error["name"] == "ContextOverflowError"
+    (compaction,) = of_kind(served, "compaction")
+    assert compaction["auto"] is True and compaction["overflow"] is True
+    assert [u["agent"] for u in of_kind(served, "usage")] == ["compaction", "build"]
+    summary = [m for m in of_kind(served, "message") if m.get("summary")]
+    assert [m["text"] for m in summary] == ["## Summary\n\nThe user asked to read everything."]
+    stored = [m for m in of_kind(_stored("serve_overflow"), "message") if m.get("summary")]
+    assert [m["part_id"] for m in stored] == [m["part_id"] for m in summary]
+
+
+def test_a_user_shell_command_is_a_command_with_no_inference():
+    for events in (_served("serve_shell"), _stored("serve_shell")):
+        (command,) = of_kind(events, "command")
+        assert command["command"] == "echo from-user" and "exit_code" not in command
+        assert [u["total_tokens"] for u in of_kind(events, "usage")] == [1308]
+
+
+@scenario("lsp")
+def test_lsp_calls_are_searches_for_a_query_or_a_symbol():
+    (symbol, definition) = of_kind(events_of("lsp"), "search")
+    assert (symbol["operation"], symbol["pattern"], symbol.get("path")) == (
+        "workspaceSymbol",
+        "greet",
+        None,
+    )
+    assert (definition["operation"], definition["path"], definition["position"]) == (
+        "goToDefinition",
+        "/tmp/oc-capture/lsp/work/notes/todo.txt",
+        "1:3",
+    )
+    assert symbol["success"] is definition["success"] is False
+
+
+@scenario("bash_timeout")
+def test_a_bash_killed_for_its_timeout_is_told_apart():
+    (command,) = of_kind(events_of("bash_timeout"), "command")
+    assert command["interrupted"] == "timeout" and "exit_code" not in command
+    assert command["status"] == "completed"  # as OpenCode says: the tool itself worked
 
 
 @scenario("task")
@@ -245,13 +331,15 @@ def _by_part(output: bytes) -> dict[str, list[dict]]:
     numbering, the input line, the time (the record's timestamp in the stream, the row's
     time_created in the store), ``raw`` (the record as that source wrote it) and a usage
     event's ``turn`` (counted from the start of what is read: a forked session's stored
-    history holds turns its run's stream never showed) and its ``model``, ``provider`` and
-    ``agent`` (the store's message rows name them; the stream has no message records)."""
+    history holds turns its run's stream never showed), its ``model``, ``provider`` and
+    ``agent``, and a text's ``summary`` flag (the store's message rows name them; the stream
+    has no message records)."""
     found: dict[str, list[dict]] = {}
     for line in output.splitlines():
         event = json.loads(line)
         if event.get("part_id"):
-            for key in ("seq", "line", "time", "raw", "turn", "model", "provider", "agent"):
+            labels = ("model", "provider", "agent", "summary")
+            for key in ("seq", "line", "time", "raw", "turn", *labels):
                 event.pop(key, None)
             found.setdefault(event["part_id"], []).append(event)
     return found

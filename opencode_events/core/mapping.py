@@ -30,7 +30,7 @@ from ..events import (
 )
 from .bashcmd import classify_bash
 from .figures import read_figures
-from .patch import patched_files
+from .patch import patched_files, recorded_files
 from .views import MessageInfo, Part, number
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "tool_events",
     "usage_event",
     "error_fields",
+    "patch_files",
     "text_of",
 ]
 
@@ -109,7 +110,9 @@ def text_of(part: Part) -> str | None:
 
 
 def error_fields(error: Any) -> tuple[str | None, str | None]:
-    """(name, message) of an OpenCode NamedError ``{name, data: {message}}``."""
+    """(name, message) of an OpenCode NamedError ``{name, data: {message}}``, or of an
+    error its HTTP API sends, tagged the Effect way: ``{_tag: "InvalidRequestError",
+    message}``."""
     if isinstance(error, str):
         return None, error
     if not isinstance(error, dict):
@@ -118,7 +121,17 @@ def error_fields(error: Any) -> tuple[str | None, str | None]:
     message = data.get("message") if isinstance(data, dict) else None
     if message is None:
         message = error.get("message")
-    return _str(error.get("name")), _str(message)
+    name = _str(error.get("name")) or _str(error.get("_tag"))
+    return name, _str(message)
+
+
+def patch_files(part: Part) -> list[str] | None:
+    """The files of a ``patch`` part (the paths a step changed), or None when its
+    ``files`` is not a list of paths."""
+    files = part.files
+    if type(files) is list and all(type(f) is str for f in files):
+        return files
+    return None
 
 
 # ---------------------------------------------------------------------------- usage
@@ -182,50 +195,68 @@ class SkillInput(Struct):
 
 
 class LspInput(Struct):
-    query: Any = None
-    symbol: Any = None
+    operation: Any = None
     filePath: Any = None  # noqa: N815
+    line: Any = None
+    character: Any = None
+    query: Any = None
 
 
-# (event kwargs shared by every event of one call, decoded input, the part) → events,
-# or None when the call cannot be identified (→ unknown).
-ToolRule = Callable[[dict[str, Any], Any, Part], list[Event] | None]
+# (event kwargs shared by every event of one call, decoded input, the part, the session
+# directory when known) → events, or None when the call cannot be identified (→ unknown).
+ToolRule = Callable[[dict[str, Any], Any, Part, "str | None"], list[Event] | None]
 
 
-def _read(common: dict[str, Any], args: PathInput, part: Part) -> list[Event]:
+def _read(
+    common: dict[str, Any], args: PathInput, part: Part, directory: str | None
+) -> list[Event]:
     return [Read(**common, path=_str(args.filePath) or _str(args.path))]
 
 
 def _file_change(op: str) -> ToolRule:
-    def rule(common: dict[str, Any], args: PathInput, part: Part) -> list[Event]:
+    def rule(
+        common: dict[str, Any], args: PathInput, part: Part, directory: str | None
+    ) -> list[Event]:
         return [Write(**common, path=_str(args.filePath) or _str(args.path), op=op)]
 
     return rule
 
 
-def _apply_patch(common: dict[str, Any], args: PatchInput, part: Part) -> list[Event] | None:
-    text = _str(args.patchText)
-    files = patched_files(text) if text else []
+def _apply_patch(
+    common: dict[str, Any], args: PatchInput, part: Part, directory: str | None
+) -> list[Event] | None:
+    """The files OpenCode says it changed (``metadata.files``, absolute paths); a call
+    without them (it failed) is read from its patch as OpenCode parses it."""
+    state = part.state
+    files = recorded_files(state.metadata.files) if state and state.metadata else None
+    if files is None:
+        text = _str(args.patchText)
+        files = patched_files(text, directory) if text else []
     if not files:
         return None
     return [Write(**common, path=f.path, op=f.op, to=f.to) for f in files]
 
 
-def _search(common: dict[str, Any], args: SearchInput, part: Part) -> list[Event]:
+def _search(
+    common: dict[str, Any], args: SearchInput, part: Part, directory: str | None
+) -> list[Event]:
     return [Search(**common, pattern=_str(args.pattern), path=_str(args.path))]
 
 
-def _bash(common: dict[str, Any], args: BashInput, part: Part) -> list[Event]:
+def _bash(
+    common: dict[str, Any], args: BashInput, part: Part, directory: str | None
+) -> list[Event]:
     command = _str(args.command)
     exit_code = _exit_code(part)
+    interrupted = _interrupted(part) if exit_code is None else None
     if command is not None:
         file_ops = classify_bash(command, _str(args.workdir))
         if file_ops:
             # The command line and its exit code stay on each event: `cat missing.txt` that
             # exits 1 is still told apart from a read that worked.
-            shared = dict(common, command=command, exit_code=exit_code)
+            shared = dict(common, command=command, exit_code=exit_code, interrupted=interrupted)
             return [_file_op_event(shared, op) for op in file_ops]
-    return [Command(**common, command=command, exit_code=exit_code)]
+    return [Command(**common, command=command, exit_code=exit_code, interrupted=interrupted)]
 
 
 def _exit_code(part: Part) -> int | None:
@@ -237,6 +268,25 @@ def _exit_code(part: Part) -> int | None:
     return None
 
 
+# What OpenCode's bash appends to the output (in <shell_metadata>) when it killed the
+# command, and sets ``metadata.exit`` to null.
+_TIMEOUT_NOTE = b"shell tool terminated command after exceeding timeout"
+_ABORT_NOTE = b"User aborted the command"
+
+
+def _interrupted(part: Part) -> str | None:
+    """ "timeout" or "abort" for a bash call OpenCode killed (``metadata.exit: null``)."""
+    state = part.state
+    if state is None or state.metadata is None or state.metadata.exit is not None:
+        return None  # an exit code, or no metadata at all (a call that never ran)
+    output = bytes(state.output)
+    if _TIMEOUT_NOTE in output:
+        return "timeout"
+    if _ABORT_NOTE in output:
+        return "abort"
+    return None
+
+
 def _file_op_event(common: dict[str, Any], op: Any) -> Event:
     if op.kind == "read":
         return Read(**common, path=op.path)
@@ -245,7 +295,9 @@ def _file_op_event(common: dict[str, Any], op: Any) -> Event:
     return Write(**common, path=op.path, op=op.op, to=op.to)
 
 
-def _background_process(common: dict[str, Any], args: BashInput, part: Part) -> list[Event]:
+def _background_process(
+    common: dict[str, Any], args: BashInput, part: Part, directory: str | None
+) -> list[Event]:
     command = _str(args.command)
     return [Command(**common, command=command)] if command else []
 
@@ -287,7 +339,9 @@ def _child_session(args: TaskInput, part: Part) -> str | None:
     return _str(args.task_id) or _str(args.session_id) or _str(args.sessionId)
 
 
-def _orchestration(common: dict[str, Any], args: TaskInput, part: Part) -> list[Event] | None:
+def _orchestration(
+    common: dict[str, Any], args: TaskInput, part: Part, directory: str | None
+) -> list[Event] | None:
     agent = _str(args.subagent_type) or _str(args.agent)
     child = _child_session(args, part)
     if agent is None and child is None:
@@ -302,15 +356,49 @@ def _orchestration(common: dict[str, Any], args: TaskInput, part: Part) -> list[
     ]
 
 
-def _skill(common: dict[str, Any], args: SkillInput, part: Part) -> list[Event]:
+def _skill(
+    common: dict[str, Any], args: SkillInput, part: Part, directory: str | None
+) -> list[Event]:
     return [Skill(**common, name=_str(args.name))]
 
 
-def _lsp(common: dict[str, Any], args: LspInput, part: Part) -> list[Event] | None:
-    pattern = _str(args.query) or _str(args.symbol)
-    if not pattern:
-        return None
-    return [Search(**common, pattern=pattern, path=_str(args.filePath))]
+# lsp operations that look up the symbol at a position of a file (OpenCode 1.18.33's list).
+LSP_SYMBOL_OPERATIONS = frozenset(
+    {
+        "goToDefinition",
+        "findReferences",
+        "hover",
+        "goToImplementation",
+        "prepareCallHierarchy",
+        "incomingCalls",
+        "outgoingCalls",
+    }
+)
+
+
+def _position(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _lsp(
+    common: dict[str, Any], args: LspInput, part: Part, directory: str | None
+) -> list[Event] | None:
+    """Seed 000's "a query or symbol", as OpenCode's lsp tool takes them: a
+    ``workspaceSymbol`` query (its ``query``, "" asking for every symbol), or the symbol at
+    ``filePath:line:character`` (1-based) for the position operations. ``documentSymbol``
+    (a file's outline) names neither: unknown."""
+    operation = _str(args.operation)
+    path = _str(args.filePath)
+    if operation == "workspaceSymbol":
+        query = args.query
+        return [
+            Search(**common, pattern=query if isinstance(query, str) else "", operation=operation)
+        ]
+    line, character = _position(args.line), _position(args.character)
+    if operation in LSP_SYMBOL_OPERATIONS and path and line is not None and character is not None:
+        position = f"{line}:{character}"
+        return [Search(**common, path=path, operation=operation, position=position)]
+    return None
 
 
 # Tool name (lower case) → (input view, rule). Names not here and not consumed → unknown.
@@ -354,8 +442,9 @@ def tool_common(part: Part) -> dict[str, Any]:
     return common
 
 
-def tool_events(part: Part) -> list[Event]:
-    """The events one terminal tool call maps to: [] when consumed, else ≥ 1 event."""
+def tool_events(part: Part, directory: str | None = None) -> list[Event]:
+    """The events one terminal tool call maps to: [] when consumed, else ≥ 1 event.
+    ``directory`` is the session's, when the source names it (a patch's paths)."""
     name = part.tool
     if not isinstance(name, str):
         return [Unknown(type=_str(part.type) or "tool")]
@@ -374,5 +463,5 @@ def tool_events(part: Part) -> list[Event]:
         args = _INPUT_DECODERS[view].decode(state.input)
     except (msgspec.DecodeError, RecursionError):
         return [Unknown(**common)]
-    events = rule(common, args, part)
+    events = rule(common, args, part, directory)
     return events if events is not None else [Unknown(**common)]

@@ -29,17 +29,27 @@ from ..events import (
     Event,
     Message,
     Metrics,
+    Patch,
     Permission,
     Prompt,
     Reasoning,
+    Retry,
     ToolEvent,
     Unknown,
     Usage,
     Warning,
     summed_cost,
 )
-from .mapping import CONSUMED_PARTS, error_fields, success_of, text_of, tool_events, usage_event
-from .views import ANY_DECODER, MessageInfo, Part, json_type_name
+from .mapping import (
+    CONSUMED_PARTS,
+    error_fields,
+    patch_files,
+    success_of,
+    text_of,
+    tool_events,
+    usage_event,
+)
+from .views import ANY_DECODER, Part, json_type_name, number
 
 __all__ = ["Normalizer", "Provenance", "REPAIRED_RAW"]
 
@@ -184,8 +194,11 @@ class Normalizer(Counters):
         # (a parent and its subagents, concatenated logs) still dedupe; bounded for memory.
         self._seen_by_session: OrderedDict[str | None, set[str]] = OrderedDict()
         self._replayed_calls: set[tuple[Any, Any]] = set()  # tool calls of events read again
-        # (model, provider, agent) of the assistant message whose parts are being read.
+        # (model, provider, agent) of the assistant message whose parts are being read,
+        # whether it is a compaction's summary, and its directory (path.cwd).
         self._labels: tuple[str | None, str | None, str | None] | None = None
+        self._summary: bool | None = None
+        self._directory: str | None = None
 
     # ------------------------------------------------------------------ session state
 
@@ -224,6 +237,7 @@ class Normalizer(Counters):
         self._seen_parts = set()
         self._seen_by_session = OrderedDict()
         self._session_turns = {}
+        self.enter_message(None)
 
     def _next_turn(self) -> int:
         key = self._session or ""
@@ -337,7 +351,7 @@ class Normalizer(Counters):
             if role == "user":
                 synthetic = True if part.synthetic is True else None
                 return self._stamp([Prompt(text=text, synthetic=synthetic)], prov)
-            return self._stamp([Message(text=text)], prov)
+            return self._stamp([Message(text=text, summary=self._summary)], prov)
         if kind == "step-finish":
             return self._step_finish(part, prov)
         if kind == "tool":
@@ -354,7 +368,21 @@ class Normalizer(Counters):
             if not self._first_sighting(part):
                 return []
             auto = part.auto if isinstance(part.auto, bool) else None
-            return self._stamp([Compaction(auto=auto)], prov)
+            overflow = part.overflow if isinstance(part.overflow, bool) else None
+            return self._stamp([Compaction(auto=auto, overflow=overflow)], prov)
+        if kind == "patch":
+            files = patch_files(part)
+            if files is not None:
+                if not self._first_sighting(part):
+                    return []
+                hash_ = part.hash if type(part.hash) is str else None
+                return self._stamp([Patch(files=files, hash=hash_)], prov)
+        elif kind == "retry":
+            if not self._first_sighting(part):
+                return []
+            _, message = error_fields(part.error)
+            attempt = part.attempt if type(part.attempt) is int else None
+            return self._stamp([Retry(attempt=attempt, message=message)], prov)
         return self.unknown(prov, type_=kind if isinstance(kind, str) else None)
 
     def note_consumed(self, part_type: str) -> None:
@@ -376,7 +404,7 @@ class Normalizer(Counters):
         if not self._first_sighting(part):
             return []
         self.tool_calls += 1
-        events = tool_events(part)
+        events = tool_events(part, self._directory)
         if events:
             success = events[0].success  # all events of one call share it
             if success is False:
@@ -387,8 +415,18 @@ class Normalizer(Counters):
 
     def enter_message(self, info: Any) -> None:
         """The message whose parts come next (a stored or exported message): its model,
-        provider and agent label the ``usage`` events of its step-finish parts."""
-        self._labels = _labels(info) if info is not None and info.role == "assistant" else None
+        provider and agent label the ``usage`` events of its step-finish parts, its
+        ``summary`` flag its text (a compaction's summary), its ``path.cwd`` the directory
+        a patch's relative paths are resolved against."""
+        if info is None:
+            self._labels = self._summary = self._directory = None
+            return
+        assistant = info.role == "assistant"
+        self._labels = _labels(info) if assistant else None
+        self._summary = True if assistant and info.summary is True else None
+        path = info.path
+        cwd = path.cwd if path is not None else None
+        self._directory = cwd if type(cwd) is str else None
 
     def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
         self.step_open = False
@@ -414,19 +452,6 @@ class Normalizer(Counters):
         totals.cost += usage.cost
         totals.figures += 1
 
-    def message_usage(self, info: MessageInfo, prov: Provenance) -> list[Event]:
-        """``usage`` for one finished assistant message (an inference), counted once per
-        message id; for sources that report usage per message rather than per step."""
-        message_id = info.id
-        if isinstance(message_id, str):
-            if message_id in self._seen_parts:
-                self.duplicates += 1
-                return []
-            self._seen_parts.add(message_id)
-        usage = usage_event(info, self._next_turn())
-        usage.model, usage.provider, usage.agent = _labels(info)
-        return self._count_usage(usage, prov)
-
     def permission(
         self,
         prov: Provenance,
@@ -437,6 +462,24 @@ class Normalizer(Counters):
         reply: str | None = None,
     ) -> list[Event]:
         event = Permission(id=id_, permission=permission, patterns=patterns, reply=reply)
+        return self._stamp([event], prov)
+
+    def retry(
+        self,
+        prov: Provenance,
+        *,
+        attempt: Any,
+        message: Any,
+        next_: Any,
+        reason: Any,
+    ) -> list[Event]:
+        """A provider retry OpenCode announced (``session.status`` retry)."""
+        event = Retry(
+            attempt=attempt if type(attempt) is int else None,
+            message=message if type(message) is str else None,
+            next=number(next_),
+            reason=reason if type(reason) is str else None,
+        )
         return self._stamp([event], prov)
 
     def delta(self, field: str | None, delta: str, prov: Provenance) -> list[Event]:

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 import msgspec
-from msgspec import Raw, Struct
+from msgspec import UNSET, Raw, Struct
 
 __all__ = [
     "Times",
@@ -26,6 +26,7 @@ __all__ = [
     "CacheTokens",
     "Tokens",
     "Part",
+    "MessagePath",
     "MessageInfo",
     "MessageHead",
     "StreamRecord",
@@ -49,8 +50,9 @@ class Times(Struct, gc=False):
 
 
 class ToolMetadata(Struct, gc=False):
-    exit: Any = None  # bash's exit code
+    exit: Any = UNSET  # bash's exit code; null (not missing) when bash killed the command
     sessionId: Any = None  # task's child session  # noqa: N815 - OpenCode's spelling
+    files: Raw = NO_RAW  # apply_patch: the files it changed, [{filePath, type, movePath?}]
 
 
 class ToolState(Struct, gc=False):
@@ -96,6 +98,18 @@ class Part(Struct, gc=False):
     tokens: Tokens | None = None
     # compaction
     auto: Any = None
+    overflow: Any = None
+    # patch (the files a step changed)
+    hash: Any = None
+    files: Any = None
+    # retry
+    attempt: Any = None
+    error: Any = None
+
+
+class MessagePath(Struct, gc=False):
+    cwd: Any = None  # the session's directory: relative tool paths are resolved against it
+    root: Any = None
 
 
 class MessageInfo(Struct, gc=False):
@@ -115,6 +129,7 @@ class MessageInfo(Struct, gc=False):
     mode: Any = None
     agent: Any = None
     summary: Any = None
+    path: MessagePath | None = None
 
 
 class MessageHead(Struct, gc=False):
@@ -129,6 +144,8 @@ class MessageHead(Struct, gc=False):
     modelID: Any = None  # noqa: N815
     providerID: Any = None  # noqa: N815
     agent: Any = None
+    summary: Any = None
+    path: MessagePath | None = None
 
 
 class StreamRecord(Struct, gc=False):

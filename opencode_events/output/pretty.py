@@ -31,10 +31,12 @@ from ..events import (
     Message,
     Metrics,
     Orchestration,
+    Patch,
     Permission,
     Prompt,
     Read,
     Reasoning,
+    Retry,
     Search,
     Skill,
     Unknown,
@@ -271,6 +273,8 @@ class PrettyWriter:
         if isinstance(event, (Message, Reasoning)):
             self._streaming = ""
         if isinstance(event, Message):
+            if event.summary:  # a compaction's summary: shown apart from the answers
+                return _block("⟲ ", event.text, "magenta")
             return _block("› ", event.text, "")
         if isinstance(event, Reasoning):
             return _block("∴ ", event.text, "dim italic")
@@ -301,6 +305,19 @@ class PrettyWriter:
             text = Text(no_wrap=True, style="magenta")
             text.append(f"⟲ {'compaction':<{_LABEL_WIDTH}}")
             text.append("automatic" if event.auto else "summarized")
+            if event.overflow:
+                text.append(" (the context overflowed)")
+            return text
+        if isinstance(event, Patch):
+            text = Text(no_wrap=True, overflow="ellipsis", style="dim")
+            files = ", ".join(_rel(path, self._cwd) for path in event.files)
+            text.append(visible(f"Δ {'changed':<{_LABEL_WIDTH}}{files}"))
+            return text
+        if isinstance(event, Retry):
+            text = Text(no_wrap=True, overflow="ellipsis", style="yellow")
+            attempt = f"attempt {event.attempt}" if event.attempt is not None else "retry"
+            why = f": {_first_line(event.message)}" if event.message else ""
+            text.append(visible(f"↻ {'retry':<{_LABEL_WIDTH}}{attempt}{why}"))
             return text
         if isinstance(event, Metrics):
             return self._summary(event)
@@ -376,6 +393,8 @@ class PrettyWriter:
         details = Text(style="dim")
         if getattr(event, "exit_code", None) is not None:  # a command, or a file op from bash
             details.append(f"exit {event.exit_code}", "dim" if event.exit_code == 0 else "red")
+        elif getattr(event, "interrupted", None):  # bash killed it: "timeout" or "abort"
+            details.append("timed out" if event.interrupted == "timeout" else "aborted", "red")
         duration = format_duration(event.duration_ms)
         if duration:
             details.append((" · " if details else "") + duration)
@@ -461,7 +480,10 @@ def _subject(event: Any, cwd: str = "") -> str:
     if isinstance(event, Search):
         words = [repr(event.pattern)] if event.pattern is not None else []
         if event.path:
-            words.append(f"in {_rel(event.path, cwd)}")
+            at = f":{event.position}" if event.position else ""
+            words.append(f"{'at' if at else 'in'} {_rel(event.path, cwd)}{at}")
+        if event.operation:  # lsp
+            return " ".join([event.operation, *words])
         return " ".join(words if tool in ("grep", "glob") else ["search", *words])
     if isinstance(event, Command):
         return _first_line(event.command, 500)

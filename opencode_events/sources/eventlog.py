@@ -381,6 +381,8 @@ class StoreFollower:
             user_first = message is not None and _is_user(message[2])
             if message is not None and user_first:
                 events += reader.stored_message(message[2], _prov(session_id, mid))
+            elif message is not None:
+                reader.know_message(message[2], mid)  # its usage is labelled by its model
             for pid, updated, data in sorted(parts.get(mid, ()), key=lambda row: row[0]):
                 events += reader.stored_part(data, _prov(session_id, mid, pid), updated)
                 activity.wrote(updated)

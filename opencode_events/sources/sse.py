@@ -13,12 +13,14 @@ those copies are consumed. Mapping (docs/server-events.md has the table):
 
 * ``message.part.updated``: a tool part once, when the call has ended (a status other
   than pending or running: ``mapping.call_ended``); a text or reasoning part once, when
-  complete (``time.end``), or a user message's text part as ``prompt``; ``step-start``
-  and ``step-finish`` are consumed (usage comes from the message); any other part type
-  goes to the normalizer (compaction, unknown).
-* ``message.updated``: an assistant message with ``time.completed`` → ``usage`` once per
-  message id.
+  complete (``time.end``), or a user message's text part as ``prompt``; a ``step-finish``
+  part → ``usage``, as every other source reads it (a reply with no step, such as a user
+  shell command's or a context-overflow attempt's, costs nothing and gives none); any other
+  part type goes to the normalizer (compaction, patch, unknown). Each part is read with its
+  message's labels (model, agent, directory), learnt from ``message.updated``.
+* ``message.updated``: flushes the text parts of a completed message that never ended.
 * ``session.error`` → error; ``permission.asked``/``permission.replied`` → permission;
+  ``session.status`` retry → retry (busy and idle drive ``idle``);
   ``message.part.delta`` → delta only with ``deltas=True``.
 * The types in ``CONSUMED`` (and the experimental ``session.next.*`` family) give no event;
   any other type becomes ``unknown`` with the frame in ``raw``; data that is not a JSON
@@ -174,8 +176,17 @@ class _PermissionReplied(Struct):
     reply: Any = None
 
 
+class _RetryAction(Struct):
+    reason: Any = None
+
+
 class _Status(Struct):
     type: Any = None
+    # retry: {type: "retry", attempt, message, action?: {reason, …}, next}
+    attempt: Any = None
+    message: Any = None
+    next: Any = None
+    action: _RetryAction | None = None
 
 
 class _SessionStatus(Struct):
@@ -289,7 +300,7 @@ class SseReader:
         self._roles = _Memory()  # message id -> role
         self._pending: dict[str, tuple[Part, Provenance]] = {}  # incomplete text parts
         self._running: dict[str, tuple[Part, Provenance]] = {}  # tool calls not ended yet
-        self._stepped = _Memory()  # messages with a step-finish part: an inference ran
+        self._messages = _Memory()  # message id -> its latest MessageInfo (labels, cwd)
         self._handlers = {
             "message.part.updated": self._part_updated,
             "message.updated": self._message_updated,
@@ -554,10 +565,17 @@ class SseReader:
         message_id = _str(part.messageID)
         prov.message_id, prov.part_id = message_id, part_id
         kind = part.type
-        if kind in ("step-start", "step-finish"):
-            if kind == "step-finish" and message_id is not None:
-                self._stepped.put(message_id)
+        if kind == "step-start":
             return []
+        info = self._messages.get(message_id) if message_id is not None else None
+        if kind == "step-finish" and message_id is not None and self._pending:
+            # the step is over: its text parts come before its usage, as in the store
+            role = self._roles.get(message_id)
+            flushed = self._flush_pending(message_id, role)
+            self.normalizer.enter_session(prov.session_id)
+            self.normalizer.enter_message(info)
+            return flushed + self._emit(part, prov)
+        self.normalizer.enter_message(info)
         if kind == "tool":
             state = part.state
             if not call_ended(state.status if state is not None else None):
@@ -624,11 +642,16 @@ class SseReader:
             return []
         if role is not None:
             self._roles.put(message_id, role)
+        self._messages.put(message_id, info)
         if role == "user":
             return self._flush_pending(message_id, "user") if self._pending else []
         if role != "assistant" or info.time is None or info.time.completed is None:
             return []
+        self.normalizer.enter_message(info)
         events = self._flush_pending(message_id, role) if self._pending else []
+        if not (self.errors_from_messages and info.error):
+            return events
+        # The store's log has no ``session.error``: a failed reply's error is its message's.
         self.normalizer.enter_session(prov.session_id)
         key = "m:" + message_id
         if key in self._done:
@@ -636,15 +659,17 @@ class SseReader:
         self._done.put(key)
         prov.message_id = message_id
         prov.time = number(info.time.completed)
-        if _spent_nothing(info) and (info.error is not None or message_id not in self._stepped):
-            # No inference happened: a failed request, or the message OpenCode makes to
-            # hold a subtask's tool call (no step); the run stream writes no step_finish.
-            pass
-        else:
-            events += self.normalizer.message_usage(info, prov)
-        if self.errors_from_messages and info.error:
-            events += self.normalizer.error(info.error, prov)
-        return events
+        return events + self.normalizer.error(info.error, prov)
+
+    def know_message(self, data: bytes, message_id: str | None) -> None:
+        """Learn a stored message row's labels before its parts are read (``stored_part``),
+        writing nothing: its step-finish parts' ``usage`` carry its model and agent."""
+        if message_id is None:
+            return
+        with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            info = decode_repairing(MESSAGE_DECODER, data)[0]
+            info.id = message_id
+            self._messages.put(message_id, info)
 
     def _part_delta(self, props: bytes, prov: Provenance) -> list[Event]:
         if not self.deltas:
@@ -691,6 +716,18 @@ class SseReader:
             self._adopt(session)
         elif status == "idle":
             self._went_idle(session)
+        elif status == "retry" and view.status is not None:
+            if not self._enter(session, prov):
+                return []
+            retry = view.status
+            action = retry.action
+            return self.normalizer.retry(
+                prov,
+                attempt=retry.attempt,
+                message=retry.message,
+                next_=retry.next,
+                reason=action.reason if action is not None else None,
+            )
         return []
 
     def _session_idle(self, props: bytes, prov: Provenance) -> list[Event]:
@@ -734,16 +771,3 @@ def _frame_type(frame: dict[str, Any]) -> tuple[Any, Any]:
     """The event type of a frame of an unexpected shape (``/global/event`` wraps it)."""
     payload = frame.get("payload")
     return (payload if isinstance(payload, dict) else frame).get("type"), None
-
-
-def _spent_nothing(info: MessageInfo) -> bool:
-    cost = number(info.cost)
-    if cost:
-        return False
-    tokens = info.tokens
-    if tokens is None:
-        return True
-    values = [tokens.input, tokens.output, tokens.reasoning, tokens.total]
-    if tokens.cache is not None:
-        values += [tokens.cache.read, tokens.cache.write]
-    return not any(number(v) for v in values)

@@ -114,7 +114,12 @@ def test_live_apply_patch(mock_model, opencode_env):
     records, events, oc_rc, rc = piped(env, "patch", "it", model="gpt-5-mock")
     assert oc_rc == 0 and rc == 0
     (write,) = [e for e in events if e["kind"] == "write"]
-    assert (write["op"], write["path"], write["success"]) == ("add", "fresh.txt", True)
+    # the path OpenCode recorded in metadata.files: absolute, as write and edit carry it
+    assert (write["op"], write["path"], write["success"]) == (
+        "add",
+        str(env.work / "fresh.txt"),
+        True,
+    )
     assert (env.work / "fresh.txt").read_text() == "new\n"
 
 

@@ -581,6 +581,12 @@ class SSECapture:
         self._thread.start()
         if not self.connected.wait(15):
             raise HarnessError(f"SSE {self.path} did not connect: {self.error!r}")
+        # The response headers come before OpenCode subscribes the stream to its bus: wait
+        # for its first frame (server.connected), or events sent meanwhile are missing.
+        with self._cond:
+            deadline = time.monotonic() + 10
+            while not self.events and not self.closed.is_set() and time.monotonic() < deadline:
+                self._cond.wait(0.1)
         return self
 
     def _loop(self) -> None:

@@ -326,6 +326,40 @@ def drive_serve_text(cap: Capture) -> None:
     _serve_common(cap, body)
 
 
+def drive_serve_overflow(cap: Capture) -> None:
+    """One prompt whose first request the provider refuses as too long for the context."""
+
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        srv.prompt_async(sid, "read everything")
+        ev.wait_for(lambda e: e.get("type") == "session.compacted", timeout=60)
+        deadline = time.monotonic() + 60  # the prompt goes on after the compaction
+        while time.monotonic() < deadline:
+            events = list(ev.events)
+            compacted = max(i for i, e in enumerate(events) if e.get("type") == "session.compacted")
+            if any(_idle(sid)(e) for e in events[compacted:]):
+                break
+            time.sleep(0.1)
+
+    _serve_common(cap, body)
+
+
+def drive_serve_shell(cap: Capture) -> None:
+    """A user `!shell` command (POST /session/{id}/shell), then a prompt."""
+
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        srv.json("POST", f"/session/{sid}/shell", {"agent": "build", "command": "echo from-user"})
+        ev.wait_for(_idle(sid))
+        n_idle = sum(1 for e in ev.events if _idle(sid)(e))
+        srv.prompt_async(sid, "what did my command print?")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if sum(1 for e in ev.events if _idle(sid)(e)) > n_idle:
+                break
+            time.sleep(0.1)
+
+    _serve_common(cap, body)
+
+
 # ---------------------------------------------------------------------------------------
 # the scenarios
 
@@ -899,6 +933,91 @@ SCENARIOS: list[Scenario] = [
                 usage=U(3000, 80, 500, 30),
             ),
             say("Two worked, two failed.", usage=U(3300, 20, 2900, 0)),
+        ],
+    ),
+    Scenario(
+        "serve_overflow",
+        "`opencode serve`: the provider refuses the first request as longer than the "
+        "context (HTTP 400 `context_length_exceeded`): OpenCode publishes session.error "
+        "without setting the message's error, compacts (`overflow: true`) and answers.",
+        driver=drive_serve_overflow,
+        files=WORK_FILES,
+        steps=[
+            {
+                "error": {
+                    "status": 400,
+                    "body": {
+                        "error": {
+                            "message": "This model's maximum context length is 8000 tokens.",
+                            "type": "invalid_request_error",
+                            "code": "context_length_exceeded",
+                        }
+                    },
+                }
+            },
+            say("Answered after the overflow compaction.", usage=U(900, 7, 0, 0)),
+        ],
+        conversations={
+            "compaction": {
+                "match_system": "context summarization agent",
+                "steps": [
+                    say("## Summary\n\nThe user asked to read everything.", usage=U(3000, 25, 0, 0))
+                ],
+            },
+        },
+    ),
+    Scenario(
+        "serve_shell",
+        "`opencode serve`: a user shell command (POST /session/{id}/shell, the TUI's `!`): "
+        "OpenCode runs bash itself, with no model call; then a prompt the model answers.",
+        driver=drive_serve_shell,
+        files=WORK_FILES,
+        steps=[say("Your command printed from-user.", usage=U(1300, 8, 0, 0))],
+    ),
+    Scenario(
+        "lsp",
+        "OPENCODE_EXPERIMENTAL_LSP_TOOL=1: the lsp tool, workspaceSymbol with a query and "
+        "goToDefinition at a position (no LSP server for .txt: both calls fail).",
+        env={"OPENCODE_EXPERIMENTAL_LSP_TOOL": "1"},
+        files=WORK_FILES,
+        steps=[
+            tools(
+                call(
+                    "lsp",
+                    {
+                        "operation": "workspaceSymbol",
+                        "filePath": "notes/todo.txt",
+                        "line": 1,
+                        "character": 1,
+                        "query": "greet",
+                    },
+                    "call_lsp_symbol",
+                ),
+                call(
+                    "lsp",
+                    {
+                        "operation": "goToDefinition",
+                        "filePath": "{WORK}/notes/todo.txt",
+                        "line": 1,
+                        "character": 3,
+                    },
+                    "call_lsp_definition",
+                ),
+                usage=U(1400, 40, 0, 0),
+            ),
+            say("No language server here.", usage=U(1500, 6, 1300, 0)),
+        ],
+    ),
+    Scenario(
+        "bash_timeout",
+        "bash with `timeout: 1000` running `sleep 5`: OpenCode kills it; `metadata.exit` is "
+        "null and the output gains a <shell_metadata> block.",
+        steps=[
+            tools(
+                call("bash", {"command": "echo waiting; sleep 5", "timeout": 1000}, "call_slow"),
+                usage=U(1200, 18, 0, 0),
+            ),
+            say("It timed out.", usage=U(1300, 5, 1100, 0)),
         ],
     ),
 ]
