@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from msgspec import Raw
 
+from opencode_events import iter_events
 from opencode_events.events import (
     Command,
     Compaction,
@@ -78,7 +79,7 @@ TOOL_ROWS = [
     ),
     (
         Command(tool="bash", success=True, command="make test", exit_code=2, duration_ms=2500),
-        "✓ bash       make test  exit 2 · 2.5 s",
+        "✗ bash       make test  exit 2 · 2.5 s",  # completed, but failed: marked so
     ),
     (
         Read(
@@ -93,7 +94,7 @@ TOOL_ROWS = [
     (Read(tool="bash", success=True, path="README.md"), "✓ bash       read README.md"),
     (
         Read(tool="bash", success=True, path="gone.txt", command="cat gone.txt", exit_code=1),
-        "✓ bash       read gone.txt  exit 1",
+        "✗ bash       read gone.txt  exit 1",
     ),
     (Write(tool="edit", success=True, path="src/app.py"), "✓ edit       src/app.py"),
     (
@@ -167,7 +168,7 @@ def test_other_kinds() -> None:
         "› Done.",
         "  ",
         "  All good.",
-        "  turn 1     1,250 tokens · 1,000 in · 50 out · 200 cached · $0.0123 · stop",
+        "  step 1     1,250 tokens · 1,000 in · 50 out · 200 cache read · $0.0123 · stop",
         "✗ error      APIError: mock bad request",
         "! warning    line 3: not JSON: bad",
         "? permission bash: echo hi",
@@ -249,7 +250,7 @@ def test_metrics_summary() -> None:
         cost=0.5,
     )
     assert render([metrics], width=100) == [
-        "── 2 turns · 3 tool calls (1 failed) · 1,234 tokens · $0.5000 · 1 problem"
+        "── 2 steps · 3 tool calls (1 failed) · 1,234 tokens · $0.5000 · 1 problem"
     ]
 
 
@@ -291,9 +292,10 @@ def test_live_footer_totals() -> None:
     )
     writer.end_batch()
     footer = writer._footer().plain
-    assert "turns 2 · tools 1 (1 ✗) · $0.0200 · tokens 2,000 (in 1,500 · out 100 · cache 400)" in (
-        footer
-    )
+    assert (
+        "steps 2 · tool calls 1 (1 failed) · $0.0200 · tokens 2,000 "
+        "(in 1,500 · out 100 · cache read 400)"
+    ) in footer
     assert "streaming words" in footer
     writer.flush()
     assert writer._live is None  # the footer is gone at the end
@@ -367,7 +369,7 @@ def test_normalize_on_a_terminal_is_pretty() -> None:
     plain = ANSI.sub(b"", output).decode()
     assert '{"kind"' not in plain
     assert "✓ bash" in plain and "exit 0" in plain
-    assert "turn 1" in plain and "── 2 turns · 1 tool call" in plain
+    assert "step 1" in plain and "── 2 steps · 1 tool call" in plain
     assert b"\x1b[?25h" in output  # the cursor is shown again at the end
 
 
@@ -421,7 +423,7 @@ def test_ctrl_c_takes_the_footer_away(command: str) -> None:
     assert status == 130, output
     shown = screen(output)
     assert any("✓ bash" in line for line in shown), shown
-    assert not any("turns" in line and "tools" in line for line in shown), shown
+    assert not any("steps" in line and "tool calls" in line for line in shown), shown
 
 
 def test_run_on_a_terminal(tmp_path: Path) -> None:
@@ -438,7 +440,7 @@ def test_run_on_a_terminal(tmp_path: Path) -> None:
     )
     assert code == 3, output
     plain = ANSI.sub(b"", output).decode()
-    assert '{"kind"' not in plain and "✓ bash" in plain and "exit 3" in plain
+    assert '{"kind"' not in plain and "✗ bash" in plain and "exit 3" in plain
     assert tee.read_bytes() == sample.read_bytes()
     assert (tmp_path / "argv").read_text().split() == ["run", "--format", "json", "-m", "x/y", "hi"]
 
@@ -663,3 +665,27 @@ def test_a_usage_line_keeps_its_cost_on_a_narrow_terminal(width: int) -> None:
     assert len(line) <= width
     if width >= 30:
         assert "1,250 tokens" in line and "$0.0123" in line
+
+
+def test_the_footer_and_the_closing_line_count_calls_alike():
+    """One apply_patch call of four files is one tool call in the footer, as in the closing
+    line; a bash that exited 3 and a call of a tool that does not exist are marked ✗ and
+    counted among the failed in both (issue 20 §2, §9)."""
+    for scenario, calls, failed in (
+        ("apply_patch", 2, 0),
+        ("bash_fail", 1, 1),
+        ("invalid_tool", 1, 1),
+    ):
+        out = io.BytesIO()
+        writer = PrettyWriter(out, width=120, color=False, live=True)
+        events = list(iter_events(SAMPLES / scenario / "stream.jsonl"))
+        writer.write(events[:-1])
+        writer.end_batch()
+        footer = writer._footer().plain
+        assert f"tool calls {calls}" in footer, (scenario, footer)
+        assert (f"({failed} failed)" in footer) == bool(failed), (scenario, footer)
+        writer.write(events[-1:])
+        writer.flush()
+        closing = out.getvalue().decode().splitlines()[-1]
+        suffix = f" ({failed} failed)" if failed else ""
+        assert f"{calls} tool call{'s' if calls > 1 else ''}{suffix} ·" in closing, closing

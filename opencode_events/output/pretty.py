@@ -5,7 +5,7 @@ is made, so the JSON Lines path never loads it. ``PrettyWriter`` has the writer 
 of ``writers.JsonlWriter`` (``write``, ``end_batch``, ``flush``). Every event is one line
 (what a tool did, to which file or command, ✓/✗, exit code, duration); messages and
 reasoning keep their whole text, reasoning dimmed; errors are red, warnings yellow. On a
-terminal a footer below the lines shows turns, tool calls, tokens and cost so far (and
+terminal a footer below the lines shows steps, tool calls, tokens and cost so far (and
 the tail of text while it streams, with ``--deltas``); it is redrawn after each input
 batch and removed at the end, where the closing metrics event prints the totals.
 docs/pretty.md shows the layout.
@@ -124,12 +124,56 @@ def passes_broken_pipe(console: Any) -> Any:
     return console
 
 
+def looks_failed(event: Any) -> bool:
+    """A tool call shown ✗: OpenCode's status says it failed (``success`` false), or it
+    completed but did not do what was asked: a command that exited non-zero or was killed
+    (``interrupted``), a call of a tool that does not exist (OpenCode's ``invalid``)."""
+    if getattr(event, "success", None) is False:
+        return True
+    code = getattr(event, "exit_code", None)
+    if code is not None and code != 0:
+        return True
+    if getattr(event, "interrupted", None):
+        return True
+    tool = getattr(event, "tool", None)
+    return isinstance(tool, str) and tool.lower() == "invalid"
+
+
+def _breakdown(input_: int, output: int, reasoning: int, read: int, write: int) -> str:
+    """in · out · reasoning · cache read · cache write, each only when not zero (in and out
+    always): the same names as the step lines."""
+    parts = [f"in {format_tokens(input_)}", f"out {format_tokens(output)}"]
+    for name, value in (("reasoning", reasoning), ("cache read", read), ("cache write", write)):
+        if value:
+            parts.append(f"{name} {format_tokens(value)}")
+    return " · ".join(parts)
+
+
 class _Tally:
-    __slots__ = ("turns", "tools", "failures", "input", "output", "cache", "total", "cost")
+    """What the footer shows so far, counted as the closing line counts: steps, tool calls
+    (a call of several events, an ``apply_patch`` of four files, is one), failed calls."""
+
+    __slots__ = (
+        "steps",
+        "calls",
+        "failed",
+        "marked_only",
+        "input",
+        "output",
+        "reasoning",
+        "cache_read",
+        "cache_write",
+        "total",
+        "cost",
+    )
 
     def __init__(self) -> None:
-        self.turns = self.tools = self.failures = 0
-        self.input = self.output = self.cache = self.total = 0
+        self.steps = 0
+        self.calls: set[Any] = set()
+        self.failed: set[Any] = set()
+        self.marked_only: set[Any] = set()  # failed to the eye, not by status (exit 3, invalid)
+        self.input = self.output = self.reasoning = self.cache_read = self.cache_write = 0
+        self.total = 0
         self.cost = 0.0
 
 
@@ -241,20 +285,18 @@ class PrettyWriter:
 
         t = self._tally
         text = Text(no_wrap=True, overflow="ellipsis")
-        text.append("turns ", "dim")
-        text.append(str(t.turns), "bold")
-        text.append(" · tools ", "dim")
-        text.append(str(t.tools), "bold")
-        if t.failures:
-            text.append(f" ({t.failures} {FAIL})", "red")
+        text.append("steps ", "dim")
+        text.append(str(t.steps), "bold")
+        text.append(" · tool calls ", "dim")
+        text.append(str(len(t.calls)), "bold")
+        if t.failed:
+            text.append(f" ({len(t.failed)} failed)", "red")
         text.append(" · ", "dim")
         text.append(f"${t.cost:.4f}", "bold")  # before the breakdown, which a narrow line cuts
         text.append(" · tokens ", "dim")
         text.append(format_tokens(t.total), "bold")
         text.append(
-            f" (in {format_tokens(t.input)} · out {format_tokens(t.output)}"
-            f" · cache {format_tokens(t.cache)})",
-            "dim",
+            f" ({_breakdown(t.input, t.output, t.reasoning, t.cache_read, t.cache_write)})", "dim"
         )
         if self._streaming:
             tail = visible(self._streaming.replace("\n", " ")[-60:])
@@ -281,10 +323,12 @@ class PrettyWriter:
         if isinstance(event, Prompt):
             return _block("» ", event.text, "bold cyan")
         if isinstance(event, Usage):
-            tally.turns += 1
+            tally.steps += 1
             tally.input += event.input_tokens
             tally.output += event.output_tokens
-            tally.cache += event.cache_read_tokens + event.cache_write_tokens
+            tally.reasoning += event.reasoning_tokens
+            tally.cache_read += event.cache_read_tokens
+            tally.cache_write += event.cache_write_tokens
             tally.total += event.total_tokens
             tally.cost += event.cost
             return self._usage(event)
@@ -327,9 +371,12 @@ class PrettyWriter:
             return text
         tool = getattr(event, "tool", None)
         if isinstance(tool, str):
-            tally.tools += 1
-            if getattr(event, "success", None) is False:
-                tally.failures += 1
+            call = (event.session_id, event.call_id or event.part_id or event.seq)
+            tally.calls.add(call)
+            if looks_failed(event):
+                tally.failed.add(call)
+                if event.success is not False:
+                    tally.marked_only.add(call)
             return self._tool(event)
         return None
 
@@ -346,13 +393,13 @@ class PrettyWriter:
         if event.reasoning_tokens:
             parts.append((f"{format_tokens(event.reasoning_tokens)} reasoning", 3))
         if event.cache_read_tokens:
-            parts.append((f"{format_tokens(event.cache_read_tokens)} cached", 3))
+            parts.append((f"{format_tokens(event.cache_read_tokens)} cache read", 3))
         if event.cache_write_tokens:
             parts.append((f"{format_tokens(event.cache_write_tokens)} cache write", 4))
         parts.append((f"${event.cost:.4f}", 0))
         if event.reason:
             parts.append((visible(event.reason), 1))
-        label = f"  {'turn ' + str(event.turn):<{_LABEL_WIDTH}}"
+        label = f"  {'step ' + str(event.turn):<{_LABEL_WIDTH}}"
 
         def line() -> str:
             return label + " · ".join(text for text, _ in parts)
@@ -386,7 +433,11 @@ class PrettyWriter:
 
         success = event.success
         glyph, style = (
-            (OK, "green") if success else (FAIL, "red") if success is False else (NEUTRAL, "yellow")
+            (FAIL, "red")
+            if looks_failed(event)
+            else (OK, "green")
+            if success
+            else (NEUTRAL, "yellow")
         )
         tool = event.tool
         subject = visible(_subject(event, self._cwd)).replace("\t", " ")  # one line: no tab stops
@@ -423,9 +474,11 @@ class PrettyWriter:
         from rich.text import Text
 
         text = Text(no_wrap=True, overflow="ellipsis", style="bold")
-        failed = f" ({event.tool_failures} failed)" if event.tool_failures else ""
+        # The calls OpenCode marked failed, and those the lines above marked ✗ besides.
+        failures = event.tool_failures + len(self._tally.marked_only)
+        failed = f" ({failures} failed)" if failures else ""
         text.append(
-            f"── {_count(event.turns, 'turn')} · {_count(event.tool_calls, 'tool call')}{failed}"
+            f"── {_count(event.turns, 'step')} · {_count(event.tool_calls, 'tool call')}{failed}"
             f" · {format_tokens(event.total_tokens)} tokens · ${event.cost:.4f}"
         )
         problems = event.counts.get("error", 0) + event.counts.get("warning", 0)
