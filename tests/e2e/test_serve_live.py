@@ -227,7 +227,7 @@ def test_attach_pretty_to_a_file(mock_model, opencode_env, tmp_path):
             srv.prompt_async(sid, "hello")
             assert attach.wait(timeout=60) == 0, attach.stderr
     text = out.read_text()
-    assert "» hello" in text and "› Hello over attach." in text and "turn 1" in text
+    assert "» hello" in text and "› Hello over attach." in text and "step 1" in text
     assert '{"kind"' not in text
 
 
