@@ -155,3 +155,11 @@ def max_line_setting(env: Mapping[str, str] | None = None) -> int:
         return parse_size(value)
     except ValueError as exc:
         raise InputError(f"{MAX_LINE_VARIABLE}: {exc}") from None
+
+
+def github_files(env: Mapping[str, str] | None = None) -> tuple[Path | None, Path | None]:
+    """GitHub Actions' ``$GITHUB_STEP_SUMMARY`` (Markdown shown on the run's page) and
+    ``$GITHUB_OUTPUT`` (``name=value`` lines a later step reads), each None when unset."""
+    env = os.environ if env is None else env
+    summary, output = env.get("GITHUB_STEP_SUMMARY"), env.get("GITHUB_OUTPUT")
+    return (Path(summary) if summary else None, Path(output) if output else None)

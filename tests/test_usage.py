@@ -1564,3 +1564,36 @@ def test_usage_markdown_on_the_command_line_dates_in_iso_8601(tmp_path: Path):
     )
     rows = result.stdout.decode().splitlines()[2:-1]
     assert rows and all(row.split(" | ")[2].endswith("Z") for row in rows)
+
+
+# ------------------------------------------------------------------ GitHub Actions
+
+
+def test_usage_github_appends_the_summary_and_the_totals(tmp_path: Path):
+    """`usage --github` in a GitHub Actions step: the Markdown table appended to
+    $GITHUB_STEP_SUMMARY (what was there stays), the totals as name=value lines appended to
+    $GITHUB_OUTPUT, and stdout as without it."""
+    summary, outputs = tmp_path / "summary.md", tmp_path / "outputs"
+    summary.write_text("earlier step\n")
+    outputs.write_text("other=1\n")
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(outputs)}
+    db = str(SAMPLES / "task" / "opencode.db")
+    args = [*CLI, "--db", db, "--all", "--format", "json"]
+    with_github = subprocess.run([*args, "--github"], capture_output=True, env=env, check=True)
+    plain = subprocess.run(args, capture_output=True, check=True)
+    assert with_github.stdout == plain.stdout
+    total = json.loads(plain.stdout)["total"]
+    text = summary.read_text()
+    assert text.startswith("earlier step\n### OpenCode usage\n")
+    assert "| **total** |" in text and str(total["total_tokens"]) in text
+    lines = outputs.read_text().splitlines()
+    assert lines[0] == "other=1"
+    assert dict(line.split("=", 1) for line in lines[1:]) == {k: str(v) for k, v in total.items()}
+
+
+def test_usage_github_outside_github_is_a_usage_error():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    db = str(SAMPLES / "task" / "opencode.db")
+    result = subprocess.run([*CLI, "--db", db, "--github"], capture_output=True, env=env)
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert b"--github needs $GITHUB_STEP_SUMMARY or $GITHUB_OUTPUT" in result.stderr

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from ..errors import OutputError
 from .io import (
     csv_raw_option,
     db_option,
@@ -98,6 +99,12 @@ def sessions(
     type=click.Choice(["table", "json", "csv", "markdown"]),
     help="table for people (default on a terminal), json, csv or markdown.",
 )
+@click.option(
+    "--github",
+    is_flag=True,
+    help="Also append the Markdown table to $GITHUB_STEP_SUMMARY and the totals to "
+    "$GITHUB_OUTPUT (GitHub Actions).",
+)
 @csv_raw_option
 @pipe_safe
 def usage(
@@ -111,6 +118,7 @@ def usage(
     tz: str | None,
     no_fold: bool,
     fmt: str | None,
+    github: bool,
     csv_raw: bool,
 ) -> None:
     """Tokens and cost per turn, as OpenCode counted them.
@@ -155,12 +163,15 @@ def usage(
             opened = open_inputs(inputs)
             refuse_stdout_read(inputs or ("-",))
             streamed = StreamUsage(opened, by=by, tz=zone)
-            if (fmt or ("table" if sys.stdout.isatty() else "json")) in ("json", "csv"):
+            streamable = (fmt or ("table" if sys.stdout.isatty() else "json")) in ("json", "csv")
+            if streamable and not github:  # --github needs the whole report
                 _write_usage_as_read(streamed, fmt or "json", csv_raw=csv_raw)
                 return
             report = streamed.report(list(streamed.rows()))
     except GroupingError as exc:
         raise click.UsageError(str(exc)) from None
+    if github:
+        _to_github(report)
     out = report_output()
     fmt = fmt or ("table" if out.isatty() else "json")
     if fmt == "table":
@@ -182,6 +193,27 @@ def usage(
         else:
             out.write(formats.report_markdown(report))
     out.flush()
+
+
+def _to_github(report: Any) -> None:
+    """The report for GitHub Actions: its Markdown appended to the step summary, its totals
+    as ``name=value`` lines appended to the step's outputs (docs/usage.md)."""
+    from ..output import rows as formats
+    from ..paths import github_files
+
+    summary, outputs = github_files()
+    if summary is None and outputs is None:
+        raise click.UsageError("--github needs $GITHUB_STEP_SUMMARY or $GITHUB_OUTPUT")
+    try:
+        if summary is not None:
+            with open(summary, "ab") as out:
+                out.write(b"### OpenCode usage\n\n" + formats.report_markdown(report) + b"\n")
+        if outputs is not None:
+            lines = "".join(f"{name}={value}\n" for name, value in report.total.as_dict().items())
+            with open(outputs, "a", encoding="utf-8") as out:
+                out.write(lines)
+    except OSError as exc:
+        raise OutputError(exc.errno or 0, exc.strerror or str(exc), exc.filename) from None
 
 
 def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False) -> None:
