@@ -689,3 +689,37 @@ def test_the_footer_and_the_closing_line_count_calls_alike():
         closing = out.getvalue().decode().splitlines()[-1]
         suffix = f" ({failed} failed)" if failed else ""
         assert f"{calls} tool call{'s' if calls > 1 else ''}{suffix} ·" in closing, closing
+
+
+@pytest.mark.parametrize("lines, shown", [(1, 1), (12, 12), (13, 12), (18101, 12)])
+def test_a_long_message_is_cut_to_a_few_lines(lines: int, shown: int):
+    """Issue 20 §5: one message of 18,101 lines filled a screen many times over."""
+    text = "\n".join(f"line {n}" for n in range(1, lines + 1))
+    out = io.StringIO()
+    writer = PrettyWriter(out, width=80, color=False, live=False)
+    writer.write([Message(text=text)])
+    writer.flush()
+    printed = out.getvalue().splitlines()
+    assert [p.strip(" ›") for p in printed[:shown]] == [f"line {n}" for n in range(1, shown + 1)]
+    more = lines - shown
+    if more:
+        assert (
+            printed[shown] == f"  … ({more} more line{'s' if more > 1 else ''}; --full shows all)"
+        )
+    assert len(printed) == shown + (1 if more else 0)
+    whole = io.StringIO()
+    writer = PrettyWriter(whole, width=80, color=False, live=False, max_lines=None)
+    writer.write([Message(text=text)])
+    writer.flush()
+    assert len(whole.getvalue().splitlines()) == lines
+
+
+def test_normalize_full_shows_a_long_message_whole():
+    text = "\\n".join(str(n) for n in range(30))
+    record = '{"type":"text","sessionID":"s","part":{"type":"text","text":"%s","time":{"end":1}}}'
+    data = (record % text).encode() + b"\n"
+    args = [sys.executable, "-m", "opencode_events", "normalize", "--format", "pretty"]
+    cut = subprocess.run(args, input=data, capture_output=True, check=True).stdout.decode()
+    whole = subprocess.run([*args, "--full"], input=data, capture_output=True, check=True)
+    assert "… (18 more lines; --full shows all)" in cut
+    assert "29" in whole.stdout.decode() and "more line" not in whole.stdout.decode()

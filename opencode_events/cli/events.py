@@ -14,6 +14,7 @@ from ..errors import InputError
 from .io import (
     db_option,
     format_for,
+    full_option,
     open_inputs,
     open_output,
     open_store,
@@ -47,6 +48,7 @@ from .status import ExitStatus
     "a longer one is a warning.",
 )
 @tag_option
+@full_option
 @pipe_safe
 def normalize(
     inputs: tuple[str, ...],
@@ -59,6 +61,7 @@ def normalize(
     deltas: bool,
     max_line: str | None,
     tags: dict[str, str] | None,
+    full: bool,
 ) -> None:
     """Normalize OpenCode's output to one event per line.
 
@@ -78,7 +81,7 @@ def normalize(
     inputs_opened = open_inputs(inputs)
     refuse_databases(inputs_opened, "import")
     out = open_output(output, reads=inputs or ("-",))
-    writer = make_writer(format_for(fmt, out), out, buffered=buffered, tags=tags)
+    writer = make_writer(format_for(fmt, out), out, buffered=buffered, tags=tags, full=full)
     with written_when_interrupted(writer):
         normalizer = normalize_streams(
             inputs_opened,
@@ -119,6 +122,7 @@ def normalize(
     help="jsonl, or pretty for people (the default when stdout is a terminal).",
 )
 @tag_option
+@full_option
 @pipe_safe
 def import_(
     sessions: tuple[str, ...],
@@ -135,6 +139,7 @@ def import_(
     no_metrics: bool,
     fmt: str | None,
     tags: dict[str, str] | None,
+    full: bool,
 ) -> None:
     """Stored sessions as normalized events (default: the most recent session).
 
@@ -183,7 +188,7 @@ def import_(
             raise click.UsageError("--children reads the store; an export document has none")
         inputs = open_inputs(tuple(documents))
         out = open_output(output, reads=documents)
-        writer = make_writer(format_for(fmt, out), out, buffered=True, tags=tags)
+        writer = make_writer(format_for(fmt, out), out, buffered=True, tags=tags, full=full)
         with written_when_interrupted(writer):
             normalize_streams(inputs, writer, keep_raw=keep_raw, metrics=not no_metrics)
         return
@@ -201,7 +206,7 @@ def import_(
             children=children,
         )
         out = open_output(output, reads=store_files(store))
-        writer = make_writer(format_for(fmt, out), out, buffered=True, tags=tags)
+        writer = make_writer(format_for(fmt, out), out, buffered=True, tags=tags, full=full)
         with written_when_interrupted(writer):
             import_sessions(store, ids, writer, keep_raw=keep_raw, metrics=not no_metrics)
 

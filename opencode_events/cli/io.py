@@ -405,3 +405,12 @@ def tag_option(command: Callable[..., Any]) -> Callable[..., Any]:
         callback=_parse_tags,
         help="Stamp every event with tags.KEY=VALUE (a machine, a CI job); repeatable.",
     )(command)
+
+
+def full_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Shared option: the pretty view shows messages whole (else 12 lines and a count)."""
+    return click.option(
+        "--full",
+        is_flag=True,
+        help="Pretty view: show long messages whole (default: their first 12 lines).",
+    )(command)

@@ -68,13 +68,18 @@ class JsonlWriter:
 
 
 def make_writer(
-    fmt: str, out: BinaryIO, *, buffered: bool = False, tags: dict[str, str] | None = None
+    fmt: str,
+    out: BinaryIO,
+    *,
+    buffered: bool = False,
+    tags: dict[str, str] | None = None,
+    full: bool = False,
 ) -> Any:
     """``jsonl`` → JsonlWriter; ``pretty`` → pretty.PrettyWriter, imported only then (rich)."""
     if fmt == "pretty":
         from .pretty import PrettyWriter
 
-        return PrettyWriter(out)
+        return PrettyWriter(out, max_lines=None) if full else PrettyWriter(out)
     if _is_terminal(out):  # JSON Lines asked for on a terminal: shown, never obeyed
         from .rows import TerminalText
 

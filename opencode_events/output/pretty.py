@@ -49,6 +49,7 @@ from .rows import visible
 __all__ = ["PrettyWriter", "format_duration", "format_tokens"]
 
 OK, FAIL, NEUTRAL = "✓", "✗", "•"
+MAX_LINES = 12  # of a message, reasoning or prompt shown; --full shows every line
 _LABEL_WIDTH = 11
 
 
@@ -192,8 +193,11 @@ class PrettyWriter:
         width: int | None = None,
         color: bool | None = None,
         live: bool | None = None,
+        max_lines: int | None = MAX_LINES,
     ) -> None:
         from rich.console import Console
+
+        self._max_lines = max_lines  # of a message's text; None: all of it (--full)
 
         if out is None or out is getattr(sys.stdout, "buffer", None):
             out = sys.stdout
@@ -316,12 +320,12 @@ class PrettyWriter:
             self._streaming = ""
         if isinstance(event, Message):
             if event.summary:  # a compaction's summary: shown apart from the answers
-                return _block("⟲ ", event.text, "magenta")
-            return _block("› ", event.text, "")
+                return _block("⟲ ", event.text, "magenta", self._max_lines)
+            return _block("› ", event.text, "", self._max_lines)
         if isinstance(event, Reasoning):
-            return _block("∴ ", event.text, "dim italic")
+            return _block("∴ ", event.text, "dim italic", self._max_lines)
         if isinstance(event, Prompt):
-            return _block("» ", event.text, "bold cyan")
+            return _block("» ", event.text, "bold cyan", self._max_lines)
         if isinstance(event, Usage):
             tally.steps += 1
             tally.input += event.input_tokens
@@ -507,13 +511,23 @@ def _rel(path: str | None, cwd: str) -> str:
     return path
 
 
-def _block(prefix: str, body: str, style: str) -> Any:
-    """A message-like event: its whole text, continuation lines indented."""
+def _block(prefix: str, body: str, style: str, max_lines: int | None = None) -> Any:
+    """A message-like event: its text, continuation lines indented; past ``max_lines``
+    lines cut, with how many more there were."""
     from rich.text import Text
 
-    body = visible(body.strip("\n"))  # before rich, which drops BEL, BS and CR unseen
+    lines = body.strip("\n").split("\n")
+    more = len(lines) - max_lines if max_lines is not None and len(lines) > max_lines else 0
+    if more:
+        lines = lines[:max_lines]
     indent = " " * len(prefix)
-    return Text(prefix + body.replace("\n", "\n" + indent), style=style)
+    # visible() before rich, which drops BEL, BS and CR unseen
+    text = Text(prefix + ("\n" + indent).join(visible(line) for line in lines), style=style)
+    if more:
+        text.append(
+            f"\n{indent}… ({more} more line{'s' if more > 1 else ''}; --full shows all)", "dim"
+        )
+    return text
 
 
 def _subject(event: Any, cwd: str = "") -> str:
