@@ -153,7 +153,14 @@ def test_raw_flag():
 )
 def test_strict(extra, strict_code):
     assert run(["normalize"], SIMPLE + extra).returncode == 0
-    assert run(["normalize", "--strict"], SIMPLE + extra).returncode == strict_code
+    strict = run(["normalize", "--strict"], SIMPLE + extra)
+    assert strict.returncode == strict_code
+    # an exit 1 says why, in one line on stderr (issue 20 §10)
+    expected = {b"garbage\n": b"strict: the input held 1 warning\n"}.get(extra)
+    if strict_code:
+        assert strict.stderr == (expected or b"strict: the input held 1 error\n")
+    else:
+        assert strict.stderr == b""
 
 
 def test_garbage_never_tracebacks():

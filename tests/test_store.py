@@ -389,7 +389,7 @@ def test_import_selection():
         ]
         with pytest.raises(InputError, match="no session"):
             select_sessions(store, ["ses_nope"])
-        with pytest.raises(InputError, match="matches 2 sessions"):
+        with pytest.raises(InputError, match=r"matches 2 sessions \(ses_\w+, ses_\w+\)"):
             select_sessions(store, ["ses_"])
 
 

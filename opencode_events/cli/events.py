@@ -92,6 +92,13 @@ def normalize(
             max_line=limit,
         )
     if strict and normalizer.problems:
+        counts = normalizer.kind_counts()
+        seen = [
+            f"{counts[k]} {k}{'s' if counts[k] > 1 else ''}"
+            for k in ("warning", "error")
+            if counts.get(k)
+        ]
+        click.echo(f"strict: the input held {' and '.join(seen)}", err=True)
         raise SystemExit(ExitStatus.STRICT)
 
 

@@ -79,7 +79,12 @@ def select_sessions(
             tops = [sid for sid in found if _is_top_level(store, sid)]
             found = tops if len(tops) == 1 else found
         if len(found) > 1:
-            raise InputError(f"{wanted} matches {len(found)} sessions; give more of the id")
+            shown = ", ".join(found[:5]) + (
+                f", … ({len(found) - 5} more)" if len(found) > 5 else ""
+            )
+            raise InputError(
+                f"{wanted} matches {len(found)} sessions ({shown}); give more of the id"
+            )
         chosen.append(found[0])
     if since_ms is not None:
         recent = store.sessions(since_ms=since_ms, top_level=True)
