@@ -194,6 +194,9 @@ class Oracle:
             self.session = session
             self.seen = self.seen_by_session.setdefault(session, set())
         part, kind = rec.get("part"), rec.get("type")
+        if kind == "done":  # the run's end; only the permissions it rejected are events
+            rejected = rec.get("rejected")
+            return not (isinstance(rejected, list) and rejected)
         if not isinstance(part, dict):
             return False
         if kind in ("text", "reasoning") and not (
@@ -208,6 +211,7 @@ class Oracle:
             self.seen.add(part["id"])
         if kind == "step_start":
             return True
+
         if kind == "tool_use":
             tool, state = part.get("tool"), part.get("state")
             if isinstance(tool, str) and isinstance(state, dict):

@@ -321,3 +321,30 @@ def test_a_string_cut_inside_a_surrogate_pair_is_read(source: str, tmp_path):
     assert command["command"] == "echo hi"
     assert "cut \ufffd" in json.dumps(command["raw"], ensure_ascii=False)
     assert b"\\ud83d" not in result.stdout
+
+
+# ------------------------------------------------------------------ upstream's done record
+
+
+@pytest.mark.parametrize(
+    "record, permissions",
+    [
+        ({"type": "done", "reason": "idle", "rejected": []}, []),
+        ({"type": "done", "reason": "idle"}, []),
+        (
+            {"type": "done", "reason": "idle", "rejected": ["question", "bash"]},
+            ["question", "bash"],
+        ),
+        ({"type": "done", "rejected": [{"permission": "edit", "id": "per_1"}]}, ["edit"]),
+    ],
+    ids=["nothing-rejected", "no-list", "two-rejected", "request-objects"],
+)
+def test_the_done_record_ends_the_run_and_names_what_it_rejected(record, permissions):
+    """Releases after 1.18.33 end `run --format json` with a `done` record (OPENCODE.md §1):
+    the run's end, no unknown event; the permissions it auto-rejected become permission
+    events with reply "reject"."""
+    record = {**record, "timestamp": 5, "sessionID": "ses_1"}
+    body = normalize_lines([json.dumps(record).encode()])
+    assert [e["kind"] for e in body] == ["permission"] * len(permissions)
+    assert [e["permission"] for e in body] == permissions
+    assert all(e["reply"] == "reject" and e["session_id"] == "ses_1" for e in body)

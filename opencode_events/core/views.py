@@ -158,6 +158,10 @@ class StreamRecord(Struct, gc=False):
     sessionId: Any = None  # noqa: N815
     part: Part | None = None
     error: Any = None
+    # the closing ``done`` record of releases after 1.18.33: why the run ended, and the
+    # permissions it rejected on the user's behalf
+    reason: Any = None
+    rejected: Any = None
 
 
 STREAM_RECORD_DECODER = msgspec.json.Decoder(StreamRecord)

@@ -243,7 +243,24 @@ class StreamReader:
         prov = self._prov(line_no, line, timestamp)
         if record_type == "error":
             return norm.error(record.error, prov)
+        if record_type == "done":
+            return self._done(record, prov)
         return norm.unknown(prov, type_=record_type if isinstance(record_type, str) else None)
+
+    def _done(self, record: Any, prov: Provenance) -> list[Event]:
+        """Upstream's closing ``{"type":"done","reason":"idle","rejected":[…]}`` (not in
+        1.18.33): the run's end, consumed; each permission it auto-rejected is a
+        ``permission`` event with ``reply: "reject"``, the user's record of what was refused."""
+        rejected = record.rejected
+        if not isinstance(rejected, list):
+            return []
+        events: list[Event] = []
+        for item in rejected:
+            name = item if isinstance(item, str) else None
+            if isinstance(item, dict):  # a request object, should a release send those
+                name = item.get("permission") if isinstance(item.get("permission"), str) else None
+            events += self.normalizer.permission(prov, id_=None, permission=name, reply="reject")
+        return events
 
     def _prov(self, line_no: int, line: bytes, time: Any = None) -> Provenance:
         return Provenance(line=line_no, source=self.source, raw=line, time=time)
