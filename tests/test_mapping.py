@@ -37,7 +37,8 @@ RECORD_CASES = [
         ["error"],
         id="error",
     ),
-    pytest.param(record("done", reason="idle"), ["unknown"], id="other-type-unknown"),
+    pytest.param(record("telemetry", reason="idle"), ["unknown"], id="other-type-unknown"),
+    pytest.param(record("done", reason="idle"), [], id="done-ends-the-run"),
     pytest.param(record("step_start"), ["unknown"], id="part-record-without-part"),
 ]
 
@@ -138,9 +139,9 @@ def test_error_names(error, name, message):
 
 
 def test_unknown_record_keeps_the_whole_record():
-    rec = record("done", reason="idle", rejected=["bash"])
+    rec = record("telemetry", reason="idle", rejected=["bash"])
     (event,) = normalize_lines([rec])
-    assert event["type"] == "done"
+    assert event["type"] == "telemetry"
     assert event["raw"] == rec
     assert "success" not in event
 

@@ -268,3 +268,227 @@ def decode_repaired(decoder: Any, data: bytes | Raw) -> Any:
     if fixed is None:
         raise msgspec.DecodeError("not JSON")
     return decoder.decode(fixed)
+
+
+# ----------------------------------------------------------------------
+# server frames (GET /event, /global/event; the store's event log) (sources/sse.py)
+
+
+class FramePayload(Struct):
+    id: Any = None
+    type: Any = None
+    properties: Raw = NO_RAW
+
+
+class ServerFrame(Struct):
+    """``/event`` frame, or the ``/global/event`` wrapper when ``payload`` is set."""
+
+    id: Any = None
+    type: Any = None
+    properties: Raw = NO_RAW
+    payload: FramePayload | None = None
+
+
+class SessionOnlyProps(Struct):
+    sessionID: Any = None  # noqa: N815
+
+
+class PartUpdatedProps(Struct):
+    sessionID: Any = None  # noqa: N815
+    part: Part | None = None
+    time: Any = None
+
+
+class MessageUpdatedProps(Struct):
+    sessionID: Any = None  # noqa: N815
+    info: MessageInfo | None = None
+
+
+class PartDeltaProps(Struct):
+    sessionID: Any = None  # noqa: N815
+    messageID: Any = None  # noqa: N815
+    partID: Any = None  # noqa: N815
+    field: Any = None
+    delta: Any = None
+
+
+class SessionErrorProps(Struct):
+    sessionID: Any = None  # noqa: N815
+    error: Any = None
+
+
+class PermissionAskedProps(Struct):
+    id: Any = None
+    sessionID: Any = None  # noqa: N815
+    permission: Any = None
+    patterns: Any = None
+
+
+class PermissionRepliedProps(Struct):
+    sessionID: Any = None  # noqa: N815
+    requestID: Any = None  # noqa: N815
+    reply: Any = None
+
+
+class RetryAction(Struct):
+    reason: Any = None
+
+
+class SessionStatusValue(Struct):
+    type: Any = None
+    # retry: {type: "retry", attempt, message, action?: {reason, …}, next}
+    attempt: Any = None
+    message: Any = None
+    next: Any = None
+    action: RetryAction | None = None
+
+
+class SessionStatusProps(Struct):
+    sessionID: Any = None  # noqa: N815
+    status: SessionStatusValue | None = None
+
+
+class SessionLink(Struct):
+    id: Any = None
+    parentID: Any = None  # noqa: N815
+
+
+class SessionChangedProps(Struct):
+    sessionID: Any = None  # noqa: N815
+    info: SessionLink | None = None
+
+
+# ----------------------------------------------------------------------
+# messages, as the usage report reads them (reports/usage.py)
+
+
+class MessageTimes(Struct):
+    created: Any = None
+    completed: Any = None
+
+
+class UsageMessage(Struct):
+    role: Any = None
+    parentID: Any = None  # noqa: N815
+    time: MessageTimes | None = None
+    cost: Any = None
+    tokens: Tokens | None = None
+    finish: Any = None
+    modelID: Any = None  # noqa: N815
+    providerID: Any = None  # noqa: N815
+    agent: Any = None
+    mode: Any = None
+
+
+class MessageFigures(Struct):
+    """Only what a by-day or by-session report reads of a message (its time comes from
+    the row's ``time_created`` column)."""
+
+    role: Any = None
+    cost: Any = None
+    tokens: Tokens | None = None
+
+
+class LooseUsageMessage(UsageMessage):
+    """A message whose ``time`` is not of OpenCode's shape (``"time": 5``)."""
+
+    time: Any = None
+
+
+# ----------------------------------------------------------------------
+# messages and parts, as the sessions summary reads them (reports/sessions.py)
+
+
+class CompletedTime(Struct):
+    completed: Any = None
+
+
+class TurnMessage(Struct):
+    role: Any = None
+    time: CompletedTime | None = None
+
+
+class ToolStatus(Struct):
+    status: Any = None
+
+
+class ToolPartHead(Struct):
+    type: Any = None
+    tool: Any = None
+    state: ToolStatus | None = None
+
+
+class GroupedTime(Struct, frozen=True):
+    completed: Any = None
+
+
+NO_GROUPED_TIME = GroupedTime()
+
+
+class GroupedMessage(Struct):
+    """A message as the grouped read decodes it: a ``time`` that is there must be an object
+    (``null`` sends the session to the row-by-row read), so ``time.completed`` can be read
+    without a test."""
+
+    role: Any = None
+    time: GroupedTime = NO_GROUPED_TIME
+
+
+# ----------------------------------------------------------------------
+# messages and parts, as the context ledger reads them (reports/context.py)
+
+
+class PrunedTime(Struct):
+    compacted: Any = None
+
+
+class LedgerToolState(Struct):
+    status: Any = None
+    input: Raw = Raw()
+    output: Any = None
+    error: Any = None
+    time: PrunedTime | None = None
+
+
+class LedgerPart(Struct):
+    type: Any = None
+    text: Any = None
+    ignored: Any = None
+    tool: Any = None
+    state: LedgerToolState | None = None
+    prompt: Any = None
+    name: Any = None
+    source: Any = None
+    tail_start_id: Any = None
+
+
+class LedgerMessageView(Struct):
+    id: Any = None
+    role: Any = None
+    parentID: Any = None  # noqa: N815
+    summary: Any = None
+    mode: Any = None
+    error: Any = None
+    cost: Any = None
+    tokens: Tokens | None = None
+    modelID: Any = None  # noqa: N815
+    providerID: Any = None  # noqa: N815
+
+
+# ----------------------------------------------------------------------
+# sessions (the legacy layout's session files) (store/legacy.py)
+
+
+class SessionTimes(Struct):
+    created: Any = None
+    updated: Any = None
+
+
+class LegacySessionInfo(Struct):
+    id: Any = None
+    parentID: Any = None  # noqa: N815
+    title: Any = None
+    directory: Any = None
+    version: Any = None
+    agent: Any = None
+    time: SessionTimes | None = None

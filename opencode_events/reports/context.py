@@ -73,7 +73,11 @@ from msgspec import Raw, Struct
 
 from .. import paths
 from ..core.figures import cost_value, read_figures
-from ..core.views import Tokens, decode_repairing
+from ..core.views import (
+    LedgerMessageView,
+    LedgerPart,
+    decode_repairing,
+)
 from ..events import SUM_DIGITS, summed_cost
 from ..store.rows import descendants
 from .mcp import config_files, mcp_server_names, mcp_server_of, read_json_file
@@ -588,45 +592,8 @@ def _note(ledger: SessionLedger, message: LedgerMessage) -> None:
 # ------------------------------------------------------------------------ reading the store
 
 
-class _PrunedTime(Struct):
-    compacted: Any = None
-
-
-class _State(Struct):
-    status: Any = None
-    input: Raw = Raw()
-    output: Any = None
-    error: Any = None
-    time: _PrunedTime | None = None
-
-
-class _PartView(Struct):
-    type: Any = None
-    text: Any = None
-    ignored: Any = None
-    tool: Any = None
-    state: _State | None = None
-    prompt: Any = None
-    name: Any = None
-    source: Any = None
-    tail_start_id: Any = None
-
-
-class _MessageView(Struct):
-    id: Any = None
-    role: Any = None
-    parentID: Any = None  # noqa: N815
-    summary: Any = None
-    mode: Any = None
-    error: Any = None
-    cost: Any = None
-    tokens: Tokens | None = None
-    modelID: Any = None  # noqa: N815
-    providerID: Any = None  # noqa: N815
-
-
-_PART = msgspec.json.Decoder(_PartView)
-_MESSAGE = msgspec.json.Decoder(_MessageView)
+_PART = msgspec.json.Decoder(LedgerPart)
+_MESSAGE = msgspec.json.Decoder(LedgerMessageView)
 
 
 def _json_size(raw: Raw) -> int:
@@ -645,7 +612,7 @@ def _tool_source(tool: Any, servers: Sequence[str]) -> str:
     return f"mcp:{server}" if server else f"tool:{name}"
 
 
-def _part_additions(part: _PartView, role: str, servers: Sequence[str]) -> list[Addition]:
+def _part_additions(part: LedgerPart, role: str, servers: Sequence[str]) -> list[Addition]:
     kind = part.type
     if role == "user":
         if kind == "text" and part.ignored is not True:
@@ -680,7 +647,7 @@ def read_session(
     store: Any, session_id: str, servers: Sequence[str] = ()
 ) -> tuple[list[LedgerMessage], int]:
     """A stored session as ledger messages, and how many rows could not be read (skipped)."""
-    parts: dict[str, list[_PartView]] = {}
+    parts: dict[str, list[LedgerPart]] = {}
     skipped = 0
     for row in store.parts(session_id):
         try:

@@ -25,7 +25,12 @@ from msgspec import Struct
 
 from ..core.activity import BUSY, session_state, stale_after_ms
 from ..core.mapping import success_of
-from ..core.views import decode_repairing
+from ..core.views import (
+    GroupedMessage,
+    ToolPartHead,
+    TurnMessage,
+    decode_repairing,
+)
 from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import Pending, in_forked_child, start_over_ranges, worker_connection
@@ -36,27 +41,8 @@ from .mcp import mcp_server_of
 __all__ = ["SESSION_COLUMNS", "SessionSummary", "SessionsReport", "sessions_report", "summarize"]
 
 
-class _Completed(Struct):
-    completed: Any = None
-
-
-class _MessageView(Struct):
-    role: Any = None
-    time: _Completed | None = None
-
-
-class _Status(Struct):
-    status: Any = None
-
-
-class _PartView(Struct):
-    type: Any = None
-    tool: Any = None
-    state: _Status | None = None
-
-
-_MESSAGE = msgspec.json.Decoder(_MessageView)
-_PART = msgspec.json.Decoder(_PartView)
+_MESSAGE = msgspec.json.Decoder(TurnMessage)
+_PART = msgspec.json.Decoder(ToolPartHead)
 
 
 class SessionSummary(Struct, kw_only=True):
@@ -222,7 +208,7 @@ def _count_part(counts: ToolCounts, sid: str, data: bytes | None) -> None:
     _add_part(counts, sid, part)
 
 
-def _add_part(counts: ToolCounts, sid: str, part: _PartView) -> None:
+def _add_part(counts: ToolCounts, sid: str, part: ToolPartHead) -> None:
     if part.type == "tool":
         tool = part.tool if isinstance(part.tool, str) else None
         failed = part.state is not None and success_of(part.state.status) is False
@@ -328,22 +314,6 @@ class _PartRange:
 # --------------------------------------------------------------------------- messages
 
 
-class _Time(Struct, frozen=True):
-    completed: Any = None
-
-
-_NO_TIME = _Time()
-
-
-class _GroupedMessage(Struct):
-    """A message as the grouped read decodes it: a ``time`` that is there must be an object
-    (``null`` sends the session to the row-by-row read), so ``time.completed`` can be read
-    without a test."""
-
-    role: Any = None
-    time: _Time = _NO_TIME
-
-
 # Messages are decoded up to 1,024 rowids at a time, grouped by session, each row wrapped as a
 # one-element array and the rows joined by a newline. `]`, white space, `[` can stand nowhere
 # inside a JSON value (and no string holds a raw newline), so when the whole decodes into as
@@ -361,7 +331,7 @@ _MESSAGES_OF_SESSION = (
 _MESSAGES_OF_RANGE = (
     "SELECT session_id, CAST(data AS BLOB) FROM message WHERE rowid >= ? AND rowid < ?"
 )
-_GROUPED = msgspec.json.Decoder(tuple[_GroupedMessage])
+_GROUPED = msgspec.json.Decoder(tuple[GroupedMessage])
 _FIRST = operator.itemgetter(0)
 _ROLE = operator.attrgetter("role")
 _COMPLETED = operator.attrgetter("time.completed")

@@ -35,7 +35,14 @@ import msgspec
 from msgspec import Struct
 
 from ..core.figures import read_figures
-from ..core.views import PART_DECODER, Tokens, decode_repaired, decode_repairing
+from ..core.views import (
+    PART_DECODER,
+    LooseUsageMessage,
+    MessageFigures,
+    UsageMessage,
+    decode_repaired,
+    decode_repairing,
+)
 from ..errors import GroupingError, InputError
 from ..events import summed_cost
 from ..store.ranges import start_over_ranges, worker_connection
@@ -589,46 +596,13 @@ class StreamUsage:
 # ----------------------------------------------------------------------------- store
 
 
-class _Time(Struct):
-    created: Any = None
-    completed: Any = None
+_MESSAGE = msgspec.json.Decoder(UsageMessage)
 
 
-class _Message(Struct):
-    role: Any = None
-    parentID: Any = None  # noqa: N815
-    time: _Time | None = None
-    cost: Any = None
-    tokens: Tokens | None = None
-    finish: Any = None
-    modelID: Any = None  # noqa: N815
-    providerID: Any = None  # noqa: N815
-    agent: Any = None
-    mode: Any = None
+_LOOSE_MESSAGE = msgspec.json.Decoder(LooseUsageMessage)
 
 
-class _Figures(Struct):
-    """Only what a by-day or by-session report reads of a message (its time comes from
-    the row's ``time_created`` column)."""
-
-    role: Any = None
-    cost: Any = None
-    tokens: Tokens | None = None
-
-
-_MESSAGE = msgspec.json.Decoder(_Message)
-
-
-class _LooseMessage(_Message):
-    """A message whose ``time`` is not of OpenCode's shape (``"time": 5``)."""
-
-    time: Any = None
-
-
-_LOOSE_MESSAGE = msgspec.json.Decoder(_LooseMessage)
-
-
-def _read_message(data: bytes) -> _Message:
+def _read_message(data: bytes) -> UsageMessage:
     """A message row as every report reads it: a lone surrogate escape repaired (as the
     import reads it), and a ``time`` of another shape read as no time, so the message still
     counts, as in the reports that read only its figures. Raises ``_UNREADABLE``."""
@@ -640,10 +614,10 @@ def _read_message(data: bytes) -> _Message:
         return info
 
 
-_FIGURES = msgspec.json.Decoder(_Figures)
+_FIGURES = msgspec.json.Decoder(MessageFigures)
 
 
-def _figures(message: _Message) -> UsageRow:
+def _figures(message: UsageMessage) -> UsageRow:
     """An assistant message's tokens and cost as a row, by the one rule (``figures``)."""
     f = read_figures(message.tokens, message.cost)
     return UsageRow(
@@ -657,7 +631,7 @@ def _figures(message: _Message) -> UsageRow:
     )
 
 
-def _fingerprint(message: _Message) -> tuple[Any, ...]:
+def _fingerprint(message: UsageMessage) -> tuple[Any, ...]:
     """What a forked copy shares with its original (ids differ, content does not)."""
     tokens = message.tokens
     t = msgspec.json.encode(tokens) if tokens is not None else b""
@@ -1126,7 +1100,7 @@ def _grouped(
     return UsageReport(by=by, rows=result, total=_total(result), notes=notes, stored=True)
 
 
-def _step_row(sid: str, mid: str, created: Any, full: _Message) -> UsageRow:
+def _step_row(sid: str, mid: str, created: Any, full: UsageMessage) -> UsageRow:
     """One inference as a ``--by step`` row."""
     figures = _figures(full)
     figures.started = created if type(created) is int else None
@@ -1158,10 +1132,10 @@ class _FastTokens(Struct, gc=False):
 
 class _FastFigures(Struct, gc=False):
     """An assistant message whose figures are all plain JSON numbers, or no match: a
-    stricter ``_Figures``. What it accepts, ``_Figures`` reads to the same sums (a missing
-    token count is 0 there too; a missing cost, 0.0 here, changes no sum); anything else (a
-    float or text where a count belongs, a null, another role, no ``tokens``) fails to
-    decode here, and the row is read the lenient way."""
+    stricter ``MessageFigures``. What it accepts, ``MessageFigures`` reads to the same sums
+    (a missing token count is 0 there too; a missing cost, 0.0 here, changes no sum);
+    anything else (a float or text where a count belongs, a null, another role, no
+    ``tokens``) fails to decode here, and the row is read the lenient way."""
 
     role: Literal["assistant"]
     tokens: _FastTokens
@@ -1492,14 +1466,14 @@ def _add_message(acc: list[Any], info: Any, created: Any) -> None:
         acc[8] = created
 
 
-def _model_name(info: _Message) -> str:
+def _model_name(info: UsageMessage) -> str:
     """``provider/model`` as OpenCode names a model (``--by model`` and ``--by step`` alike)."""
     provider = info.providerID if isinstance(info.providerID, str) else None
     model = info.modelID if isinstance(info.modelID, str) else "?"
     return f"{provider}/{model}" if provider else model
 
 
-def _group_key(by: str, top: str, info: _Message, started: Any, day_of: _DayOf) -> Any:
+def _group_key(by: str, top: str, info: UsageMessage, started: Any, day_of: _DayOf) -> Any:
     if by == "session":
         return top
     if by == "model":

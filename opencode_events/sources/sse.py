@@ -38,17 +38,26 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from msgspec import Raw, Struct
+from msgspec import Raw
 
 from ..core.mapping import call_ended
 from ..core.normalizer import Normalizer, Provenance
 from ..core.views import (
     ANY_DECODER,
     MESSAGE_DECODER,
-    NO_RAW,
     PART_DECODER,
     MessageInfo,
+    MessageUpdatedProps,
     Part,
+    PartDeltaProps,
+    PartUpdatedProps,
+    PermissionAskedProps,
+    PermissionRepliedProps,
+    ServerFrame,
+    SessionChangedProps,
+    SessionErrorProps,
+    SessionOnlyProps,
+    SessionStatusProps,
     decode_repairing,
     number,
 )
@@ -120,100 +129,16 @@ _MEMORY = 1 << 16  # ids remembered for dedupe and roles; the oldest are forgott
 # ------------------------------------------------------------------------- views
 
 
-class _Payload(Struct):
-    id: Any = None
-    type: Any = None
-    properties: Raw = NO_RAW
-
-
-class _Frame(Struct):
-    """``/event`` frame, or the ``/global/event`` wrapper when ``payload`` is set."""
-
-    id: Any = None
-    type: Any = None
-    properties: Raw = NO_RAW
-    payload: _Payload | None = None
-
-
-class _SessionOnly(Struct):
-    sessionID: Any = None  # noqa: N815
-
-
-class _PartUpdated(Struct):
-    sessionID: Any = None  # noqa: N815
-    part: Part | None = None
-    time: Any = None
-
-
-class _MessageUpdated(Struct):
-    sessionID: Any = None  # noqa: N815
-    info: MessageInfo | None = None
-
-
-class _PartDelta(Struct):
-    sessionID: Any = None  # noqa: N815
-    messageID: Any = None  # noqa: N815
-    partID: Any = None  # noqa: N815
-    field: Any = None
-    delta: Any = None
-
-
-class _SessionError(Struct):
-    sessionID: Any = None  # noqa: N815
-    error: Any = None
-
-
-class _PermissionAsked(Struct):
-    id: Any = None
-    sessionID: Any = None  # noqa: N815
-    permission: Any = None
-    patterns: Any = None
-
-
-class _PermissionReplied(Struct):
-    sessionID: Any = None  # noqa: N815
-    requestID: Any = None  # noqa: N815
-    reply: Any = None
-
-
-class _RetryAction(Struct):
-    reason: Any = None
-
-
-class _Status(Struct):
-    type: Any = None
-    # retry: {type: "retry", attempt, message, action?: {reason, …}, next}
-    attempt: Any = None
-    message: Any = None
-    next: Any = None
-    action: _RetryAction | None = None
-
-
-class _SessionStatus(Struct):
-    sessionID: Any = None  # noqa: N815
-    status: _Status | None = None
-
-
-class _SessionInfo(Struct):
-    id: Any = None
-    parentID: Any = None  # noqa: N815
-
-
-class _SessionChanged(Struct):
-    sessionID: Any = None  # noqa: N815
-    info: _SessionInfo | None = None
-
-
-_FRAME = msgspec.json.Decoder(_Frame)
-_SESSION_ONLY = msgspec.json.Decoder(_SessionOnly)
-_PART_UPDATED = msgspec.json.Decoder(_PartUpdated)
-_MESSAGE_UPDATED = msgspec.json.Decoder(_MessageUpdated)
-_PART_DELTA = msgspec.json.Decoder(_PartDelta)
-_SESSION_ERROR = msgspec.json.Decoder(_SessionError)
-_PERMISSION_ASKED = msgspec.json.Decoder(_PermissionAsked)
-_PERMISSION_REPLIED = msgspec.json.Decoder(_PermissionReplied)
-_SESSION_STATUS = msgspec.json.Decoder(_SessionStatus)
-_SESSION_CHANGED = msgspec.json.Decoder(_SessionChanged)
+_FRAME = msgspec.json.Decoder(ServerFrame)
+_SESSION_ONLY = msgspec.json.Decoder(SessionOnlyProps)
+_PART_UPDATED = msgspec.json.Decoder(PartUpdatedProps)
+_MESSAGE_UPDATED = msgspec.json.Decoder(MessageUpdatedProps)
+_PART_DELTA = msgspec.json.Decoder(PartDeltaProps)
+_SESSION_ERROR = msgspec.json.Decoder(SessionErrorProps)
+_PERMISSION_ASKED = msgspec.json.Decoder(PermissionAskedProps)
+_PERMISSION_REPLIED = msgspec.json.Decoder(PermissionRepliedProps)
+_SESSION_STATUS = msgspec.json.Decoder(SessionStatusProps)
+_SESSION_CHANGED = msgspec.json.Decoder(SessionChangedProps)
 
 
 def _str(value: Any) -> str | None:

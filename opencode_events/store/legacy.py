@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from msgspec import Struct
 
 from ..core.figures import read_figures
-from ..core.views import MessageInfo
+from ..core.views import LegacySessionInfo, MessageInfo
 from ..errors import InputError
 from ..events import summed_cost
 from .files import read_regular_file
@@ -31,22 +30,7 @@ from .rows import MessageRow, PartRow, SessionRow, is_top_level, loop_members
 __all__ = ["LegacyStore", "find_legacy_roots"]
 
 
-class _Time(Struct):
-    created: Any = None
-    updated: Any = None
-
-
-class _SessionInfo(Struct):
-    id: Any = None
-    parentID: Any = None  # noqa: N815
-    title: Any = None
-    directory: Any = None
-    version: Any = None
-    agent: Any = None
-    time: _Time | None = None
-
-
-_SESSION = msgspec.json.Decoder(_SessionInfo)
+_SESSION = msgspec.json.Decoder(LegacySessionInfo)
 _MESSAGE = msgspec.json.Decoder(MessageInfo)
 
 
