@@ -111,6 +111,15 @@ def _sqlite_order(row: tuple[Any, ...]) -> tuple[int, Any]:
     return (2, value) if isinstance(value, str) else (3, bytes(value))
 
 
+_ID_MASK = (1 << 48) - 1  # the time and counter bits of an OpenCode id
+
+
+def _message_id(value: int) -> str:
+    """The smallest message id whose time-and-counter bits are ``value``; past the largest,
+    a bound above every message id (the digits are lowercase hex, and ``g`` follows ``f``)."""
+    return f"msg_{value:012x}" if value <= _ID_MASK else "msg_g"
+
+
 _JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
 
 
@@ -358,6 +367,87 @@ class Store:
             if type(value) is int and (latest is None or value > latest):
                 latest = value
         return latest
+
+    # ------------------------------------------------------------ quick glances
+    # For ``statusline`` (reports/statusline.py): each answered from an index or a few rows
+    # at the end of a b-tree, never a scan of a table (OpenCode's schema indexes neither
+    # session.time_updated nor message.time_created alone, and the store is read-only).
+
+    def recently_written_session(self, recent: int = 32) -> str | None:
+        """The session of the message written last among the ``recent`` newest message
+        rows (rowid order is insertion order): the session at work now, or last. None when
+        there are no messages."""
+        row = next(
+            self._query(
+                "SELECT session_id FROM (SELECT session_id, time_updated, rowid AS r "
+                "FROM message ORDER BY rowid DESC LIMIT ?) ORDER BY time_updated DESC, r DESC "
+                "LIMIT 1",
+                (recent,),
+            ),
+            None,
+        )
+        return row[0] if row else None
+
+    def parent_of(self, session_id: str) -> str | None:
+        row = next(self._query("SELECT parent_id FROM session WHERE id = ?", (session_id,)), None)
+        parent = row[0] if row else None
+        return parent if isinstance(parent, str) and parent != session_id else None
+
+    def family_rows(self, root: str) -> list[tuple[str, float, int]]:
+        """(id, cost, time_updated) of ``root`` and every session below it, the root first
+        (through the parent index, a level at a time)."""
+        found = [(sid, _float(cost), _int(updated)) for sid, cost, updated in self._query(
+            "SELECT id, cost, time_updated FROM session WHERE id = ?", (root,))]  # fmt: skip
+        seen = {root}
+        frontier = [root]
+        while frontier:
+            level: list[str] = []
+            for sid, cost, updated in self._in_chunks(
+                "SELECT id, cost, time_updated FROM session WHERE parent_id IN ({})", frontier
+            ):
+                if sid not in seen:
+                    seen.add(sid)
+                    level.append(sid)
+                    found.append((sid, _float(cost), _int(updated)))
+            frontier = level
+        return found
+
+    def newest_messages(self, session_id: str) -> Iterator[tuple[str, int, bytes]]:
+        """(id, time_updated, data) of a session's messages, newest first, read as they
+        are taken (the caller stops when it has seen enough)."""
+        return self._query(
+            "SELECT id, time_updated, CAST(data AS BLOB) FROM message WHERE session_id = ? "
+            "ORDER BY time_created DESC, id DESC",
+            (session_id,),
+        )
+
+    def messages_between(self, start_ms: int, end_ms: int) -> Iterator[tuple[int, int, bytes]]:
+        """(time_created, its session's time_created, data) of the messages created in
+        [start_ms, end_ms) that may be replies (OpenCode writes a prompt's data starting
+        ``{"role":"user",``; callers still check the role), found by their ids: OpenCode's
+        message ids begin with 12 hex digits of ``time_ms * 0x1000 + counter`` (the low 48
+        bits), so a time range is an id range on the primary key's index (two when the 48
+        bits wrap inside it, once in about 800 days). A fork's copy of older messages gets
+        new ids, so it is found here with its old ``time_created``: callers check that."""
+        low, high = ((ms << 12) & _ID_MASK for ms in (start_ms, end_ms))
+        ranges = [(low, high)] if low <= high else [(low, _ID_MASK + 1), (0, high)]
+        rows: list[tuple[Any, ...]] = []
+        for lo, hi in ranges:
+            rows += self._query(
+                "SELECT time_created, session_id, CAST(data AS BLOB) FROM message "
+                "WHERE id >= ? AND id < ? AND time_created >= ? AND time_created < ? "
+                'AND substr(data, 1, 15) != \'{"role":"user",\'',
+                (_message_id(lo), _message_id(hi), start_ms, end_ms),
+            )
+        # Each session's own creation once (a join would look it up once a message).
+        created = dict(
+            self._in_chunks(
+                "SELECT id, time_created FROM session WHERE id IN ({})",
+                list({row[1] for row in rows}),
+            )
+        )
+        for time_created, session_id, data in rows:
+            yield time_created, created.get(session_id), data
 
     def session_count(self) -> int:
         (count,) = next(self._query("SELECT count(*) FROM session"))
