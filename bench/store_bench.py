@@ -11,6 +11,9 @@ timings are the best of ``BENCH_REPEAT`` runs in a row:
 - ``import --all`` against a bare loop that reads every part row and msgspec-decodes it
   (within 1.5×);
 - peak RSS of each of ours (under 200 MB, and flat: the same on a database a tenth the size);
+- ``statusline`` (one line for a status bar) under 100 ms, beside the start-up floor
+  (``opencode-events --version``, the same interpreter and command line doing nothing), at
+  the database's last write (its "today" is the partial last day) and on its busiest day;
 - whether the totals agree: ours, ccusage's and OpenCode's against sums taken straight
   from the database with SQL, per day against ccusage, and why they differ where they do.
 
@@ -21,6 +24,7 @@ bench/out/store-results.json.
 
     python bench/store_bench.py            # BENCH_BLOCKS=2 BENCH_BLOCK_RUNS=4 BENCH_REPEAT=3 …
     python bench/store_bench.py --bare DB  # the bare loop alone (used as a subprocess)
+    python bench/store_bench.py --statusline  # the statusline figures alone
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 from machine import check_idle
@@ -608,6 +613,57 @@ def small_rss() -> dict:
     return out
 
 
+def _statusline_times(path: Path) -> dict[str, str]:
+    """``--at`` for the bench: the database's last write, and noon of its busiest day (the
+    most messages created), both UTC. One scan of the message table, at set-up."""
+    conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+    try:
+        (last,) = conn.execute("SELECT max(time_updated) FROM message").fetchone()
+        (day, _count) = conn.execute(
+            "SELECT time_created / 86400000 AS d, count(*) AS n FROM message "
+            "GROUP BY d ORDER BY n DESC LIMIT 1"
+        ).fetchone()
+    finally:
+        conn.close()
+
+    def iso(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+    return {"last_write": iso(last), "busiest_day": iso(day * 86_400_000 + 43_200_000)}
+
+
+def bench_statusline() -> dict:
+    """``statusline`` against the start-up floor, in alternating blocks; its own cost is
+    the difference. Budget: under 100 ms, on the 10,000-session database."""
+    floor = our_cmd("--version")
+    result: dict = {}
+    for name, at in _statusline_times(DB).items():
+        cmd = our_cmd("statusline", "--db", str(DB), "--tz", "UTC", "--at", at)
+        line = capture(cmd).decode().strip()
+        pair = paired(cmd, floor)
+        result[name] = {
+            "at": at,
+            "line": line,
+            "ours_s": round(pair["ours_s"], 4),
+            "floor_s": round(pair["peer_s"], 4),
+            "over_floor_ms": round((pair["ours_s"] - pair["peer_s"]) * 1000, 1),
+            "ours_peak_rss_mb": pair["ours_rss"],
+        }
+    return result
+
+
+def statusline_verdicts(st: dict) -> list[tuple[str, object, str, bool | None]]:
+    return [
+        (
+            f"statusline, {name.replace('_', ' ')} (s; floor `--version` {part['floor_s']})",
+            part["ours_s"],
+            "< 0.1",
+            part["ours_s"] < 0.1,
+        )
+        for name, part in st.items()
+    ]
+
+
 # ------------------------------------------------------------------------------- report
 
 
@@ -689,6 +745,15 @@ def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--bare":
         bare_loop(sys.argv[2])
         return
+    if sys.argv[1:] == ["--statusline"]:
+        check_idle()
+        ensure_db(DB)
+        statusline = bench_statusline()
+        print("| figure | measured | budget | verdict |\n|---|---|---|---|")
+        for name, value, budget, ok in statusline_verdicts(statusline):
+            print(f"| {name} | {value} | {budget} | {'ok' if ok else 'OVER BUDGET'} |")
+        print(json.dumps(statusline, indent=2))
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     idle = check_idle()
     meta = ensure_db(DB)
@@ -706,6 +771,7 @@ def main() -> None:
         "usage": bench_usage(cc, oc, truth),
         "import": bench_import(),
         "rss_small_db": small_rss(),
+        "statusline": bench_statusline(),
         "db_sums": {
             k: truth[k]
             for k in ("all_messages", "without_fork_copies", "fork_copies", "session_columns")
@@ -719,7 +785,7 @@ def main() -> None:
         f"{meta['parts']:,} parts, {meta['size_gb']} GB\n"
     )
     print("| figure | measured | budget | verdict |\n|---|---|---|---|")
-    for name, value, budget, ok in verdicts(results):
+    for name, value, budget, ok in verdicts(results) + statusline_verdicts(results["statusline"]):
         verdict = "—" if ok is None else ("ok" if ok else "OVER BUDGET")
         print(f"| {name} | {value} | {budget} | {verdict} |")
     print()
