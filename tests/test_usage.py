@@ -1564,3 +1564,46 @@ def test_usage_markdown_on_the_command_line_dates_in_iso_8601(tmp_path: Path):
     )
     rows = result.stdout.decode().splitlines()[2:-1]
     assert rows and all(row.split(" | ")[2].endswith("Z") for row in rows)
+
+
+# ------------------------------------------------- what a stream cannot see: subagents
+
+
+def _subagents_in_store(name: str) -> tuple[str | None, int]:
+    """The sample's top-level session and how many sessions are below it, from its store."""
+    import sqlite3
+
+    db = SAMPLES / name / "opencode.db"
+    with sqlite3.connect(f"file:{db}?immutable=1", uri=True) as conn:
+        rows = conn.execute("SELECT id, parent_id FROM session").fetchall()
+    roots = [sid for sid, parent in rows if parent is None and sid]
+    below = [sid for sid, parent in rows if parent is not None]
+    return (roots[0] if len(roots) == 1 else None), len(below)
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        p.parent.name for p in SAMPLES.glob("*/stream.jsonl") if (p.parent / "opencode.db").exists()
+    ),
+)
+def test_a_stream_says_which_subagents_it_cannot_see(name: str) -> None:
+    from opencode_events.reports.usage import stream_usage
+
+    root, below = _subagents_in_store(name)
+    for source in ("stream.jsonl", "export.json"):
+        path = SAMPLES / name / source
+        if not path.exists():
+            continue
+        with open(path, "rb") as f:
+            notes = stream_usage([(str(path), f)]).notes
+        said = [n for n in notes if "not in this stream" in n]
+        if not below:
+            assert said == [], (source, notes)
+            continue
+        noun = "session" if below == 1 else "sessions"
+        assert said == [
+            f"{below} subagent {noun} not in this stream; "
+            f"{'its' if below == 1 else 'their'} cost is in the store: "
+            f"`opencode-events usage --session {root}`"
+        ], source

@@ -428,6 +428,11 @@ class PrettyWriter:
             f"── {_count(event.turns, 'turn')} · {_count(event.tool_calls, 'tool call')}{failed}"
             f" · {format_tokens(event.total_tokens)} tokens · ${event.cost:.4f}"
         )
+        if event.total_cost is not None and event.subagent_sessions:
+            text.append(
+                f" + ${event.subagent_cost or 0:.4f} in "
+                f"{_count(event.subagent_sessions, 'subagent')} = ${event.total_cost:.4f}"
+            )
         problems = event.counts.get("error", 0) + event.counts.get("warning", 0)
         if problems:
             text.append(f" · {_count(problems, 'problem')}", "red")

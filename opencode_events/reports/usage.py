@@ -292,6 +292,7 @@ class _NormalizedLine(Struct):
     total_tokens: int = 0
     cost: float = 0.0
     type: Any = None  # an unknown event's record type
+    child_session_id: Any = None  # an orchestration event's subagent session
 
 
 # Records that carry usage, by the type an ``unknown`` event names when one of them could
@@ -307,6 +308,15 @@ class _Unread:
     def __init__(self) -> None:
         self.lines = self.steps = self.documents = 0
         self.empty: list[str] = []  # inputs that held nothing at all
+        # A run stream holds only the parent's steps: the subagent sessions its `task`
+        # calls started (child → the session that started it), and the sessions whose
+        # steps the input holds, to tell which subagents' costs it cannot see.
+        self.spawned: dict[str, Any] = {}
+        self.stepped: set[Any] = set()
+
+    def spawn(self, child: Any, parent: Any) -> None:
+        if isinstance(child, str) and child:
+            self.spawned.setdefault(child, parent)
 
     def unknown(self, record_type: Any) -> None:
         if isinstance(record_type, str) and record_type in _FIGURE_TYPES:
@@ -333,6 +343,16 @@ class _Unread:
             notes.append(
                 f"{self.steps} record(s) of usage (steps, messages) that could not be read "
                 "(`normalize` shows them as unknown); not counted"
+            )
+        unseen = [child for child in self.spawned if child not in self.stepped]
+        if unseen:
+            parents = [p for p in dict.fromkeys(self.spawned[c] for c in unseen) if p]
+            where = " ".join(f"--session {p}" for p in parents) or "--session ID"
+            several = len(unseen) > 1
+            notes.append(
+                f"{len(unseen)} subagent session{'s' if several else ''} not in this stream; "
+                f"{'their' if several else 'its'} cost is in the store: "
+                f"`opencode-events usage {where}`"
             )
         return notes
 
@@ -361,11 +381,14 @@ class _Collect:
         self.unread = unread
 
     def write(self, events: Any) -> None:
-        from ..events import Unknown, Usage
+        from ..events import Orchestration, Unknown, Usage
 
         for event in events:
             if isinstance(event, Usage):
                 self.found.append(event)
+                self.unread.stepped.add(event.session_id)
+            elif isinstance(event, Orchestration):
+                self.unread.spawn(event.child_session_id, event.session_id)
             elif isinstance(event, Unknown):
                 self.unread.unknown(event.type)
 
@@ -413,7 +436,7 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
     export document (the last, with no usage, when a step was left open); what cannot be
     read is counted in ``unread``."""
     from ..core.normalizer import Normalizer
-    from ..events import Unknown, Usage, Warning
+    from ..events import Orchestration, Unknown, Usage, Warning
     from ..pipeline.normalize import (
         Prepended,
         detect_format,
@@ -471,7 +494,10 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
                         unread.lines += 1
                     continue
                 if event.kind == "usage":
+                    unread.stepped.add(event.session_id)
                     yield _Step(event)
+                elif event.kind == "orchestration":
+                    unread.spawn(event.child_session_id, event.session_id)
                 elif event.kind == "warning":  # a line the normalize run could not read
                     unread.lines += 1
                 elif event.kind == "unknown":
@@ -482,10 +508,13 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
                     start = _step_start(line, normalizer.session_id) or start
                 for event in events:
                     if isinstance(event, Usage):
+                        unread.stepped.add(event.session_id)
                         started = None
                         if start is not None and start[1] == event.session_id:
                             started = start[0]
                         yield _Step(event, started)
+                    elif isinstance(event, Orchestration):
+                        unread.spawn(event.child_session_id, event.session_id)
                     elif isinstance(event, Unknown):
                         unread.unknown(event.type)
                 if not normalizer.step_open:  # finished (or its finish seen before)
