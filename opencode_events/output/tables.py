@@ -284,7 +284,9 @@ def usage_table(report: Any, *, out: TextIO, store: bool, width: int | None = No
                 drop=2,
             )
         )
-    if any(r.in_flight for r in rows):
-        figures.append(Column("", lambda r: "● in flight" if r.in_flight else ""))
+    if any(r.in_flight or r.stale for r in rows):
+        figures.append(
+            Column("", lambda r: "● in flight" if r.in_flight else ("stale" if r.stale else ""))
+        )
     caption = "; ".join(report.notes) if report.notes else None
     draw_table(label + figures, rows, out=out, total=report.total, caption=caption, width=width)

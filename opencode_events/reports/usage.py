@@ -101,6 +101,7 @@ class UsageRow(Struct, kw_only=True, omit_defaults=True):
     subagent_cost: float | None = None
     subagent_tokens: int | None = None
     in_flight: bool | None = None
+    stale: bool | None = None  # was in flight, but nothing written for a while (reports.stale)
     open: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -150,8 +151,8 @@ _LABELS: dict[tuple[bool, str], tuple[str, ...]] = {  # (from the store, --by) â
     (False, "day"): ("day", "inferences"),
 }
 _FLAGS: dict[tuple[bool, str], tuple[str, ...]] = {
-    (True, "turn"): ("subagent_cost", "subagent_tokens", "in_flight"),
-    (True, "step"): ("in_flight",),
+    (True, "turn"): ("subagent_cost", "subagent_tokens", "in_flight", "stale"),
+    (True, "step"): ("in_flight", "stale"),
     (False, "turn"): ("open",),
     (False, "step"): ("open",),
 }
@@ -1003,9 +1004,12 @@ def store_usage(
     tz: tzinfo | None = None,
     cross_session: bool = False,
     since_ms: int | None = None,
+    now_ms: float | None = None,
 ) -> UsageReport:
     """Usage of stored sessions (``session_ids`` top-level, in order); with ``since_ms``,
-    of their inferences created at or after it (and the subagents those spawned)."""
+    of their inferences created at or after it (and the subagents those spawned). A row in
+    flight whose session (or a subagent of it) was not written for a while is ``stale``
+    instead, judged at ``now_ms`` (default: the clock), as ``sessions`` judges it."""
     if by not in BY_STORE:
         raise GroupingError(f"unknown --by {by}")
     tree = store.children()
@@ -1016,8 +1020,9 @@ def store_usage(
         rows, notes = _turn_report(
             store, session_ids, fold=fold, tree=tree, dedupe=cross_session, since=since_ms
         )
+        _judge_staleness(store, rows, tree, now_ms)
         return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
-    return _grouped(
+    report = _grouped(
         store,
         session_ids,
         by=by,
@@ -1027,6 +1032,28 @@ def store_usage(
         dedupe=cross_session,
         since=since_ms,
     )
+    _judge_staleness(store, report.rows, tree, now_ms)
+    return report
+
+
+def _judge_staleness(
+    store: Any, rows: Sequence[UsageRow], tree: dict[str, list[str]], now_ms: float | None
+) -> None:
+    """Rows in flight of a session that is stale are ``stale``, not in flight: a reply a
+    killed OpenCode left (``reports.stale``, the rule of ``sessions``)."""
+    from .stale import stored_state
+
+    states: dict[str, str] = {}
+    for row in rows:
+        sid = row.session_id
+        if not row.in_flight or not isinstance(sid, str):
+            continue
+        state = states.get(sid)
+        if state is None:
+            state = states[sid] = stored_state(store, sid, tree, now_ms=now_ms)
+        if state == "stale":
+            row.in_flight = False
+            row.stale = True
 
 
 def _outermost(session_ids: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
