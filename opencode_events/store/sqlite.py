@@ -26,9 +26,7 @@ import itertools
 import math
 import operator
 import os
-import shutil
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -256,6 +254,10 @@ class Store:
         """A copy of the database and its ``-wal`` or ``-journal`` in a folder of our own
         (removed by ``close``); ``writable`` lets SQLite roll a journal back in the copy.
         With ``gone_ok``, None when ``beside`` went away meanwhile (its writer committed)."""
+        # Imported here: a private copy is rare, and these cost every command's start-up.
+        import shutil
+        import tempfile
+
         self._tmp = tempfile.mkdtemp(prefix="opencode-events-")
         copy = Path(self._tmp) / "opencode.db"
         try:
@@ -298,6 +300,8 @@ class Store:
         if conn is not None:
             conn.close()
         if self._tmp:
+            import shutil
+
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
