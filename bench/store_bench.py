@@ -14,6 +14,10 @@ timings are the best of ``BENCH_REPEAT`` runs in a row:
 - ``statusline`` (one line for a status bar) under 100 ms, beside the start-up floor
   (``opencode-events --version``, the same interpreter and command line doing nothing), at
   the database's last write (its "today" is the partial last day) and on its busiest day;
+- ``top``'s refresh CPU: the first look (this week's messages, once), a look at an unchanged
+  store, and a look as if every session on the board had changed (the most a change costs),
+  on this database and on one a tenth the size: in proportion to the board, not to the
+  database;
 - whether the totals agree: ours, ccusage's and OpenCode's against sums taken straight
   from the database with SQL, per day against ccusage, and why they differ where they do.
 
@@ -24,7 +28,7 @@ bench/out/store-results.json.
 
     python bench/store_bench.py            # BENCH_BLOCKS=2 BENCH_BLOCK_RUNS=4 BENCH_REPEAT=3 …
     python bench/store_bench.py --bare DB  # the bare loop alone (used as a subprocess)
-    python bench/store_bench.py --statusline  # the statusline figures alone
+    python bench/store_bench.py --statusline  # the statusline and top figures alone
 """
 
 from __future__ import annotations
@@ -652,6 +656,68 @@ def bench_statusline() -> dict:
     return result
 
 
+TOP_SCRIPT = """
+import json, sys, time
+from opencode_events.reports.top import TopBoard
+path, now = sys.argv[1], float(sys.argv[2])
+board = TopBoard(path)
+t = time.process_time(); board.refresh(now); first = time.process_time() - t
+t = time.process_time()
+for _ in range(200):
+    board.refresh(now)
+idle = (time.process_time() - t) / 200
+changed, rows = [], []
+for _ in range(10):
+    before = board.rows_read
+    t = time.process_time(); board.refresh(now, force=True); changed.append(time.process_time() - t)
+    rows.append(board.rows_read - before)
+print(json.dumps({"first_look_ms": round(first * 1000, 1), "idle_refresh_ms": round(idle * 1000, 3),
+    "changed_refresh_ms": round(min(changed) * 1000, 2), "changed_rows_read": rows[0],
+    "sessions_shown": len(board.board().rows)}))
+"""
+
+
+def bench_top() -> dict:
+    """``top``'s refresh CPU in its own process, on both databases, at each one's last write."""
+    result = {}
+    for name, path in (("10k", DB), ("1k", SMALL_DB)):
+        conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+        (last,) = conn.execute("SELECT max(time_updated) FROM message").fetchone()
+        conn.close()
+        out = capture([PY, "-c", TOP_SCRIPT, str(path), str(last)], env={**os.environ, "TZ": TZ})
+        result[name] = json.loads(out)
+    return result
+
+
+def top_verdicts(top: dict) -> list[tuple[str, object, str, bool | None]]:
+    big, small = top["10k"], top["1k"]
+
+    def per_session(part: dict) -> float:
+        return part["changed_refresh_ms"] / max(1, part["sessions_shown"])
+
+    ratio = per_session(big) / max(per_session(small), 0.001)
+    changed = (
+        f"top, refresh after every session on the board changed (CPU ms, "
+        f"{big['sessions_shown']} sessions; 1/10 db: {small['changed_refresh_ms']} for "
+        f"{small['sessions_shown']})"
+    )
+    return [
+        (
+            f"top, first look (CPU ms; 1/10 db: {small['first_look_ms']})",
+            big["first_look_ms"],
+            "(figure)",
+            None,
+        ),
+        (
+            "top, refresh of an unchanged store (CPU ms)",
+            big["idle_refresh_ms"],
+            "< 1",
+            big["idle_refresh_ms"] < 1,
+        ),
+        (changed, big["changed_refresh_ms"], "per session < 3× the 1/10 db's", ratio < 3),
+    ]
+
+
 def statusline_verdicts(st: dict) -> list[tuple[str, object, str, bool | None]]:
     return [
         (
@@ -748,11 +814,14 @@ def main() -> None:
     if sys.argv[1:] == ["--statusline"]:
         check_idle()
         ensure_db(DB)
-        statusline = bench_statusline()
+        ensure_db(SMALL_DB, "--sessions", "1000", "--parts", "100000", "--target-gb", "0.3")
+        live = {"statusline": bench_statusline(), "top": bench_top()}
         print("| figure | measured | budget | verdict |\n|---|---|---|---|")
-        for name, value, budget, ok in statusline_verdicts(statusline):
-            print(f"| {name} | {value} | {budget} | {'ok' if ok else 'OVER BUDGET'} |")
-        print(json.dumps(statusline, indent=2))
+        rows = statusline_verdicts(live["statusline"]) + top_verdicts(live["top"])
+        for name, value, budget, ok in rows:
+            verdict = "—" if ok is None else ("ok" if ok else "OVER BUDGET")
+            print(f"| {name} | {value} | {budget} | {verdict} |")
+        print(json.dumps(live, indent=2))
         return
     OUT.mkdir(parents=True, exist_ok=True)
     idle = check_idle()
@@ -772,6 +841,7 @@ def main() -> None:
         "import": bench_import(),
         "rss_small_db": small_rss(),
         "statusline": bench_statusline(),
+        "top": bench_top(),
         "db_sums": {
             k: truth[k]
             for k in ("all_messages", "without_fork_copies", "fork_copies", "session_columns")
@@ -785,7 +855,8 @@ def main() -> None:
         f"{meta['parts']:,} parts, {meta['size_gb']} GB\n"
     )
     print("| figure | measured | budget | verdict |\n|---|---|---|---|")
-    for name, value, budget, ok in verdicts(results) + statusline_verdicts(results["statusline"]):
+    live = statusline_verdicts(results["statusline"]) + top_verdicts(results["top"])
+    for name, value, budget, ok in verdicts(results) + live:
         verdict = "—" if ok is None else ("ok" if ok else "OVER BUDGET")
         print(f"| {name} | {value} | {budget} | {verdict} |")
     print()

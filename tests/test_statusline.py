@@ -97,7 +97,7 @@ def test_a_fork_copy_is_not_spent_again() -> None:
     db = SAMPLES / "fork" / "opencode.db"
     with Store(db) as store:
         start, end = day_bounds(_last_write(db), UTC)
-        copies = [row for row in store.messages_between(start, end) if row[0] < row[1]]
+        copies = [row for row in store.messages_between(start, end) if row[1] < row[2]]
         assert copies  # the fork's copied history is found by its ids, and left out
         spent = spend_between(store, start, end)
         originals = sum(r.cost for r in store.sessions() if "(fork" not in (r.title or ""))

@@ -175,3 +175,7 @@ cli.add_command(context)
 from .statusline import statusline  # noqa: E402
 
 cli.add_command(statusline)
+
+from .top import top  # noqa: E402
+
+cli.add_command(top)

@@ -66,7 +66,7 @@ class _Reply(Struct, gc=False):
     finish: Any = None
 
 
-_REPLY = msgspec.json.Decoder(_Reply)
+REPLY = msgspec.json.Decoder(_Reply)  # a message row's data, as the live views read it
 
 
 class _Spend(Struct, gc=False):
@@ -157,7 +157,7 @@ def spend_between(store: Any, start_ms: int, end_ms: int) -> float:
     """OpenCode's cost of the replies created in [start_ms, end_ms), every session; a fork's
     copy of older messages (created before its session was) is not counted again."""
     total, figures = 0.0, 0
-    for created, session_created, data in store.messages_between(start_ms, end_ms):
+    for _, created, session_created, data in store.messages_between(start_ms, end_ms):
         if type(session_created) is int and type(created) is int and created < session_created:
             continue  # a fork's copied history
         try:
@@ -182,7 +182,7 @@ def _read_newest(store: Any, session_id: str, glance: Glance, now: float) -> boo
         if index >= _NEWEST or (in_flight is not None and glance.context_tokens is not None):
             break
         try:
-            reply = decode_repairing(_REPLY, data)[0]
+            reply = decode_repairing(REPLY, data)[0]
         except (*_UNREADABLE, msgspec.ValidationError):
             continue
         if reply.role == "user":
@@ -201,11 +201,11 @@ def _read_newest(store: Any, session_id: str, glance: Glance, now: float) -> boo
             else:
                 in_flight = False
         if glance.context_tokens is None:
-            glance.context_tokens = _prompt(reply.tokens)
+            glance.context_tokens = prompt_tokens(reply.tokens)
     return bool(in_flight)
 
 
-def _prompt(tokens: Tokens | None) -> int | None:
+def prompt_tokens(tokens: Tokens | None) -> int | None:
     """input + cache read + cache write, or None for a reply that sent no prompt (a failed
     or aborted request: not an inference, as ``context`` counts them)."""
     if tokens is None:

@@ -425,8 +425,10 @@ class Store:
             (session_id,),
         )
 
-    def messages_between(self, start_ms: int, end_ms: int) -> Iterator[tuple[int, int, bytes]]:
-        """(time_created, its session's time_created, data) of the messages created in
+    def messages_between(
+        self, start_ms: int, end_ms: int
+    ) -> Iterator[tuple[str, int, int | None, bytes]]:
+        """(id, time_created, its session's time_created, data) of the messages created in
         [start_ms, end_ms) that may be replies (OpenCode writes a prompt's data starting
         ``{"role":"user",``; callers still check the role), found by their ids: OpenCode's
         message ids begin with 12 hex digits of ``time_ms * 0x1000 + counter`` (the low 48
@@ -438,20 +440,51 @@ class Store:
         rows: list[tuple[Any, ...]] = []
         for lo, hi in ranges:
             rows += self._query(
-                "SELECT time_created, session_id, CAST(data AS BLOB) FROM message "
+                "SELECT id, time_created, session_id, CAST(data AS BLOB) FROM message "
                 "WHERE id >= ? AND id < ? AND time_created >= ? AND time_created < ? "
                 'AND substr(data, 1, 15) != \'{"role":"user",\'',
                 (_message_id(lo), _message_id(hi), start_ms, end_ms),
             )
         # Each session's own creation once (a join would look it up once a message).
-        created = dict(
+        created = self.sessions_created({row[2] for row in rows})
+        for message_id, time_created, session_id, data in rows:
+            yield message_id, time_created, created.get(session_id), data
+
+    def sessions_created(self, session_ids: Iterable[str]) -> dict[str, int]:
+        """session id → its ``time_created``, by primary key."""
+        return dict(
             self._in_chunks(
-                "SELECT id, time_created FROM session WHERE id IN ({})",
-                list({row[1] for row in rows}),
+                "SELECT id, time_created FROM session WHERE id IN ({})", list(session_ids)
             )
         )
-        for time_created, session_id, data in rows:
-            yield time_created, created.get(session_id), data
+
+    def last_message_rowid(self) -> int:
+        """The newest message row's rowid (0 for none), from the b-tree's edge."""
+        (rowid,) = next(self._query("SELECT max(rowid) FROM message"))
+        return rowid or 0
+
+    _MESSAGE_ROW = (
+        "SELECT rowid, id, session_id, time_created, time_updated, CAST(data AS BLOB) FROM message"
+    )
+
+    def messages_after(self, rowid: int) -> Iterator[tuple[int, str, str, int, int, bytes]]:
+        """(rowid, id, session id, time_created, time_updated, data) of the message rows
+        inserted after ``rowid``, oldest first: what is new since a look."""
+        return self._query(f"{self._MESSAGE_ROW} WHERE rowid > ? ORDER BY rowid", (rowid,))
+
+    def messages_by_id(self, ids: Iterable[str]) -> Iterator[tuple[int, str, str, int, int, bytes]]:
+        """The same of the messages ``ids`` (replies in flight, read again)."""
+        return self._in_chunks(f"{self._MESSAGE_ROW} WHERE id IN ({{}})", list(ids))
+
+    def newest_parts(self, message_id: str, limit: int = 32) -> list[bytes]:
+        """The data of a message's newest parts (part ids grow with time), newest first."""
+        return [
+            data
+            for (data,) in self._query(
+                "SELECT CAST(data AS BLOB) FROM part WHERE message_id = ? ORDER BY id DESC LIMIT ?",
+                (message_id, limit),
+            )
+        ]
 
     def session_count(self) -> int:
         (count,) = next(self._query("SELECT count(*) FROM session"))
