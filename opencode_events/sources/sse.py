@@ -269,7 +269,6 @@ class SseReader:
         open_calls_at_end: bool = False,
         on_message: Callable[[str | None, MessageInfo], None] | None = None,
         max_frame: int | None = None,
-
         on_session: Callable[[str, str | None, Any], None] | None = None,
     ) -> None:
         self.normalizer = normalizer
