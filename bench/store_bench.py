@@ -11,6 +11,13 @@ timings are the best of ``BENCH_REPEAT`` runs in a row:
 - ``import --all`` against a bare loop that reads every part row and msgspec-decodes it
   (within 1.5×);
 - peak RSS of each of ours (under 200 MB, and flat: the same on a database a tenth the size);
+- ``statusline`` (one line for a status bar) under 100 ms, beside the start-up floor
+  (``opencode-events --version``, the same interpreter and command line doing nothing), at
+  the database's last write (its "today" is the partial last day) and on its busiest day;
+- ``top``'s refresh CPU: the first look (this week's messages, once), a look at an unchanged
+  store, and a look as if every session on the board had changed (the most a change costs),
+  on this database and on one a tenth the size: in proportion to the board, not to the
+  database;
 - whether the totals agree: ours, ccusage's and OpenCode's against sums taken straight
   from the database with SQL, per day against ccusage, and why they differ where they do.
 
@@ -21,6 +28,7 @@ bench/out/store-results.json.
 
     python bench/store_bench.py            # BENCH_BLOCKS=2 BENCH_BLOCK_RUNS=4 BENCH_REPEAT=3 …
     python bench/store_bench.py --bare DB  # the bare loop alone (used as a subprocess)
+    python bench/store_bench.py --statusline  # the statusline and top figures alone
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 from machine import check_idle
@@ -608,6 +617,119 @@ def small_rss() -> dict:
     return out
 
 
+def _statusline_times(path: Path) -> dict[str, str]:
+    """``--at`` for the bench: the database's last write, and noon of its busiest day (the
+    most messages created), both UTC. One scan of the message table, at set-up."""
+    conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+    try:
+        (last,) = conn.execute("SELECT max(time_updated) FROM message").fetchone()
+        (day, _count) = conn.execute(
+            "SELECT time_created / 86400000 AS d, count(*) AS n FROM message "
+            "GROUP BY d ORDER BY n DESC LIMIT 1"
+        ).fetchone()
+    finally:
+        conn.close()
+
+    def iso(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+    return {"last_write": iso(last), "busiest_day": iso(day * 86_400_000 + 43_200_000)}
+
+
+def bench_statusline() -> dict:
+    """``statusline`` against the start-up floor, in alternating blocks; its own cost is
+    the difference. Budget: under 100 ms, on the 10,000-session database."""
+    floor = our_cmd("--version")
+    result: dict = {}
+    for name, at in _statusline_times(DB).items():
+        cmd = our_cmd("statusline", "--db", str(DB), "--tz", "UTC", "--at", at)
+        line = capture(cmd).decode().strip()
+        pair = paired(cmd, floor)
+        result[name] = {
+            "at": at,
+            "line": line,
+            "ours_s": round(pair["ours_s"], 4),
+            "floor_s": round(pair["peer_s"], 4),
+            "over_floor_ms": round((pair["ours_s"] - pair["peer_s"]) * 1000, 1),
+            "ours_peak_rss_mb": pair["ours_rss"],
+        }
+    return result
+
+
+TOP_SCRIPT = """
+import json, sys, time
+from opencode_events.reports.top import TopBoard
+path, now = sys.argv[1], float(sys.argv[2])
+board = TopBoard(path)
+t = time.process_time(); board.refresh(now); first = time.process_time() - t
+t = time.process_time()
+for _ in range(200):
+    board.refresh(now)
+idle = (time.process_time() - t) / 200
+changed, rows = [], []
+for _ in range(10):
+    before = board.rows_read
+    t = time.process_time(); board.refresh(now, force=True); changed.append(time.process_time() - t)
+    rows.append(board.rows_read - before)
+print(json.dumps({"first_look_ms": round(first * 1000, 1), "idle_refresh_ms": round(idle * 1000, 3),
+    "changed_refresh_ms": round(min(changed) * 1000, 2), "changed_rows_read": rows[0],
+    "sessions_shown": len(board.board().rows)}))
+"""
+
+
+def bench_top() -> dict:
+    """``top``'s refresh CPU in its own process, on both databases, at each one's last write."""
+    result = {}
+    for name, path in (("10k", DB), ("1k", SMALL_DB)):
+        conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+        (last,) = conn.execute("SELECT max(time_updated) FROM message").fetchone()
+        conn.close()
+        out = capture([PY, "-c", TOP_SCRIPT, str(path), str(last)], env={**os.environ, "TZ": TZ})
+        result[name] = json.loads(out)
+    return result
+
+
+def top_verdicts(top: dict) -> list[tuple[str, object, str, bool | None]]:
+    big, small = top["10k"], top["1k"]
+
+    def per_session(part: dict) -> float:
+        return part["changed_refresh_ms"] / max(1, part["sessions_shown"])
+
+    ratio = per_session(big) / max(per_session(small), 0.001)
+    changed = (
+        f"top, refresh after every session on the board changed (CPU ms, "
+        f"{big['sessions_shown']} sessions; 1/10 db: {small['changed_refresh_ms']} for "
+        f"{small['sessions_shown']})"
+    )
+    return [
+        (
+            f"top, first look (CPU ms; 1/10 db: {small['first_look_ms']})",
+            big["first_look_ms"],
+            "(figure)",
+            None,
+        ),
+        (
+            "top, refresh of an unchanged store (CPU ms)",
+            big["idle_refresh_ms"],
+            "< 1",
+            big["idle_refresh_ms"] < 1,
+        ),
+        (changed, big["changed_refresh_ms"], "per session < 3× the 1/10 db's", ratio < 3),
+    ]
+
+
+def statusline_verdicts(st: dict) -> list[tuple[str, object, str, bool | None]]:
+    return [
+        (
+            f"statusline, {name.replace('_', ' ')} (s; floor `--version` {part['floor_s']})",
+            part["ours_s"],
+            "< 0.1",
+            part["ours_s"] < 0.1,
+        )
+        for name, part in st.items()
+    ]
+
+
 # ------------------------------------------------------------------------------- report
 
 
@@ -689,6 +811,18 @@ def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--bare":
         bare_loop(sys.argv[2])
         return
+    if sys.argv[1:] == ["--statusline"]:
+        check_idle()
+        ensure_db(DB)
+        ensure_db(SMALL_DB, "--sessions", "1000", "--parts", "100000", "--target-gb", "0.3")
+        live = {"statusline": bench_statusline(), "top": bench_top()}
+        print("| figure | measured | budget | verdict |\n|---|---|---|---|")
+        rows = statusline_verdicts(live["statusline"]) + top_verdicts(live["top"])
+        for name, value, budget, ok in rows:
+            verdict = "—" if ok is None else ("ok" if ok else "OVER BUDGET")
+            print(f"| {name} | {value} | {budget} | {verdict} |")
+        print(json.dumps(live, indent=2))
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     idle = check_idle()
     meta = ensure_db(DB)
@@ -706,6 +840,8 @@ def main() -> None:
         "usage": bench_usage(cc, oc, truth),
         "import": bench_import(),
         "rss_small_db": small_rss(),
+        "statusline": bench_statusline(),
+        "top": bench_top(),
         "db_sums": {
             k: truth[k]
             for k in ("all_messages", "without_fork_copies", "fork_copies", "session_columns")
@@ -719,7 +855,8 @@ def main() -> None:
         f"{meta['parts']:,} parts, {meta['size_gb']} GB\n"
     )
     print("| figure | measured | budget | verdict |\n|---|---|---|---|")
-    for name, value, budget, ok in verdicts(results):
+    live = statusline_verdicts(results["statusline"]) + top_verdicts(results["top"])
+    for name, value, budget, ok in verdicts(results) + live:
         verdict = "—" if ok is None else ("ok" if ok else "OVER BUDGET")
         print(f"| {name} | {value} | {budget} | {verdict} |")
     print()

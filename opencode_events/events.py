@@ -243,8 +243,8 @@ class Unknown(Event, tag="unknown", kw_only=True):
 
 
 class Metrics(Event, tag="metrics", kw_only=True):
-    """The run's summary, written last. Every field is always written; token sums
-    count each part id once."""
+    """The run's summary, written last. Every field is always written but the three
+    subagent figures; token sums count each part id once."""
 
     records: int
     counts: dict[str, int]
@@ -259,6 +259,12 @@ class Metrics(Event, tag="metrics", kw_only=True):
     cache_write_tokens: int
     total_tokens: int
     cost: float
+    # Written by ``run`` alone, read from the store when OpenCode has exited: the subagent
+    # sessions below the run's (their steps are not in the stream), what they cost, and
+    # ``cost`` with theirs added.
+    subagent_sessions: int | None = None
+    subagent_cost: float | None = None
+    total_cost: float | None = None
 
 
 ANY_EVENT = (

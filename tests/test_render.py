@@ -252,6 +252,12 @@ def test_metrics_summary() -> None:
     assert render([metrics], width=100) == [
         "── 2 steps · 3 tool calls (1 failed) · 1,234 tokens · $0.5000 · 1 problem"
     ]
+    # `run`: the subagents' spend from the store, folded in
+    metrics.subagent_sessions, metrics.subagent_cost, metrics.total_cost = 2, 0.25, 0.75
+    assert render([metrics], width=120) == [
+        "── 2 steps · 3 tool calls (1 failed) · 1,234 tokens · $0.5000 + $0.2500 in 2 subagents"
+        " = $0.7500 · 1 problem"
+    ]
 
 
 def test_colors_when_asked() -> None:

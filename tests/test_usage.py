@@ -267,11 +267,16 @@ def test_a_subagent_chosen_with_its_parent_is_counted_once(by: str, order: str):
     assert doc == usage("--db", str(db), "--by", by, "--session", parent)
 
 
-def test_in_flight_turn_is_marked():
+def test_in_flight_turn_is_marked_and_a_killed_one_stale(monkeypatch):
+    # samples/sigint: OpenCode killed mid-reply, long ago: stale, as `sessions` says
     db = SAMPLES / "sigint" / "opencode.db"
     doc = usage("--db", str(db), "--last")
-    assert doc["rows"][-1]["in_flight"] is True
+    assert (doc["rows"][-1]["in_flight"], doc["rows"][-1]["stale"]) == (False, True)
     assert "duration_ms" not in doc["rows"][-1]
+    # judged as if just written: in flight
+    monkeypatch.setenv("OPENCODE_EVENTS_STALE_AFTER", str(10**12))
+    doc = usage("--db", str(db), "--last")
+    assert doc["rows"][-1]["in_flight"] is True and "stale" not in doc["rows"][-1]
 
 
 def test_every_grouping_has_the_same_total():
@@ -897,7 +902,7 @@ def test_unreadable_lines_in_normalized_input_are_noted_not_hidden():
     damaged = b"garbage\n" + events + b'{"kind":"usage","input_tokens":"many"}\n'
     got = usage(stdin=damaged)
     assert got["rows"] == expected["rows"] and got["total"] == expected["total"]
-    assert got["notes"] == [NOTE_UNREAD.format(2)]
+    assert got["notes"] == [NOTE_UNREAD.format(2), NOTE_TASK_SUBAGENT]
 
 
 NOTE_UNREAD = (
@@ -912,6 +917,11 @@ NOTE_STEPS = (
 )
 NOTE_EXPORT = (
     "1 export document(s) could not be read (not whole JSON: cut short?); nothing in them counted"
+)
+# samples/task: its `task` call's subagent session runs outside the parent's stream
+NOTE_TASK_SUBAGENT = (
+    "1 subagent session not in this stream; its cost is in the store: "
+    "`opencode-events usage --session ses_dd8083e0bffePGJlLQX9qavHXI`"
 )
 
 
@@ -954,10 +964,18 @@ def _normalized_with_garbage(raw: bytes) -> bytes:
         (
             "task/stream.jsonl",
             lambda raw: b"garbage\n" + raw + b'{"type":\n\xff\n',
-            [NOTE_UNREAD.format(3)],
+            [NOTE_UNREAD.format(3), NOTE_TASK_SUBAGENT],
         ),
-        ("task/stream.jsonl", lambda raw: raw + BAD_STEP, [NOTE_STEPS.format(1)]),
-        ("task/stream.jsonl", _normalized_with_garbage, [NOTE_UNREAD.format(2)]),
+        (
+            "task/stream.jsonl",
+            lambda raw: raw + BAD_STEP,
+            [NOTE_STEPS.format(1), NOTE_TASK_SUBAGENT],
+        ),
+        (
+            "task/stream.jsonl",
+            _normalized_with_garbage,
+            [NOTE_UNREAD.format(2), NOTE_TASK_SUBAGENT],
+        ),
         ("task/export.json", lambda raw: raw[:3000], [NOTE_EXPORT]),  # as a pipe cuts it
         ("file_tools/export.json", _export_with_a_broken_message, [NOTE_STEPS.format(1)]),
         ("serve_text/events.sse", _sse_with_unreadable_tokens, [NOTE_STEPS.format(1)]),
@@ -987,7 +1005,9 @@ def test_what_cannot_be_read_in_any_input_is_noted(sample, damage, notes):
     raw = (SAMPLES / sample).read_bytes()
     got = usage(stdin=damage(raw))
     assert got.get("notes") == notes
-    assert usage(stdin=raw).get("notes") is None  # the capture itself reads whole
+    # the capture itself reads whole; the task sample's subagent is not in its stream
+    whole = [NOTE_TASK_SUBAGENT] if sample.startswith("task/") else None
+    assert usage(stdin=raw).get("notes") == whole
 
 
 def test_a_database_given_as_a_stream_is_an_error_naming_the_option():
@@ -1553,7 +1573,8 @@ def test_markdown_for_people_dates_a_row_in_iso_8601_utc(tmp_path: Path):
         streamed = stream_usage([("run.jsonl", stream)])
     lines = report_markdown(streamed).decode().splitlines()
     assert lines[0].startswith("| session_id | turn | started |")
-    assert lines[2].split(" | ")[2].endswith("Z") and lines[-1].startswith("| **total** |")
+    table = [line for line in lines if line.startswith("|")]  # the notes follow it
+    assert lines[2].split(" | ")[2].endswith("Z") and table[-1].startswith("| **total** |")
 
 
 def test_usage_markdown_on_the_command_line_dates_in_iso_8601(tmp_path: Path):
@@ -1597,3 +1618,46 @@ def test_usage_github_outside_github_is_a_usage_error():
     result = subprocess.run([*CLI, "--db", db, "--github"], capture_output=True, env=env)
     assert (result.returncode, result.stdout) == (2, b"")
     assert b"--github needs $GITHUB_STEP_SUMMARY or $GITHUB_OUTPUT" in result.stderr
+
+
+# ------------------------------------------------- what a stream cannot see: subagents
+
+
+def _subagents_in_store(name: str) -> tuple[str | None, int]:
+    """The sample's top-level session and how many sessions are below it, from its store."""
+    import sqlite3
+
+    db = SAMPLES / name / "opencode.db"
+    with sqlite3.connect(f"file:{db}?immutable=1", uri=True) as conn:
+        rows = conn.execute("SELECT id, parent_id FROM session").fetchall()
+    roots = [sid for sid, parent in rows if parent is None and sid]
+    below = [sid for sid, parent in rows if parent is not None]
+    return (roots[0] if len(roots) == 1 else None), len(below)
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        p.parent.name for p in SAMPLES.glob("*/stream.jsonl") if (p.parent / "opencode.db").exists()
+    ),
+)
+def test_a_stream_says_which_subagents_it_cannot_see(name: str) -> None:
+    from opencode_events.reports.usage import stream_usage
+
+    root, below = _subagents_in_store(name)
+    for source in ("stream.jsonl", "export.json"):
+        path = SAMPLES / name / source
+        if not path.exists():
+            continue
+        with open(path, "rb") as f:
+            notes = stream_usage([(str(path), f)]).notes
+        said = [n for n in notes if "not in this stream" in n]
+        if not below:
+            assert said == [], (source, notes)
+            continue
+        noun = "session" if below == 1 else "sessions"
+        assert said == [
+            f"{below} subagent {noun} not in this stream; "
+            f"{'its' if below == 1 else 'their'} cost is in the store: "
+            f"`opencode-events usage --session {root}`"
+        ], source

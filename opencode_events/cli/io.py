@@ -32,6 +32,7 @@ __all__ = [
     "open_store",
     "report_output",
     "csv_raw_option",
+    "time_zone",
 ]
 
 
@@ -414,3 +415,15 @@ def full_option(command: Callable[..., Any]) -> Callable[..., Any]:
         is_flag=True,
         help="Pretty view: show long messages whole (default: their first 12 lines).",
     )(command)
+
+
+def time_zone(name: str | None) -> Any:
+    """``--tz ZONE`` as a ``tzinfo`` (None: local time); an unknown zone is a usage error."""
+    if name is None:
+        return None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(f"unknown time zone {name!r}", param_hint="--tz") from None

@@ -23,6 +23,7 @@ import click
 from .. import paths
 from ..errors import InputError, OutputError
 from .io import open_output, pipe_safe, same_file, stdout_is
+from .status import ExitStatus
 
 __all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
 
@@ -75,7 +76,8 @@ class _Endpoint:
             self.port = parts.port or (443 if self.https else 80)
         except ValueError:
             raise InputError(f"not a server URL: {url}") from None
-        self.path = parts.path.rstrip("/") + "/event"
+        self.base = parts.path.rstrip("/")
+        self.path = self.base + "/event"
         if parts.query:
             self.path += "?" + parts.query
         # Basic auth like OpenCode's own clients: user OPENCODE_SERVER_USERNAME (default
@@ -92,17 +94,36 @@ class _Endpoint:
             self.username = user
         self.shown = f"{parts.scheme}://{parts.hostname}:{self.port}"
 
+    def _headers(self) -> dict[str, str]:
+        import base64
+
+        if self.password is None:
+            return {}
+        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
+    def post(self, path: str) -> int:
+        """POST to ``path`` under the server's URL (no body); the HTTP status, or raise
+        ``OSError``/``http.client.HTTPException`` when it cannot be reached."""
+        import http.client
+
+        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        conn = cls(self.host, self.port, timeout=10)
+        try:
+            conn.request("POST", self.base + path, headers=self._headers())
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
     def open(self, last_event_id: str | None) -> Any:
         """Connect and return the response, or raise ``InputError`` / ``OSError``."""
-        import base64
         import http.client
 
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
         conn = cls(self.host, self.port, timeout=READ_TIMEOUT)
-        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
-        if self.password is not None:
-            token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-            headers["Authorization"] = f"Basic {token}"
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache", **self._headers()}
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
         try:
@@ -156,9 +177,10 @@ def follow(
     until_idle: bool,
     delays: tuple[float, ...] = RECONNECT_DELAYS,
     sleep: Callable[[float], None] | None = None,
+    ending: Callable[[], bool] = lambda: False,
 ) -> None:
-    """Read the stream into ``reader`` and ``writer`` until idle (or forever),
-    reconnecting after a lost connection."""
+    """Read the stream into ``reader`` and ``writer`` until idle (or forever, unless
+    ``ending()`` says to stop at the next idle), reconnecting after a lost connection."""
     import time
 
     sleep = sleep or time.sleep
@@ -184,10 +206,10 @@ def follow(
         _note(("reconnected to " if not first else "attached to ") + endpoint.shown)
         first = False
         try:
-            line_no, got_data = _read(response, reader, writer, line_no, until_idle)
+            line_no, got_data = _read(response, reader, writer, line_no, until_idle, ending)
         finally:
             response.close()
-        if until_idle and reader.idle:
+        if reader.idle and (until_idle or ending()):
             return
         reader.drop_frame()
         if got_data:
@@ -210,7 +232,12 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def _read(
-    response: Any, reader: Any, writer: Any, line_no: int, until_idle: bool
+    response: Any,
+    reader: Any,
+    writer: Any,
+    line_no: int,
+    until_idle: bool,
+    ending: Callable[[], bool] = lambda: False,
 ) -> tuple[int, bool]:
     """Feed one connection's lines; returns (last line number, whether data came)."""
     import http.client  # loaded already: the response is one of its objects
@@ -244,7 +271,7 @@ def _read(
             events = feed(line_no, line)
             if events:
                 write(events)
-            if until_idle and reader.idle:  # not the lines after it in the same read
+            if reader.idle and (until_idle or ending()):  # not the lines after it
                 writer.end_batch()
                 return line_no, got_data
         writer.end_batch()
@@ -274,6 +301,12 @@ def _read(
 @click.option("-o", "--output", metavar="FILE", help="Write events to FILE instead of stdout.")
 @click.option("--raw", "keep_raw", is_flag=True, help="Attach the server event to every event.")
 @click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
+@click.option(
+    "--max-cost",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="USD",
+    help="Abort the session through the server once it with its subagents costs more; exit 3.",
+)
 @pipe_safe
 def attach(
     url: str,
@@ -284,6 +317,7 @@ def attach(
     output: str | None,
     keep_raw: bool,
     no_metrics: bool,
+    max_cost: float | None,
 ) -> None:
     """Follow a running `opencode serve` at URL live, as normalized events.
 
@@ -300,14 +334,74 @@ def attach(
     out = open_output(output)
     writer = _writer(fmt, out)
     normalizer = Normalizer(keep_raw=keep_raw)
-    reader = SseReader(normalizer, deltas=deltas, session=session_id)
+    limit = _Abort(endpoint, max_cost) if max_cost is not None else None
+    reader = SseReader(
+        normalizer,
+        deltas=deltas,
+        session=session_id,
+        on_session=limit.seen if limit is not None else None,
+    )
+    if limit is not None:
+        limit.reader = reader
     try:
-        follow(endpoint, reader, writer, until_idle=until_idle)
+        follow(
+            endpoint,
+            reader,
+            writer,
+            until_idle=until_idle,
+            ending=(lambda: limit.crossed) if limit is not None else (lambda: False),
+        )
         writer.write(reader.finish())
         if not no_metrics:
             writer.write([normalizer.metrics()])
     finally:
         writer.flush()
+    if limit is not None and limit.crossed:
+        raise SystemExit(ExitStatus.OVER_BUDGET)
+
+
+class _Abort:
+    """``attach --max-cost``: the costs the server reports for the followed session and the
+    sessions below it (``session.updated``); once they sum to more than the limit, the
+    session is aborted through the server (``POST /session/{id}/abort``, as the TUI's
+    Escape does) and attach ends at the idle that follows, even with ``--follow``."""
+
+    def __init__(self, endpoint: _Endpoint, max_cost: float) -> None:
+        from ..pipeline.spend import SessionCosts
+
+        self.endpoint = endpoint
+        self.max_cost = max_cost
+        self.costs = SessionCosts()
+        self.reader: Any = None
+        self.crossed = False
+
+    def seen(self, session_id: str, parent_id: str | None, cost: Any) -> None:
+        self.costs.seen(session_id, parent_id, cost)
+        root = self.reader.session if self.reader is not None else None
+        if self.crossed or root is None:
+            return
+        total, share, below = self.costs.total(root)
+        if total <= self.max_cost:
+            return
+        self.crossed = True
+        import http.client
+
+        try:
+            status = self.endpoint.post(f"/session/{root}/abort")
+        except (OSError, http.client.HTTPException) as exc:
+            raise InputError(
+                f"{root} is over --max-cost but could not be aborted: "
+                f"{getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        if status != 200:
+            raise InputError(
+                f"{root} is over --max-cost but {self.endpoint.shown} answered the abort "
+                f"with HTTP {status}"
+            )
+        _note(
+            f"{root} cost ${total:.4f} with its subagents (${share:.4f} in {below}), "
+            f"over --max-cost ${self.max_cost:g}; aborted it"
+        )
 
 
 # ------------------------------------------------------------------------------ run
@@ -357,6 +451,18 @@ def _opencode_binary() -> str:
 @click.option("--tee", metavar="FILE", help="Also keep OpenCode's raw JSON stream in FILE.")
 @click.option("--raw", "keep_raw", is_flag=True, help="Attach the source record to every event.")
 @click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
+@click.option(
+    "--max-cost",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="USD",
+    help="Stop OpenCode (as Ctrl-C would) once the run with its subagents costs more; exit 3.",
+)
+@click.option(
+    "--db",
+    "db_path",
+    metavar="PATH",
+    help="OpenCode's database, for the subagents' costs (default: where `import` looks).",
+)
 @click.argument("opencode_args", nargs=-1, type=click.UNPROCESSED, metavar="[OPENCODE ARGS]...")
 @pipe_safe
 def run_opencode(
@@ -365,20 +471,25 @@ def run_opencode(
     tee: str | None,
     keep_raw: bool,
     no_metrics: bool,
+    max_cost: float | None,
+    db_path: str | None,
     opencode_args: tuple[str, ...],
 ) -> None:
     """Run `opencode run --format json OPENCODE ARGS...` and show what it does.
 
     Options for this command come first; everything from the first other word on is
     passed to OpenCode. The binary is $OPENCODE_BIN, else `opencode` on PATH. Exits with
-    OpenCode's exit code; Ctrl-C is passed on to OpenCode.
+    OpenCode's exit code; Ctrl-C is passed on to OpenCode. The closing metrics add the
+    subagents' cost from OpenCode's store (their steps are not in the stream).
     """
     import signal
     import subprocess
 
-    from ..pipeline.normalize import normalize_streams
+    from ..core.normalizer import Normalizer
+    from ..pipeline.normalize import event_batches
 
     binary = _opencode_binary()
+    spend = _run_spend(db_path)
     if tee is not None:
         if output not in (None, "-") and same_file(tee, output):
             raise InputError(
@@ -412,15 +523,29 @@ def run_opencode(
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     finished = False
+    limit = _Limit(child, spend, max_cost) if max_cost is not None and spend else None
     try:
-        normalize_streams(
-            [("opencode", _Tee(child.stdout, copy, tee))],  # type: ignore[list-item]
-            writer,
-            keep_raw=keep_raw,
-            metrics=not no_metrics,
-        )
+        normalizer = Normalizer(keep_raw=keep_raw)
+        stream = [("opencode", _Tee(child.stdout, copy, tee))]
+        for events in event_batches(stream, normalizer):  # type: ignore[arg-type]
+            if spend is not None and spend.session_id is None:
+                # From the first record (a step's start), before any event: a `task` call
+                # writes nothing to the stream until its subagent is done.
+                spend.session_id = normalizer.session_id
+            if events:
+                writer.write(events)
+                if spend is not None:
+                    spend.observe(events)
+                if limit is not None:
+                    limit.check()
+            writer.end_batch()
         code = child.wait()
         finished = True
+        if limit is not None:
+            limit.stop()
+        if not no_metrics:
+            writer.write([_with_subagents(normalizer.metrics(), spend)])
+        writer.flush()
     finally:
         try:
             if not finished:
@@ -436,7 +561,98 @@ def run_opencode(
                     copy.close()
                 except OSError as exc:  # what a full disk left unwritten
                     raise OutputError(exc.errno, exc.strerror, tee) from None
+    if limit is not None and limit.crossed:
+        _note(
+            f"{spend.session_id} cost ${spend.total:.4f} with its subagents "  # type: ignore[union-attr]
+            f"(${spend.subagent_cost:.4f} in {spend.subagents}), over --max-cost ${max_cost:g}; "  # type: ignore[union-attr]
+            "OpenCode was stopped"
+        )
+        raise SystemExit(ExitStatus.OVER_BUDGET)
     raise SystemExit(128 - code if code < 0 else code)
+
+
+def _run_spend(db_path: str | None) -> Any:
+    """What the run costs with its subagents (``pipeline.spend``), or None when OpenCode
+    keeps no database we could read (``OPENCODE_DB=:memory:``)."""
+    from ..pipeline.spend import RunSpend
+
+    try:
+        path = paths.locate_db(db_path)
+    except InputError:
+        return None
+    if path.is_dir():
+        path = path / "opencode.db"
+    return RunSpend(path)
+
+
+def _with_subagents(metrics: Any, spend: Any) -> Any:
+    """The closing metrics with the subagents' spend from the store, when there were any."""
+    if spend is None:
+        return metrics
+    spend.refresh(force=True)
+    if spend.subagents:
+        from ..events import summed_cost
+
+        metrics.subagent_sessions = spend.subagents
+        metrics.subagent_cost = spend.subagent_cost
+        metrics.total_cost = summed_cost(metrics.cost + spend.subagent_cost, 2)
+    return metrics
+
+
+class _Limit:
+    """``--max-cost``: a thread looks at the store as it changes (the subagents' costs are
+    written there while the stream is silent), the reader checks after each batch; the
+    first to see the run over the limit sends OpenCode's group SIGINT, as Ctrl-C would,
+    and SIGTERM if it is still running ``GRACE`` seconds later."""
+
+    INTERVAL = 0.25
+    GRACE = 10.0
+
+    def __init__(self, child: Any, spend: Any, max_cost: float) -> None:
+        import threading
+
+        self.child = child
+        self.spend = spend
+        self.max_cost = max_cost
+        self.crossed = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="max-cost", daemon=True)
+        self._thread.start()
+
+    def check(self) -> None:
+        if self.crossed or self.spend.total <= self.max_cost:
+            return
+        with self._lock:
+            if self.crossed:
+                return
+            self.crossed = True
+        import signal
+
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.child.pid, signal.SIGINT)
+
+    def _watch(self) -> None:
+        import signal
+        import time
+
+        stopped_at = None
+        while not self._done.wait(self.INTERVAL):
+            if not self.crossed:
+                self.spend.refresh()
+                self.check()
+                if self.crossed:
+                    stopped_at = time.monotonic()
+            elif stopped_at is None:
+                stopped_at = time.monotonic()
+            elif time.monotonic() - stopped_at > self.GRACE and self.child.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.child.pid, signal.SIGTERM)
+                stopped_at = float("inf")
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
 
 
 def _stop(child: Any) -> None:

@@ -171,3 +171,11 @@ cli.add_command(run_opencode, name="run")
 from .context import context  # noqa: E402
 
 cli.add_command(context)
+
+from .statusline import statusline  # noqa: E402
+
+cli.add_command(statusline)
+
+from .top import top  # noqa: E402
+
+cli.add_command(top)

@@ -22,6 +22,7 @@ from .io import (
     report_output,
     selection_options,
     since_ms,
+    time_zone,
 )
 
 
@@ -132,7 +133,7 @@ def usage(
     from ..output import rows as formats
     from ..reports.usage import GroupingError, StreamUsage, store_usage
 
-    zone = _zone(tz)
+    zone = time_zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or all_sessions)
     if chose_stored and inputs:
         raise click.UsageError("give either INPUT files or stored sessions (--db …), not both")
@@ -241,14 +242,3 @@ def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False) -> None
         for note in usage.notes:
             click.echo(f"note: {note}", err=True)
     out.flush()
-
-
-def _zone(name: str | None) -> Any:
-    if name is None:
-        return None
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise click.BadParameter(f"unknown time zone {name!r}", param_hint="--tz") from None

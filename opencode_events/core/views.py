@@ -351,6 +351,7 @@ class SessionStatusProps(Struct):
 class SessionLink(Struct):
     id: Any = None
     parentID: Any = None  # noqa: N815
+    cost: Any = None  # the session's cost so far (its own steps), as OpenCode sums it
 
 
 class SessionChangedProps(Struct):

@@ -18,7 +18,7 @@ import math
 import os
 import sys
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import IO, Any, TextIO
 
 import msgspec
 
@@ -46,7 +46,7 @@ from ..events import (
 )
 from .rows import visible
 
-__all__ = ["PrettyWriter", "format_duration", "format_tokens"]
+__all__ = ["PrettyWriter", "FullScreen", "format_duration", "format_tokens"]
 
 OK, FAIL, NEUTRAL = "✓", "✗", "•"
 MAX_LINES = 12  # of a message, reasoning or prompt shown; --full shows every line
@@ -485,6 +485,11 @@ class PrettyWriter:
             f"── {_count(event.turns, 'step')} · {_count(event.tool_calls, 'tool call')}{failed}"
             f" · {format_tokens(event.total_tokens)} tokens · ${event.cost:.4f}"
         )
+        if event.total_cost is not None and event.subagent_sessions:
+            text.append(
+                f" + ${event.subagent_cost or 0:.4f} in "
+                f"{_count(event.subagent_sessions, 'subagent')} = ${event.total_cost:.4f}"
+            )
         problems = event.counts.get("error", 0) + event.counts.get("warning", 0)
         if problems:
             text.append(f" · {_count(problems, 'problem')}", "red")
@@ -581,3 +586,33 @@ def _input_of(raw: Any) -> str:
     state = part.get("state") if isinstance(part, dict) else None
     value = state.get("input") if isinstance(state, dict) else None
     return msgspec.json.encode(value).decode() if value else ""
+
+
+class FullScreen:
+    """A screen of its own on a terminal (the alternate screen, as `top` and `less` use),
+    redrawn on ``show``; the terminal's own screen comes back on ``close``."""
+
+    def __init__(self, out: TextIO) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self.console = Console(file=out)
+        self._live = Live(
+            console=self.console,
+            screen=True,
+            auto_refresh=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
+        atexit.register(self.close)  # Ctrl-C or an error must not leave the screen switched
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.console.width, self.console.height
+
+    def show(self, renderable: Any) -> None:
+        self._live.update(renderable, refresh=True)
+
+    def close(self) -> None:
+        self._live.stop()

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-__all__ = ["Column", "draw_table", "money", "count"]
+__all__ = ["Column", "draw_table", "money", "count", "top_screen", "print_renderable"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,17 @@ class Column:
 
 def count(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int | float) and value == value else "-"
+
+
+def compact_tokens(value: Any) -> str:
+    """A token count in four characters or so: 950, 18.2k, 1.25M."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return "-"
+    if value < 1000:
+        return str(value)
+    if value < 1_000_000:
+        return f"{value / 1000:.1f}k"
+    return f"{value / 1_000_000:.2f}M"
 
 
 def money(value: Any) -> str:
@@ -284,7 +295,79 @@ def usage_table(report: Any, *, out: TextIO, store: bool, width: int | None = No
                 drop=2,
             )
         )
-    if any(r.in_flight for r in rows):
-        figures.append(Column("", lambda r: "● in flight" if r.in_flight else ""))
+    if any(r.in_flight or r.stale for r in rows):
+        figures.append(
+            Column("", lambda r: "● in flight" if r.in_flight else ("stale" if r.stale else ""))
+        )
     caption = "; ".join(report.notes) if report.notes else None
     draw_table(label + figures, rows, out=out, total=report.total, caption=caption, width=width)
+
+
+def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = None) -> Any:
+    """``top``'s screen for a ``reports.top.Board`` at ``now_ms``: a header with today's and
+    this week's spend, one row a session (what a busy one runs, and for how long), the
+    keys at the foot. Fits ``width`` (80 columns keep every figure: the title is cut first,
+    then the model and the agent)."""
+    import time
+
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from .pretty import visible
+
+    busy = sum(1 for r in board.rows if r.state == "busy")
+    clock = time.strftime("%H:%M:%S", time.localtime(now_ms / 1000))
+    header = Text(no_wrap=True, overflow="ellipsis")
+    header.append("opencode-events top", "bold")
+    header.append(f"  today {money(board.today)}  this week {money(board.week)}", "bold yellow")
+    header.append(f"  {busy} busy  {clock}", "dim")
+    if not board.readable:
+        header.append("  (store not readable now)", "red")
+    table = Table(expand=True, box=None, header_style="bold", pad_edge=False, show_edge=False)
+    any_running = any(r.running for r in board.rows)
+    table.add_column("state", no_wrap=True, width=5)
+    table.add_column("session", no_wrap=True, overflow="ellipsis", ratio=1, min_width=14)
+    table.add_column("agent", no_wrap=True, overflow="ellipsis", max_width=8)
+    table.add_column("model", no_wrap=True, overflow="ellipsis", max_width=16)
+    if any_running:
+        table.add_column("doing", no_wrap=True, overflow="ellipsis", max_width=16)
+    for name in ("turns", "tokens", "ctx", "cost"):
+        table.add_column(name, justify="right", no_wrap=True)
+    styles = {"busy": "bold green", "stale": "red", "idle": "dim"}
+    rows = board.rows if height is None else board.rows[: max(0, height - 4)]
+    for row in rows:
+        cells: list[Any] = [
+            Text(row.state, style=styles.get(row.state)),
+            Text(f"{row.session_id[4:12]} {visible(row.title or '')}".rstrip()),
+            Text(visible(row.agent or "")),
+            Text(visible(row.model or "")),
+        ]
+        if any_running:
+            doing = ""
+            if row.running:
+                since = row.running_since
+                took = _duration(now_ms - since) if isinstance(since, int) else ""
+                doing = f"{visible(row.running)} {took}".strip()
+            cells.append(Text(doing, style="green"))
+        cells += [
+            count(row.turns),
+            compact_tokens(row.tokens),
+            compact_tokens(row.context_tokens),
+            Text(money(row.cost) + ("+" if row.subagents else " ")),
+        ]
+        table.add_row(*cells)
+    if not board.rows:
+        table.add_row("", Text(f"no sessions in {visible(board.path)} yet", style="dim"))
+    keys = Text("q quits · cost with subagents (+) · tokens are the session's own", style="dim")
+    return Group(header, Text(""), table, Text(""), keys)
+
+
+def print_renderable(renderable: Any, *, out: TextIO, width: int | None = None) -> None:
+    """Print what ``top_screen`` made, once (off a terminal: 80 columns unless ``width``)."""
+    from rich.console import Console
+
+    from .pretty import passes_broken_pipe
+
+    console = passes_broken_pipe(Console(file=out, width=width or (None if out.isatty() else 80)))
+    console.print(renderable)

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from ..core.activity import BUSY, session_state, stale_after_ms
+from ..core.activity import BUSY, stale_after_ms
 from ..core.mapping import success_of
 from ..core.views import (
     GroupedMessage,
@@ -518,7 +518,7 @@ def summarize(
         _apply_messages(summaries, message_counts)
         _apply_tools(summaries, tool_counts, mcp_servers, servers_in)
 
-    _judge_staleness(store, summaries.values(), now_ms)
+    _judge_staleness(store, summaries.values(), now_ms, tree)
     for sid, children in tree.items():
         summary = summaries.get(sid)
         if summary is not None:
@@ -528,20 +528,22 @@ def summarize(
     return [summaries[row.id] for row in rows]
 
 
-def _judge_staleness(store: Any, summaries: Iterable[SessionSummary], now_ms: float | None) -> None:
-    """A session in flight with nothing written for a while is stale (``core.activity``):
-    its last write is the latest ``time_updated`` of its row, messages and parts."""
+def _judge_staleness(
+    store: Any,
+    summaries: Iterable[SessionSummary],
+    now_ms: float | None,
+    tree: dict[str, list[str]],
+) -> None:
+    """A session in flight with nothing written for a while, to it or below it, is stale
+    (``reports.stale``, the rule ``usage`` applies too)."""
+    from .stale import stored_state
+
     now = time.time() * 1000 if now_ms is None else now_ms
     limit = stale_after_ms()
     for summary in summaries:
         if not summary.in_flight:
             continue
-        written = summary.time_updated
-        if isinstance(store, FastScans):  # the legacy files keep no per-row write times
-            written = max(written, store.last_write(summary.id) or 0)
-        summary.state = session_state(
-            in_flight=True, last_write_ms=written, now_ms=now, stale_after=limit
-        )
+        summary.state = stored_state(store, summary.id, tree, now_ms=now, stale_after=limit)
         summary.in_flight = summary.state == BUSY
 
 

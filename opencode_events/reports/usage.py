@@ -108,6 +108,7 @@ class UsageRow(Struct, kw_only=True, omit_defaults=True):
     subagent_cost: float | None = None
     subagent_tokens: int | None = None
     in_flight: bool | None = None
+    stale: bool | None = None  # was in flight, but nothing written for a while (reports.stale)
     open: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -157,8 +158,8 @@ _LABELS: dict[tuple[bool, str], tuple[str, ...]] = {  # (from the store, --by) â
     (False, "day"): ("day", "inferences"),
 }
 _FLAGS: dict[tuple[bool, str], tuple[str, ...]] = {
-    (True, "turn"): ("subagent_cost", "subagent_tokens", "in_flight"),
-    (True, "step"): ("in_flight",),
+    (True, "turn"): ("subagent_cost", "subagent_tokens", "in_flight", "stale"),
+    (True, "step"): ("in_flight", "stale"),
     (False, "turn"): ("open",),
     (False, "step"): ("open",),
 }
@@ -299,6 +300,7 @@ class _NormalizedLine(Struct):
     total_tokens: int = 0
     cost: float = 0.0
     type: Any = None  # an unknown event's record type
+    child_session_id: Any = None  # an orchestration event's subagent session
 
 
 # Records that carry usage, by the type an ``unknown`` event names when one of them could
@@ -314,6 +316,15 @@ class _Unread:
     def __init__(self) -> None:
         self.lines = self.steps = self.documents = 0
         self.empty: list[str] = []  # inputs that held nothing at all
+        # A run stream holds only the parent's steps: the subagent sessions its `task`
+        # calls started (child â†’ the session that started it), and the sessions whose
+        # steps the input holds, to tell which subagents' costs it cannot see.
+        self.spawned: dict[str, Any] = {}
+        self.stepped: set[Any] = set()
+
+    def spawn(self, child: Any, parent: Any) -> None:
+        if isinstance(child, str) and child:
+            self.spawned.setdefault(child, parent)
 
     def unknown(self, record_type: Any) -> None:
         if isinstance(record_type, str) and record_type in _FIGURE_TYPES:
@@ -340,6 +351,16 @@ class _Unread:
             notes.append(
                 f"{self.steps} record(s) of usage (steps, messages) that could not be read "
                 "(`normalize` shows them as unknown); not counted"
+            )
+        unseen = [child for child in self.spawned if child not in self.stepped]
+        if unseen:
+            parents = [p for p in dict.fromkeys(self.spawned[c] for c in unseen) if p]
+            where = " ".join(f"--session {p}" for p in parents) or "--session ID"
+            several = len(unseen) > 1
+            notes.append(
+                f"{len(unseen)} subagent session{'s' if several else ''} not in this stream; "
+                f"{'their' if several else 'its'} cost is in the store: "
+                f"`opencode-events usage {where}`"
             )
         return notes
 
@@ -368,11 +389,14 @@ class _Collect:
         self.unread = unread
 
     def write(self, events: Any) -> None:
-        from ..events import Unknown, Usage
+        from ..events import Orchestration, Unknown, Usage
 
         for event in events:
             if isinstance(event, Usage):
                 self.found.append(event)
+                self.unread.stepped.add(event.session_id)
+            elif isinstance(event, Orchestration):
+                self.unread.spawn(event.child_session_id, event.session_id)
             elif isinstance(event, Unknown):
                 self.unread.unknown(event.type)
 
@@ -420,7 +444,7 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
     export document (the last, with no usage, when a step was left open); what cannot be
     read is counted in ``unread``."""
     from ..core.normalizer import Normalizer
-    from ..events import Unknown, Usage, Warning
+    from ..events import Orchestration, Unknown, Usage, Warning
     from ..pipeline.normalize import (
         Prepended,
         detect_format,
@@ -478,7 +502,10 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
                         unread.lines += 1
                     continue
                 if event.kind == "usage":
+                    unread.stepped.add(event.session_id)
                     yield _Step(event)
+                elif event.kind == "orchestration":
+                    unread.spawn(event.child_session_id, event.session_id)
                 elif event.kind == "warning":  # a line the normalize run could not read
                     unread.lines += 1
                 elif event.kind == "unknown":
@@ -489,10 +516,13 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
                     start = _step_start(line, normalizer.session_id) or start
                 for event in events:
                     if isinstance(event, Usage):
+                        unread.stepped.add(event.session_id)
                         started = None
                         if start is not None and start[1] == event.session_id:
                             started = start[0]
                         yield _Step(event, started)
+                    elif isinstance(event, Orchestration):
+                        unread.spawn(event.child_session_id, event.session_id)
                     elif isinstance(event, Unknown):
                         unread.unknown(event.type)
                 if not normalizer.step_open:  # finished (or its finish seen before)
@@ -948,9 +978,12 @@ def store_usage(
     tz: tzinfo | None = None,
     cross_session: bool = False,
     since_ms: int | None = None,
+    now_ms: float | None = None,
 ) -> UsageReport:
     """Usage of stored sessions (``session_ids`` top-level, in order); with ``since_ms``,
-    of their inferences created at or after it (and the subagents those spawned)."""
+    of their inferences created at or after it (and the subagents those spawned). A row in
+    flight whose session (or a subagent of it) was not written for a while is ``stale``
+    instead, judged at ``now_ms`` (default: the clock), as ``sessions`` judges it."""
     if by not in BY_STORE:
         raise GroupingError(f"unknown --by {by}")
     tree = store.children()
@@ -961,8 +994,9 @@ def store_usage(
         rows, notes = _turn_report(
             store, session_ids, fold=fold, tree=tree, dedupe=cross_session, since=since_ms
         )
+        _judge_staleness(store, rows, tree, now_ms)
         return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
-    return _grouped(
+    report = _grouped(
         store,
         session_ids,
         by=by,
@@ -972,6 +1006,28 @@ def store_usage(
         dedupe=cross_session,
         since=since_ms,
     )
+    _judge_staleness(store, report.rows, tree, now_ms)
+    return report
+
+
+def _judge_staleness(
+    store: Any, rows: Sequence[UsageRow], tree: dict[str, list[str]], now_ms: float | None
+) -> None:
+    """Rows in flight of a session that is stale are ``stale``, not in flight: a reply a
+    killed OpenCode left (``reports.stale``, the rule of ``sessions``)."""
+    from .stale import stored_state
+
+    states: dict[str, str] = {}
+    for row in rows:
+        sid = row.session_id
+        if not row.in_flight or not isinstance(sid, str):
+            continue
+        state = states.get(sid)
+        if state is None:
+            state = states[sid] = stored_state(store, sid, tree, now_ms=now_ms)
+        if state == "stale":
+            row.in_flight = False
+            row.stale = True
 
 
 def _outermost(session_ids: Sequence[str], tree: dict[str, list[str]]) -> list[str]:

@@ -193,6 +193,7 @@ class SseReader:
         open_calls_at_end: bool = False,
         on_message: Callable[[str | None, MessageInfo], None] | None = None,
         max_frame: int | None = None,
+        on_session: Callable[[str, str | None, Any], None] | None = None,
     ) -> None:
         self.normalizer = normalizer
         # A frame's data lines are held until its blank line: at most this many bytes.
@@ -204,6 +205,8 @@ class SseReader:
         # OpenCode was killed), as ``import`` reads the stored part; else it gives none.
         self.open_calls_at_end = open_calls_at_end
         self.on_message = on_message  # sees every message update (the live views' state)
+        # sees every session.created/updated: (id, parent id, cost), for spending limits
+        self.on_session = on_session
         self.source = source
         self.deltas = deltas
         self.idle = False
@@ -676,6 +679,9 @@ class SseReader:
             return []  # nothing is written of these frames: nothing to report either
         if info is not None and _str(info.id) and _str(info.parentID):
             self.normalizer.learn_parent(info.id, info.parentID)
+
+        if self.on_session is not None and info is not None and _str(info.id):
+            self.on_session(info.id, _str(info.parentID), info.cost)
         if not self._chosen and info is not None and _str(info.id) and _str(info.parentID):
             self._parents.put(info.id, info.parentID)
             if self._followed == info.id:  # adopted a subagent: its top-level session is

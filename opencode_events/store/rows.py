@@ -3,7 +3,8 @@
 - ``SessionStore``: the protocol of every store (the SQLite database and the legacy JSON
   layout): sessions, messages and parts, the parent links. ``FastScans``: what a database
   offers besides (batched queries, rowid ranges for worker processes); reports check
-  ``isinstance(store, FastScans)`` and read row by row otherwise.
+  ``isinstance(store, FastScans)`` and read row by row otherwise. ``Glances``: the quick
+  looks of a status line, which only a database answers cheaply.
 - ``SessionRow``, ``MessageRow``, ``PartRow``: the same layouts from either store.
 - The rules of the session tree: which sessions are top-level, which are below another,
   which sit on a loop of parents.
@@ -20,6 +21,7 @@ __all__ = [
     "FastScans",
     "RowidRanges",
     "ToolPartHeads",
+    "Glances",
     "SessionRow",
     "MessageRow",
     "PartRow",
@@ -182,3 +184,29 @@ def parents_of(store: SessionStore) -> dict[str, str]:
     store's parent links (``children``: a loop of parents or a parent no longer there is
     no link)."""
     return {child: parent for parent, kids in store.children().items() for child in kids}
+
+
+@runtime_checkable
+class Glances(Protocol):
+    """Quick looks for a status line (``reports.statusline``), each answered from an index
+    or a few rows at the end of a table: a database offers them, the legacy files do not."""
+
+    path: Path
+
+    def recently_written_session(self, recent: int = 32) -> str | None: ...
+
+    def newest_session(self) -> str | None: ...
+
+    def parent_of(self, session_id: str) -> str | None: ...
+
+    def session(self, session_id: str) -> SessionRow | None: ...
+
+    def family_rows(self, root: str) -> list[tuple[str, float, int]]: ...
+
+    def newest_messages(self, session_id: str) -> Iterator[tuple[str, int, bytes]]: ...
+
+    def messages_between(
+        self, start_ms: int, end_ms: int
+    ) -> Iterator[tuple[str, int, int | None, bytes]]: ...
+
+    def last_write(self, session_id: str) -> int | None: ...

@@ -26,9 +26,7 @@ import itertools
 import math
 import operator
 import os
-import shutil
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -109,6 +107,15 @@ def _sqlite_order(row: tuple[Any, ...]) -> tuple[int, Any]:
     if isinstance(value, (int, float)):
         return (1, value)
     return (2, value) if isinstance(value, str) else (3, bytes(value))
+
+
+_ID_MASK = (1 << 48) - 1  # the time and counter bits of an OpenCode id
+
+
+def _message_id(value: int) -> str:
+    """The smallest message id whose time-and-counter bits are ``value``; past the largest,
+    a bound above every message id (the digits are lowercase hex, and ``g`` follows ``f``)."""
+    return f"msg_{value:012x}" if value <= _ID_MASK else "msg_g"
 
 
 _JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
@@ -247,6 +254,10 @@ class Store:
         """A copy of the database and its ``-wal`` or ``-journal`` in a folder of our own
         (removed by ``close``); ``writable`` lets SQLite roll a journal back in the copy.
         With ``gone_ok``, None when ``beside`` went away meanwhile (its writer committed)."""
+        # Imported here: a private copy is rare, and these cost every command's start-up.
+        import shutil
+        import tempfile
+
         self._tmp = tempfile.mkdtemp(prefix="opencode-events-")
         copy = Path(self._tmp) / "opencode.db"
         try:
@@ -289,6 +300,8 @@ class Store:
         if conn is not None:
             conn.close()
         if self._tmp:
+            import shutil
+
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
@@ -358,6 +371,120 @@ class Store:
             if type(value) is int and (latest is None or value > latest):
                 latest = value
         return latest
+
+    # ------------------------------------------------------------ quick glances
+    # For ``statusline`` (reports/statusline.py): each answered from an index or a few rows
+    # at the end of a b-tree, never a scan of a table (OpenCode's schema indexes neither
+    # session.time_updated nor message.time_created alone, and the store is read-only).
+
+    def recently_written_session(self, recent: int = 32) -> str | None:
+        """The session of the message written last among the ``recent`` newest message
+        rows (rowid order is insertion order): the session at work now, or last. None when
+        there are no messages."""
+        row = next(
+            self._query(
+                "SELECT session_id FROM (SELECT session_id, time_updated, rowid AS r "
+                "FROM message ORDER BY rowid DESC LIMIT ?) ORDER BY time_updated DESC, r DESC "
+                "LIMIT 1",
+                (recent,),
+            ),
+            None,
+        )
+        return row[0] if row else None
+
+    def parent_of(self, session_id: str) -> str | None:
+        row = next(self._query("SELECT parent_id FROM session WHERE id = ?", (session_id,)), None)
+        parent = row[0] if row else None
+        return parent if isinstance(parent, str) and parent != session_id else None
+
+    def family_rows(self, root: str) -> list[tuple[str, float, int]]:
+        """(id, cost, time_updated) of ``root`` and every session below it, the root first
+        (through the parent index, a level at a time)."""
+        found = [(sid, _float(cost), _int(updated)) for sid, cost, updated in self._query(
+            "SELECT id, cost, time_updated FROM session WHERE id = ?", (root,))]  # fmt: skip
+        seen = {root}
+        frontier = [root]
+        while frontier:
+            level: list[str] = []
+            for sid, cost, updated in self._in_chunks(
+                "SELECT id, cost, time_updated FROM session WHERE parent_id IN ({})", frontier
+            ):
+                if sid not in seen:
+                    seen.add(sid)
+                    level.append(sid)
+                    found.append((sid, _float(cost), _int(updated)))
+            frontier = level
+        return found
+
+    def newest_messages(self, session_id: str) -> Iterator[tuple[str, int, bytes]]:
+        """(id, time_updated, data) of a session's messages, newest first, read as they
+        are taken (the caller stops when it has seen enough)."""
+        return self._query(
+            "SELECT id, time_updated, CAST(data AS BLOB) FROM message WHERE session_id = ? "
+            "ORDER BY time_created DESC, id DESC",
+            (session_id,),
+        )
+
+    def messages_between(
+        self, start_ms: int, end_ms: int
+    ) -> Iterator[tuple[str, int, int | None, bytes]]:
+        """(id, time_created, its session's time_created, data) of the messages created in
+        [start_ms, end_ms) that may be replies (OpenCode writes a prompt's data starting
+        ``{"role":"user",``; callers still check the role), found by their ids: OpenCode's
+        message ids begin with 12 hex digits of ``time_ms * 0x1000 + counter`` (the low 48
+        bits), so a time range is an id range on the primary key's index (two when the 48
+        bits wrap inside it, once in about 800 days). A fork's copy of older messages gets
+        new ids, so it is found here with its old ``time_created``: callers check that."""
+        low, high = ((ms << 12) & _ID_MASK for ms in (start_ms, end_ms))
+        ranges = [(low, high)] if low <= high else [(low, _ID_MASK + 1), (0, high)]
+        rows: list[tuple[Any, ...]] = []
+        for lo, hi in ranges:
+            rows += self._query(
+                "SELECT id, time_created, session_id, CAST(data AS BLOB) FROM message "
+                "WHERE id >= ? AND id < ? AND time_created >= ? AND time_created < ? "
+                'AND substr(data, 1, 15) != \'{"role":"user",\'',
+                (_message_id(lo), _message_id(hi), start_ms, end_ms),
+            )
+        # Each session's own creation once (a join would look it up once a message).
+        created = self.sessions_created({row[2] for row in rows})
+        for message_id, time_created, session_id, data in rows:
+            yield message_id, time_created, created.get(session_id), data
+
+    def sessions_created(self, session_ids: Iterable[str]) -> dict[str, int]:
+        """session id → its ``time_created``, by primary key."""
+        return dict(
+            self._in_chunks(
+                "SELECT id, time_created FROM session WHERE id IN ({})", list(session_ids)
+            )
+        )
+
+    def last_message_rowid(self) -> int:
+        """The newest message row's rowid (0 for none), from the b-tree's edge."""
+        (rowid,) = next(self._query("SELECT max(rowid) FROM message"))
+        return rowid or 0
+
+    _MESSAGE_ROW = (
+        "SELECT rowid, id, session_id, time_created, time_updated, CAST(data AS BLOB) FROM message"
+    )
+
+    def messages_after(self, rowid: int) -> Iterator[tuple[int, str, str, int, int, bytes]]:
+        """(rowid, id, session id, time_created, time_updated, data) of the message rows
+        inserted after ``rowid``, oldest first: what is new since a look."""
+        return self._query(f"{self._MESSAGE_ROW} WHERE rowid > ? ORDER BY rowid", (rowid,))
+
+    def messages_by_id(self, ids: Iterable[str]) -> Iterator[tuple[int, str, str, int, int, bytes]]:
+        """The same of the messages ``ids`` (replies in flight, read again)."""
+        return self._in_chunks(f"{self._MESSAGE_ROW} WHERE id IN ({{}})", list(ids))
+
+    def newest_parts(self, message_id: str, limit: int = 32) -> list[bytes]:
+        """The data of a message's newest parts (part ids grow with time), newest first."""
+        return [
+            data
+            for (data,) in self._query(
+                "SELECT CAST(data AS BLOB) FROM part WHERE message_id = ? ORDER BY id DESC LIMIT ?",
+                (message_id, limit),
+            )
+        ]
 
     def session_count(self) -> int:
         (count,) = next(self._query("SELECT count(*) FROM session"))

@@ -1,0 +1,294 @@
+"""``statusline``: one short line about the session at work, for tmux, starship or a prompt.
+
+What it says (``Glance``): the current session's cost with its subagents folded in (the
+session columns, as ``sessions``' ``total_cost`` sums them), today's spend (OpenCode's cost
+of every reply created today, local day or ``tz``, as ``usage --by day`` counts that day),
+the context size (the prompt tokens of the session's last inference: input + cache read +
+cache write, as ``context`` counts a prompt) and whether the session is busy, idle or stale
+(``core.activity``).
+
+It must be fast on any store (a status bar runs it every few seconds), so every figure comes
+from an index or a few rows at a b-tree's end (``store.rows.Glances``), never a scan of a
+table: the current session from the newest message rows, today's messages by their ids'
+time prefix, the subagents through the parent index, the newest messages of the session
+through its (session, time) index::
+
+    with Store(path) as store:
+        glance = take_glance(store)
+    print(render("{cost} {today} {context} {state}", glance))   # $0.0623 $1.24 18.2k idle
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import time
+from datetime import datetime, timedelta, tzinfo
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+from ..core.activity import BUSY, IDLE, STALE, session_state, stale_after_ms
+from ..core.views import Times, Tokens, decode_repairing, number
+from ..errors import InputError
+from ..events import summed_cost
+from ..store.rows import Glances
+
+__all__ = ["Glance", "take_glance", "render", "FIELDS", "DEFAULT_FORMAT", "check_format"]
+
+DEFAULT_FORMAT = "{state} {cost} | today {today} | ctx {context}"
+# A step that asked for tools is followed by the next within this (sources.eventlog's rule).
+NEXT_STEP_MS = 2000
+_NEWEST = 64  # newest messages of the session read at most, for the context and the state
+
+FIELDS = {
+    "cost": "the session's cost with its subagents, $0.0623",
+    "own_cost": "the session's own cost, without subagents",
+    "subagent_cost": "what its subagents cost",
+    "subagents": "how many subagent sessions it has",
+    "today": "today's spend over every session, $1.24",
+    "context": "prompt tokens of the last inference, 18.2k",
+    "context_tokens": "the same as a plain number, 18211",
+    "state": "busy, idle or stale",
+    "session": "the session's id",
+    "short_id": "the session id's first 12 characters",
+    "title": "the session's title",
+}
+
+
+class _Reply(Struct, gc=False):
+    role: Any = None
+    time: Times | None = None
+    error: Any = None
+    cost: Any = None
+    tokens: Tokens | None = None
+    finish: Any = None
+
+
+REPLY = msgspec.json.Decoder(_Reply)  # a message row's data, as the live views read it
+
+
+class _Spend(Struct, gc=False):
+    role: Any = None
+    cost: Any = None
+
+
+_SPEND = msgspec.json.Decoder(_Spend)
+_UNREADABLE = (msgspec.DecodeError, RecursionError, TypeError)
+
+
+class Glance(Struct, kw_only=True):
+    session_id: str
+    title: str | None = None
+    cost: float = 0.0  # with subagents
+    own_cost: float = 0.0
+    subagent_cost: float = 0.0
+    subagents: int = 0
+    today: float = 0.0
+    context_tokens: int | None = None  # no inference with a prompt yet: None
+    state: str = IDLE
+
+
+def take_glance(
+    store: Any,
+    session_id: str | None = None,
+    *,
+    now_ms: float | None = None,
+    tz: tzinfo | None = None,
+    stale_after: int | None = None,
+) -> Glance:
+    """The figures of ``session_id`` (a whole id; default: the session at work now or
+    last, see ``current_session``) and of today (the local day of ``now_ms``, in ``tz``)."""
+    if not isinstance(store, Glances):
+        raise InputError(f"statusline reads an opencode.db; {store.path} holds legacy files")
+    now = time.time() * 1000 if now_ms is None else now_ms
+    root = session_id or current_session(store)
+    if root is None:
+        raise InputError(f"no sessions in {store.path}")
+    family = store.family_rows(root)
+    if not family:
+        raise InputError(f"no session {root} in {store.path}")
+    own = family[0][1]
+    below = [cost for _, cost, _ in family[1:]]
+    row = store.session(root)
+    glance = Glance(
+        session_id=root,
+        title=row.title if row is not None else None,
+        cost=summed_cost(own + sum(below), len(family)),
+        own_cost=own,
+        subagent_cost=summed_cost(sum(below), len(below)),
+        subagents=len(below),
+        today=spend_between(store, *day_bounds(now, tz)),
+    )
+    in_flight = _read_newest(store, root, glance, now)
+    if in_flight:
+        limit = stale_after_ms() if stale_after is None else stale_after
+        glance.state = _busy_or_stale(store, family, now, limit)
+    return glance
+
+
+def current_session(store: Any) -> str | None:
+    """The top-level session at work now, or last: the one whose message (or whose
+    subagent's message) was written last among the newest message rows."""
+    sid = store.recently_written_session()
+    if sid is None:
+        return store.newest_session()
+    seen = {sid}
+    while (parent := store.parent_of(sid)) is not None and parent not in seen:
+        if store.session(parent) is None:  # an orphan counts on its own (store.rows)
+            break
+        seen.add(parent)
+        sid = parent
+    return sid
+
+
+def day_bounds(now_ms: float, tz: tzinfo | None) -> tuple[int, int]:
+    """[start, end) in epoch ms of the day ``now_ms`` falls on, in ``tz`` (default: local)."""
+    moment = datetime.fromtimestamp(now_ms / 1000, tz)  # naive local time when tz is None
+    start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    end = start + timedelta(days=1)  # wall-clock midnight: a day of 23 or 25 hours too
+    if tz is None:
+        start, end = start.astimezone(), end.astimezone()
+    return int(start.timestamp() * 1000), int(end.timestamp() * 1000)
+
+
+def spend_between(store: Any, start_ms: int, end_ms: int) -> float:
+    """OpenCode's cost of the replies created in [start_ms, end_ms), every session; a fork's
+    copy of older messages (created before its session was) is not counted again."""
+    total, figures = 0.0, 0
+    for _, created, session_created, data in store.messages_between(start_ms, end_ms):
+        if type(session_created) is int and type(created) is int and created < session_created:
+            continue  # a fork's copied history
+        try:
+            spend = decode_repairing(_SPEND, data)[0]
+        except (*_UNREADABLE, msgspec.ValidationError):
+            continue
+        if spend.role == "assistant":
+            cost = number(spend.cost)
+            total += float(cost) if cost is not None else 0.0
+            figures += 1
+    return summed_cost(total, figures)
+
+
+def _read_newest(store: Any, session_id: str, glance: Glance, now: float) -> bool:
+    """Fill in the context size from the newest messages; whether a reply is in flight:
+    the newest reply has no ``time.completed`` (and no error), or the newest message is a
+    prompt awaiting its reply, or the newest reply asked for tools just now (its next step
+    follows). An older reply left open is one a killed OpenCode left: OpenCode runs one
+    reply at a time in a session."""
+    in_flight: bool | None = None
+    for index, (_, updated, data) in enumerate(store.newest_messages(session_id)):
+        if index >= _NEWEST or (in_flight is not None and glance.context_tokens is not None):
+            break
+        try:
+            reply = decode_repairing(REPLY, data)[0]
+        except (*_UNREADABLE, msgspec.ValidationError):
+            continue
+        if reply.role == "user":
+            if in_flight is None:
+                in_flight = True
+            continue
+        if reply.role != "assistant":
+            continue
+        if in_flight is None:
+            completed = reply.time.completed if reply.time is not None else None
+            if completed is None and not reply.error:
+                in_flight = True
+            elif reply.finish == "tool-calls" and not reply.error:
+                written = number(updated) or number(completed) or 0
+                in_flight = now - written <= NEXT_STEP_MS
+            else:
+                in_flight = False
+        if glance.context_tokens is None:
+            glance.context_tokens = prompt_tokens(reply.tokens)
+    return bool(in_flight)
+
+
+def prompt_tokens(tokens: Tokens | None) -> int | None:
+    """input + cache read + cache write, or None for a reply that sent no prompt (a failed
+    or aborted request: not an inference, as ``context`` counts them)."""
+    if tokens is None:
+        return None
+    cache = tokens.cache
+    parts = [tokens.input, cache.read if cache else 0, cache.write if cache else 0]
+    prompt = sum(int(v) for v in parts if number(v) is not None)
+    return prompt or None
+
+
+def _busy_or_stale(store: Any, family: list[tuple[str, float, int]], now: float, limit: int) -> str:
+    """Busy while the session, or a subagent at work under it, was written within ``limit``;
+    else stale."""
+    for sid, _, updated in family:
+        written = max(updated, store.last_write(sid) or 0)
+        if (
+            session_state(in_flight=True, last_write_ms=written, now_ms=now, stale_after=limit)
+            == BUSY
+        ):
+            return BUSY
+    return STALE
+
+
+# ------------------------------------------------------------------------------ render
+
+
+def _money(value: float) -> str:
+    return f"${value:.2f}" if value >= 1 else f"${value:.4f}" if value else "$0"
+
+
+def _tokens(value: int | None) -> str:
+    if value is None:
+        return "-"
+    if value < 1000:
+        return str(value)
+    if value < 1_000_000:
+        return f"{value / 1000:.1f}k"
+    return f"{value / 1_000_000:.2f}M"
+
+
+def values(glance: Glance) -> dict[str, str]:
+    """Every template field (``FIELDS``) of ``glance``, written for people."""
+    return {
+        "cost": _money(glance.cost),
+        "own_cost": _money(glance.own_cost),
+        "subagent_cost": _money(glance.subagent_cost),
+        "subagents": str(glance.subagents),
+        "today": _money(glance.today),
+        "context": _tokens(glance.context_tokens),
+        "context_tokens": "" if glance.context_tokens is None else str(glance.context_tokens),
+        "state": glance.state,
+        "session": glance.session_id,
+        "short_id": glance.session_id[:12],
+        "title": _one_line(glance.title or ""),
+    }
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def _one_line(text: str) -> str:
+    """A title as one line: a newline or an escape sequence would break a status bar."""
+    return _CONTROL.sub(" ", text).strip()
+
+
+def check_format(template: str) -> None:
+    """Raise ``ValueError`` naming the problem unless ``template`` uses only ``FIELDS``
+    (plain names, with an optional format spec such as ``{title:.20}``)."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"cannot read the template: {exc}") from None
+    for _, name, _, _ in parsed:
+        if name is None:
+            continue
+        if name not in FIELDS:
+            known = ", ".join(FIELDS)
+            raise ValueError(f"unknown field {{{name}}} (fields: {known})")
+
+
+def render(template: str, glance: Glance) -> str:
+    """``template`` with its fields filled in (``check_format`` it first)."""
+    try:
+        return template.format_map(values(glance))
+    except (ValueError, TypeError) as exc:  # a spec that does not suit a text: {cost:d}
+        raise ValueError(f"cannot fill in the template: {exc}") from None

@@ -1,0 +1,108 @@
+"""One stale rule for `sessions`, `usage` and `statusline` (reports.stale, core.activity).
+
+The killed run (samples/sigint) is busy just after its last write and stale ten minutes
+later in all three; a parent waiting on a subagent that still writes is busy in all three,
+however long the parent itself has been silent.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from opencode_events.reports.sessions import summarize
+from opencode_events.reports.statusline import take_glance
+from opencode_events.reports.usage import store_usage
+from opencode_events.store.sqlite import Store
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+MINUTE = 60_000
+
+
+def _last_write(db: Path) -> int:
+    with sqlite3.connect(f"file:{db}?immutable=1", uri=True) as conn:
+        return max(
+            conn.execute(f"SELECT coalesce(max(time_updated), 0) FROM {t}").fetchone()[0]
+            for t in ("session", "message", "part")
+        )
+
+
+def _states(db: Path, root: str, now: float) -> dict[str, str]:
+    """What each report says of ``root`` at ``now``."""
+    with Store(db) as store:
+        (summary,) = summarize(store, [store.session(root)], now_ms=now)
+        turns = store_usage(store, [root], now_ms=now).rows
+        steps = store_usage(store, [root], by="step", now_ms=now).rows
+        glance = take_glance(store, root, now_ms=now)
+
+    def usage_state(rows) -> str:
+        if any(r.in_flight for r in rows):
+            return "busy"
+        return "stale" if any(r.stale for r in rows) else "idle"
+
+    return {
+        "sessions": summary.state,
+        "usage": usage_state(turns),
+        "usage --by step": usage_state(steps),
+        "statusline": glance.state,
+    }
+
+
+@pytest.mark.parametrize(("after", "state"), [(1_000, "busy"), (11 * MINUTE, "stale")])
+def test_a_killed_run_is_busy_then_stale_in_every_report(after: int, state: str) -> None:
+    db = SAMPLES / "sigint" / "opencode.db"
+    with Store(db) as store:
+        root = store.newest_session()
+    assert set(_states(db, root, _last_write(db) + after).values()) == {state}
+
+
+def _parent_waiting_on_a_busy_child(tmp_path: Path) -> tuple[Path, str, int]:
+    """samples/task with the parent's first reply (its `task` call) in flight and silent
+    since T, and the child's last reply in flight too, written 15 minutes after T."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    (parent,) = conn.execute("SELECT id FROM session WHERE parent_id IS NULL").fetchone()
+    (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
+    t = conn.execute("SELECT min(time_created) FROM message WHERE session_id = ?", (parent,))
+    (start,) = t.fetchone()
+    replies = conn.execute(
+        "SELECT id, session_id, data FROM message WHERE json_extract(data, '$.role') = "
+        "'assistant' ORDER BY time_created"
+    ).fetchall()
+    first_of_parent = next(r for r in replies if r[1] == parent)
+    last_of_child = [r for r in replies if r[1] == child][-1]
+    # the parent's reply after the task call is not there yet
+    conn.execute(
+        "DELETE FROM part WHERE message_id IN (SELECT id FROM message WHERE session_id = ? "
+        "AND time_created > (SELECT time_created FROM message WHERE id = ?))",
+        (parent, first_of_parent[0]),
+    )
+    conn.execute(
+        "DELETE FROM message WHERE session_id = ? AND time_created > "
+        "(SELECT time_created FROM message WHERE id = ?)",
+        (parent, first_of_parent[0]),
+    )
+    for mid, _, data in (first_of_parent, last_of_child):
+        info = json.loads(data)
+        info["time"].pop("completed", None)
+        info.pop("finish", None)
+        conn.execute("UPDATE message SET data = ? WHERE id = ?", (json.dumps(info), mid))
+    late = start + 15 * MINUTE
+    for table in ("session", "message", "part"):
+        column = "id" if table == "session" else "session_id"
+        conn.execute(f"UPDATE {table} SET time_updated = ? WHERE {column} = ?", (start, parent))
+        conn.execute(f"UPDATE {table} SET time_updated = ? WHERE {column} = ?", (late, child))
+    conn.commit()
+    conn.close()
+    return db, parent, late
+
+
+def test_a_parent_waiting_on_a_subagent_at_work_is_busy_in_every_report(tmp_path: Path) -> None:
+    db, parent, late = _parent_waiting_on_a_busy_child(tmp_path)
+    assert set(_states(db, parent, late + MINUTE).values()) == {"busy"}
+    assert set(_states(db, parent, late + 11 * MINUTE).values()) == {"stale"}

@@ -1,0 +1,142 @@
+"""Subagents' spend and spending limits, with a stand-in OpenCode replaying a real capture.
+
+`run` reads the subagents' costs from the store (samples/task: the parent's stream holds
+only its own steps); the real OpenCode does the same in tests/e2e/test_limits_live.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from opencode_events.pipeline.spend import RunSpend, SessionCosts
+from opencode_events.store.sqlite import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+CMD = [sys.executable, "-m", "opencode_events"]
+
+# Writes the capture's first line (the step's start: the session is known), waits as a
+# `task` call does while its subagent works, then the rest; Ctrl-C ends it as OpenCode.
+FAKE = """#!{python}
+import signal, sys, time
+signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
+lines = open({stream!r}, "rb").read().splitlines(keepends=True)
+sys.stdout.buffer.write(lines[0]); sys.stdout.flush()
+time.sleep({pause})
+for line in lines[1:]:
+    sys.stdout.buffer.write(line); sys.stdout.flush()
+"""
+
+
+def _fake(tmp_path: Path, pause: float) -> Path:
+    fake = tmp_path / "opencode"
+    stream = SAMPLES / "task" / "stream.jsonl"
+    fake.write_text(FAKE.format(python=sys.executable, stream=str(stream), pause=pause))
+    fake.chmod(0o755)
+    return fake
+
+
+def _store(tmp_path: Path) -> tuple[Path, float, float]:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with Store(db) as store:
+        rows = store.sessions()
+    parent = next(r for r in rows if r.parent_id is None)
+    child = next(r for r in rows if r.parent_id is not None)
+    return db, parent.cost, child.cost
+
+
+def _run(tmp_path: Path, *args: str, pause: float) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [*CMD, "run", "--format", "jsonl", *args, "go"],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "OPENCODE_BIN": str(_fake(tmp_path, pause))},
+    )
+
+
+def test_run_folds_the_subagents_cost_into_its_metrics(tmp_path: Path) -> None:
+    db, parent, child = _store(tmp_path)
+    done = _run(tmp_path, "--db", str(db), pause=0)
+    assert done.returncode == 0, done.stderr.decode()
+    metrics = json.loads(done.stdout.splitlines()[-1])
+    assert metrics["cost"] == parent  # the stream's own steps: $0.015795
+    assert (metrics["subagent_sessions"], metrics["subagent_cost"]) == (1, child)
+    assert metrics["total_cost"] == pytest.approx(parent + child, abs=1e-12)  # $0.02064
+
+
+def test_without_subagents_the_metrics_say_nothing_of_them(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    done = _run(tmp_path, "--db", str(db), pause=0)
+    metrics = json.loads(done.stdout.splitlines()[-1])
+    assert not {"subagent_sessions", "subagent_cost", "total_cost"} & set(metrics)
+
+
+def test_max_cost_stops_opencode_while_its_stream_is_silent(tmp_path: Path) -> None:
+    db, parent, child = _store(tmp_path)
+    started = time.monotonic()
+    done = _run(tmp_path, "--db", str(db), "--max-cost", "0.02", pause=30)
+    assert time.monotonic() - started < 20  # not the fake's 30 s: stopped by SIGINT
+    assert done.returncode == 3
+    (note,) = done.stderr.decode().splitlines()
+    assert note == (
+        f"opencode-events: {_root(db)} cost ${parent + child:.4f} with its subagents "
+        f"(${child:.4f} in 1), over --max-cost $0.02; OpenCode was stopped"
+    )
+    assert json.loads(done.stdout.splitlines()[-1])["kind"] == "metrics"
+
+
+def test_under_the_limit_the_exit_status_is_opencodes(tmp_path: Path) -> None:
+    db, _, _ = _store(tmp_path)
+    done = _run(tmp_path, "--db", str(db), "--max-cost", "0.03", pause=0)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stderr == b""
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "lots"])
+def test_a_limit_must_be_a_positive_amount(tmp_path: Path, limit: str) -> None:
+    done = _run(tmp_path, "--max-cost", limit, pause=0)
+    assert done.returncode == 2 and done.stderr.startswith(b"error: ")
+
+
+def _root(db: Path) -> str:
+    with Store(db) as store:
+        return store.newest_session()
+
+
+def test_run_spend_reads_the_store_when_it_changed(tmp_path: Path) -> None:
+    db, parent, child = _store(tmp_path)
+    spend = RunSpend(db)
+    assert not spend.refresh()  # no session yet: nothing to read
+    spend.session_id = _root(db)
+    assert spend.refresh() and not spend.refresh()  # read once; unchanged since
+    assert spend.total == pytest.approx(parent + child, abs=1e-12)
+    assert (spend.subagents, spend.subagent_cost) == (1, child)
+    assert spend.refresh(force=True)
+
+
+@pytest.mark.parametrize(
+    ("seen", "root", "expected"),
+    [
+        ([("a", None, 1.0), ("b", "a", 0.5), ("c", "b", 0.25)], "a", (1.75, 0.75, 2)),
+        ([("a", None, 1.0), ("b", "a", 0.5), ("x", None, 9.0)], "a", (1.5, 0.5, 1)),
+        ([("b", "a", 0.5), ("a", None, 1.0), ("b", "a", 0.75)], "a", (1.75, 0.75, 1)),  # updated
+        ([("a", "b", 1.0), ("b", "a", 2.0)], "a", (3.0, 2.0, 1)),  # a loop is not followed
+        ([("a", None, "free"), ("b", "a", float("nan"))], "a", (0.0, 0.0, 1)),  # not numbers
+    ],
+)
+def test_session_costs_sum_a_session_and_those_below_it(seen, root, expected) -> None:
+    costs = SessionCosts()
+    for session in seen:
+        costs.seen(*session)
+    assert costs.total(root) == expected

@@ -1,0 +1,238 @@
+"""``statusline``: its figures are the other reports' figures, read cheaply.
+
+Every real capture's store is read by ``statusline`` and by the report that owns each
+figure: ``sessions`` (the cost with subagents), ``usage --by day`` (today's spend),
+``context`` (the last inference's prompt). The state is checked on the killed run
+(``samples/sigint``) at times around its last write.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from opencode_events.cli.statusline import FORMAT_HELP
+from opencode_events.reports.context import context_report
+from opencode_events.reports.sessions import summarize
+from opencode_events.reports.statusline import (
+    DEFAULT_FORMAT,
+    FIELDS,
+    check_format,
+    current_session,
+    day_bounds,
+    render,
+    spend_between,
+    take_glance,
+)
+from opencode_events.reports.usage import store_usage
+from opencode_events.store.open import every_session
+from opencode_events.store.sqlite import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+CLI = [sys.executable, "-m", "opencode_events"]
+STORES = sorted(p.parent.name for p in SAMPLES.glob("*/opencode.db"))
+
+
+def _last_write(db: Path) -> int:
+    conn = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+    try:
+        return max(
+            conn.execute(f"SELECT coalesce(max(time_updated), 0) FROM {table}").fetchone()[0]
+            for table in ("session", "message", "part")
+        )
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_the_figures_are_the_reports_figures(name: str) -> None:
+    db = SAMPLES / name / "opencode.db"
+    late = _last_write(db) + 60_000  # a minute after the capture: at rest
+    with Store(db) as store:
+        glance = take_glance(store, now_ms=late, tz=UTC)
+        (summary,) = summarize(store, [store.session(glance.session_id)], now_ms=late)
+        assert glance.cost == summary.total_cost
+        assert glance.own_cost == summary.cost
+        assert glance.subagents == len(store.family_rows(glance.session_id)) - 1
+        # today: the row of usage --by day for the capture's day, over every session
+        day = datetime.fromtimestamp(late / 1000, UTC).strftime("%Y-%m-%d")
+        by_day = store_usage(
+            store, every_session(store, top_level=True), by="day", tz=UTC, cross_session=True
+        )
+        expected = next((row.cost for row in by_day.rows if row.day == day), 0.0)
+        assert glance.today == pytest.approx(expected, rel=1e-12, abs=0)
+        context = context_report(
+            store, glance.session_id, prices=lambda d: lambda provider, model: None
+        )
+        assert (glance.context_tokens or 0) == context.context_tokens
+        assert glance.state == summary.state  # sessions' rule (core.activity), the same clock
+
+
+def test_the_current_session_is_the_one_written_last() -> None:
+    # samples/fork: the original session, then its fork (every message copied): the fork
+    # was written last; samples/task: the subagent's messages lead to its parent.
+    for name in ("fork", "task", "command_subtask"):
+        with Store(SAMPLES / name / "opencode.db") as store:
+            newest = store.newest_session()  # by the session rows' time_updated
+            assert current_session(store) == newest, name
+
+
+def test_a_killed_run_is_busy_while_fresh_and_stale_after() -> None:
+    db = SAMPLES / "sigint" / "opencode.db"
+    last = _last_write(db)
+    with Store(db) as store:
+        assert take_glance(store, now_ms=last + 1_000).state == "busy"
+        assert take_glance(store, now_ms=last + 11 * 60_000).state == "stale"
+        assert take_glance(store, now_ms=last + 5_000, stale_after=2_000).state == "stale"
+
+
+def test_a_fork_copy_is_not_spent_again() -> None:
+    db = SAMPLES / "fork" / "opencode.db"
+    with Store(db) as store:
+        start, end = day_bounds(_last_write(db), UTC)
+        copies = [row for row in store.messages_between(start, end) if row[1] < row[2]]
+        assert copies  # the fork's copied history is found by its ids, and left out
+        spent = spend_between(store, start, end)
+        originals = sum(r.cost for r in store.sessions() if "(fork" not in (r.title or ""))
+        fork = next(r for r in store.sessions() if "(fork" in (r.title or ""))
+        # the fork row's cost includes its copied history's; today counts each reply once
+        assert spent == pytest.approx(originals + fork.cost - sum(_copied_costs(store)), abs=1e-9)
+
+
+def _copied_costs(store: Store) -> list[float]:
+    import json
+
+    costs = []
+    for _sid, _mid, _created, data in store.messages_older_than_session():
+        info = json.loads(data)
+        if info.get("role") == "assistant":
+            costs.append(float(info.get("cost") or 0))
+    return costs
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        ((1 << 36) - 5_000, (1 << 36) + 5_000),  # the ids' 48 bits wrap inside the range
+        (1_795_900_000_000, 1_795_986_400_000),
+    ],
+)
+def test_a_time_range_is_an_id_range_even_where_the_ids_wrap(
+    tmp_path: Path, start: int, end: int
+) -> None:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    (sid,) = conn.execute("SELECT id FROM session").fetchone()
+    conn.execute("UPDATE session SET time_created = ?", (start - 10**9,))
+    conn.execute("DELETE FROM message")
+    times = [start - 1, start, (start + end) // 2, end - 1, end]
+    for n, ms in enumerate(times):
+        mid = f"msg_{((ms << 12) + 1) & ((1 << 48) - 1):012x}{'x' * 13}{n}"
+        data = f'{{"role":"assistant","cost":{n + 1},"time":{{"created":{ms}}}}}'
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (mid, sid, ms, ms, data),
+        )
+    conn.commit()
+    conn.close()
+    with Store(db) as store:
+        assert spend_between(store, start, end) == 2 + 3 + 4  # [start, end): the middle three
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        ("{cost} {nope}", "unknown field {nope}"),
+        ("{cost.real}", "unknown field {cost.real}"),
+        ("{cost", "cannot read the template"),
+        ("{}", "unknown field {}"),
+    ],
+)
+def test_a_bad_template_is_refused(template: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem.replace("{", r"\{").replace("}", r"\}")):
+        check_format(template)
+
+
+def test_every_field_renders_and_the_help_names_the_default() -> None:
+    with Store(SAMPLES / "task" / "opencode.db") as store:
+        glance = take_glance(store, now_ms=_last_write(SAMPLES / "task" / "opencode.db"))
+    line = render(" ".join(f"{{{name}}}" for name in FIELDS), glance)
+    assert "\n" not in line
+    assert render("{cost} {subagent_cost} {subagents} {context}", glance) == (
+        "$0.0206 $0.0048 1 4.4k"
+    )
+    assert render("{title:.4}|{short_id}", glance) == "Mock|ses_dd8083e0"
+    assert f"'{DEFAULT_FORMAT}'" in FORMAT_HELP
+
+
+# --------------------------------------------------------------------- the command
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([*CLI, "statusline", *args], capture_output=True, timeout=60, cwd=ROOT)
+
+
+def test_the_command_prints_one_line() -> None:
+    db = SAMPLES / "task" / "opencode.db"
+    at = datetime.fromtimestamp(_last_write(db) / 1000 + 60, UTC).isoformat()
+    done = _run("--db", str(db), "--at", at, "--tz", "UTC")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b"idle $0.0206 | today $0.0206 | ctx 4.4k\n"
+    assert done.stderr == b""
+    done = _run("--db", str(db), "--session", "ses_dd8083", "--format", "{cost}/{own_cost}")
+    assert done.stdout == b"$0.0206/$0.0158\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--format", "{bogus}"], "unknown field {bogus}"),
+        (["--session", "ses_nope"], "no session ses_nope"),
+        (["--tz", "Mars/Olympus"], "unknown time zone"),
+    ],
+)
+def test_bad_usage_is_one_error_line_and_exit_2(args: list[str], message: str) -> None:
+    done = _run("--db", str(SAMPLES / "task" / "opencode.db"), *args)
+    assert done.returncode == 2
+    assert done.stdout == b""
+    (line,) = done.stderr.decode().splitlines()
+    assert line.startswith("error: ") and message in line
+
+
+def test_a_store_without_sessions_or_a_legacy_one_is_an_error(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM part")
+    conn.execute("DELETE FROM message")
+    conn.execute("DELETE FROM session")
+    conn.commit()
+    conn.close()
+    done = _run("--db", str(db))
+    assert done.returncode == 2 and b"error: no sessions in" in done.stderr
+    legacy = tmp_path / "legacy" / "storage" / "session"
+    legacy.mkdir(parents=True)
+    done = _run("--db", str(tmp_path / "legacy"))
+    assert done.returncode == 2 and done.stderr.startswith(b"error: "), done.stderr
+
+
+def test_no_rich_and_no_mapping_at_start_up() -> None:
+    code = (
+        "import sys, runpy; sys.argv = ['opencode-events', 'statusline', '--db', "
+        f"{str(SAMPLES / 'task' / 'opencode.db')!r}]\n"
+        "try:\n    runpy.run_module('opencode_events', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "heavy = [m for m in ('rich', 'opencode_events.core.mapping') if m in sys.modules]\n"
+        "print(heavy, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=ROOT, timeout=60)
+    assert done.stderr.decode().strip().splitlines()[-1] == "[]", done.stderr.decode()

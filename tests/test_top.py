@@ -1,0 +1,210 @@
+"""`top`: the board's figures, a refresh that reads only what changed, and the screen in a
+real pseudo-terminal (80 columns, q quits, the store written while it watches)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from opencode_events.reports.sessions import summarize
+from opencode_events.reports.top import TopBoard, week_start
+from opencode_events.store.sqlite import Store
+from opencode_events.store.watch import StoreWatch
+from tests.test_follow import replay
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+CLI = [sys.executable, "-m", "opencode_events"]
+STORES = sorted(p.parent.name for p in SAMPLES.glob("*/opencode.db"))
+
+
+def _last_write(db: Path) -> int:
+    with sqlite3.connect(f"file:{db}?immutable=1", uri=True) as conn:
+        return max(
+            conn.execute(f"SELECT coalesce(max(time_updated), 0) FROM {t}").fetchone()[0]
+            for t in ("session", "message", "part")
+        )
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_each_row_says_what_sessions_says(name: str) -> None:
+    db = SAMPLES / name / "opencode.db"
+    now = _last_write(db) + 60_000
+    top = TopBoard(db, watch=StoreWatch(db))
+    assert top.refresh(now)
+    board = top.board()
+    with Store(db) as store:
+        tops = {r.id: r for r in store.sessions(top_level=True)}
+        summaries = {s.id: s for s in summarize(store, list(tops.values()), now_ms=now)}
+    assert {r.session_id for r in board.rows} <= set(tops)
+    for row in board.rows:
+        summary = summaries[row.session_id]
+        assert (row.cost, row.turns, row.state) == (
+            summary.total_cost,
+            summary.turns,
+            summary.state,
+        )
+        assert row.tokens == summary.total_tokens
+
+
+def test_today_and_this_week_are_usage_by_day() -> None:
+    db = SAMPLES / "fork" / "opencode.db"
+    now = _last_write(db) + 60_000
+    top = TopBoard(db)
+    top.refresh(now)
+    board = top.board()
+    with Store(db) as store:
+        from opencode_events.reports.statusline import day_bounds, spend_between
+
+        assert board.today == spend_between(store, *day_bounds(now, None))
+        assert board.week == spend_between(store, week_start(now, None), day_bounds(now, None)[1])
+    assert board.today > 0
+
+
+def _append_reply(db: Path, session_id: str, cost: float, when: int) -> None:
+    conn = sqlite3.connect(db)
+    mid = f"msg_{(when << 12) & ((1 << 48) - 1):012x}zzzzzzzzzzzzzz"
+    data = {"role": "assistant", "cost": cost, "time": {"created": when, "completed": when + 5}}
+    conn.execute(
+        "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (mid, session_id, when, when + 5, json.dumps(data)),
+    )
+    conn.execute(
+        "UPDATE session SET cost = cost + ?, time_updated = ? WHERE id = ?",
+        (cost, when, session_id),
+    )
+    conn.commit()
+    conn.close()
+
+
+def test_a_refresh_reads_what_changed_not_the_store(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    now = _last_write(db) + 1000
+    top = TopBoard(db)
+    assert top.refresh(now)
+    first = top.rows_read
+    assert not top.refresh(now) and top.reads == 1  # unchanged: the store is not opened
+    root = top.board().rows[0].session_id
+    before = top.board().rows[0].cost
+    _append_reply(db, root, 0.5, now)
+    assert top.refresh(now + 10)
+    row = top.board().rows[0]
+    assert row.cost == pytest.approx(before + 0.5) and top.board().today >= 0.5
+    assert top.rows_read - first <= 4  # the new row and the session's newest messages
+
+
+def _pty(argv: list[str], cols: int = 80, rows: int = 24):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    proc = subprocess.Popen(
+        argv,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=ROOT,
+        env={**os.environ, "TERM": "xterm-256color"},
+        start_new_session=True,
+    )
+    os.close(slave)
+    return proc, master
+
+
+def _read_until(master: int, proc, pattern: bytes, timeout: float = 20) -> bytes:
+    output = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                output += os.read(master, 65536)
+            except OSError:
+                break
+            if re.search(pattern, _plain(output)):
+                return output
+        elif proc.poll() is not None:
+            break
+    raise AssertionError(f"never saw {pattern!r}: {_plain(output)[-2000:]!r}")
+
+
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][0-9A-Za-z]|\x1b[=>78]")
+
+
+def _plain(output: bytes) -> bytes:
+    return ANSI.sub(b"", output)
+
+
+def test_top_in_a_terminal_shows_the_store_as_it_is_written_and_q_quits(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    proc, master = _pty([*CLI, "top", "--db", str(db), "--interval", "0.2"])
+    writer = None
+    try:
+        _read_until(master, proc, rb"no sessions in")
+        writer = replay(SAMPLES / "task" / "opencode.db", db, delay=0.01)
+        writer.wait(timeout=60)
+        out = _read_until(master, proc, rb"\$0\.0206\+")  # cost with its subagent
+        frame = _plain(out).split(b"opencode-events top")[-1].decode()
+        assert "dd8083e0" in frame and "idle" in frame
+        os.write(master, b"q")
+        assert proc.wait(timeout=10) == 0
+        rest = b""
+        with_timeout = time.monotonic() + 2
+        while time.monotonic() < with_timeout:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if not ready:
+                break
+            try:
+                rest += os.read(master, 65536)
+            except OSError:
+                break
+        assert b"\x1b[?1049l" in out + rest  # the terminal's own screen is back
+    finally:
+        if writer is not None and writer.poll() is None:
+            writer.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_at_80_columns_every_line_fits() -> None:
+    done = subprocess.run(
+        [*CLI, "top", "--db", str(SAMPLES / "task" / "opencode.db"), "--once"],
+        capture_output=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode().splitlines()
+    assert lines[0].startswith("opencode-events top  today $")
+    assert all(len(line) <= 80 for line in lines), lines
+    (row,) = [line for line in lines if "dd8083e0" in line]
+    assert row.split()[0] == "idle" and row.endswith("$0.0206+")
+
+
+def test_a_busy_session_says_what_it_runs_and_a_silent_one_turns_stale() -> None:
+    db = SAMPLES / "sigint" / "opencode.db"  # killed while its bash call ran
+    last = _last_write(db)
+    top = TopBoard(db)
+    top.refresh(last + 1000)
+    (row,) = top.board().rows
+    assert (row.state, row.running) == ("busy", "bash") and isinstance(row.running_since, int)
+    top.refresh(last + 11 * 60_000)  # nothing written since: the clock alone decides
+    (row,) = top.board().rows
+    assert (row.state, row.running) == ("stale", None) and top.reads == 1
