@@ -22,7 +22,7 @@ import click
 
 from .. import paths
 from ..errors import InputError, OutputError
-from .io import open_output, pipe_safe, same_file, stdout_is
+from .io import full_option, open_output, pipe_safe, same_file, stdout_is
 from .status import ExitStatus
 
 __all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
@@ -35,12 +35,12 @@ READ_TIMEOUT = 35.0  # the server sends a heartbeat every 10 s; silence this lon
 _FORMATS = click.Choice(["jsonl", "pretty"])
 
 
-def _writer(fmt: str | None, out: BinaryIO) -> Any:
+def _writer(fmt: str | None, out: BinaryIO, *, full: bool = False) -> Any:
     from ..output.jsonl import make_writer
 
     if fmt is None:
         fmt = "pretty" if out.isatty() else "jsonl"
-    return make_writer(fmt, out, buffered=False)
+    return make_writer(fmt, out, buffered=False, full=full)
 
 
 def _note(message: str) -> None:
@@ -307,6 +307,7 @@ def _read(
     metavar="USD",
     help="Abort the session through the server once it with its subagents costs more; exit 3.",
 )
+@full_option
 @pipe_safe
 def attach(
     url: str,
@@ -318,6 +319,7 @@ def attach(
     keep_raw: bool,
     no_metrics: bool,
     max_cost: float | None,
+    full: bool,
 ) -> None:
     """Follow a running `opencode serve` at URL live, as normalized events.
 
@@ -332,7 +334,7 @@ def attach(
 
     endpoint = _Endpoint(url)
     out = open_output(output)
-    writer = _writer(fmt, out)
+    writer = _writer(fmt, out, full=full)
     normalizer = Normalizer(keep_raw=keep_raw)
     limit = _Abort(endpoint, max_cost) if max_cost is not None else None
     reader = SseReader(
@@ -463,6 +465,7 @@ def _opencode_binary() -> str:
     metavar="PATH",
     help="OpenCode's database, for the subagents' costs (default: where `import` looks).",
 )
+@full_option
 @click.argument("opencode_args", nargs=-1, type=click.UNPROCESSED, metavar="[OPENCODE ARGS]...")
 @pipe_safe
 def run_opencode(
@@ -473,6 +476,7 @@ def run_opencode(
     no_metrics: bool,
     max_cost: float | None,
     db_path: str | None,
+    full: bool,
     opencode_args: tuple[str, ...],
 ) -> None:
     """Run `opencode run --format json OPENCODE ARGS...` and show what it does.
@@ -506,7 +510,7 @@ def run_opencode(
             copy = open(tee, "wb")  # noqa: SIM115 - closed below
         except OSError as exc:
             raise InputError(f"cannot write {tee}: {exc.strerror or exc}") from None
-    writer = _writer(fmt, out)
+    writer = _writer(fmt, out, full=full)
     argv = [binary, "run", "--format", "json", *opencode_args]
     try:
         # Its own process group: Ctrl-C reaches only us, and we pass it on to the whole
