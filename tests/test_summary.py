@@ -552,3 +552,40 @@ def test_apsw_reads_in_forked_children_only(tmp_path: Path, monkeypatch):
     assert died.exists()
     pids = set(opened.read_text().split())
     assert pids and str(os.getpid()) not in pids
+
+
+def test_costs_read_the_same_in_sessions_and_usage_without_float_noise():
+    """Issue 20 §7: OpenCode's stored session cost is its own running sum
+    (0.0065249999999999996 in samples/bash_fail); `sessions` writes it as `usage` writes the
+    same session's sum, and CSV never in scientific notation."""
+    import subprocess
+    import sys
+
+    cli = [sys.executable, "-m", "opencode_events"]
+    for name in ("bash_fail", "task", "text", "parallel_tools"):
+        db = str(SAMPLES / name / "opencode.db")
+        rows = json.loads(
+            subprocess.run(
+                [*cli, "sessions", "--db", db, "--format", "json"], capture_output=True
+            ).stdout
+        )
+        usage = json.loads(
+            subprocess.run(
+                [*cli, "usage", "--db", db, "--all", "--by", "session", "--format", "json"],
+                capture_output=True,
+            ).stdout
+        )
+        by_session = {r["session_id"]: r["cost"] for r in usage["rows"]}
+        for row in rows:
+            assert row["total_cost"] == by_session[row["id"]], (name, row["id"])
+            assert len(repr(row["total_cost"])) < 16, row["total_cost"]  # no binary tail
+
+
+@pytest.mark.parametrize(
+    "value, cell",
+    [(5.9e-05, "0.000059"), (0.1, "0.1"), (0.0, "0.0"), (2.0, "2.0"), (1e-12, "0.000000000001")],
+)
+def test_csv_writes_floats_positionally(value: float, cell: str):
+    from opencode_events.output.rows import write_csv
+
+    assert write_csv([{"cost": value}], ["cost"]).decode().splitlines()[1] == cell

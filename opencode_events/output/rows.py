@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -85,6 +86,15 @@ def _csv_cell(value: Any, raw: bool) -> str:
     return text
 
 
+def _decimal(value: float) -> str:
+    """A float as a spreadsheet reads it: positional notation (0.000059, not 5.9e-05), the
+    shortest digits that give the float back (``repr``'s), no exponent."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return repr(value)
+    text = format(Decimal(repr(value)), "f")
+    return text if "." in text else text + ".0"  # a float stays one: 0.0, as JSON writes it
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -93,7 +103,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, dict | list):
         return _ENCODER.encode(value).decode()
     if isinstance(value, float):
-        return repr(value)
+        return _decimal(value)
     return str(value)
 
 

@@ -31,12 +31,12 @@ from ..core.views import (
     TurnMessage,
     decode_repairing,
 )
-from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import Pending, in_forked_child, start_over_ranges, worker_connection
 from ..store.rows import FastScans, SessionRow, ToolPartHeads, descendants
 from ..store.sqlite import Store
 from .mcp import mcp_server_of
+from .spend import written_spend
 
 __all__ = ["SESSION_COLUMNS", "SessionSummary", "SessionsReport", "sessions_report", "summarize"]
 
@@ -519,12 +519,21 @@ def summarize(
         _apply_tools(summaries, tool_counts, mcp_servers, servers_in)
 
     _judge_staleness(store, summaries.values(), now_ms, tree)
+    # Costs written by the one rule for a session's spend (``spend``), so that they read as
+    # ``usage``, ``statusline`` and ``top`` give them; totals add the stored figures.
+    stored = {sid: summary.cost for sid, summary in summaries.items()}
     for sid, children in tree.items():
         summary = summaries.get(sid)
         if summary is not None:
             summary.children = list(children)
-            below = [summaries[d].cost for d in descendants([sid], tree) if d in summaries]
-            summary.total_cost = summed_cost(summary.cost + sum(below), 1 + len(below))
+            family = [sid, *(d for d in descendants([sid], tree) if d in summaries)]
+            summary.total_cost = written_spend(
+                [stored[d] for d in family], [summaries[d].inferences for d in family]
+            )
+    for sid, summary in summaries.items():
+        summary.cost = written_spend([stored[sid]], [summary.inferences])
+        if sid not in tree or not tree[sid]:
+            summary.total_cost = summary.cost
     return [summaries[row.id] for row in rows]
 
 

@@ -34,6 +34,7 @@ from ..core.views import Times, Tokens, decode_repairing, number
 from ..errors import InputError
 from ..events import summed_cost
 from ..store.rows import Glances
+from .spend import family_spend
 
 __all__ = ["Glance", "take_glance", "render", "FIELDS", "DEFAULT_FORMAT", "check_format"]
 
@@ -109,16 +110,15 @@ def take_glance(
     family = store.family_rows(root)
     if not family:
         raise InputError(f"no session {root} in {store.path}")
-    own = family[0][1]
-    below = [cost for _, cost, _ in family[1:]]
+    spend = family_spend(store, family)  # the rule every view of this figure shares
     row = store.session(root)
     glance = Glance(
         session_id=root,
         title=row.title if row is not None else None,
-        cost=summed_cost(own + sum(below), len(family)),
-        own_cost=own,
-        subagent_cost=summed_cost(sum(below), len(below)),
-        subagents=len(below),
+        cost=spend.total,
+        own_cost=spend.own,
+        subagent_cost=spend.below,
+        subagents=spend.subagents,
         today=spend_between(store, *day_bounds(now, tz)),
     )
     in_flight = _read_newest(store, root, glance, now)

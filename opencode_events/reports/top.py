@@ -37,6 +37,7 @@ from ..errors import InputError
 from ..events import summed_cost
 from ..store.sqlite import Store
 from ..store.watch import StoreWatch
+from .spend import family_spend
 from .statusline import NEXT_STEP_MS, REPLY, day_bounds, prompt_tokens
 
 __all__ = ["TopBoard", "Board", "BoardRow", "week_start"]
@@ -265,7 +266,7 @@ class TopBoard:
                 + session.tokens_cache_write
             )
         family = store.family_rows(root)
-        row.cost = summed_cost(sum(cost for _, cost, _ in family), len(family))
+        row.cost = family_spend(store, family).total  # as sessions and statusline write it
         row.subagents = max(0, len(family) - 1)
         row.last_write = max((updated for _, _, updated in family), default=None)
         in_flight, open_reply, since = None, None, None

@@ -397,6 +397,18 @@ class Store:
         parent = row[0] if row else None
         return parent if isinstance(parent, str) and parent != session_id else None
 
+    def inference_counts(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """How many assistant messages (inferences) each session has, as ``sessions`` counts
+        them: a row starting as OpenCode writes an assistant's, or else one whose ``role``
+        says so (through the (session, time) index, then each message's first bytes)."""
+        sql = (
+            "SELECT session_id, count(*) FROM message WHERE session_id IN ({}) AND ("
+            'substr(data, 1, 20) = \'{{"role":"assistant",\' OR ('
+            'substr(data, 1, 15) != \'{{"role":"user",\' AND json_valid(data) '
+            "AND json_extract(data, '$.role') = 'assistant')) GROUP BY session_id"
+        )
+        return {sid: count for sid, count in self._in_chunks(sql, session_ids)}
+
     def family_rows(self, root: str) -> list[tuple[str, float, int]]:
         """(id, cost, time_updated) of ``root`` and every session below it, the root first
         (through the parent index, a level at a time)."""
