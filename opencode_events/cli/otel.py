@@ -1,0 +1,245 @@
+"""``opencode-events otel``: sessions as OpenTelemetry GenAI traces and metrics.
+
+Where to: ``-o FILE`` (or ``-o -``) writes the OTLP file exporter's JSON Lines (one
+``TracesData`` or ``MetricsData`` a line); else ``--endpoint`` or
+``OTEL_EXPORTER_OTLP_ENDPOINT`` posts OTLP/HTTP JSON; else JSON Lines go to stdout. The
+logic is in ``opencode_events.otel``; this module owns the options and the terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import InputError
+from .io import (
+    db_option,
+    open_inputs,
+    open_output,
+    open_store,
+    pipe_safe,
+    selection_options,
+    since_ms,
+)
+
+__all__ = ["otel"]
+
+
+@click.command()
+@click.argument("sessions", nargs=-1, metavar="[SESSION]...")
+@db_option
+@selection_options
+@click.option("--children", is_flag=True, help="Also each session's subagent sessions.")
+@click.option(
+    "-i",
+    "--input",
+    "inputs",
+    multiple=True,
+    metavar="FILE",
+    help="Read a run stream, server events, an export document or our events (- for stdin).",
+)
+@click.option("-o", "--output", metavar="FILE", help="Write OTLP JSON Lines to FILE (- stdout).")
+@click.option(
+    "--endpoint",
+    metavar="URL",
+    help="OTLP/HTTP base URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://localhost:4318.",
+)
+@click.option(
+    "-H",
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An HTTP header for the backend; repeatable (added to $OTEL_EXPORTER_OTLP_HEADERS).",
+)
+@click.option(
+    "--only",
+    type=click.Choice(["traces", "metrics"]),
+    help="Send only traces or only metrics (default: both).",
+)
+@click.option(
+    "--compression",
+    type=click.Choice(["gzip", "none"]),
+    default=None,
+    help="Request body compression (default: gzip, or $OTEL_EXPORTER_OTLP_COMPRESSION).",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Retries of a body the backend is too busy for (429, 502, 503, 504) or unreachable.",
+)
+@pipe_safe
+def otel(
+    sessions: tuple[str, ...],
+    db_path: str | None,
+    last: bool,
+    since: str | None,
+    all_sessions: bool,
+    children: bool,
+    inputs: tuple[str, ...],
+    output: str | None,
+    endpoint: str | None,
+    headers: tuple[str, ...],
+    only: str | None,
+    compression: str | None,
+    retries: int,
+) -> None:
+    """Sessions as OpenTelemetry GenAI traces and metrics (default: the most recent session).
+
+    SESSION is a stored session id (or a prefix), or an `opencode export` document. Each
+    session is one `invoke_agent` span with a `chat` span per inference and an
+    `execute_tool` span per tool call; a subagent's session hangs from the `task` call that
+    ran it, in the same trace. Ids come from OpenCode's, so exporting again sends the same
+    spans. With -i (or a pipe on stdin) the input is a stream instead of the store.
+    """
+    from ..otel.export import Summary, export, store_builder, store_sessions, stream_sessions
+    from ..otel.spans import TraceBuilder
+
+    env = os.environ
+    documents = [s for s in sessions if Path(s).is_file()]
+    for wanted in sessions:
+        if wanted not in documents and ("/" in wanted or wanted.endswith(".json")):
+            raise InputError(f"cannot read {wanted}: not a file (nor a session id)")
+    chose_stored = bool(db_path or last or since or all_sessions or children)
+    if documents and (len(documents) != len(sessions) or chose_stored):
+        raise click.UsageError("give either export documents or stored sessions, not both")
+    files = tuple(inputs) + tuple(documents)
+    if files and (chose_stored or (sessions and not documents)):
+        raise click.UsageError("give either -i FILE inputs or stored sessions (--db …), not both")
+    if all_sessions and (sessions or last or since):
+        raise click.UsageError("--all already reads every session; leave out the others")
+    from_stream = bool(files) or (
+        not sessions and not chose_stored and sys.stdin is not None and not sys.stdin.isatty()
+    )
+    signals = {"traces": only != "metrics", "metrics": only != "traces"}
+
+    sink, close, where = _sink(output, endpoint, headers, compression, retries, env, files)
+    summary = Summary()
+    try:
+        if from_stream:
+            opened = open_inputs(files or ("-",))
+            from ..pipeline.normalize import refuse_databases
+
+            refuse_databases(opened, "otel")
+            builder = TraceBuilder(mcp_servers=_servers())
+            export(
+                stream_sessions(opened, builder, summary),
+                builder,
+                sink,
+                traces=signals["traces"],
+                metrics=signals["metrics"],
+                summary=summary,
+            )
+        else:
+            since_time = since_ms(since)
+            with open_store(db_path) as store:
+                from ..store.sqlite import select_sessions
+
+                ids = select_sessions(
+                    store,
+                    sessions,
+                    last=last,
+                    since_ms=since_time,
+                    all_sessions=all_sessions,
+                    children=children,
+                )
+                builder = store_builder(store)
+                export(
+                    store_sessions(store, ids, builder),
+                    builder,
+                    sink,
+                    traces=signals["traces"],
+                    metrics=signals["metrics"],
+                    summary=summary,
+                )
+    finally:
+        close()
+    for note in summary.partial:
+        click.echo(f"warning: {note}", err=True)
+    if where is not None:  # a backend: say what it was sent, as the Collector's log would
+        click.echo(
+            f"otel: {summary.sessions} sessions, {summary.spans} spans "
+            f"in {summary.bodies} requests to {where}",
+            err=True,
+        )
+
+
+def _servers() -> Any:
+    from ..reports.mcp import mcp_server_names
+
+    return mcp_server_names
+
+
+def _sink(
+    output: str | None,
+    endpoint: str | None,
+    headers: tuple[str, ...],
+    compression: str | None,
+    retries: int,
+    env: Any,
+    reads: tuple[str, ...],
+) -> tuple[Any, Any, str | None]:
+    """Where bodies go: (send, close, the backend's name or None for a file)."""
+    from ..otel.otlp import parse_key_values
+    from ..otel.transport import ExportError, OtlpHttp, endpoints_from
+
+    if output is not None or not (endpoint or _env_endpoint(env)):
+        out = open_output(output, reads=reads or ())
+
+        def write(signal: str, body: bytes) -> None:
+            out.write(body + b"\n")
+
+        def close() -> None:
+            out.flush()
+
+        return write, close, None
+    if not endpoint and env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip() == "grpc":
+        raise ExportError(
+            "OTEL_EXPORTER_OTLP_PROTOCOL is grpc; otel sends OTLP/HTTP JSON "
+            "(give --endpoint http://HOST:4318, or set the protocol to http/json)"
+        )
+    endpoints = endpoints_from(endpoint, env)
+    sent_headers = parse_key_values(env.get("OTEL_EXPORTER_OTLP_HEADERS"))
+    for item in headers:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--header")
+        sent_headers[name.strip()] = value.strip()
+    if compression is None:
+        compression = env.get("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip").strip() or "gzip"
+        compression = "none" if compression == "none" else "gzip"
+    timeout = _timeout(env)
+    sender = OtlpHttp(
+        endpoints, headers=sent_headers, compression=compression, timeout=timeout, retries=retries
+    )
+
+    def send(signal: str, body: bytes) -> Any:
+        if signal not in sender.endpoints:
+            raise ExportError(f"no OTLP endpoint for {signal}; give --endpoint")
+        return sender.send(signal, body)
+
+    where = endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or ", ".join(endpoints.values())
+    return send, sender.close, where
+
+
+def _env_endpoint(env: Any) -> bool:
+    return bool(
+        env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    )
+
+
+def _timeout(env: Any) -> float:
+    """``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms), default 10 s."""
+    try:
+        value = float(env.get("OTEL_EXPORTER_OTLP_TIMEOUT", "10000")) / 1000
+    except ValueError:
+        return 10.0
+    return value if value > 0 else 10.0

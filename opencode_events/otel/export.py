@@ -1,0 +1,183 @@
+"""Sessions to OTLP bodies: from the store one session at a time, or from streams.
+
+``store_sessions`` and ``stream_sessions`` yield each session's resource and spans as it
+is finished (the store's: as each is read, so memory stays flat over a whole database;
+a stream's: when the input ends, since a session's span ends with its last event).
+``export`` gathers them into bodies and hands each to a sink: a function taking the signal
+(``traces``/``metrics``) and one JSON body — a file writer (JSON Lines, one body a line) or
+``OtlpHttp.send``.
+
+    with open_store(None) as store:
+        summary = export(store_sessions(store, ids, builder), builder, sink)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO
+
+from ..events import Event, Warning
+from .otlp import MAX_BODY_BYTES, SpanBatches, metrics_body, resource_attributes
+from .spans import SessionInfo, SessionTrace, SpanData, ToolTimes, TraceBuilder, session_info
+
+__all__ = ["Summary", "store_sessions", "stream_sessions", "export", "store_builder"]
+
+Sink = Callable[[str, bytes], Any]
+Finished = tuple[dict[str, Any], list[SpanData]]
+
+
+class Summary:
+    """What an export sent: sessions, spans and bodies, and what the backend kept back."""
+
+    def __init__(self) -> None:
+        self.sessions = 0
+        self.spans = 0
+        self.bodies = 0
+        self.metric_points = 0
+        self.warnings = 0  # input lines that were no record (the events' warnings)
+        self.partial: list[Any] = []  # the backends' partial-success notes
+
+
+def store_builder(store: Any) -> TraceBuilder:
+    """A builder that knows the store's parent links, and reads a parent session when a
+    subagent is exported without it (to find the call that spawned it)."""
+    from ..reports.mcp import mcp_server_names
+
+    parents = {child: parent for parent, kids in store.children().items() for child in kids}
+    found: dict[str, dict[str, str]] = {}
+
+    def spawned_by(child: str, parent: str) -> str | None:
+        if parent not in found:
+            trace = _read_session(store, builder, parent, builder.session(parent))
+            found[parent] = dict(trace.children)
+            if len(found) > 1024:  # flat memory: a parent's subagents come together
+                found.pop(next(iter(found)))
+        return found[parent].get(child)
+
+    builder = TraceBuilder(parents=parents, spawned_by=spawned_by, mcp_servers=mcp_server_names)
+    return builder
+
+
+def _read_session(
+    store: Any,
+    builder: TraceBuilder,
+    session_id: str,
+    trace: SessionTrace,
+    normalizer: ToolTimes | None = None,
+) -> SessionTrace:
+    from ..pipeline.normalize import map_session
+
+    normalizer = normalizer or ToolTimes()
+    normalizer.times = builder.times
+    costs: list[float] = []
+    add = trace.add
+    for events in map_session(normalizer, store, session_id, costs):
+        for event in events:
+            add(event)
+    return trace
+
+
+def store_sessions(
+    store: Any, session_ids: Sequence[str], builder: TraceBuilder
+) -> Iterator[Finished]:
+    """Each stored session's resource and spans, read and finished one at a time."""
+    normalizer = ToolTimes()
+    normalizer.several_sessions = len(session_ids) > 1
+    for session_id in session_ids:
+        row = store.session(session_id)
+        info = session_info(row) if row is not None else SessionInfo(id=session_id)
+        trace = builder.session(session_id, info.directory)
+        _read_session(store, builder, session_id, trace, normalizer)
+        builder.times.clear()  # a call's times are taken by its event; none are left over
+        yield resource_attributes(info), builder.finish(trace, info)
+
+
+class _Collector:
+    """A normalizer's writer that files each event under its session's trace."""
+
+    def __init__(self, builder: TraceBuilder) -> None:
+        self.builder = builder
+        self.traces: dict[str, SessionTrace] = {}
+        self.warnings = 0
+
+    def write(self, events: Sequence[Event]) -> None:
+        traces = self.traces
+        for event in events:
+            sid = event.session_id
+            if type(event) is Warning:
+                self.warnings += 1
+            if sid is None:
+                continue
+            trace = traces.get(sid)
+            if trace is None:
+                trace = traces[sid] = self.builder.session(sid)
+            trace.add(event)
+
+    def end_batch(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def stream_sessions(
+    inputs: Sequence[tuple[str, BinaryIO]], builder: TraceBuilder, summary: Summary | None = None
+) -> Iterator[Finished]:
+    """The sessions of run streams, server event captures, export documents or our own
+    events (``normalize``'s input), finished when the inputs end, parents first."""
+    from ..pipeline.normalize import event_batches
+
+    collector = _Collector(builder)
+    normalizer = ToolTimes()
+    normalizer.times = builder.times
+    for events in event_batches(inputs, normalizer):
+        collector.write(events)
+    if summary is not None:
+        summary.warnings += collector.warnings
+    traces = list(collector.traces.values())
+    for trace in traces:  # every spawning call first: a subagent may come before its parent
+        builder.note_children(trace)
+    resource = resource_attributes()
+    for trace in traces:
+        yield resource, builder.finish(trace)
+
+
+def export(
+    sessions: Iterable[Finished],
+    builder: TraceBuilder,
+    sink: Sink,
+    *,
+    traces: bool = True,
+    metrics: bool = True,
+    max_bytes: int = MAX_BODY_BYTES,
+    summary: Summary | None = None,
+) -> Summary:
+    """Send every session's spans in bodies of at most ``max_bytes``, then the counters."""
+    summary = summary or Summary()
+    batches = SpanBatches(max_bytes)
+
+    def send(signal: str, body: bytes) -> None:
+        note = sink(signal, body)
+        summary.bodies += 1
+        if note is not None:
+            summary.partial.append(note)
+
+    try:
+        for resource, spans in sessions:
+            summary.sessions += 1
+            if traces:
+                for body in batches.add(resource, spans):
+                    send("traces", body)
+        if traces:
+            for body in batches.flush():
+                send("traces", body)
+    finally:
+        summary.spans = batches.spans
+    if metrics:
+        body = metrics_body(builder.counters, resource_attributes(SessionInfo(id="")))
+        if body is not None:
+            summary.metric_points = sum(
+                len(v) for v in (builder.counters.tokens, builder.counters.cost)
+            ) + len(builder.counters.sessions)
+            send("metrics", body)
+    return summary
