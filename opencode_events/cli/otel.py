@@ -119,7 +119,9 @@ def otel(
     )
     signals = {"traces": only != "metrics", "metrics": only != "traces"}
 
-    sink, close, where = _sink(output, endpoint, headers, compression, retries, env, files)
+    sink, close, where, max_bytes = _sink(
+        output, endpoint, headers, compression, retries, env, files
+    )
     summary = Summary()
     try:
         if from_stream:
@@ -134,6 +136,7 @@ def otel(
                 sink,
                 traces=signals["traces"],
                 metrics=signals["metrics"],
+                max_bytes=max_bytes,
                 summary=summary,
             )
         else:
@@ -156,6 +159,7 @@ def otel(
                     sink,
                     traces=signals["traces"],
                     metrics=signals["metrics"],
+                    max_bytes=max_bytes,
                     summary=summary,
                 )
     finally:
@@ -184,9 +188,10 @@ def _sink(
     retries: int,
     env: Any,
     reads: tuple[str, ...],
-) -> tuple[Any, Any, str | None]:
-    """Where bodies go: (send, close, the backend's name or None for a file)."""
-    from ..otel.otlp import parse_key_values
+) -> tuple[Any, Any, str | None, int]:
+    """Where bodies go: (send, close, the backend's name or None for a file, the largest
+    body)."""
+    from ..otel.otlp import MAX_BODY_BYTES, MAX_LINE_BYTES, parse_key_values
     from ..otel.transport import ExportError, OtlpHttp, endpoints_from
 
     if output is not None or not (endpoint or _env_endpoint(env)):
@@ -198,7 +203,7 @@ def _sink(
         def close() -> None:
             out.flush()
 
-        return write, close, None
+        return write, close, None, MAX_LINE_BYTES
     if not endpoint and env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip() == "grpc":
         raise ExportError(
             "OTEL_EXPORTER_OTLP_PROTOCOL is grpc; otel sends OTLP/HTTP JSON "
@@ -225,7 +230,7 @@ def _sink(
         return sender.send(signal, body)
 
     where = endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or ", ".join(endpoints.values())
-    return send, sender.close, where
+    return send, sender.close, where, MAX_BODY_BYTES
 
 
 def _env_endpoint(env: Any) -> bool:

@@ -36,6 +36,7 @@ from .spans import Counters, SessionInfo, SpanData
 
 __all__ = [
     "MAX_BODY_BYTES",
+    "MAX_LINE_BYTES",
     "SpanBatches",
     "metrics_body",
     "resource_attributes",
@@ -48,6 +49,9 @@ __all__ = [
 # and the Collector's HTTP receiver takes 20 MiB by default; some hosted backends take only
 # about 5 MB. 4 MiB fits them all and is still thousands of spans.
 MAX_BODY_BYTES = 4 << 20
+# A line of the file exporter's JSON Lines: the Collector's otlpjsonfile receiver reads lines
+# of at most 1 MiB by default (its file consumer's max_log_size).
+MAX_LINE_BYTES = 1000 << 10
 
 SCOPE_NAME = "opencode-events"
 
@@ -139,6 +143,9 @@ class MetricsData(Struct, rename="camel", gc=False):
 
 _ENCODER = msgspec.json.Encoder()
 _SCOPE = _ENCODER.encode(Scope(name=SCOPE_NAME, version=__version__))
+# The bytes a body and each resource's entry add around the spans (and a comma each).
+_BODY_OVERHEAD = len(b'{"resourceSpans":[]}')
+_GROUP_OVERHEAD = len(b'{"resource":,"scopeSpans":[{"scope":,"spans":[]}]},') + len(_SCOPE)
 
 
 # ---------------------------------------------------------------------------- attributes
@@ -267,17 +274,22 @@ class SpanBatches:
             return
         encoded_resource = self._resource(resource)
         encoded = [_ENCODER.encode(span(s)) for s in spans]
-        size = sum(len(e) + 1 for e in encoded) + len(encoded_resource) + 64
-        if self._size and self._size + size > self.max_bytes:
-            yield from self.flush()
+        group = len(encoded_resource) + _GROUP_OVERHEAD
+        whole = sum(len(e) + 1 for e in encoded) + group
+        if self._size and self._size + whole > self.max_bytes:
+            yield from self.flush()  # the session in a body of its own, if it fits one
         for item in encoded:
-            if self._size and self._size + len(item) + 64 + len(encoded_resource) > self.max_bytes:
+            new_group = not self._groups or self._groups[-1][0] is not encoded_resource
+            grows = len(item) + 1 + (group if new_group else 0)
+            if self._size and self._size + grows > self.max_bytes:
                 yield from self.flush()  # a session larger than a body on its own
-            if not self._groups or self._groups[-1][0] is not encoded_resource:
+                new_group, grows = True, len(item) + 1 + group
+            if not self._size:
+                self._size = _BODY_OVERHEAD
+            if new_group:
                 self._groups.append((encoded_resource, []))
-                self._size += len(encoded_resource) + 64
             self._groups[-1][1].append(item)
-            self._size += len(item) + 1
+            self._size += grows
 
     def flush(self) -> Iterator[bytes]:
         if not self._groups:
@@ -328,7 +340,7 @@ def metrics_body(counters: Counters, resource: Mapping[str, Any]) -> bytes | Non
     metrics = [
         Metric(
             "opencode.token.usage",
-            unit="{token}",
+            unit="tokens",
             description="Tokens used, by type, as OpenCode counted them",
             sum=Sum(tokens),
         ),
@@ -340,7 +352,7 @@ def metrics_body(counters: Counters, resource: Mapping[str, Any]) -> bytes | Non
         ),
         Metric(
             "opencode.session.count",
-            unit="{session}",
+            unit="count",
             description="Sessions, subagent sessions included",
             sum=Sum(sessions),
         ),

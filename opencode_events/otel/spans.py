@@ -134,8 +134,8 @@ def trace_id_of(root_session: str) -> str:
 
 
 def span_id_of(kind: str, key: str) -> str:
-    """A span's id: 8 bytes of a hash of what it stands for (``session``, ``chat`` or
-    ``tool`` and OpenCode's id of the session, message or part)."""
+    """A span's id: 8 bytes of a hash of what it stands for: ``session`` and the session
+    id, or ``chat``/``tool`` and the session id / OpenCode's message or part id."""
     data = f"opencode-events/span/{kind}/{key}".encode("utf-8", "surrogatepass")
     return _hex_id(data, 8)
 
@@ -274,7 +274,7 @@ class SessionTrace:
             exact = self.times.pop(message_id, None) if message_id else None
             start, stop = exact if exact is not None else (self._step_start(message_id, end), end)
             span = SpanData(
-                span_id=span_id_of("chat", key),
+                span_id=span_id_of("chat", f"{self.session_id}/{key}"),
                 name="chat",
                 kind=KIND_CLIENT,
                 start_ns=_ns(start),
@@ -287,7 +287,7 @@ class SessionTrace:
     def _usage(self, usage: Usage) -> None:
         end = usage.time if usage.time is not None else (self.last or 0)
         message_id = usage.message_id
-        key = message_id or usage.part_id or f"{self.session_id}/{usage.turn}"
+        key = message_id or usage.part_id or f"step/{usage.turn}"
         chat = self.chats.get(key)
         if chat is not None and chat.usage is not None:  # a second step in one message
             key = f"{key}/{usage.part_id or usage.turn}"
@@ -306,6 +306,8 @@ class SessionTrace:
         attributes["gen_ai.usage.input_tokens"] = input_tokens
         attributes["gen_ai.usage.output_tokens"] = output_tokens
         attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
+        # The conventions renamed cache_creation to cache_write; both, for every reader.
+        attributes["gen_ai.usage.cache_write.input_tokens"] = usage.cache_write_tokens
         attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
         attributes["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
         attributes["gen_ai.usage.cost"] = usage.cost
@@ -343,9 +345,7 @@ class SessionTrace:
             self.boundary = time
 
     def _tool(self, event: Any) -> None:
-        key = event.part_id or (f"{self.session_id}/{event.call_id}" if event.call_id else None)
-        if key is None:
-            key = f"{self.session_id}/{event.seq}"
+        key = event.part_id or (f"call/{event.call_id}" if event.call_id else f"seq/{event.seq}")
         if key in self.tools:  # one call, several events (a patch's files)
             return
         exact = self.times.pop(event.part_id, None) if event.part_id else None
@@ -360,6 +360,7 @@ class SessionTrace:
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
             "gen_ai.tool.type": "function",
+            "gen_ai.conversation.id": self.session_id,
         }
         if event.call_id:
             attributes["gen_ai.tool.call.id"] = event.call_id
@@ -374,7 +375,7 @@ class SessionTrace:
             attributes["mcp.method.name"] = "tools/call"
             attributes["opencode.mcp.server"] = server
         span = SpanData(
-            span_id=span_id_of("tool", key),
+            span_id=span_id_of("tool", f"{self.session_id}/{key}"),
             name=f"execute_tool {tool}",
             kind=KIND_INTERNAL,
             start_ns=_ns(start),

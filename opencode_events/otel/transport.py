@@ -4,8 +4,8 @@
 (``/v1/traces``, ``/v1/metrics`` under the base endpoint, as OpenTelemetry's exporters
 build it), gzip-compressed by default, over one kept-alive connection. 429, 502, 503 and
 504 and a connection that fails are retried with exponential backoff (1 s, 2 s, 4 s …, at
-most 30 s), waiting what a ``Retry-After`` header asks instead (at most 60 s); any other
-refusal raises ``ExportError`` naming the URL, the status and what the server said. A
+most 30 s, with jitter), or after what a ``Retry-After`` header asks (at most 60 s); any
+other refusal raises ``ExportError`` naming the URL, the status and what the server said. A
 partial success (the server kept some of the data and rejected the rest) is returned.
 
     sender = OtlpHttp(endpoints_from("http://127.0.0.1:4318"), headers={})
@@ -18,6 +18,7 @@ import email.utils
 import gzip
 import http.client
 import json
+import random
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -188,7 +189,9 @@ class OtlpHttp:
 
 
 def _backoff(attempt: int) -> float:
-    return min(_MAX_BACKOFF, 2.0**attempt)
+    """1 s, 2 s, 4 s … at most 30 s, each shortened by up to a fifth at random, so that many
+    exporters told to wait do not all come back at once."""
+    return min(_MAX_BACKOFF, 2.0**attempt) * (1 - random.random() / 5)
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -248,8 +251,7 @@ def _what_it_said(reply: bytes) -> str:
             message = message.get("message")
         if isinstance(message, str) and message:
             return " ".join(message.split())[:300]
-    try:
-        text = reply[:2000].decode("utf-8", "replace")
-    except Exception:  # noqa: BLE001 - a reason is a courtesy
+    text = reply[:2000].decode("utf-8", "replace")
+    if "\x00" in text or "\ufffd" in text:  # a protobuf Status, not text: nothing to quote
         return ""
     return " ".join(text.split())[:300]
