@@ -168,11 +168,20 @@ def any_value(value: Any) -> AnyValue | None:
 
 
 def attributes(values: Mapping[str, Any]) -> list[KeyValue]:
-    out = []
+    """Attributes as ``KeyValue``s; None is left out. (Once per span: the common types
+    first, by exact type.)"""
+    out: list[KeyValue] = []
+    append = out.append
     for key, value in values.items():
-        encoded = any_value(value)
-        if encoded is not None:
-            out.append(KeyValue(key, encoded))
+        kind = type(value)
+        if kind is str:
+            append(KeyValue(key, AnyValue(string_value=value)))
+        elif kind is int:
+            append(KeyValue(key, AnyValue(int_value=str(value))))
+        elif value is not None:
+            encoded = any_value(value)
+            if encoded is not None:
+                append(KeyValue(key, encoded))
     return out
 
 

@@ -476,11 +476,17 @@ class TraceBuilder:
         self.mcp_servers = mcp_servers
         self.counters = Counters()
         self.times: dict[str, tuple[Any, Any]] = {}  # filled by a ToolTimes normalizer
+        self._servers: dict[str | None, Sequence[str]] = {}
 
     def session(self, session_id: str, directory: str | None = None) -> SessionTrace:
         trace = SessionTrace(session_id, self.times)
         if self.mcp_servers is not None:
-            trace.mcp_servers = self.mcp_servers(directory)
+            servers = self._servers.get(directory)
+            if servers is None:  # a project's config files are looked for once an export
+                if len(self._servers) > 1024:
+                    self._servers.clear()
+                servers = self._servers[directory] = self.mcp_servers(directory)
+            trace.mcp_servers = servers
         return trace
 
     def root_of(self, session_id: str) -> str:
