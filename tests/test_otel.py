@@ -31,7 +31,9 @@ from opencode_events.otel.export import (
 from opencode_events.otel.otlp import SpanBatches, parse_key_values, resource_attributes
 from opencode_events.otel.spans import TraceBuilder, span_id_of, trace_id_of
 from opencode_events.otel.transport import ExportError, OtlpHttp, endpoints_from
-from opencode_events.store.sqlite import Store, every_session
+from opencode_events.paths import otlp_environment
+from opencode_events.store.open import every_session
+from opencode_events.store.sqlite import Store
 from tests.otlp_check import OtlpError, attrs, check, spans_of
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -410,7 +412,7 @@ def test_otel_environment_overrides_the_resource():
         "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=ci,team=a%20b,service.name=x",
         "OTEL_SERVICE_NAME": "agents",
     }
-    values = resource_attributes(env=env)
+    values = resource_attributes(env=otlp_environment(env))
     assert values["service.name"] == "agents"
     assert values["deployment.environment"] == "ci" and values["team"] == "a b"
 
@@ -450,7 +452,7 @@ def test_key_value_lists_as_the_sdks_read_them(text, expected):
     ],
 )
 def test_endpoints_as_the_exporters_build_them(base, env, expected):
-    assert endpoints_from(base, env) == expected
+    assert endpoints_from(base, otlp_environment(env)) == expected
 
 
 def test_an_endpoint_that_is_no_url_is_an_error():

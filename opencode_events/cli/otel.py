@@ -8,7 +8,6 @@ logic is in ``opencode_events.otel``; this module owns the options and the termi
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -100,8 +99,9 @@ def otel(
     """
     from ..otel.export import Summary, export, store_builder, store_sessions, stream_sessions
     from ..otel.spans import TraceBuilder
+    from ..paths import otlp_environment
 
-    env = os.environ
+    env = otlp_environment()
     documents = [s for s in sessions if Path(s).is_file()]
     for wanted in sessions:
         if wanted not in documents and ("/" in wanted or wanted.endswith(".json")):
@@ -142,7 +142,7 @@ def otel(
         else:
             since_time = since_ms(since)
             with open_store(db_path) as store:
-                from ..store.sqlite import select_sessions
+                from ..store.open import select_sessions
 
                 ids = select_sessions(
                     store,
@@ -204,21 +204,20 @@ def _sink(
             out.flush()
 
         return write, close, None, MAX_LINE_BYTES
-    if not endpoint and env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip() == "grpc":
+    if not endpoint and env.protocol == "grpc":
         raise ExportError(
             "OTEL_EXPORTER_OTLP_PROTOCOL is grpc; otel sends OTLP/HTTP JSON "
             "(give --endpoint http://HOST:4318, or set the protocol to http/json)"
         )
     endpoints = endpoints_from(endpoint, env)
-    sent_headers = parse_key_values(env.get("OTEL_EXPORTER_OTLP_HEADERS"))
+    sent_headers = parse_key_values(env.headers)
     for item in headers:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--header")
         sent_headers[name.strip()] = value.strip()
     if compression is None:
-        compression = env.get("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip").strip() or "gzip"
-        compression = "none" if compression == "none" else "gzip"
+        compression = "none" if env.compression == "none" else "gzip"
     timeout = _timeout(env)
     sender = OtlpHttp(
         endpoints, headers=sent_headers, compression=compression, timeout=timeout, retries=retries
@@ -229,22 +228,18 @@ def _sink(
             raise ExportError(f"no OTLP endpoint for {signal}; give --endpoint")
         return sender.send(signal, body)
 
-    where = endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or ", ".join(endpoints.values())
+    where = endpoint or env.endpoint or ", ".join(endpoints.values())
     return send, sender.close, where, MAX_BODY_BYTES
 
 
 def _env_endpoint(env: Any) -> bool:
-    return bool(
-        env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-    )
+    return bool(env.endpoint or env.traces_endpoint or env.metrics_endpoint)
 
 
 def _timeout(env: Any) -> float:
     """``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms), default 10 s."""
     try:
-        value = float(env.get("OTEL_EXPORTER_OTLP_TIMEOUT", "10000")) / 1000
+        value = float(env.timeout or "10000") / 1000
     except ValueError:
         return 10.0
     return value if value > 0 else 10.0

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 from ..events import Event, Warning
-from .otlp import MAX_BODY_BYTES, SpanBatches, metrics_body, resource_attributes
+from .otlp import MAX_BODY_BYTES, Resources, SpanBatches, metrics_body
 from .spans import SessionInfo, SessionTrace, SpanData, ToolTimes, TraceBuilder, session_info
 
 __all__ = ["Summary", "store_sessions", "stream_sessions", "export", "store_builder"]
@@ -78,9 +78,13 @@ def _read_session(
 
 
 def store_sessions(
-    store: Any, session_ids: Sequence[str], builder: TraceBuilder
+    store: Any,
+    session_ids: Sequence[str],
+    builder: TraceBuilder,
+    resources: Resources | None = None,
 ) -> Iterator[Finished]:
     """Each stored session's resource and spans, read and finished one at a time."""
+    resource_of = resources or Resources()
     normalizer = ToolTimes()
     normalizer.several_sessions = len(session_ids) > 1
     for session_id in session_ids:
@@ -89,7 +93,7 @@ def store_sessions(
         trace = builder.session(session_id, info.directory)
         _read_session(store, builder, session_id, trace, normalizer)
         builder.times.clear()  # a call's times are taken by its event; none are left over
-        yield resource_attributes(info), builder.finish(trace, info)
+        yield resource_of(info), builder.finish(trace, info)
 
 
 class _Collector:
@@ -121,7 +125,10 @@ class _Collector:
 
 
 def stream_sessions(
-    inputs: Sequence[tuple[str, BinaryIO]], builder: TraceBuilder, summary: Summary | None = None
+    inputs: Sequence[tuple[str, BinaryIO]],
+    builder: TraceBuilder,
+    summary: Summary | None = None,
+    resources: Resources | None = None,
 ) -> Iterator[Finished]:
     """The sessions of run streams, server event captures, export documents or our own
     events (``normalize``'s input), finished when the inputs end, parents first."""
@@ -137,7 +144,7 @@ def stream_sessions(
     traces = list(collector.traces.values())
     for trace in traces:  # every spawning call first: a subagent may come before its parent
         builder.note_children(trace)
-    resource = resource_attributes()
+    resource = (resources or Resources())()
     for trace in traces:
         yield resource, builder.finish(trace)
 
@@ -151,6 +158,7 @@ def export(
     metrics: bool = True,
     max_bytes: int = MAX_BODY_BYTES,
     summary: Summary | None = None,
+    resources: Resources | None = None,
 ) -> Summary:
     """Send every session's spans in bodies of at most ``max_bytes``, then the counters."""
     summary = summary or Summary()
@@ -174,7 +182,7 @@ def export(
     finally:
         summary.spans = batches.spans
     if metrics:
-        body = metrics_body(builder.counters, resource_attributes(SessionInfo(id="")))
+        body = metrics_body(builder.counters, (resources or Resources())())
         if body is not None:
             summary.metric_points = sum(
                 len(v) for v in (builder.counters.tokens, builder.counters.cost)

@@ -20,9 +20,7 @@ OpenTelemetry SDK is imported: msgspec encodes these Structs in C, and start-up 
 
 from __future__ import annotations
 
-import getpass
 import math
-import os
 import socket
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,6 +30,7 @@ import msgspec
 from msgspec import Struct
 
 from .. import __version__
+from ..paths import OtlpEnvironment, login_name, otlp_environment
 from .spans import Counters, SessionInfo, SpanData
 
 __all__ = [
@@ -40,6 +39,7 @@ __all__ = [
     "SpanBatches",
     "metrics_body",
     "resource_attributes",
+    "Resources",
     "parse_key_values",
     "attributes",
     "SCOPE_NAME",
@@ -197,37 +197,41 @@ def parse_key_values(text: str | None) -> dict[str, str]:
     return out
 
 
-def resource_attributes(
-    info: SessionInfo | None = None, env: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+class Resources:
     """The resource of a session's spans: ``service.name`` ``opencode``, the OpenCode version
-    that wrote it, its project directory, this host and user; ``OTEL_RESOURCE_ATTRIBUTES``
-    and then ``OTEL_SERVICE_NAME`` override any of them."""
-    env = os.environ if env is None else env
-    values: dict[str, Any] = {"service.name": "opencode"}
-    if info is not None and info.version:
-        values["service.version"] = info.version
-    if info is not None and info.directory:
-        values["opencode.project.directory"] = info.directory
-    values["host.name"] = _host()
-    user = _user()
-    if user:
-        values["user.name"] = user
-    values.update(parse_key_values(env.get("OTEL_RESOURCE_ATTRIBUTES")))
-    if env.get("OTEL_SERVICE_NAME"):
-        values["service.name"] = env["OTEL_SERVICE_NAME"]
-    return values
+    that wrote the session and its project directory, this host and user; then
+    ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``, which override any of them.
+    The environment is read once, when made."""
+
+    def __init__(self, env: OtlpEnvironment | None = None) -> None:
+        env = otlp_environment() if env is None else env
+        self.defaults: dict[str, Any] = {"service.name": "opencode", "host.name": _host()}
+        user = login_name()
+        if user:
+            self.defaults["user.name"] = user
+        self.overrides: dict[str, Any] = parse_key_values(env.resource_attributes)
+        if env.service_name:
+            self.overrides["service.name"] = env.service_name
+
+    def __call__(self, info: SessionInfo | None = None) -> dict[str, Any]:
+        values = dict(self.defaults)
+        if info is not None and info.version:
+            values["service.version"] = info.version
+        if info is not None and info.directory:
+            values["opencode.project.directory"] = info.directory
+        values.update(self.overrides)
+        return values
+
+
+def resource_attributes(
+    info: SessionInfo | None = None, env: OtlpEnvironment | None = None
+) -> dict[str, Any]:
+    """``Resources(env)(info)``: one session's resource."""
+    return Resources(env)(info)
 
 
 def _host() -> str:
     return socket.gethostname()
-
-
-def _user() -> str | None:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError, ImportError):  # no login name (a container's bare uid)
-        return None
 
 
 # --------------------------------------------------------------------------------- traces

@@ -293,9 +293,9 @@ class SessionTrace:
             key = f"{key}/{usage.part_id or usage.turn}"
         chat = self._chat_for(key, message_id, end)
         chat.usage = usage
-        chat.model = _str(getattr(usage, "model", None))
-        chat.provider = _str(getattr(usage, "provider", None))
-        chat.agent = _str(getattr(usage, "agent", None))
+        chat.model = _str(usage.model)
+        chat.provider = _str(usage.provider)
+        chat.agent = _str(usage.agent)
         if chat.agent and self.agent is None:
             self.agent = chat.agent
         span = chat.span

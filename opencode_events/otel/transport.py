@@ -26,6 +26,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InputError
+from ..paths import OtlpEnvironment
 
 __all__ = [
     "ExportError",
@@ -59,18 +60,18 @@ class PartialSuccess:
         return f"{text}: {self.message}" if self.message else text
 
 
-def endpoints_from(
-    base: str | None,
-    env: Mapping[str, str] | None = None,
-) -> dict[str, str]:
+def endpoints_from(base: str | None, env: OtlpEnvironment | None = None) -> dict[str, str]:
     """Each signal's URL: ``base`` (``--endpoint``, else ``OTEL_EXPORTER_OTLP_ENDPOINT``)
     with ``/v1/traces`` or ``/v1/metrics`` appended, or the signal's own
     ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``…_METRICS_ENDPOINT``, used as it is."""
-    env = env or {}
+    own_urls = {
+        "traces": env.traces_endpoint if env else None,
+        "metrics": env.metrics_endpoint if env else None,
+    }
     out: dict[str, str] = {}
     for signal, path in SIGNAL_PATHS.items():
-        own = None if base else env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
-        root = base or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        own = None if base else own_urls[signal]
+        root = base or (env.endpoint if env else None)
         if own:
             out[signal] = _checked(own)
         elif root:
