@@ -671,3 +671,117 @@ def test_cli_a_database_given_as_input_is_refused():
     result = run(["otel", "-i", str(SAMPLES / "text" / "opencode.db")])
     assert result.returncode == 2
     assert b"is an SQLite database, not a stream: use `otel --db" in result.stderr
+
+
+def test_cli_never_writes_over_the_database_it_reads(tmp_path):
+    db = tmp_path / "opencode.db"
+    db.write_bytes((SAMPLES / "text" / "opencode.db").read_bytes())
+    before = db.read_bytes()
+    result = run(["otel", "--db", str(db), "-o", str(db)])
+    assert result.returncode == 2
+    assert b"will not write to" in result.stderr and b"it is being read" in result.stderr
+    assert db.read_bytes() == before
+
+
+def test_cli_a_header_that_is_no_pair_is_an_error():
+    result = run(
+        [
+            "otel",
+            "--db",
+            str(SAMPLES / "text" / "opencode.db"),
+            "--endpoint",
+            "http://c:1",
+            "-H",
+            "novalue",
+        ]
+    )
+    assert result.returncode == 2
+    assert result.stderr == b"error: 'novalue' is not a header NAME=VALUE\n"
+
+
+# ------------------------------------------------------------------- run/attach --otel
+
+
+def fake_opencode(tmp_path: Path, stream: Path) -> Path:
+    """An `opencode` that prints a captured run stream and exits 0."""
+    fake = tmp_path / "opencode"
+    fake.write_text(f"#!/bin/sh\ncat {stream}\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_run_otel_sends_the_run_when_it_ends(tmp_path):
+    stream = SAMPLES / "parallel_tools" / "stream.jsonl"
+    with backend([200]) as (state, url):
+        result = run(
+            ["run", "--format", "jsonl", "--otel", url, "do", "it"],
+            env={"OPENCODE_BIN": str(fake_opencode(tmp_path, stream))},
+        )
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert events[-1]["kind"] == "metrics"  # the events are written as ever
+    assert [r[0] for r in state.requests] == ["/v1/traces", "/v1/metrics"]
+    sent = spans_of(json.loads(state.requests[0][2]))
+    assert [s["spanId"] for s in sent] == [s["spanId"] for s in all_spans(file_export(stream))]
+    assert b"otel: 1 sessions, 7 spans in 2 requests to " in result.stderr
+
+
+def test_run_otel_to_a_file(tmp_path):
+    stream = SAMPLES / "task" / "stream.jsonl"
+    out = tmp_path / "run.otlp.jsonl"
+    result = run(
+        ["run", "--format", "jsonl", "--otel", str(out), "go"],
+        env={"OPENCODE_BIN": str(fake_opencode(tmp_path, stream))},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = out.read_bytes().splitlines()
+    for line in lines:
+        check(line)
+    assert all_spans([json.loads(line) for line in lines]) == all_spans(file_export(stream))
+
+
+def test_run_otel_refuses_the_file_the_events_go_to(tmp_path):
+    result = run(
+        ["run", "-o", str(tmp_path / "x"), "--otel", str(tmp_path / "x"), "go"],
+        env={"OPENCODE_BIN": str(fake_opencode(tmp_path, SAMPLES / "text" / "stream.jsonl"))},
+    )
+    assert result.returncode == 2
+    assert b"the events and the spans need a place each" in result.stderr
+
+
+def test_attach_otel_sends_what_the_server_streamed(tmp_path):
+    import socket
+    import time as clock
+
+    sse = (SAMPLES / "serve_permission" / "events.sse").read_bytes()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Connection: close\r\n\r\n" + sse
+            )
+            clock.sleep(5)  # the stream stays open: the session's idle ends attach
+
+    threading.Thread(target=serve, daemon=True).start()
+    out = tmp_path / "spans.jsonl"
+    try:
+        attached = run(
+            [
+                "attach",
+                f"http://127.0.0.1:{listener.getsockname()[1]}",
+                "--format",
+                "jsonl",
+                "--otel",
+                str(out),
+            ]
+        )
+    finally:
+        listener.close()
+    assert attached.returncode == 0, attached.stderr
+    sent = all_spans([json.loads(line) for line in out.read_bytes().splitlines()])
+    offline = all_spans(file_export(SAMPLES / "serve_permission" / "events.sse"))
+    assert [s["spanId"] for s in sent] == [s["spanId"] for s in offline]

@@ -18,9 +18,10 @@ from ..errors import InputError
 from .io import (
     db_option,
     open_inputs,
-    open_output,
     open_store,
+    otel_destination,
     pipe_safe,
+    report_otel,
     selection_options,
     since_ms,
 )
@@ -117,129 +118,51 @@ def otel(
     from_stream = bool(files) or (
         not sessions and not chose_stored and sys.stdin is not None and not sys.stdin.isatty()
     )
-    signals = {"traces": only != "metrics", "metrics": only != "traces"}
-
-    sink, close, where, max_bytes = _sink(
-        output, endpoint, headers, compression, retries, env, files
-    )
     summary = Summary()
-    try:
-        if from_stream:
-            opened = open_inputs(files or ("-",))
-            from ..pipeline.normalize import refuse_databases
 
-            refuse_databases(opened, "otel")
-            builder = TraceBuilder(mcp_servers=_servers())
+    def send(sessions: Any, builder: Any, reads: Any) -> Any:
+        # Opened once the input is known good, and never over a file being read (-o x.db).
+        destination = otel_destination(output, endpoint, headers, compression, retries, reads, env)
+        try:
             export(
-                stream_sessions(opened, builder, summary),
+                sessions,
                 builder,
-                sink,
-                traces=signals["traces"],
-                metrics=signals["metrics"],
-                max_bytes=max_bytes,
+                destination.send,
+                traces=only != "metrics",
+                metrics=only != "traces",
+                max_bytes=destination.max_bytes,
                 summary=summary,
             )
-        else:
-            since_time = since_ms(since)
-            with open_store(db_path) as store:
-                from ..store.open import select_sessions
+        finally:
+            destination.close()
+        return destination
 
-                ids = select_sessions(
-                    store,
-                    sessions,
-                    last=last,
-                    since_ms=since_time,
-                    all_sessions=all_sessions,
-                    children=children,
-                )
-                builder = store_builder(store)
-                export(
-                    store_sessions(store, ids, builder),
-                    builder,
-                    sink,
-                    traces=signals["traces"],
-                    metrics=signals["metrics"],
-                    max_bytes=max_bytes,
-                    summary=summary,
-                )
-    finally:
-        close()
-    for note in summary.partial:
-        click.echo(f"warning: {note}", err=True)
-    if where is not None:  # a backend: say what it was sent, as the Collector's log would
-        click.echo(
-            f"otel: {summary.sessions} sessions, {summary.spans} spans "
-            f"in {summary.bodies} requests to {where}",
-            err=True,
-        )
+    if from_stream:
+        from ..pipeline.normalize import refuse_databases
+
+        opened = open_inputs(files or ("-",))
+        refuse_databases(opened, "otel")
+        builder = TraceBuilder(mcp_servers=_servers())
+        destination = send(stream_sessions(opened, builder, summary), builder, files or ("-",))
+    else:
+        from ..store.open import select_sessions, store_files
+
+        since_time = since_ms(since)
+        with open_store(db_path) as store:
+            ids = select_sessions(
+                store,
+                sessions,
+                last=last,
+                since_ms=since_time,
+                all_sessions=all_sessions,
+                children=children,
+            )
+            builder = store_builder(store)
+            destination = send(store_sessions(store, ids, builder), builder, store_files(store))
+    report_otel(summary, destination)
 
 
 def _servers() -> Any:
     from ..reports.mcp import mcp_server_names
 
     return mcp_server_names
-
-
-def _sink(
-    output: str | None,
-    endpoint: str | None,
-    headers: tuple[str, ...],
-    compression: str | None,
-    retries: int,
-    env: Any,
-    reads: tuple[str, ...],
-) -> tuple[Any, Any, str | None, int]:
-    """Where bodies go: (send, close, the backend's name or None for a file, the largest
-    body)."""
-    from ..otel.otlp import MAX_BODY_BYTES, MAX_LINE_BYTES, parse_key_values
-    from ..otel.transport import ExportError, OtlpHttp, endpoints_from
-
-    if output is not None or not (endpoint or _env_endpoint(env)):
-        out = open_output(output, reads=reads or ())
-
-        def write(signal: str, body: bytes) -> None:
-            out.write(body + b"\n")
-
-        def close() -> None:
-            out.flush()
-
-        return write, close, None, MAX_LINE_BYTES
-    if not endpoint and env.protocol == "grpc":
-        raise ExportError(
-            "OTEL_EXPORTER_OTLP_PROTOCOL is grpc; otel sends OTLP/HTTP JSON "
-            "(give --endpoint http://HOST:4318, or set the protocol to http/json)"
-        )
-    endpoints = endpoints_from(endpoint, env)
-    sent_headers = parse_key_values(env.headers)
-    for item in headers:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--header")
-        sent_headers[name.strip()] = value.strip()
-    if compression is None:
-        compression = "none" if env.compression == "none" else "gzip"
-    timeout = _timeout(env)
-    sender = OtlpHttp(
-        endpoints, headers=sent_headers, compression=compression, timeout=timeout, retries=retries
-    )
-
-    def send(signal: str, body: bytes) -> Any:
-        if signal not in sender.endpoints:
-            raise ExportError(f"no OTLP endpoint for {signal}; give --endpoint")
-        return sender.send(signal, body)
-
-    where = endpoint or env.endpoint or ", ".join(endpoints.values())
-    return send, sender.close, where, MAX_BODY_BYTES
-
-
-def _env_endpoint(env: Any) -> bool:
-    return bool(env.endpoint or env.traces_endpoint or env.metrics_endpoint)
-
-
-def _timeout(env: Any) -> float:
-    """``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms), default 10 s."""
-    try:
-        value = float(env.timeout or "10000") / 1000
-    except ValueError:
-        return 10.0
-    return value if value > 0 else 10.0

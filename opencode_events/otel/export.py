@@ -16,11 +16,30 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
+from ..errors import InputError
 from ..events import Event, Warning
-from .otlp import MAX_BODY_BYTES, Resources, SpanBatches, metrics_body
+from ..paths import OtlpEnvironment, otlp_environment
+from .otlp import (
+    MAX_BODY_BYTES,
+    MAX_LINE_BYTES,
+    Resources,
+    SpanBatches,
+    metrics_body,
+    parse_key_values,
+)
 from .spans import SessionInfo, SessionTrace, SpanData, ToolTimes, TraceBuilder, session_info
 
-__all__ = ["Summary", "store_sessions", "stream_sessions", "export", "store_builder"]
+__all__ = [
+    "Summary",
+    "store_sessions",
+    "stream_sessions",
+    "export",
+    "store_builder",
+    "SpanCollector",
+    "Tee",
+    "FileDestination",
+    "HttpDestination",
+]
 
 Sink = Callable[[str, bytes], Any]
 Finished = tuple[dict[str, Any], list[SpanData]]
@@ -96,8 +115,9 @@ def store_sessions(
         yield resource_of(info), builder.finish(trace, info)
 
 
-class _Collector:
-    """A normalizer's writer that files each event under its session's trace."""
+class SpanCollector:
+    """A writer of normalized events that files each under its session's trace (as a tee
+    beside another writer: ``attach --otel``), and gives the finished sessions at the end."""
 
     def __init__(self, builder: TraceBuilder) -> None:
         self.builder = builder
@@ -123,6 +143,40 @@ class _Collector:
     def flush(self) -> None:
         pass
 
+    def normalizer(self, *, keep_raw: bool = False) -> ToolTimes:
+        """The normalizer to map with: it notes each call's times where these spans look."""
+        normalizer = ToolTimes(keep_raw=keep_raw)
+        normalizer.times = self.builder.times
+        return normalizer
+
+    def finished(self, resources: Resources | None = None) -> Iterator[Finished]:
+        """Every session seen, finished, in the order first seen (every spawning call is
+        noted first: a subagent may come before its parent)."""
+        traces = list(self.traces.values())
+        self.traces = {}
+        for trace in traces:
+            self.builder.note_children(trace)
+        resource = (resources or Resources())()
+        for trace in traces:
+            yield resource, self.builder.finish(trace)
+
+
+class Tee:
+    """Events to ``writer`` and to ``collector`` both."""
+
+    def __init__(self, writer: Any, collector: SpanCollector) -> None:
+        self.writer, self.collector = writer, collector
+
+    def write(self, events: Sequence[Event]) -> None:
+        self.writer.write(events)
+        self.collector.write(events)
+
+    def end_batch(self) -> None:
+        self.writer.end_batch()
+
+    def flush(self) -> None:
+        self.writer.flush()
+
 
 def stream_sessions(
     inputs: Sequence[tuple[str, BinaryIO]],
@@ -134,19 +188,88 @@ def stream_sessions(
     events (``normalize``'s input), finished when the inputs end, parents first."""
     from ..pipeline.normalize import event_batches
 
-    collector = _Collector(builder)
-    normalizer = ToolTimes()
-    normalizer.times = builder.times
-    for events in event_batches(inputs, normalizer):
+    collector = SpanCollector(builder)
+    for events in event_batches(inputs, collector.normalizer()):
         collector.write(events)
     if summary is not None:
         summary.warnings += collector.warnings
-    traces = list(collector.traces.values())
-    for trace in traces:  # every spawning call first: a subagent may come before its parent
-        builder.note_children(trace)
-    resource = (resources or Resources())()
-    for trace in traces:
-        yield resource, builder.finish(trace)
+    yield from collector.finished(resources)
+
+
+class FileDestination:
+    """Bodies as the file exporter's JSON Lines into ``out`` (a file or stdout)."""
+
+    max_bytes = MAX_LINE_BYTES
+    where = None
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+
+    def send(self, signal: str, body: bytes) -> None:
+        self.out.write(body + b"\n")
+
+    def close(self) -> None:
+        self.out.flush()
+
+
+class HttpDestination:
+    """Bodies posted over OTLP/HTTP (``transport.OtlpHttp``); ``where`` names the backend."""
+
+    max_bytes = MAX_BODY_BYTES
+
+    def __init__(
+        self,
+        endpoint: str | None,
+        headers: Sequence[str] = (),
+        *,
+        compression: str | None = None,
+        retries: int = 5,
+        env: OtlpEnvironment | None = None,
+    ) -> None:
+        from .transport import ExportError, OtlpHttp, endpoints_from
+
+        env = otlp_environment() if env is None else env
+        if not endpoint and env.protocol == "grpc":
+            raise ExportError(
+                "OTEL_EXPORTER_OTLP_PROTOCOL is grpc; otel sends OTLP/HTTP JSON "
+                "(give --endpoint http://HOST:4318, or set the protocol to http/json)"
+            )
+        self.endpoints = endpoints_from(endpoint, env)
+        sent = parse_key_values(env.headers)
+        for item in headers:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise InputError(f"{item!r} is not a header NAME=VALUE")
+            sent[name.strip()] = value.strip()
+        if compression is None:
+            compression = "none" if env.compression == "none" else "gzip"
+        self.sender = OtlpHttp(
+            self.endpoints,
+            headers=sent,
+            compression=compression,
+            timeout=_timeout(env.timeout),
+            retries=retries,
+        )
+        self.where = endpoint or env.endpoint or ", ".join(self.endpoints.values())
+
+    def send(self, signal: str, body: bytes) -> Any:
+        if signal not in self.endpoints:
+            from .transport import ExportError
+
+            raise ExportError(f"no OTLP endpoint for {signal} (give --endpoint, or --only)")
+        return self.sender.send(signal, body)
+
+    def close(self) -> None:
+        self.sender.close()
+
+
+def _timeout(milliseconds: str | None) -> float:
+    """``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms) in seconds, default 10."""
+    try:
+        value = float(milliseconds or "10000") / 1000
+    except ValueError:
+        return 10.0
+    return value if value > 0 else 10.0
 
 
 def export(
