@@ -785,3 +785,34 @@ def test_attach_otel_sends_what_the_server_streamed(tmp_path):
     sent = all_spans([json.loads(line) for line in out.read_bytes().splitlines()])
     offline = all_spans(file_export(SAMPLES / "serve_permission" / "events.sse"))
     assert [s["spanId"] for s in sent] == [s["spanId"] for s in offline]
+
+
+def test_a_loop_of_parent_links_is_two_top_level_traces(tmp_path):
+    from tests.stores import with_a_parent_loop
+
+    db = tmp_path / "loop.db"
+    first, second = with_a_parent_loop(db)
+    bodies: list[bytes] = []
+    with Store(db) as store:
+        builder = store_builder(store)
+        ids = every_session(store)
+        export(store_sessions(store, ids, builder), builder, lambda s, b: bodies.append(b))
+    sessions = [
+        s for s in all_spans([json.loads(b) for b in bodies]) if s["name"].startswith("invoke")
+    ]
+    assert {s["traceId"] for s in sessions} == {trace_id_of(first), trace_id_of(second)}
+    assert all("parentSpanId" not in s for s in sessions)
+
+
+def test_legacy_json_files_give_the_databases_spans(tmp_path):
+    """The same spans in the same places (their times are the files' own: docs/store.md)."""
+    from tests.test_legacy import write_legacy
+
+    write_legacy(SAMPLES / "task" / "opencode.db", tmp_path / "opencode", oldest=False)
+    result = run(["otel", "--db", str(tmp_path / "opencode"), "--all", "--only", "traces"])
+    assert result.returncode == 0, result.stderr
+    from_files = all_spans([json.loads(line) for line in result.stdout.splitlines()])
+    from_db = all_spans(store_export("task")[0])
+    assert sorted((s["spanId"], s.get("parentSpanId")) for s in from_files) == sorted(
+        (s["spanId"], s.get("parentSpanId")) for s in from_db
+    )

@@ -61,8 +61,17 @@ def store_builder(store: Any) -> TraceBuilder:
     """A builder that knows the store's parent links, and reads a parent session when a
     subagent is exported without it (to find the call that spawned it)."""
     from ..reports.mcp import mcp_server_names
+    from ..store.open import every_session
 
-    parents = {child: parent for parent, kids in store.children().items() for child in kids}
+    # The store's own tree: no parent links on a loop (``children`` leaves them out), and
+    # a parent no longer there is none (the session is top-level, as ``sessions`` says).
+    known = set(every_session(store))
+    parents = {
+        child: parent
+        for parent, kids in store.children().items()
+        if parent in known
+        for child in kids
+    }
     found: dict[str, dict[str, str]] = {}
 
     def spawned_by(child: str, parent: str) -> str | None:
@@ -109,6 +118,7 @@ def store_sessions(
     for session_id in session_ids:
         row = store.session(session_id)
         info = session_info(row) if row is not None else SessionInfo(id=session_id)
+        info.parent_id = builder.parents.get(session_id)  # the tree's, not the row's
         trace = builder.session(session_id, info.directory)
         _read_session(store, builder, session_id, trace, normalizer)
         builder.times.clear()  # a call's times are taken by its event; none are left over

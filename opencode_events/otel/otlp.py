@@ -167,15 +167,24 @@ def any_value(value: Any) -> AnyValue | None:
     return None
 
 
+_TEXT_ATTRIBUTES: dict[tuple[str, str], KeyValue] = {}  # the same names, models, sessions…
+
+
 def attributes(values: Mapping[str, Any]) -> list[KeyValue]:
     """Attributes as ``KeyValue``s; None is left out. (Once per span: the common types
-    first, by exact type.)"""
+    first, by exact type; a text attribute seen before is the same object again.)"""
     out: list[KeyValue] = []
     append = out.append
+    texts = _TEXT_ATTRIBUTES
     for key, value in values.items():
         kind = type(value)
         if kind is str:
-            append(KeyValue(key, AnyValue(string_value=value)))
+            pair = texts.get((key, value))
+            if pair is None:
+                if len(texts) > 4096:  # flat memory: ids change session by session
+                    texts.clear()
+                pair = texts[key, value] = KeyValue(key, AnyValue(string_value=value))
+            append(pair)
         elif kind is int:
             append(KeyValue(key, AnyValue(int_value=str(value))))
         elif value is not None:

@@ -470,8 +470,12 @@ class TraceBuilder:
         spawned_by: Callable[[str, str], str | None] | None = None,
         mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
     ) -> None:
-        self.parents = parents if parents is not None else {}  # child → parent session
-        self.spawns: dict[str, str] = {}  # child session → the spawning call's span id
+        # child → parent session: the store's tree when given (the only authority then, so
+        # the result does not depend on the order sessions are read); else learnt from the
+        # spawning calls seen
+        self.learn_parents = parents is None
+        self.parents = parents if parents is not None else {}
+        self.spawns: dict[str, tuple[str, str]] = {}  # child → (its parent, the call's span)
         self.spawned_by = spawned_by
         self.mcp_servers = mcp_servers
         self.counters = Counters()
@@ -502,21 +506,24 @@ class TraceBuilder:
     def note_children(self, trace: SessionTrace) -> None:
         """What a session's spawning calls tell of its subagents' place."""
         for child, span_id in trace.children.items():
-            self.spawns[child] = span_id
-            self.parents.setdefault(child, trace.session_id)
+            self.spawns[child] = (trace.session_id, span_id)
+            if self.learn_parents:
+                self.parents.setdefault(child, trace.session_id)
 
     def finish(self, trace: SessionTrace, info: SessionInfo | None = None) -> list[SpanData]:
         """The session's spans, its ``invoke_agent`` span first, then by start time."""
         sid = trace.session_id
         info = info or SessionInfo(id=sid)
         self.note_children(trace)
-        if info.parent_id and sid not in self.parents:
+        if info.parent_id and self.learn_parents and sid not in self.parents:
             self.parents[sid] = info.parent_id
         trace_id = trace_id_of(self.root_of(sid))
         parent = self.parents.get(sid)
         parent_span = ""
         if parent is not None and self.root_of(sid) != sid:
-            spawn = self.spawns.get(sid)
+            spawner, spawn = self.spawns.get(sid, (None, None))
+            if spawner != parent:  # a call of another session: not where the tree puts it
+                spawn = None
             if spawn is None and self.spawned_by is not None:
                 spawn = self.spawned_by(sid, parent)
             parent_span = spawn or span_id_of("session", parent)
