@@ -119,6 +119,49 @@ def test_the_check_catches_what_protobuf_alone_lets_through(broken, why):
 # ------------------------------------------------------------------ spans and the store
 
 
+def usage_report(name: str) -> dict:
+    """`usage --all --by session` of a sample: every top-level session with its subagents
+    folded in, a fork's copied history not counted again."""
+    db = SAMPLES / name / "opencode.db"
+    result = subprocess.run(
+        [*CMD, "usage", "--db", str(db), "--all", "--by", "session", "--format", "json"],
+        capture_output=True,
+        check=True,
+    )
+    return json.loads(result.stdout)
+
+
+def gen_ai_sums(spans: list[dict]) -> dict[str, float]:
+    sums = dict.fromkeys(("input", "output", "read", "write", "reasoning", "cost"), 0)
+    for span in spans:
+        values = attrs(span)
+        if "gen_ai.usage.input_tokens" not in values:
+            continue
+        sums["input"] += values["gen_ai.usage.input_tokens"]
+        sums["output"] += values["gen_ai.usage.output_tokens"]
+        sums["read"] += values["gen_ai.usage.cache_read.input_tokens"]
+        sums["write"] += values["gen_ai.usage.cache_write.input_tokens"]
+        assert (
+            values["gen_ai.usage.cache_creation.input_tokens"]
+            == values["gen_ai.usage.cache_write.input_tokens"]
+        )
+        sums["reasoning"] += values["gen_ai.usage.reasoning.output_tokens"]
+        sums["cost"] += values["gen_ai.usage.cost"]
+    return sums
+
+
+def usage_sums(row: dict) -> dict[str, float]:
+    """A usage row in the conventions' terms: input with the cache, output with reasoning."""
+    return {
+        "input": row["input_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"],
+        "output": row["output_tokens"] + row["reasoning_tokens"],
+        "read": row["cache_read_tokens"],
+        "write": row["cache_write_tokens"],
+        "reasoning": row["reasoning_tokens"],
+        "cost": pytest.approx(row["cost"], rel=1e-9, abs=1e-12),
+    }
+
+
 @pytest.mark.parametrize("name", STORES)
 def test_span_counts_follow_the_events(name):
     events = events_of(name)
@@ -128,42 +171,76 @@ def test_span_counts_follow_the_events(name):
         op = attrs(span)["gen_ai.operation.name"]
         by_op[op] = by_op.get(op, 0) + 1
     sessions = store_rows(name, "SELECT count(*) FROM session")[0][0]
+    copied = forked_copies(name)
     calls = {
         (e["session_id"], e["part_id"])
         for e in events
-        if e.get("tool") is not None and e["kind"] != "metrics"
+        if e.get("tool") is not None and e["message_id"] not in copied
     }
-    inferences = {(e["session_id"], e["message_id"]) for e in events if e["kind"] == "usage"}
+    inferences = {
+        (e["session_id"], e["message_id"])
+        for e in events
+        if e["kind"] == "usage" and e["message_id"] not in copied
+    }
     failed = {(e["session_id"], e["message_id"]) for e in events if e["kind"] == "error"}
     assert by_op.get("invoke_agent", 0) == sessions
     assert by_op.get("execute_tool", 0) == len(calls)
     assert by_op.get("chat", 0) == len(inferences | {f for f in failed if f[1]})
+    # usage counts every assistant message; one that never ran a step (an interrupted
+    # reply, a command's stand-in: no tokens) is no inference span
+    assert len(inferences) <= usage_report(name)["total"]["inferences"]
     assert len({s["spanId"] for s in spans}) == len(spans), "span ids are unique"
 
 
+def forked_copies(name: str) -> set[str]:
+    """Message ids of a fork's copied history: messages older than their own session."""
+    rows = store_rows(
+        name,
+        "SELECT m.id FROM message m JOIN session s ON s.id = m.session_id"
+        " WHERE m.time_created < s.time_created",
+    )
+    return {mid for (mid,) in rows}
+
+
 @pytest.mark.parametrize("name", STORES)
+def test_each_trace_totals_equal_usage_by_session(name):
+    """A trace is a top-level session with its subagents: its chat spans add up to the
+    session's row of `usage --all --by session`, with the conventions' token rule — input
+    includes the cache (read and write), output the reasoning — and OpenCode's cost."""
+    report = usage_report(name)
+    spans = all_spans(store_export(name)[0])
+    by_trace: dict[str, list[dict]] = {}
+    for span in spans:
+        by_trace.setdefault(span["traceId"], []).append(span)
+    for row in report["rows"]:
+        assert gen_ai_sums(by_trace.pop(trace_id_of(row["session_id"]))) == usage_sums(row)
+    assert by_trace == {}
+    assert gen_ai_sums(spans) == usage_sums(report["total"])
+
+
+@pytest.mark.parametrize("name", [n for n in STORES if n != "fork"])
 def test_token_sums_equal_the_store_rows(name):
-    """The conventions' input includes the cache (read and write), their output the
-    reasoning; the parts are in their own attributes, and the cost is OpenCode's."""
+    """Without forks (whose session row counts the copied history again), the store's own
+    session columns say the same."""
     ((input_, output, read, write, reasoning, cost),) = store_rows(
         name,
         "SELECT sum(tokens_input + tokens_cache_read + tokens_cache_write),"
         " sum(tokens_output + tokens_reasoning), sum(tokens_cache_read),"
         " sum(tokens_cache_write), sum(tokens_reasoning), sum(cost) FROM session",
     )
-    chats = [attrs(s) for s in all_spans(store_export(name)[0]) if s["name"].startswith("chat")]
-    used = [a for a in chats if "gen_ai.usage.input_tokens" in a]
-    assert sum(a["gen_ai.usage.input_tokens"] for a in used) == input_
-    assert sum(a["gen_ai.usage.output_tokens"] for a in used) == output
-    assert sum(a["gen_ai.usage.cache_read.input_tokens"] for a in used) == read
-    assert sum(a["gen_ai.usage.cache_write.input_tokens"] for a in used) == write
-    assert sum(a["gen_ai.usage.cache_creation.input_tokens"] for a in used) == write
-    assert sum(a["gen_ai.usage.reasoning.output_tokens"] for a in used) == reasoning
-    assert sum(a["gen_ai.usage.cost"] for a in used) == pytest.approx(cost, rel=1e-12)
+    sums = gen_ai_sums(all_spans(store_export(name)[0]))
+    assert (sums["input"], sums["output"], sums["read"], sums["write"], sums["reasoning"]) == (
+        input_,
+        output,
+        read,
+        write,
+        reasoning,
+    )
+    assert sums["cost"] == pytest.approx(cost, rel=1e-12)
 
 
 @pytest.mark.parametrize("name", STORES)
-def test_metric_counters_equal_the_store_rows(name):
+def test_metric_counters_equal_usage(name):
     docs, _ = store_export(name)
     (metrics,) = [d for d in docs if "resourceMetrics" in d]
     by_name = {m["name"]: m for m in metrics["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]}
@@ -172,17 +249,20 @@ def test_metric_counters_equal_the_store_rows(name):
     for point in by_name.get("opencode.token.usage", none)["sum"]["dataPoints"]:
         kind = attrs(point)["type"]
         tokens[kind] = tokens.get(kind, 0) + int(point["asInt"])
-    ((i, o, r, cr, cw, cost, n),) = store_rows(
-        name,
-        "SELECT sum(tokens_input), sum(tokens_output), sum(tokens_reasoning),"
-        " sum(tokens_cache_read), sum(tokens_cache_write), sum(cost), count(*) FROM session",
-    )
-    expected = {"input": i, "output": o, "reasoning": r, "cacheRead": cr, "cacheCreation": cw}
+    total = usage_report(name)["total"]
+    expected = {
+        "input": total["input_tokens"],
+        "output": total["output_tokens"],
+        "reasoning": total["reasoning_tokens"],
+        "cacheRead": total["cache_read_tokens"],
+        "cacheCreation": total["cache_write_tokens"],
+    }
     assert tokens == expected or (tokens == {} and not any(expected.values()))
     cost_points = by_name.get("opencode.cost.usage", none)["sum"]["dataPoints"]
-    assert sum(p["asDouble"] for p in cost_points) == pytest.approx(cost, rel=1e-12)
+    assert sum(p["asDouble"] for p in cost_points) == pytest.approx(total["cost"], rel=1e-12)
     sessions = by_name["opencode.session.count"]["sum"]["dataPoints"]
-    assert sum(int(p["asInt"]) for p in sessions) == n
+    count = store_rows(name, "SELECT count(*) FROM session")[0][0]
+    assert sum(int(p["asInt"]) for p in sessions) == count
     for metric in by_name.values():
         assert metric["sum"]["aggregationTemporality"] == 2 and metric["sum"]["isMonotonic"]
         for point in metric["sum"]["dataPoints"]:

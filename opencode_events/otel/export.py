@@ -83,6 +83,10 @@ def store_builder(store: Any) -> TraceBuilder:
         return found[parent].get(child)
 
     builder = TraceBuilder(parents=parents, spawned_by=spawned_by, mcp_servers=mcp_server_names)
+    # A fork's copied history is the original's: its inferences are in that trace, once.
+    from ..reports.usage import forked_copy_ids
+
+    builder.skip_messages = forked_copy_ids(store, known)
     return builder
 
 
@@ -99,9 +103,11 @@ def _read_session(
     normalizer.times = builder.times
     costs: list[float] = []
     add = trace.add
+    skip = builder.skip_messages
     for events in map_session(normalizer, store, session_id, costs):
         for event in events:
-            add(event)
+            if not skip or event.message_id not in skip:
+                add(event)
     return trace
 
 

@@ -352,8 +352,8 @@ def metrics_body(counters: Counters, resource: Mapping[str, Any]) -> bytes | Non
         for key, value in sorted(counters.tokens.items(), key=_sort_key)
     ]
     cost = [
-        NumberDataPoint(start, end, labels(*key), as_double=value if math.isfinite(value) else 0.0)
-        for key, value in sorted(counters.cost.items(), key=_sort_key)
+        NumberDataPoint(start, end, labels(*key), as_double=_finite(counters.cost_of(key)))
+        for key, _ in sorted(counters.cost.items(), key=_sort_key)
     ]
     sessions = [
         NumberDataPoint(start, end, labels(*key), as_int=str(value))
@@ -385,6 +385,10 @@ def metrics_body(counters: Counters, resource: Mapping[str, Any]) -> bytes | Non
         [ResourceMetrics(Resource(attributes(resource)), [ScopeMetrics(scope, metrics)])]
     )
     return _ENCODER.encode(data)
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
 
 
 def _sort_key(item: tuple[tuple[Any, ...], Any]) -> tuple[str, ...]:

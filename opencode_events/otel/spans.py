@@ -29,7 +29,17 @@ import msgspec
 from msgspec import Struct
 
 from ..core.normalizer import Normalizer, Provenance
-from ..events import Compaction, Error, Event, Orchestration, Prompt, ToolEvent, Unknown, Usage
+from ..events import (
+    Compaction,
+    Error,
+    Event,
+    Orchestration,
+    Prompt,
+    ToolEvent,
+    Unknown,
+    Usage,
+    summed_cost,
+)
 
 __all__ = [
     "SpanData",
@@ -418,6 +428,7 @@ class Counters:
     def __init__(self) -> None:
         self.tokens: dict[tuple[str, str | None, str | None, str | None], int] = {}
         self.cost: dict[tuple[str | None, str | None, str | None], float] = {}
+        self.figures: dict[tuple[str | None, str | None, str | None], int] = {}
         self.sessions: dict[tuple[str | None, str | None, str | None], int] = {}
         self.start_ms: int | float | None = None
         self.end_ms: int | float | None = None
@@ -434,20 +445,22 @@ class Counters:
 
     def add_usage(self, key: tuple[str | None, str | None, str | None], usage: Usage) -> None:
         tokens = self.tokens
-        for kind, value in zip(
-            self.TYPES,
-            (
-                usage.input_tokens,
-                usage.output_tokens,
-                usage.reasoning_tokens,
-                usage.cache_read_tokens,
-                usage.cache_write_tokens,
-            ),
-            strict=True,
+        model, agent, provider = key
+        for kind, value in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("reasoning", usage.reasoning_tokens),
+            ("cacheRead", usage.cache_read_tokens),
+            ("cacheCreation", usage.cache_write_tokens),
         ):
-            full = (kind, *key)
-            tokens[full] = tokens.get(full, 0) + value  # type: ignore[index]
+            full = (kind, model, agent, provider)
+            tokens[full] = tokens.get(full, 0) + value
         self.cost[key] = self.cost.get(key, 0.0) + usage.cost
+        self.figures[key] = self.figures.get(key, 0) + 1
+
+    def cost_of(self, key: tuple[str | None, str | None, str | None]) -> float:
+        """A key's cost as every sum of OpenCode's costs is written (``summed_cost``)."""
+        return summed_cost(self.cost[key], self.figures.get(key, 0))
 
 
 # ------------------------------------------------------------------------------- traces
@@ -480,6 +493,7 @@ class TraceBuilder:
         self.mcp_servers = mcp_servers
         self.counters = Counters()
         self.times: dict[str, tuple[Any, Any]] = {}  # filled by a ToolTimes normalizer
+        self.skip_messages: set[str] = set()  # a fork's copied history: not its own spans
         self._servers: dict[str | None, Sequence[str]] = {}
 
     def session(self, session_id: str, directory: str | None = None) -> SessionTrace:
