@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from .. import __version__
+from .._version import __version__
 from ..paths import OtlpEnvironment, login_name, otlp_environment
 from .spans import Counters, SessionInfo, SpanData
 

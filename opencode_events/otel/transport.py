@@ -24,7 +24,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..errors import InputError
 from ..paths import OtlpEnvironment
 
