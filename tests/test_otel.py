@@ -896,3 +896,89 @@ def test_legacy_json_files_give_the_databases_spans(tmp_path):
     assert sorted((s["spanId"], s.get("parentSpanId")) for s in from_files) == sorted(
         (s["spanId"], s.get("parentSpanId")) for s in from_db
     )
+
+
+# ---------------------------------------------------------------------------- --follow
+
+
+def follow_while_replayed(tmp_path: Path, name: str, *args: str) -> tuple[list[dict], bytes]:
+    """`otel --follow ARGS -o FILE` while the capture ``name`` is written again into a store
+    that appears only after following began (tests/replay.py); its JSON Lines, its stderr."""
+    root = Path(__file__).resolve().parents[1]
+    dst = tmp_path / "data" / "opencode.db"
+    dst.parent.mkdir()
+    out = tmp_path / "followed.jsonl"
+    follow = subprocess.Popen(
+        [*CMD, "otel", "--follow", "--db", str(dst), "-o", str(out), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=root,
+    )
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.replay",
+            str(SAMPLES / name / "opencode.db"),
+            str(dst),
+            "--delay",
+            "0.02",
+            "--wait",
+            "0.5",
+        ],
+        cwd=root,
+    )
+    try:
+        _, err = follow.communicate(timeout=120)
+    finally:
+        writer.wait(timeout=60)
+    assert follow.returncode == 0, err.decode()
+    return [json.loads(line) for line in out.read_bytes().splitlines()], err
+
+
+@pytest.mark.parametrize("name", ["task", "parallel_tools", "mcp"])
+def test_follow_sends_the_spans_the_finished_store_gives(tmp_path, name):
+    docs, err = follow_while_replayed(tmp_path, name, "--children")
+    assert b"waiting for" in err
+    for doc in docs:
+        check(doc)
+    followed = all_spans(docs)
+    stored = all_spans(store_export(name)[0])
+    assert sorted((s["spanId"], s.get("parentSpanId", ""), s["traceId"]) for s in followed) == (
+        sorted((s["spanId"], s.get("parentSpanId", ""), s["traceId"]) for s in stored)
+    )
+    usage = {s["spanId"]: {k: v for k, v in attrs(s).items() if "usage" in k} for s in stored}
+    for span in followed:
+        assert {k: v for k, v in attrs(span).items() if "usage" in k} == usage[span["spanId"]]
+    (metrics,) = [d for d in docs if "resourceMetrics" in d][-1:]
+    tokens = [
+        m
+        for m in metrics["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]
+        if m["name"] == "opencode.token.usage"
+    ]
+    total = usage_report(name)["total"]
+    counted = sum(int(p["asInt"]) for p in tokens[0]["sum"]["dataPoints"])
+    assert counted == sum(total[k] for k in TOKEN_KINDS)
+
+
+TOKEN_KINDS = (
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--forever"], "--forever goes with --follow"),
+        (["--follow", "--last"], "--follow takes SESSION..., or --all"),
+        (["--follow", "--all", "ses_x"], "--follow --all follows every session"),
+    ],
+)
+def test_follow_usage_errors(args, message):
+    result = run(["otel", "--db", str(SAMPLES / "text" / "opencode.db"), *args])
+    assert result.returncode == 2
+    assert message in result.stderr.decode()

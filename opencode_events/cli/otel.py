@@ -35,6 +35,12 @@ __all__ = ["otel"]
 @selection_options
 @click.option("--children", is_flag=True, help="Also each session's subagent sessions.")
 @click.option(
+    "--follow",
+    is_flag=True,
+    help="Follow the store as OpenCode writes it; send each session once it is done.",
+)
+@click.option("--forever", is_flag=True, help="With --follow: keep going until Ctrl-C.")
+@click.option(
     "-i",
     "--input",
     "inputs",
@@ -82,6 +88,8 @@ def otel(
     since: str | None,
     all_sessions: bool,
     children: bool,
+    follow: bool,
+    forever: bool,
     inputs: tuple[str, ...],
     output: str | None,
     endpoint: str | None,
@@ -96,13 +104,34 @@ def otel(
     session is one `invoke_agent` span with a `chat` span per inference and an
     `execute_tool` span per tool call; a subagent's session hangs from the `task` call that
     ran it, in the same trace. Ids come from OpenCode's, so exporting again sends the same
-    spans. With -i (or a pipe on stdin) the input is a stream instead of the store.
+    spans. With -i (or a pipe on stdin) the input is a stream instead of the store. With
+    --follow, the store is followed as `import --follow` follows it, and each session is
+    sent when it is done (--forever: until Ctrl-C).
     """
     from ..otel.export import Summary, export, store_builder, store_sessions, stream_sessions
     from ..otel.spans import TraceBuilder
     from ..paths import otlp_environment
 
     env = otlp_environment()
+    if forever and not follow:
+        raise click.UsageError("--forever goes with --follow")
+    if follow:
+        if last or since or inputs:
+            raise click.UsageError("--follow takes SESSION..., or --all, not --last, --since or -i")
+        if all_sessions and sessions:
+            raise click.UsageError("--follow --all follows every session; name none")
+        _follow(
+            sessions=sessions,
+            db_path=db_path,
+            all_sessions=all_sessions,
+            children=children,
+            forever=forever,
+            destination_of=lambda reads: otel_destination(
+                output, endpoint, headers, compression, retries, reads, env
+            ),
+            only=only,
+        )
+        return
     documents = [s for s in sessions if Path(s).is_file()]
     for wanted in sessions:
         if wanted not in documents and ("/" in wanted or wanted.endswith(".json")):
@@ -166,3 +195,72 @@ def _servers() -> Any:
     from ..reports.mcp import mcp_server_names
 
     return mcp_server_names
+
+
+def _follow(
+    *,
+    sessions: tuple[str, ...],
+    db_path: str | None,
+    all_sessions: bool,
+    children: bool,
+    forever: bool,
+    destination_of: Any,
+    only: str | None,
+) -> None:
+    """``otel --follow``: ``otel.follow.FollowSender`` over ``pipeline.follow``."""
+    from ..core.activity import stale_after_ms
+    from ..otel.export import SpanCollector
+    from ..otel.follow import FollowSender
+    from ..otel.spans import TraceBuilder
+    from ..paths import locate_db
+    from ..pipeline.follow import follow_store
+    from ..sources.eventlog import StoreFollower
+    from ..store.open import select_sessions
+
+    path = locate_db(db_path)
+    if path.is_dir():
+        if not (path / "opencode.db").is_file():
+            raise InputError(f"no opencode.db in {path} to follow (legacy files do not change)")
+        path = path / "opencode.db"
+    if not path.exists():
+        click.echo(f"opencode-events: waiting for {path}", err=True)
+    reads = [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+    destination = destination_of(reads)
+    collector = SpanCollector(TraceBuilder(parents={}, mcp_servers=_servers()))
+    follower = StoreFollower(
+        collector.normalizer(),
+        sessions=sessions,
+        all_sessions=all_sessions,
+        children=children,
+        resolve=lambda store, wanted: select_sessions(store, wanted),
+    )
+    stale_after = stale_after_ms()
+    sender = FollowSender(
+        path,
+        follower,
+        collector,
+        destination,
+        traces=only != "metrics",
+        metrics=only != "traces",
+        stale_after=stale_after,
+    )
+    try:
+        try:
+            follow_store(
+                path,
+                follower,
+                collector,
+                until_idle=not forever,
+                stale_after=stale_after,
+                stop=sender.poll,
+            )
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: what was seen still goes
+            collector.write(follower.finish())
+            if path.exists():
+                sender.send(everything=True)
+            raise
+        collector.write(follower.finish())
+        sender.send(everything=True)
+    finally:
+        destination.close()
+    report_otel(sender.summary, destination)

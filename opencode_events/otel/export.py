@@ -39,6 +39,7 @@ __all__ = [
     "Tee",
     "FileDestination",
     "HttpDestination",
+    "read_session",
 ]
 
 Sink = Callable[[str, bytes], Any]
@@ -76,7 +77,7 @@ def store_builder(store: Any) -> TraceBuilder:
 
     def spawned_by(child: str, parent: str) -> str | None:
         if parent not in found:
-            trace = _read_session(store, builder, parent, builder.session(parent))
+            trace = read_session(store, builder, parent, builder.session(parent))
             found[parent] = dict(trace.children)
             if len(found) > 1024:  # flat memory: a parent's subagents come together
                 found.pop(next(iter(found)))
@@ -90,13 +91,14 @@ def store_builder(store: Any) -> TraceBuilder:
     return builder
 
 
-def _read_session(
+def read_session(
     store: Any,
     builder: TraceBuilder,
     session_id: str,
     trace: SessionTrace,
     normalizer: ToolTimes | None = None,
 ) -> SessionTrace:
+    """A stored session's events into ``trace`` (a fork's copied history left out)."""
     from ..pipeline.normalize import map_session
 
     normalizer = normalizer or ToolTimes()
@@ -126,7 +128,7 @@ def store_sessions(
         info = session_info(row) if row is not None else SessionInfo(id=session_id)
         info.parent_id = builder.parents.get(session_id)  # the tree's, not the row's
         trace = builder.session(session_id, info.directory)
-        _read_session(store, builder, session_id, trace, normalizer)
+        read_session(store, builder, session_id, trace, normalizer)
         builder.times.clear()  # a call's times are taken by its event; none are left over
         yield resource_of(info), builder.finish(trace, info)
 
@@ -224,6 +226,10 @@ class FileDestination:
     def send(self, signal: str, body: bytes) -> None:
         self.out.write(body + b"\n")
 
+    def flush(self) -> None:
+        """Lines out now (a Collector tailing the file reads them as they come)."""
+        self.out.flush()
+
     def close(self) -> None:
         self.out.flush()
 
@@ -274,6 +280,9 @@ class HttpDestination:
 
             raise ExportError(f"no OTLP endpoint for {signal} (give --endpoint, or --only)")
         return self.sender.send(signal, body)
+
+    def flush(self) -> None:
+        pass  # each body is sent whole
 
     def close(self) -> None:
         self.sender.close()

@@ -494,6 +494,7 @@ class TraceBuilder:
         self.counters = Counters()
         self.times: dict[str, tuple[Any, Any]] = {}  # filled by a ToolTimes normalizer
         self.skip_messages: set[str] = set()  # a fork's copied history: not its own spans
+        self.counted: set[str] | None = None  # sessions counted already (when followed)
         self._servers: dict[str | None, Sequence[str]] = {}
 
     def session(self, session_id: str, directory: str | None = None) -> SessionTrace:
@@ -589,7 +590,10 @@ class TraceBuilder:
                 last_error.attributes.get("exception.message", name) if last_error else ""
             ) or ""
         counters = self.counters
-        counters.add_session((model, agent, provider), start, end)
+        if self.counted is None or sid not in self.counted:
+            counters.add_session((model, agent, provider), start, end)
+            if self.counted is not None:
+                self.counted.add(sid)
         children: list[SpanData] = []
         for chat in trace.chats.values():
             span = chat.span
