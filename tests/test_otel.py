@@ -982,3 +982,65 @@ def test_follow_usage_errors(args, message):
     result = run(["otel", "--db", str(SAMPLES / "text" / "opencode.db"), *args])
     assert result.returncode == 2
     assert message in result.stderr.decode()
+
+
+# ------------------------------------------------------------------------------ workers
+
+
+@pytest.fixture(scope="module")
+def generated_store(tmp_path_factory) -> Path:
+    """120 sessions cloned from the captures (bench/gen_db.py: subagents, forks, errors)."""
+    db = tmp_path_factory.mktemp("gen") / "opencode.db"
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(
+        [
+            sys.executable,
+            "bench/gen_db.py",
+            "--sessions",
+            "120",
+            "--parts",
+            "6000",
+            "--target-gb",
+            "0.005",
+            "--out",
+            str(db),
+        ],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+    return db
+
+
+def spans_and_metrics(out: bytes) -> tuple[list[str], dict | None]:
+    spans, metrics = [], None
+    for line in out.splitlines():
+        doc = json.loads(line)
+        check(doc)
+        if "resourceSpans" in doc:
+            spans += [json.dumps(s, sort_keys=True) for s in spans_of(doc)]
+        else:
+            metrics = doc
+    return sorted(spans), metrics
+
+
+def test_workers_export_the_same_spans_and_counters(generated_store):
+    one = run(["otel", "--db", str(generated_store), "--all"], env={"OPENCODE_EVENTS_WORKERS": "1"})
+    two = run(["otel", "--db", str(generated_store), "--all"], env={"OPENCODE_EVENTS_WORKERS": "3"})
+    assert one.returncode == two.returncode == 0, two.stderr
+    spans, metrics = spans_and_metrics(one.stdout)
+    assert len(spans) > 1000
+    assert spans_and_metrics(two.stdout) == (spans, metrics)
+
+
+def test_workers_stop_when_the_backend_refuses(generated_store):
+    with backend([400]) as (state, url):
+        result = run(
+            ["otel", "--db", str(generated_store), "--all", "--endpoint", url],
+            env={"OPENCODE_EVENTS_WORKERS": "2"},
+        )
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == [
+        f"error: {url}/v1/traces refused the traces: HTTP 400 Bad Request: bad spans"
+    ]
+    assert len(state.requests) == 1

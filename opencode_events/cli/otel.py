@@ -149,19 +149,22 @@ def otel(
     )
     summary = Summary()
 
-    def send(sessions: Any, builder: Any, reads: Any) -> Any:
+    def send(sessions: Any, builder: Any, reads: Any, parallel: Any = None) -> Any:
         # Opened once the input is known good, and never over a file being read (-o x.db).
         destination = otel_destination(output, endpoint, headers, compression, retries, reads, env)
         try:
-            export(
-                sessions,
-                builder,
-                destination.send,
-                traces=only != "metrics",
-                metrics=only != "traces",
-                max_bytes=destination.max_bytes,
-                summary=summary,
-            )
+            if parallel is not None:
+                parallel(destination)
+            else:
+                export(
+                    sessions,
+                    builder,
+                    destination.send,
+                    traces=only != "metrics",
+                    metrics=only != "traces",
+                    max_bytes=destination.max_bytes,
+                    summary=summary,
+                )
         finally:
             destination.close()
         return destination
@@ -187,7 +190,27 @@ def otel(
                 children=children,
             )
             builder = store_builder(store)
-            destination = send(store_sessions(store, ids, builder), builder, store_files(store))
+            parallel = None
+            from ..otel.parallel import export_in_workers, workers_for
+
+            workers = workers_for(len(ids)) if getattr(store, "uri", None) else 1
+            if workers > 1:  # a large export: one worker per core (otel.parallel)
+
+                def parallel(destination: Any) -> None:
+                    export_in_workers(
+                        store,
+                        ids,
+                        builder,
+                        destination,
+                        workers=workers,
+                        traces=only != "metrics",
+                        metrics=only != "traces",
+                        summary=summary,
+                    )
+
+            destination = send(
+                store_sessions(store, ids, builder), builder, store_files(store), parallel
+            )
     report_otel(summary, destination)
 
 

@@ -58,21 +58,26 @@ class Summary:
         self.partial: list[Any] = []  # the backends' partial-success notes
 
 
-def store_builder(store: Any) -> TraceBuilder:
+def store_builder(
+    store: Any, *, parents: dict[str, str] | None = None, skip: set[str] | None = None
+) -> TraceBuilder:
     """A builder that knows the store's parent links, and reads a parent session when a
-    subagent is exported without it (to find the call that spawned it)."""
+    subagent is exported without it (to find the call that spawned it). ``parents`` and
+    ``skip`` (the session tree, a fork's copied messages) when worked out already."""
     from ..reports.mcp import mcp_server_names
     from ..store.open import every_session
 
-    # The store's own tree: no parent links on a loop (``children`` leaves them out), and
-    # a parent no longer there is none (the session is top-level, as ``sessions`` says).
-    known = set(every_session(store))
-    parents = {
-        child: parent
-        for parent, kids in store.children().items()
-        if parent in known
-        for child in kids
-    }
+    known: set[str] | None = None
+    if parents is None:
+        # The store's own tree: no parent links on a loop (``children`` leaves them out),
+        # and a parent no longer there is none (the session is top-level, as ``sessions``).
+        known = set(every_session(store))
+        parents = {
+            child: parent
+            for parent, kids in store.children().items()
+            if parent in known
+            for child in kids
+        }
     found: dict[str, dict[str, str]] = {}
 
     def spawned_by(child: str, parent: str) -> str | None:
@@ -84,10 +89,12 @@ def store_builder(store: Any) -> TraceBuilder:
         return found[parent].get(child)
 
     builder = TraceBuilder(parents=parents, spawned_by=spawned_by, mcp_servers=mcp_server_names)
-    # A fork's copied history is the original's: its inferences are in that trace, once.
-    from ..reports.usage import forked_copy_ids
+    if skip is None:
+        # A fork's copied history is the original's: its inferences are in that trace, once.
+        from ..reports.usage import forked_copy_ids
 
-    builder.skip_messages = forked_copy_ids(store, known)
+        skip = forked_copy_ids(store, known if known is not None else every_session(store))
+    builder.skip_messages = skip
     return builder
 
 
