@@ -10,6 +10,7 @@ timings are the best of ``BENCH_REPEAT`` runs in a row:
   (≥ 5× faster) and against ``opencode stats`` (the pinned OpenCode binary);
 - ``import --all`` against a bare loop that reads every part row and msgspec-decodes it
   (within 1.5×);
+- ``otel --all`` (OTLP JSON Lines of every session) beside ``import --all`` (a figure);
 - peak RSS of each of ours (under 200 MB, and flat: the same on a database a tenth the size);
 - ``statusline`` (one line for a status bar) under 100 ms, beside the start-up floor
   (``opencode-events --version``, the same interpreter and command line doing nothing), at
@@ -602,6 +603,30 @@ def bench_import() -> dict:
     }
 
 
+def bench_otel() -> dict:
+    """``otel --all`` (OTLP JSON Lines of every session, to /dev/null) beside ``import --all``
+    in alternating blocks (both with their workers), and both in one process."""
+    cmd = our_cmd("otel", "--db", str(DB), "--all")
+    imp = our_cmd("import", "--db", str(DB), "--all")
+    pair = paired(cmd, imp)
+    one_env = {**os.environ, "OPENCODE_EVENTS_WORKERS": "1"}
+    one, _ = best(imp, env=one_env)
+    ours_one, ours_one_rss = best(cmd, env=one_env)
+    lines = capture(cmd).count(b"\n")
+    return {
+        "ours_s": round(pair["ours_s"], 2),
+        "ours_peak_rss_mb": pair["ours_rss"],
+        "ours_one_process_s": round(ours_one, 2),
+        "ours_one_process_peak_rss_mb": ours_one_rss,
+        "import_s": round(pair["peer_s"], 2),
+        "import_one_process_s": round(one, 2),
+        "ratio_over_import": round(pair["ours_s"] / pair["peer_s"], 2),
+        "ratio_over_import_by_block": [round(1 / r, 2) for r in reversed(pair["pair_ratios"])],
+        "ratio_one_process": round(ours_one / one, 2),
+        "json_lines": lines,
+    }
+
+
 def small_rss() -> dict:
     """Peak RSS of each of ours on a database a tenth the size: flat means about the same."""
     out = {}
@@ -609,6 +634,7 @@ def small_rss() -> dict:
         ("sessions", ("sessions", "--all", "--format", "json")),
         ("usage", ("usage", "--all", "--by", "day", "--format", "json", "--tz", TZ)),
         ("import", ("import", "--all")),
+        ("otel", ("otel", "--all")),
     ):
         try:
             out[name] = measure(our_cmd(*args[:1], "--db", str(SMALL_DB), *args[1:]))[1]
@@ -742,6 +768,7 @@ def _with_range(ratio: float | None, pairs: list[float] | None) -> object:
 
 def verdicts(r: dict) -> list[tuple[str, object, str, bool | None]]:
     s, u, i, small = r["sessions"], r["usage"], r["import"], r["rss_small_db"]
+    o = r.get("otel", {})
     rows = [
         (
             "sessions --all vs ccusage opencode session (× faster)",
@@ -777,7 +804,20 @@ def verdicts(r: dict) -> list[tuple[str, object, str, bool | None]]:
             None if tree is None else tree < 200,
         )
     )
-    for name, part in (("sessions", s), ("usage", u), ("import", i)):
+    if o:
+        rows.append(
+            (
+                "otel --all vs import --all, both in one process (× slower)",
+                f"{o['ratio_over_import']} / {o['ratio_one_process']}"
+                f" ({o['ours_s']} s vs {o['import_s']} s; one process"
+                f" {o['ours_one_process_s']} s vs {o['import_one_process_s']} s)",
+                "(figure)",
+                None,
+            )
+        )
+    for name, part in (("sessions", s), ("usage", u), ("import", i), ("otel", o)):
+        if not part:
+            continue
         rss = part.get("ours_peak_rss_mb")
         small_rss_mb = small.get(name)
         flat = rss is not None and small_rss_mb is not None and rss <= small_rss_mb * 1.5 + 20
@@ -839,6 +879,7 @@ def main() -> None:
         "sessions": bench_sessions(cc, truth),
         "usage": bench_usage(cc, oc, truth),
         "import": bench_import(),
+        "otel": bench_otel(),
         "rss_small_db": small_rss(),
         "statusline": bench_statusline(),
         "top": bench_top(),

@@ -1,6 +1,6 @@
 """Every place the tool looks something up in the environment: the store's location, the
-data directory, worker counts, the OpenCode binary, server credentials and the longest
-input line.
+data directory, worker counts, the OpenCode binary, server credentials, the longest
+input line and the OpenTelemetry exporter's variables.
 
 One rule per fact: a command or a library function that needs an environment variable asks
 here, with an ``env`` mapping in tests (``os.environ`` by default)::
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import InputError
 
@@ -33,6 +34,9 @@ __all__ = [
     "MAX_LINE_VARIABLE",
     "max_line_setting",
     "parse_size",
+    "OtlpEnvironment",
+    "otlp_environment",
+    "login_name",
 ]
 
 
@@ -163,3 +167,49 @@ def github_files(env: Mapping[str, str] | None = None) -> tuple[Path | None, Pat
     env = os.environ if env is None else env
     summary, output = env.get("GITHUB_STEP_SUMMARY"), env.get("GITHUB_OUTPUT")
     return (Path(summary) if summary else None, Path(output) if output else None)
+
+
+class OtlpEnvironment(NamedTuple):
+    """The OpenTelemetry exporter's standard variables, as ``otel`` reads them (each None
+    or as set; their meaning is in docs/otel.md)."""
+
+    endpoint: str | None  # OTEL_EXPORTER_OTLP_ENDPOINT: the base URL
+    traces_endpoint: str | None  # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: a full URL
+    metrics_endpoint: str | None  # OTEL_EXPORTER_OTLP_METRICS_ENDPOINT
+    headers: str | None  # OTEL_EXPORTER_OTLP_HEADERS: name=value,…
+    compression: str | None  # OTEL_EXPORTER_OTLP_COMPRESSION: gzip or none
+    timeout: str | None  # OTEL_EXPORTER_OTLP_TIMEOUT: milliseconds
+    protocol: str | None  # OTEL_EXPORTER_OTLP_PROTOCOL: grpc, http/protobuf, http/json
+    service_name: str | None  # OTEL_SERVICE_NAME
+    resource_attributes: str | None  # OTEL_RESOURCE_ATTRIBUTES: key=value,…
+
+
+def otlp_environment(env: Mapping[str, str] | None = None) -> OtlpEnvironment:
+    env = os.environ if env is None else env
+
+    def get(name: str) -> str | None:
+        value = env.get(name, "").strip()
+        return value or None
+
+    return OtlpEnvironment(
+        endpoint=get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        traces_endpoint=get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+        metrics_endpoint=get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+        headers=get("OTEL_EXPORTER_OTLP_HEADERS"),
+        compression=get("OTEL_EXPORTER_OTLP_COMPRESSION"),
+        timeout=get("OTEL_EXPORTER_OTLP_TIMEOUT"),
+        protocol=get("OTEL_EXPORTER_OTLP_PROTOCOL"),
+        service_name=get("OTEL_SERVICE_NAME"),
+        resource_attributes=get("OTEL_RESOURCE_ATTRIBUTES"),
+    )
+
+
+def login_name() -> str | None:
+    """The user running this (``getpass``: ``$LOGNAME``, ``$USER``…, else the password
+    database), or None in a container whose uid has no name."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError, ImportError):
+        return None

@@ -33,6 +33,9 @@ __all__ = [
     "report_output",
     "csv_raw_option",
     "time_zone",
+    "otel_destination",
+    "report_otel",
+    "LiveOtel",
 ]
 
 
@@ -427,3 +430,85 @@ def time_zone(name: str | None) -> Any:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
         raise click.BadParameter(f"unknown time zone {name!r}", param_hint="--tz") from None
+
+
+# ------------------------------------------------------------------------ OpenTelemetry
+
+
+def otel_destination(
+    output: str | None,
+    endpoint: str | None,
+    headers: Sequence[str] = (),
+    compression: str | None = None,
+    retries: int = 5,
+    reads: Sequence[Any] = (),
+    env: Any = None,
+) -> Any:
+    """Where ``otel`` (and ``--otel``) send bodies: JSON Lines to ``-o FILE`` (``-`` is
+    stdout), else OTLP/HTTP to ``endpoint`` or the environment's, else JSON Lines to stdout."""
+    from ..otel.export import FileDestination, HttpDestination
+    from ..paths import otlp_environment
+
+    env = otlp_environment() if env is None else env
+    if output is not None or not (
+        endpoint or env.endpoint or env.traces_endpoint or env.metrics_endpoint
+    ):
+        return FileDestination(open_output(output, reads=reads))
+    return HttpDestination(endpoint, headers, compression=compression, retries=retries, env=env)
+
+
+def report_otel(summary: Any, destination: Any) -> None:
+    """The backend's notes (partial successes), and for a backend what it was sent."""
+    for note in summary.partial:
+        click.echo(f"warning: {note}", err=True)
+    if destination.where is not None:
+        click.echo(
+            f"otel: {summary.sessions} sessions, {summary.spans} spans "
+            f"in {summary.bodies} requests to {destination.where}",
+            err=True,
+        )
+
+
+class LiveOtel:
+    """``--otel DEST`` of ``attach`` and ``run``: the events also gathered into spans, and
+    sent when the run ends to DEST, an OTLP/HTTP base URL or a JSON Lines file (opened now,
+    so a bad one fails before anything starts)."""
+
+    def __init__(self, dest: str, *, events_to: str | None) -> None:
+        from ..otel.export import SpanCollector
+        from ..otel.spans import TraceBuilder
+        from ..reports.mcp import mcp_server_names
+
+        if dest == "-" or (events_to not in (None, "-") and same_file(dest, events_to)):
+            raise InputError(f"--otel {dest}: the events and the spans need a place each")
+        if dest.startswith(("http://", "https://")):
+            self.destination = otel_destination(None, dest)
+        else:
+            if events_to in (None, "-") and stdout_is(dest):
+                raise InputError(f"--otel {dest} is where stdout goes: give it a file of its own")
+            self.destination = otel_destination(dest, None)
+        self.collector = SpanCollector(TraceBuilder(mcp_servers=mcp_server_names))
+
+    def normalizer(self, *, keep_raw: bool = False) -> Any:
+        return self.collector.normalizer(keep_raw=keep_raw)
+
+    def writer(self, writer: Any) -> Any:
+        from ..otel.export import Tee
+
+        return Tee(writer, self.collector)
+
+    def send(self) -> None:
+        from ..otel.export import Summary, export
+
+        summary = Summary()
+        try:
+            export(
+                self.collector.finished(),
+                self.collector.builder,
+                self.destination.send,
+                max_bytes=self.destination.max_bytes,
+                summary=summary,
+            )
+        finally:
+            self.destination.close()
+        report_otel(summary, self.destination)

@@ -22,7 +22,7 @@ import click
 
 from .. import paths
 from ..errors import InputError, OutputError
-from .io import full_option, open_output, pipe_safe, same_file, stdout_is
+from .io import LiveOtel, full_option, open_output, pipe_safe, same_file, stdout_is
 from .status import ExitStatus
 
 __all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
@@ -308,6 +308,13 @@ def _read(
     help="Abort the session through the server once it with its subagents costs more; exit 3.",
 )
 @full_option
+@click.option(
+    "--otel",
+    "otel_dest",
+    metavar="URL|FILE",
+    help="Also send the sessions as OpenTelemetry traces and metrics when it ends: to an "
+    "OTLP/HTTP base URL, or as OTLP JSON Lines to FILE (docs/otel.md).",
+)
 @pipe_safe
 def attach(
     url: str,
@@ -320,6 +327,7 @@ def attach(
     no_metrics: bool,
     max_cost: float | None,
     full: bool,
+    otel_dest: str | None,
 ) -> None:
     """Follow a running `opencode serve` at URL live, as normalized events.
 
@@ -333,9 +341,10 @@ def attach(
     from ..sources.sse import SseReader
 
     endpoint = _Endpoint(url)
+    otel = LiveOtel(otel_dest, events_to=output) if otel_dest else None
     out = open_output(output)
     writer = _writer(fmt, out, full=full)
-    normalizer = Normalizer(keep_raw=keep_raw)
+    normalizer = otel.normalizer(keep_raw=keep_raw) if otel else Normalizer(keep_raw=keep_raw)
     limit = _Abort(endpoint, max_cost) if max_cost is not None else None
     reader = SseReader(
         normalizer,
@@ -345,19 +354,29 @@ def attach(
     )
     if limit is not None:
         limit.reader = reader
+    events = otel.writer(writer) if otel else writer
     try:
-        follow(
-            endpoint,
-            reader,
-            writer,
-            until_idle=until_idle,
-            ending=(lambda: limit.crossed) if limit is not None else (lambda: False),
-        )
-        writer.write(reader.finish())
+        try:
+            follow(
+                endpoint,
+                reader,
+                events,
+                until_idle=until_idle,
+                ending=(lambda: limit.crossed) if limit is not None else (lambda: False),
+            )
+        except KeyboardInterrupt:  # `--follow` ends so: what was seen is still sent
+            events.write(reader.finish())
+            writer.flush()
+            if otel is not None:
+                otel.send()
+            raise
+        events.write(reader.finish())
         if not no_metrics:
             writer.write([normalizer.metrics()])
     finally:
         writer.flush()
+    if otel is not None:
+        otel.send()
     if limit is not None and limit.crossed:
         raise SystemExit(ExitStatus.OVER_BUDGET)
 
@@ -466,6 +485,13 @@ def _opencode_binary() -> str:
     help="OpenCode's database, for the subagents' costs (default: where `import` looks).",
 )
 @full_option
+@click.option(
+    "--otel",
+    "otel_dest",
+    metavar="URL|FILE",
+    help="Also send the sessions as OpenTelemetry traces and metrics when it ends: to an "
+    "OTLP/HTTP base URL, or as OTLP JSON Lines to FILE (docs/otel.md).",
+)
 @click.argument("opencode_args", nargs=-1, type=click.UNPROCESSED, metavar="[OPENCODE ARGS]...")
 @pipe_safe
 def run_opencode(
@@ -477,6 +503,7 @@ def run_opencode(
     max_cost: float | None,
     db_path: str | None,
     full: bool,
+    otel_dest: str | None,
     opencode_args: tuple[str, ...],
 ) -> None:
     """Run `opencode run --format json OPENCODE ARGS...` and show what it does.
@@ -503,6 +530,7 @@ def run_opencode(
             raise InputError(
                 f"--tee {tee} is where stdout goes: the raw stream and the events need a file each"
             )
+    otel = LiveOtel(otel_dest, events_to=output) if otel_dest else None
     out = open_output(output)
     copy: BinaryIO | None = None
     if tee is not None:
@@ -529,7 +557,8 @@ def run_opencode(
     finished = False
     limit = _Limit(child, spend, max_cost) if max_cost is not None and spend else None
     try:
-        normalizer = Normalizer(keep_raw=keep_raw)
+        normalizer = otel.normalizer(keep_raw=keep_raw) if otel else Normalizer(keep_raw=keep_raw)
+        events_to = otel.writer(writer) if otel else writer
         stream = [("opencode", _Tee(child.stdout, copy, tee))]
         for events in event_batches(stream, normalizer):  # type: ignore[arg-type]
             if spend is not None and spend.session_id is None:
@@ -537,7 +566,7 @@ def run_opencode(
                 # writes nothing to the stream until its subagent is done.
                 spend.session_id = normalizer.session_id
             if events:
-                writer.write(events)
+                events_to.write(events)
                 if spend is not None:
                     spend.observe(events)
                 if limit is not None:
@@ -565,6 +594,8 @@ def run_opencode(
                     copy.close()
                 except OSError as exc:  # what a full disk left unwritten
                     raise OutputError(exc.errno, exc.strerror, tee) from None
+    if otel is not None:  # the run is over (also after a Ctrl-C passed on to OpenCode)
+        otel.send()
     if limit is not None and limit.crossed:
         _note(
             f"{spend.session_id} cost ${spend.total:.4f} with its subagents "  # type: ignore[union-attr]

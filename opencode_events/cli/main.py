@@ -179,3 +179,7 @@ cli.add_command(statusline)
 from .top import top  # noqa: E402
 
 cli.add_command(top)
+
+from .otel import otel  # noqa: E402
+
+cli.add_command(otel)

@@ -66,6 +66,7 @@ __all__ = [
     "store_usage",
     "BY_STREAM",
     "BY_STORE",
+    "forked_copy_ids",
 ]
 
 TOKEN_FIELDS = (
@@ -854,6 +855,13 @@ def _forked_copies(
     copies = [copy for fp in originals for copy in candidates[fp]]
     inferences = sum(1 for _, assistant, _ in copies if assistant)
     return {mid for mid, _, _ in copies}, inferences, sum(cost for _, _, cost in copies)
+
+
+def forked_copy_ids(store: Any, session_ids: Iterable[str]) -> set[str]:
+    """The message ids of ``session_ids`` that are a fork's copied history (the same rule
+    ``usage`` uses not to count them twice): for ``otel``, whose traces hold each inference
+    once, in the session where it happened."""
+    return _forked_copies(store, set(session_ids), None)[0]
 
 
 def _turn_report(

@@ -1,0 +1,346 @@
+"""Sessions to OTLP bodies: from the store one session at a time, or from streams.
+
+``store_sessions`` and ``stream_sessions`` yield each session's resource and spans as it
+is finished (the store's: as each is read, so memory stays flat over a whole database;
+a stream's: when the input ends, since a session's span ends with its last event).
+``export`` gathers them into bodies and hands each to a sink: a function taking the signal
+(``traces``/``metrics``) and one JSON body — a file writer (JSON Lines, one body a line) or
+``OtlpHttp.send``.
+
+    with open_store(None) as store:
+        summary = export(store_sessions(store, ids, builder), builder, sink)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO
+
+from ..errors import InputError
+from ..events import Event, Warning
+from ..paths import OtlpEnvironment, otlp_environment
+from .otlp import (
+    MAX_BODY_BYTES,
+    MAX_LINE_BYTES,
+    Resources,
+    SpanBatches,
+    metrics_body,
+    parse_key_values,
+)
+from .spans import SessionInfo, SessionTrace, SpanData, ToolTimes, TraceBuilder, session_info
+
+__all__ = [
+    "Summary",
+    "store_sessions",
+    "stream_sessions",
+    "export",
+    "store_builder",
+    "SpanCollector",
+    "Tee",
+    "FileDestination",
+    "HttpDestination",
+    "read_session",
+]
+
+Sink = Callable[[str, bytes], Any]
+Finished = tuple[dict[str, Any], list[SpanData]]
+
+
+class Summary:
+    """What an export sent: sessions, spans and bodies, and what the backend kept back."""
+
+    def __init__(self) -> None:
+        self.sessions = 0
+        self.spans = 0
+        self.bodies = 0
+        self.metric_points = 0
+        self.warnings = 0  # input lines that were no record (the events' warnings)
+        self.partial: list[Any] = []  # the backends' partial-success notes
+
+
+def store_builder(
+    store: Any, *, parents: dict[str, str] | None = None, skip: set[str] | None = None
+) -> TraceBuilder:
+    """A builder that knows the store's parent links, and reads a parent session when a
+    subagent is exported without it (to find the call that spawned it). ``parents`` and
+    ``skip`` (the session tree, a fork's copied messages) when worked out already."""
+    from ..reports.mcp import mcp_server_names
+    from ..store.open import every_session
+
+    known: set[str] | None = None
+    if parents is None:
+        # The store's own tree: no parent links on a loop (``children`` leaves them out),
+        # and a parent no longer there is none (the session is top-level, as ``sessions``).
+        known = set(every_session(store))
+        parents = {
+            child: parent
+            for parent, kids in store.children().items()
+            if parent in known
+            for child in kids
+        }
+    found: dict[str, dict[str, str]] = {}
+
+    def spawned_by(child: str, parent: str) -> str | None:
+        if parent not in found:
+            trace = read_session(store, builder, parent, builder.session(parent))
+            found[parent] = dict(trace.children)
+            if len(found) > 1024:  # flat memory: a parent's subagents come together
+                found.pop(next(iter(found)))
+        return found[parent].get(child)
+
+    builder = TraceBuilder(parents=parents, spawned_by=spawned_by, mcp_servers=mcp_server_names)
+    if skip is None:
+        # A fork's copied history is the original's: its inferences are in that trace, once.
+        from ..reports.usage import forked_copy_ids
+
+        skip = forked_copy_ids(store, known if known is not None else every_session(store))
+    builder.skip_messages = skip
+    return builder
+
+
+def read_session(
+    store: Any,
+    builder: TraceBuilder,
+    session_id: str,
+    trace: SessionTrace,
+    normalizer: ToolTimes | None = None,
+) -> SessionTrace:
+    """A stored session's events into ``trace`` (a fork's copied history left out)."""
+    from ..pipeline.normalize import map_session
+
+    normalizer = normalizer or ToolTimes()
+    normalizer.times = builder.times
+    costs: list[float] = []
+    add = trace.add
+    skip = builder.skip_messages
+    for events in map_session(normalizer, store, session_id, costs):
+        for event in events:
+            if not skip or event.message_id not in skip:
+                add(event)
+    return trace
+
+
+def store_sessions(
+    store: Any,
+    session_ids: Sequence[str],
+    builder: TraceBuilder,
+    resources: Resources | None = None,
+) -> Iterator[Finished]:
+    """Each stored session's resource and spans, read and finished one at a time."""
+    resource_of = resources or Resources()
+    normalizer = ToolTimes()
+    normalizer.several_sessions = len(session_ids) > 1
+    for session_id in session_ids:
+        row = store.session(session_id)
+        info = session_info(row) if row is not None else SessionInfo(id=session_id)
+        info.parent_id = builder.parents.get(session_id)  # the tree's, not the row's
+        trace = builder.session(session_id, info.directory)
+        read_session(store, builder, session_id, trace, normalizer)
+        builder.times.clear()  # a call's times are taken by its event; none are left over
+        yield resource_of(info), builder.finish(trace, info)
+
+
+class SpanCollector:
+    """A writer of normalized events that files each under its session's trace (as a tee
+    beside another writer: ``attach --otel``), and gives the finished sessions at the end."""
+
+    def __init__(self, builder: TraceBuilder) -> None:
+        self.builder = builder
+        self.traces: dict[str, SessionTrace] = {}
+        self.warnings = 0
+
+    def write(self, events: Sequence[Event]) -> None:
+        traces = self.traces
+        for event in events:
+            sid = event.session_id
+            if type(event) is Warning:
+                self.warnings += 1
+            if sid is None:
+                continue
+            trace = traces.get(sid)
+            if trace is None:
+                trace = traces[sid] = self.builder.session(sid)
+            trace.add(event)
+
+    def end_batch(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def normalizer(self, *, keep_raw: bool = False) -> ToolTimes:
+        """The normalizer to map with: it notes each call's times where these spans look."""
+        normalizer = ToolTimes(keep_raw=keep_raw)
+        normalizer.times = self.builder.times
+        return normalizer
+
+    def finished(self, resources: Resources | None = None) -> Iterator[Finished]:
+        """Every session seen, finished, in the order first seen (every spawning call is
+        noted first: a subagent may come before its parent)."""
+        traces = list(self.traces.values())
+        self.traces = {}
+        for trace in traces:
+            self.builder.note_children(trace)
+        resource = (resources or Resources())()
+        for trace in traces:
+            yield resource, self.builder.finish(trace)
+
+
+class Tee:
+    """Events to ``writer`` and to ``collector`` both."""
+
+    def __init__(self, writer: Any, collector: SpanCollector) -> None:
+        self.writer, self.collector = writer, collector
+
+    def write(self, events: Sequence[Event]) -> None:
+        self.writer.write(events)
+        self.collector.write(events)
+
+    def end_batch(self) -> None:
+        self.writer.end_batch()
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+
+def stream_sessions(
+    inputs: Sequence[tuple[str, BinaryIO]],
+    builder: TraceBuilder,
+    summary: Summary | None = None,
+    resources: Resources | None = None,
+) -> Iterator[Finished]:
+    """The sessions of run streams, server event captures, export documents or our own
+    events (``normalize``'s input), finished when the inputs end, parents first."""
+    from ..pipeline.normalize import event_batches
+
+    collector = SpanCollector(builder)
+    for events in event_batches(inputs, collector.normalizer()):
+        collector.write(events)
+    if summary is not None:
+        summary.warnings += collector.warnings
+    yield from collector.finished(resources)
+
+
+class FileDestination:
+    """Bodies as the file exporter's JSON Lines into ``out`` (a file or stdout)."""
+
+    max_bytes = MAX_LINE_BYTES
+    where = None
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+
+    def send(self, signal: str, body: bytes) -> None:
+        self.out.write(body + b"\n")
+
+    def flush(self) -> None:
+        """Lines out now (a Collector tailing the file reads them as they come)."""
+        self.out.flush()
+
+    def close(self) -> None:
+        self.out.flush()
+
+
+class HttpDestination:
+    """Bodies posted over OTLP/HTTP (``transport.OtlpHttp``); ``where`` names the backend."""
+
+    max_bytes = MAX_BODY_BYTES
+
+    def __init__(
+        self,
+        endpoint: str | None,
+        headers: Sequence[str] = (),
+        *,
+        compression: str | None = None,
+        retries: int = 5,
+        env: OtlpEnvironment | None = None,
+    ) -> None:
+        from .transport import ExportError, OtlpHttp, endpoints_from
+
+        env = otlp_environment() if env is None else env
+        if not endpoint and env.protocol == "grpc":
+            raise ExportError(
+                "OTEL_EXPORTER_OTLP_PROTOCOL is grpc; otel sends OTLP/HTTP JSON "
+                "(give --endpoint http://HOST:4318, or set the protocol to http/json)"
+            )
+        self.endpoints = endpoints_from(endpoint, env)
+        sent = parse_key_values(env.headers)
+        for item in headers:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise InputError(f"{item!r} is not a header NAME=VALUE")
+            sent[name.strip()] = value.strip()
+        if compression is None:
+            compression = "none" if env.compression == "none" else "gzip"
+        self.sender = OtlpHttp(
+            self.endpoints,
+            headers=sent,
+            compression=compression,
+            timeout=_timeout(env.timeout),
+            retries=retries,
+        )
+        self.where = endpoint or env.endpoint or ", ".join(self.endpoints.values())
+
+    def send(self, signal: str, body: bytes) -> Any:
+        if signal not in self.endpoints:
+            from .transport import ExportError
+
+            raise ExportError(f"no OTLP endpoint for {signal} (give --endpoint, or --only)")
+        return self.sender.send(signal, body)
+
+    def flush(self) -> None:
+        pass  # each body is sent whole
+
+    def close(self) -> None:
+        self.sender.close()
+
+
+def _timeout(milliseconds: str | None) -> float:
+    """``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms) in seconds, default 10."""
+    try:
+        value = float(milliseconds or "10000") / 1000
+    except ValueError:
+        return 10.0
+    return value if value > 0 else 10.0
+
+
+def export(
+    sessions: Iterable[Finished],
+    builder: TraceBuilder,
+    sink: Sink,
+    *,
+    traces: bool = True,
+    metrics: bool = True,
+    max_bytes: int = MAX_BODY_BYTES,
+    summary: Summary | None = None,
+    resources: Resources | None = None,
+) -> Summary:
+    """Send every session's spans in bodies of at most ``max_bytes``, then the counters."""
+    summary = summary or Summary()
+    batches = SpanBatches(max_bytes)
+
+    def send(signal: str, body: bytes) -> None:
+        note = sink(signal, body)
+        summary.bodies += 1
+        if note is not None:
+            summary.partial.append(note)
+
+    try:
+        for resource, spans in sessions:
+            summary.sessions += 1
+            if traces:
+                for body in batches.add(resource, spans):
+                    send("traces", body)
+        if traces:
+            for body in batches.flush():
+                send("traces", body)
+    finally:
+        summary.spans = batches.spans
+    if metrics:
+        body = metrics_body(builder.counters, (resources or Resources())())
+        if body is not None:
+            summary.metric_points = sum(
+                len(v) for v in (builder.counters.tokens, builder.counters.cost)
+            ) + len(builder.counters.sessions)
+            send("metrics", body)
+    return summary

@@ -1,0 +1,632 @@
+"""Sessions and their normalized events as OpenTelemetry GenAI spans and metric counters.
+
+The model, not the wire format (``otlp`` encodes it): one ``invoke_agent {agent}`` span per
+session, one ``chat {model}`` span per inference (a ``usage`` event, or an assistant message
+that ended in an error), one ``execute_tool {tool}`` span per tool call; a subagent's session
+is a child of the ``execute_tool task`` span that spawned it, in its parent's trace. Counters
+sum tokens, cost and sessions by model, agent and provider.
+
+Ids are derived from OpenCode's own ids (``trace_id_of`` the root session, ``span_id_of`` a
+session, message or part id), so the same history always gives the same spans: a second
+export is the same data again, not a second copy. Times are the events' own (epoch ms →
+ns); a tool call's span has the call's own start and end (``ToolTimes`` records them as the
+normalizer maps each call). Nothing here prints, reads files or knows JSON.
+
+    builder = TraceBuilder()
+    trace = builder.session("ses_1")
+    for event in events:
+        trace.add(event)
+    spans = builder.finish(trace, SessionInfo(id="ses_1", agent="build"))
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+from ..core.normalizer import Normalizer, Provenance
+from ..events import (
+    Compaction,
+    Error,
+    Event,
+    Orchestration,
+    Prompt,
+    ToolEvent,
+    Unknown,
+    Usage,
+    summed_cost,
+)
+
+__all__ = [
+    "SpanData",
+    "SpanEvent",
+    "SessionInfo",
+    "SessionTrace",
+    "TraceBuilder",
+    "Counters",
+    "ToolTimes",
+    "session_info",
+    "trace_id_of",
+    "span_id_of",
+    "gen_ai_tokens",
+    "KIND_INTERNAL",
+    "KIND_CLIENT",
+    "STATUS_UNSET",
+    "STATUS_ERROR",
+]
+
+KIND_INTERNAL, KIND_CLIENT = 1, 3  # OTLP Span.SpanKind
+STATUS_UNSET, STATUS_ERROR = 0, 2  # OTLP Status.StatusCode
+
+_MS = 1_000_000  # ns per ms
+
+
+class SpanEvent(Struct, gc=False):
+    name: str
+    time_ns: int
+    attributes: dict[str, Any]
+
+
+class SpanData(Struct, kw_only=True):
+    """One span, as the model holds it (``otlp.span`` encodes it)."""
+
+    trace_id: str = ""  # 32 hex digits; set when the session's trace is known
+    span_id: str
+    parent_span_id: str = ""
+    name: str
+    kind: int
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    status: int = STATUS_UNSET
+    status_message: str = ""
+    events: list[SpanEvent] = msgspec.field(default_factory=list)
+
+
+class SessionInfo(Struct, kw_only=True):
+    """What is known of a session besides its events (the store's row, where it is one)."""
+
+    id: str
+    parent_id: str | None = None
+    title: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    directory: str | None = None
+    version: str | None = None
+    start_ms: int | float | None = None
+    end_ms: int | float | None = None
+
+
+class _ModelRef(Struct, gc=False):
+    id: Any = None
+    providerID: Any = None  # noqa: N815 - OpenCode's spelling
+
+
+_MODEL_REF = msgspec.json.Decoder(_ModelRef)
+
+
+def session_info(row: Any) -> SessionInfo:
+    """A store's ``SessionRow`` as ``SessionInfo`` (its ``model`` column is JSON)."""
+    model = provider = None
+    if row.model:
+        try:
+            ref = _MODEL_REF.decode(row.model)
+        except (msgspec.DecodeError, RecursionError):
+            ref = None
+        if ref is not None:
+            model = ref.id if isinstance(ref.id, str) and ref.id else None
+            provider = ref.providerID if isinstance(ref.providerID, str) else None
+    return SessionInfo(
+        id=row.id,
+        parent_id=row.parent_id,
+        title=row.title,
+        agent=row.agent,
+        model=model,
+        provider=provider or None,
+        directory=row.directory,
+        version=row.version,
+        start_ms=row.time_created or None,
+        end_ms=row.time_updated or None,
+    )
+
+
+# ---------------------------------------------------------------------------------- ids
+
+
+def trace_id_of(root_session: str) -> str:
+    """The trace of a root session and all its subagents: 16 bytes of a hash of its id."""
+    return _hex_id(b"opencode-events/trace/" + root_session.encode("utf-8", "surrogatepass"), 16)
+
+
+def span_id_of(kind: str, key: str) -> str:
+    """A span's id: 8 bytes of a hash of what it stands for: ``session`` and the session
+    id, or ``chat``/``tool`` and the session id / OpenCode's message or part id."""
+    data = f"opencode-events/span/{kind}/{key}".encode("utf-8", "surrogatepass")
+    return _hex_id(data, 8)
+
+
+def _hex_id(data: bytes, size: int) -> str:
+    digest = hashlib.sha256(data).digest()[:size]
+    if not any(digest):  # an all-zero id is invalid in OTLP; never in practice, still never
+        digest = b"\x00" * (size - 1) + b"\x01"
+    return digest.hex()
+
+
+def _ns(ms: int | float) -> int:
+    return ms * _MS if type(ms) is int else round(ms * _MS)
+
+
+def gen_ai_tokens(usage: Usage) -> tuple[int, int]:
+    """The conventions' input and output tokens of one inference: their input includes the
+    cached tokens (read and written), their output the reasoning; OpenCode's do not."""
+    return (
+        usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens,
+        usage.output_tokens + usage.reasoning_tokens,
+    )
+
+
+# ------------------------------------------------------------------------- tool times
+
+
+class ToolTimes(Normalizer):
+    """The normalizer, also noting each tool call's own start and end (``state.time``) as
+    it maps the call, by part id, and an inference's (``time.created``/``completed``) where
+    a source reports usage per message (server events); a span takes them from here."""
+
+    def __init__(self, *, keep_raw: bool = False) -> None:
+        super().__init__(keep_raw=keep_raw)
+        self.times: dict[str, tuple[int | float, int | float]] = {}
+
+    def _tool(self, part: Any, prov: Provenance) -> list[Event]:
+        events = super()._tool(part, prov)
+        if events:
+            state = part.state
+            times = state.time if state is not None else None
+            key = prov.part_id or part.id
+            if times is not None and isinstance(key, str):
+                start, end = times.start, times.end
+                if _is_time(start) and _is_time(end) and end >= start:
+                    self.times[key] = (start, end)
+        return events
+
+    def message_usage(self, info: Any, prov: Provenance) -> list[Event]:
+        events = super().message_usage(info, prov)
+        times = info.time
+        if events and times is not None and isinstance(info.id, str):
+            start, end = times.created, times.completed
+            if _is_time(start) and _is_time(end) and end >= start:
+                self.times[info.id] = (start, end)
+        return events
+
+
+def _is_time(value: Any) -> bool:
+    return (type(value) is int or type(value) is float) and value == value and value >= 0
+
+
+# ------------------------------------------------------------------------ one session
+
+
+class _Chat:
+    __slots__ = ("span", "usage", "model", "provider", "agent")
+
+    def __init__(self, span: SpanData) -> None:
+        self.span = span
+        self.usage: Usage | None = None
+        self.model: str | None = None
+        self.provider: str | None = None
+        self.agent: str | None = None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+class SessionTrace:
+    """One session's spans as its events come (``add``); ``TraceBuilder.finish`` completes
+    them. A step's ``chat`` span runs from where the step began — the step before it ended,
+    or the prompt it answers was written, or else its message's first event — to its
+    step-finish (a server event's inference: its message's own creation and completion)."""
+
+    def __init__(self, session_id: str, times: dict[str, tuple[Any, Any]] | None = None) -> None:
+        self.session_id = session_id
+        self.times = times if times is not None else {}
+        self.first: int | float | None = None
+        self.last: int | float | None = None
+        self.boundary: int | float | None = None  # where the next step begins
+        self.message_first: dict[str, int | float] = {}
+        self.chats: dict[str, _Chat] = {}
+        self.tools: dict[str, SpanData] = {}
+        self.marks: list[SpanEvent] = []  # events of the session span (errors, compactions)
+        self.children: dict[str, str] = {}  # child session id → the spawning call's span id
+        self.failed = False  # the session's last inference or error was a failure
+        self.agent: str | None = None  # seen on events (usage.agent), when a source has it
+        self.mcp_servers: Sequence[str] = ()
+
+    def add(self, event: Event) -> None:
+        time = event.time
+        message_id = event.message_id
+        if time is not None:
+            if self.first is None or time < self.first:
+                self.first = time
+            if self.last is None or time > self.last:
+                self.last = time
+            if message_id is not None and message_id not in self.message_first:
+                self.message_first[message_id] = time
+        cls = type(event)
+        if cls is Usage:
+            self._usage(event)  # type: ignore[arg-type]
+        elif isinstance(event, ToolEvent) or (cls is Unknown and event.tool is not None):
+            self._tool(event)
+        elif cls is Prompt:
+            if time is not None and (self.boundary is None or time > self.boundary):
+                self.boundary = time
+        elif cls is Error:
+            self._error(event)  # type: ignore[arg-type]
+        elif cls is Compaction and time is not None:
+            auto = event.auto  # type: ignore[attr-defined]
+            attributes = {} if auto is None else {"opencode.compaction.auto": auto}
+            self.marks.append(SpanEvent("opencode.compaction", _ns(time), attributes))
+
+    def _step_start(self, message_id: str | None, end: int | float) -> int | float:
+        start = self.boundary
+        if start is None or start > end:
+            start = self.message_first.get(message_id, end) if message_id else end
+        return min(start, end)
+
+    def _chat_for(self, key: str, message_id: str | None, end: int | float) -> _Chat:
+        chat = self.chats.get(key)
+        if chat is None:
+            exact = self.times.pop(message_id, None) if message_id else None
+            start, stop = exact if exact is not None else (self._step_start(message_id, end), end)
+            span = SpanData(
+                span_id=span_id_of("chat", f"{self.session_id}/{key}"),
+                name="chat",
+                kind=KIND_CLIENT,
+                start_ns=_ns(start),
+                end_ns=_ns(stop),
+                attributes={"gen_ai.operation.name": "chat"},
+            )
+            chat = self.chats[key] = _Chat(span)
+        return chat
+
+    def _usage(self, usage: Usage) -> None:
+        end = usage.time if usage.time is not None else (self.last or 0)
+        message_id = usage.message_id
+        key = message_id or usage.part_id or f"step/{usage.turn}"
+        chat = self.chats.get(key)
+        if chat is not None and chat.usage is not None:  # a second step in one message
+            key = f"{key}/{usage.part_id or usage.turn}"
+        chat = self._chat_for(key, message_id, end)
+        chat.usage = usage
+        chat.model = _str(usage.model)
+        chat.provider = _str(usage.provider)
+        chat.agent = _str(usage.agent)
+        if chat.agent and self.agent is None:
+            self.agent = chat.agent
+        span = chat.span
+        attributes = span.attributes
+        if usage.reason:
+            attributes["gen_ai.response.finish_reasons"] = [usage.reason]
+        input_tokens, output_tokens = gen_ai_tokens(usage)
+        attributes["gen_ai.usage.input_tokens"] = input_tokens
+        attributes["gen_ai.usage.output_tokens"] = output_tokens
+        attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
+        # The conventions renamed cache_creation to cache_write; both, for every reader.
+        attributes["gen_ai.usage.cache_write.input_tokens"] = usage.cache_write_tokens
+        attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
+        attributes["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
+        attributes["gen_ai.usage.cost"] = usage.cost
+        attributes["opencode.step"] = usage.turn
+        if message_id:
+            attributes["opencode.message.id"] = message_id
+        if span.end_ns < _ns(end):
+            span.end_ns = _ns(end)
+        if chat.span.status != STATUS_ERROR:
+            self.failed = False
+        self.boundary = end
+
+    def _error(self, error: Error) -> None:
+        time = error.time if error.time is not None else (self.last or 0)
+        name = error.name or "_OTHER"
+        attributes: dict[str, Any] = {"exception.type": name}
+        if error.message:
+            attributes["exception.message"] = error.message
+        mark = SpanEvent("exception", _ns(time), attributes)
+        self.failed = True
+        message_id = error.message_id
+        if message_id is None:  # a session's error (server events, the run stream)
+            self.marks.append(mark)
+            return
+        chat = self.chats.get(message_id) or self._chat_for(message_id, message_id, time)
+        span = chat.span
+        span.status = STATUS_ERROR
+        span.status_message = error.message or name
+        span.attributes["error.type"] = name
+        span.attributes.setdefault("opencode.message.id", message_id)
+        span.events.append(mark)
+        if span.end_ns < _ns(time):
+            span.end_ns = _ns(time)
+        if self.boundary is None or time > self.boundary:
+            self.boundary = time
+
+    def _tool(self, event: Any) -> None:
+        key = event.part_id or (f"call/{event.call_id}" if event.call_id else f"seq/{event.seq}")
+        if key in self.tools:  # one call, several events (a patch's files)
+            return
+        exact = self.times.pop(event.part_id, None) if event.part_id else None
+        if exact is not None:
+            start, end = exact
+        else:  # our own events read again: their time, and how long the call took
+            start = event.time if event.time is not None else (self.last or 0)
+            duration = event.duration_ms
+            end = start + duration if isinstance(duration, int | float) and duration >= 0 else start
+        tool = event.tool
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.type": "function",
+            "gen_ai.conversation.id": self.session_id,
+        }
+        if event.call_id:
+            attributes["gen_ai.tool.call.id"] = event.call_id
+        if event.status:
+            attributes["opencode.tool.status"] = event.status
+        exit_code = getattr(event, "exit_code", None)
+        if type(exit_code) is int:
+            attributes["process.exit.code"] = exit_code
+        server = _mcp_server(tool, self.mcp_servers)
+        if server is not None:
+            attributes["gen_ai.tool.type"] = "extension"
+            attributes["mcp.method.name"] = "tools/call"
+            attributes["opencode.mcp.server"] = server
+        span = SpanData(
+            span_id=span_id_of("tool", f"{self.session_id}/{key}"),
+            name=f"execute_tool {tool}",
+            kind=KIND_INTERNAL,
+            start_ns=_ns(start),
+            end_ns=_ns(end),
+            attributes=attributes,
+        )
+        if event.success is False:
+            span.status = STATUS_ERROR
+            span.status_message = event.error or event.status or "error"
+            attributes["error.type"] = event.status or "error"
+        if type(event) is Orchestration:
+            child = event.child_session_id
+            if event.agent:
+                attributes["opencode.subagent.agent"] = event.agent
+            if child:
+                attributes["opencode.subagent.session_id"] = child
+                self.children[child] = span.span_id
+        self.tools[key] = span
+
+
+def _mcp_server(tool: Any, servers: Sequence[str]) -> str | None:
+    if not servers or not isinstance(tool, str):
+        return None
+    from ..reports.mcp import mcp_server_of
+
+    return mcp_server_of(tool, servers)
+
+
+# ------------------------------------------------------------------------------ counters
+
+
+class Counters:
+    """Cumulative sums over every session finished: ``opencode.token.usage`` by token
+    type, ``opencode.cost.usage`` and ``opencode.session.count``, each by model, agent and
+    provider. Token types keep OpenCode's own meaning (``input`` without the cache, ``output``
+    without the reasoning), so the types add up to OpenCode's total."""
+
+    TYPES = ("input", "output", "reasoning", "cacheRead", "cacheCreation")
+
+    def __init__(self) -> None:
+        self.tokens: dict[tuple[str, str | None, str | None, str | None], int] = {}
+        self.cost: dict[tuple[str | None, str | None, str | None], float] = {}
+        self.figures: dict[tuple[str | None, str | None, str | None], int] = {}
+        self.sessions: dict[tuple[str | None, str | None, str | None], int] = {}
+        self.start_ms: int | float | None = None
+        self.end_ms: int | float | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.sessions)
+
+    def add_session(self, key: tuple[str | None, str | None, str | None], start: Any, end: Any):
+        self.sessions[key] = self.sessions.get(key, 0) + 1
+        if start is not None and (self.start_ms is None or start < self.start_ms):
+            self.start_ms = start
+        if end is not None and (self.end_ms is None or end > self.end_ms):
+            self.end_ms = end
+
+    def add_usage(self, key: tuple[str | None, str | None, str | None], usage: Usage) -> None:
+        tokens = self.tokens
+        model, agent, provider = key
+        for kind, value in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("reasoning", usage.reasoning_tokens),
+            ("cacheRead", usage.cache_read_tokens),
+            ("cacheCreation", usage.cache_write_tokens),
+        ):
+            full = (kind, model, agent, provider)
+            tokens[full] = tokens.get(full, 0) + value
+        self.cost[key] = self.cost.get(key, 0.0) + usage.cost
+        self.figures[key] = self.figures.get(key, 0) + 1
+
+    def cost_of(self, key: tuple[str | None, str | None, str | None]) -> float:
+        """A key's cost as every sum of OpenCode's costs is written (``summed_cost``)."""
+        return summed_cost(self.cost[key], self.figures.get(key, 0))
+
+
+# ------------------------------------------------------------------------------- traces
+
+
+class TraceBuilder:
+    """Sessions' traces: which trace a session belongs to, and which span it hangs from.
+
+    A session with a parent (``SessionInfo.parent_id``, or an ``orchestration`` event of
+    another session naming it) is in its root's trace, under the call that spawned it;
+    ``spawned_by`` is asked for that call when it was not seen (a subagent exported
+    without its parent: the store reads the parent to find it). Counters are summed as
+    sessions finish.
+    """
+
+    def __init__(
+        self,
+        *,
+        parents: dict[str, str] | None = None,
+        spawned_by: Callable[[str, str], str | None] | None = None,
+        mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
+    ) -> None:
+        # child → parent session: the store's tree when given (the only authority then, so
+        # the result does not depend on the order sessions are read); else learnt from the
+        # spawning calls seen
+        self.learn_parents = parents is None
+        self.parents = parents if parents is not None else {}
+        self.spawns: dict[str, tuple[str, str]] = {}  # child → (its parent, the call's span)
+        self.spawned_by = spawned_by
+        self.mcp_servers = mcp_servers
+        self.counters = Counters()
+        self.times: dict[str, tuple[Any, Any]] = {}  # filled by a ToolTimes normalizer
+        self.skip_messages: set[str] = set()  # a fork's copied history: not its own spans
+        self.counted: set[str] | None = None  # sessions counted already (when followed)
+        self._servers: dict[str | None, Sequence[str]] = {}
+
+    def session(self, session_id: str, directory: str | None = None) -> SessionTrace:
+        trace = SessionTrace(session_id, self.times)
+        if self.mcp_servers is not None:
+            servers = self._servers.get(directory)
+            if servers is None:  # a project's config files are looked for once an export
+                if len(self._servers) > 1024:
+                    self._servers.clear()
+                servers = self._servers[directory] = self.mcp_servers(directory)
+            trace.mcp_servers = servers
+        return trace
+
+    def root_of(self, session_id: str) -> str:
+        seen = {session_id}
+        current = session_id
+        while True:
+            parent = self.parents.get(current)
+            if parent is None or parent in seen:  # a loop of parents: no parent at all
+                return current
+            seen.add(parent)
+            current = parent
+
+    def note_children(self, trace: SessionTrace) -> None:
+        """What a session's spawning calls tell of its subagents' place."""
+        for child, span_id in trace.children.items():
+            self.spawns[child] = (trace.session_id, span_id)
+            if self.learn_parents:
+                self.parents.setdefault(child, trace.session_id)
+
+    def finish(self, trace: SessionTrace, info: SessionInfo | None = None) -> list[SpanData]:
+        """The session's spans, its ``invoke_agent`` span first, then by start time."""
+        sid = trace.session_id
+        info = info or SessionInfo(id=sid)
+        self.note_children(trace)
+        if info.parent_id and self.learn_parents and sid not in self.parents:
+            self.parents[sid] = info.parent_id
+        trace_id = trace_id_of(self.root_of(sid))
+        parent = self.parents.get(sid)
+        parent_span = ""
+        if parent is not None and self.root_of(sid) != sid:
+            spawner, spawn = self.spawns.get(sid, (None, None))
+            if spawner != parent:  # a call of another session: not where the tree puts it
+                spawn = None
+            if spawn is None and self.spawned_by is not None:
+                spawn = self.spawned_by(sid, parent)
+            parent_span = spawn or span_id_of("session", parent)
+        agent = info.agent or trace.agent
+        model, provider = info.model, info.provider
+        start = info.start_ms if info.start_ms is not None else trace.first
+        end = trace.last if info.end_ms is None else max(info.end_ms, trace.last or info.end_ms)
+        start = start if start is not None else (end or 0)
+        end = end if end is not None and end >= start else start
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.conversation.id": sid,
+        }
+        if agent:
+            attributes["gen_ai.agent.name"] = agent
+        if provider:
+            attributes["gen_ai.provider.name"] = provider
+        if model:
+            attributes["gen_ai.request.model"] = model
+        if info.title:
+            attributes["opencode.session.title"] = info.title
+        if parent:
+            attributes["opencode.session.parent_id"] = parent
+        session_span = SpanData(
+            trace_id=trace_id,
+            span_id=span_id_of("session", sid),
+            parent_span_id=parent_span,
+            name=f"invoke_agent {agent}" if agent else "invoke_agent",
+            kind=KIND_INTERNAL,
+            start_ns=_ns(start),
+            end_ns=_ns(end),
+            attributes=attributes,
+            events=trace.marks,
+        )
+        if trace.failed:
+            session_span.status = STATUS_ERROR
+            last_error = next(
+                (
+                    e
+                    for s in [session_span, *(c.span for c in trace.chats.values())]
+                    for e in reversed(s.events)
+                    if e.name == "exception"
+                ),
+                None,
+            )
+            name = last_error.attributes.get("exception.type") if last_error else None
+            session_span.attributes["error.type"] = name or "_OTHER"
+            session_span.status_message = (
+                last_error.attributes.get("exception.message", name) if last_error else ""
+            ) or ""
+        counters = self.counters
+        if self.counted is None or sid not in self.counted:
+            counters.add_session((model, agent, provider), start, end)
+            if self.counted is not None:
+                self.counted.add(sid)
+        children: list[SpanData] = []
+        for chat in trace.chats.values():
+            span = chat.span
+            chat_model = chat.model or model
+            chat_provider = chat.provider or provider
+            chat_agent = chat.agent or agent
+            span.name = f"chat {chat_model}" if chat_model else "chat"
+            extra: dict[str, Any] = {"gen_ai.conversation.id": sid}
+            if chat_provider:
+                extra["gen_ai.provider.name"] = chat_provider
+            if chat_model:
+                extra["gen_ai.request.model"] = chat_model
+            if chat_agent:
+                extra["gen_ai.agent.name"] = chat_agent
+            span.attributes = {
+                "gen_ai.operation.name": "chat",
+                **extra,
+                **{k: v for k, v in span.attributes.items() if k != "gen_ai.operation.name"},
+            }
+            if chat.usage is not None:
+                counters.add_usage((chat_model, chat_agent, chat_provider), chat.usage)
+            children.append(span)
+        children.extend(trace.tools.values())
+        children.sort(key=_start_then_id)
+        for span in children:
+            span.trace_id = trace_id
+            span.parent_span_id = session_span.span_id
+            if span.start_ns < session_span.start_ns:
+                session_span.start_ns = span.start_ns
+            if span.end_ns > session_span.end_ns:
+                session_span.end_ns = span.end_ns
+        return [session_span, *children]
+
+
+def _start_then_id(span: SpanData) -> tuple[int, str]:
+    return span.start_ns, span.span_id

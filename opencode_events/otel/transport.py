@@ -1,0 +1,258 @@
+"""OTLP/HTTP export of JSON bodies with the standard library: no SDK, no requests.
+
+``OtlpHttp.send(signal, body)`` posts one ``Export…ServiceRequest`` to the signal's URL
+(``/v1/traces``, ``/v1/metrics`` under the base endpoint, as OpenTelemetry's exporters
+build it), gzip-compressed by default, over one kept-alive connection. 429, 502, 503 and
+504 and a connection that fails are retried with exponential backoff (1 s, 2 s, 4 s …, at
+most 30 s, with jitter), or after what a ``Retry-After`` header asks (at most 60 s); any
+other refusal raises ``ExportError`` naming the URL, the status and what the server said. A
+partial success (the server kept some of the data and rejected the rest) is returned.
+
+    sender = OtlpHttp(endpoints_from("http://127.0.0.1:4318"), headers={})
+    sender.send("traces", body)
+"""
+
+from __future__ import annotations
+
+import email.utils
+import gzip
+import http.client
+import json
+import random
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._version import __version__
+from ..errors import InputError
+from ..paths import OtlpEnvironment
+
+__all__ = [
+    "ExportError",
+    "OtlpHttp",
+    "PartialSuccess",
+    "endpoints_from",
+    "RETRYABLE",
+    "SIGNAL_PATHS",
+]
+
+RETRYABLE = frozenset({429, 502, 503, 504})
+SIGNAL_PATHS = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
+_REJECTED_KEY = {"traces": "rejectedSpans", "metrics": "rejectedDataPoints"}
+_MAX_BACKOFF = 30.0
+_MAX_RETRY_AFTER = 60.0
+
+
+class ExportError(InputError):
+    """The backend refused the data, or could not be reached after the retries."""
+
+
+class PartialSuccess:
+    """What a server kept back from one body (``partial_success``)."""
+
+    def __init__(self, signal: str, rejected: int, message: str) -> None:
+        self.signal, self.rejected, self.message = signal, rejected, message
+
+    def __str__(self) -> str:
+        what = "spans" if self.signal == "traces" else "data points"
+        text = f"the backend rejected {self.rejected} {what}"
+        return f"{text}: {self.message}" if self.message else text
+
+
+def endpoints_from(base: str | None, env: OtlpEnvironment | None = None) -> dict[str, str]:
+    """Each signal's URL: ``base`` (``--endpoint``, else ``OTEL_EXPORTER_OTLP_ENDPOINT``)
+    with ``/v1/traces`` or ``/v1/metrics`` appended, or the signal's own
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``…_METRICS_ENDPOINT``, used as it is."""
+    own_urls = {
+        "traces": env.traces_endpoint if env else None,
+        "metrics": env.metrics_endpoint if env else None,
+    }
+    out: dict[str, str] = {}
+    for signal, path in SIGNAL_PATHS.items():
+        own = None if base else own_urls[signal]
+        root = base or (env.endpoint if env else None)
+        if own:
+            out[signal] = _checked(own)
+        elif root:
+            out[signal] = _checked(root).rstrip("/") + path
+    return out
+
+
+def _checked(url: str) -> str:
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ExportError(f"not an http(s) URL for OTLP: {url!r}")
+    return url.strip()
+
+
+class OtlpHttp:
+    def __init__(
+        self,
+        endpoints: Mapping[str, str],
+        *,
+        headers: Mapping[str, str] | None = None,
+        compression: str = "gzip",
+        timeout: float = 10.0,
+        retries: int = 5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.endpoints = dict(endpoints)
+        self.headers = dict(headers or {})
+        self.compression = compression
+        self.timeout = timeout
+        self.retries = retries
+        self.sleep = sleep
+        self._connections: dict[tuple[str, str, int], http.client.HTTPConnection] = {}
+        self.requests = 0  # bodies accepted
+        self.bytes_sent = 0
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    def __enter__(self) -> OtlpHttp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, signal: str, body: bytes) -> PartialSuccess | None:
+        url = self.endpoints[signal]
+        parts = urllib.parse.urlsplit(url)
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": f"opencode-events/{__version__}",
+            **self.headers,
+        }
+        if self.compression == "gzip":
+            body = gzip.compress(body, compresslevel=6, mtime=0)
+            headers["Content-Encoding"] = "gzip"
+        attempt = 0
+        while True:
+            try:
+                status, reason, reply_headers, reply = self._post(parts, target, body, headers)
+            except (OSError, http.client.HTTPException) as exc:
+                if attempt >= self.retries:
+                    why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+                    raise ExportError(
+                        f"cannot reach {url}: {why} (after {attempt + 1} attempts)"
+                    ) from None
+                self.sleep(_backoff(attempt))
+                attempt += 1
+                continue
+            if 200 <= status < 300:
+                self.requests += 1
+                self.bytes_sent += len(body)
+                return _partial_success(signal, reply)
+            if status in RETRYABLE and attempt < self.retries:
+                wait = _retry_after(reply_headers.get("retry-after"))
+                self.sleep(_backoff(attempt) if wait is None else wait)
+                attempt += 1
+                continue
+            tried = f" (after {attempt + 1} attempts)" if attempt else ""
+            said = _what_it_said(reply)
+            raise ExportError(
+                f"{url} refused the {signal}: HTTP {status} {reason}{tried}"
+                + (f": {said}" if said else "")
+            )
+
+    def _post(
+        self, parts: urllib.parse.SplitResult, target: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, str, dict[str, str], bytes]:
+        key = (parts.scheme, parts.hostname or "", parts.port or 0)
+        connection = self._connections.get(key)
+        if connection is None:
+            cls = (
+                http.client.HTTPSConnection
+                if parts.scheme == "https"
+                else http.client.HTTPConnection
+            )
+            connection = cls(parts.hostname or "", parts.port, timeout=self.timeout)
+            self._connections[key] = connection
+        try:
+            connection.request("POST", target, body=body, headers=headers)
+            response = connection.getresponse()
+            reply = response.read(1 << 20)  # a reply is small; never read an endless one
+            reply_headers = {k.lower(): v for k, v in response.getheaders()}
+            if response.will_close or len(reply) >= 1 << 20:
+                connection.close()
+                del self._connections[key]
+            return response.status, response.reason, reply_headers, reply
+        except BaseException:
+            connection.close()
+            self._connections.pop(key, None)
+            raise
+
+
+def _backoff(attempt: int) -> float:
+    """1 s, 2 s, 4 s … at most 30 s, each shortened by up to a fifth at random, so that many
+    exporters told to wait do not all come back at once."""
+    return min(_MAX_BACKOFF, 2.0**attempt) * (1 - random.random() / 5)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """``Retry-After`` as seconds to wait: a number of seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        seconds = when.timestamp() - time.time()
+    if seconds != seconds:  # NaN
+        return None
+    return max(0.0, min(_MAX_RETRY_AFTER, seconds))
+
+
+def _decoded(reply: bytes) -> Any:
+    if reply[:2] == b"\x1f\x8b":
+        try:
+            reply = gzip.decompress(reply)
+        except (OSError, EOFError):
+            return None
+    try:
+        return json.loads(reply)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def _partial_success(signal: str, reply: bytes) -> PartialSuccess | None:
+    document = _decoded(reply) if reply else None
+    if not isinstance(document, dict):
+        return None
+    partial = document.get("partialSuccess") or document.get("partial_success")
+    if not isinstance(partial, dict):
+        return None
+    rejected = partial.get(_REJECTED_KEY[signal], 0)
+    try:
+        count = int(rejected)
+    except (TypeError, ValueError):
+        count = 0
+    message = partial.get("errorMessage") or partial.get("error_message") or ""
+    if not count and not message:
+        return None
+    return PartialSuccess(signal, count, str(message))
+
+
+def _what_it_said(reply: bytes) -> str:
+    """A refusal's reason: an OTLP ``Status`` message, else the start of the body's text."""
+    document = _decoded(reply)
+    if isinstance(document, dict):
+        message = document.get("message") or document.get("detail") or document.get("error")
+        if isinstance(message, dict):
+            message = message.get("message")
+        if isinstance(message, str) and message:
+            return " ".join(message.split())[:300]
+    text = reply[:2000].decode("utf-8", "replace")
+    if "\x00" in text or "\ufffd" in text:  # a protobuf Status, not text: nothing to quote
+        return ""
+    return " ".join(text.split())[:300]

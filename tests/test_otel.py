@@ -1,0 +1,1046 @@
+"""`otel`: sessions as OpenTelemetry GenAI traces and metrics (docs/otel.md).
+
+Every body is parsed with the protocol's own protobuf types (tests/otlp_check.py); span
+counts and token sums are checked against the store's own rows and events on the real
+captures in samples/; the same session read from its stream, export document or server
+events gives the same span ids as from the store.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from opencode_events.otel.export import (
+    Summary,
+    export,
+    store_builder,
+    store_sessions,
+    stream_sessions,
+)
+from opencode_events.otel.otlp import SpanBatches, parse_key_values, resource_attributes
+from opencode_events.otel.spans import TraceBuilder, span_id_of, trace_id_of
+from opencode_events.otel.transport import ExportError, OtlpHttp, endpoints_from
+from opencode_events.paths import otlp_environment
+from opencode_events.store.open import every_session
+from opencode_events.store.sqlite import Store
+from tests.otlp_check import OtlpError, attrs, check, spans_of
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+STORES = sorted(p.parent.name for p in SAMPLES.glob("*/opencode.db"))
+CMD = [sys.executable, "-m", "opencode_events"]
+
+
+def store_export(name: str, ids: list[str] | None = None, **kw) -> tuple[list[dict], Summary]:
+    bodies: list[bytes] = []
+    with Store(SAMPLES / name / "opencode.db") as store:
+        ids = ids if ids is not None else every_session(store)
+        builder = store_builder(store)
+        summary = export(
+            store_sessions(store, ids, builder),
+            builder,
+            lambda signal, body: bodies.append(body),
+            **kw,
+        )
+    return [json.loads(b) for b in bodies], summary
+
+
+def file_export(*paths: Path, **kw) -> list[dict]:
+    bodies: list[bytes] = []
+    inputs = [(str(p), open(p, "rb")) for p in paths]  # noqa: SIM115 - closed below
+    try:
+        builder = TraceBuilder()
+        export(stream_sessions(inputs, builder), builder, lambda s, b: bodies.append(b), **kw)
+    finally:
+        for _, stream in inputs:
+            stream.close()
+    return [json.loads(b) for b in bodies]
+
+
+def all_spans(docs: list[dict]) -> list[dict]:
+    return [span for doc in docs for span in spans_of(doc)]
+
+
+def store_rows(name: str, sql: str) -> list[tuple]:
+    with sqlite3.connect(f"file:{SAMPLES / name / 'opencode.db'}?mode=ro", uri=True) as db:
+        return db.execute(sql).fetchall()
+
+
+def events_of(name: str) -> list[dict]:
+    result = subprocess.run(
+        [*CMD, "import", "--db", str(SAMPLES / name / "opencode.db"), "--all", "--no-metrics"],
+        capture_output=True,
+        check=True,
+    )
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+# -------------------------------------------------------------- the protocol's own types
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_every_body_parses_as_the_protocols_types(name):
+    docs, summary = store_export(name)
+    assert docs, "no body written"
+    for doc in docs:
+        check(doc)
+    assert "resourceMetrics" in docs[-1]
+    assert summary.spans == len(all_spans(docs))
+
+
+@pytest.mark.parametrize(
+    "broken, why",
+    [
+        (lambda s: s.update(traceId="zz" * 16), "hex"),
+        (lambda s: s.update(spanId=s["spanId"][:8]), "16-digit"),
+        (lambda s: s.update(kind="SPAN_KIND_CLIENT"), "enum"),
+        (lambda s: s.update(start_time_unix_nano=s.pop("startTimeUnixNano")), "snake_case"),
+        (lambda s: s.update(startTimeUnixNano=int(s["startTimeUnixNano"])), "decimal string"),
+        (lambda s: s.update(nmae=s.pop("name")), "nmae"),
+    ],
+)
+def test_the_check_catches_what_protobuf_alone_lets_through(broken, why):
+    (doc, _metrics), _ = store_export("text")
+    broken(spans_of(doc)[0])
+    with pytest.raises(OtlpError, match=why):
+        check(doc)
+
+
+# ------------------------------------------------------------------ spans and the store
+
+
+def usage_report(name: str) -> dict:
+    """`usage --all --by session` of a sample: every top-level session with its subagents
+    folded in, a fork's copied history not counted again."""
+    db = SAMPLES / name / "opencode.db"
+    result = subprocess.run(
+        [*CMD, "usage", "--db", str(db), "--all", "--by", "session", "--format", "json"],
+        capture_output=True,
+        check=True,
+    )
+    return json.loads(result.stdout)
+
+
+def gen_ai_sums(spans: list[dict]) -> dict[str, float]:
+    sums = dict.fromkeys(("input", "output", "read", "write", "reasoning", "cost"), 0)
+    for span in spans:
+        values = attrs(span)
+        if "gen_ai.usage.input_tokens" not in values:
+            continue
+        sums["input"] += values["gen_ai.usage.input_tokens"]
+        sums["output"] += values["gen_ai.usage.output_tokens"]
+        sums["read"] += values["gen_ai.usage.cache_read.input_tokens"]
+        sums["write"] += values["gen_ai.usage.cache_write.input_tokens"]
+        assert (
+            values["gen_ai.usage.cache_creation.input_tokens"]
+            == values["gen_ai.usage.cache_write.input_tokens"]
+        )
+        sums["reasoning"] += values["gen_ai.usage.reasoning.output_tokens"]
+        sums["cost"] += values["gen_ai.usage.cost"]
+    return sums
+
+
+def usage_sums(row: dict) -> dict[str, float]:
+    """A usage row in the conventions' terms: input with the cache, output with reasoning."""
+    return {
+        "input": row["input_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"],
+        "output": row["output_tokens"] + row["reasoning_tokens"],
+        "read": row["cache_read_tokens"],
+        "write": row["cache_write_tokens"],
+        "reasoning": row["reasoning_tokens"],
+        "cost": pytest.approx(row["cost"], rel=1e-9, abs=1e-12),
+    }
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_span_counts_follow_the_events(name):
+    events = events_of(name)
+    spans = all_spans(store_export(name)[0])
+    by_op: dict[str, int] = {}
+    for span in spans:
+        op = attrs(span)["gen_ai.operation.name"]
+        by_op[op] = by_op.get(op, 0) + 1
+    sessions = store_rows(name, "SELECT count(*) FROM session")[0][0]
+    copied = forked_copies(name)
+    calls = {
+        (e["session_id"], e["part_id"])
+        for e in events
+        if e.get("tool") is not None and e["message_id"] not in copied
+    }
+    inferences = {
+        (e["session_id"], e["message_id"])
+        for e in events
+        if e["kind"] == "usage" and e["message_id"] not in copied
+    }
+    failed = {(e["session_id"], e["message_id"]) for e in events if e["kind"] == "error"}
+    assert by_op.get("invoke_agent", 0) == sessions
+    assert by_op.get("execute_tool", 0) == len(calls)
+    assert by_op.get("chat", 0) == len(inferences | {f for f in failed if f[1]})
+    # usage counts every assistant message; one that never ran a step (an interrupted
+    # reply, a command's stand-in: no tokens) is no inference span
+    assert len(inferences) <= usage_report(name)["total"]["inferences"]
+    assert len({s["spanId"] for s in spans}) == len(spans), "span ids are unique"
+
+
+def forked_copies(name: str) -> set[str]:
+    """Message ids of a fork's copied history: messages older than their own session."""
+    rows = store_rows(
+        name,
+        "SELECT m.id FROM message m JOIN session s ON s.id = m.session_id"
+        " WHERE m.time_created < s.time_created",
+    )
+    return {mid for (mid,) in rows}
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_each_trace_totals_equal_usage_by_session(name):
+    """A trace is a top-level session with its subagents: its chat spans add up to the
+    session's row of `usage --all --by session`, with the conventions' token rule — input
+    includes the cache (read and write), output the reasoning — and OpenCode's cost."""
+    report = usage_report(name)
+    spans = all_spans(store_export(name)[0])
+    by_trace: dict[str, list[dict]] = {}
+    for span in spans:
+        by_trace.setdefault(span["traceId"], []).append(span)
+    for row in report["rows"]:
+        assert gen_ai_sums(by_trace.pop(trace_id_of(row["session_id"]))) == usage_sums(row)
+    assert by_trace == {}
+    assert gen_ai_sums(spans) == usage_sums(report["total"])
+
+
+@pytest.mark.parametrize("name", [n for n in STORES if n != "fork"])
+def test_token_sums_equal_the_store_rows(name):
+    """Without forks (whose session row counts the copied history again), the store's own
+    session columns say the same."""
+    ((input_, output, read, write, reasoning, cost),) = store_rows(
+        name,
+        "SELECT sum(tokens_input + tokens_cache_read + tokens_cache_write),"
+        " sum(tokens_output + tokens_reasoning), sum(tokens_cache_read),"
+        " sum(tokens_cache_write), sum(tokens_reasoning), sum(cost) FROM session",
+    )
+    sums = gen_ai_sums(all_spans(store_export(name)[0]))
+    assert (sums["input"], sums["output"], sums["read"], sums["write"], sums["reasoning"]) == (
+        input_,
+        output,
+        read,
+        write,
+        reasoning,
+    )
+    assert sums["cost"] == pytest.approx(cost, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_metric_counters_equal_usage(name):
+    docs, _ = store_export(name)
+    (metrics,) = [d for d in docs if "resourceMetrics" in d]
+    by_name = {m["name"]: m for m in metrics["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]}
+    none = {"sum": {"dataPoints": []}}  # a metric with no point is left out
+    tokens: dict[str, int] = {}
+    for point in by_name.get("opencode.token.usage", none)["sum"]["dataPoints"]:
+        kind = attrs(point)["type"]
+        tokens[kind] = tokens.get(kind, 0) + int(point["asInt"])
+    total = usage_report(name)["total"]
+    expected = {
+        "input": total["input_tokens"],
+        "output": total["output_tokens"],
+        "reasoning": total["reasoning_tokens"],
+        "cacheRead": total["cache_read_tokens"],
+        "cacheCreation": total["cache_write_tokens"],
+    }
+    assert tokens == expected or (tokens == {} and not any(expected.values()))
+    cost_points = by_name.get("opencode.cost.usage", none)["sum"]["dataPoints"]
+    assert sum(p["asDouble"] for p in cost_points) == pytest.approx(total["cost"], rel=1e-12)
+    sessions = by_name["opencode.session.count"]["sum"]["dataPoints"]
+    count = store_rows(name, "SELECT count(*) FROM session")[0][0]
+    assert sum(int(p["asInt"]) for p in sessions) == count
+    for metric in by_name.values():
+        assert metric["sum"]["aggregationTemporality"] == 2 and metric["sum"]["isMonotonic"]
+        for point in metric["sum"]["dataPoints"]:
+            assert {"model", "agent", "provider"} <= set(attrs(point))
+
+
+def test_a_subagent_hangs_from_the_task_call_that_spawned_it_in_one_trace():
+    spans = all_spans(store_export("task")[0])
+    ((parent_id, child_id),) = store_rows(
+        "task", "SELECT parent_id, id FROM session WHERE parent_id IS NOT NULL"
+    )
+    by_id = {s["spanId"]: s for s in spans}
+    (child,) = [
+        s
+        for s in spans
+        if attrs(s).get("gen_ai.conversation.id") == child_id
+        and s["name"].startswith("invoke_agent")
+    ]
+    task = by_id[child["parentSpanId"]]
+    assert task["name"] == "execute_tool task"
+    assert attrs(task)["opencode.subagent.session_id"] == child_id
+    parent = by_id[task["parentSpanId"]]
+    assert parent["name"] == "invoke_agent build" and "parentSpanId" not in parent
+    assert {s["traceId"] for s in spans} == {trace_id_of(parent_id)}
+    assert child["name"] == "invoke_agent general"
+
+
+def test_a_subagent_exported_alone_still_hangs_from_its_call():
+    ((child_id,),) = store_rows("task", "SELECT id FROM session WHERE parent_id IS NOT NULL")
+    alone = all_spans(store_export("task", [child_id])[0])
+    together = all_spans(store_export("task")[0])
+    assert [s for s in together if s["spanId"] in {a["spanId"] for a in alone}] == alone
+
+
+def test_failed_tools_and_inferences_are_errors_with_their_type():
+    spans = all_spans(store_export("mcp")[0])
+    failed = [s for s in spans if s.get("status", {}).get("code") == 2]
+    assert {attrs(s)["gen_ai.tool.call.id"] for s in failed} == {
+        "call_mcp_reject",
+        "call_mcp_broken",
+    }
+    assert all(attrs(s)["error.type"] == "error" for s in failed)
+    assert "MCP error -32602" in failed[0]["status"]["message"]
+
+    spans = all_spans(store_export("error400")[0])
+    (chat,) = [s for s in spans if s["name"].startswith("chat")]
+    assert chat["status"] == {"code": 2, "message": "mock bad request"}
+    assert attrs(chat)["error.type"] == "APIError"
+    (event,) = chat["events"]
+    assert event["name"] == "exception" and attrs(event)["exception.type"] == "APIError"
+    (session,) = [s for s in spans if s["name"].startswith("invoke_agent")]
+    assert session["status"]["code"] == 2 and attrs(session)["error.type"] == "APIError"
+
+
+def test_mcp_calls_name_their_server(tmp_path, monkeypatch):
+    config = tmp_path / "opencode"
+    config.mkdir()
+    (config / "opencode.json").write_text(json.dumps({"mcp": {"my-tools": {"type": "local"}}}))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    spans = all_spans(store_export("mcp")[0])
+    tools = [attrs(s) for s in spans if s["name"].startswith("execute_tool")]
+    assert tools and all(a["opencode.mcp.server"] == "my-tools" for a in tools)
+    assert all(a["gen_ai.tool.type"] == "extension" for a in tools)
+
+
+def test_tool_spans_have_the_calls_own_times():
+    (row,) = store_rows(
+        "task",
+        "SELECT json_extract(data, '$.state.time.start'), json_extract(data, '$.state.time.end')"
+        " FROM part WHERE json_extract(data, '$.callID') = 'call_task'",
+    )
+    (task,) = [s for s in all_spans(store_export("task")[0]) if s["name"] == "execute_tool task"]
+    assert (int(task["startTimeUnixNano"]), int(task["endTimeUnixNano"])) == (
+        row[0] * 1_000_000,
+        row[1] * 1_000_000,
+    )
+
+
+@pytest.mark.parametrize("name", ["task", "parallel_tools", "compaction", "mcp"])
+def test_every_span_lies_within_its_session(name):
+    """Inferences and calls lie within their session's span. A subagent's session is the
+    store's own times: OpenCode creates it a few ms before it stamps the task call's
+    start, and the call ends a few ms before the session's last update."""
+    spans = all_spans(store_export(name)[0])
+    by_id = {s["spanId"]: s for s in spans}
+    for span in spans:
+        start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
+        assert start <= end
+        parent = by_id.get(span.get("parentSpanId", ""))
+        if parent is None:
+            continue
+        if parent["name"].startswith("invoke_agent"):
+            assert int(parent["startTimeUnixNano"]) <= start
+            assert end <= int(parent["endTimeUnixNano"])
+        else:  # a subagent's session under its task call
+            assert abs(start - int(parent["startTimeUnixNano"])) < 50_000_000
+            assert abs(end - int(parent["endTimeUnixNano"])) < 50_000_000
+
+
+# ---------------------------------------------------------------- ids and idempotence
+
+
+def test_a_second_export_is_the_same_bytes():
+    first, second = store_export("task")[0], store_export("task")[0]
+    assert first == second
+
+
+@pytest.mark.parametrize(
+    "name, path",
+    [
+        ("text", "stream.jsonl"),
+        ("parallel_tools", "stream.jsonl"),
+        ("mcp", "stream.jsonl"),
+        ("task", "stream.jsonl"),
+        ("text", "export.json"),
+        ("parallel_tools", "export.json"),
+        ("serve_text", "events.sse"),
+        ("serve_permission", "events.sse"),
+    ],
+)
+def test_a_stream_gives_the_stores_span_ids_and_tokens(name, path):
+    """The run stream, an export document and server events name the same messages and
+    parts as the store: their spans are the store's (the stream holds no subagent)."""
+    from_file = all_spans(file_export(SAMPLES / name / path))
+    from_store = {s["spanId"]: s for s in all_spans(store_export(name)[0])}
+    assert from_file
+    for span in from_file:
+        assert span["spanId"] in from_store, span["name"]
+        stored = from_store[span["spanId"]]
+        assert span["traceId"] == stored["traceId"]
+        usage = {k: v for k, v in attrs(span).items() if k.startswith("gen_ai.usage")}
+        assert usage == {k: v for k, v in attrs(stored).items() if k.startswith("gen_ai.usage")}
+        if span["name"].startswith("execute_tool"):  # the call's own times, from any source
+            assert span["startTimeUnixNano"] == stored["startTimeUnixNano"]
+            assert span["endTimeUnixNano"] == stored["endTimeUnixNano"]
+
+
+def test_our_own_events_read_again_give_the_same_spans(tmp_path):
+    saved = tmp_path / "events.jsonl"
+    saved.write_text("".join(json.dumps(e) + "\n" for e in events_of("parallel_tools")))
+
+    def usage(span: dict) -> dict:
+        return {k: v for k, v in attrs(span).items() if k.startswith("gen_ai.usage")}
+
+    again = {s["spanId"]: usage(s) for s in all_spans(file_export(saved))}
+    stored = {s["spanId"]: usage(s) for s in all_spans(store_export("parallel_tools")[0])}
+    assert again == stored
+
+
+def test_ids_are_hashes_of_opencodes_ids():
+    assert trace_id_of("ses_1") == trace_id_of("ses_1") != trace_id_of("ses_2")
+    assert len(trace_id_of("ses_1")) == 32 and len(span_id_of("chat", "ses_1/msg_1")) == 16
+    assert span_id_of("chat", "ses_1/x") != span_id_of("tool", "ses_1/x")
+
+
+# -------------------------------------------------------------------------- batching
+
+
+def test_bodies_stay_under_the_limit_and_keep_every_span():
+    whole, _ = store_export("task", max_bytes=1 << 20)
+    small, _ = store_export("task", max_bytes=3000)
+    assert len([d for d in small if "resourceSpans" in d]) > 2
+    for doc in small:
+        check(doc)
+        if "resourceSpans" in doc:
+            assert len(json.dumps(doc, separators=(",", ":"))) <= 3000
+    assert all_spans(small) == all_spans(whole)
+
+
+def test_a_session_that_fits_is_never_split():
+    docs, _ = store_export("task")
+    spans_by_session: dict[str, int] = {}
+    for span in all_spans(docs):
+        sid = attrs(span).get("gen_ai.conversation.id")
+        spans_by_session[sid] = spans_by_session.get(sid, 0) + 1
+    small, _ = store_export("task", max_bytes=8000)  # the trace is about 11 KB
+    assert len(small) == 3  # two bodies of traces, one of metrics
+    for doc in small:
+        if "resourceSpans" in doc:
+            sessions = {attrs(s)["gen_ai.conversation.id"] for s in spans_of(doc)}
+            for sid in sessions:
+                here = [s for s in spans_of(doc) if attrs(s)["gen_ai.conversation.id"] == sid]
+                assert len(here) == spans_by_session[sid]
+
+
+def test_one_span_larger_than_a_body_goes_alone():
+    batches = SpanBatches(max_bytes=100)
+    (doc, _), _ = store_export("text")
+    spans = spans_of(doc)
+    from opencode_events.otel.spans import SpanData
+
+    data = [
+        SpanData(
+            span_id=s["spanId"],
+            trace_id=s["traceId"],
+            name=s["name"],
+            kind=s["kind"],
+            start_ns=int(s["startTimeUnixNano"]),
+            end_ns=int(s["endTimeUnixNano"]),
+            attributes={},
+        )
+        for s in spans
+    ]
+    bodies = [*batches.add({"service.name": "opencode"}, data), *batches.flush()]
+    assert len(bodies) == len(spans)
+    for body in bodies:
+        check(body)
+
+
+# -------------------------------------------------------------------------- resource
+
+
+def test_resource_names_the_service_host_version_and_project(monkeypatch):
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    (doc, *_), _ = store_export("text")
+    resource = attrs(doc["resourceSpans"][0]["resource"])
+    assert resource["service.name"] == "opencode"
+    assert resource["service.version"] == "1.18.33"
+    assert resource["opencode.project.directory"].endswith("/work")
+    assert resource["host.name"]
+
+
+def test_otel_environment_overrides_the_resource():
+    env = {
+        "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=ci,team=a%20b,service.name=x",
+        "OTEL_SERVICE_NAME": "agents",
+    }
+    values = resource_attributes(env=otlp_environment(env))
+    assert values["service.name"] == "agents"
+    assert values["deployment.environment"] == "ci" and values["team"] == "a b"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("a=1,b=2", {"a": "1", "b": "2"}),
+        (" a = 1 , ,junk, b=x%3Dy", {"a": "1", "b": "x=y"}),
+        ("Authorization=Basic%20abc", {"Authorization": "Basic abc"}),
+        ("", {}),
+    ],
+)
+def test_key_value_lists_as_the_sdks_read_them(text, expected):
+    assert parse_key_values(text) == expected
+
+
+@pytest.mark.parametrize(
+    "base, env, expected",
+    [
+        (
+            "http://c:4318",
+            {},
+            {"traces": "http://c:4318/v1/traces", "metrics": "http://c:4318/v1/metrics"},
+        ),
+        (
+            "http://c:4318/",
+            {},
+            {"traces": "http://c:4318/v1/traces", "metrics": "http://c:4318/v1/metrics"},
+        ),
+        (
+            None,
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://o/otlp"},
+            {"traces": "https://o/otlp/v1/traces", "metrics": "https://o/otlp/v1/metrics"},
+        ),
+        (None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/x"}, {"traces": "http://t/x"}),
+    ],
+)
+def test_endpoints_as_the_exporters_build_them(base, env, expected):
+    assert endpoints_from(base, otlp_environment(env)) == expected
+
+
+def test_an_endpoint_that_is_no_url_is_an_error():
+    with pytest.raises(ExportError, match="not an http"):
+        endpoints_from("localhost:4318")
+
+
+# ------------------------------------------------------------------------- transport
+
+
+class Backend:
+    """A tiny OTLP/HTTP server on 127.0.0.1 answering with the statuses it is given."""
+
+    def __init__(
+        self, statuses: list[int], headers: dict[str, str] | None = None, body: bytes = b"{}"
+    ) -> None:
+        self.statuses = list(statuses)
+        self.reply_headers = headers or {}
+        self.reply_body = body
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+
+
+@contextmanager
+def backend(statuses: list[int], **kw) -> Iterator[tuple[Backend, str]]:
+    state = Backend(statuses, **kw)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
+            state.requests.append((self.path, dict(self.headers), body))
+            status = state.statuses.pop(0) if len(state.statuses) > 1 else state.statuses[0]
+            reply = state.reply_body if status == 200 else b'{"code":3,"message":"bad spans"}'
+            self.send_response(status)
+            for name, value in state.reply_headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield state, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_retries_on_503_honouring_retry_after():
+    waits: list[float] = []
+    with backend([503, 503, 200], headers={"Retry-After": "0"}) as (state, url):
+        sender = OtlpHttp(endpoints_from(url), sleep=waits.append)
+        assert sender.send("traces", b'{"resourceSpans":[]}') is None
+    assert waits == [0.0, 0.0]
+    assert [r[0] for r in state.requests] == ["/v1/traces"] * 3
+    assert state.requests[0][1]["Content-Encoding"] == "gzip"
+
+
+def test_backoff_without_retry_after_doubles():
+    waits: list[float] = []
+    with backend([429, 502, 504, 200]) as (_, url):
+        OtlpHttp(endpoints_from(url), sleep=waits.append).send("traces", b"{}")
+    assert len(waits) == 3
+    assert 0.8 <= waits[0] <= 1 and 1.6 <= waits[1] <= 2 and 3.2 <= waits[2] <= 4
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 413, 500])
+def test_other_refusals_are_not_retried(status):
+    with backend([status]) as (state, url), pytest.raises(ExportError) as caught:
+        OtlpHttp(endpoints_from(url), sleep=lambda s: None).send("traces", b"{}")
+    assert len(state.requests) == 1
+    assert f"refused the traces: HTTP {status}" in str(caught.value)
+    assert "bad spans" in str(caught.value)
+
+
+def test_a_partial_success_is_returned_not_retried():
+    body = b'{"partialSuccess":{"rejectedSpans":"2","errorMessage":"too old"}}'
+    with backend([200], body=body) as (state, url):
+        note = OtlpHttp(endpoints_from(url)).send("traces", b"{}")
+    assert len(state.requests) == 1
+    assert str(note) == "the backend rejected 2 spans: too old"
+
+
+def test_an_unreachable_backend_is_retried_then_an_error():
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    waits: list[float] = []
+    sender = OtlpHttp(endpoints_from(f"http://127.0.0.1:{port}"), retries=2, sleep=waits.append)
+    with pytest.raises(ExportError, match=r"cannot reach .*\(after 3 attempts\)"):
+        sender.send("traces", b"{}")
+    assert len(waits) == 2
+
+
+# ------------------------------------------------------------------------------- CLI
+
+
+def run(args: list[str], env: dict[str, str] | None = None, stdin: bytes = b""):
+    import os
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run(
+        [*CMD, *args], input=stdin, capture_output=True, timeout=120, env={**base, **(env or {})}
+    )
+
+
+def test_cli_writes_json_lines_to_stdout():
+    result = run(["otel", "--db", str(SAMPLES / "task" / "opencode.db"), "--all"])
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == b""
+    lines = result.stdout.splitlines()
+    assert ["resourceSpans" in json.loads(line) for line in lines] == [True, False]
+    for line in lines:
+        check(line)
+
+
+def test_cli_reads_a_pipe_and_writes_a_file(tmp_path):
+    out = tmp_path / "traces.jsonl"
+    stream = (SAMPLES / "parallel_tools" / "stream.jsonl").read_bytes()
+    result = run(["otel", "-o", str(out), "--only", "traces"], stdin=stream)
+    assert result.returncode == 0, result.stderr
+    (line,) = out.read_bytes().splitlines()
+    assert len(spans_of(json.loads(line))) == 1 + 2 + 4  # session, 2 inferences, 4 calls
+
+
+def test_cli_posts_to_the_endpoint_with_headers():
+    with backend([200]) as (state, url):
+        result = run(
+            ["otel", "--db", str(SAMPLES / "task" / "opencode.db"), "--all", "-H", "x-team=a"],
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_EXPORTER_OTLP_HEADERS": "api-key=k%201"},
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b""
+    assert [r[0] for r in state.requests] == ["/v1/traces", "/v1/metrics"]
+    headers = state.requests[0][1]
+    assert headers["api-key"] == "k 1" and headers["x-team"] == "a"
+    assert headers["Content-Type"] == "application/json"
+    assert (
+        len(spans_of(json.loads(state.requests[0][2]))) == 2 + 5 + 3
+    )  # sessions, inferences, calls
+    assert b"2 sessions, 10 spans in 2 requests to http://127.0.0.1" in result.stderr
+
+
+def test_cli_refused_is_one_error_line_and_exit_2():
+    with backend([400]) as (_, url):
+        result = run(["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--endpoint", url])
+    assert result.returncode == 2
+    assert result.stderr.decode() == (
+        f"error: {url}/v1/traces refused the traces: HTTP 400 Bad Request: bad spans\n"
+    )
+
+
+def test_cli_busy_backend_gives_up_after_the_retries():
+    with backend([503], headers={"Retry-After": "0"}) as (state, url):
+        result = run(
+            [
+                "otel",
+                "--db",
+                str(SAMPLES / "text" / "opencode.db"),
+                "--endpoint",
+                url,
+                "--retries",
+                "2",
+            ]
+        )
+    assert result.returncode == 2
+    assert len(state.requests) == 3
+    assert b"HTTP 503 Service Unavailable (after 3 attempts)" in result.stderr
+    assert result.stderr.count(b"\n") == 1
+
+
+def test_cli_grpc_protocol_is_refused_with_the_way_out():
+    result = run(
+        ["otel", "--db", str(SAMPLES / "text" / "opencode.db")],
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(b"error: OTEL_EXPORTER_OTLP_PROTOCOL is grpc")
+
+
+def test_cli_output_file_wins_over_the_environment(tmp_path):
+    out = tmp_path / "o.jsonl"
+    result = run(
+        ["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "-o", str(out)],
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(out.read_bytes().splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--all", "ses_x"], "--all already reads every session"),
+        (["-i", "x.jsonl", "--all"], "either -i FILE inputs or stored sessions"),
+        (["no/such.json"], "cannot read no/such.json"),
+    ],
+)
+def test_cli_usage_errors(args, message):
+    result = run(["otel", "--db", str(SAMPLES / "text" / "opencode.db"), *args])
+    assert result.returncode == 2
+    assert message in result.stderr.decode()
+
+
+def test_cli_a_database_given_as_input_is_refused():
+    result = run(["otel", "-i", str(SAMPLES / "text" / "opencode.db")])
+    assert result.returncode == 2
+    assert b"is an SQLite database, not a stream: use `otel --db" in result.stderr
+
+
+def test_cli_never_writes_over_the_database_it_reads(tmp_path):
+    db = tmp_path / "opencode.db"
+    db.write_bytes((SAMPLES / "text" / "opencode.db").read_bytes())
+    before = db.read_bytes()
+    result = run(["otel", "--db", str(db), "-o", str(db)])
+    assert result.returncode == 2
+    assert b"will not write to" in result.stderr and b"it is being read" in result.stderr
+    assert db.read_bytes() == before
+
+
+def test_cli_a_header_that_is_no_pair_is_an_error():
+    result = run(
+        [
+            "otel",
+            "--db",
+            str(SAMPLES / "text" / "opencode.db"),
+            "--endpoint",
+            "http://c:1",
+            "-H",
+            "novalue",
+        ]
+    )
+    assert result.returncode == 2
+    assert result.stderr == b"error: 'novalue' is not a header NAME=VALUE\n"
+
+
+# ------------------------------------------------------------------- run/attach --otel
+
+
+def fake_opencode(tmp_path: Path, stream: Path) -> Path:
+    """An `opencode` that prints a captured run stream and exits 0."""
+    fake = tmp_path / "opencode"
+    fake.write_text(f"#!/bin/sh\ncat {stream}\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_run_otel_sends_the_run_when_it_ends(tmp_path):
+    stream = SAMPLES / "parallel_tools" / "stream.jsonl"
+    with backend([200]) as (state, url):
+        result = run(
+            ["run", "--format", "jsonl", "--otel", url, "do", "it"],
+            env={"OPENCODE_BIN": str(fake_opencode(tmp_path, stream))},
+        )
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert events[-1]["kind"] == "metrics"  # the events are written as ever
+    assert [r[0] for r in state.requests] == ["/v1/traces", "/v1/metrics"]
+    sent = spans_of(json.loads(state.requests[0][2]))
+    assert [s["spanId"] for s in sent] == [s["spanId"] for s in all_spans(file_export(stream))]
+    assert b"otel: 1 sessions, 7 spans in 2 requests to " in result.stderr
+
+
+def test_run_otel_to_a_file(tmp_path):
+    stream = SAMPLES / "task" / "stream.jsonl"
+    out = tmp_path / "run.otlp.jsonl"
+    result = run(
+        ["run", "--format", "jsonl", "--otel", str(out), "go"],
+        env={"OPENCODE_BIN": str(fake_opencode(tmp_path, stream))},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = out.read_bytes().splitlines()
+    for line in lines:
+        check(line)
+    assert all_spans([json.loads(line) for line in lines]) == all_spans(file_export(stream))
+
+
+def test_run_otel_refuses_the_file_the_events_go_to(tmp_path):
+    result = run(
+        ["run", "-o", str(tmp_path / "x"), "--otel", str(tmp_path / "x"), "go"],
+        env={"OPENCODE_BIN": str(fake_opencode(tmp_path, SAMPLES / "text" / "stream.jsonl"))},
+    )
+    assert result.returncode == 2
+    assert b"the events and the spans need a place each" in result.stderr
+
+
+def test_attach_otel_sends_what_the_server_streamed(tmp_path):
+    import socket
+    import time as clock
+
+    sse = (SAMPLES / "serve_permission" / "events.sse").read_bytes()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Connection: close\r\n\r\n" + sse
+            )
+            clock.sleep(5)  # the stream stays open: the session's idle ends attach
+
+    threading.Thread(target=serve, daemon=True).start()
+    out = tmp_path / "spans.jsonl"
+    try:
+        attached = run(
+            [
+                "attach",
+                f"http://127.0.0.1:{listener.getsockname()[1]}",
+                "--format",
+                "jsonl",
+                "--otel",
+                str(out),
+            ]
+        )
+    finally:
+        listener.close()
+    assert attached.returncode == 0, attached.stderr
+    sent = all_spans([json.loads(line) for line in out.read_bytes().splitlines()])
+    offline = all_spans(file_export(SAMPLES / "serve_permission" / "events.sse"))
+    assert [s["spanId"] for s in sent] == [s["spanId"] for s in offline]
+
+
+def test_a_loop_of_parent_links_is_two_top_level_traces(tmp_path):
+    from tests.stores import with_a_parent_loop
+
+    db = tmp_path / "loop.db"
+    first, second = with_a_parent_loop(db)
+    bodies: list[bytes] = []
+    with Store(db) as store:
+        builder = store_builder(store)
+        ids = every_session(store)
+        export(store_sessions(store, ids, builder), builder, lambda s, b: bodies.append(b))
+    sessions = [
+        s for s in all_spans([json.loads(b) for b in bodies]) if s["name"].startswith("invoke")
+    ]
+    assert {s["traceId"] for s in sessions} == {trace_id_of(first), trace_id_of(second)}
+    assert all("parentSpanId" not in s for s in sessions)
+
+
+def test_legacy_json_files_give_the_databases_spans(tmp_path):
+    """The same spans in the same places (their times are the files' own: docs/store.md)."""
+    from tests.test_legacy import write_legacy
+
+    write_legacy(SAMPLES / "task" / "opencode.db", tmp_path / "opencode", oldest=False)
+    result = run(["otel", "--db", str(tmp_path / "opencode"), "--all", "--only", "traces"])
+    assert result.returncode == 0, result.stderr
+    from_files = all_spans([json.loads(line) for line in result.stdout.splitlines()])
+    from_db = all_spans(store_export("task")[0])
+    assert sorted((s["spanId"], s.get("parentSpanId")) for s in from_files) == sorted(
+        (s["spanId"], s.get("parentSpanId")) for s in from_db
+    )
+
+
+# ---------------------------------------------------------------------------- --follow
+
+
+def follow_while_replayed(tmp_path: Path, name: str, *args: str) -> tuple[list[dict], bytes]:
+    """`otel --follow ARGS -o FILE` while the capture ``name`` is written again into a store
+    that appears only after following began (tests/replay.py); its JSON Lines, its stderr."""
+    root = Path(__file__).resolve().parents[1]
+    dst = tmp_path / "data" / "opencode.db"
+    dst.parent.mkdir()
+    out = tmp_path / "followed.jsonl"
+    follow = subprocess.Popen(
+        [*CMD, "otel", "--follow", "--db", str(dst), "-o", str(out), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=root,
+    )
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.replay",
+            str(SAMPLES / name / "opencode.db"),
+            str(dst),
+            "--delay",
+            "0.02",
+            "--wait",
+            "0.5",
+        ],
+        cwd=root,
+    )
+    try:
+        _, err = follow.communicate(timeout=120)
+    finally:
+        writer.wait(timeout=60)
+    assert follow.returncode == 0, err.decode()
+    return [json.loads(line) for line in out.read_bytes().splitlines()], err
+
+
+@pytest.mark.parametrize("name", ["task", "parallel_tools", "mcp"])
+def test_follow_sends_the_spans_the_finished_store_gives(tmp_path, name):
+    docs, err = follow_while_replayed(tmp_path, name, "--children")
+    assert b"waiting for" in err
+    for doc in docs:
+        check(doc)
+    followed = all_spans(docs)
+    stored = all_spans(store_export(name)[0])
+    assert sorted((s["spanId"], s.get("parentSpanId", ""), s["traceId"]) for s in followed) == (
+        sorted((s["spanId"], s.get("parentSpanId", ""), s["traceId"]) for s in stored)
+    )
+    usage = {s["spanId"]: {k: v for k, v in attrs(s).items() if "usage" in k} for s in stored}
+    for span in followed:
+        assert {k: v for k, v in attrs(span).items() if "usage" in k} == usage[span["spanId"]]
+    (metrics,) = [d for d in docs if "resourceMetrics" in d][-1:]
+    tokens = [
+        m
+        for m in metrics["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]
+        if m["name"] == "opencode.token.usage"
+    ]
+    total = usage_report(name)["total"]
+    counted = sum(int(p["asInt"]) for p in tokens[0]["sum"]["dataPoints"])
+    assert counted == sum(total[k] for k in TOKEN_KINDS)
+
+
+TOKEN_KINDS = (
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--forever"], "--forever goes with --follow"),
+        (["--follow", "--last"], "--follow takes SESSION..., or --all"),
+        (["--follow", "--all", "ses_x"], "--follow --all follows every session"),
+    ],
+)
+def test_follow_usage_errors(args, message):
+    result = run(["otel", "--db", str(SAMPLES / "text" / "opencode.db"), *args])
+    assert result.returncode == 2
+    assert message in result.stderr.decode()
+
+
+# ------------------------------------------------------------------------------ workers
+
+
+@pytest.fixture(scope="module")
+def generated_store(tmp_path_factory) -> Path:
+    """120 sessions cloned from the captures (bench/gen_db.py: subagents, forks, errors)."""
+    db = tmp_path_factory.mktemp("gen") / "opencode.db"
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(
+        [
+            sys.executable,
+            "bench/gen_db.py",
+            "--sessions",
+            "120",
+            "--parts",
+            "6000",
+            "--target-gb",
+            "0.005",
+            "--out",
+            str(db),
+        ],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+    return db
+
+
+def spans_and_metrics(out: bytes) -> tuple[list[str], dict | None]:
+    spans, metrics = [], None
+    for line in out.splitlines():
+        doc = json.loads(line)
+        check(doc)
+        if "resourceSpans" in doc:
+            spans += [json.dumps(s, sort_keys=True) for s in spans_of(doc)]
+        else:
+            metrics = doc
+    return sorted(spans), metrics
+
+
+def test_workers_export_the_same_spans_and_counters(generated_store):
+    one = run(["otel", "--db", str(generated_store), "--all"], env={"OPENCODE_EVENTS_WORKERS": "1"})
+    two = run(["otel", "--db", str(generated_store), "--all"], env={"OPENCODE_EVENTS_WORKERS": "3"})
+    assert one.returncode == two.returncode == 0, two.stderr
+    spans, metrics = spans_and_metrics(one.stdout)
+    assert len(spans) > 1000
+    assert spans_and_metrics(two.stdout) == (spans, metrics)
+
+
+def test_workers_stop_when_the_backend_refuses(generated_store):
+    with backend([400]) as (state, url):
+        result = run(
+            ["otel", "--db", str(generated_store), "--all", "--endpoint", url],
+            env={"OPENCODE_EVENTS_WORKERS": "2"},
+        )
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == [
+        f"error: {url}/v1/traces refused the traces: HTTP 400 Bad Request: bad spans"
+    ]
+    assert len(state.requests) == 1
