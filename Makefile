@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SAMPLE ?= samples/file_tools/stream.jsonl
 
-.PHONY: run test lint format bench fuzz samples goldens clean
+.PHONY: run test lint format bench fuzz soak samples goldens clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ bench: $(STAMP)
 # The long fuzz run: a million mutated real inputs per input kind (FUZZ_CASES to change).
 fuzz: $(STAMP)
 	$(PY) scripts/fuzz.py
+
+# import --follow over a store written for an hour; memory must stay flat (not in CI).
+SOAK_MINUTES ?= 60
+soak: $(STAMP)
+	$(PY) bench/soak_follow.py --minutes $(SOAK_MINUTES)
 
 samples: $(STAMP)
 	$(PY) scripts/capture.py
