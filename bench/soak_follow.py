@@ -4,9 +4,10 @@ A writer replays a real capture (samples/task: a session with a subagent) into o
 database again and again, event by event as OpenCode writes (tests/replay.py), each round
 under fresh ids (every ``ses_``/``msg_``/``prt_``/``evt_`` id prefixed with the round), with
 checkpoints (a passive one and a WAL reset) every other round. The follower runs as a
-separate process writing to a file; its resident memory is sampled every few seconds. Memory is flat when what it keeps does not
-grow with the time followed: the report gives the RSS at the first minute, the highest, the
-last, and the growth per ten minutes over the second half (after warm-up).
+separate process writing to a file; its resident memory is sampled every few seconds.
+Memory is flat when what it keeps does not grow with the time followed: the report gives
+the RSS at the first minute, the highest, the last, and the growth per ten minutes over the
+second half (after warm-up).
 
     python bench/soak_follow.py [--minutes 60] [--sample samples/task/opencode.db]
     make soak                   # the hour; SOAK_MINUTES=5 make soak for a short one
