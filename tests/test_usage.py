@@ -1661,3 +1661,19 @@ def test_a_stream_says_which_subagents_it_cannot_see(name: str) -> None:
             f"{'its' if below == 1 else 'their'} cost is in the store: "
             f"`opencode-events usage --session {root}`"
         ], source
+
+
+def test_the_table_shows_times_in_the_zone_asked_for():
+    """Issue 20 §8: --tz was accepted and ignored for the times a table shows."""
+    db = str(SAMPLES / "task" / "opencode.db")
+    env = {**os.environ, "COLUMNS": "160"}
+    shown = {
+        zone: subprocess.run(
+            [*CLI, "--db", db, "--all", "--format", "table", "--tz", zone],
+            capture_output=True,
+            env=env,
+            check=True,
+        ).stdout.decode()
+        for zone in ("UTC", "Asia/Tokyo")
+    }
+    assert "2026-11-29 15:41" in shown["UTC"] and "2026-11-30 00:41" in shown["Asia/Tokyo"]

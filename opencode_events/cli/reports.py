@@ -178,7 +178,7 @@ def usage(
     if fmt == "table":
         from ..output.tables import usage_table
 
-        usage_table(report, out=sys.stdout, store=from_store)
+        usage_table(report, out=sys.stdout, store=from_store, tz=zone)
         return
     if fmt == "json":
         out.write(formats.write_json(report.document()))

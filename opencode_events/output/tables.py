@@ -223,9 +223,15 @@ def _session_prefix() -> Column:
     return Column("session", lambda r: r.session_id or "", style="cyan", cut_to=18)
 
 
-def usage_table(report: Any, *, out: TextIO, store: bool, width: int | None = None) -> None:
-    """A usage report: label columns by ``--by``, then tokens by class and cost."""
-    from ..core.timeutil import format_time
+def usage_table(
+    report: Any, *, out: TextIO, store: bool, width: int | None = None, tz: Any = None
+) -> None:
+    """A usage report: label columns by ``--by``, then tokens by class and cost; times in
+    ``tz`` (``--tz``; default: local time)."""
+    from ..core.timeutil import format_time as format_local
+
+    def format_time(ms: Any) -> str:
+        return format_local(ms, tz)
 
     by = report.by
     rows = report.rows
