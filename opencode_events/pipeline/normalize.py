@@ -27,7 +27,7 @@ from ..sources.stream import (
     max_line_setting,
 )
 from ..sources.transcript import map_session
-from ..store.rows import FastScans, parents_of
+from ..store.rows import offers_fast_scans, parents_of
 
 __all__ = [
     "Feeder",
@@ -363,7 +363,7 @@ def import_sessions(
     if workers is None:
         workers = fanout.workers_for(len(session_ids))
     out = getattr(writer, "out", None)
-    if workers > 1 and fanout.can_share(out) and isinstance(store, FastScans) and session_ids:
+    if workers > 1 and fanout.can_share(out) and offers_fast_scans(store) and session_ids:
         writer.flush()
         tags = writer.tags if isinstance(writer, JsonlWriter) else None
         costs = fanout.import_in_workers(

@@ -33,7 +33,7 @@ from ..core.views import (
 )
 from ..store import fastscan
 from ..store.ranges import Pending, in_forked_child, start_over_ranges, worker_connection
-from ..store.rows import FastScans, SessionRow, ToolPartHeads, descendants
+from ..store.rows import SessionRow, ToolPartHeads, descendants, offers_fast_scans
 from ..store.sqlite import Store
 from .mcp import mcp_server_of
 from .spend import written_spend
@@ -226,7 +226,7 @@ _MESSAGE_LEAD = 112
 def start_whole_scan(store: Any) -> Pending | None:
     """Start the whole-table scan of a large database before its session rows are read
     (for ``summarize(..., scan=…)`` of every session); None where it would not be used."""
-    if not isinstance(store, FastScans) or store.session_count() < WHOLE_TABLE_SESSIONS:
+    if not offers_fast_scans(store) or store.session_count() < WHOLE_TABLE_SESSIONS:
         return None
     return _start_scan(store)
 
@@ -236,7 +236,7 @@ def _start_scan(store: Any) -> Pending | None:
     whole (large) database, from one process per core over a rowid range of the part table
     and the matching share of the message table (the last share read by this process when
     the result is asked for); None when that is not worth it or not possible here."""
-    if not isinstance(store, FastScans):
+    if not offers_fast_scans(store):
         return None
     parts, messages = store.rowid_ranges("part", 1), store.rowid_ranges("message", 1)
     if not parts:
@@ -415,7 +415,7 @@ def _count_messages(
     store: Any, scope: Sequence[str] | None, summaries: dict[str, SessionSummary]
 ) -> None:
     """Turns, inferences and in-flight of every summary, from the messages."""
-    if scope is None and isinstance(store, FastScans):
+    if scope is None and offers_fast_scans(store):
         uri, rowid_ranges = store.uri, store.rowid_ranges
         counts: MessageCounts = {}
         with worker_connection(uri, "message") as conn:
@@ -455,7 +455,7 @@ def _count_message(summary: Any, data: bytes | None) -> None:
 
 
 def _message_rows(store: Any, scope: Sequence[str] | None) -> Iterator[tuple[Any, ...]]:
-    if isinstance(store, FastScans):
+    if offers_fast_scans(store):
         return itertools.chain.from_iterable(store.message_batches(scope))
     return ((sid, None, None, data) for sid, data in store.all_message_data(scope))
 

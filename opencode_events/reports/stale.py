@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..core.activity import session_state, stale_after_ms
-from ..store.rows import FastScans, descendants
+from ..store.rows import descendants, offers_fast_scans
 
 __all__ = ["last_written", "stored_state"]
 
@@ -25,7 +25,7 @@ def last_written(store: Any, session_id: str, tree: dict[str, list[str]]) -> int
     for sid in (session_id, *descendants([session_id], tree)):
         row = store.session(sid)
         written = row.time_updated if row is not None else None
-        if isinstance(store, FastScans):
+        if offers_fast_scans(store):
             rows = store.last_write(sid)
             if rows is not None and (written is None or rows > written):
                 written = rows

@@ -46,7 +46,7 @@ from ..core.views import (
 from ..errors import GroupingError, InputError
 from ..events import summed_cost
 from ..store.ranges import start_over_ranges, worker_connection
-from ..store.rows import FastScans, descendants
+from ..store.rows import descendants, offers_fast_scans
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
@@ -1114,7 +1114,7 @@ def _grouped(
     elif everything and _scan_here(store, scan, day_of):
         pass  # this process read the table chunk by chunk
     else:
-        if everything and isinstance(store, FastScans):
+        if everything and offers_fast_scans(store):
             batches = store.assistant_batches()
             rows: Iterable[tuple[str, str, Any, bytes]] = itertools.chain.from_iterable(batches)
         else:
@@ -1473,7 +1473,7 @@ def _scan_rowids(
 def _scan_here(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
     """The whole message table in this process, chunk by chunk; False when the store is
     not a database or the grouping needs whole rows (the caller reads rows itself)."""
-    if not scan.chunked or not isinstance(store, FastScans):
+    if not scan.chunked or not offers_fast_scans(store):
         return False
     conn = store.conn
     try:
@@ -1598,7 +1598,7 @@ def _message_rows(
 ) -> Iterator[tuple[str, str, Any, bytes]]:
     """(session id, message id, time_created, data); the store's batched query when it has
     one (``itertools.chain`` keeps the per-row cost in C)."""
-    if isinstance(store, FastScans):
+    if offers_fast_scans(store):
         return itertools.chain.from_iterable(store.message_batches(session_ids))
     return _rows_of_sessions(store, session_ids)
 
@@ -1614,7 +1614,7 @@ def _rows_of_sessions(
 def _older_than_session(store: Any) -> Iterator[tuple[str, str, Any, bytes]]:
     """(session id, message id, time_created, data) of messages created before their own
     session: the copied history of a fork."""
-    if isinstance(store, FastScans):
+    if offers_fast_scans(store):
         yield from store.messages_older_than_session()
         return
     for session in store.sessions():

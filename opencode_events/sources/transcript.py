@@ -33,7 +33,7 @@ from ..core.views import (
 )
 from ..errors import InputError
 from ..events import Event
-from ..store.rows import FastScans
+from ..store.rows import offers_fast_scans
 
 __all__ = ["TranscriptMapper", "session_events", "BATCH_EVENTS"]
 
@@ -251,7 +251,7 @@ def map_session(
     ``costs``. (Costs are summed per session, and the sums in session order, so that the
     import's total is the same float however the sessions are shared among workers.)"""
     # Plain tuples when the store offers them (same layouts as its row types).
-    if isinstance(store, FastScans):
+    if offers_fast_scans(store):
         messages, parts = store.session_rows(session_id)
     else:
         messages, parts = store.messages(session_id), store.parts(session_id)

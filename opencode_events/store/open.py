@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import InputError
 from ..paths import channel_databases, locate_db
 from .legacy import LegacyStore, find_legacy_roots
-from .rows import FastScans, descendants, is_top_level
+from .rows import descendants, is_top_level, offers_fast_scans
 from .sqlite import Store
 
 __all__ = ["open_store", "select_sessions", "every_session", "store_files"]
@@ -41,7 +41,7 @@ def _is_top_level(store: Any, session_id: str) -> bool:
 
 def every_session(store: Any, *, top_level: bool = False) -> list[str]:
     """Every session's id (``top_level``: only those that are no subagent), oldest first."""
-    if isinstance(store, FastScans):  # without building every row
+    if offers_fast_scans(store):  # without building every row
         return store.session_ids(top_level=top_level)
     rows = store.sessions(top_level=top_level)
     return [row.id for row in sorted(rows, key=lambda r: (r.time_created, r.id))]

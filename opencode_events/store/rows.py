@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -29,6 +30,7 @@ __all__ = [
     "loop_members",
     "is_top_level",
     "parents_of",
+    "offers_fast_scans",
 ]
 
 
@@ -212,3 +214,18 @@ class Glances(Protocol):
     ) -> Iterator[tuple[str, int, int | None, bytes]]: ...
 
     def last_write(self, session_id: str) -> int | None: ...
+
+
+_FAST_SCANS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def offers_fast_scans(store: Any) -> bool:
+    """``isinstance(store, FastScans)``, asked once per store: a runtime Protocol check
+    looks up every member (about 25 µs), too much once per session of a large import."""
+    try:
+        return _FAST_SCANS[store]
+    except KeyError:
+        found = _FAST_SCANS[store] = isinstance(store, FastScans)
+        return found
+    except TypeError:  # a store that takes no weak reference: asked each time
+        return isinstance(store, FastScans)
