@@ -308,7 +308,7 @@ def usage_report(
     step, session, model, agent or day; ``fold`` subagents into the turn that ran them).
     ``.rows``, ``.total``, ``.notes`` and ``.document()``. A ``by`` the source cannot
     group by raises ``GroupingError``."""
-    from .reports.usage import store_usage, stream_usage
+    from .reports.usage import stored_usage, stream_usage
 
     if (source is None) == (store is None):
         raise TypeError("usage_report takes a source or a store, not both or neither")
@@ -319,15 +319,10 @@ def usage_report(
         finally:
             if owned:
                 stream.close()
-    start = _since_ms(since, tz)
-    if all_sessions:
-        from .store.open import every_session
-
-        ids = every_session(store, top_level=True)
-    else:
-        ids = _selected(store, sessions, all_sessions=False, since=since, tz=tz)
-    return store_usage(
-        store, ids, by=by, fold=fold, tz=tz, cross_session=len(ids) > 1, since_ms=start
+    ids = [sessions] if isinstance(sessions, str) else list(sessions)
+    start = _since_ms(since, tz)  # once: "2h" is read against the clock
+    return stored_usage(
+        store, ids, since_ms=start, all_sessions=all_sessions, by=by, fold=fold, tz=tz
     )
 
 

@@ -131,7 +131,7 @@ def usage(
     in, or --by step, session, model, agent or day.
     """
     from ..output import rows as formats
-    from ..reports.usage import GroupingError, StreamUsage, store_usage
+    from ..reports.usage import GroupingError, StreamUsage, stored_usage
 
     zone = time_zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or all_sessions)
@@ -143,22 +143,19 @@ def usage(
     start = since_ms(since, zone)  # once: "2h" is read against the clock
     try:
         if from_store:
-            from ..store.open import every_session, select_sessions, store_files
+            from ..store.open import store_files
 
             with open_store(db_path) as store:
                 refuse_stdout_read(store_files(store))
-                if all_sessions:  # every top-level session; subagents fold into them
-                    ids = every_session(store, top_level=True)
-                else:
-                    ids = select_sessions(store, session_ids, last=last, since_ms=start)
-                report = store_usage(
+                report = stored_usage(
                     store,
-                    ids,
+                    session_ids,
+                    last=last,
+                    since_ms=start,
+                    all_sessions=all_sessions,
                     by=by,
                     fold=not no_fold,
                     tz=zone,
-                    cross_session=len(ids) > 1,
-                    since_ms=start,
                 )
         else:
             opened = open_inputs(inputs)

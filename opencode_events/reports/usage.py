@@ -64,6 +64,7 @@ __all__ = [
     "TOKEN_FIELDS",
     "stream_usage",
     "store_usage",
+    "stored_usage",
     "BY_STREAM",
     "BY_STORE",
     "forked_copy_ids",
@@ -1621,3 +1622,28 @@ def _older_than_session(store: Any) -> Iterator[tuple[str, str, Any, bytes]]:
         for message in store.messages(session.id):
             if message.time_created is not None and message.time_created < session.time_created:
                 yield session.id, message.id, message.time_created, message.data
+
+
+def stored_usage(
+    store: Any,
+    session_ids: Sequence[str] = (),
+    *,
+    last: bool = False,
+    since_ms: int | None = None,
+    all_sessions: bool = False,
+    by: str = "turn",
+    fold: bool = True,
+    tz: tzinfo | None = None,
+) -> UsageReport:
+    """``usage`` of the store, its sessions chosen as the command line chooses them: every
+    top-level session (``all_sessions``; subagents fold into them), else ``session_ids``
+    (ids or prefixes), ``last`` and those active ``since_ms`` (``select_sessions``)."""
+    from ..store.open import every_session, select_sessions
+
+    if all_sessions:
+        ids = every_session(store, top_level=True)
+    else:
+        ids = select_sessions(store, session_ids, last=last, since_ms=since_ms)
+    return store_usage(
+        store, ids, by=by, fold=fold, tz=tz, cross_session=len(ids) > 1, since_ms=since_ms
+    )
