@@ -502,6 +502,40 @@ class Store:
         (count,) = next(self._query("SELECT count(*) FROM session"))
         return count
 
+    # ------------------------------------------------------------------ change keys
+    # (store.changes: what the report cache compares)
+
+    def _has_table(self, name: str) -> bool:
+        rows = self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+        return next(rows, None) is not None
+
+    def change_edges(self) -> list[Any]:
+        """The tables' edges: the newest rowid of each table a report reads, the number of
+        sessions and the event log's total sequence (each answered from a b-tree's edge or
+        a small table)."""
+        edges: list[Any] = []
+        for table in ("session", "message", "part", "event"):
+            if table == "event" and not self._has_table("event"):
+                edges.append(None)
+                continue
+            (high,) = next(self._query(f"SELECT max(rowid) FROM {table}"))
+            edges.append(high)
+        edges.append(self.session_count())
+        if self._has_table("event_sequence"):
+            edges.extend(next(self._query("SELECT count(*), total(seq) FROM event_sequence")))
+        return edges
+
+    def event_sequences(self) -> dict[str, int]:
+        """Each session's latest event number (``event_sequence.seq``): OpenCode's change
+        counter per session; {} without an event log."""
+        if not self._has_table("event_sequence"):
+            return {}
+        return {
+            sid: seq
+            for sid, seq in self._query("SELECT aggregate_id, seq FROM event_sequence")
+            if type(sid) is str and type(seq) is int
+        }
+
     def session_ids(self, *, top_level: bool = False) -> list[str]:
         """Session ids, oldest first: the order of ``sessions()`` sorted by (time_created,
         id), without building whole rows (a damaged time sorts as 0 there too)."""

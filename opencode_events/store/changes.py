@@ -1,0 +1,82 @@
+"""What changed in a database since a report last read it, told cheaply: the keys of the
+report cache (``reports.cache``).
+
+Two keys, from coarse to fine:
+
+- ``fingerprint(store)``: the whole database, from its files and a few edge queries. Any
+  committed write changes it: SQLite appends every transaction to the ``-wal`` (its size
+  grows; a restarted WAL gets new salts in its header), and a checkpoint or a rollback-mode
+  commit rewrites the main file (size, modification time, header). The identity of the file
+  (device, inode, path) and the tables' edges (newest rowids, session count, the event
+  log's total sequence) tell a database replaced by another file, even one copied with
+  its times kept. Clocks play no part but the files' modification times, and a time that
+  goes backwards cannot make two different states look alike: the sizes, headers and row
+  edges would have to agree too.
+- ``session_stamps(store)``: per session, OpenCode's own change counter. OpenCode 1.18.33
+  writes every change to a session's messages and parts (created, updated in place,
+  removed) through its append-only event log in the same transaction, and
+  ``event_sequence.seq`` is the number of the session's latest event: it moves on every
+  change and never comes back. A session with no sequence row (written before the log
+  existed, or by another program) has no stamp: it is trusted only while the fingerprint
+  holds.
+
+::
+
+    with open_store("opencode.db") as store:
+        before = fingerprint(store)
+        stamps = session_stamps(store)     # {"ses_…": 42, …}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["fingerprint", "session_stamps", "database_identity"]
+
+_HEADER = 100  # bytes of SQLite's database header
+_WAL_HEADER = 32  # bytes of the WAL header: magic, page size, checkpoint sequence, salts
+
+
+def _file_state(path: Path, head: int) -> list[Any]:
+    """(device, inode, size, mtime ns, the first ``head`` bytes) of a file, or [] when it
+    is not there."""
+    try:
+        with open(path, "rb") as file:
+            stat = os.fstat(file.fileno())
+            start = file.read(head)
+    except OSError:
+        return []
+    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, start.hex()]
+
+
+def database_identity(store: Any) -> str:
+    """A name for the database a store reads, stable across its changes: a digest of its
+    resolved path (the cache's folder per database)."""
+    path = Path(store.path)
+    try:
+        where = str(path.resolve())
+    except OSError:
+        where = os.path.abspath(path)
+    return hashlib.blake2b(where.encode("utf-8", "surrogateescape"), digest_size=12).hexdigest()
+
+
+def fingerprint(store: Any) -> list[Any]:
+    """The state of the whole database: equal fingerprints, equal contents (see above)."""
+    path = Path(store.path)
+    edges = store.change_edges() if hasattr(store, "change_edges") else None
+    return [
+        _file_state(path, _HEADER),
+        _file_state(Path(f"{path}-wal"), _WAL_HEADER),
+        _file_state(Path(f"{path}-journal"), 0),
+        edges,
+    ]
+
+
+def session_stamps(store: Any) -> dict[str, int]:
+    """Each logged session's change counter (``event_sequence.seq``); {} for a store with
+    no event log."""
+    stamps = getattr(store, "event_sequences", None)
+    return stamps() if stamps is not None else {}
