@@ -29,6 +29,7 @@ __all__ = [
     "home",
     "config_home",
     "cache_home",
+    "report_cache_dir",
     "named_config",
     "MAX_LINE",
     "MAX_LINE_VARIABLE",
@@ -110,6 +111,15 @@ def cache_home(env: Mapping[str, str] | None = None) -> Path:
     """OpenCode's cache folder: ``$XDG_CACHE_HOME/opencode`` (its models catalogue)."""
     env = os.environ if env is None else env
     return Path(env.get("XDG_CACHE_HOME") or home(env) / ".cache") / "opencode"
+
+
+def report_cache_dir(env: Mapping[str, str] | None = None) -> Path | None:
+    """The report cache's folder, ``$XDG_CACHE_HOME/opencode-events`` (``~/.cache/…``); None
+    when ``$OPENCODE_EVENTS_NO_CACHE`` is set to anything but ``0`` or nothing."""
+    env = os.environ if env is None else env
+    if env.get("OPENCODE_EVENTS_NO_CACHE", "").strip() not in ("", "0"):
+        return None
+    return Path(env.get("XDG_CACHE_HOME") or home(env) / ".cache") / "opencode-events"
 
 
 def named_config(env: Mapping[str, str] | None = None) -> Path | None:

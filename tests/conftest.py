@@ -11,10 +11,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The report cache (reports.cache) of every test run lives in a folder of its own, never in
+# the user's ~/.cache; the reports read and fill it as they would for a user.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="opencode-events-test-cache-")
 
 _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:

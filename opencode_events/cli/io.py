@@ -411,6 +411,29 @@ def tag_option(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+def no_cache_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Shared option: ``--no-cache`` recomputes a store report without the report cache
+    (``reports.cache``), neither reading nor writing it."""
+    return click.option(
+        "--no-cache",
+        is_flag=True,
+        help="Recompute from the database alone: do not read or write the report cache "
+        "($XDG_CACHE_HOME/opencode-events).",
+    )(command)
+
+
+def report_cache(store: Any, no_cache: bool) -> Any:
+    """The report cache of ``store`` (None with ``--no-cache`` or
+    ``OPENCODE_EVENTS_NO_CACHE=1``, or for a store that is not a database)."""
+    from ..paths import report_cache_dir
+    from ..reports.cache import ReportCache
+
+    root = report_cache_dir()
+    if no_cache or root is None:
+        return None
+    return ReportCache.open(store, root=root)
+
+
 def full_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """Shared option: the pretty view shows messages whole (else 12 lines and a count)."""
     return click.option(

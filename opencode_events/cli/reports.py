@@ -15,10 +15,12 @@ from ..errors import OutputError
 from .io import (
     csv_raw_option,
     db_option,
+    no_cache_option,
     open_inputs,
     open_store,
     pipe_safe,
     refuse_stdout_read,
+    report_cache,
     report_output,
     selection_options,
     since_ms,
@@ -39,6 +41,7 @@ from .io import (
     help="table for people (default on a terminal), json, jsonl or csv for programs.",
 )
 @csv_raw_option
+@no_cache_option
 @pipe_safe
 def sessions(
     db_path: str | None,
@@ -47,6 +50,7 @@ def sessions(
     all_sessions: bool,
     fmt: str | None,
     csv_raw: bool,
+    no_cache: bool,
 ) -> None:
     """Sessions in the store, newest activity first, with turns, tools, tokens and cost."""
     from ..output import rows as formats
@@ -56,7 +60,13 @@ def sessions(
     since_time = since_ms(since)
     with open_store(db_path) as store:
         refuse_stdout_read(store_files(store))
-        report = sessions_report(store, since_ms=since_time, limit=limit, all_sessions=all_sessions)
+        report = sessions_report(
+            store,
+            since_ms=since_time,
+            limit=limit,
+            all_sessions=all_sessions,
+            cache=report_cache(store, no_cache),
+        )
     summaries = report.sessions
     out = report_output()
     fmt = fmt or ("table" if out.isatty() else "jsonl")
@@ -107,6 +117,7 @@ def sessions(
     "$GITHUB_OUTPUT (GitHub Actions).",
 )
 @csv_raw_option
+@no_cache_option
 @pipe_safe
 def usage(
     inputs: tuple[str, ...],
@@ -121,6 +132,7 @@ def usage(
     fmt: str | None,
     github: bool,
     csv_raw: bool,
+    no_cache: bool,
 ) -> None:
     """Tokens and cost per turn, as OpenCode counted them.
 
@@ -156,6 +168,7 @@ def usage(
                     by=by,
                     fold=not no_fold,
                     tz=zone,
+                    cache=report_cache(store, no_cache),
                 )
         else:
             opened = open_inputs(inputs)

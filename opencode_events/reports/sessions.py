@@ -35,6 +35,7 @@ from ..store import fastscan
 from ..store.ranges import Pending, in_forked_child, start_over_ranges, worker_connection
 from ..store.rows import SessionRow, ToolPartHeads, descendants, offers_fast_scans
 from ..store.sqlite import Store
+from .cache import ReportCache
 from .mcp import mcp_server_of
 from .spend import written_spend
 
@@ -492,13 +493,18 @@ def summarize(
     mcp_servers: Callable[[str | None], Sequence[str]] = lambda directory: (),
     scan: Pending | None = None,
     now_ms: float | None = None,
+    cache: ReportCache | None = None,
+    servers: dict[str | None, Sequence[str]] | None = None,
 ) -> list[SessionSummary]:
     """Summaries of ``rows`` (in their order); descendants are read to fold their cost.
     ``scan``: a whole-table scan the caller started already (``start_whole_scan``);
-    ``now_ms`` (default: the clock) tells a stale reply from one in flight."""
+    ``now_ms`` (default: the clock) tells a stale reply from one in flight; ``cache``: the
+    report cache, whose ledger spares the sessions that did not change; ``servers`` is
+    given the MCP servers consulted per directory."""
     # A whole large table is read by one process per core, started first: they read while
     # this one looks up the sessions (and are stopped if that fails).
-    if scan is None and len(rows) >= WHOLE_TABLE_SESSIONS:
+    kept = cache.ledger("sessions", _LEDGER_REQUEST, SessionCounts) if cache else {}
+    if scan is None and len(rows) >= WHOLE_TABLE_SESSIONS and not kept:
         scan = _start_scan(store)
     try:
         tree, summaries, scope = _sessions_below(store, rows)
@@ -506,17 +512,33 @@ def summarize(
         if scan is not None:
             scan.cancel()
         raise
+    if kept and scan is None:  # read only the sessions the cache does not hold
+        unread = [sid for sid in summaries if sid not in kept]
+        scope = unread if len(unread) < WHOLE_TABLE_SESSIONS else None
     if scan is None and scope is None:
         scan = _start_scan(store)
     if scan is not None:
         counts = scan()
     else:
-        _count_messages(store, scope, summaries)
-        counts = [(_count_tool_parts(store, scope), {})]
+        fresh = summaries if scope is None else {sid: summaries[sid] for sid in scope}
+        if scope is None or scope:
+            _count_messages(store, scope, fresh)
+        counts = [(_count_tool_parts(store, scope) if scope is None or scope else {}, {})]
+    if cache is not None:
+        entries = _ledger_entries(counts, summaries, kept if scan is None else {})
+        cache.keep_ledger("sessions", _LEDGER_REQUEST, entries)
+        for sid, summary in summaries.items():  # every summary counted from the ledger
+            entry = entries[sid]
+            summary.turns, summary.inferences = entry.turns, entry.inferences
+            summary.in_flight = entry.in_flight
+        counts = [({(sid, t, f): n for sid in summaries for t, f, n in entries[sid].tools}, {})]
+        # (each entry lists a (tool, failed) once: ``_ledger_entries`` sums them)
     servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
     for tool_counts, message_counts in counts:
         _apply_messages(summaries, message_counts)
         _apply_tools(summaries, tool_counts, mcp_servers, servers_in)
+    if servers is not None:
+        servers.update(servers_in)
 
     _judge_staleness(store, summaries.values(), now_ms, tree)
     # Costs written by the one rule for a session's spend (``spend``), so that they read as
@@ -535,6 +557,58 @@ def summarize(
         if sid not in tree or not tree[sid]:
             summary.total_cost = summary.cost
     return [summaries[row.id] for row in rows]
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+class SessionCounts(Struct, array_like=True):
+    """What ``sessions`` keeps of a session in the report cache: its counts from messages
+    and parts (``tools``: (tool, failed, calls))."""
+
+    turns: int
+    inferences: int
+    in_flight: bool
+    tools: list[tuple[str | None, bool, int]]
+
+
+_LEDGER_REQUEST = ["counts", 1]  # the shape of SessionCounts: a new one, a new ledger
+
+
+def _ledger_entries(
+    counts: list[tuple[ToolCounts, MessageCounts]],
+    summaries: dict[str, SessionSummary],
+    kept: dict[str, SessionCounts],
+) -> dict[str, SessionCounts]:
+    """The ledger after this report: ``kept`` entries, and the sessions just read. After a
+    whole-table scan (``kept`` empty), every session the scan saw, read or not; after a
+    scoped read, the counts of the scoped sessions are in their summaries (messages) and
+    in ``counts`` (tools)."""
+    entries: dict[str, SessionCounts] = dict(kept)
+    messages: MessageCounts = {}
+    for _tools, message_counts in counts:
+        for sid, (turns, inferences, running) in message_counts.items():
+            _add_messages(messages, sid, turns, inferences, running)
+    for sid, summary in summaries.items():
+        if sid in kept:
+            continue
+        found = messages.get(sid)
+        if found is None:
+            found = [summary.turns, summary.inferences, summary.in_flight]
+        entries[sid] = SessionCounts(found[0], found[1], bool(found[2]), [])
+    for sid, found in messages.items():
+        if sid not in entries:
+            entries[sid] = SessionCounts(found[0], found[1], bool(found[2]), [])
+    tools: ToolCounts = {}
+    for tool_counts, _messages in counts:  # a session's parts may span workers' ranges
+        for key, calls in tool_counts.items():
+            tools[key] = tools.get(key, 0) + calls
+    for (sid, tool, failed), calls in tools.items():
+        entry = entries.get(sid)
+        if entry is None:
+            entry = entries[sid] = SessionCounts(0, 0, False, [])
+        entry.tools.append((tool, failed, calls))
+    return entries
 
 
 def _judge_staleness(
@@ -625,16 +699,31 @@ def sessions_report(
     limit: int | None = None,
     all_sessions: bool = False,
     mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
+    cache: ReportCache | None = None,
 ) -> SessionsReport:
     """Top-level sessions (``all_sessions``: subagents too), newest activity first; with
     ``since_ms``, those active since then; at most ``limit``. ``mcp_servers`` names the MCP
-    servers configured for a directory (default: OpenCode's config files, ``mcp``)."""
+    servers configured for a directory (default: OpenCode's config files, ``mcp``).
+    ``cache`` (``ReportCache.open(store)``): the report cache, which answers a repeat of
+    an unchanged database and spares the sessions that did not change; the report is the
+    same with or without it."""
     if mcp_servers is None:
         from .mcp import mcp_server_names as mcp_servers
+    request = [since_ms, limit, all_sessions, stale_after_ms()]
+    if cache is not None:
+        kept = cache.recall(
+            "sessions",
+            request,
+            SessionsReport,
+            lambda consulted: _servers_now(consulted, mcp_servers) == consulted,
+        )
+        if kept is not None:
+            return kept
     # Every session of a large database: the workers start reading the tables while this
-    # process reads the session rows.
+    # process reads the session rows (unless the cache holds them).
     whole = all_sessions and since_ms is None and limit is None
-    scan = start_whole_scan(store) if whole else None
+    ledger = cache.ledger("sessions", _LEDGER_REQUEST, SessionCounts) if cache else {}
+    scan = start_whole_scan(store) if whole and not ledger else None
     try:
         rows = store.sessions(since_ms=since_ms, top_level=not all_sessions)
     except BaseException:
@@ -643,4 +732,31 @@ def sessions_report(
         raise
     if limit is not None:
         rows = rows[:limit]
-    return SessionsReport(sessions=summarize(store, rows, mcp_servers=mcp_servers, scan=scan))
+    servers: dict[str | None, Sequence[str]] = {}
+    report = SessionsReport(
+        sessions=summarize(
+            store, rows, mcp_servers=mcp_servers, scan=scan, cache=cache, servers=servers
+        )
+    )
+    if cache is not None and not any(s.state == BUSY for s in report.sessions):
+        # A busy session would turn stale with the clock alone: such a report is not kept.
+        checks = [[directory, list(names)] for directory, names in servers.items()]
+        cache.remember("sessions", request, report, checks)
+    return report
+
+
+def _servers_now(
+    consulted: Any, mcp_servers: Callable[[str | None], Sequence[str]]
+) -> list[list[Any]] | None:
+    """``consulted`` ([directory, servers] pairs) with the servers configured now."""
+    now: list[list[Any]] = []
+    if not isinstance(consulted, list):
+        return None
+    for pair in consulted:
+        if not isinstance(pair, list) or len(pair) != 2:
+            return None
+        directory = pair[0]
+        if directory is not None and not isinstance(directory, str):
+            return None
+        now.append([directory, list(mcp_servers(directory))])
+    return now

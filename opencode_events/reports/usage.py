@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NamedTuple
 import msgspec
 from msgspec import Struct
 
+from ..core.activity import stale_after_ms
 from ..core.figures import read_figures
 from ..core.views import (
     PART_DECODER,
@@ -48,6 +49,7 @@ from ..events import summed_cost
 from ..store.ranges import start_over_ranges, worker_connection
 from ..store.rows import descendants, offers_fast_scans
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
+from .cache import ReportCache, cache_digest
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
 # which a TypeError reports).
@@ -988,13 +990,43 @@ def store_usage(
     cross_session: bool = False,
     since_ms: int | None = None,
     now_ms: float | None = None,
+    cache: ReportCache | None = None,
 ) -> UsageReport:
     """Usage of stored sessions (``session_ids`` top-level, in order); with ``since_ms``,
     of their inferences created at or after it (and the subagents those spawned). A row in
     flight whose session (or a subagent of it) was not written for a while is ``stale``
-    instead, judged at ``now_ms`` (default: the clock), as ``sessions`` judges it."""
+    instead, judged at ``now_ms`` (default: the clock), as ``sessions`` judges it.
+    ``cache`` (``ReportCache.open(store)``): the report cache; the report is the same
+    with or without it."""
     if by not in BY_STORE:
         raise GroupingError(f"unknown --by {by}")
+    if cache is not None and now_ms is None:
+        request = [
+            cache_digest(list(session_ids)),
+            by,
+            fold,
+            repr(tz),
+            cross_session,
+            since_ms,
+            stale_after_ms(),
+        ]
+        kept = cache.recall("usage", request, UsageReport)
+        if kept is not None:
+            return kept
+        report = store_usage(
+            store,
+            session_ids,
+            by=by,
+            fold=fold,
+            tz=tz,
+            cross_session=cross_session,
+            since_ms=since_ms,
+            now_ms=now_ms,
+            cache=None,
+        )
+        if not any(row.in_flight for row in report.rows):  # busy would turn stale
+            cache.remember("usage", request, report)
+        return report
     tree = store.children()
     if fold:
         session_ids = _outermost(session_ids, tree)
@@ -1634,10 +1666,12 @@ def stored_usage(
     by: str = "turn",
     fold: bool = True,
     tz: tzinfo | None = None,
+    cache: ReportCache | None = None,
 ) -> UsageReport:
     """``usage`` of the store, its sessions chosen as the command line chooses them: every
     top-level session (``all_sessions``; subagents fold into them), else ``session_ids``
-    (ids or prefixes), ``last`` and those active ``since_ms`` (``select_sessions``)."""
+    (ids or prefixes), ``last`` and those active ``since_ms`` (``select_sessions``);
+    ``cache``: the report cache (``store_usage``)."""
     from ..store.open import every_session, select_sessions
 
     if all_sessions:
@@ -1645,5 +1679,12 @@ def stored_usage(
     else:
         ids = select_sessions(store, session_ids, last=last, since_ms=since_ms)
     return store_usage(
-        store, ids, by=by, fold=fold, tz=tz, cross_session=len(ids) > 1, since_ms=since_ms
+        store,
+        ids,
+        by=by,
+        fold=fold,
+        tz=tz,
+        cross_session=len(ids) > 1,
+        since_ms=since_ms,
+        cache=cache,
     )

@@ -1,0 +1,283 @@
+"""The report cache: what ``sessions`` and ``usage`` computed from a database, kept so that
+a report of a database that did not change is not computed again, and a report of one that
+changed reads only the sessions that did.
+
+Where: ``$XDG_CACHE_HOME/opencode-events/<database>/`` (``~/.cache`` without it), one folder
+per database path, never beside the database, which is never written. What:
+
+- **memos**: whole reports, each under its request (the command's choices) and the
+  database's ``fingerprint`` (``store.changes``): a repeat with nothing changed is answered
+  from the memo. A report with a reply in flight (``busy``) is not kept: its state would
+  turn ``stale`` with the clock alone.
+- **ledgers**: per session, what a report needs of its messages and parts, under the
+  session's stamp (OpenCode's change counter, ``event_sequence.seq``). A session whose
+  stamp is unchanged is not read again; one without a stamp is trusted only while the
+  whole database's fingerprint holds.
+
+Every file starts with a header naming this format, the tool's version and the database;
+a file that is damaged, truncated, foreign or of another version is ignored (and replaced
+by the next write), never trusted. Files are written whole to a temporary name and renamed,
+so two runs at once never leave a torn file (the last one wins; both were right). The size
+is bounded: at most ``MEMOS`` memos per database and ``DATABASES`` databases, the least
+recently used go first; a ledger holds only the sessions the database still has.
+
+::
+
+    cache = ReportCache.open(store)         # None: a store that is not a database
+    report = cache.recall("sessions", request, SessionsReport)
+    if report is None:
+        report = compute()
+        cache.remember("sessions", request, report)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from .._version import __version__
+from ..store.changes import database_identity, fingerprint, session_stamps
+
+__all__ = ["ReportCache", "cache_digest", "MEMOS", "DATABASES"]
+
+T = TypeVar("T")
+
+FORMAT = 1
+MEMOS = 16  # whole reports kept per database
+DATABASES = 32  # database folders kept
+_LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
+
+
+class _Header(msgspec.Struct, array_like=True):
+    magic: str
+    format: int
+    version: str
+    database: str
+    fingerprint: Any
+    body: msgspec.Raw
+
+
+_MAGIC = "opencode-events report cache"
+_HEADER = msgspec.msgpack.Decoder(_Header)
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+class _Memo(msgspec.Struct, array_like=True):
+    request: Any
+    checks: Any  # what the report consulted besides the database (e.g. MCP config)
+    value: msgspec.Raw
+
+
+_MEMO = msgspec.msgpack.Decoder(_Memo)
+
+
+class _Ledger(msgspec.Struct, array_like=True):
+    """Per session: (stamp or None, what the report keeps of it)."""
+
+    request: Any
+    entries: dict[str, tuple[int | None, msgspec.Raw]]
+
+
+_LEDGER = msgspec.msgpack.Decoder(_Ledger)
+
+
+def cache_digest(value: Any) -> str:
+    """A short digest of ``value`` (anything msgpack holds): a file name, or a long part of
+    a request (the ids of every session) kept small."""
+    return hashlib.blake2b(_ENCODER.encode(value), digest_size=12).hexdigest()
+
+
+_digest = cache_digest
+
+
+class ReportCache:
+    """The cache folder of one database, with the database's keys read once, when it is
+    opened: before any report reads a row, so that what is kept is never older than the key
+    it is kept under."""
+
+    def __init__(self, folder: Path, database: str, state: Any, stamps: dict[str, int]) -> None:
+        self.folder = folder
+        self.database = database
+        self.fingerprint = state
+        self.stamps = stamps
+        self.hits = 0  # ledger entries reused (tests read it)
+        self._ledgers: dict[str, Any] = {}
+
+    @classmethod
+    def open(cls, store: Any, *, root: Path | None = None) -> ReportCache | None:
+        """The cache of ``store``'s database; None for a store that is not a database (the
+        legacy layout) or when the keys cannot be read."""
+        if not hasattr(store, "change_edges"):
+            return None
+        try:
+            state = fingerprint(store)
+            stamps = session_stamps(store)
+        except Exception:  # a store that cannot answer is simply not cached
+            return None
+        if root is None:
+            from ..paths import report_cache_dir
+
+            root = report_cache_dir()
+            if root is None:
+                return None
+        database = str(Path(store.path).absolute())
+        return cls(root / database_identity(store), database, state, stamps)
+
+    # ------------------------------------------------------------------ files
+
+    def _read(self, name: str) -> _Header | None:
+        try:
+            with open(self.folder / name, "rb") as file:
+                data = file.read(_LARGEST + 1)
+        except OSError:
+            return None
+        try:
+            header = _HEADER.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            return None
+        if (
+            header.magic != _MAGIC
+            or header.format != FORMAT
+            or header.version != __version__
+            or header.database != self.database
+        ):
+            return None
+        return header
+
+    def _write(self, name: str, body: bytes) -> None:
+        """Write ``name`` whole (a temporary file renamed over it); failures are ignored: a
+        cache that cannot be written only costs the next run its time."""
+        header = _Header(
+            _MAGIC, FORMAT, __version__, self.database, self.fingerprint, msgspec.Raw(body)
+        )
+        data = _ENCODER.encode(header)
+        if len(data) > _LARGEST:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as file:
+                    file.write(data)
+                os.replace(tmp, self.folder / name)
+            except BaseException:
+                with _quietly():
+                    os.unlink(tmp)
+                raise
+        except OSError:
+            return
+        self._trim()
+
+    def _trim(self) -> None:
+        """Keep at most ``MEMOS`` memos here and ``DATABASES`` folders beside it."""
+        with _quietly():
+            memos = sorted(self.folder.glob("memo-*"), key=_mtime)
+            for old in memos[:-MEMOS]:
+                old.unlink()
+            for stray in self.folder.glob(".tmp-*"):  # a run killed mid-write, long ago
+                if _mtime(stray) < _mtime(self.folder) - 3600:
+                    stray.unlink()
+        with _quietly():
+            folders = sorted((p for p in self.folder.parent.iterdir() if p.is_dir()), key=_mtime)
+            for old in folders[:-DATABASES]:
+                for file in old.iterdir():
+                    file.unlink()
+                old.rmdir()
+
+    # ------------------------------------------------------------------ memos
+
+    def recall(
+        self,
+        kind: str,
+        request: Any,
+        type_: type[T],
+        still_true: Callable[[Any], bool] = lambda checks: checks is None,
+    ) -> T | None:
+        """The report kept for ``request`` of a database in the state it is in now, or
+        None. ``still_true`` is asked whether what was kept beside it (``checks``: what
+        else the report consulted, e.g. a config file's servers) still holds."""
+        header = self._read(f"memo-{_digest([kind, request])}")
+        if header is None or header.fingerprint != self.fingerprint:
+            return None
+        try:
+            memo = _MEMO.decode(header.body)
+            if memo.request != request or not still_true(memo.checks):
+                return None
+            return msgspec.msgpack.decode(memo.value, type=type_)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            return None
+
+    def remember(self, kind: str, request: Any, value: Any, checks: Any = None) -> None:
+        memo = _Memo(request, checks, msgspec.Raw(_ENCODER.encode(value)))
+        self._write(f"memo-{_digest([kind, request])}", _ENCODER.encode(memo))
+
+    # ------------------------------------------------------------------ ledgers
+
+    def ledger(self, kind: str, request: Any, type_: type[T]) -> dict[str, T]:
+        """The entries of ledger ``kind`` still true of the database: a stamped session's
+        whose stamp is unchanged, an unstamped one's while the fingerprint holds."""
+        name = f"ledger-{_digest([kind, request])}"
+        if name in self._ledgers:  # read once per run
+            return self._ledgers[name]
+        self._ledgers[name] = kept = self._read_ledger(name, request, type_)
+        return kept
+
+    def _read_ledger(self, name: str, request: Any, type_: type[T]) -> dict[str, T]:
+        header = self._read(name)
+        if header is None:
+            return {}
+        try:
+            ledger = _LEDGER.decode(header.body)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            return {}
+        if ledger.request != request:
+            return {}
+        whole = header.fingerprint == self.fingerprint
+        stamps = self.stamps
+        decode = msgspec.msgpack.Decoder(type_).decode
+        kept: dict[str, T] = {}
+        try:
+            for sid, (stamp, raw) in ledger.entries.items():
+                now = stamps.get(sid)
+                if now == stamp if stamp is not None else now is None and whole:
+                    kept[sid] = decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            return {}
+        self.hits = len(kept)
+        return kept
+
+    def keep_ledger(self, kind: str, request: Any, entries: Mapping[str, Any]) -> None:
+        """Keep ``entries`` (session → what the report keeps of it), each under the stamp
+        read when the cache was opened."""
+        stamps = self.stamps
+        encode = _ENCODER.encode
+        body = _Ledger(
+            request,
+            {sid: (stamps.get(sid), msgspec.Raw(encode(entry))) for sid, entry in entries.items()},
+        )
+        name = f"ledger-{_digest([kind, request])}"
+        self._ledgers.pop(name, None)
+        self._write(name, _ENCODER.encode(body))
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+class _quietly:
+    """Ignore what trimming a shared folder can meet (another run removed it first)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        return kind is not None and issubclass(kind, OSError)
