@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from .._version import __version__
-from ..store.changes import database_identity, fingerprint, session_stamps
+from ..store.changes import database_identity, fingerprint, log_moved, session_stamps
 
 __all__ = ["ReportCache", "cache_digest", "MEMOS", "DATABASES"]
 
@@ -239,6 +239,10 @@ class ReportCache:
         if ledger.request != request:
             return {}
         whole = header.fingerprint == self.fingerprint
+        if not whole and not log_moved(header.fingerprint, self.fingerprint):
+            # The database changed but OpenCode's event log did not: a write that bypassed
+            # it (another program), which no stamp would show. Nothing is trusted.
+            return {}
         stamps = self.stamps
         decode = msgspec.msgpack.Decoder(type_).decode
         kept: dict[str, T] = {}

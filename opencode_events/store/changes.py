@@ -18,7 +18,10 @@ Two keys, from coarse to fine:
   ``event_sequence.seq`` is the number of the session's latest event: it moves on every
   change and never comes back. A session with no sequence row (written before the log
   existed, or by another program) has no stamp: it is trusted only while the fingerprint
-  holds.
+  holds. A database that changed while its log did not (``log_moved``) was written by
+  another program: then no stamp is trusted. Written by OpenCode and another program
+  between two reports, a change by the other one to a logged session is not seen:
+  ``--no-cache`` recomputes.
 
 ::
 
@@ -34,7 +37,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fingerprint", "session_stamps", "database_identity"]
+__all__ = ["fingerprint", "session_stamps", "database_identity", "log_moved"]
 
 _HEADER = 100  # bytes of SQLite's database header
 _WAL_HEADER = 32  # bytes of the WAL header: magic, page size, checkpoint sequence, salts
@@ -73,6 +76,26 @@ def fingerprint(store: Any) -> list[Any]:
         _file_state(Path(f"{path}-journal"), 0),
         edges,
     ]
+
+
+def log_moved(before: Any, after: Any) -> bool:
+    """Whether the event log moved between two fingerprints (a new event row, or a
+    session's sequence changed): how a write made by OpenCode shows. A database that
+    changed while its log did not was written by someone else, and no stamp can be
+    trusted."""
+    try:
+        old, new = before[3], after[3]
+        # Forward only: a new event row, or more events in the sequences. A log that only
+        # lost rows (a deleted session's) shows no write of OpenCode's.
+        return _above(new[3], old[3]) or _above(new[6], old[6])
+    except (TypeError, IndexError, KeyError):
+        return False  # not two fingerprints of a database: nothing is known to have moved
+
+
+def _above(new: Any, old: Any) -> bool:
+    if type(new) not in (int, float):
+        return False
+    return type(old) not in (int, float) or new > old
 
 
 def session_stamps(store: Any) -> dict[str, int]:
