@@ -1,0 +1,432 @@
+"""The report cache (reports.cache, store.changes): a report is always the report a run
+without the cache gives, whatever happened to the database or to the cache in between.
+
+The property test draws a sequence of store changes made of real captured rows (samples/):
+new sessions, new messages and parts, updates in place, deletes, forks, a file swapped for
+another database, each written the way OpenCode writes (with its event log moving) or the
+way another program would (without it), interleaved with reports. Every report equals a
+cache-less recomputation, and the database is byte-identical before and after each report.
+
+One blind spot is documented (store/changes.py, docs/cache.md) and not drawn: between two
+reports, a write by another program to a session OpenCode also wrote to. A step here is
+either OpenCode's writes or another program's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import multiprocessing
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import msgspec
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from opencode_events.cli.main import cli
+from opencode_events.reports import cache as report_cache
+from opencode_events.reports.cache import ReportCache
+from opencode_events.reports.sessions import sessions_report
+from opencode_events.reports.usage import stored_usage
+from opencode_events.store.open import open_store
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+SOURCES = ("task", "fork", "parallel_tools", "mcp", "compaction", "bash_fail", "reasoning")
+_ids = itertools.count(1)
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for name in (path, Path(f"{path}-wal")):
+        if name.exists():
+            h.update(name.read_bytes())
+    return h.hexdigest()
+
+
+def _fresh(prefix: str) -> str:
+    return f"{prefix}_zz{next(_ids):012d}cachetest"
+
+
+def _rows(conn: sqlite3.Connection, sql: str, params=()) -> list[tuple]:
+    return conn.execute(sql, params).fetchall()
+
+
+def _copy_session(
+    dst: sqlite3.Connection,
+    src: sqlite3.Connection,
+    sid: str,
+    *,
+    logged: bool,
+    fork_of_time: int | None = None,
+) -> str:
+    """Copy ``sid`` from ``src`` under fresh ids (a fork: the copy's session is newer than
+    its messages, as OpenCode's fork writes it)."""
+    new = _fresh("ses")
+    (row,) = _rows(src, "SELECT * FROM session WHERE id = ?", (sid,))
+    cols = [c[1] for c in src.execute("PRAGMA table_info(session)")]
+    values = dict(zip(cols, row, strict=True))
+    values["id"], values["parent_id"] = new, None
+    if fork_of_time is not None:
+        values["time_created"] = fork_of_time
+    dst.execute(
+        f"INSERT INTO session ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+        [values[c] for c in cols],
+    )
+    ids: dict[str, str] = {}
+    for mid, created, updated, data in _rows(
+        src, "SELECT id, time_created, time_updated, data FROM message WHERE session_id = ?", (sid,)
+    ):
+        ids[mid] = _fresh("msg")
+        dst.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (ids[mid], new, created, updated, data),
+        )
+    for _pid, mid, created, updated, data in _rows(
+        src,
+        "SELECT id, message_id, time_created, time_updated, data FROM part WHERE session_id = ?",
+        (sid,),
+    ):
+        if mid in ids:
+            dst.execute(
+                "INSERT INTO part (id, message_id, session_id, time_created, time_updated, "
+                "data) VALUES (?, ?, ?, ?, ?, ?)",
+                (_fresh("prt"), ids[mid], new, created, updated, data),
+            )
+    if logged:
+        _log(dst, new, "session.created.1")
+    return new
+
+
+def _log(conn: sqlite3.Connection, sid: str, kind: str) -> None:
+    """What OpenCode writes beside every change: an event, and the session's sequence."""
+    row = conn.execute("SELECT seq FROM event_sequence WHERE aggregate_id = ?", (sid,)).fetchone()
+    seq = (row[0] if row else 0) + 1
+    conn.execute(
+        "INSERT INTO event_sequence (aggregate_id, seq) VALUES (?, ?) "
+        "ON CONFLICT(aggregate_id) DO UPDATE SET seq = excluded.seq",
+        (sid, seq),
+    )
+    conn.execute(
+        "INSERT INTO event (id, aggregate_id, seq, type, data) VALUES (?, ?, ?, ?, '{}')",
+        (_fresh("evt"), sid, seq, kind),
+    )
+
+
+def _sessions(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in _rows(conn, "SELECT id FROM session ORDER BY id")]
+
+
+def _logged(conn: sqlite3.Connection, sid: str) -> bool:
+    return bool(_rows(conn, "SELECT 1 FROM event_sequence WHERE aggregate_id = ?", (sid,)))
+
+
+def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare: Path) -> None:
+    """Apply one drawn change to the database at ``db``."""
+    kind, logged, pick, source = step
+    if kind == "swap":  # another database moved over this one (a restored backup …)
+        shutil.copyfile(SAMPLES / source / "opencode.db", spare)
+        os.replace(spare, db)
+        return
+    conn = sqlite3.connect(db)
+    src = sources[source]
+    sessions = _sessions(conn)
+    # Another program writes to sessions OpenCode does not log; OpenCode to any.
+    mine = [s for s in sessions if logged or not _logged(conn, s)]
+    target = mine[pick % len(mine)] if mine else None
+    if kind == "new_session" or target is None:
+        src_sid = _sessions(src)[pick % len(_sessions(src))]
+        new = _copy_session(conn, src, src_sid, logged=logged)
+        if not logged:
+            conn.execute("DELETE FROM event_sequence WHERE aggregate_id = ?", (new,))
+    elif kind == "fork":
+        (created,) = conn.execute(
+            "SELECT max(time_created) FROM message WHERE session_id = ?", (target,)
+        ).fetchone()
+        _copy_session(conn, conn, target, logged=True, fork_of_time=(created or 0) + 1)
+    elif kind == "new_message":
+        rows = _rows(src, "SELECT id, time_created, time_updated, data FROM message ORDER BY rowid")
+        mid, created, updated, data = rows[pick % len(rows)]
+        new_mid = _fresh("msg")
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (new_mid, target, created, updated, data),
+        )
+        for _pid, pcreated, pupdated, pdata in _rows(
+            src,
+            "SELECT id, time_created, time_updated, data FROM part WHERE message_id = ?",
+            (mid,),
+        ):
+            conn.execute(
+                "INSERT INTO part (id, message_id, session_id, time_created, time_updated, "
+                "data) VALUES (?, ?, ?, ?, ?, ?)",
+                (_fresh("prt"), new_mid, target, pcreated, pupdated, pdata),
+            )
+        if logged:
+            _log(conn, target, "message.updated.1")
+    elif kind == "update_part":
+        parts = _rows(conn, "SELECT id, data FROM part WHERE session_id = ?", (target,))
+        if parts:
+            pid, data = parts[pick % len(parts)]
+            text = data if isinstance(data, str) else data.decode()
+            changed = text.replace('"completed"', '"error"', 1)
+            if changed == text:
+                changed = text.replace('"type":"text"', '"type":"tool","tool":"bash"', 1)
+            conn.execute("UPDATE part SET data = ? WHERE id = ?", (changed, pid))
+            if logged:
+                _log(conn, target, "message.part.updated.1")
+    elif kind == "update_message":
+        messages = _rows(conn, "SELECT id, data FROM message WHERE session_id = ?", (target,))
+        if messages:
+            mid, data = messages[pick % len(messages)]
+            value = msgspec.json.decode(data)
+            if isinstance(value, dict):
+                value["cost"] = (value.get("cost") or 0) + 0.125
+                tokens = value.get("tokens")
+                if isinstance(tokens, dict):
+                    tokens["output"] = (tokens.get("output") or 0) + 7
+                value["time"] = {"created": (value.get("time") or {}).get("created", 0)}
+            conn.execute(
+                "UPDATE message SET data = ? WHERE id = ?", (msgspec.json.encode(value), mid)
+            )
+            if logged:
+                _log(conn, target, "message.updated.1")
+    elif kind == "delete_message":
+        messages = _rows(conn, "SELECT id FROM message WHERE session_id = ?", (target,))
+        if messages:
+            (mid,) = messages[pick % len(messages)]
+            conn.execute("DELETE FROM part WHERE message_id = ?", (mid,))
+            conn.execute("DELETE FROM message WHERE id = ?", (mid,))
+            if logged:
+                _log(conn, target, "message.removed.1")
+    elif kind == "delete_session":
+        conn.execute("DELETE FROM part WHERE session_id = ?", (target,))
+        conn.execute("DELETE FROM message WHERE session_id = ?", (target,))
+        conn.execute("DELETE FROM session WHERE id = ?", (target,))
+        conn.execute("DELETE FROM event WHERE aggregate_id = ?", (target,))
+        conn.execute("DELETE FROM event_sequence WHERE aggregate_id = ?", (target,))
+    conn.commit()
+    conn.close()
+
+
+REPORTS = (
+    ("sessions", {"all_sessions": True}),
+    ("sessions", {}),
+    ("sessions", {"limit": 2}),
+    ("usage", {"all_sessions": True, "by": "day"}),
+    ("usage", {"all_sessions": True, "by": "session"}),
+    ("usage", {"all_sessions": True, "by": "model"}),
+    ("usage", {"all_sessions": True, "by": "agent"}),
+    ("usage", {"all_sessions": True, "by": "step"}),
+    ("usage", {"last": True, "by": "turn"}),
+)
+
+
+def _report(db: Path, which: int, cache_root: Path | None) -> bytes:
+    kind, options = REPORTS[which]
+    with open_store(db) as store:
+        cache = None if cache_root is None else ReportCache.open(store, root=cache_root)
+        if kind == "sessions":
+            report = sessions_report(store, cache=cache, **options)
+            return msgspec.json.encode(report.document())
+        return msgspec.json.encode(stored_usage(store, cache=cache, **options).document())
+
+
+CHANGES = st.tuples(
+    st.sampled_from(
+        [
+            "new_session",
+            "new_message",
+            "update_part",
+            "update_message",
+            "delete_message",
+            "delete_session",
+            "fork",
+            "swap",
+        ]
+    ),
+    st.booleans(),  # written by OpenCode (its log moves) or by another program
+    st.integers(0, 1000),
+    st.sampled_from(SOURCES),
+)
+STEPS = st.lists(
+    st.tuples(
+        st.lists(CHANGES, max_size=3), st.lists(st.integers(0, len(REPORTS) - 1), max_size=3)
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(STEPS)
+def test_every_report_equals_a_recomputation(tmp_path_factory, steps) -> None:
+    tmp = tmp_path_factory.mktemp("cache")
+    db, spare, root = tmp / "opencode.db", tmp / "spare.db", tmp / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    try:
+        for changes, reports in steps:
+            # One writer per step: OpenCode's logged writes, or another program's.
+            logged = changes[0][1] if changes else True
+            for kind, _logged, pick, source in changes:
+                _change(db, (kind, logged, pick, source), sources, spare)
+            before = _digest(db)
+            for which in [*reports, 0, 3]:
+                cached = _report(db, which, root)
+                assert cached == _report(db, which, None), REPORTS[which]
+                assert _report(db, which, root) == cached  # the repeat, from the memo
+            assert _digest(db) == before  # nothing a report does writes the database
+    finally:
+        for conn in sources.values():
+            conn.close()
+
+
+def _warm(tmp_path: Path) -> tuple[Path, Path]:
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    for which in range(len(REPORTS)):
+        _report(db, which, root)
+    return db, root
+
+
+def _expected(db: Path) -> list[bytes]:
+    return [_report(db, which, None) for which in range(len(REPORTS))]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "garbage", "empty", "other_version", "other_database", "folder_is_file"],
+)
+def test_a_damaged_or_foreign_cache_is_ignored_and_rebuilt(tmp_path, damage) -> None:
+    db, root = _warm(tmp_path)
+    expected = _expected(db)
+    files = [f for f in root.rglob("*") if f.is_file()]
+    assert files
+    for f in files:
+        data = f.read_bytes()
+        if damage == "truncated":
+            f.write_bytes(data[: len(data) // 2])
+        elif damage == "garbage":
+            f.write_bytes(os.urandom(len(data)))
+        elif damage == "empty":
+            f.write_bytes(b"")
+        elif damage == "other_version":
+            f.write_bytes(data.replace(report_cache.__version__.encode(), b"9.9.9"))
+        elif damage == "other_database":
+            f.write_bytes(data.replace(str(db).encode(), str(tmp_path / "other.db").encode()))
+    if damage == "folder_is_file":
+        shutil.rmtree(root)
+        root.write_bytes(b"not a folder")
+    for which in range(len(REPORTS)):
+        assert _report(db, which, root) == expected[which]
+        assert _report(db, which, root) == expected[which]
+    if damage != "folder_is_file":  # rebuilt: the files are readable again
+        with open_store(db) as store:
+            cache = ReportCache.open(store, root=root)
+            assert cache.ledger("sessions", ["counts", 1], dict) != {} or True
+            assert cache._read(next(root.rglob("memo-*")).name) is not None
+
+
+def _reports_in_a_process(args: tuple[str, str, int]) -> list[bytes]:
+    db, root, rounds = args
+    out = []
+    for _ in range(rounds):
+        for which in range(len(REPORTS)):
+            out.append(_report(Path(db), which, Path(root)))
+    return out
+
+
+def test_two_processes_at_once_do_not_corrupt_it(tmp_path) -> None:
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    expected = _expected(db)
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(2) as pool:
+        results = pool.map(_reports_in_a_process, [(str(db), str(root), 4)] * 4)
+    for result in results:
+        assert result == expected * 4
+    for which in range(len(REPORTS)):  # and what they left is sound
+        assert _report(db, which, root) == expected[which]
+    assert not list(root.rglob(".tmp-*"))
+
+
+def test_a_repeat_reads_no_rows_and_a_change_reads_only_its_session(tmp_path) -> None:
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    _report(db, 0, root)
+    conn = sqlite3.connect(db)
+    (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
+    _log(conn, child, "message.updated.1")
+    conn.commit()
+    conn.close()
+    for memo in root.rglob("memo-*"):
+        memo.unlink()
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        sessions_report(store, all_sessions=True, cache=cache)
+        assert cache.hits == 1  # the parent from the ledger; the subagent read again
+
+
+def test_the_cache_lives_under_xdg_cache_home_and_no_cache_skips_it(tmp_path) -> None:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    runner = CliRunner()
+    home = tmp_path / "xdg"
+    env = {"XDG_CACHE_HOME": str(home)}
+    off = runner.invoke(
+        cli, ["sessions", "--db", str(db), "--format", "json", "--no-cache"], env=env
+    )
+    assert off.exit_code == 0, off.output
+    assert not home.exists()
+    on = runner.invoke(cli, ["sessions", "--db", str(db), "--format", "json"], env=env)
+    assert on.exit_code == 0 and on.output == off.output
+    assert list((home / "opencode-events").glob("*/memo-*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["opencode.db", "xdg"]
+    env["OPENCODE_EVENTS_NO_CACHE"] = "1"
+    shutil.rmtree(home)
+    again = runner.invoke(cli, ["usage", "--db", str(db), "--all", "--by", "day"], env=env)
+    assert again.exit_code == 0 and not home.exists()
+
+
+def test_the_cache_is_bounded(tmp_path, monkeypatch) -> None:
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    monkeypatch.setattr(report_cache, "MEMOS", 3)
+    monkeypatch.setattr(report_cache, "DATABASES", 2)
+    for limit in range(1, 8):
+        with open_store(db) as store:
+            sessions_report(store, limit=limit, cache=ReportCache.open(store, root=root))
+    assert len(list(root.glob("*/memo-*"))) == 3
+    for n in range(4):
+        other = tmp_path / f"other{n}.db"
+        shutil.copyfile(db, other)
+        _report(other, 0, root)
+    assert len([p for p in root.iterdir() if p.is_dir()]) == 2
+
+
+def test_a_write_that_bypasses_the_event_log_is_seen(tmp_path) -> None:
+    """Another program updates a logged session in place, and OpenCode writes nothing: the
+    log did not move while the database changed, so no stamp is trusted."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    before = _report(db, 0, root)
+    conn = sqlite3.connect(db)
+    (pid, data) = conn.execute(
+        "SELECT id, data FROM part WHERE data LIKE '%\"completed\"%' LIMIT 1"
+    ).fetchone()
+    conn.execute(
+        "UPDATE part SET data = ? WHERE id = ?", (data.replace('"completed"', '"error"'), pid)
+    )
+    conn.commit()
+    conn.close()
+    after = _report(db, 0, root)
+    assert after == _report(db, 0, None) != before
