@@ -32,10 +32,12 @@ recently used go first; a ledger holds only the sessions the database still has.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -75,16 +77,6 @@ class _Memo(msgspec.Struct, array_like=True):
 
 
 _MEMO = msgspec.msgpack.Decoder(_Memo)
-
-
-class _Ledger(msgspec.Struct, array_like=True):
-    """Per session: (stamp or None, what the report keeps of it)."""
-
-    request: Any
-    entries: dict[str, tuple[int | None, msgspec.Raw]]
-
-
-_LEDGER = msgspec.msgpack.Decoder(_Ledger)
 
 
 def cache_digest(value: Any) -> str:
@@ -209,7 +201,8 @@ class ReportCache:
             memo = _MEMO.decode(header.body)
             if memo.request != request or not still_true(memo.checks):
                 return None
-            return msgspec.msgpack.decode(memo.value, type=type_)
+            with _collector_paused():
+                return msgspec.msgpack.decode(memo.value, type=type_)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
             return None
 
@@ -232,27 +225,26 @@ class ReportCache:
         header = self._read(name)
         if header is None:
             return {}
-        try:
-            ledger = _LEDGER.decode(header.body)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
-            return {}
-        if ledger.request != request:
-            return {}
         whole = header.fingerprint == self.fingerprint
         if not whole and not log_moved(header.fingerprint, self.fingerprint):
             # The database changed but OpenCode's event log did not: a write that bypassed
             # it (another program), which no stamp would show. Nothing is trusted.
             return {}
-        stamps = self.stamps
-        decode = msgspec.msgpack.Decoder(type_).decode
-        kept: dict[str, T] = {}
         try:
-            for sid, (stamp, raw) in ledger.entries.items():
-                now = stamps.get(sid)
-                if now == stamp if stamp is not None else now is None and whole:
-                    kept[sid] = decode(raw)
+            with _collector_paused():
+                kept_request, entries = msgspec.msgpack.decode(
+                    header.body, type=tuple[Any, dict[str, tuple[int | None, type_]]]
+                )
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
             return {}
+        if kept_request != request:
+            return {}
+        stamps = self.stamps
+        kept: dict[str, T] = {}
+        for sid, (stamp, entry) in entries.items():
+            now = stamps.get(sid)
+            if now == stamp if stamp is not None else now is None and whole:
+                kept[sid] = entry
         self.hits = len(kept)
         return kept
 
@@ -260,14 +252,24 @@ class ReportCache:
         """Keep ``entries`` (session → what the report keeps of it), each under the stamp
         read when the cache was opened."""
         stamps = self.stamps
-        encode = _ENCODER.encode
-        body = _Ledger(
-            request,
-            {sid: (stamps.get(sid), msgspec.Raw(encode(entry))) for sid, entry in entries.items()},
-        )
+        body = (request, {sid: (stamps.get(sid), entry) for sid, entry in entries.items()})
         name = f"ledger-{_digest([kind, request])}"
         self._ledgers.pop(name, None)
         self._write(name, _ENCODER.encode(body))
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector paused while a large file decodes: it would walk the
+    young objects again and again (tens of thousands of them, none in a cycle), which
+    costs more than the decoding."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _mtime(path: Path) -> float:
