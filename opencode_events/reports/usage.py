@@ -26,7 +26,9 @@ people), which writes them in ISO 8601 UTC.
 from __future__ import annotations
 
 import itertools
+import math
 import sqlite3
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NamedTuple
@@ -1013,20 +1015,24 @@ def store_usage(
         kept = cache.recall("usage", request, UsageReport)
         if kept is not None:
             return kept
-        report = store_usage(
-            store,
-            session_ids,
-            by=by,
-            fold=fold,
-            tz=tz,
-            cross_session=cross_session,
-            since_ms=since_ms,
-            now_ms=now_ms,
-            cache=None,
-        )
+        report = _store_usage(store, session_ids, by, fold, tz, cross_session, since_ms, cache)
         if not any(row.in_flight for row in report.rows):  # busy would turn stale
             cache.remember("usage", request, report)
         return report
+    return _store_usage(store, session_ids, by, fold, tz, cross_session, since_ms, None, now_ms)
+
+
+def _store_usage(
+    store: Any,
+    session_ids: Sequence[str],
+    by: str,
+    fold: bool,
+    tz: tzinfo | None,
+    cross_session: bool,
+    since_ms: int | None,
+    cache: ReportCache | None,
+    now_ms: float | None = None,
+) -> UsageReport:
     tree = store.children()
     if fold:
         session_ids = _outermost(session_ids, tree)
@@ -1046,6 +1052,7 @@ def store_usage(
         tree=tree,
         dedupe=cross_session,
         since=since_ms,
+        cache=cache,
     )
     _judge_staleness(store, report.rows, tree, now_ms)
     return report
@@ -1110,8 +1117,10 @@ def _grouped(
     tree: dict[str, list[str]],
     dedupe: bool,
     since: int | None = None,
+    cache: ReportCache | None = None,
 ) -> UsageReport:
-    """Rows by step, session, model, agent or day, from assistant messages alone.
+    """Rows by step, session, model, agent or day, from assistant messages alone (by day
+    or session, with ``cache``, from the ledger's sessions that did not change).
 
     One pass over the message rows; figures are summed into plain lists, since this loop
     runs once per message of the database. Rows that need more (steps, forked copies and
@@ -1128,19 +1137,32 @@ def _grouped(
     copy_ids: set[str] = set()
     copy_prints: set[tuple[Any, ...]] = set()
     copy_times: set[Any] = set()
+    # The ledger (by day or session, all time): sessions whose days the cache holds are not
+    # read, unless a row they summed is at a fork copy's time (the copies' rule needs it).
+    use_ledger = cache is not None and by in ("day", "session") and since is None
+    ledger_request = [repr(tz), dedupe, _LEDGER_FORMAT]
+    kept = cache.ledger("usage-days", ledger_request, SessionDays) if use_ledger else {}
     if dedupe:
-        for _sid, mid, created, data in _older_than_session(store):
-            try:
-                info = _read_message(data)
-            except _UNREADABLE:
-                continue
-            if info.role == "assistant":
-                copy_ids.add(mid)
-                copy_prints.add(_fingerprint(info))
-                copy_times.add(created)  # the row's column: what the scan compares
+        for mid, created, fingerprint in _forked_copies_of(store, kept):
+            copy_ids.add(mid)
+            copy_prints.add(fingerprint)
+            copy_times.add(created)  # the row's column: what the scan compares
 
     day_of = _DayOf(tz)
-    everything = len(owner) >= WHOLE_TABLE_SESSIONS
+    every_owner = owner
+    if kept:
+        kept = {
+            sid: entry
+            for sid, entry in kept.items()
+            if sid in owner  # and no row it summed is at a fork copy's time now
+            and (not copy_times or all(copy_times.isdisjoint(_ints(d[4])) for d in entry.days))
+        }
+        unread_sids = [sid for sid in owner if sid not in kept]
+        if len(unread_sids) < max(WHOLE_TABLE_SESSIONS, len(every_owner) // 10):
+            owner = {sid: owner[sid] for sid in unread_sids}
+        else:
+            kept = {}
+    everything = len(owner) >= WHOLE_TABLE_SESSIONS and not kept
     scan = _Scan(by, owner, copy_ids, copy_times, since)
     if everything and by != "step" and _parallel_scan(store, scan, tz):
         pass  # the workers' sums and slow rows are in ``scan``
@@ -1155,10 +1177,19 @@ def _grouped(
         scan.run(rows, day_of)
 
     groups = scan.groups
+    ready = scan.ready or scan.prepare(day_of)
+    if use_ledger:
+        _keep_days(cache, ledger_request, groups, ready, owner, kept, scan.irregular)
+        for sid, entry in kept.items():
+            for day, ints, costs, first, times in entry.days:
+                groups[(sid, day)] = [*ints[:6], _floats(costs), ints[6], first, _ints(times)]
+            for mid, day, fingerprint, sums in entry.held:
+                ready.append((mid, (sid, day), tuple(fingerprint), sums))
+        owner = every_owner
     steps: list[UsageRow] = []
     copies: list[tuple[tuple[Any, ...], Any, Any]] = []
     originals: set[tuple[Any, ...]] = set()
-    for mid, key, fingerprint, figures in scan.ready or scan.prepare(day_of):
+    for mid, key, fingerprint, figures in ready:
         if mid in copy_ids:
             copies.append((fingerprint, key, figures))
             continue
@@ -1174,7 +1205,7 @@ def _grouped(
     for fingerprint, key, figures in copies:
         if fingerprint in originals:
             skipped += 1
-            skipped_cost += figures.cost if by == "step" else figures[6]
+            skipped_cost += figures.cost if by == "step" else math.fsum(figures[6])
         elif by == "step":
             steps.append(figures)
         else:
@@ -1190,11 +1221,116 @@ def _grouped(
         steps.sort(key=lambda r: (r.started or 0, r.message_id or ""))
         result = steps
     else:
+        if by in ("day", "session"):  # a session's days, into the report's groups
+            groups = _fold_days(groups, by, owner)
         result = [_group_row(by, key, groups[key]) for key in groups]
         result.sort(key=_sort_key(by))
     for row in result:
         row.cost = summed_cost(row.cost, _figures_in(row))
     return UsageReport(by=by, rows=result, total=_total(result), notes=notes, stored=True)
+
+
+def _forked_copies_of(
+    store: Any, kept: dict[str, SessionDays]
+) -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
+    """(message id, time, fingerprint) of every assistant message older than its session
+    (a fork's copy): a fork the ledger holds names its copies among its held rows, any
+    other fork's are read."""
+    forks = store.forks() if kept and hasattr(store, "forks") else None
+    unread = None
+    if forks is not None:
+        created = store.sessions_created(forks)
+        unread = [sid for sid in forks if sid not in kept]
+        for sid in forks:
+            entry = kept.get(sid)
+            start = created.get(sid)
+            if entry is None:
+                continue
+            # Held rows the full read would not take for copies (no usable time, or not
+            # decoded whole: no fingerprint) leave the question to the rows.
+            if type(start) is not int or any(type(h[3][8]) is not int for h in entry.held):
+                unread.append(sid)
+                continue
+            for mid, _day, fingerprint, sums in entry.held:
+                if fingerprint and sums[8] < start:
+                    yield mid, sums[8], tuple(fingerprint)
+        if not unread:
+            return
+    rows = (
+        _older_than_session(store) if unread is None else store.messages_older_than_session(unread)
+    )
+    for _sid, mid, created, data in rows:
+        try:
+            info = _read_message(data)
+        except _UNREADABLE:
+            continue
+        if info.role == "assistant":
+            yield mid, created, _fingerprint(info)
+
+
+class SessionDays(Struct, array_like=True):
+    """What ``usage --by day|session`` keeps of a session in the report cache: per day (in
+    the report's zone), its sums (input, output, reasoning, cache read, cache write, total,
+    inferences), each inference's cost, its first inference's time and every inference's
+    time (whether a fork's copy may be of one of them). Costs and times are packed (native
+    doubles and 64-bit integers): a large ledger decodes into a few objects per day, not
+    one per inference."""
+
+    days: list[tuple[str, list[int], bytes, int | None, bytes]]
+    # Rows held for the forks' rule (at a copy's time when read): (message id, day,
+    # fingerprint, sums), put through the rule again with every report.
+    held: list[tuple[Any, str, list[Any], list[Any]]] = []
+
+
+_LEDGER_FORMAT = 1  # the shape of SessionDays: a new one, a new ledger
+
+
+def _keep_days(
+    cache: ReportCache,
+    request: list[Any],
+    groups: dict[Any, list[Any]],
+    ready: list[tuple[str, Any, tuple[Any, ...], Any]],
+    read: dict[str, str],
+    kept: dict[str, SessionDays],
+    irregular: set[str],
+) -> None:
+    """Keep in the ledger every session just ``read`` (but the ``irregular`` ones, with a
+    row that is not a message), its summed days and its held rows, and the ``kept``."""
+    entries: dict[str, SessionDays] = {sid: SessionDays([]) for sid in read if sid not in irregular}
+    for (sid, day), acc in groups.items():
+        entry = entries.get(sid)
+        if entry is not None:
+            packed = (array("d", acc[6]).tobytes(), array("q", acc[9]).tobytes())
+            entry.days.append((day, [*acc[:6], acc[7]], packed[0], acc[8], packed[1]))
+    for mid, (sid, day), fingerprint, sums in ready:
+        entry = entries.get(sid)
+        if entry is not None:
+            entry.held.append((mid, day, list(fingerprint), sums))
+    entries.update(kept)
+    cache.keep_ledger("usage-days", request, entries)
+
+
+def _floats(packed: bytes) -> array[float]:
+    values = array("d")
+    values.frombytes(packed)
+    return values
+
+
+def _ints(packed: bytes) -> array[int]:
+    values = array("q")
+    values.frombytes(packed)
+    return values
+
+
+def _fold_days(
+    groups: dict[Any, list[Any]], by: str, owner: dict[str, str]
+) -> dict[Any, list[Any]]:
+    """Groups by (session, day) folded into the report's: by day, or by the session each
+    folds into (``owner``)."""
+    folded: dict[Any, list[Any]] = {}
+    for (sid, day), acc in groups.items():
+        _add_sums(folded, day if by == "day" else owner.get(sid, sid), acc)
+    return folded
 
 
 def _step_row(sid: str, mid: str, created: Any, full: UsageMessage) -> UsageRow:
@@ -1301,6 +1437,9 @@ class _Scan:
         self.groups: dict[Any, list[Any]] = {}
         self.slow: list[tuple[str, str, Any, bytes]] = []
         self.unread = 0  # message rows of the sessions read that are not JSON or have no role
+        # Sessions with a row that is not a message (a note counts them): the ledger does not
+        # keep them.
+        self.irregular: set[str] = set()
         # ``slow`` decoded by ``prepare`` (a worker does it before it hands its scan back).
         self.ready: list[tuple[str, Any, tuple[Any, ...], Any]] = []
 
@@ -1336,25 +1475,24 @@ class _Scan:
                     )
                 except _UNREADABLE:
                     self.unread += 1
+                    self.irregular.add(sid)
                     continue
             if info.role != "assistant":
                 if info.role != "user":
                     self.unread += 1
+                    self.irregular.add(sid)
                 continue
             if by == "step" or created in copy_times:
                 slow.append((sid, mid, created, data))
                 continue
-            if by == "day":
-                key = days.get(created // 900_000) if type(created) is int else None
-                if key is None:
-                    key = day_of(created)
-            elif by == "session":
-                key = top
+            if by == "day" or by == "session":  # per session and day: see _Scan
+                day = days.get(created // 900_000) if type(created) is int else None
+                key = (sid, day if day is not None else day_of(created))
             else:
                 key = _group_key(by, top, info, created, day_of)
             acc = groups.get(key)
             if acc is None:  # acc[8], the first time, only ever holds an integer
-                acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
+                acc = groups[key] = [0, 0, 0, 0, 0, 0, [], 0, None, []]
             _add_message(acc, info, created)
 
     def chunk(self, n: int, sids: bytes, times: bytes, datas: bytes, day_of: _DayOf) -> bool:
@@ -1388,30 +1526,31 @@ class _Scan:
     ) -> None:
         # Runs once per message of a large database. A group's sums live in locals while its
         # messages come in a row and go back to its list when another group starts: the same
-        # additions in the same order as ``_add_message``.
+        # additions in the same order as ``_add_message``. A group is a session's day.
         owner, groups, days, since = self.owner, self.groups, day_of.cache, self.since
-        by_day = self.by == "day"
-        bucket = group = acc = key = None
+        bucket = acc = current = None
+        day: Any = None
         s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
-        s6 = 0.0
+        costs: list[float] = []
+        times: list[int] = []
         first: Any = None
         for sid, ms, message in zip(sessions, created, messages, strict=True):
-            top = owner.get(sid)
-            if top is None or ms < since:
+            if ms < since or sid not in owner:
                 continue
-            if not by_day:
-                key = top
-            elif ms // 900_000 != bucket:  # a day's key is looked up once a quarter hour
+            if ms // 900_000 != bucket:  # a day's key is looked up once a quarter hour
                 bucket = ms // 900_000
-                key = days.get(bucket) or day_of(ms)
-            if key != group:
+                later = days.get(bucket) or day_of(ms)
+                if later != day:
+                    day, current = later, None
+            if sid != current:
                 if acc is not None:
-                    acc[:] = s0, s1, s2, s3, s4, s5, s6, s7, first
-                group = key
+                    acc[:] = s0, s1, s2, s3, s4, s5, costs, s7, first, times
+                current = sid
+                key = (sid, day)
                 acc = groups.get(key)
                 if acc is None:
-                    acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
-                s0, s1, s2, s3, s4, s5, s6, s7, first = acc
+                    acc = groups[key] = [0, 0, 0, 0, 0, 0, [], 0, None, []]
+                s0, s1, s2, s3, s4, s5, costs, s7, first, times = acc
             tokens = message.tokens
             cache = tokens.cache
             i = tokens.input
@@ -1426,12 +1565,13 @@ class _Scan:
             s3 += cr
             s4 += cw
             s5 += total if total is not None else i + o + r + cr + cw
-            s6 += message.cost
+            costs.append(message.cost)
+            times.append(ms)
             s7 += 1
             if first is None or ms < first:
                 first = ms
         if acc is not None:
-            acc[:] = s0, s1, s2, s3, s4, s5, s6, s7, first
+            acc[:] = s0, s1, s2, s3, s4, s5, costs, s7, first, times
 
     def prepare(self, day_of: _DayOf) -> list[tuple[str, Any, tuple[Any, ...], Any]]:
         """The slow rows, in order, as (message id, group key, fingerprint, figures): a
@@ -1452,17 +1592,17 @@ class _Scan:
                         figures_only = _FIGURES.decode(data)
                     except _UNREADABLE:  # a lone surrogate escape, read as the scan reads it
                         figures_only = decode_repaired(_FIGURES, data)
-                    sums = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
+                    sums = [0, 0, 0, 0, 0, 0, [], 0, None, []]
                     _add_message(sums, figures_only, created)
-                    key = owner[sid] if by == "session" else day_of(created)
+                    key = (sid, day_of(created))
                     ready.append((mid, key, (), sums))
                 continue
-            key = _group_key(by, owner[sid], full, created, day_of)
+            key = _group_key(by, owner[sid], full, created, day_of, sid)
             fingerprint = _fingerprint(full) if copy_ids else ()
             if by == "step":
                 figures: Any = _step_row(sid, mid, created, full)
             else:
-                figures = [0, 0, 0, 0, 0, 0, 0.0, 0, None]
+                figures = [0, 0, 0, 0, 0, 0, [], 0, None, []]
                 _add_message(figures, full, created)
             ready.append((mid, key, fingerprint, figures))
         return ready
@@ -1473,13 +1613,11 @@ class _Scan:
             if mine is None:
                 self.groups[key] = acc
                 continue
-            for index in range(8):
-                mine[index] += acc[index]
-            if acc[8] is not None and (mine[8] is None or acc[8] < mine[8]):
-                mine[8] = acc[8]
+            _merge_sums(mine, acc)
         self.slow.extend(other.slow)
         self.ready.extend(other.ready)
         self.unread += other.unread
+        self.irregular |= other.irregular
 
 
 def _scan_rowids(
@@ -1557,10 +1695,12 @@ def _add_message(acc: list[Any], info: Any, created: Any) -> None:
     acc[3] += f.cache_read
     acc[4] += f.cache_write
     acc[5] += f.total
-    acc[6] += f.cost
+    acc[6].append(f.cost)
     acc[7] += 1
-    if type(created) is int and (acc[8] is None or created < acc[8]):
-        acc[8] = created
+    if type(created) is int:
+        acc[9].append(created)
+        if acc[8] is None or created < acc[8]:
+            acc[8] = created
 
 
 def _model_name(info: UsageMessage) -> str:
@@ -1570,17 +1710,17 @@ def _model_name(info: UsageMessage) -> str:
     return f"{provider}/{model}" if provider else model
 
 
-def _group_key(by: str, top: str, info: UsageMessage, started: Any, day_of: _DayOf) -> Any:
-    if by == "session":
-        return top
+def _group_key(
+    by: str, top: str, info: UsageMessage, started: Any, day_of: _DayOf, sid: str = ""
+) -> Any:
+    if by == "session" or by == "day":  # a session's day (``_Scan``)
+        return (sid, day_of(started))
     if by == "model":
         return _model_name(info)
     if by == "agent":
         if isinstance(info.agent, str):
             return info.agent
         return info.mode if isinstance(info.mode, str) else "?"
-    if by == "day":
-        return day_of(started)
     return None  # step: no group
 
 
@@ -1588,9 +1728,17 @@ def _add_sums(groups: dict[Any, list[Any]], key: Any, sums: list[Any]) -> None:
     """Add one message's sums (a group of one, from ``_add_message``) to its group."""
     acc = groups.get(key)
     if acc is None:
-        acc = groups[key] = [0, 0, 0, 0, 0, 0, 0.0, 0, sums[8]]
-    for index in range(8):
+        acc = groups[key] = [0, 0, 0, 0, 0, 0, [], 0, sums[8], []]
+    _merge_sums(acc, sums)
+
+
+def _merge_sums(acc: list[Any], sums: list[Any]) -> None:
+    """``sums`` added to ``acc``: counts added, costs and times joined (lists or packed
+    arrays, either way), the earlier first time kept."""
+    for index in (0, 1, 2, 3, 4, 5, 7):
         acc[index] += sums[index]
+    acc[6].extend(sums[6])
+    acc[9].extend(sums[9])
     started = sums[8]
     if started is not None and (acc[8] is None or started < acc[8]):
         acc[8] = started
@@ -1604,7 +1752,7 @@ def _group_row(by: str, key: Any, acc: list[Any]) -> UsageRow:
         cache_read_tokens=acc[3],
         cache_write_tokens=acc[4],
         total_tokens=acc[5],
-        cost=float(acc[6]),
+        cost=math.fsum(acc[6]),
         inferences=acc[7],
     )
     if by == "session":

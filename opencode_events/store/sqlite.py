@@ -841,14 +841,32 @@ class Store:
         row = next(self._query(self._PART_DATA, (rowid,)), None)
         return row[0] if row else None
 
-    def messages_older_than_session(self) -> Iterator[tuple[str, str, int, bytes]]:
-        """Messages created before their session was: a fork's copied history."""
-        # CROSS JOIN keeps SQLite to this order: the session table, then the
-        # (session_id, time_created) index, so only the copies are read, not every message.
-        yield from self._query(
-            "SELECT m.session_id, m.id, m.time_created, CAST(m.data AS BLOB) FROM session s "
-            "CROSS JOIN message m ON m.session_id = s.id AND m.time_created < s.time_created"
-        )
+    # CROSS JOIN keeps SQLite to this order: the session table, then the
+    # (session_id, time_created) index, so only the copies are read, not every message.
+    _OLDER_THAN_SESSION = (
+        "FROM session s CROSS JOIN message m "
+        "ON m.session_id = s.id AND m.time_created < s.time_created"
+    )
+
+    def messages_older_than_session(
+        self, session_ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, str, int, bytes]]:
+        """Messages created before their session was: a fork's copied history (of
+        ``session_ids`` only, when given)."""
+        columns = "m.session_id, m.id, m.time_created, CAST(m.data AS BLOB)"
+        sql = f"SELECT {columns} {self._OLDER_THAN_SESSION}"
+        if session_ids is None:
+            yield from self._query(sql)
+        else:
+            yield from self._in_chunks(sql + " WHERE s.id IN ({})", session_ids)
+
+    def forks(self) -> set[str]:
+        """The sessions holding messages older than themselves (forks), from the index
+        alone."""
+        return {
+            sid
+            for (sid,) in self._query(f"SELECT DISTINCT m.session_id {self._OLDER_THAN_SESSION}")
+        }
 
     def _in_chunks(self, sql: str, ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         ids = list(ids)
