@@ -31,9 +31,10 @@ from hypothesis import strategies as st
 from opencode_events.cli.main import cli
 from opencode_events.reports import cache as report_cache
 from opencode_events.reports.cache import ReportCache
+from opencode_events.reports.context import context_report
 from opencode_events.reports.sessions import sessions_report
 from opencode_events.reports.usage import stored_usage
-from opencode_events.store.open import open_store
+from opencode_events.store.open import open_store, select_sessions
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 SOURCES = ("task", "fork", "parallel_tools", "mcp", "compaction", "bash_fail", "reasoning")
@@ -225,6 +226,7 @@ REPORTS = (
     ("usage", {"all_sessions": True, "by": "agent"}),
     ("usage", {"all_sessions": True, "by": "step"}),
     ("usage", {"last": True, "by": "turn"}),
+    ("context", {}),
 )
 
 
@@ -235,6 +237,9 @@ def _report(db: Path, which: int, cache_root: Path | None) -> bytes:
         if kind == "sessions":
             report = sessions_report(store, cache=cache, **options)
             return msgspec.json.encode(report.document())
+        if kind == "context":
+            (newest,) = select_sessions(store, [])[:1]
+            return msgspec.json.encode(context_report(store, newest, cache=cache).document())
         return msgspec.json.encode(stored_usage(store, cache=cache, **options).document())
 
 
@@ -433,3 +438,20 @@ def test_a_write_that_bypasses_the_event_log_is_seen(tmp_path) -> None:
     conn.close()
     after = _report(db, 0, root)
     assert after == _report(db, 0, None) != before
+
+
+def test_context_reads_a_session_again_when_its_mcp_servers_change(tmp_path) -> None:
+    """context's ledger keeps messages as read with the servers configured then: another
+    configuration reads them again (a tool of a server named now is attributed to it)."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "mcp" / "opencode.db", db)
+    with open_store(db) as store:
+        (newest,) = select_sessions(store, [])[:1]
+        reports = []
+        for names in ([], ["my-tools_v1"], []):
+            cache = ReportCache.open(store, root=root)
+            fresh = context_report(store, newest, servers=lambda d, n=names: n)
+            cached = context_report(store, newest, servers=lambda d, n=names: n, cache=cache)
+            assert msgspec.json.encode(cached.document()) == msgspec.json.encode(fresh.document())
+            reports.append(msgspec.json.encode(cached.document()))
+    assert reports[0] != reports[1] and reports[0] == reports[2]

@@ -11,7 +11,15 @@ from typing import Any
 
 import click
 
-from .io import csv_raw_option, db_option, pipe_safe, refuse_stdout_read, report_output
+from .io import (
+    csv_raw_option,
+    db_option,
+    no_cache_option,
+    pipe_safe,
+    refuse_stdout_read,
+    report_cache,
+    report_output,
+)
 
 FORMATS = ("table", "json", "csv")
 
@@ -107,6 +115,7 @@ def _draw_inferences(report: Any, out: Any) -> None:
     "--per-inference", is_flag=True, help="Also show how the context grew, inference by inference."
 )
 @csv_raw_option
+@no_cache_option
 @pipe_safe
 def context(
     session: str | None,
@@ -114,6 +123,7 @@ def context(
     fmt: str | None,
     per_inference: bool,
     csv_raw: bool,
+    no_cache: bool,
 ) -> None:
     """What fills a session's context window, by source, and what each source cost.
 
@@ -128,7 +138,7 @@ def context(
     with open_store(db_path) as store:
         refuse_stdout_read(store_files(store))
         (session_id,) = select_sessions(store, [session] if session else [])[:1]
-        report = context_report(store, session_id)
+        report = context_report(store, session_id, cache=report_cache(store, no_cache))
     if report.skipped_rows:
         click.echo(f"warning: {report.skipped_rows} unreadable row(s) skipped", err=True)
     if report.unpriced:

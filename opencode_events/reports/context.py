@@ -80,6 +80,7 @@ from ..core.views import (
 )
 from ..events import SUM_DIGITS, summed_cost
 from ..store.rows import descendants
+from .cache import ReportCache
 from .mcp import config_files, mcp_server_names, mcp_server_of, read_json_file
 
 __all__ = [
@@ -798,11 +799,14 @@ def context_report(
     prices: Callable[[str | None], PriceLookup] | None = None,
     servers: Callable[[str | None], Sequence[str]] = mcp_server_names,
     env: Mapping[str, str] | None = None,
+    cache: ReportCache | None = None,
 ) -> ContextReport:
     """The context ledger of ``session_id`` with its subagents folded in.
 
     ``prices`` maps a session directory to a price lookup (default: ``load_prices``);
-    ``servers`` maps it to the configured MCP server names.
+    ``servers`` maps it to the configured MCP server names. ``cache``: the report cache,
+    whose ledger keeps each session's messages as read (prices are applied afresh); the
+    report is the same with or without it.
     """
     if prices is None:
         books: dict[str | None, PriceBook] = {}
@@ -817,17 +821,39 @@ def context_report(
     ledgers: list[SessionLedger] = []
     skipped = 0
     total_cost, figures = 0.0, 0
+    kept = cache.ledger("context", _CONTEXT_LEDGER, ContextRows) if cache else {}
+    fresh: dict[str, ContextRows] = {}
     for sid in ids:
         session = row if sid == session_id else store.session(sid)
         directory = session.directory if session is not None else None
-        messages, bad = read_session(store, sid, servers(directory))
+        names = list(servers(directory))
+        entry = kept.get(sid)
+        if entry is not None and entry.servers == names:
+            messages, bad = entry.messages, entry.skipped
+        else:
+            messages, bad = read_session(store, sid, names)
+            fresh[sid] = ContextRows(names, messages, bad)
         skipped += bad
         ledgers.append(build_ledger(messages, prices(directory), session_id=sid))
         if session is not None:
             total_cost += cost_value(session.cost)
             figures += 1
+    if cache is not None and fresh:
+        cache.keep_ledger("context", _CONTEXT_LEDGER, {**kept, **fresh})
     # OpenCode's figures, one as stored; a sum of several (subagents) as `usage` writes it
     return fold(ledgers, cost=summed_cost(total_cost, figures), skipped=skipped)
+
+
+class ContextRows(Struct, array_like=True):
+    """What ``context`` keeps of a session in the report cache: its messages as read with
+    these MCP ``servers`` configured, and the rows it could not read."""
+
+    servers: list[str]
+    messages: list[LedgerMessage]
+    skipped: int
+
+
+_CONTEXT_LEDGER = ["messages", 1]  # the shape of ContextRows and LedgerMessage
 
 
 def fold(ledgers: Sequence[SessionLedger], *, cost: float, skipped: int = 0) -> ContextReport:
