@@ -283,12 +283,20 @@ def sessions_report(
     since: str | int | datetime | None = None,
     limit: int | None = None,
     all_sessions: bool = False,
+    cache: bool = False,
 ) -> SessionsReport:
     """``opencode-events sessions``: one summary per top-level session (``all_sessions``:
-    subagents too), newest activity first; ``.sessions`` and ``.document()``."""
+    subagents too), newest activity first; ``.sessions`` and ``.document()``. ``cache``:
+    use the report cache as the command does (docs/cache.md; the same report, sooner)."""
     from .reports.sessions import sessions_report as report
 
-    return report(store, since_ms=_since_ms(since), limit=limit, all_sessions=all_sessions)
+    return report(
+        store,
+        since_ms=_since_ms(since),
+        limit=limit,
+        all_sessions=all_sessions,
+        cache=_cache(store, cache),
+    )
 
 
 def usage_report(
@@ -301,13 +309,15 @@ def usage_report(
     by: str = "turn",
     fold: bool = True,
     tz: tzinfo | None = None,
+    cache: bool = False,
 ) -> UsageReport:
     """``opencode-events usage``: of a stream (``source``, as ``iter_events`` takes it: a
     raw run stream or normalized JSONL; ``by`` ``turn`` = step rows, ``session`` or ``day``)
     or of stored sessions (``store``, with the selection of ``stored_events``; ``by`` turn,
     step, session, model, agent or day; ``fold`` subagents into the turn that ran them).
     ``.rows``, ``.total``, ``.notes`` and ``.document()``. A ``by`` the source cannot
-    group by raises ``GroupingError``."""
+    group by raises ``GroupingError``. ``cache``: use the report cache for a store, as the
+    command does."""
     from .reports.usage import stored_usage, stream_usage
 
     if (source is None) == (store is None):
@@ -322,14 +332,33 @@ def usage_report(
     ids = [sessions] if isinstance(sessions, str) else list(sessions)
     start = _since_ms(since, tz)  # once: "2h" is read against the clock
     return stored_usage(
-        store, ids, since_ms=start, all_sessions=all_sessions, by=by, fold=fold, tz=tz
+        store,
+        ids,
+        since_ms=start,
+        all_sessions=all_sessions,
+        by=by,
+        fold=fold,
+        tz=tz,
+        cache=_cache(store, cache),
     )
 
 
-def context_report(store: SessionStore, session: str | None = None) -> ContextReport:
+def context_report(
+    store: SessionStore, session: str | None = None, *, cache: bool = False
+) -> ContextReport:
     """``opencode-events context``: what fills a session's context window (default: the
-    most recent top-level session), by source, with costs; ``.document()``."""
+    most recent top-level session), by source, with costs; ``.document()``. ``cache``: use
+    the report cache, as the command does."""
     from .reports.context import context_report as report
 
     (session_id,) = select_sessions(store, [session] if session else [])[:1]
-    return report(store, session_id)
+    return report(store, session_id, cache=_cache(store, cache))
+
+
+def _cache(store: SessionStore, wanted: bool) -> Any:
+    """The report cache of ``store`` when ``wanted`` (and the environment allows it)."""
+    if not wanted:
+        return None
+    from .reports.cache import ReportCache
+
+    return ReportCache.open(store)
