@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) -m compileall -q opencode_events
 	$(PY) bench/run.py
 	$(PY) bench/store_bench.py
+	$(PY) bench/cache_bench.py
 
 # The long fuzz run: a million mutated real inputs per input kind (FUZZ_CASES to change).
 fuzz: $(STAMP)

@@ -355,7 +355,7 @@ def close(a: float, b: float, cents: bool = False) -> bool:
 
 
 def bench_sessions(cc: list[str] | None, truth: dict) -> dict:
-    cmd = our_cmd("sessions", "--db", str(DB), "--all", "--format", "json")
+    cmd = our_cmd("sessions", "--db", str(DB), "--all", "--format", "json", "--no-cache")
     cc_cmd = [*cc, "opencode", "session", "--offline", "--json", "--timezone", TZ] if cc else None
     t, rss, pair = timed(cmd, cc_cmd, peer_env=ccusage_env() if cc_cmd else None)
     result: dict = {"ours_s": round(t, 2), "ours_peak_rss_mb": rss}
@@ -455,7 +455,19 @@ def _cost_by_model(rows: list[dict], truth: dict) -> dict:
 
 
 def bench_usage(cc: list[str] | None, oc: Path | None, truth: dict) -> dict:
-    cmd = our_cmd("usage", "--db", str(DB), "--all", "--by", "day", "--format", "json", "--tz", TZ)
+    cmd = our_cmd(
+        "usage",
+        "--db",
+        str(DB),
+        "--all",
+        "--by",
+        "day",
+        "--format",
+        "json",
+        "--tz",
+        TZ,
+        "--no-cache",
+    )
     cmd_cc = [*cc, "opencode", "daily", "--offline", "--json", "--timezone", TZ] if cc else None
     t, rss, pair = timed(cmd, cmd_cc, peer_env=ccusage_env() if cmd_cc else None)
     doc = json.loads(capture(cmd))

@@ -1,0 +1,202 @@
+"""`make bench`, the report cache (issue 21): repeat and incremental reports against ccusage.
+
+On a copy of the bench database as OpenCode itself would have written it (every session with
+its event-log sequence; ``gen_db.py`` writes none), side by side with ccusage on its own copy,
+in alternating blocks (``store_bench.paired``):
+
+- **cold**: the cache folder emptied before each of our runs, so every run reads the whole
+  database and writes the cache (budgets: ``sessions --all`` ≥ 3×, ``usage --all --by day``
+  ≥ 5× ccusage's ``opencode session`` / ``opencode daily``);
+- **repeat**: nothing changed since the last run (≥ 20× ccusage, and under 0.2 s);
+- **1 % changed**: before each of our runs (not timed), 1 % of the sessions get a new reply
+  the way OpenCode writes one (a message, two parts, an event, the session's sequence
+  moved), so every timed run has 1 % of the sessions to read again (≥ 10× ccusage).
+
+Every report is checked against ``--no-cache`` on the same state. Prints a Markdown table and
+writes bench/out/cache-results.json.
+
+    python bench/cache_bench.py          # BENCH_BLOCKS / BENCH_BLOCK_RUNS as store_bench
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+import store_bench as sb
+
+LOGGED = sb.OUT / "opencode-10k-logged.db"
+CHANGED_SHARE = 0.01
+
+
+def logged_copy() -> Path:
+    """The bench database with an event-log sequence per session, as OpenCode keeps one."""
+    meta = sb.ensure_db(sb.DB)
+    stamp = LOGGED.with_suffix(".json")
+    if LOGGED.exists() and stamp.exists() and json.loads(stamp.read_text()) == meta:
+        return LOGGED
+    print(f"copying {sb.DB.name} with event sequences …", file=sys.stderr)
+    shutil.copyfile(sb.DB, LOGGED)
+    conn = sqlite3.connect(LOGGED)
+    conn.execute(
+        "INSERT OR REPLACE INTO event_sequence (aggregate_id, seq) "
+        "SELECT session_id, count(*) FROM message GROUP BY session_id"
+    )
+    conn.commit()
+    conn.close()
+    stamp.write_text(json.dumps(meta))
+    return LOGGED
+
+
+class Writer:
+    """Writes as OpenCode does: a new reply in a share of the sessions, with its event."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.rng = random.Random(21)
+        self.n = 0
+        conn = sqlite3.connect(db)
+        self.sessions = [r[0] for r in conn.execute("SELECT id FROM session")]
+        conn.close()
+
+    def change(self, share: float = CHANGED_SHARE) -> None:
+        conn = sqlite3.connect(self.db)
+        for sid in self.rng.sample(self.sessions, max(1, int(len(self.sessions) * share))):
+            row = conn.execute(
+                "SELECT id, time_created, data FROM message WHERE session_id = ? "
+                'AND data LIKE \'{"role":"assistant"%\' ORDER BY rowid DESC LIMIT 1',
+                (sid,),
+            ).fetchone()
+            if row is None:
+                continue
+            mid, created, data = row
+            self.n += 1
+            new = f"msg_bench{self.n:012d}"
+            conn.execute(
+                "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (new, sid, created + 1, created + 1, data),
+            )
+            for k, (pdata,) in enumerate(
+                conn.execute(
+                    "SELECT data FROM part WHERE message_id = ? LIMIT 2", (mid,)
+                ).fetchall()
+            ):
+                conn.execute(
+                    "INSERT INTO part (id, message_id, session_id, time_created, "
+                    "time_updated, data) VALUES (?, ?, ?, ?, ?, ?)",
+                    (f"prt_bench{self.n:010d}{k}", new, sid, created + 1, created + 1, pdata),
+                )
+            (seq,) = conn.execute(
+                "SELECT coalesce(max(seq), 0) + 1 FROM event_sequence WHERE aggregate_id = ?",
+                (sid,),
+            ).fetchone()
+            conn.execute(
+                "INSERT OR REPLACE INTO event_sequence (aggregate_id, seq) VALUES (?, ?)",
+                (sid, seq),
+            )
+            conn.execute(
+                "INSERT INTO event (id, aggregate_id, seq, type, data) VALUES (?, ?, ?, ?, ?)",
+                (f"evt_bench{self.n:012d}", sid, seq, "message.updated.1", "{}"),
+            )
+        conn.commit()
+        conn.close()
+
+
+def alternate(ours, peer: list[str], peer_env: dict) -> dict:
+    """``paired`` with a callable for ours (it may prepare each run untimed)."""
+    mine, theirs = [], []
+    for _ in range(sb.BLOCKS):
+        mine.append([ours() for _ in range(sb.BLOCK_RUNS)][1:])
+        theirs.append([sb.measure(peer, env=peer_env) for _ in range(sb.BLOCK_RUNS)][1:])
+    best_mine = [min(r[0] for r in block) for block in mine]
+    best_theirs = [min(r[0] for r in block) for block in theirs]
+    pairs = [b / a for a, b in zip(best_mine, best_theirs, strict=True)]
+    return {
+        "ours_s": round(min(best_mine), 3),
+        "ours_rss": max(r[1] for block in mine for r in block),
+        "peer_s": round(min(best_theirs), 2),
+        "ratio": round(min(best_theirs) / min(best_mine), 1),
+        "ratio_by_block": [round(min(pairs), 1), round(max(pairs), 1)],
+    }
+
+
+def main() -> None:
+    idle = sb.check_idle()
+    db = logged_copy()
+    cc = sb.ccusage()
+    if cc is None:
+        print("ccusage is not installed: no ratios", file=sys.stderr)
+        return
+    cache_home = Path(tempfile.mkdtemp(prefix="opencode-events-bench-cache-"))
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
+    writer = Writer(db)
+    results: dict = {"idle_before": idle, "database": str(db)}
+    commands = {
+        "sessions": (
+            ["sessions", "--db", str(db), "--all", "--format", "json"],
+            ["opencode", "session", "--offline", "--json", "--timezone", sb.TZ],
+            3,
+        ),
+        "usage": (
+            ["usage", "--db", str(db), "--all", "--by", "day", "--format", "json"],
+            ["opencode", "daily", "--offline", "--json", "--timezone", sb.TZ],
+            5,
+        ),
+    }
+    peer_env = sb.ccusage_env()
+    for name, (args, peer_args, cold_budget) in commands.items():
+        cmd, peer = sb.our_cmd(*args), [*cc, *peer_args]
+
+        def cold(cmd: list[str] = cmd) -> tuple[float, int]:
+            shutil.rmtree(cache_home, ignore_errors=True)
+            return sb.measure(cmd, env=env)
+
+        def repeat(cmd: list[str] = cmd) -> tuple[float, int]:
+            return sb.measure(cmd, env=env)
+
+        def changed(cmd: list[str] = cmd) -> tuple[float, int]:
+            writer.change()
+            return sb.measure(cmd, env=env)
+
+        figures = {}
+        figures["cold"] = alternate(cold, peer, peer_env)
+        figures["cold"]["budget"] = cold_budget
+        sb.measure(cmd, env=env)  # fill the cache
+        figures["repeat"] = alternate(repeat, peer, peer_env)
+        figures["repeat"]["budget"] = 20
+        figures["changed_1pct"] = alternate(changed, peer, peer_env)
+        figures["changed_1pct"]["budget"] = 10
+        # The cached report is the one a run without the cache writes, on this state.
+        writer.change()
+        with_cache = sb.capture(cmd, env=env)
+        without = sb.capture([*cmd, "--no-cache"], env=env)
+        figures["same_as_no_cache"] = with_cache == without
+        results[name] = figures
+    shutil.rmtree(cache_home, ignore_errors=True)
+    (sb.OUT / "cache-results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print("\n| figure | ours | ccusage | ratio [blocks] | budget | verdict |")
+    print("|---|---|---|---|---|---|")
+    for name in commands:
+        for case in ("cold", "repeat", "changed_1pct"):
+            f = results[name][case]
+            ok = f["ratio"] >= f["budget"] and (case != "repeat" or f["ours_s"] < 0.2)
+            budget = f"≥ {f['budget']}×" + (" and < 0.2 s" if case == "repeat" else "")
+            print(
+                f"| {name} {case} | {f['ours_s']:.3f} s | {f['peer_s']:.2f} s | "
+                f"{f['ratio']}× [{f['ratio_by_block'][0]}–{f['ratio_by_block'][1]}] | "
+                f"{budget} | {'ok' if ok else 'OVER BUDGET'} |"
+            )
+        same = results[name]["same_as_no_cache"]
+        print(f"| {name} same as --no-cache | {same} | | | equal | {'ok' if same else 'WRONG'} |")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
