@@ -153,6 +153,9 @@ def _read_only(uri: str) -> sqlite3.Connection:
     return conn
 
 
+_HUGE = float("inf")  # a finite float is strictly between -_HUGE and _HUGE (NaN is not)
+
+
 def _int(value: Any) -> int:
     kind = type(value)
     if kind is int:
@@ -585,6 +588,39 @@ class Store:
             created,
             updated,
         ) = row
+        if (  # what OpenCode writes: taken as it is, without a call per cell
+            type(title) is str
+            and type(directory) is str
+            and type(version) is str
+            and (agent is None or type(agent) is str)
+            and (model is None or type(model) is str)
+            and type(cost) is float
+            and -_HUGE < cost < _HUGE
+            and type(t_in) is int
+            and type(t_out) is int
+            and type(t_reason) is int
+            and type(t_read) is int
+            and type(t_write) is int
+            and type(created) is int
+            and type(updated) is int
+        ):
+            return SessionRow(
+                sid,
+                parent if parent != sid else None,
+                title,
+                directory,
+                version,
+                agent,
+                model,
+                cost,
+                t_in,
+                t_out,
+                t_reason,
+                t_read,
+                t_write,
+                created,
+                updated,
+            )
         return SessionRow(
             sid,
             parent if parent != sid else None,  # a session is never its own parent
