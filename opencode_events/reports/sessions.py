@@ -76,20 +76,28 @@ class SessionSummary(Struct, kw_only=True):
     children: list[str] = []
 
 
+class _ModelView(Struct):
+    id: Any = None
+    providerID: Any = None
+
+
+_MODEL = msgspec.json.Decoder(_ModelView)
+
+
 def _model(raw: str | bytes | None) -> tuple[str | None, str | None]:
     if not raw:
         return None, None
     try:
-        value = msgspec.json.decode(raw)
+        view = _MODEL.decode(raw)
+    except msgspec.ValidationError:  # JSON, but not an object: no model named
+        return None, None
     except (msgspec.DecodeError, RecursionError):
         return (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw), None
-    if isinstance(value, dict):
-        model, provider = value.get("id"), value.get("providerID")
-        return (
-            model if isinstance(model, str) else None,
-            provider if isinstance(provider, str) else None,
-        )
-    return None, None
+    model, provider = view.id, view.providerID
+    return (
+        model if isinstance(model, str) else None,
+        provider if isinstance(provider, str) else None,
+    )
 
 
 def _base(row: SessionRow, db_path: str) -> SessionSummary:
@@ -469,21 +477,31 @@ def _apply_tools(
 ) -> None:
     for (sid, tool, failed), calls in counts.items():
         summary = summaries.get(sid)
-        if summary is None:
-            continue
-        summary.tool_calls += calls
-        if failed:
-            summary.tool_failures += calls
-        if isinstance(tool, str):
-            directory = summary.directory
-            servers = servers_in.get(directory)
-            if servers is None:
-                servers = servers_in[directory] = mcp_servers(directory)
-            server = mcp_server_of(tool, servers) if servers else None
-            if server is not None:
-                if not summary.mcp_calls:
-                    summary.mcp_calls = {}
-                summary.mcp_calls[server] = summary.mcp_calls.get(server, 0) + calls
+        if summary is not None:
+            _add_tool(summary, tool, failed, calls, mcp_servers, servers_in)
+
+
+def _add_tool(
+    summary: SessionSummary,
+    tool: Any,
+    failed: bool,
+    calls: int,
+    mcp_servers: Callable[[str | None], Sequence[str]],
+    servers_in: dict[str | None, Sequence[str]],
+) -> None:
+    summary.tool_calls += calls
+    if failed:
+        summary.tool_failures += calls
+    if isinstance(tool, str):
+        directory = summary.directory
+        servers = servers_in.get(directory)
+        if servers is None:
+            servers = servers_in[directory] = mcp_servers(directory)
+        server = mcp_server_of(tool, servers) if servers else None
+        if server is not None:
+            if not summary.mcp_calls:
+                summary.mcp_calls = {}
+            summary.mcp_calls[server] = summary.mcp_calls.get(server, 0) + calls
 
 
 def summarize(
@@ -524,23 +542,25 @@ def summarize(
         if scope is None or scope:
             _count_messages(store, scope, fresh)
         counts = [(_count_tool_parts(store, scope) if scope is None or scope else {}, {})]
+    servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
     if cache is not None:
         entries = _ledger_entries(counts, summaries, kept if scan is None else {})
-        cache.keep_ledger("sessions", _LEDGER_REQUEST, entries)
         for sid, summary in summaries.items():  # every summary counted from the ledger
             entry = entries[sid]
             summary.turns, summary.inferences = entry.turns, entry.inferences
             summary.in_flight = entry.in_flight
-        counts = [({(sid, t, f): n for sid in summaries for t, f, n in entries[sid].tools}, {})]
-        # (each entry lists a (tool, failed) once: ``_ledger_entries`` sums them)
-    servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
-    for tool_counts, message_counts in counts:
-        _apply_messages(summaries, message_counts)
-        _apply_tools(summaries, tool_counts, mcp_servers, servers_in)
+            for tool, failed, calls in entry.tools:
+                _add_tool(summary, tool, failed, calls, mcp_servers, servers_in)
+        _judge_staleness(store, summaries.values(), now_ms, tree, entries)
+        cache.keep_ledger("sessions", _LEDGER_REQUEST, entries)
+    else:
+        for tool_counts, message_counts in counts:
+            _apply_messages(summaries, message_counts)
+            _apply_tools(summaries, tool_counts, mcp_servers, servers_in)
+        _judge_staleness(store, summaries.values(), now_ms, tree)
     if servers is not None:
         servers.update(servers_in)
 
-    _judge_staleness(store, summaries.values(), now_ms, tree)
     # Costs written by the one rule for a session's spend (``spend``), so that they read as
     # ``usage``, ``statusline`` and ``top`` give them; totals add the stored figures.
     stored = {sid: summary.cost for sid, summary in summaries.items()}
@@ -570,9 +590,12 @@ class SessionCounts(Struct, array_like=True):
     inferences: int
     in_flight: bool
     tools: list[tuple[str | None, bool, int]]
+    # When its messages and parts were last written (Store.last_write), once asked.
+    written: int | None = None
+    written_known: bool = False
 
 
-_LEDGER_REQUEST = ["counts", 1]  # the shape of SessionCounts: a new one, a new ledger
+_LEDGER_REQUEST = ["counts", 2]  # the shape of SessionCounts: a new one, a new ledger
 
 
 def _ledger_entries(
@@ -616,17 +639,29 @@ def _judge_staleness(
     summaries: Iterable[SessionSummary],
     now_ms: float | None,
     tree: dict[str, list[str]],
+    entries: dict[str, SessionCounts] | None = None,
 ) -> None:
     """A session in flight with nothing written for a while, to it or below it, is stale
-    (``reports.stale``, the rule ``usage`` applies too)."""
+    (``reports.stale``, the rule ``usage`` applies too). With the ledger's ``entries``, when
+    a session's rows were last written is read once per stamp and kept in its entry."""
     from .stale import stored_state
+
+    def rows_written(sid: str) -> int | None:
+        entry = entries.get(sid) if entries is not None else None
+        if entry is None:
+            return store.last_write(sid)
+        if not entry.written_known:
+            entry.written, entry.written_known = store.last_write(sid), True
+        return entry.written
 
     now = time.time() * 1000 if now_ms is None else now_ms
     limit = stale_after_ms()
     for summary in summaries:
         if not summary.in_flight:
             continue
-        summary.state = stored_state(store, summary.id, tree, now_ms=now, stale_after=limit)
+        summary.state = stored_state(
+            store, summary.id, tree, now_ms=now, stale_after=limit, rows_written=rows_written
+        )
         summary.in_flight = summary.state == BUSY
 
 

@@ -11,6 +11,7 @@ parts where the store keeps one per row (a database; the legacy files keep none)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..core.activity import session_state, stale_after_ms
@@ -19,14 +20,23 @@ from ..store.rows import descendants, offers_fast_scans
 __all__ = ["last_written", "stored_state"]
 
 
-def last_written(store: Any, session_id: str, tree: dict[str, list[str]]) -> int | None:
-    """When ``session_id`` or a session below it was last written (epoch ms), if known."""
+def last_written(
+    store: Any,
+    session_id: str,
+    tree: dict[str, list[str]],
+    *,
+    rows_written: Callable[[str], int | None] | None = None,
+) -> int | None:
+    """When ``session_id`` or a session below it was last written (epoch ms), if known.
+    ``rows_written`` answers for a session's messages and parts (default: the store's
+    ``last_write``; a report may know it already)."""
     latest: int | None = None
+    fast = offers_fast_scans(store)
     for sid in (session_id, *descendants([session_id], tree)):
         row = store.session(sid)
         written = row.time_updated if row is not None else None
-        if offers_fast_scans(store):
-            rows = store.last_write(sid)
+        if fast:
+            rows = (rows_written or store.last_write)(sid)
             if rows is not None and (written is None or rows > written):
                 written = rows
         if written is not None and (latest is None or written > latest):
@@ -41,9 +51,10 @@ def stored_state(
     *,
     now_ms: float | None = None,
     stale_after: int | None = None,
+    rows_written: Callable[[str], int | None] | None = None,
 ) -> str:
     """``busy`` or ``stale`` for a stored session that is in flight."""
     now = time.time() * 1000 if now_ms is None else now_ms
     limit = stale_after_ms() if stale_after is None else stale_after
-    written = last_written(store, session_id, tree)
+    written = last_written(store, session_id, tree, rows_written=rows_written)
     return session_state(in_flight=True, last_write_ms=written, now_ms=now, stale_after=limit)
