@@ -1180,9 +1180,7 @@ def _grouped(
     ready = scan.ready or scan.prepare(day_of)
     if use_ledger:
         _keep_days(cache, ledger_request, groups, ready, owner, kept, scan.irregular)
-        for sid, entry in kept.items():
-            for day, ints, costs, first, times in entry.days:
-                groups[(sid, day)] = [*ints[:6], _floats(costs), ints[6], first, _ints(times)]
+        for sid, entry in kept.items():  # their days are folded in below, as they are
             for mid, day, fingerprint, sums in entry.held:
                 ready.append((mid, (sid, day), tuple(fingerprint), sums))
         owner = every_owner
@@ -1222,7 +1220,7 @@ def _grouped(
         result = steps
     else:
         if by in ("day", "session"):  # a session's days, into the report's groups
-            groups = _fold_days(groups, by, owner)
+            groups = _fold_days(groups, by, owner, kept)
         result = [_group_row(by, key, groups[key]) for key in groups]
         result.sort(key=_sort_key(by))
     for row in result:
@@ -1268,7 +1266,7 @@ def _forked_copies_of(
             yield mid, created, _fingerprint(info)
 
 
-class SessionDays(Struct, array_like=True):
+class SessionDays(Struct, array_like=True, gc=False):
     """What ``usage --by day|session`` keeps of a session in the report cache: per day (in
     the report's zone), its sums (input, output, reasoning, cache read, cache write, total,
     inferences), each inference's cost, its first inference's time and every inference's
@@ -1323,13 +1321,40 @@ def _ints(packed: bytes) -> array[int]:
 
 
 def _fold_days(
-    groups: dict[Any, list[Any]], by: str, owner: dict[str, str]
+    groups: dict[Any, list[Any]],
+    by: str,
+    owner: dict[str, str],
+    kept: dict[str, SessionDays],
 ) -> dict[Any, list[Any]]:
-    """Groups by (session, day) folded into the report's: by day, or by the session each
-    folds into (``owner``)."""
+    """Groups by (session, day) and the ``kept`` sessions' days folded into the report's:
+    by day, or by the session each folds into (``owner``). A kept day's costs are joined
+    packed, and unpacked once per group."""
     folded: dict[Any, list[Any]] = {}
     for (sid, day), acc in groups.items():
         _add_sums(folded, day if by == "day" else owner.get(sid, sid), acc)
+    packed: dict[Any, list[bytes]] = {}
+    for sid, entry in kept.items():
+        for day, ints, costs, first, _times in entry.days:
+            key = day if by == "day" else owner.get(sid, sid)
+            acc = folded.get(key)
+            if acc is None:
+                acc = folded[key] = [0, 0, 0, 0, 0, 0, [], 0, first, []]
+            acc[0] += ints[0]
+            acc[1] += ints[1]
+            acc[2] += ints[2]
+            acc[3] += ints[3]
+            acc[4] += ints[4]
+            acc[5] += ints[5]
+            acc[7] += ints[6]
+            if first is not None and (acc[8] is None or first < acc[8]):
+                acc[8] = first
+            chunks = packed.get(key)
+            if chunks is None:
+                packed[key] = [costs]
+            else:
+                chunks.append(costs)
+    for key, chunks in packed.items():
+        folded[key][6].extend(_floats(b"".join(chunks)))
     return folded
 
 
