@@ -1139,8 +1139,8 @@ def _grouped(
     copy_times: set[Any] = set()
     # The ledger (by day or session, all time): sessions whose days the cache holds are not
     # read, unless a row they summed is at a fork copy's time (the copies' rule needs it).
-    use_ledger = cache is not None and by in ("day", "session") and since is None
-    ledger_request = [repr(tz), dedupe, _LEDGER_FORMAT]
+    use_ledger = cache is not None and by != "step" and since is None
+    ledger_request = [_LEDGER_KIND.get(by), repr(tz), dedupe, _LEDGER_FORMAT]
     kept = cache.ledger("usage-days", ledger_request, SessionDays) if use_ledger else {}
     if dedupe:
         for mid, created, fingerprint in _forked_copies_of(store, kept):
@@ -1219,8 +1219,7 @@ def _grouped(
         steps.sort(key=lambda r: (r.started or 0, r.message_id or ""))
         result = steps
     else:
-        if by in ("day", "session"):  # a session's days, into the report's groups
-            groups = _fold_days(groups, by, owner, kept)
+        groups = _fold_days(groups, by, owner, kept)  # per session, into the report's groups
         result = [_group_row(by, key, groups[key]) for key in groups]
         result.sort(key=_sort_key(by))
     for row in result:
@@ -1267,12 +1266,12 @@ def _forked_copies_of(
 
 
 class SessionDays(Struct, array_like=True, gc=False):
-    """What ``usage --by day|session`` keeps of a session in the report cache: per day (in
-    the report's zone), its sums (input, output, reasoning, cache read, cache write, total,
-    inferences), each inference's cost, its first inference's time and every inference's
-    time (whether a fork's copy may be of one of them). Costs and times are packed (native
-    doubles and 64-bit integers): a large ledger decodes into a few objects per day, not
-    one per inference."""
+    """What a grouped ``usage`` keeps of a session in the report cache: per day (in the
+    report's zone; by day or session), per model or per agent, its sums (input, output,
+    reasoning, cache read, cache write, total, inferences), each inference's cost, its
+    first inference's time and every inference's time (whether a fork's copy may be of
+    one of them). Costs and times are packed (native doubles and 64-bit integers): a large
+    ledger decodes into a few objects per group, not one per inference."""
 
     days: list[tuple[str, list[int], bytes, int | None, bytes]]
     # Rows held for the forks' rule (at a copy's time when read): (message id, day,
@@ -1281,6 +1280,9 @@ class SessionDays(Struct, array_like=True, gc=False):
 
 
 _LEDGER_FORMAT = 1  # the shape of SessionDays: a new one, a new ledger
+# One ledger serves day and session (a session's days); model and agent have their own (a
+# session's models, its agents), in the same shape.
+_LEDGER_KIND = {"day": "days", "session": "days", "model": "models", "agent": "agents"}
 
 
 def _keep_days(
@@ -1326,16 +1328,17 @@ def _fold_days(
     owner: dict[str, str],
     kept: dict[str, SessionDays],
 ) -> dict[Any, list[Any]]:
-    """Groups by (session, day) and the ``kept`` sessions' days folded into the report's:
-    by day, or by the session each folds into (``owner``). A kept day's costs are joined
-    packed, and unpacked once per group."""
+    """Groups by (session, day, model or agent) and the ``kept`` sessions' folded into the
+    report's: by day, model or agent, or by the session each folds into (``owner``). A kept
+    group's costs are joined packed, and unpacked once per report group."""
     folded: dict[Any, list[Any]] = {}
-    for (sid, day), acc in groups.items():
-        _add_sums(folded, day if by == "day" else owner.get(sid, sid), acc)
+    by_session = by == "session"
+    for (sid, group), acc in groups.items():
+        _add_sums(folded, owner.get(sid, sid) if by_session else group, acc)
     packed: dict[Any, list[bytes]] = {}
     for sid, entry in kept.items():
-        for day, ints, costs, first, _times in entry.days:
-            key = day if by == "day" else owner.get(sid, sid)
+        for group, ints, costs, first, _times in entry.days:
+            key = owner.get(sid, sid) if by_session else group
             acc = folded.get(key)
             if acc is None:
                 acc = folded[key] = [0, 0, 0, 0, 0, 0, [], 0, first, []]
@@ -1514,7 +1517,7 @@ class _Scan:
                 day = days.get(created // 900_000) if type(created) is int else None
                 key = (sid, day if day is not None else day_of(created))
             else:
-                key = _group_key(by, top, info, created, day_of)
+                key = _group_key(by, top, info, created, day_of, sid)
             acc = groups.get(key)
             if acc is None:  # acc[8], the first time, only ever holds an integer
                 acc = groups[key] = [0, 0, 0, 0, 0, 0, [], 0, None, []]
@@ -1738,14 +1741,16 @@ def _model_name(info: UsageMessage) -> str:
 def _group_key(
     by: str, top: str, info: UsageMessage, started: Any, day_of: _DayOf, sid: str = ""
 ) -> Any:
-    if by == "session" or by == "day":  # a session's day (``_Scan``)
+    """A grouped report's key of one inference: its session and its day, model or agent
+    (``_Scan`` groups per session; ``_fold_days`` makes the report's groups)."""
+    if by == "session" or by == "day":
         return (sid, day_of(started))
     if by == "model":
-        return _model_name(info)
+        return (sid, _model_name(info))
     if by == "agent":
         if isinstance(info.agent, str):
-            return info.agent
-        return info.mode if isinstance(info.mode, str) else "?"
+            return (sid, info.agent)
+        return (sid, info.mode if isinstance(info.mode, str) else "?")
     return None  # step: no group
 
 
