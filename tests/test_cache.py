@@ -216,6 +216,19 @@ def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare
     conn.close()
 
 
+def _middle_time() -> int:
+    """A time amid the captures' messages: a --since that cuts the test database's sessions
+    into some wholly before, some wholly after and some across it."""
+    times = []
+    for name in SOURCES:
+        conn = sqlite3.connect(f"file:{SAMPLES / name / 'opencode.db'}?immutable=1", uri=True)
+        times += [t for (t,) in conn.execute("SELECT time_created FROM message")]
+        conn.close()
+    times.sort()
+    return times[len(times) // 2]
+
+
+SINCE = _middle_time()
 REPORTS = (
     ("sessions", {"all_sessions": True}),
     ("sessions", {}),
@@ -225,6 +238,8 @@ REPORTS = (
     ("usage", {"all_sessions": True, "by": "model"}),
     ("usage", {"all_sessions": True, "by": "agent"}),
     ("usage", {"all_sessions": True, "by": "step"}),
+    ("usage", {"all_sessions": True, "by": "day", "since_ms": SINCE}),
+    ("usage", {"all_sessions": True, "by": "model", "since_ms": SINCE}),
     ("usage", {"last": True, "by": "turn"}),
     ("context", {}),
 )
@@ -278,6 +293,11 @@ def test_every_report_equals_a_recomputation(tmp_path_factory, steps) -> None:
     db, spare, root = tmp / "opencode.db", tmp / "spare.db", tmp / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    conn = sqlite3.connect(db)  # a session of each capture: times on both sides of SINCE
+    for src in sources.values():
+        _copy_session(conn, src, _sessions(src)[0], logged=True)
+    conn.commit()
+    conn.close()
     try:
         for changes, reports in steps:
             # One writer per step: OpenCode's logged writes, or another program's.

@@ -1137,9 +1137,11 @@ def _grouped(
     copy_ids: set[str] = set()
     copy_prints: set[tuple[Any, ...]] = set()
     copy_times: set[Any] = set()
-    # The ledger (by day or session, all time): sessions whose days the cache holds are not
-    # read, unless a row they summed is at a fork copy's time (the copies' rule needs it).
-    use_ledger = cache is not None and by != "step" and since is None
+    # The ledger: sessions whose groups the cache holds are not read, unless a row they
+    # summed is at a fork copy's time (the copies' rule needs it) or, with ``since``, they
+    # have inferences on both sides of it. It keeps all-time groups: a report since a time
+    # uses them but does not add to them.
+    use_ledger = cache is not None and by != "step"
     ledger_request = [_LEDGER_KIND.get(by), repr(tz), dedupe, _LEDGER_FORMAT]
     kept = cache.ledger("usage-days", ledger_request, SessionDays) if use_ledger else {}
     if dedupe:
@@ -1157,6 +1159,8 @@ def _grouped(
             if sid in owner  # and no row it summed is at a fork copy's time now
             and (not copy_times or all(copy_times.isdisjoint(_ints(d[4])) for d in entry.days))
         }
+        if since is not None:
+            kept = _since_then_only(kept, since)
         unread_sids = [sid for sid in owner if sid not in kept]
         if len(unread_sids) < max(WHOLE_TABLE_SESSIONS, len(every_owner) // 10):
             owner = {sid: owner[sid] for sid in unread_sids}
@@ -1179,7 +1183,8 @@ def _grouped(
     groups = scan.groups
     ready = scan.ready or scan.prepare(day_of)
     if use_ledger:
-        _keep_days(cache, ledger_request, groups, ready, owner, kept, scan.irregular)
+        if since is None:
+            _keep_days(cache, ledger_request, groups, ready, owner, kept, scan.irregular)
         for sid, entry in kept.items():  # their days are folded in below, as they are
             for mid, day, fingerprint, sums in entry.held:
                 ready.append((mid, (sid, day), tuple(fingerprint), sums))
@@ -1283,6 +1288,38 @@ _LEDGER_FORMAT = 1  # the shape of SessionDays: a new one, a new ledger
 # One ledger serves day and session (a session's days); model and agent have their own (a
 # session's models, its agents), in the same shape.
 _LEDGER_KIND = {"day": "days", "session": "days", "model": "models", "agent": "agents"}
+
+
+def _since_then_only(kept: dict[str, SessionDays], since: int) -> dict[str, SessionDays]:
+    """The ``kept`` sessions whose inferences all count since ``since`` (whole), or none
+    does (left out, as an empty entry); a session with some before and some after, or with
+    an inference that has no time (which counts either way), is left to be read."""
+    whole: dict[str, SessionDays] = {}
+    for sid, entry in kept.items():
+        low = high = None
+        timeless = False
+        for group in entry.days:
+            times = _ints(group[4])
+            if len(times) != group[1][6]:
+                timeless = True
+                break
+            if times:
+                low = min(times) if low is None else min(low, min(times))
+                high = max(times) if high is None else max(high, max(times))
+        for held in entry.held:
+            t = held[3][8]
+            if type(t) is not int:
+                timeless = True
+                break
+            low = t if low is None else min(low, t)
+            high = t if high is None else max(high, t)
+        if timeless:
+            continue
+        if high is None or high < since:
+            whole[sid] = SessionDays([])  # nothing since then
+        elif low is not None and low >= since:
+            whole[sid] = entry
+    return whole
 
 
 def _keep_days(
