@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import multiprocessing
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -364,26 +365,36 @@ def test_a_damaged_or_foreign_cache_is_ignored_and_rebuilt(tmp_path, damage) -> 
             assert cache._read(next(root.rglob("memo-*")).name) is not None
 
 
-def _reports_in_a_process(args: tuple[str, str, int]) -> list[bytes]:
-    db, root, rounds = args
-    out = []
-    for _ in range(rounds):
-        for which in range(len(REPORTS)):
-            out.append(_report(Path(db), which, Path(root)))
-    return out
+_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from tests.test_cache import REPORTS, _report
+for _ in range(int(sys.argv[4])):
+    for which in range(len(REPORTS)):
+        sys.stdout.buffer.write(_report(Path(sys.argv[2]), which, Path(sys.argv[3])) + b"\\n")
+"""
 
 
 def test_two_processes_at_once_do_not_corrupt_it(tmp_path) -> None:
+    """Four runs at once, each reporting everything four times over one cache folder."""
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    expected = _expected(db)
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(2) as pool:
-        results = pool.map(_reports_in_a_process, [(str(db), str(root), 4)] * 4)
-    for result in results:
-        assert result == expected * 4
+    expected = b"".join(report + b"\n" for report in _expected(db))
+    repo = str(Path(__file__).resolve().parent.parent)
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _IN_A_PROCESS, repo, str(db), str(root), "4"],
+            stdout=subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
+    for run in runs:
+        out, _ = run.communicate(timeout=300)
+        assert run.returncode == 0
+        assert out == expected * 4
     for which in range(len(REPORTS)):  # and what they left is sound
-        assert _report(db, which, root) == expected[which]
+        assert _report(db, which, root) == _expected(db)[which]
     assert not list(root.rglob(".tmp-*"))
 
 
