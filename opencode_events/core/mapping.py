@@ -31,7 +31,7 @@ from ..events import (
 from .bashcmd import classify_bash
 from .figures import read_figures
 from .patch import patched_files, recorded_files
-from .views import MessageInfo, Part, number
+from .views import MessageInfo, Part
 
 __all__ = [
     "STATUS_SUCCESS",
@@ -420,25 +420,44 @@ _INPUT_DECODERS = {view: msgspec.json.Decoder(view) for view, _ in TOOL_RULES.va
 
 
 def tool_common(part: Part) -> dict[str, Any]:
-    """The fields every event of one tool call shares (``tool`` must already be a str)."""
+    """The fields every event of one tool call shares (``tool`` must already be a str).
+    Once per tool call of every source: ``_str``, ``success_of`` and ``number`` are
+    written out."""
     state = part.state
-    status = _str(state.status) if state is not None else None
-    success = success_of(status)
+    call_id = part.callID
+    if state is None:
+        return {
+            "tool": part.tool,
+            "call_id": call_id if isinstance(call_id, str) else None,
+            "status": None,
+            "success": None,
+        }
+    status = state.status
+    if isinstance(status, str):
+        success = STATUS_SUCCESS.get(status.lower())
+    else:
+        status = success = None
+    title = state.title
     common: dict[str, Any] = {
         "tool": part.tool,
-        "call_id": _str(part.callID),
+        "call_id": call_id if isinstance(call_id, str) else None,
         "status": status,
         "success": success,
+        "title": title if isinstance(title, str) else None,
     }
-    if state is not None:
-        common["title"] = _str(state.title)
-        if success is False:
-            common["error"] = _str(state.error)
-        times = state.time
-        if times is not None:
-            start, end = number(times.start), number(times.end)
-            if start is not None and end is not None and math.isfinite(end - start):
-                common["duration_ms"] = end - start  # two huge times can differ by inf
+    if success is False:
+        error = state.error
+        common["error"] = error if isinstance(error, str) else None
+    times = state.time
+    if times is not None:
+        start, end = times.start, times.end
+        kind_start, kind_end = type(start), type(end)
+        if (
+            (kind_start is int or kind_start is float)
+            and (kind_end is int or kind_end is float)
+            and math.isfinite(end - start)
+        ):
+            common["duration_ms"] = end - start  # two huge times can differ by inf
     return common
 
 

@@ -285,12 +285,17 @@ def event_batches(
             yield reader.take(b"", final=True)
             continue
         feed = reader.feed
+        feed_lines = getattr(reader, "feed_lines", None)
         line_no = 0
         for batch in line_batches(stream, first=head, max_line=limit):
             if type(batch) is OverlongLine:
                 line_no += 1
                 # an empty line in its place (a server event's frame ends there)
                 yield feed(line_no, b"") + overlong(normalizer, batch, line_no, limit, source)
+                continue
+            if feed_lines is not None:  # the run stream's reader maps a batch in one call
+                yield feed_lines(batch, line_no + 1)
+                line_no += len(batch)
                 continue
             out: list[Event] = []
             extend = out.extend
