@@ -28,10 +28,12 @@ from ..events import (
     Usage,
     Write,
 )
-from .bashcmd import classify_bash
 from .figures import read_figures
-from .patch import patched_files, recorded_files
 from .views import MessageInfo, Part
+
+# ``bashcmd`` (the shell lexer) and ``patch`` are imported by the rules that use them, on
+# their first call: most runs read no bash command or patch before their first event, and
+# a run that reads none (`normalize </dev/null`) starts without them.
 
 __all__ = [
     "STATUS_SUCCESS",
@@ -227,6 +229,8 @@ def _apply_patch(
 ) -> list[Event] | None:
     """The files OpenCode says it changed (``metadata.files``, absolute paths); a call
     without them (it failed) is read from its patch as OpenCode parses it."""
+    from .patch import patched_files, recorded_files
+
     state = part.state
     files = recorded_files(state.metadata.files) if state and state.metadata else None
     if files is None:
@@ -250,6 +254,8 @@ def _bash(
     exit_code = _exit_code(part)
     interrupted = _interrupted(part) if exit_code is None else None
     if command is not None:
+        from .bashcmd import classify_bash
+
         file_ops = classify_bash(command, _str(args.workdir))
         if file_ops:
             # The command line and its exit code stay on each event: `cat missing.txt` that

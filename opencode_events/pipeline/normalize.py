@@ -26,8 +26,6 @@ from ..sources.stream import (
     line_batches,
     max_line_setting,
 )
-from ..sources.transcript import map_session
-from ..store.rows import offers_fast_scans, parents_of
 
 __all__ = [
     "Feeder",
@@ -358,6 +356,9 @@ def import_sessions(
     Many sessions of a SQLite store written as JSON Lines are mapped by one worker process
     per core (``fanout``), with the same output; ``workers=1`` keeps to this process.
     """
+    # Here, not at the top: `normalize` reads no store.
+    from ..sources.transcript import map_session
+    from ..store.rows import offers_fast_scans, parents_of
     from . import fanout
 
     normalizer = Normalizer(keep_raw=keep_raw)
