@@ -195,3 +195,24 @@ def test_a_bad_limit_in_the_environment_is_one_error_line_on_both_paths():
         assert result.returncode == 2
         assert result.stderr.startswith(b"error: OPENCODE_EVENTS_MAX_LINE")
         assert result.stderr.count(b"\n") == 1
+
+
+def test_an_empty_stream_starts_without_the_shell_lexer_or_the_store():
+    code = (
+        "import atexit, sys\n"
+        "heavy = ('opencode_events.core.bashcmd', 'opencode_events.core.patch',\n"
+        "         'opencode_events.sources.transcript', 'opencode_events.store.rows')\n"
+        "atexit.register(lambda: sys.stderr.write(repr([m for m in heavy if m in sys.modules])))\n"
+        "from opencode_events.cli import main\n"
+        "main()\n"
+    )
+    result = _run(code, "normalize")
+    assert result.returncode == 0 and result.stderr == b"[]", result.stderr
+
+
+def test_the_lexers_stand_in_gives_way_to_it_on_first_use():
+    from opencode_events.core import bashcmd, mapping
+
+    first = mapping.classify_bash("cat a.txt")
+    assert first == bashcmd.classify_bash("cat a.txt") and first is not None
+    assert mapping.classify_bash is bashcmd.classify_bash

@@ -31,10 +31,6 @@ from ..events import (
 from .figures import read_figures
 from .views import MessageInfo, Part
 
-# ``bashcmd`` (the shell lexer) and ``patch`` are imported by the rules that use them, on
-# their first call: most runs read no bash command or patch before their first event, and
-# a run that reads none (`normalize </dev/null`) starts without them.
-
 __all__ = [
     "STATUS_SUCCESS",
     "STREAM_RECORD_PARTS",
@@ -52,6 +48,40 @@ __all__ = [
     "patch_files",
     "text_of",
 ]
+
+
+# ``bashcmd`` (the shell lexer) and ``patch`` are imported on the first call of one of their
+# functions, which then stands in for its stand-in here (an import statement in the rule
+# itself would cost a microsecond a call): a run that reads no bash command or patch
+# (`normalize </dev/null`) starts without them.
+def _first_classify_bash(command: str, workdir: str | None = None) -> Any:
+    global classify_bash
+    from . import bashcmd
+
+    classify_bash = bashcmd.classify_bash
+    return classify_bash(command, workdir)
+
+
+def _first_patched_files(text: str, directory: str | None) -> Any:
+    global patched_files
+    from . import patch
+
+    patched_files = patch.patched_files
+    return patched_files(text, directory)
+
+
+def _first_recorded_files(files: Any) -> Any:
+    global recorded_files
+    from . import patch
+
+    recorded_files = patch.recorded_files
+    return recorded_files(files)
+
+
+classify_bash: Callable[..., Any] = _first_classify_bash
+patched_files: Callable[..., Any] = _first_patched_files
+recorded_files: Callable[..., Any] = _first_recorded_files
+
 
 # Status word → success, compared case-insensitively; any other word leaves it null.
 STATUS_SUCCESS: dict[str, bool] = {
@@ -229,8 +259,6 @@ def _apply_patch(
 ) -> list[Event] | None:
     """The files OpenCode says it changed (``metadata.files``, absolute paths); a call
     without them (it failed) is read from its patch as OpenCode parses it."""
-    from .patch import patched_files, recorded_files
-
     state = part.state
     files = recorded_files(state.metadata.files) if state and state.metadata else None
     if files is None:
@@ -254,8 +282,6 @@ def _bash(
     exit_code = _exit_code(part)
     interrupted = _interrupted(part) if exit_code is None else None
     if command is not None:
-        from .bashcmd import classify_bash
-
         file_ops = classify_bash(command, _str(args.workdir))
         if file_ops:
             # The command line and its exit code stay on each event: `cat missing.txt` that
