@@ -216,3 +216,42 @@ def test_the_lexers_stand_in_gives_way_to_it_on_first_use():
     first = mapping.classify_bash("cat a.txt")
     assert first == bashcmd.classify_bash("cat a.txt") and first is not None
     assert mapping.classify_bash is bashcmd.classify_bash
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_stopped_the_two_paths_end_alike(sig):
+    """Ctrl-C: exit 130 and click's blank line closing the terminal's ^C echo, on both
+    paths; SIGTERM: 143, nothing said."""
+    import signal
+    import time
+
+    results = []
+    for code in (
+        "from opencode_events.cli import main\nmain()\n",
+        "from opencode_events.cli.main import main\nmain()\n",
+    ):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, "normalize"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        proc.stdin.write(SAMPLE.read_bytes())
+        proc.stdin.flush()
+        time.sleep(1.0)  # started, read, written
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=30)
+        results.append((proc.returncode, out, err))
+    assert results[0] == results[1]
+    assert results[0][0] == (130 if sig == "SIGINT" else 143)
+    assert results[0][2] == (b"\n" if sig == "SIGINT" else b"")
+
+
+def test_shell_completion_is_clicks():
+    env = {**os.environ, "_OPENCODE_EVENTS_COMPLETE": "bash_complete", "COMP_WORDS": "x no"}
+    env["COMP_CWORD"] = "1"
+    code = "from opencode_events.cli import main\nmain()\n"
+    result = subprocess.run(
+        [sys.executable, "-c", code, "normalize"], capture_output=True, timeout=60, env=env
+    )
+    assert b"normalize" in result.stdout, result.stderr

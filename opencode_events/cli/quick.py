@@ -156,8 +156,11 @@ def run_normalize(request: NormalizeRequest) -> None:
 
 
 def main() -> None:
-    """The console script: a plain ``normalize`` here, anything else through click."""
-    request = normalize_request(sys.argv[1:])
+    """The console script: a plain ``normalize`` here, anything else through click (and
+    shell completion, which click answers when its variable is set)."""
+    import os
+
+    request = None if _COMPLETE in os.environ else normalize_request(sys.argv[1:])
     if request is None:
         from .main import main as click_main
 
@@ -166,4 +169,18 @@ def main() -> None:
     from .exits import guarded, prepare_process
 
     prepare_process()
-    raise SystemExit(guarded(lambda: run_normalize(request)))
+    raise SystemExit(guarded(lambda: _interruptible(request)))
+
+
+_COMPLETE = "_OPENCODE_EVENTS_COMPLETE"  # click's shell completion for "opencode-events"
+
+
+def _interruptible(request: NormalizeRequest) -> None:
+    try:
+        run_normalize(request)
+    except (EOFError, KeyboardInterrupt):
+        # As click does: a blank line closes the terminal's ``^C`` echo.
+        from .exits import echo_error
+
+        echo_error("")
+        raise KeyboardInterrupt from None
