@@ -215,7 +215,7 @@ class StreamReader:
         session = record.sessionID
         if type(session) is not str or not session:
             session = _session_of(record)
-        if session is not None and session != norm._session:
+        if session is not None and session != norm.session_id:
             norm.enter_session(session)
         return self._map(record, line_no, line)
 
@@ -248,6 +248,7 @@ class StreamReader:
                 session = record.sessionID
                 if type(session) is not str or not session:
                     session = _session_of(record)
+                # ``_session``: the ``session_id`` property, without a call per line
                 if session is not None and session != norm._session:
                     norm.enter_session(session)
                 part, record_type = record.part, record.type
