@@ -187,9 +187,9 @@ def usage_memory() -> dict:
 
 def start_up() -> dict:
     """Median and best of 15 runs each of `normalize </dev/null` and of Python alone,
-    taken in turn. The package's bytecode is compiled first, as an install compiles it:
-    with PYTHONDONTWRITEBYTECODE set (as on the shared machine) every start would compile
-    every module from source again, about half the start-up."""
+    taken in turn. The package's bytecode is compiled first, as an install compiles it
+    (`make bench` does too; a part run alone needs it): with PYTHONDONTWRITEBYTECODE set,
+    every start would compile every module from source again."""
     subprocess.run([PY, "-m", "compileall", "-q", "opencode_events"], cwd=ROOT, check=True)
     script = Path(PY).with_name("opencode-events")
     commands = {
