@@ -837,7 +837,7 @@ def test_import_stopped_keeps_what_was_mapped(tmp_path: Path, sig: int):
     out = tmp_path / "events.jsonl"
     code = (
         "import sys, os, signal, time\n"
-        "import opencode_events.pipeline.normalize as p\n"
+        "import opencode_events.sources.transcript as p\n"
         "from opencode_events.cli.main import main\n"
         "real = p.map_session\n"
         "def slow(*args, **kwargs):\n"  # the first session mapped, then the user stops it

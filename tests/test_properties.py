@@ -248,6 +248,45 @@ def test_any_lines_no_exception_and_every_line_accounted_for(lines, newline):
     assert events[-1]["records"] == records
 
 
+_ODD_LINES = st.sampled_from(
+    [
+        b"",
+        b"   ",
+        b"\xef\xbb\xbf" + b'{"type":"text","sessionID":"ses_b","part":{"id":"prt_9","text":"b"}}',
+        b'{"type":"text","sessionID":"ses_p","part":{"id":"prt_1","text":"lone \\ud800"}}',
+        b'{"type":"text","sessionID":"ses_p","part":{"id":"prt_2","text":"\xff"}}',
+        b'{"type":"step_start","sessionID":"ses_q","part":"text"}',
+        b'{"type":["step_start"],"part":{}}',
+        b"[" * 2000,
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(lines_strategy.map(lambda lines: lines[0] if lines else b""), _ODD_LINES),
+            st.sampled_from([b"", b"\r"]),  # a CRLF line end's CR stays on the line
+        ).map(b"".join),
+        max_size=25,
+    ),
+    st.booleans(),
+)
+def test_a_batch_maps_as_its_lines_one_by_one(lines, keep_raw):
+    """``feed_lines``, the stream's hot loop, is ``feed`` of each line: same events, same
+    counts, same state after (raw attached or not)."""
+    lines = [line.replace(b"\n", b" ") for line in lines]
+    by_line, batched = Normalizer(keep_raw=keep_raw), Normalizer(keep_raw=keep_raw)
+    one_reader, batch_reader = StreamReader(by_line), StreamReader(batched)
+    expected = [e for number, line in enumerate(lines, 5) for e in one_reader.feed(number, line)]
+    got = batch_reader.feed_lines(lines, 5)
+    encode = msgspec.json.encode
+    assert [encode(e) for e in got] == [encode(e) for e in expected]
+    assert encode(batched.metrics()) == encode(by_line.metrics())
+    assert (batched.step_open, batched.session_id) == (by_line.step_open, by_line.session_id)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes(data):

@@ -410,6 +410,7 @@ def test_ctrl_c_takes_the_footer_away(command: str) -> None:
     code = (
         "import sys\n"
         "import opencode_events.pipeline.normalize as p\n"
+        "import opencode_events.sources.transcript as t\n"
         "from opencode_events.cli.main import main\n"
         "def interrupted(*args, **kwargs):\n"
         "    yield from real(*args, **kwargs)\n"
@@ -417,8 +418,8 @@ def test_ctrl_c_takes_the_footer_away(command: str) -> None:
         "def stream_then_interrupt(*args, **kwargs):\n"
         "    yield from batches(*args, **kwargs)\n"
         "    raise KeyboardInterrupt\n"
-        "real, batches = p.map_session, p.line_batches\n"
-        "p.map_session, p.line_batches = interrupted, stream_then_interrupt\n"
+        "real, batches = t.map_session, p.line_batches\n"
+        "t.map_session, p.line_batches = interrupted, stream_then_interrupt\n"
         "main()\n"
     )
     args = {  # `python -c` makes sys.argv[0] "-c": the command line starts after it

@@ -24,7 +24,6 @@ from .io import (
     tag_option,
     written_when_interrupted,
 )
-from .status import ExitStatus
 
 
 @click.command()
@@ -70,36 +69,27 @@ def normalize(
     the first line. Events are written as each input line arrives; the last line is a
     metrics summary.
     """
-    from ..output.jsonl import make_writer
-    from ..pipeline.normalize import normalize_streams, refuse_databases
-    from ..sources.stream import max_line_setting, parse_size
+    from .quick import NormalizeRequest, limit_of, run_normalize
 
     try:
-        limit = max_line_setting() if max_line is None else parse_size(max_line)
+        limit = limit_of(max_line)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--max-line") from None
-    inputs_opened = open_inputs(inputs)
-    refuse_databases(inputs_opened, "import")
-    out = open_output(output, reads=inputs or ("-",))
-    writer = make_writer(format_for(fmt, out), out, buffered=buffered, tags=tags, full=full)
-    with written_when_interrupted(writer):
-        normalizer = normalize_streams(
-            inputs_opened,
-            writer,
+    run_normalize(
+        NormalizeRequest(
+            inputs=inputs,
+            output=output,
+            buffered=buffered,
             keep_raw=keep_raw,
-            metrics=not no_metrics,
+            no_metrics=no_metrics,
+            strict=strict,
+            fmt=fmt,
             deltas=deltas,
             max_line=limit,
+            tags=tags,
+            full=full,
         )
-    if strict and normalizer.problems:
-        counts = normalizer.kind_counts()
-        seen = [
-            f"{counts[k]} {k}{'s' if counts[k] > 1 else ''}"
-            for k in ("warning", "error")
-            if counts.get(k)
-        ]
-        click.echo(f"strict: the input held {' and '.join(seen)}", err=True)
-        raise SystemExit(ExitStatus.STRICT)
+    )
 
 
 @click.command(name="import")

@@ -1,28 +1,19 @@
-"""The command line: the one place that owns stdin, stdout, stderr and exit codes.
+"""The command line: the click group, and the one place that owns stdin, stdout, stderr and
+exit codes (``exits`` turns every way out into one; click's own are answered here).
 
-Library modules raise ``InputError`` for input they cannot use; here it becomes one
-``error: …`` line on stderr and exit 2. Ctrl-C exits 130 and a closed stdout pipe ends
-quietly with 141 (as if by SIGPIPE), both without a traceback. Subcommands import what
-they need when they run, so start-up stays small.
+Subcommands import what they need when they run, so start-up stays small; the console
+script runs a plain ``normalize`` without click at all (``cli.quick``).
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from .._version import __version__
-from ..errors import InputError, OutputError
-from .io import (
-    PipeClosed,
-    discard_stdout,
-    whole_writes_stdout,
-)
+from .exits import echo_error, flush_or_discard_stdout, guarded, one_line, prepare_process
 from .status import ExitStatus
 
 
@@ -32,125 +23,45 @@ def cli() -> None:
     """Normalize what OpenCode writes into one lossless event stream."""
 
 
-def _flush_or_discard_stdout() -> None:
-    """After an error or an interrupt: write what is still buffered for stdout, or, when
-    stdout itself is what failed (a full disk, a closed pipe), drop it, so the interpreter's
-    last flush at exit does not print a traceback and turn the exit code into 120. Another
-    Ctrl-C while waiting on a reader that stopped reading drops it too."""
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError, MemoryError, KeyboardInterrupt, SystemExit):
-        discard_stdout()
-
-
-# An error is one line, whatever it quotes (a session id given with a newline in it).
-_CONTROL = {
-    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-    for code in [*range(32), *range(0x7F, 0xA0), 0x2028, 0x2029]
-    if code != 9
-}
-
-
-def _one_line(message: str) -> str:
-    return message.translate(_CONTROL)
-
-
 # click 8.2 and later: the program run without a command (8.1 prints the help, exit 0).
-_NO_COMMAND: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+_NO_COMMAND: Any = getattr(click.exceptions, "NoArgsIsHelpError", None)
+_CLICK_ERRORS = (
+    click.exceptions.Abort,
+    *([_NO_COMMAND] if _NO_COMMAND is not None else []),
+    click.exceptions.ClickException,
+    click.exceptions.Exit,
+)
 
 
-def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
-    """Run the click command and turn every way out into an exit code."""
-    try:
-        entry.main(args=args, prog_name="opencode-events", standalone_mode=False)
-        # Here, not at exit: a reader gone before the last block is a closed pipe (141).
-        sys.stdout.flush()
-    except InputError as exc:
-        click.echo(f"error: {_one_line(str(exc))}", err=True)
-        _flush_or_discard_stdout()
-        return ExitStatus.USAGE
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        _flush_or_discard_stdout()
+def _click_status(exc: Any) -> int:
+    if isinstance(exc, click.exceptions.Abort):  # Ctrl-C at a prompt
+        flush_or_discard_stdout()
         return ExitStatus.INTERRUPTED
-    except _NO_COMMAND as exc:  # no command given: the help, as is
-        click.echo(exc.format_message(), err=True)
+    if _NO_COMMAND is not None and isinstance(exc, _NO_COMMAND):  # no command: the help
+        echo_error(exc.format_message())
         return exc.exit_code
-    except click.exceptions.ClickException as exc:
+    if isinstance(exc, click.exceptions.ClickException):
         # One line, like every other error; `--help` shows the usage.
         message = exc.format_message()
         if isinstance(exc, click.exceptions.UsageError) and exc.ctx is not None:
             message += f" (see: {exc.ctx.command_path} --help)"
-        click.echo(f"error: {_one_line(message)}", err=True)
+        echo_error(f"error: {one_line(message)}")
         return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except (BrokenPipeError, PipeClosed):
-        discard_stdout()
-        return ExitStatus.BROKEN_PIPE
-    except OSError as exc:  # e.g. the output's disk is full: one line, not a traceback
-        reason = str(exc.strerror or exc)
-        if isinstance(exc, OutputError):
-            reason = f"cannot write {exc.filename}: {reason}"
-        click.echo(f"error: {_one_line(reason)}", err=True)
-        _flush_or_discard_stdout()
-        return ExitStatus.USAGE
-    except SystemExit as exc:  # SIGTERM (143), --strict (1)
-        _flush_or_discard_stdout()
-        return exc.code if isinstance(exc.code, int) else ExitStatus.OK
-    except MemoryError:
-        # A memory cap, or a record larger than the memory there is: what was unwound is
-        # free again, enough for one line.
-        _flush_or_discard_stdout()
-        click.echo("error: out of memory (a memory limit, or an input record too large)", err=True)
-        return ExitStatus.USAGE
-    except Exception as exc:
-        reason = _database_failure(exc)
-        if reason is None:
-            raise
-        # A store error a reader did not turn into an InputError: still one line.
-        click.echo(f"error: cannot read the database: {_one_line(reason)}", err=True)
-        _flush_or_discard_stdout()
-        return ExitStatus.USAGE
-    return ExitStatus.OK
+    return exc.exit_code  # click.exceptions.Exit
 
 
-def _database_failure(exc: BaseException) -> str | None:
-    """What a failure of either SQLite binding says, or None for any other exception (only
-    the modules already imported are asked: the stream path loads neither)."""
-    sqlite3, apsw = sys.modules.get("sqlite3"), sys.modules.get("apsw")
-    if (sqlite3 is not None and isinstance(exc, sqlite3.Error)) or (
-        apsw is not None and isinstance(exc, apsw.Error)
-    ):
-        from ..store.sqlite import sqlite_reason
-
-        return sqlite_reason(exc)
-    return None
+def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
+    """Run the click command and turn every way out into an exit code."""
+    return guarded(
+        lambda: entry.main(args=args, prog_name="opencode-events", standalone_mode=False),
+        more=_CLICK_ERRORS,
+        on_more=_click_status,
+    )
 
 
 def main() -> None:
-    if sys.stdout is None:  # started with stdout closed (`>&-`): every command writes there
-        if sys.stderr is not None:
-            sys.stderr.write("error: standard output is closed\n")
-        sys.exit(ExitStatus.USAGE)
-    whole_writes_stdout()
-    _terminate_like_interrupt()
-    sys.exit(run(cli))
-
-
-def _terminate_like_interrupt() -> None:
-    """SIGTERM (kill, a container stopping) ends this process as Ctrl-C does: the stores
-    close, a private copy of a database is removed, and the exit status says which signal
-    (128 + 15). A forked worker keeps the default: it just ends."""
-    main_pid = os.getpid()
-
-    def terminate(signum: int, frame: Any) -> None:
-        if os.getpid() != main_pid:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, terminate)
+    prepare_process()
+    raise SystemExit(run(cli))
 
 
 # Each command group is a module of its own, registered once the group exists.

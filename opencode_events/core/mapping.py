@@ -28,10 +28,8 @@ from ..events import (
     Usage,
     Write,
 )
-from .bashcmd import classify_bash
 from .figures import read_figures
-from .patch import patched_files, recorded_files
-from .views import MessageInfo, Part, number
+from .views import MessageInfo, Part
 
 __all__ = [
     "STATUS_SUCCESS",
@@ -50,6 +48,40 @@ __all__ = [
     "patch_files",
     "text_of",
 ]
+
+
+# ``bashcmd`` (the shell lexer) and ``patch`` are imported on the first call of one of their
+# functions, which then stands in for its stand-in here (an import statement in the rule
+# itself would cost a microsecond a call): a run that reads no bash command or patch
+# (`normalize </dev/null`) starts without them.
+def _first_classify_bash(command: str, workdir: str | None = None) -> Any:
+    global classify_bash
+    from . import bashcmd
+
+    classify_bash = bashcmd.classify_bash
+    return classify_bash(command, workdir)
+
+
+def _first_patched_files(text: str, directory: str | None) -> Any:
+    global patched_files
+    from . import patch
+
+    patched_files = patch.patched_files
+    return patched_files(text, directory)
+
+
+def _first_recorded_files(files: Any) -> Any:
+    global recorded_files
+    from . import patch
+
+    recorded_files = patch.recorded_files
+    return recorded_files(files)
+
+
+classify_bash: Callable[..., Any] = _first_classify_bash
+patched_files: Callable[..., Any] = _first_patched_files
+recorded_files: Callable[..., Any] = _first_recorded_files
+
 
 # Status word → success, compared case-insensitively; any other word leaves it null.
 STATUS_SUCCESS: dict[str, bool] = {
@@ -420,25 +452,44 @@ _INPUT_DECODERS = {view: msgspec.json.Decoder(view) for view, _ in TOOL_RULES.va
 
 
 def tool_common(part: Part) -> dict[str, Any]:
-    """The fields every event of one tool call shares (``tool`` must already be a str)."""
+    """The fields every event of one tool call shares (``tool`` must already be a str).
+    Once per tool call of every source: ``_str``, ``success_of`` and ``number`` are
+    written out."""
     state = part.state
-    status = _str(state.status) if state is not None else None
-    success = success_of(status)
+    call_id = part.callID
+    if state is None:
+        return {
+            "tool": part.tool,
+            "call_id": call_id if isinstance(call_id, str) else None,
+            "status": None,
+            "success": None,
+        }
+    status = state.status
+    if isinstance(status, str):
+        success = STATUS_SUCCESS.get(status.lower())
+    else:
+        status = success = None
+    title = state.title
     common: dict[str, Any] = {
         "tool": part.tool,
-        "call_id": _str(part.callID),
+        "call_id": call_id if isinstance(call_id, str) else None,
         "status": status,
         "success": success,
+        "title": title if isinstance(title, str) else None,
     }
-    if state is not None:
-        common["title"] = _str(state.title)
-        if success is False:
-            common["error"] = _str(state.error)
-        times = state.time
-        if times is not None:
-            start, end = number(times.start), number(times.end)
-            if start is not None and end is not None and math.isfinite(end - start):
-                common["duration_ms"] = end - start  # two huge times can differ by inf
+    if success is False:
+        error = state.error
+        common["error"] = error if isinstance(error, str) else None
+    times = state.time
+    if times is not None:
+        start, end = times.start, times.end
+        kind_start, kind_end = type(start), type(end)
+        if (
+            (kind_start is int or kind_start is float)
+            and (kind_end is int or kind_end is float)
+            and math.isfinite(end - start)
+        ):
+            common["duration_ms"] = end - start  # two huge times can differ by inf
     return common
 
 

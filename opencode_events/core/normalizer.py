@@ -429,15 +429,23 @@ class Normalizer(Counters):
         self._directory = cwd if type(cwd) is str else None
 
     def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
+        # Once per model step of every source: ``_first_sighting`` and ``_next_turn``
+        # written out, the same steps without two calls.
         self.step_open = False
-        if not self._first_sighting(part):
-            return []
-        usage = usage_event(part, self._next_turn())
+        part_id = part.id
+        if isinstance(part_id, str):
+            seen = self._seen_parts
+            if part_id in seen:
+                self.duplicates += 1
+                return []
+            seen.add(part_id)
+        key = self._session or ""
+        turns = self._session_turns
+        turn = turns[key] = turns.get(key, 0) + 1
+        self.turns += 1
+        usage = usage_event(part, turn)
         if self._labels is not None:
             usage.model, usage.provider, usage.agent = self._labels
-        return self._count_usage(usage, prov)
-
-    def _count_usage(self, usage: Usage, prov: Provenance) -> list[Event]:
         self._add_usage(usage)
         return self._stamp([usage], prov)
 

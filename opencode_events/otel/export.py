@@ -106,7 +106,7 @@ def read_session(
     normalizer: ToolTimes | None = None,
 ) -> SessionTrace:
     """A stored session's events into ``trace`` (a fork's copied history left out)."""
-    from ..pipeline.normalize import map_session
+    from ..sources.transcript import map_session
 
     normalizer = normalizer or ToolTimes()
     normalizer.times = builder.times

@@ -26,8 +26,6 @@ from ..sources.stream import (
     line_batches,
     max_line_setting,
 )
-from ..sources.transcript import map_session
-from ..store.rows import offers_fast_scans, parents_of
 
 __all__ = [
     "Feeder",
@@ -285,12 +283,17 @@ def event_batches(
             yield reader.take(b"", final=True)
             continue
         feed = reader.feed
+        feed_lines = getattr(reader, "feed_lines", None)
         line_no = 0
         for batch in line_batches(stream, first=head, max_line=limit):
             if type(batch) is OverlongLine:
                 line_no += 1
                 # an empty line in its place (a server event's frame ends there)
                 yield feed(line_no, b"") + overlong(normalizer, batch, line_no, limit, source)
+                continue
+            if feed_lines is not None:  # the run stream's reader maps a batch in one call
+                yield feed_lines(batch, line_no + 1)
+                line_no += len(batch)
                 continue
             out: list[Event] = []
             extend = out.extend
@@ -353,6 +356,9 @@ def import_sessions(
     Many sessions of a SQLite store written as JSON Lines are mapped by one worker process
     per core (``fanout``), with the same output; ``workers=1`` keeps to this process.
     """
+    # Here, not at the top: `normalize` reads no store.
+    from ..sources.transcript import map_session
+    from ..store.rows import offers_fast_scans, parents_of
     from . import fanout
 
     normalizer = Normalizer(keep_raw=keep_raw)

@@ -1,0 +1,186 @@
+"""``normalize`` without click: what the console script runs when the command line is one
+this parser reads exactly as click would, so a pipe's start-up does not pay for click.
+
+``normalize_request(argv)`` reads ``normalize`` and its options (``cli.events.normalize``
+declares them for click, with their help) into a ``NormalizeRequest``, or returns None for
+anything else it is not sure of: another command, ``--help``, an unknown option, a value
+click would refuse, an option given twice, ``-`` glued to a value. Then click parses the
+command line, and says what is wrong in its own words. Both paths run ``run_normalize``.
+
+    >>> normalize_request(["normalize", "--raw", "-o", "out.jsonl", "run.jsonl"]).output
+    'out.jsonl'
+    >>> normalize_request(["normalize", "--help"]) is None
+    True
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NamedTuple
+
+__all__ = [
+    "NormalizeRequest",
+    "normalize_request",
+    "run_normalize",
+    "tags_of",
+    "limit_of",
+    "main",
+]
+
+_FLAGS = {
+    "--buffered": "buffered",
+    "--raw": "keep_raw",
+    "--no-metrics": "no_metrics",
+    "--strict": "strict",
+    "--deltas": "deltas",
+    "--full": "full",
+}
+_VALUES = {"-o": "output", "--output": "output", "--format": "fmt", "--max-line": "max_line"}
+_FORMATS = ("jsonl", "pretty")
+
+
+class NormalizeRequest(NamedTuple):
+    inputs: tuple[str, ...] = ()
+    output: str | None = None
+    buffered: bool = False
+    keep_raw: bool = False
+    no_metrics: bool = False
+    strict: bool = False
+    fmt: str | None = None
+    deltas: bool = False
+    max_line: int | None = None  # the limit in bytes (None: the environment's, or 16M)
+    tags: dict[str, str] | None = None
+    full: bool = False
+
+
+def tags_of(values: tuple[str, ...] | list[str]) -> dict[str, str] | None:
+    """``--tag KEY=VALUE`` values as a dict (None for none); ValueError names a bad one."""
+    tags: dict[str, str] = {}
+    for value in values:
+        key, equals, text = value.partition("=")
+        if not equals or not key.strip():
+            raise ValueError(f"{value!r} is not KEY=VALUE")
+        tags[key.strip()] = text
+    return tags or None
+
+
+def normalize_request(argv: list[str]) -> NormalizeRequest | None:
+    """``argv`` (without the program name) as a ``normalize`` request, or None: click's."""
+    if not argv or argv[0] != "normalize":
+        return None
+    fields: dict[str, object] = {}
+    inputs: list[str] = []
+    tags: list[str] = []
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--":  # the rest are inputs, whatever they look like
+            inputs.extend(args)
+            break
+        if arg == "-" or not arg.startswith("-"):
+            if not arg:
+                return None  # an empty name: click's message
+            inputs.append(arg)
+            continue
+        name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in _FLAGS and not equals:
+            if _FLAGS[name] in fields:
+                return None
+            fields[_FLAGS[name]] = True
+            continue
+        if name not in _VALUES and name != "--tag":
+            return None  # -h, --help, an unknown or glued option (-oFILE): click reads it
+        if not equals:
+            value = next(args, None)  # type: ignore[assignment]
+            if value is None or (value.startswith("-") and value != "-"):
+                return None  # no value, or one that looks like an option
+        if not value:
+            return None  # an empty value: click's to judge
+        if name == "--tag":
+            tags.append(value)
+            continue
+        field = _VALUES[name]
+        if field in fields or (field == "fmt" and value not in _FORMATS):
+            return None
+        fields[field] = value
+    try:
+        if "max_line" in fields:
+            from ..paths import parse_size
+
+            fields["max_line"] = parse_size(fields["max_line"])  # type: ignore[arg-type]
+        fields["tags"] = tags_of(tags)
+    except ValueError:
+        return None  # click says what is wrong with it
+    return NormalizeRequest(inputs=tuple(inputs), **fields)  # type: ignore[arg-type]
+
+
+def limit_of(max_line: str | None) -> int:
+    """The longest line: ``--max-line`` (ValueError for a bad one), else the environment's
+    (``InputError`` for a bad one)."""
+    from ..paths import max_line_setting, parse_size
+
+    return max_line_setting() if max_line is None else parse_size(max_line)
+
+
+def run_normalize(request: NormalizeRequest) -> None:
+    """The ``normalize`` command, its options read (by click or by ``normalize_request``)."""
+    from ..output.jsonl import make_writer
+    from ..pipeline.normalize import normalize_streams, refuse_databases
+    from .exits import echo_error
+    from .status import ExitStatus
+    from .streams import format_for, open_inputs, open_output, written_when_interrupted
+
+    limit = limit_of(None) if request.max_line is None else request.max_line
+    inputs_opened = open_inputs(request.inputs)
+    refuse_databases(inputs_opened, "import")
+    out = open_output(request.output, reads=request.inputs or ("-",))
+    fmt = format_for(request.fmt, out)
+    writer = make_writer(fmt, out, buffered=request.buffered, tags=request.tags, full=request.full)
+    with written_when_interrupted(writer):
+        normalizer = normalize_streams(
+            inputs_opened,
+            writer,
+            keep_raw=request.keep_raw,
+            metrics=not request.no_metrics,
+            deltas=request.deltas,
+            max_line=limit,
+        )
+    if request.strict and normalizer.problems:
+        counts = normalizer.kind_counts()
+        seen = [
+            f"{counts[k]} {k}{'s' if counts[k] > 1 else ''}"
+            for k in ("warning", "error")
+            if counts.get(k)
+        ]
+        echo_error(f"strict: the input held {' and '.join(seen)}")
+        raise SystemExit(ExitStatus.STRICT)
+
+
+def main() -> None:
+    """The console script: a plain ``normalize`` here, anything else through click (and
+    shell completion, which click answers when its variable is set)."""
+    import os
+
+    request = None if _COMPLETE in os.environ else normalize_request(sys.argv[1:])
+    if request is None:
+        from .main import main as click_main
+
+        click_main()
+        return
+    from .exits import guarded, prepare_process
+
+    prepare_process()
+    raise SystemExit(guarded(lambda: _interruptible(request)))
+
+
+_COMPLETE = "_OPENCODE_EVENTS_COMPLETE"  # click's shell completion for "opencode-events"
+
+
+def _interruptible(request: NormalizeRequest) -> None:
+    try:
+        run_normalize(request)
+    except (EOFError, KeyboardInterrupt):
+        # As click does: a blank line closes the terminal's ``^C`` echo.
+        from .exits import echo_error
+
+        echo_error("")
+        raise KeyboardInterrupt from None

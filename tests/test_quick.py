@@ -1,0 +1,257 @@
+"""The click-free `normalize` path (cli.quick): it reads a command line as click would, or
+leaves it to click; what it runs is what click runs; and it never imports click."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opencode_events.cli.events import normalize as click_normalize
+from opencode_events.cli.quick import NormalizeRequest, limit_of, normalize_request
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "samples" / "bash_ok" / "stream.jsonl"
+
+
+def clicks_request(argv: list[str]) -> NormalizeRequest | None:
+    """What click's `normalize` reads from ``argv`` (after the command name), as a request;
+    None when click refuses it (a usage error, --help)."""
+    try:
+        ctx = click_normalize.make_context("normalize", list(argv), resilient_parsing=False)
+    except BaseException:  # click.UsageError, click.exceptions.Exit (--help)
+        return None
+    params = ctx.params
+    try:
+        limit = limit_of(params["max_line"]) if params["max_line"] is not None else None
+    except ValueError:
+        return None
+    return NormalizeRequest(
+        inputs=params["inputs"],
+        output=params["output"],
+        buffered=params["buffered"],
+        keep_raw=params["keep_raw"],
+        no_metrics=params["no_metrics"],
+        strict=params["strict"],
+        fmt=params["fmt"],
+        deltas=params["deltas"],
+        max_line=limit,
+        tags=params["tags"],
+        full=params["full"],
+    )
+
+
+CASES = [
+    # (argv after `normalize`, read here: True, or left to click: False)
+    ([], True),
+    (["-"], True),
+    (["a.jsonl", "b.jsonl"], True),
+    (["--raw", "a.jsonl", "--strict"], True),  # options after inputs, as click allows
+    (["-o", "out.jsonl", "a.jsonl"], True),
+    (["--output=out.jsonl"], True),
+    (["-o", "-"], True),
+    (["--format", "pretty", "--full"], True),
+    (["--format=jsonl", "--buffered", "--no-metrics", "--deltas"], True),
+    (["--max-line", "4K"], True),
+    (["--max-line=1048576"], True),
+    (["--tag", "host=ci", "--tag=job=a=b", "--tag", " k =v"], True),
+    (["--", "--raw"], True),  # after --, an input named --raw
+    (["--help"], False),
+    (["-h"], False),
+    (["--version"], False),
+    (["--format", "yaml"], False),  # click.Choice refuses it
+    (["--format", "JSONL"], False),
+    (["--max-line", "lots"], False),
+    (["--max-line", ""], False),
+    (["--tag", "novalue"], False),
+    (["--tag", "=v"], False),
+    (["--raw", "--raw"], False),  # twice: click's to read
+    (["-o", "a", "-o", "b"], False),
+    (["-o"], False),
+    (["-o", "--raw"], False),  # click would take --raw as the file name
+    (["-oout.jsonl"], False),
+    (["--raw=1"], False),
+    (["--unknown"], False),
+    (["-x"], False),
+    ([""], False),
+]
+
+
+@pytest.mark.parametrize(("argv", "read_here"), CASES, ids=lambda v: repr(v))
+def test_a_command_line_is_read_as_click_reads_it_or_left_to_click(argv, read_here):
+    request = normalize_request(["normalize", *argv])
+    assert (request is not None) == read_here
+    if request is not None:
+        assert request == clicks_request(argv)
+
+
+def test_other_commands_are_clicks():
+    for argv in ([], ["import", "--all"], ["--version"], ["normalize2"], ["sessions"]):
+        assert normalize_request(argv) is None
+
+
+_TOKENS = st.sampled_from(
+    [
+        "a.jsonl",
+        "-",
+        "--",
+        "-o",
+        "--output",
+        "--output=x",
+        "--raw",
+        "--strict",
+        "--buffered",
+        "--no-metrics",
+        "--deltas",
+        "--full",
+        "--format",
+        "--format=pretty",
+        "jsonl",
+        "pretty",
+        "--max-line",
+        "--max-line=2M",
+        "4K",
+        "--tag",
+        "--tag=a=b",
+        "k=v",
+        "-h",
+        "--nope",
+        "",
+    ]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_TOKENS, max_size=7))
+def test_whatever_is_read_here_click_reads_the_same(argv):
+    request = normalize_request(["normalize", *argv])
+    if request is not None:
+        assert request == clicks_request(argv)
+
+
+def _run(code: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], input=stdin, capture_output=True, timeout=60
+    )
+
+
+def test_normalize_to_a_pipe_never_imports_click():
+    """Start-up: the console script's `normalize` reads its options without click."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write(repr('click' in sys.modules)))\n"
+        "from opencode_events.cli import main\n"
+        "main()\n"
+    )
+    result = _run(code, "normalize", "--raw", str(SAMPLE))
+    assert result.returncode == 0 and result.stderr == b"False", result.stderr
+    assert result.stdout.count(b"\n") > 1
+    left_to_click = _run(code, "normalize", "--help")
+    assert left_to_click.returncode == 0 and left_to_click.stderr == b"True"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["normalize", str(SAMPLE)],
+        ["normalize", "--raw", "--tag", "ci=1", str(SAMPLE), "-"],
+        ["normalize", "--strict", "-"],
+        ["normalize", "missing.jsonl"],  # exit 2, one error line
+        ["normalize", "--max-line", "64", "-"],
+        ["normalize", "--max-line", "lots"],  # click's own message, exit 2
+    ],
+    ids=lambda a: " ".join(a[1:]),
+)
+def test_both_paths_write_the_same_and_exit_the_same(argv):
+    quick = "from opencode_events.cli import main\nmain()\n"
+    with_click = "from opencode_events.cli.main import main\nmain()\n"
+    stdin = b'{"type":"x","pad":"' + b"p" * 100 + b'"}\nnot json\n'
+    one, other = _run(quick, *argv, stdin=stdin), _run(with_click, *argv, stdin=stdin)
+    assert (one.returncode, one.stdout, one.stderr) == (
+        other.returncode,
+        other.stdout,
+        other.stderr,
+    )
+
+
+def test_a_bad_limit_in_the_environment_is_one_error_line_on_both_paths():
+    env = {**os.environ, "OPENCODE_EVENTS_MAX_LINE": "lots"}
+    for code in (
+        "from opencode_events.cli import main\nmain()\n",
+        "from opencode_events.cli.main import main\nmain()\n",
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", code, "normalize"],
+            input=b"{}\n",
+            capture_output=True,
+            timeout=60,
+            env=env,
+        )
+        assert result.returncode == 2
+        assert result.stderr.startswith(b"error: OPENCODE_EVENTS_MAX_LINE")
+        assert result.stderr.count(b"\n") == 1
+
+
+def test_an_empty_stream_starts_without_the_shell_lexer_or_the_store():
+    code = (
+        "import atexit, sys\n"
+        "heavy = ('opencode_events.core.bashcmd', 'opencode_events.core.patch',\n"
+        "         'opencode_events.sources.transcript', 'opencode_events.store.rows')\n"
+        "atexit.register(lambda: sys.stderr.write(repr([m for m in heavy if m in sys.modules])))\n"
+        "from opencode_events.cli import main\n"
+        "main()\n"
+    )
+    result = _run(code, "normalize")
+    assert result.returncode == 0 and result.stderr == b"[]", result.stderr
+
+
+def test_the_lexers_stand_in_gives_way_to_it_on_first_use():
+    from opencode_events.core import bashcmd, mapping
+
+    first = mapping.classify_bash("cat a.txt")
+    assert first == bashcmd.classify_bash("cat a.txt") and first is not None
+    assert mapping.classify_bash is bashcmd.classify_bash
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_stopped_the_two_paths_end_alike(sig):
+    """Ctrl-C: exit 130 and click's blank line closing the terminal's ^C echo, on both
+    paths; SIGTERM: 143, nothing said."""
+    import signal
+    import time
+
+    results = []
+    for code in (
+        "from opencode_events.cli import main\nmain()\n",
+        "from opencode_events.cli.main import main\nmain()\n",
+    ):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, "normalize"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        proc.stdin.write(SAMPLE.read_bytes())
+        proc.stdin.flush()
+        time.sleep(1.0)  # started, read, written
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=30)
+        results.append((proc.returncode, out, err))
+    assert results[0] == results[1]
+    assert results[0][0] == (130 if sig == "SIGINT" else 143)
+    assert results[0][2] == (b"\n" if sig == "SIGINT" else b"")
+
+
+def test_shell_completion_is_clicks():
+    env = {**os.environ, "_OPENCODE_EVENTS_COMPLETE": "bash_complete", "COMP_WORDS": "x no"}
+    env["COMP_CWORD"] = "1"
+    code = "from opencode_events.cli import main\nmain()\n"
+    result = subprocess.run(
+        [sys.executable, "-c", code, "normalize"], capture_output=True, timeout=60, env=env
+    )
+    assert b"normalize" in result.stdout, result.stderr
