@@ -34,14 +34,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
+
+try:  # hashlib's blake2b without loading OpenSSL's bindings (start-up)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - an interpreter built without it
+    from hashlib import blake2b
 
 from .._version import __version__
 from ..store.changes import database_identity, fingerprint, log_moved, session_stamps
@@ -82,7 +85,7 @@ _MEMO = msgspec.msgpack.Decoder(_Memo)
 def cache_digest(value: Any) -> str:
     """A short digest of ``value`` (anything msgpack holds): a file name, or a long part of
     a request (the ids of every session) kept small."""
-    return hashlib.blake2b(_ENCODER.encode(value), digest_size=12).hexdigest()
+    return blake2b(_ENCODER.encode(value), digest_size=12).hexdigest()
 
 
 _digest = cache_digest
@@ -151,6 +154,8 @@ class ReportCache:
         data = _ENCODER.encode(header)
         if len(data) > _LARGEST:
             return
+        import tempfile
+
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")

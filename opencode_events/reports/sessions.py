@@ -24,7 +24,6 @@ import msgspec
 from msgspec import Struct
 
 from ..core.activity import BUSY, stale_after_ms
-from ..core.mapping import success_of
 from ..core.views import (
     GroupedMessage,
     ToolPartHead,
@@ -188,9 +187,19 @@ def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
             elif not _count_escaped_head(counts, sid, start):
                 _count_part(counts, sid, store.part_data(rowid))
     for (sid, tool, status), calls in plain.items():
-        key = (sid, tool.decode("ascii"), success_of(status.decode("ascii")) is False)
+        key = (sid, tool.decode("ascii"), _success_of(status.decode("ascii")) is False)
         counts[key] = counts.get(key, 0) + calls
     return counts
+
+
+def _success_of(status: Any) -> bool | None:
+    """The mapping's status rule, imported when the first part is counted (a report the
+    cache answers never needs the mapping); the name is then the rule itself."""
+    global _success_of
+    from ..core.mapping import success_of
+
+    _success_of = success_of
+    return success_of(status)
 
 
 def _count_escaped_head(counts: ToolCounts, sid: str, data: bytes) -> bool:
@@ -220,7 +229,7 @@ def _count_part(counts: ToolCounts, sid: str, data: bytes | None) -> None:
 def _add_part(counts: ToolCounts, sid: str, part: ToolPartHead) -> None:
     if part.type == "tool":
         tool = part.tool if isinstance(part.tool, str) else None
-        failed = part.state is not None and success_of(part.state.status) is False
+        failed = part.state is not None and _success_of(part.state.status) is False
         key = (sid, tool, failed)
         counts[key] = counts.get(key, 0) + 1
 

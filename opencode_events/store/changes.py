@@ -32,10 +32,14 @@ Two keys, from coarse to fine:
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
+
+try:  # hashlib's blake2b without loading OpenSSL's bindings (start-up)
+    from _blake2 import blake2b as _blake2b
+except ImportError:  # pragma: no cover - an interpreter built without it
+    from hashlib import blake2b as _blake2b
 
 __all__ = ["fingerprint", "session_stamps", "database_identity", "log_moved"]
 
@@ -63,7 +67,7 @@ def database_identity(store: Any) -> str:
         where = str(path.resolve())
     except OSError:
         where = os.path.abspath(path)
-    return hashlib.blake2b(where.encode("utf-8", "surrogateescape"), digest_size=12).hexdigest()
+    return _blake2b(where.encode("utf-8", "surrogateescape"), digest_size=12).hexdigest()
 
 
 def fingerprint(store: Any) -> list[Any]:
