@@ -238,6 +238,8 @@ REPORTS = (
     ("usage", {"all_sessions": True, "by": "session"}),
     ("usage", {"all_sessions": True, "by": "model"}),
     ("usage", {"all_sessions": True, "by": "agent"}),
+    ("usage", {"all_sessions": True, "by": "week"}),
+    ("usage", {"all_sessions": True, "by": "project"}),
     ("usage", {"all_sessions": True, "by": "step"}),
     ("usage", {"all_sessions": True, "by": "day", "since_ms": SINCE}),
     ("usage", {"all_sessions": True, "by": "model", "since_ms": SINCE}),

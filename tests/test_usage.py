@@ -1677,3 +1677,60 @@ def test_the_table_shows_times_in_the_zone_asked_for():
         for zone in ("UTC", "Asia/Tokyo")
     }
     assert "2026-11-29 15:41" in shown["UTC"] and "2026-11-30 00:41" in shown["Asia/Tokyo"]
+
+
+# ------------------------------------------------------------------ week, month, project
+
+
+@pytest.mark.parametrize(
+    ("day", "week"),
+    [
+        ("2026-11-30", "2026-W49"),
+        ("2026-11-29", "2026-W48"),
+        ("2026-12-31", "2026-W53"),
+        ("2027-01-01", "2026-W53"),
+        ("2024-12-30", "2025-W01"),
+        ("?", "?"),
+    ],
+)
+def test_a_week_is_the_iso_week_of_its_days(day: str, week: str) -> None:
+    from opencode_events.reports.usage import _week_of
+
+    assert _week_of(day) == week
+
+
+@pytest.mark.parametrize("by", ["week", "month", "project"])
+def test_weeks_months_and_projects_regroup_the_days_and_sessions(tmp_path, by: str) -> None:
+    """Each row of --by week|month is the sum of the --by day rows in it, and each row of
+    --by project the sum of its sessions' --by session rows; the totals are the same."""
+    from datetime import date
+
+    from opencode_events.reports.usage import stored_usage
+    from opencode_events.store.open import open_store
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with open_store(db) as store:
+        report = stored_usage(store, all_sessions=True, by=by)
+        basis = stored_usage(store, all_sessions=True, by="session" if by == "project" else "day")
+        directories = {row.id: row.directory for row in store.sessions()}
+
+    def label(row) -> str:
+        if by == "project":
+            return directories[row.session_id]
+        year, week, _ = date.fromisoformat(row.day).isocalendar()
+        return f"{year}-W{week:02d}" if by == "week" else row.day[:7]
+
+    expected: dict[str, list] = {}
+    for row in basis.rows:
+        sums = expected.setdefault(label(row), [0, 0, 0.0])
+        sums[0] += row.inferences
+        sums[1] += row.total_tokens
+        sums[2] += row.cost
+    got = {getattr(row, by): [row.inferences, row.total_tokens, row.cost] for row in report.rows}
+    assert got.keys() == expected.keys()
+    for key, (inferences, tokens, cost) in got.items():
+        assert [inferences, tokens] == expected[key][:2]
+        assert cost == pytest.approx(expected[key][2], rel=1e-12)
+    assert report.total.cost == basis.total.cost
+    assert report.total.total_tokens == basis.total.total_tokens

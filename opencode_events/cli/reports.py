@@ -97,7 +97,9 @@ def sessions(
 @selection_options
 @click.option(
     "--by",
-    type=click.Choice(["turn", "step", "session", "model", "agent", "day"]),
+    type=click.Choice(
+        ["turn", "step", "session", "model", "agent", "day", "week", "month", "project"]
+    ),
     default="turn",
     show_default=True,
     help="One row per …",

@@ -271,7 +271,7 @@ def usage_table(
             Column("reason", lambda r: r.reason or "", drop=2),
         ]
     else:
-        header = {"session": "session", "model": "model", "agent": "agent", "day": "day"}[by]
+        header = by  # session, model, agent, day, week, month, project
 
         def key(r: Any) -> str:
             value = getattr(r, "session_id" if by == "session" else by)

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import sqlite3
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, date, datetime, tzinfo
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NamedTuple
 
 import msgspec
@@ -86,7 +87,10 @@ _ALWAYS = frozenset({*TOKEN_FIELDS, "cost"})
 # From this many sessions on, one scan of the whole message table beats per-session lookups.
 WHOLE_TABLE_SESSIONS = 200
 BY_STREAM = ("turn", "step", "session", "day")
-BY_STORE = ("turn", "step", "session", "model", "agent", "day")
+BY_STORE = ("turn", "step", "session", "model", "agent", "day", "week", "month", "project")
+# Groupings made of a session's days: by its days, the weeks and months they fall in, the
+# session itself, or its project (the directory of the session it folds into).
+_BY_DAYS = ("day", "session", "week", "month", "project")
 
 
 class UsageRow(Struct, kw_only=True, omit_defaults=True):
@@ -96,6 +100,9 @@ class UsageRow(Struct, kw_only=True, omit_defaults=True):
     session_id: str | None = None
     message_id: str | None = None
     day: str | None = None
+    week: str | None = None  # ISO 8601 week, 2026-W48
+    month: str | None = None  # 2026-11
+    project: str | None = None  # the session's directory
     model: str | None = None
     agent: str | None = None
     started: int | None = None  # epoch ms
@@ -158,6 +165,9 @@ _LABELS: dict[tuple[bool, str], tuple[str, ...]] = {  # (from the store, --by) â
     (True, "model"): ("model", "inferences"),
     (True, "agent"): ("agent", "inferences"),
     (True, "day"): ("day", "inferences"),
+    (True, "week"): ("week", "inferences"),
+    (True, "month"): ("month", "inferences"),
+    (True, "project"): ("project", "inferences"),
     (False, "turn"): ("session_id", "turn", "started", "reason"),
     (False, "step"): ("session_id", "turn", "started", "reason"),
     (False, "session"): ("session_id", "inferences"),
@@ -1224,7 +1234,8 @@ def _grouped(
         steps.sort(key=lambda r: (r.started or 0, r.message_id or ""))
         result = steps
     else:
-        groups = _fold_days(groups, by, owner, kept)  # per session, into the report's groups
+        directories = _directories(store, session_ids) if by == "project" else {}
+        groups = _fold_days(groups, by, owner, kept, directories)  # into the report's groups
         result = [_group_row(by, key, groups[key]) for key in groups]
         result.sort(key=_sort_key(by))
     for row in result:
@@ -1287,7 +1298,7 @@ class SessionDays(Struct, array_like=True, gc=False):
 _LEDGER_FORMAT = 1  # the shape of SessionDays: a new one, a new ledger
 # One ledger serves day and session (a session's days); model and agent have their own (a
 # session's models, its agents), in the same shape.
-_LEDGER_KIND = {"day": "days", "session": "days", "model": "models", "agent": "agents"}
+_LEDGER_KIND = {by: "days" for by in _BY_DAYS} | {"model": "models", "agent": "agents"}
 
 
 def _since_then_only(kept: dict[str, SessionDays], since: int) -> dict[str, SessionDays]:
@@ -1359,23 +1370,61 @@ def _ints(packed: bytes) -> array[int]:
     return values
 
 
+def _directories(store: Any, session_ids: Sequence[str]) -> dict[str, str | None]:
+    """Each session's directory, from its session row (one read of them all for many)."""
+    if len(session_ids) > 64:
+        return {row.id: row.directory for row in store.sessions()}
+    found: dict[str, str | None] = {}
+    for sid in session_ids:
+        row = store.session(sid)
+        found[sid] = row.directory if row is not None else None
+    return found
+
+
+def _fold_label(
+    by: str, owner: dict[str, str], directories: dict[str, str | None]
+) -> Callable[[str, Any], Any]:
+    """The report's key of a session's group (its day, model or agent)."""
+    if by == "session":
+        return lambda sid, group: owner.get(sid, sid)
+    if by == "project":
+        return lambda sid, group: directories.get(owner.get(sid, sid)) or "?"
+    if by == "week":
+        return lambda sid, group: _week_of(group)
+    if by == "month":
+        return lambda sid, group: group[:7] if _DATE.match(group) else "?"
+    return lambda sid, group: group
+
+
+def _week_of(day: str) -> str:
+    """The ISO 8601 week of a day (``2026-W48``); ``?`` for a day that is no date."""
+    if not _DATE.match(day):
+        return "?"
+    year, week, _weekday = date.fromisoformat(day).isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
+
+
 def _fold_days(
     groups: dict[Any, list[Any]],
     by: str,
     owner: dict[str, str],
     kept: dict[str, SessionDays],
+    directories: dict[str, str | None] | None = None,
 ) -> dict[Any, list[Any]]:
     """Groups by (session, day, model or agent) and the ``kept`` sessions' folded into the
     report's: by day, model or agent, or by the session each folds into (``owner``). A kept
     group's costs are joined packed, and unpacked once per report group."""
     folded: dict[Any, list[Any]] = {}
-    by_session = by == "session"
+    label = _fold_label(by, owner, directories)
     for (sid, group), acc in groups.items():
-        _add_sums(folded, owner.get(sid, sid) if by_session else group, acc)
+        _add_sums(folded, label(sid, group), acc)
     packed: dict[Any, list[bytes]] = {}
     for sid, entry in kept.items():
         for group, ints, costs, first, _times in entry.days:
-            key = owner.get(sid, sid) if by_session else group
+            key = label(sid, group)
             acc = folded.get(key)
             if acc is None:
                 acc = folded[key] = [0, 0, 0, 0, 0, 0, [], 0, first, []]
@@ -1511,7 +1560,7 @@ class _Scan:
     @property
     def chunked(self) -> bool:
         """Whether ``chunk`` can sum this grouping (it needs only the figures)."""
-        return self.by in ("day", "session")
+        return self.by in _BY_DAYS
 
     def run(self, rows: Iterable[tuple[str, str, Any, bytes]], day_of: _DayOf) -> None:
         by, owner, groups, slow = self.by, self.owner, self.groups, self.slow
@@ -1520,7 +1569,7 @@ class _Scan:
         copy_times = self.copy_times
         days = day_of.cache
         since = self.since
-        decoder = _FIGURES if by in ("day", "session") else _MESSAGE
+        decoder = _FIGURES if by in _BY_DAYS else _MESSAGE
         decode = decoder.decode  # the first try inline: this loop runs once per message
         for sid, mid, created, data in rows:
             top = owner.get(sid)
@@ -1550,7 +1599,7 @@ class _Scan:
             if by == "step" or created in copy_times:
                 slow.append((sid, mid, created, data))
                 continue
-            if by == "day" or by == "session":  # per session and day: see _Scan
+            if by in _BY_DAYS:  # per session and day: see _Scan
                 day = days.get(created // 900_000) if type(created) is int else None
                 key = (sid, day if day is not None else day_of(created))
             else:
@@ -1652,7 +1701,7 @@ class _Scan:
                 # Read for its figures alone (``run``, by day or session), e.g. a "time" that is
                 # no object: counted as the quick path counts it. No fork's copy or original
                 # (those are decoded whole), so no fingerprint.
-                if by in ("day", "session"):
+                if by in _BY_DAYS:
                     try:
                         figures_only = _FIGURES.decode(data)
                     except _UNREADABLE:  # a lone surrogate escape, read as the scan reads it
@@ -1780,7 +1829,7 @@ def _group_key(
 ) -> Any:
     """A grouped report's key of one inference: its session and its day, model or agent
     (``_Scan`` groups per session; ``_fold_days`` makes the report's groups)."""
-    if by == "session" or by == "day":
+    if by in _BY_DAYS:
         return (sid, day_of(started))
     if by == "model":
         return (sid, _model_name(info))
@@ -1830,15 +1879,22 @@ def _group_row(by: str, key: Any, acc: list[Any]) -> UsageRow:
         row.agent = key
     elif by == "day":
         row.day = key
+    elif by == "week":
+        row.week = key
+    elif by == "month":
+        row.month = key
+    elif by == "project":
+        row.project = key
     return row
 
 
 def _sort_key(by: str) -> Callable[[UsageRow], Any]:
     if by == "session":
         return lambda r: (r.started or 0, r.session_id or "")
-    if by == "day":
-        return lambda r: r.day or ""
-    return lambda r: (-r.cost, r.model or r.agent or "")  # model, agent: the costliest first
+    if by in ("day", "week", "month"):
+        return lambda r: getattr(r, by) or ""
+    # model, agent, project: the costliest first
+    return lambda r: (-r.cost, r.model or r.agent or r.project or "")
 
 
 def _message_rows(
