@@ -1,13 +1,13 @@
 """``opencode-events context``: what fills a session's context window, and what it costs.
 
-The ledger itself is ``reports/context.py`` (see its notes and docs/context.md); this module only
-chooses the session, writes the table, JSON or CSV, and reports notes on stderr.
+The ledger itself is ``reports/context.py`` (see its notes and docs/context.md), its table
+``output.tables.context_table``; this module only chooses the session, writes the table,
+JSON or CSV, and reports notes on stderr.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
@@ -22,84 +22,6 @@ from .io import (
 )
 
 FORMATS = ("table", "json", "csv")
-
-
-def _share(value: Any) -> str:
-    return f"{value * 100:.1f}%" if isinstance(value, float) else "-"
-
-
-def _draw(report: Any, per_inference: bool) -> None:
-    from ..output.tables import Column, count, draw_table, money
-
-    out = sys.stdout
-    if per_inference:
-        _draw_inferences(report, out)
-    columns = [
-        Column("source", lambda r: r["source"], style="cyan"),
-        Column("tokens", lambda r: count(r["tokens"]), numeric=True),
-        Column("share", lambda r: _share(r["share"]), numeric=True),
-        Column("cost", lambda r: money(r["cost"]), numeric=True),
-    ]
-    total = {
-        "source": "total",
-        "tokens": report.context_tokens,
-        "share": 1.0 if report.context_tokens else None,
-        "cost": report.cost,
-    }
-    subs = f" + {len(report.subagents)} subagent(s)" if report.subagents else ""
-    caption = f"tokens: the last prompt · cost: the session{subs} · output: generated"
-    if report.unpriced:
-        caption += " · -: no price"
-    draw_table(
-        columns,
-        report.source_rows(),
-        out=out,
-        title=f"Context of {report.session_id}",
-        total=total,
-        caption=caption,
-    )
-
-
-def _draw_inferences(report: Any, out: Any) -> None:
-    from ..output.tables import Column, count, draw_table, money
-
-    previous: dict[str, int] = {}
-    rows = []
-    for index, i in enumerate(report.inferences, start=1):
-        before = previous.get(i.session_id)
-        growth = "" if before is None else f"{i.prompt_tokens - before:+,}"
-        added = sorted(i.added.items(), key=lambda item: (-item[1], item[0]))
-        rows.append(
-            {
-                "n": index,
-                "message": i.message_id,
-                "session": "" if i.session_id == report.session_id else "sub " + i.session_id,
-                "prompt": i.prompt_tokens,
-                "growth": growth,
-                "added": ", ".join(f"{s} +{t:,}" for s, t in added[:4])
-                + (" …" if len(added) > 4 else ""),
-                "cost": i.cost,
-                "note": "compaction (reset after)" if i.compaction else "",
-            }
-        )
-        previous[i.session_id] = i.prompt_tokens
-    columns = [
-        Column("#", lambda r: count(r["n"]), numeric=True),
-        Column("message", lambda r: r["message"], style="cyan", drop=3),
-        Column("session", lambda r: r["session"], max_width=24, drop=2),
-        Column("prompt", lambda r: count(r["prompt"]), numeric=True),
-        Column("growth", lambda r: r["growth"], numeric=True),
-        Column("added", lambda r: r["added"], max_width=60, drop=1),
-        Column("cost", lambda r: money(r["cost"]), numeric=True),
-        Column("", lambda r: r["note"], drop=4),
-    ]
-    draw_table(
-        columns,
-        rows,
-        out=out,
-        title="Inferences (prompt = input + cache read + cache write)",
-        caption="growth: over the previous prompt of the same session; cost: OpenCode's",
-    )
 
 
 @click.command()
@@ -150,7 +72,9 @@ def context(
     out = report_output()
     fmt = fmt or ("table" if out.isatty() else "json")
     if fmt == "table":
-        _draw(report, per_inference)
+        from ..output.tables import context_table
+
+        context_table(report, out=sys.stdout, per_step=per_inference)
         return
     if fmt == "json":
         out.write(formats.write_json(report.document()))
