@@ -18,23 +18,30 @@ from .io import (
     pipe_safe,
     refuse_stdout_read,
     report_cache,
+    report_format,
+    report_format_options,
     report_output,
 )
 
-FORMATS = ("table", "json", "csv")
+
+def _names_a_file(argument: str) -> bool:
+    """Whether ``context``'s argument is a database rather than a session: an id has no
+    ``/`` and no dot (``ses_dd80…``); ``opencode.db``, ``./store`` and an existing path do."""
+    import os
+
+    return "/" in argument or "." in argument or os.path.lexists(argument)
 
 
 @click.command()
-@click.argument("session", required=False, metavar="[SESSION]")
+@click.argument("session", required=False, metavar="[SESSION|DB]")
 @db_option
+@report_format_options
 @click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    help="table for people (default on a terminal), json or csv.",
-)
-@click.option(
-    "--per-inference", is_flag=True, help="Also show how the context grew, inference by inference."
+    "--per-step",
+    "--per-inference",
+    "per_inference",
+    is_flag=True,
+    help="Also show how the context grew, step (model call) by step.",
 )
 @csv_raw_option
 @no_cache_option
@@ -43,6 +50,7 @@ def context(
     session: str | None,
     db_path: str | None,
     fmt: str | None,
+    as_json: bool,
     per_inference: bool,
     csv_raw: bool,
     no_cache: bool,
@@ -50,12 +58,19 @@ def context(
     """What fills a session's context window, by source, and what each source cost.
 
     SESSION is a session id or an unambiguous prefix (default: the most recent top-level
-    session). Subagents are folded in. Sources: system, user, assistant, tool:<name>,
-    mcp:<server>, compaction, other. See docs/context.md for how tokens are attributed.
+    session); a path instead (it has a / or a dot, or names a file) is the database to
+    read, as --db. Subagents are folded in. Sources: system, user, assistant,
+    tool:<name>, mcp:<server>, compaction, other. See docs/context.md for how tokens are
+    attributed.
     """
     from ..output import rows as formats
     from ..reports.context import context_report
     from ..store.open import open_store, select_sessions, store_files
+
+    if session is not None and _names_a_file(session):
+        if db_path is not None:
+            raise click.UsageError(f"{session} is a path and --db names the database already")
+        db_path, session = session, None
 
     with open_store(db_path) as store:
         refuse_stdout_read(store_files(store))
@@ -70,7 +85,7 @@ def context(
             err=True,
         )
     out = report_output()
-    fmt = fmt or ("table" if out.isatty() else "json")
+    fmt = report_format(fmt, as_json, out)
     if fmt == "table":
         from ..output.tables import context_table
 
@@ -78,15 +93,18 @@ def context(
         return
     if fmt == "json":
         out.write(formats.write_json(report.document()))
-    elif per_inference:
-        out.write(
-            formats.write_csv(
-                report.inference_rows(),
-                ["session_id", "message_id", "prompt_tokens", "source", "tokens", "added", "cost"],
-                raw=csv_raw,
-            )
-        )
+        out.flush()
+        return
+    if per_inference:
+        rows = report.inference_rows()
+        columns = ["session_id", "message_id", "prompt_tokens", "source", "tokens", "added", "cost"]
     else:
-        columns = ["source", "tokens", "share", "cost"]
-        out.write(formats.write_csv(report.source_rows(), columns, raw=csv_raw))
+        rows, columns = report.source_rows(), ["source", "tokens", "share", "cost"]
+    if fmt == "jsonl":
+        out.write(formats.write_jsonl(rows))
+    elif fmt == "markdown":
+        numeric = ["prompt_tokens", "tokens", "added", "share", "cost"]
+        out.write(formats.write_markdown(rows, columns, numeric=numeric))
+    else:
+        out.write(formats.write_csv(rows, columns, raw=csv_raw))
     out.flush()
