@@ -326,3 +326,20 @@ def test_a_table_in_a_pipe_without_COLUMNS_is_drawn_wide():
         "usage", "--db", "samples/fork/opencode.db", "--all", "--format", "table", columns=None
     )
     assert result.returncode == 0 and "ses_dd8060a99ffe0TE5VY4h7s0VFE" in result.stdout.decode()
+
+
+def test_the_headers_say_turn_for_a_prompt_and_step_for_a_model_call():
+    """One vocabulary (docs/reports.md): a stored turn is a prompt with its steps; a
+    stream's rows are steps, whatever their `turn` field is called."""
+    stored, _ = _grid(_draw("usage", "task", 240))
+    assert stored[:2] == ["turn", "started"] and "steps" in stored
+    streamed, rows = _grid(_draw("stream", "task", 240))
+    assert streamed[0] == "step" and [row[0] for row in rows] == ["1", "2", "total"]
+    sessions = (
+        _grid(_draw("sessions", "task", 240))[0] + _grid(_draw("sessions", "reasoning", 240))[0]
+    )
+    assert {"turns", "steps", "reasoning", "cache read"} <= set(sessions)
+    assert not {"inf.", "reason.", "c.read", "c.write"} & set(sessions)
+    context = _draw("context", "task", 240)
+    assert context.splitlines()[0].strip().startswith("Steps (model calls")
+    assert _grid(context.split("Context of")[0])[0][0] == "step"

@@ -462,7 +462,9 @@ def usage_table(
 
         if several_sessions:
             label.append(_session_prefix(prefix))
-        label.append(Column("turn", turn, numeric=True))
+        # from the store a row is a turn (a prompt); from a stream, a step (its `turn`
+        # field numbers the steps, as the usage event's does)
+        label.append(Column("turn" if store else "step", turn, numeric=True))
         if store:
             label += [
                 Column("started", lambda r: format_time(r.started) if r.started else "", drop=3),
