@@ -1,8 +1,22 @@
 """Tables for people (``sessions``, ``usage``, ``context``), drawn with rich.
 
-With ``render``, this is the only code that imports rich; it does so when a table is
+With ``pretty``, this is the only code that imports rich; it does so when a table is
 drawn, never at import time, so the JSONL paths never load it. Numbers are right-aligned
 and thousands-separated; costs are dollars with enough digits to see small runs.
+
+A table fits its width in terminal cells and is never wider (docs/reports.md): columns are
+added by usefulness while they fit, those left out are named under it, a total is shown
+only beside the token classes it sums, text is cut where it says least and figures never;
+too narrow for the columns that must stay, each row is drawn as a record::
+
+    >>> import io
+    >>> out = io.StringIO()
+    >>> rows = [{"title": "Inspect the repo (@general subagent)", "cost": 0.0048}]
+    >>> draw_table([Column("title", lambda r: r["title"], cut_to=8, cut="middle"),
+    ...             Column("cost", lambda r: money(r["cost"]), numeric=True)],
+    ...            rows, out=out, width=30)
+    >>> print(out.getvalue().splitlines()[3])
+    │ Inspect …bagent) │ $0.0048 │
 """
 
 from __future__ import annotations
