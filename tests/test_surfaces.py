@@ -168,15 +168,16 @@ def opencode_like_server(sessions: list[str]) -> Iterator[tuple[str, list[str]]]
 
         def do_GET(self) -> None:
             asked.append(self.path)
-            if self.path == "/session":
+            path = self.path.partition("?")[0]
+            if path == "/session":
                 self._json(200, [{"id": s, "title": "t"} for s in sessions])
-            elif self.path.startswith("/session/"):
-                sid = self.path.removeprefix("/session/")
+            elif path.startswith("/session/"):
+                sid = path.removeprefix("/session/")
                 if sid in sessions:
                     self._json(200, {"id": sid})
                 else:
                     self._json(404, {"name": "NotFoundError", "data": {"message": sid}})
-            elif self.path == "/event":
+            elif path == "/event":
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
@@ -219,6 +220,13 @@ def test_attach_to_a_session_the_server_does_not_know_says_so_and_exits_2():
         f"error: {url} has no session ses_nope (GET /session/ses_nope: 404)\n"
     )
     assert "/event" not in asked
+
+
+def test_attach_asks_about_the_session_in_the_directory_the_url_names():
+    with opencode_like_server(["ses_aaa1"]) as (url, asked):
+        result = run("attach", f"{url}/event?directory=/srv/app", "--session", "ses_nope")
+    assert result.returncode == 2 and b"has no session ses_nope" in result.stderr
+    assert asked == ["/session/ses_nope?directory=/srv/app", "/session?directory=/srv/app"]
 
 
 def test_attach_to_a_prefix_of_several_sessions_lists_them():

@@ -79,9 +79,8 @@ class _Endpoint:
         self.base = parts.path.rstrip("/")
         if self.base.endswith("/event"):  # the stream's own URL given: not .../event/event
             self.base = self.base[: -len("/event")]
-        self.path = self.base + "/event"
-        if parts.query:
-            self.path += "?" + parts.query
+        self.query = "?" + parts.query if parts.query else ""  # e.g. ?directory=…, on every route
+        self.path = self.base + "/event" + self.query
         # Basic auth like OpenCode's own clients: user OPENCODE_SERVER_USERNAME (default
         # "opencode"), password OPENCODE_SERVER_PASSWORD; credentials in the URL win.
         self.username = unquote(parts.username) if parts.username else None
@@ -130,7 +129,7 @@ class _Endpoint:
         conn = cls(self.host, self.port, timeout=10)
         try:
             headers = {"Accept": "application/json", **self._headers()}
-            conn.request("GET", self.base + path, headers=headers)
+            conn.request("GET", self.base + path + self.query, headers=headers)
             response = conn.getresponse()
             body = response.read(_MAX_JSON)
         finally:
