@@ -1,6 +1,6 @@
 """Every place the tool looks something up in the environment: the store's location, the
 data directory, worker counts, the OpenCode binary, server credentials, the longest
-input line and the OpenTelemetry exporter's variables.
+input line, the OpenTelemetry exporter's variables and a table's width (``COLUMNS``).
 
 One rule per fact: a command or a library function that needs an environment variable asks
 here, with an ``env`` mapping in tests (``os.environ`` by default)::
@@ -38,6 +38,7 @@ __all__ = [
     "OtlpEnvironment",
     "otlp_environment",
     "login_name",
+    "terminal_columns",
 ]
 
 
@@ -169,6 +170,13 @@ def max_line_setting(env: Mapping[str, str] | None = None) -> int:
         return parse_size(value)
     except ValueError as exc:
         raise InputError(f"{MAX_LINE_VARIABLE}: {exc}") from None
+
+
+def terminal_columns(env: Mapping[str, str] | None = None) -> int | None:
+    """``$COLUMNS`` as a width in terminal cells when it is a positive whole number (a
+    table written to a file or a pipe is drawn that wide), else None."""
+    value = (os.environ if env is None else env).get("COLUMNS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def github_files(env: Mapping[str, str] | None = None) -> tuple[Path | None, Path | None]:

@@ -22,6 +22,13 @@ import pytest
 # the user's ~/.cache; the reports read and fill it as they would for a user.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="opencode-events-test-cache-")
 
+# GNU readline, once loaded (pytest's debugging support loads it), exports COLUMNS and LINES
+# to child processes behind os.environ's back; the CLI draws a table in a pipe as wide as
+# COLUMNS says, so a command run by a test would see a width nobody chose.
+for _name in ("COLUMNS", "LINES"):
+    if _name not in os.environ:
+        os.unsetenv(_name)
+
 _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))

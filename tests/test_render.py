@@ -487,80 +487,7 @@ def test_money_in_tables(value, shown):
     assert money(value) == shown
 
 
-# ------------------------------------------------------------ tables at a terminal's width
-
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-
-
-def _sessions_table(width: int) -> str:
-    from opencode_events.output.tables import sessions_table
-    from opencode_events.reports.sessions import summarize
-    from opencode_events.store.sqlite import Store
-
-    with Store(SAMPLES / "task" / "opencode.db") as store:
-        summaries = summarize(store, store.sessions())
-    out = io.StringIO()
-    sessions_table(summaries, out=out, width=width)
-    return out.getvalue()
-
-
-def _usage_table(width: int) -> str:
-    from opencode_events.output.tables import usage_table
-    from opencode_events.reports.usage import store_usage
-    from opencode_events.store.open import every_session
-    from opencode_events.store.sqlite import Store
-
-    with Store(SAMPLES / "fork" / "opencode.db") as store:
-        ids = every_session(store, top_level=True)
-        report = store_usage(store, ids, cross_session=True)
-    out = io.StringIO()
-    usage_table(report, out=out, store=True, width=width)
-    return out.getvalue()
-
-
-def test_a_narrow_sessions_table_keeps_the_title_and_every_figure_whole():
-    text = _sessions_table(80)
-    assert max(map(len, text.splitlines())) <= 80
-    header = next(line for line in text.splitlines() if "┃ id" in line)
-    for name in ("title", "turns", "tools", "input", "output", "cost+sub"):
-        assert f" {name} " in header, name
-    assert "ses_dd8083e0bffeP…" in text  # the id cut, still a prefix to look up
-    assert "not shown at this width: directory, agent, model, sub, updated, c.read, inf." in text
-
-
-def _cells(table: str) -> list[list[str]]:
-    return [
-        [cell.strip() for cell in line.split("│")[1:-1]]
-        for line in table.splitlines()
-        if line.startswith("│")
-    ]
-
-
-@pytest.mark.parametrize("width", [50, 30])
-def test_too_narrow_for_the_figures_the_table_is_wider_than_the_terminal_not_cut(width):
-    sessions = _sessions_table(width)
-    assert max(map(len, sessions.splitlines())) > width
-    rows = _cells(sessions)
-    assert [row[4:] for row in rows] == [["4,500", "75", "$0.0206"], ["1,150", "59", "$0.0048"]]
-    assert all("…" not in cell for row in rows for cell in row[2:])  # id and title may be cut
-    usage_rows = _cells(_usage_table(width))
-    assert usage_rows and all("…" not in cell for row in usage_rows for cell in row[1:])
-
-
-def test_a_wide_table_shows_everything():
-    assert "not shown" not in _sessions_table(240)
-    assert "not shown" not in _usage_table(240)
-
-
-def test_a_narrow_usage_table_of_several_sessions_keeps_the_session_and_says_what_it_left_out():
-    text = _usage_table(80)
-    assert max(map(len, text.splitlines())) <= 80
-    header = next(line for line in text.splitlines() if "┃ session" in line)
-    for name in ("turn", "input", "output", "cache read", "total", "cost"):
-        assert f" {name} " in header, name
-    # cache write (all zero here) goes first, and unsaid: nothing is lost with it
-    assert "cache write" not in text
-    assert "not shown at this width: took, started, inf., prompt" in text
+# Tables at a terminal's width: tests/test_tables.py.
 
 
 def test_control_characters_are_shown_not_obeyed() -> None:
@@ -596,11 +523,6 @@ def test_the_live_footer_shows_control_characters_too() -> None:
     footer = writer._footer().plain
     writer.flush()
     assert "\x1b]0" not in footer and "\x1b[2J" not in footer and "␛]0;PWNED" in footer
-
-
-def test_a_wide_usage_table_shows_whole_session_ids() -> None:
-    text = _usage_table(240)
-    assert "ses_dd8060a99ffe0TE5VY4h7s0VFE" in text  # cut only when the table does not fit
 
 
 def test_a_tiny_cost_is_a_short_cell() -> None:

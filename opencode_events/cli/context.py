@@ -1,13 +1,13 @@
 """``opencode-events context``: what fills a session's context window, and what it costs.
 
-The ledger itself is ``reports/context.py`` (see its notes and docs/context.md); this module only
-chooses the session, writes the table, JSON or CSV, and reports notes on stderr.
+The ledger itself is ``reports/context.py`` (see its notes and docs/context.md), its table
+``output.tables.context_table``; this module only chooses the session, writes the table,
+JSON or CSV, and reports notes on stderr.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
@@ -18,101 +18,30 @@ from .io import (
     pipe_safe,
     refuse_stdout_read,
     report_cache,
+    report_format,
+    report_format_options,
     report_output,
 )
 
-FORMATS = ("table", "json", "csv")
 
+def _names_a_file(argument: str) -> bool:
+    """Whether ``context``'s argument is a database rather than a session: an id has no
+    ``/`` and no dot (``ses_dd80…``); ``opencode.db``, ``./store`` and an existing path do."""
+    import os
 
-def _share(value: Any) -> str:
-    return f"{value * 100:.1f}%" if isinstance(value, float) else "-"
-
-
-def _draw(report: Any, per_inference: bool) -> None:
-    from ..output.tables import Column, count, draw_table, money
-
-    out = sys.stdout
-    if per_inference:
-        _draw_inferences(report, out)
-    columns = [
-        Column("source", lambda r: r["source"], style="cyan"),
-        Column("tokens", lambda r: count(r["tokens"]), numeric=True),
-        Column("share", lambda r: _share(r["share"]), numeric=True),
-        Column("cost", lambda r: money(r["cost"]), numeric=True),
-    ]
-    total = {
-        "source": "total",
-        "tokens": report.context_tokens,
-        "share": 1.0 if report.context_tokens else None,
-        "cost": report.cost,
-    }
-    subs = f" + {len(report.subagents)} subagent(s)" if report.subagents else ""
-    caption = f"tokens: the last prompt · cost: the session{subs} · output: generated"
-    if report.unpriced:
-        caption += " · -: no price"
-    draw_table(
-        columns,
-        report.source_rows(),
-        out=out,
-        title=f"Context of {report.session_id}",
-        total=total,
-        caption=caption,
-    )
-
-
-def _draw_inferences(report: Any, out: Any) -> None:
-    from ..output.tables import Column, count, draw_table, money
-
-    previous: dict[str, int] = {}
-    rows = []
-    for index, i in enumerate(report.inferences, start=1):
-        before = previous.get(i.session_id)
-        growth = "" if before is None else f"{i.prompt_tokens - before:+,}"
-        added = sorted(i.added.items(), key=lambda item: (-item[1], item[0]))
-        rows.append(
-            {
-                "n": index,
-                "message": i.message_id,
-                "session": "" if i.session_id == report.session_id else "sub " + i.session_id,
-                "prompt": i.prompt_tokens,
-                "growth": growth,
-                "added": ", ".join(f"{s} +{t:,}" for s, t in added[:4])
-                + (" …" if len(added) > 4 else ""),
-                "cost": i.cost,
-                "note": "compaction (reset after)" if i.compaction else "",
-            }
-        )
-        previous[i.session_id] = i.prompt_tokens
-    columns = [
-        Column("#", lambda r: count(r["n"]), numeric=True),
-        Column("message", lambda r: r["message"], style="cyan", drop=3),
-        Column("session", lambda r: r["session"], max_width=24, drop=2),
-        Column("prompt", lambda r: count(r["prompt"]), numeric=True),
-        Column("growth", lambda r: r["growth"], numeric=True),
-        Column("added", lambda r: r["added"], max_width=60, drop=1),
-        Column("cost", lambda r: money(r["cost"]), numeric=True),
-        Column("", lambda r: r["note"], drop=4),
-    ]
-    draw_table(
-        columns,
-        rows,
-        out=out,
-        title="Inferences (prompt = input + cache read + cache write)",
-        caption="growth: over the previous prompt of the same session; cost: OpenCode's",
-    )
+    return "/" in argument or "." in argument or os.path.lexists(argument)
 
 
 @click.command()
-@click.argument("session", required=False, metavar="[SESSION]")
+@click.argument("session", required=False, metavar="[SESSION|DB]")
 @db_option
+@report_format_options
 @click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    help="table for people (default on a terminal), json or csv.",
-)
-@click.option(
-    "--per-inference", is_flag=True, help="Also show how the context grew, inference by inference."
+    "--per-step",
+    "--per-inference",
+    "per_inference",
+    is_flag=True,
+    help="Also show how the context grew, step (model call) by step.",
 )
 @csv_raw_option
 @no_cache_option
@@ -121,6 +50,7 @@ def context(
     session: str | None,
     db_path: str | None,
     fmt: str | None,
+    as_json: bool,
     per_inference: bool,
     csv_raw: bool,
     no_cache: bool,
@@ -128,12 +58,19 @@ def context(
     """What fills a session's context window, by source, and what each source cost.
 
     SESSION is a session id or an unambiguous prefix (default: the most recent top-level
-    session). Subagents are folded in. Sources: system, user, assistant, tool:<name>,
-    mcp:<server>, compaction, other. See docs/context.md for how tokens are attributed.
+    session); a path instead (it has a / or a dot, or names a file) is the database to
+    read, as --db. Subagents are folded in. Sources: system, user, assistant,
+    tool:<name>, mcp:<server>, compaction, other. See docs/context.md for how tokens are
+    attributed.
     """
     from ..output import rows as formats
     from ..reports.context import context_report
     from ..store.open import open_store, select_sessions, store_files
+
+    if session is not None and _names_a_file(session):
+        if db_path is not None:
+            raise click.UsageError(f"{session} is a path and --db names the database already")
+        db_path, session = session, None
 
     with open_store(db_path) as store:
         refuse_stdout_read(store_files(store))
@@ -148,21 +85,26 @@ def context(
             err=True,
         )
     out = report_output()
-    fmt = fmt or ("table" if out.isatty() else "json")
+    fmt = report_format(fmt, as_json, out)
     if fmt == "table":
-        _draw(report, per_inference)
+        from ..output.tables import context_table
+
+        context_table(report, out=sys.stdout, per_step=per_inference)
         return
     if fmt == "json":
         out.write(formats.write_json(report.document()))
-    elif per_inference:
-        out.write(
-            formats.write_csv(
-                report.inference_rows(),
-                ["session_id", "message_id", "prompt_tokens", "source", "tokens", "added", "cost"],
-                raw=csv_raw,
-            )
-        )
+        out.flush()
+        return
+    if per_inference:
+        rows = report.inference_rows()
+        columns = ["session_id", "message_id", "prompt_tokens", "source", "tokens", "added", "cost"]
     else:
-        columns = ["source", "tokens", "share", "cost"]
-        out.write(formats.write_csv(report.source_rows(), columns, raw=csv_raw))
+        rows, columns = report.source_rows(), ["source", "tokens", "share", "cost"]
+    if fmt == "jsonl":
+        out.write(formats.write_jsonl(rows))
+    elif fmt == "markdown":
+        numeric = ["prompt_tokens", "tokens", "added", "share", "cost"]
+        out.write(formats.write_markdown(rows, columns, numeric=numeric))
+    else:
+        out.write(formats.write_csv(rows, columns, raw=csv_raw))
     out.flush()

@@ -50,6 +50,10 @@ __all__ = [
     "tag_option",
     "full_option",
     "time_zone",
+    "tz_option",
+    "REPORT_FORMATS",
+    "report_format_options",
+    "report_format",
     "otel_destination",
     "report_otel",
     "LiveOtel",
@@ -164,6 +168,44 @@ def full_option(command: Callable[..., Any]) -> Callable[..., Any]:
         is_flag=True,
         help="Pretty view: show long messages whole (default: their first 12 lines).",
     )(command)
+
+
+def tz_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Shared option: ``--tz ZONE``, also ``-z``/``--timezone`` as ccusage users type it."""
+    return click.option("--tz", "-z", "--timezone", "tz", metavar="ZONE", help=help)
+
+
+# One list for every report command (sessions, usage, context), and one rule for the
+# default: a table on a terminal, else one JSON document (as sqlite-utils writes).
+REPORT_FORMATS = ("table", "json", "jsonl", "csv", "markdown")
+
+
+def report_format_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Shared options of the report commands: ``--format`` and ``-j``/``--json``."""
+    command = click.option(
+        "-j",
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Shorthand for --format json (as in ccusage).",
+    )(command)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(REPORT_FORMATS),
+        help="table for people (the default on a terminal), json (the default otherwise), "
+        "jsonl, csv or markdown.",
+    )(command)
+
+
+def report_format(fmt: str | None, as_json: bool, out: Any) -> str:
+    """The format a report is written in: as asked (``-j`` is ``--format json``), else a
+    table on a terminal and JSON otherwise."""
+    if as_json:
+        if fmt not in (None, "json"):
+            raise click.UsageError(f"-j/--json and --format {fmt} ask for different formats")
+        return "json"
+    return fmt or ("table" if out.isatty() else "json")
 
 
 def time_zone(name: str | None) -> Any:

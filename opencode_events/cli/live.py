@@ -25,7 +25,7 @@ from ..errors import InputError, OutputError
 from .io import LiveOtel, full_option, open_output, pipe_safe, same_file, stdout_is
 from .status import ExitStatus
 
-__all__ = ["attach", "run_opencode", "RECONNECT_DELAYS"]
+__all__ = ["attach", "run_opencode", "known_session", "RECONNECT_DELAYS"]
 
 # Seconds to wait before each reconnect attempt after a lost connection; the server's SSE
 # ``retry:`` field, when it sends one, replaces the first delay. After the last attempt
@@ -77,9 +77,10 @@ class _Endpoint:
         except ValueError:
             raise InputError(f"not a server URL: {url}") from None
         self.base = parts.path.rstrip("/")
-        self.path = self.base + "/event"
-        if parts.query:
-            self.path += "?" + parts.query
+        if self.base.endswith("/event"):  # the stream's own URL given: not .../event/event
+            self.base = self.base[: -len("/event")]
+        self.query = "?" + parts.query if parts.query else ""  # e.g. ?directory=…, on every route
+        self.path = self.base + "/event" + self.query
         # Basic auth like OpenCode's own clients: user OPENCODE_SERVER_USERNAME (default
         # "opencode"), password OPENCODE_SERVER_PASSWORD; credentials in the URL win.
         self.username = unquote(parts.username) if parts.username else None
@@ -116,6 +117,27 @@ class _Endpoint:
             return response.status
         finally:
             conn.close()
+
+    def get_json(self, path: str) -> tuple[int, Any]:
+        """GET ``path`` under the server's URL: the HTTP status and the JSON body (None
+        when it is not JSON); raise ``OSError``/``http.client.HTTPException`` when the
+        server cannot be reached."""
+        import http.client
+        import json
+
+        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        conn = cls(self.host, self.port, timeout=10)
+        try:
+            headers = {"Accept": "application/json", **self._headers()}
+            conn.request("GET", self.base + path + self.query, headers=headers)
+            response = conn.getresponse()
+            body = response.read(_MAX_JSON)
+        finally:
+            conn.close()
+        try:
+            return response.status, json.loads(body)
+        except ValueError:
+            return response.status, None
 
     def open(self, last_event_id: str | None) -> Any:
         """Connect and return the response, or raise ``InputError`` / ``OSError``."""
@@ -160,6 +182,43 @@ class _Endpoint:
                 "; is this an OpenCode server?"
             )
         return response
+
+
+_MAX_JSON = 64 << 20  # the most of a JSON answer read (a server's list of sessions)
+
+
+def known_session(endpoint: _Endpoint, session_id: str) -> None:
+    """``attach --session ID`` of a session the server does not know would wait forever
+    for it to go idle: ask first. ``GET /session/ID`` answers 200 for a session it has and
+    404 for any other (a prefix too); after a 404, ``GET /session`` lists the sessions, and
+    a prefix must start exactly one of them. An answer that is neither (an older server, a
+    proxy) is no reason to refuse: then attach goes on and waits as before."""
+    import http.client
+    from urllib.parse import quote
+
+    try:
+        status, _ = endpoint.get_json(f"/session/{quote(session_id, safe='')}")
+        if status != 404:
+            return
+        status, listed = endpoint.get_json("/session")
+    except (OSError, http.client.HTTPException):
+        return  # unreachable: following the stream says so in its own words
+    if status != 200 or not isinstance(listed, list):
+        return
+    ids = sorted({s["id"] for s in listed if isinstance(s, dict) and isinstance(s.get("id"), str)})
+    matches = [i for i in ids if i.startswith(session_id)]
+    if len(matches) == 1:
+        return
+    if matches:
+        shown = ", ".join(matches[:10]) + (
+            f" and {len(matches) - 10} more" if len(matches) > 10 else ""
+        )
+        raise InputError(
+            f"--session {session_id} starts several sessions on {endpoint.shown}: {shown}"
+        )
+    raise InputError(
+        f"{endpoint.shown} has no session {session_id} (GET /session/{session_id}: 404)"
+    )
 
 
 def _refused(endpoint: _Endpoint, exc: OSError) -> InputError:
@@ -341,6 +400,8 @@ def attach(
     from ..sources.sse import SseReader
 
     endpoint = _Endpoint(url)
+    if session_id is not None:
+        known_session(endpoint, session_id)
     otel = LiveOtel(otel_dest, events_to=output) if otel_dest else None
     out = open_output(output)
     writer = _writer(fmt, out, full=full)
@@ -539,6 +600,7 @@ def run_opencode(
         except OSError as exc:
             raise InputError(f"cannot write {tee}: {exc.strerror or exc}") from None
     writer = _writer(fmt, out, full=full)
+    _starting(writer, binary)
     argv = [binary, "run", "--format", "json", *opencode_args]
     try:
         # Its own process group: Ctrl-C reaches only us, and we pass it on to the whole
@@ -604,6 +666,19 @@ def run_opencode(
         )
         raise SystemExit(ExitStatus.OVER_BUDGET)
     raise SystemExit(128 - code if code < 0 else code)
+
+
+def _starting(writer: Any, binary: str) -> None:
+    """OpenCode takes seconds to start and writes nothing meanwhile: the pretty view's
+    footer says it is starting (until the first event); otherwise a person watching
+    stderr is told so in one line (a pipe's stderr, a log, is left quiet)."""
+    import sys
+
+    waiting = getattr(writer, "waiting", None)
+    if waiting is not None and waiting("starting OpenCode…"):
+        return
+    if sys.stderr is not None and sys.stderr.isatty():
+        _note(f"starting OpenCode ({binary})…")
 
 
 def _run_spend(db_path: str | None) -> Any:

@@ -21,10 +21,13 @@ from .io import (
     pipe_safe,
     refuse_stdout_read,
     report_cache,
+    report_format,
+    report_format_options,
     report_output,
     selection_options,
     since_ms,
     time_zone,
+    tz_option,
 )
 
 
@@ -33,13 +36,7 @@ from .io import (
 @click.option("--since", metavar="WHEN", help="Sessions active since 2h, 7d, 2026-11-01…")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N sessions.")
 @click.option("--all", "all_sessions", is_flag=True, help="Subagent sessions too.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "jsonl", "csv"]),
-    default=None,
-    help="table for people (default on a terminal), json, jsonl or csv for programs.",
-)
+@report_format_options
 @csv_raw_option
 @no_cache_option
 @pipe_safe
@@ -49,10 +46,12 @@ def sessions(
     limit: int | None,
     all_sessions: bool,
     fmt: str | None,
+    as_json: bool,
     csv_raw: bool,
     no_cache: bool,
 ) -> None:
-    """Sessions in the store, newest activity first, with turns, tools, tokens and cost."""
+    """Sessions in the store, newest activity first, with turns (prompts), steps (model
+    calls), tools, tokens and cost."""
     from ..output import rows as formats
     from ..reports.sessions import SESSION_COLUMNS, sessions_report
     from ..store.open import store_files
@@ -69,7 +68,7 @@ def sessions(
         )
     summaries = report.sessions
     out = report_output()
-    fmt = fmt or ("table" if out.isatty() else "jsonl")
+    fmt = report_format(fmt, as_json, out)
     if fmt == "table":
         from ..output.tables import sessions_table
 
@@ -79,6 +78,8 @@ def sessions(
         out.write(formats.write_json(summaries))
     elif fmt == "jsonl":
         out.write(formats.write_jsonl(summaries))
+    elif fmt == "markdown":
+        out.write(formats.sessions_markdown(summaries))
     else:
         out.write(formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS, raw=csv_raw))
     out.flush()
@@ -104,14 +105,9 @@ def sessions(
     show_default=True,
     help="One row per …",
 )
-@click.option("--tz", metavar="ZONE", help="Time zone for --by day (default: local time).")
+@tz_option("Time zone for --by day, --since dates and the times shown (default: local time).")
 @click.option("--no-fold", is_flag=True, help="List subagent sessions apart, not in their turn.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv", "markdown"]),
-    help="table for people (default on a terminal), json, csv or markdown.",
-)
+@report_format_options
 @click.option(
     "--github",
     is_flag=True,
@@ -132,16 +128,17 @@ def usage(
     tz: str | None,
     no_fold: bool,
     fmt: str | None,
+    as_json: bool,
     github: bool,
     csv_raw: bool,
     no_cache: bool,
 ) -> None:
-    """Tokens and cost per turn, as OpenCode counted them.
+    """Tokens and cost per turn (a prompt and its replies), as OpenCode counted them.
 
     From a stream (INPUT files or stdin: `opencode run --format json` output, normalized
     JSONL, a captured server event stream or an `opencode export` document), one row per
-    model step. From the store (--db, --session, --last, --since, --all;
-    also the default when stdin is a terminal), one row per user turn with subagents folded
+    step (one model call). From the store (--db, --session, --last, --since, --all;
+    also the default when stdin is a terminal), one row per turn with subagents folded
     in, or --by step, session, model, agent or day.
     """
     from ..output import rows as formats
@@ -176,9 +173,9 @@ def usage(
             opened = open_inputs(inputs)
             refuse_stdout_read(inputs or ("-",))
             streamed = StreamUsage(opened, by=by, tz=zone)
-            streamable = (fmt or ("table" if sys.stdout.isatty() else "json")) in ("json", "csv")
-            if streamable and not github:  # --github needs the whole report
-                _write_usage_as_read(streamed, fmt or "json", csv_raw=csv_raw)
+            chosen = report_format(fmt, as_json, sys.stdout)
+            if chosen in ("json", "jsonl", "csv") and not github:  # --github: the whole report
+                _write_usage_as_read(streamed, chosen, csv_raw=csv_raw)
                 return
             report = streamed.report(list(streamed.rows()))
     except GroupingError as exc:
@@ -186,7 +183,7 @@ def usage(
     if github:
         _to_github(report)
     out = report_output()
-    fmt = fmt or ("table" if out.isatty() else "json")
+    fmt = report_format(fmt, as_json, out)
     if fmt == "table":
         from ..output.tables import usage_table
 
@@ -197,10 +194,14 @@ def usage(
     else:
         rows = [row.as_dict() for row in report.rows]
         columns = report.columns
-        if fmt == "csv":
-            out.write(formats.write_csv(rows, columns, raw=csv_raw))
+        if fmt in ("csv", "jsonl"):
+            if fmt == "csv":
+                out.write(formats.write_csv(rows, columns, raw=csv_raw))
+            else:
+                out.write(formats.write_jsonl(rows))
             out.flush()  # the rows first, then the notes after them
-            # CSV has no place for a note; it goes where a person running the command sees it.
+            # CSV and JSON Lines have no place for a note; it goes where a person running
+            # the command sees it.
             for note in report.notes:
                 click.echo(f"note: {note}", err=True)
         else:
@@ -230,8 +231,9 @@ def _to_github(report: Any) -> None:
 
 
 def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False) -> None:
-    """A stream's usage as JSON or CSV, each row written as it is read (memory stays flat
-    over any length of stream); the total and notes after the rows."""
+    """A stream's usage as JSON, JSON Lines or CSV, each row written as it is read (memory
+    stays flat over any length of stream); the total and notes after the rows (JSON Lines
+    and CSV: the rows alone, the notes on stderr)."""
     from ..output import rows as formats
 
     out = report_output()
@@ -247,8 +249,12 @@ def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False) -> None
         for piece in formats.json_pieces("rows", rows, rest):
             out.write(piece)
     else:
-        for piece in formats.csv_pieces(rows, usage.columns, raw=csv_raw):
-            out.write(piece)
+        if fmt == "jsonl":
+            for row in rows:
+                out.write(formats.write_jsonl([row]))
+        else:
+            for piece in formats.csv_pieces(rows, usage.columns, raw=csv_raw):
+                out.write(piece)
         out.flush()  # the rows first, then the notes after them
         # CSV has no place for a note; it goes where a person running the command sees it.
         for note in usage.notes:

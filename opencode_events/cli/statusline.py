@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from .io import db_option, pipe_safe
+from .io import db_option, pipe_safe, tz_option
 
 __all__ = ["statusline"]
 
@@ -28,7 +28,7 @@ FORMAT_HELP = (
 @db_option
 @click.option("--session", "session_id", metavar="ID", help="This session (an id or a prefix).")
 @click.option("--format", "template", metavar="TEMPLATE", help=FORMAT_HELP)
-@click.option("--tz", metavar="ZONE", help="Time zone of `today` (default: local time).")
+@tz_option("Time zone of `today` (default: local time).")
 @click.option("--at", "at", metavar="TIME", hidden=True, help="Take the clock to be TIME (tests).")
 @pipe_safe
 def statusline(

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import click
 
-from .io import db_option, time_zone
+from .io import db_option, time_zone, tz_option
 
 __all__ = ["top"]
 
@@ -32,7 +32,7 @@ __all__ = ["top"]
     metavar="SECONDS",
     help="Redraw (and look at the store) this often.",
 )
-@click.option("--tz", metavar="ZONE", help="Time zone of today and this week (default: local).")
+@tz_option("Time zone of today and this week (default: local).")
 @click.option("--once", is_flag=True, help="Print one screen and exit (for a pipe or a test).")
 def top(db_path: str | None, interval: float, tz: str | None, once: bool) -> None:
     """A live, full-screen view of the sessions at work now and recently: state, what a

@@ -230,15 +230,28 @@ class PrettyWriter:
         self._atexit = False
         self._tally = _Tally()
         self._streaming = ""  # tail of the text being streamed (delta events)
+        self._waiting: str | None = None  # what the footer says until the first event
         self._cwd = _cwd()
 
     # ------------------------------------------------------------ writer interface
+
+    def waiting(self, text: str) -> bool:
+        """Say ``text`` in the footer until the first event ("starting OpenCode…"); False
+        when there is no footer (not a terminal) to say it in."""
+        if not self._use_live:
+            return False
+        self._waiting = text
+        if self._live is None:
+            self._start_live()
+        self._live.refresh()
+        return True
 
     def write(self, events: Iterable[Event]) -> None:
         if self._use_live and self._live is None:
             self._start_live()
         print_ = self._console.print
         for event in events:
+            self._waiting = None
             line = self._line(event)
             if line is None:
                 continue
@@ -289,6 +302,9 @@ class PrettyWriter:
 
         t = self._tally
         text = Text(no_wrap=True, overflow="ellipsis")
+        if self._waiting is not None:
+            text.append(self._waiting, "dim italic")
+            return text
         text.append("steps ", "dim")
         text.append(str(t.steps), "bold")
         text.append(" · tool calls ", "dim")

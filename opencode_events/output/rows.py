@@ -31,6 +31,7 @@ __all__ = [
     "csv_pieces",
     "write_markdown",
     "report_markdown",
+    "sessions_markdown",
     "visible",
     "TerminalText",
 ]
@@ -190,6 +191,49 @@ def write_markdown(
     for row in rows:
         lines.append("| " + " | ".join(escape(_cell(row.get(c))) for c in columns) + " |")
     return ("\n".join(lines) + "\n").encode()
+
+
+# ``sessions --format markdown``: the table's columns under the table's names, for a PR.
+_SESSION_MARKDOWN = (
+    ("id", "id"),
+    ("updated", "time_updated"),
+    ("title", "title"),
+    ("agent", "agent"),
+    ("model", "model"),
+    ("turns", "turns"),
+    ("steps", "inferences"),
+    ("tools", "tool_calls"),
+    ("failed", "tool_failures"),
+    ("input", "input_tokens"),
+    ("output", "output_tokens"),
+    ("reasoning", "reasoning_tokens"),
+    ("cache read", "cache_read_tokens"),
+    ("cache write", "cache_write_tokens"),
+    ("cost+sub", "total_cost"),
+)
+
+
+def sessions_markdown(summaries: Sequence[Any]) -> bytes:
+    """Sessions as a Markdown table that reads like ``sessions``' table: its headers, times
+    in ISO 8601 UTC, turns (prompts) and steps (model calls), the cost with subagents'."""
+    from datetime import UTC, datetime
+
+    def when(ms: Any) -> Any:
+        if type(ms) is not int:
+            return ms
+        try:
+            return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except (ValueError, OverflowError, OSError):
+            return ms
+
+    rows = []
+    for summary in to_builtins(summaries):
+        row = {header: summary.get(field) for header, field in _SESSION_MARKDOWN}
+        row["updated"] = when(row["updated"])
+        rows.append(row)
+    headers = [header for header, _ in _SESSION_MARKDOWN]
+    numeric = headers[5:]
+    return write_markdown(rows, headers, numeric=numeric)
 
 
 def report_markdown(report: Any) -> bytes:

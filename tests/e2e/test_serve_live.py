@@ -231,6 +231,32 @@ def test_attach_pretty_to_a_file(mock_model, opencode_env, tmp_path):
     assert '{"kind"' not in text
 
 
+def test_attach_to_a_session_the_server_does_not_know(mock_model, opencode_env):
+    """The real server answers GET /session/ID 404 for an unknown id: attach says so and
+    exits 2 at once, where it used to wait for that session's idle forever; the stream's
+    own URL (…/event) is read as given, and a prefix of a real session is followed."""
+    m = mock_model([say("Hello.", usage=U(1200, 8, 0, 0))])
+    env = opencode_env(m)
+    with env.serve() as srv:
+        sid = srv.create_session()["id"]
+        unknown = subprocess.run(
+            [*CLI, "attach", srv.url + "/event", "--session", "ses_nope"],
+            capture_output=True,
+            cwd=REPO,
+            timeout=30,
+        )
+        with attached(srv.url + "/event", "--session", sid[:14], "--format", "jsonl") as attach:
+            attach.wait_stderr("attached to")
+            srv.prompt_async(sid, "hello")
+            assert attach.wait(timeout=60) == 0, attach.stderr
+            kinds = [e["kind"] for e in attach.events()]
+    assert (unknown.returncode, unknown.stdout) == (2, b"")
+    assert unknown.stderr.decode() == (
+        f"error: {srv.url} has no session ses_nope (GET /session/ses_nope: 404)\n"
+    )
+    assert "message" in kinds and kinds[-1] == "metrics"
+
+
 def test_attach_nothing_listening():
     port = free_port()
     result = subprocess.run(
