@@ -369,7 +369,9 @@ def test_csv_and_markdown_use_usage_field_names():
     md = subprocess.run(
         CLI + ["--db", db, "--format", "markdown"], capture_output=True, check=True
     ).stdout.decode()
-    assert "| **total** |" in md and "cache_read_tokens" in md
+    # Markdown is for people: the table's names (CSV keeps the fields', for programs).
+    assert "| **total** |" in md and "| cache read |" in md and "cache_read_tokens" not in md
+    assert "| steps |" in md
 
 
 def _csv_header(*args: str) -> list[str]:
@@ -410,7 +412,8 @@ def test_markdown_total_of_an_empty_report_keeps_every_figure():
         check=True,
     ).stdout.decode()
     header, _, total = md.splitlines()[:3]
-    assert header.split(" | ")[1:] == [*TOKENS, "cost |"]
+    names = ["input", "output", "reasoning", "cache read", "cache write", "total"]
+    assert header.split(" | ")[1:] == [*names, "cost |"]
     assert total == "| **total** | 0 | 0 | 0 | 0 | 0 | 0 | 0.0 |"
 
 
@@ -1572,7 +1575,7 @@ def test_markdown_for_people_dates_a_row_in_iso_8601_utc(tmp_path: Path):
     with open(SAMPLES / "task" / "stream.jsonl", "rb") as stream:
         streamed = stream_usage([("run.jsonl", stream)])
     lines = report_markdown(streamed).decode().splitlines()
-    assert lines[0].startswith("| session_id | turn | started |")
+    assert lines[0].startswith("| session | step | started |")  # a stream's rows are steps
     table = [line for line in lines if line.startswith("|")]  # the notes follow it
     assert lines[2].split(" | ")[2].endswith("Z") and table[-1].startswith("| **total** |")
 

@@ -179,13 +179,17 @@ def _csv_line(cells: Sequence[str]) -> str:
 
 
 def write_markdown(
-    rows: Sequence[dict[str, Any]], columns: Sequence[str], numeric: Sequence[str] = ()
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    numeric: Sequence[str] = (),
+    headers: dict[str, str] | None = None,
 ) -> bytes:
     def escape(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
+    named = headers or {}
     lines = [
-        "| " + " | ".join(columns) + " |",
+        "| " + " | ".join(named.get(c, c) for c in columns) + " |",
         "|" + "|".join("---:" if c in numeric else "---" for c in columns) + "|",
     ]
     for row in rows:
@@ -236,8 +240,30 @@ def sessions_markdown(summaries: Sequence[Any]) -> bytes:
     return write_markdown(rows, headers, numeric=numeric)
 
 
+# ``usage --format markdown``: the columns under the names the table gives them (a turn is a
+# user prompt and its replies; a step, one model call: a stream's rows are steps).
+_USAGE_HEADERS = {
+    "session_id": "session",
+    "message_id": "message",
+    "duration_ms": "duration (ms)",
+    "inferences": "steps",
+    "tool_calls": "tools",
+    "input_tokens": "input",
+    "output_tokens": "output",
+    "reasoning_tokens": "reasoning",
+    "cache_read_tokens": "cache read",
+    "cache_write_tokens": "cache write",
+    "total_tokens": "total",
+    "subagent_cost": "subagents' cost",
+    "subagent_tokens": "subagents' tokens",
+    "in_flight": "in flight",
+}
+
+
 def report_markdown(report: Any) -> bytes:
-    """A report's Markdown: its ``markdown_table()``, then its notes in italics."""
+    """A report's Markdown: its ``markdown_table()`` under the table's names, then its notes
+    in italics."""
     columns, rows, numeric = report.markdown_table()
-    table = write_markdown(rows, columns, numeric=numeric)
+    headers = _USAGE_HEADERS if report.stored else {**_USAGE_HEADERS, "turn": "step"}
+    table = write_markdown(rows, columns, numeric=numeric, headers=headers)
     return table + "".join(f"\n_Note: {note}_\n" for note in report.notes).encode()
