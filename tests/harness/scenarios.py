@@ -360,6 +360,59 @@ def drive_serve_shell(cap: Capture) -> None:
     _serve_common(cap, body)
 
 
+def drive_serve_question(cap: Capture) -> None:
+    """The question tool, offered in served sessions: the first call (two questions) is
+    answered via POST /question/{id}/reply, the second dismissed via .../reject."""
+
+    def asked(known: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
+        return lambda e: e.get("type") == "question.asked" and e["properties"]["id"] not in known
+
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        srv.prompt_async(sid, "ask me what to do")
+        first = ev.wait_for(asked(()))["properties"]["id"]
+        srv.json("POST", f"/question/{first}/reply", {"answers": [["Blue"], ["Tests", "Docs"]]})
+        second = ev.wait_for(asked((first,)))["properties"]["id"]
+        srv.json("POST", f"/question/{second}/reject")
+        ev.wait_for(_idle(sid))
+
+    _serve_common(cap, body)
+
+
+def drive_serve_mention(cap: Capture) -> None:
+    """A prompt whose parts are text, an attached file (by file:// URL) and an @agent
+    mention, as the TUI and the SDK send them."""
+
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        readme = cap.env.work / "README.md"
+        parts = [
+            {"type": "text", "text": "look at this with @explore"},
+            {
+                "type": "file",
+                "mime": "text/plain",
+                "filename": "README.md",
+                "url": readme.as_uri(),
+                "source": {
+                    "type": "file",
+                    "path": "README.md",
+                    "text": {"value": "@README.md", "start": 0, "end": 10},
+                },
+            },
+            {
+                "type": "agent",
+                "name": "explore",
+                "source": {"value": "@explore", "start": 18, "end": 26},
+            },
+        ]
+        srv.json(
+            "POST",
+            f"/session/{sid}/prompt_async",
+            {"parts": parts, "model": {"providerID": PROVIDER_ID, "modelID": cap.scenario.model}},
+        )
+        ev.wait_for(_idle(sid))
+
+    _serve_common(cap, body)
+
+
 # ---------------------------------------------------------------------------------------
 # the scenarios
 
@@ -1019,6 +1072,72 @@ SCENARIOS: list[Scenario] = [
             ),
             say("It timed out.", usage=U(1300, 5, 1100, 0)),
         ],
+    ),
+    Scenario(
+        "serve_question",
+        "`opencode serve` (which offers the question tool): the model asks two questions "
+        "at once, answered via POST /question/{id}/reply; then one more, dismissed via "
+        "POST /question/{id}/reject (the tool fails, the turn stops).",
+        driver=drive_serve_question,
+        steps=[
+            tools(
+                call(
+                    "question",
+                    {
+                        "questions": [
+                            {
+                                "question": "Which colour should the button be?",
+                                "header": "Colour",
+                                "options": [
+                                    {"label": "Red", "description": "warm"},
+                                    {"label": "Blue", "description": "cool"},
+                                ],
+                            },
+                            {
+                                "question": "What else should I do?",
+                                "header": "Extras",
+                                "options": [
+                                    {"label": "Tests", "description": "add tests"},
+                                    {"label": "Docs", "description": "update the docs"},
+                                ],
+                                "multiple": True,
+                            },
+                        ]
+                    },
+                    "call_question_1",
+                ),
+                usage=U(1500, 40, 0, 0),
+            ),
+            tools(
+                call(
+                    "question",
+                    {
+                        "questions": [
+                            {
+                                "question": "Shall I commit?",
+                                "header": "Commit",
+                                "options": [
+                                    {"label": "Yes", "description": "commit now"},
+                                    {"label": "No", "description": "leave it"},
+                                ],
+                            }
+                        ]
+                    },
+                    "call_question_2",
+                ),
+                usage=U(1600, 30, 1400, 0),
+            ),
+            say("Not reached after a dismissed question.", usage=U(1700, 5, 1500, 0)),
+        ],
+    ),
+    Scenario(
+        "serve_mention",
+        "`opencode serve`: one prompt of three parts, text, a `file` attachment (file:// URL, "
+        "source path) and an `agent` mention (@explore); OpenCode reads the file into "
+        "synthetic text parts and adds its note on the agent.",
+        driver=drive_serve_mention,
+        files=WORK_FILES,
+        steps=[say("Noted the README and the explore agent.", usage=U(1800, 9, 0, 0))],
     ),
 ]
 
