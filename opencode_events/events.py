@@ -30,6 +30,7 @@ __all__ = [
     "Usage",
     "Error",
     "Permission",
+    "Question",
     "Compaction",
     "Patch",
     "Retry",
@@ -188,6 +189,19 @@ class Permission(Event, tag="permission", kw_only=True):
     raw: Raw | None = None
 
 
+class Question(Event, tag="question", kw_only=True):
+    """The model asked the user (OpenCode's ``question`` tool, answered in the TUI or over
+    the server): ``question.asked`` gives ``questions``, ``question.replied`` the
+    ``answers`` (``reply: "answer"``), ``question.rejected`` ``reply: "reject"``."""
+
+    id: str | None = None  # que_…, the same on the ask and its reply
+    call_id: str | None = None  # the question tool call that asked (asked only)
+    questions: list[str] | None = None  # each question's text, in order
+    answers: list[list[str]] | None = None  # the labels chosen, one list per question
+    reply: str | None = None  # "answer" or "reject"; None on the ask
+    raw: Raw | None = None
+
+
 class Compaction(Event, tag="compaction", kw_only=True):
     auto: bool | None = None
     overflow: bool | None = None  # True: the provider refused the context as too long
@@ -239,6 +253,9 @@ class Unknown(Event, tag="unknown", kw_only=True):
     title: str | None = None
     duration_ms: int | float | None = None
     error: str | None = None
+    # What a user filters on, for some tools seed 000 leaves unknown (docs/events.md):
+    questions: list[str] | None = None  # question: each question's text
+    answers: list[list[str]] | None = None  # question: the labels chosen, per question
     raw: Raw | None = None
 
 
@@ -280,6 +297,7 @@ ANY_EVENT = (
     | Usage
     | Error
     | Permission
+    | Question
     | Compaction
     | Patch
     | Retry

@@ -490,6 +490,44 @@ def test_unknown_tool_keeps_record_and_tool_fields():
     assert event["raw"] == rec and event["success"] is True and event["status"] == "completed"
 
 
+QUESTIONS = [
+    {"question": "Which colour?", "header": "Colour", "options": [{"label": "Red"}]},
+    {"question": "Extras?", "header": "Extras", "options": [], "multiple": True},
+]
+
+# Tools seed 000 does not name: unknown, with the fields a user filters them by beside raw.
+UNKNOWN_TOOL_CASES = [
+    pytest.param(
+        tool_use("question", {"questions": QUESTIONS}, metadata={"answers": [["Red"], []]}),
+        {"questions": ["Which colour?", "Extras?"], "answers": [["Red"], []]},
+        id="question-answered",
+    ),
+    pytest.param(
+        tool_use("question", {"questions": QUESTIONS[:1]}, status="error", error="dismissed"),
+        {"questions": ["Which colour?"]},
+        id="question-dismissed",
+    ),
+    pytest.param(
+        tool_use("Question", {"questions": QUESTIONS[:1]}, metadata={"answers": "Red"}),
+        {"questions": ["Which colour?"]},
+        id="question-answers-of-another-shape",
+    ),
+    pytest.param(
+        tool_use("question", {"questions": [{"header": "no text"}]}), {}, id="question-no-text"
+    ),
+    pytest.param(tool_use("question", {"questions": "why?"}), {}, id="question-not-a-list"),
+    pytest.param(tool_use("question", ["not", "an", "object"]), {}, id="question-input-a-list"),
+]
+
+
+@pytest.mark.parametrize("rec, fields", UNKNOWN_TOOL_CASES)
+def test_unknown_tools_carry_what_users_filter_on(rec, fields):
+    (event,) = normalize_lines([rec])
+    assert event["kind"] == "unknown" and event["raw"] == rec
+    extra = {k: event[k] for k in ("questions", "answers", "url", "query") if k in event}
+    assert extra == fields
+
+
 # -------------------------------------------------------------------- status words
 
 STATUS_CASES = [(word, True) for word in ("completed", "success", "done", "ok")]

@@ -255,6 +255,47 @@ def test_a_user_shell_command_is_a_command_with_no_inference():
         assert [u["total_tokens"] for u in of_kind(events, "usage")] == [1308]
 
 
+def _frames(scenario: str, name: str = "events.sse") -> list[dict]:
+    text = (ROOT / "samples" / scenario / name).read_text()
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+
+
+@pytest.mark.parametrize("name", ["events.sse", "global-events.sse"])
+def test_a_question_asked_answered_and_dismissed(name: str):
+    """serve_question: each question.* frame is one ``question`` event, the reply linked to
+    its ask's tool call; the question tool stays unknown (seed 000) with the questions and
+    the answers beside raw."""
+    served = [
+        json.loads(line)
+        for line in normalized(ROOT / "samples" / "serve_question" / name).splitlines()
+    ]
+    frames = [f.get("payload", f) for f in _frames("serve_question", name)]
+    asked = [f["properties"] for f in frames if f["type"] == "question.asked"]
+    replied = [f["properties"] for f in frames if f["type"] == "question.replied"]
+    (rejected,) = [f["properties"] for f in frames if f["type"] == "question.rejected"]
+    questions = of_kind(served, "question")
+    assert [(q["id"], q.get("reply")) for q in questions] == [
+        (asked[0]["id"], None),
+        (replied[0]["requestID"], "answer"),
+        (asked[1]["id"], None),
+        (rejected["requestID"], "reject"),
+    ]
+    assert questions[0]["questions"] == [q["question"] for q in asked[0]["questions"]]
+    assert questions[1]["answers"] == replied[0]["answers"] == [["Blue"], ["Tests", "Docs"]]
+    assert [q["call_id"] for q in questions] == [a["tool"]["callID"] for a in asked for _ in "ab"]
+    assert [q["message_id"] for q in questions] == [
+        a["tool"]["messageID"] for a in asked for _ in "ab"
+    ]
+    for events in (served, _stored("serve_question")):
+        calls = [e for e in events if e.get("tool") == "question"]
+        assert [c["kind"] for c in calls] == ["unknown", "unknown"]
+        assert [c["call_id"] for c in calls] == [a["tool"]["callID"] for a in asked]
+        assert calls[0]["questions"] == questions[0]["questions"]
+        assert calls[0]["answers"] == questions[1]["answers"]
+        assert calls[1]["success"] is False and "answers" not in calls[1]
+        assert calls[1]["error"] == "The user dismissed this question"
+
+
 @scenario("lsp")
 def test_lsp_calls_are_searches_for_a_query_or_a_symbol():
     (symbol, definition) = of_kind(events_of("lsp"), "search")

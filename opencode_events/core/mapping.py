@@ -433,6 +433,61 @@ def _lsp(
     return None
 
 
+# ------------------------------------------------------------- tools left unknown
+# Seed 000 maps every tool it does not name to ``unknown``; these keep that kind and carry,
+# beside ``raw``, the fields a user filters them by.
+
+
+class QuestionToolInput(Struct):
+    questions: Any = None
+
+
+def question_texts(questions: Any) -> list[str] | None:
+    """The texts of OpenCode's ``questions: [{question, header, options, …}]``, or None
+    when it is not of that shape."""
+    if type(questions) is not list:
+        return None
+    texts = [q.get("question") if type(q) is dict else None for q in questions]
+    return texts if all(type(t) is str for t in texts) else None  # type: ignore[return-value]
+
+
+def question_answers(answers: Any) -> list[list[str]] | None:
+    """``[[label, …], …]`` (one list per question), or None when of another shape."""
+    if type(answers) is list and all(
+        type(a) is list and all(type(x) is str for x in a) for a in answers
+    ):
+        return answers
+    return None
+
+
+def _question_fields(args: QuestionToolInput, part: Part) -> dict[str, Any]:
+    state = part.state
+    answers = state.metadata.answers if state and state.metadata else None
+    return {"questions": question_texts(args.questions), "answers": question_answers(answers)}
+
+
+# Tool name (lower case) → (input view, the unknown event's extra fields).
+UNKNOWN_TOOL_FIELDS: dict[str, tuple[type[Struct], Callable[[Any, Part], dict[str, Any]]]] = {
+    "question": (QuestionToolInput, _question_fields),
+}
+
+
+def _unknown_call(common: dict[str, Any], key: str, part: Part) -> Unknown:
+    entry = UNKNOWN_TOOL_FIELDS.get(key)
+    state = part.state
+    if entry is None or state is None or not state.input:
+        return Unknown(**common)
+    view, fields = entry
+    try:
+        args = _UNKNOWN_DECODERS[view].decode(state.input)
+    except (msgspec.DecodeError, RecursionError):
+        return Unknown(**common)
+    return Unknown(**common, **fields(args, part))
+
+
+_UNKNOWN_DECODERS = {view: msgspec.json.Decoder(view) for view, _ in UNKNOWN_TOOL_FIELDS.values()}
+
+
 # Tool name (lower case) → (input view, rule). Names not here and not consumed → unknown.
 TOOL_RULES: dict[str, tuple[type[Struct], ToolRule]] = {
     "read": (PathInput, _read),
@@ -507,7 +562,9 @@ def tool_events(part: Part, directory: str | None = None) -> list[Event]:
     if key in CONSUMED_TOOLS:
         return []
     entry = TOOL_RULES.get(key)
-    if entry is None or not state.input:
+    if entry is None:
+        return [_unknown_call(common, key, part)]
+    if not state.input:
         return [Unknown(**common)]
     view, rule = entry
     try:

@@ -32,6 +32,7 @@ from ..events import (
     Patch,
     Permission,
     Prompt,
+    Question,
     Reasoning,
     Retry,
     ToolEvent,
@@ -44,6 +45,8 @@ from .mapping import (
     CONSUMED_PARTS,
     error_fields,
     patch_files,
+    question_answers,
+    question_texts,
     success_of,
     text_of,
     tool_events,
@@ -470,6 +473,28 @@ class Normalizer(Counters):
         reply: str | None = None,
     ) -> list[Event]:
         event = Permission(id=id_, permission=permission, patterns=patterns, reply=reply)
+        return self._stamp([event], prov)
+
+    def question(
+        self,
+        prov: Provenance,
+        *,
+        id_: Any,
+        call_id: Any = None,
+        questions: Any = None,
+        answers: Any = None,
+        reply: str | None = None,
+    ) -> list[Event]:
+        """A question the model asked the user (``question.asked``), or its answer or
+        dismissal (``question.replied`` / ``question.rejected``). Values of another shape
+        than OpenCode's are left out (the frame is in ``raw`` with ``--raw``)."""
+        event = Question(
+            id=id_ if type(id_) is str else None,
+            call_id=call_id if type(call_id) is str else None,
+            questions=question_texts(questions),
+            answers=question_answers(answers),
+            reply=reply,
+        )
         return self._stamp([event], prov)
 
     def retry(

@@ -53,6 +53,7 @@ class ToolMetadata(Struct, gc=False):
     exit: Any = UNSET  # bash's exit code; null (not missing) when bash killed the command
     sessionId: Any = None  # task's child session  # noqa: N815 - OpenCode's spelling
     files: Raw = NO_RAW  # apply_patch: the files it changed, [{filePath, type, movePath?}]
+    answers: Any = None  # question: the labels the user chose, one list per question
 
 
 class ToolState(Struct, gc=False):
@@ -328,6 +329,22 @@ class PermissionRepliedProps(Struct):
     sessionID: Any = None  # noqa: N815
     requestID: Any = None  # noqa: N815
     reply: Any = None
+
+
+class QuestionAskedProps(Struct):
+    # question.asked: {id, sessionID, questions: [{question, header, options, …}], tool?}
+    id: Any = None
+    sessionID: Any = None  # noqa: N815
+    questions: Any = None  # read as plain values: a rare event, any shape is kept
+    tool: Any = None  # {messageID, callID} of the tool call that asked
+
+
+class QuestionRepliedProps(Struct):
+    # question.replied {sessionID, requestID, answers: [[label]]}; question.rejected has
+    # no answers
+    sessionID: Any = None  # noqa: N815
+    requestID: Any = None  # noqa: N815
+    answers: Any = None
 
 
 class RetryAction(Struct):

@@ -34,6 +34,7 @@ from ..events import (
     Patch,
     Permission,
     Prompt,
+    Question,
     Read,
     Reasoning,
     Retry,
@@ -349,6 +350,8 @@ class PrettyWriter:
             return text
         if isinstance(event, Permission):
             return self._permission(event)
+        if isinstance(event, Question):
+            return self._question(event)
         if isinstance(event, Compaction):
             text = Text(no_wrap=True, style="magenta")
             text.append(f"⟲ {'compaction':<{_LABEL_WIDTH}}")
@@ -429,6 +432,22 @@ class PrettyWriter:
             glyph = FAIL if event.reply == "reject" else OK
             text.append(f"{glyph} {'permission':<{_LABEL_WIDTH}}", style)
             text.append(event.reply, style)
+        return text
+
+    def _question(self, event: Question) -> Any:
+        from rich.text import Text
+
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if event.reply is None:
+            text.append(f"? {'question':<{_LABEL_WIDTH}}", "bold yellow")
+            text.append(visible(" · ".join(event.questions or [])), "yellow")
+        elif event.reply == "reject":
+            text.append(f"{FAIL} {'question':<{_LABEL_WIDTH}}", "red")
+            text.append("dismissed", "red")
+        else:
+            text.append(f"{OK} {'question':<{_LABEL_WIDTH}}", "green")
+            answers = " · ".join(", ".join(labels) for labels in event.answers or [])
+            text.append(visible(answers or event.reply), "green")
         return text
 
     def _tool(self, event: Any) -> Any:
