@@ -32,6 +32,9 @@ __all__ = [
     "Permission",
     "Question",
     "Compaction",
+    "Attachment",
+    "Subtask",
+    "Mention",
     "Patch",
     "Retry",
     "Delta",
@@ -208,6 +211,40 @@ class Compaction(Event, tag="compaction", kw_only=True):
     raw: Raw | None = None
 
 
+class Attachment(Event, tag="attachment", kw_only=True):
+    """A file given with a message (OpenCode's ``file`` part: ``run -f``, an ``@file`` in
+    the TUI, a pasted image, an MCP resource)."""
+
+    name: str | None = None  # the file's name (``filename``)
+    mime: str | None = None
+    path: str | None = None  # a local file's absolute path (its file:// URL)
+    url: str | None = None  # any other URL but data: (whose content is the URL itself)
+    # how it was picked (OpenCode's ``source.type``): "file", "symbol" (an @symbol of the
+    # LSP) or "resource" (an MCP resource); ``source`` is every event's input file
+    origin: str | None = None
+    raw: Raw | None = None
+
+
+class Subtask(Event, tag="subtask", kw_only=True):
+    """A command run in a subagent (OpenCode's ``subtask`` part, on the user's message): the
+    prompt it hands the subagent, which exists nowhere else in the parent session."""
+
+    agent: str | None = None
+    description: str | None = None
+    command: str | None = None  # the command's name (``/review``)
+    prompt: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    raw: Raw | None = None
+
+
+class Mention(Event, tag="mention", kw_only=True):
+    """An ``@agent`` in a prompt (OpenCode's ``agent`` part): the user asked for it."""
+
+    agent: str | None = None
+    raw: Raw | None = None
+
+
 class Patch(Event, tag="patch", kw_only=True):
     """The files one model step changed (OpenCode's ``patch`` part: a snapshot diff taken
     after the step, so changes made by bash are in it too), absolute paths."""
@@ -299,6 +336,9 @@ ANY_EVENT = (
     | Permission
     | Question
     | Compaction
+    | Attachment
+    | Subtask
+    | Mention
     | Patch
     | Retry
     | Delta

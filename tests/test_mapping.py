@@ -560,3 +560,143 @@ def test_status_table_is_the_seed_list():
 
 def test_non_string_status_is_undetermined():
     assert success_of(1) is None and success_of(None) is None
+
+
+# ------------------------------------------------------------------ user-side parts
+# A stored, exported or served message's parts: ``file`` (an attachment), ``subtask`` (a
+# command run in a subagent) and ``agent`` (an @mention) have kinds of their own.
+
+
+def part_events(part: dict, role: str = "user") -> list[dict]:
+    import json
+
+    import msgspec
+
+    from opencode_events.core.normalizer import Normalizer, Provenance
+    from opencode_events.core.views import PART_DECODER
+
+    norm = Normalizer()
+    decoded = PART_DECODER.decode(json.dumps({"id": "prt_1", **part}).encode())
+    events = norm.part(decoded, Provenance(session_id=SESSION, raw=b"{}"), role=role)
+    return [json.loads(msgspec.json.encode(e)) for e in events]
+
+
+README_URL = "file:///w/my%20docs/README.md"
+PART_CASES = [
+    pytest.param(
+        {"type": "file", "mime": "text/plain", "filename": "README.md", "url": README_URL},
+        {
+            "kind": "attachment",
+            "name": "README.md",
+            "mime": "text/plain",
+            "path": "/w/my docs/README.md",
+        },
+        id="file-by-path",
+    ),
+    pytest.param(
+        {
+            "type": "file",
+            "mime": "text/plain",
+            "filename": "README.md",
+            "url": README_URL,
+            "source": {"type": "file", "path": "README.md", "text": {"value": "@README.md"}},
+        },
+        {
+            "kind": "attachment",
+            "name": "README.md",
+            "mime": "text/plain",
+            "path": "/w/my docs/README.md",
+            "origin": "file",
+        },
+        id="file-with-its-source",
+    ),
+    pytest.param(
+        {
+            "type": "file",
+            "mime": "image/png",
+            "filename": "shot.png",
+            "url": "data:image/png;base64," + "A" * 5000,
+        },
+        {"kind": "attachment", "name": "shot.png", "mime": "image/png"},
+        id="pasted-image-content-not-copied",
+    ),
+    pytest.param(
+        {
+            "type": "file",
+            "mime": "text/markdown",
+            "url": "https://example.com/a.md",
+            "source": {"type": "resource", "clientName": "docs", "uri": "docs://a"},
+        },
+        {
+            "kind": "attachment",
+            "mime": "text/markdown",
+            "url": "https://example.com/a.md",
+            "origin": "resource",
+        },
+        id="mcp-resource",
+    ),
+    pytest.param(
+        {"type": "file", "mime": 3, "filename": ["x"], "url": 7, "source": "file"},
+        {"kind": "attachment"},
+        id="file-of-another-shape",
+    ),
+    pytest.param(
+        {
+            "type": "subtask",
+            "agent": "general",
+            "description": "Review a file",
+            "command": "review",
+            "model": {"providerID": "mock", "modelID": "mock-model"},
+            "prompt": "Review src/app.py",
+        },
+        {
+            "kind": "subtask",
+            "agent": "general",
+            "description": "Review a file",
+            "command": "review",
+            "prompt": "Review src/app.py",
+            "model": "mock-model",
+            "provider": "mock",
+        },
+        id="subtask",
+    ),
+    pytest.param(
+        {"type": "subtask", "agent": "general", "prompt": "p", "model": "mock-model"},
+        {"kind": "subtask", "agent": "general", "prompt": "p"},
+        id="subtask-model-not-an-object",
+    ),
+    pytest.param(
+        {"type": "agent", "name": "explore", "source": {"value": "@explore"}},
+        {"kind": "mention", "agent": "explore"},
+        id="agent-mention",
+    ),
+    pytest.param({"type": "agent"}, {"kind": "mention"}, id="agent-without-a-name"),
+]
+
+
+@pytest.mark.parametrize("part, expected", PART_CASES)
+def test_user_side_parts(part, expected):
+    (event,) = part_events(part)
+    drop = {"seq", "session_id", "part_id"}
+    assert {k: v for k, v in event.items() if k not in drop} == expected
+
+
+def test_a_user_side_part_seen_again_is_a_duplicate():
+    from opencode_events.core.normalizer import Normalizer, Provenance
+    from opencode_events.core.views import PART_DECODER
+
+    norm = Normalizer()
+    part = PART_DECODER.decode(b'{"id": "prt_1", "type": "agent", "name": "explore"}')
+    assert len(norm.part(part, Provenance(), role="user")) == 1
+    assert norm.part(part, Provenance(), role="user") == [] and norm.duplicates == 1
+
+
+def test_no_kind_redefines_a_common_field():
+    """A kind's own field named like a common one (``source``, ``time``) would be overwritten
+    by the normalizer's stamp: every kind keeps to its own names."""
+    from opencode_events import events
+
+    common = set(events.Event.__struct_fields__)
+    for cls in events.ANY_EVENT.__args__:
+        for base in cls.__mro__[: cls.__mro__.index(events.Event)]:
+            assert not common & set(base.__dict__.get("__annotations__", {})), base

@@ -210,6 +210,13 @@ def _stored(scenario: str) -> list[dict]:
     ]
 
 
+def events_of_export(scenario: str) -> list[dict]:
+    return [
+        json.loads(line)
+        for line in normalized(ROOT / "samples" / scenario / "export.json").splitlines()
+    ]
+
+
 def _served(scenario: str) -> list[dict]:
     return [
         json.loads(line)
@@ -294,6 +301,65 @@ def test_a_question_asked_answered_and_dismissed(name: str):
         assert calls[0]["answers"] == questions[1]["answers"]
         assert calls[1]["success"] is False and "answers" not in calls[1]
         assert calls[1]["error"] == "The user dismissed this question"
+
+
+def _stored_parts(scenario: str, kind: str) -> list[tuple[str, dict]]:
+    """(part id, data) of the stored parts of one type, read straight from the database."""
+    import sqlite3
+
+    uri = f"file:{ROOT / 'samples' / scenario / 'opencode.db'}?immutable=1"
+    with sqlite3.connect(uri, uri=True) as db:
+        rows = db.execute("SELECT id, data FROM part ORDER BY id").fetchall()
+    return [(i, d) for i, d in ((i, json.loads(d)) for i, d in rows) if d["type"] == kind]
+
+
+def test_an_attached_file_is_an_attachment():
+    """file_attach (`run -f README.md`) and serve_mention (a file part with its source): the
+    stored file part, whether read from the store, the export or the server's events."""
+    for name, sources in (
+        ("file_attach", [_stored("file_attach"), events_of_export("file_attach")]),
+        ("serve_mention", [_stored("serve_mention"), _served("serve_mention")]),
+    ):
+        ((part_id, part),) = _stored_parts(name, "file")
+        for events in sources:
+            (attached,) = of_kind(events, "attachment")
+            assert attached["part_id"] == part_id
+            assert attached["name"] == part["filename"] and attached["mime"] == part["mime"]
+            assert "file://" + attached["path"] == part["url"]
+            assert attached.get("origin") == part.get("source", {}).get("type")
+    assert "unknown" not in [e["kind"] for e in _served("serve_mention")]
+
+
+def test_an_agent_mention_is_a_mention():
+    ((part_id, part),) = _stored_parts("serve_mention", "agent")
+    for events in (_stored("serve_mention"), _served("serve_mention")):
+        (mention,) = of_kind(events, "mention")
+        assert (
+            (mention["part_id"], mention["agent"])
+            == (part_id, part["name"])
+            == (
+                part_id,
+                "explore",
+            )
+        )
+
+
+def test_a_subtask_command_keeps_the_prompt_it_gave_the_subagent():
+    """command_subtask: the subtask part is the only place of the parent session holding
+    the prompt; the subagent's own session starts with it as its prompt."""
+    ((part_id, part),) = _stored_parts("command_subtask", "subtask")
+    for events in (_stored("command_subtask"), events_of_export("command_subtask")):
+        (subtask,) = of_kind(events, "subtask")
+        assert subtask["part_id"] == part_id
+        assert (subtask["agent"], subtask["command"], subtask["prompt"]) == (
+            part["agent"],
+            part["command"],
+            part["prompt"],
+        )
+        assert subtask["model"] == part["model"]["modelID"]
+        assert subtask["description"] == part["description"]
+    child = [e for e in of_kind(_stored("command_subtask"), "prompt") if "parent_session_id" in e]
+    assert [p["text"] for p in child] == [part["prompt"]]
 
 
 @scenario("lsp")

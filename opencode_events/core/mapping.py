@@ -13,17 +13,20 @@ import math
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 from msgspec import Struct
 
 from ..events import (
+    Attachment,
     Command,
     Event,
     Orchestration,
     Read,
     Search,
     Skill,
+    Subtask,
     Unknown,
     Usage,
     Write,
@@ -46,6 +49,8 @@ __all__ = [
     "usage_event",
     "error_fields",
     "patch_files",
+    "attachment_event",
+    "subtask_event",
     "text_of",
 ]
 
@@ -155,6 +160,40 @@ def error_fields(error: Any) -> tuple[str | None, str | None]:
         message = error.get("message")
     name = _str(error.get("name")) or _str(error.get("_tag"))
     return name, _str(message)
+
+
+_URL = msgspec.json.Decoder(str)
+
+
+def attachment_event(part: Part) -> Attachment:
+    """A ``file`` part: ``{mime, filename?, url, source?: {type, path, …}}``. A file://
+    URL gives the absolute path; a data: URL (the content itself) is left in ``raw``."""
+    url = path = None
+    data = bytes(part.url)
+    if data and not data.startswith(b'"data:'):
+        try:
+            url = _URL.decode(data)
+        except (msgspec.DecodeError, RecursionError):  # not a string
+            url = None
+        if url is not None and url.startswith("file://"):
+            path, url = unquote(urlsplit(url).path) or None, None
+    origin = part.source.get("type") if type(part.source) is dict else None
+    return Attachment(
+        name=_str(part.filename), mime=_str(part.mime), path=path, url=url, origin=_str(origin)
+    )
+
+
+def subtask_event(part: Part) -> Subtask:
+    """A ``subtask`` part: ``{agent, description, command?, prompt, model?}``."""
+    model = part.model if type(part.model) is dict else {}
+    return Subtask(
+        agent=_str(part.agent),
+        description=_str(part.description),
+        command=_str(part.command),
+        prompt=_str(part.prompt),
+        model=_str(model.get("modelID")),
+        provider=_str(model.get("providerID")),
+    )
 
 
 def patch_files(part: Part) -> list[str] | None:

@@ -27,6 +27,7 @@ from ..events import (
     Delta,
     Error,
     Event,
+    Mention,
     Message,
     Metrics,
     Patch,
@@ -43,10 +44,12 @@ from ..events import (
 )
 from .mapping import (
     CONSUMED_PARTS,
+    attachment_event,
     error_fields,
     patch_files,
     question_answers,
     question_texts,
+    subtask_event,
     success_of,
     text_of,
     tool_events,
@@ -373,6 +376,19 @@ class Normalizer(Counters):
             auto = part.auto if isinstance(part.auto, bool) else None
             overflow = part.overflow if isinstance(part.overflow, bool) else None
             return self._stamp([Compaction(auto=auto, overflow=overflow)], prov)
+        if kind == "file":
+            if not self._first_sighting(part):
+                return []
+            return self._stamp([attachment_event(part)], prov)
+        if kind == "subtask":
+            if not self._first_sighting(part):
+                return []
+            return self._stamp([subtask_event(part)], prov)
+        if kind == "agent":
+            if not self._first_sighting(part):
+                return []
+            name = part.name
+            return self._stamp([Mention(agent=name if type(name) is str else None)], prov)
         if kind == "patch":
             files = patch_files(part)
             if files is not None:

@@ -106,6 +106,18 @@ class Part(Struct, gc=False):
     # retry
     attempt: Any = None
     error: Any = None
+    # file (an attachment): its URL stays bytes, a data: URL being the file's content
+    mime: Any = None
+    filename: Any = None
+    url: Raw = NO_RAW
+    source: Any = None
+    # agent (an @mention): name; subtask: agent, description, command, prompt, model
+    name: Any = None
+    agent: Any = None
+    description: Any = None
+    command: Any = None
+    prompt: Any = None
+    model: Any = None
 
 
 class MessagePath(Struct, gc=False):

@@ -23,11 +23,13 @@ from typing import IO, Any, TextIO
 import msgspec
 
 from ..events import (
+    Attachment,
     Command,
     Compaction,
     Delta,
     Error,
     Event,
+    Mention,
     Message,
     Metrics,
     Orchestration,
@@ -40,6 +42,7 @@ from ..events import (
     Retry,
     Search,
     Skill,
+    Subtask,
     Unknown,
     Usage,
     Warning,
@@ -358,6 +361,22 @@ class PrettyWriter:
             text.append("automatic" if event.auto else "summarized")
             if event.overflow:
                 text.append(" (the context overflowed)")
+            return text
+        if isinstance(event, Attachment):
+            text = Text(no_wrap=True, overflow="ellipsis", style="cyan")
+            what = _rel(event.path, self._cwd) or event.url or event.name or ""
+            mime = f" ({event.mime})" if event.mime else ""
+            text.append(visible(f"+ {'attached':<{_LABEL_WIDTH}}{what}{mime}"))
+            return text
+        if isinstance(event, Mention):
+            text = Text(no_wrap=True, overflow="ellipsis", style="cyan")
+            text.append(visible(f"@ {'mention':<{_LABEL_WIDTH}}{event.agent or ''}"))
+            return text
+        if isinstance(event, Subtask):
+            text = Text(no_wrap=True, overflow="ellipsis", style="cyan")
+            agent = f"{event.agent}: " if event.agent else ""
+            what = event.description or _first_line(event.prompt) or ""
+            text.append(visible(f"» {'subtask':<{_LABEL_WIDTH}}{agent}{what}"))
             return text
         if isinstance(event, Patch):
             text = Text(no_wrap=True, overflow="ellipsis", style="dim")
