@@ -291,6 +291,9 @@ class Unknown(Event, tag="unknown", kw_only=True):
     duration_ms: int | float | None = None
     error: str | None = None
     # What a user filters on, for some tools seed 000 leaves unknown (docs/events.md):
+    mcp_server: str | None = None  # an MCP tool's server, as configured (normalize, import)
+    url: str | None = None  # webfetch: the URL fetched
+    query: str | None = None  # websearch (and the older codesearch): what was searched for
     questions: list[str] | None = None  # question: each question's text
     answers: list[list[str]] | None = None  # question: the labels chosen, per question
     raw: Raw | None = None

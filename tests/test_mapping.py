@@ -517,6 +517,31 @@ UNKNOWN_TOOL_CASES = [
     ),
     pytest.param(tool_use("question", {"questions": "why?"}), {}, id="question-not-a-list"),
     pytest.param(tool_use("question", ["not", "an", "object"]), {}, id="question-input-a-list"),
+    pytest.param(
+        tool_use("webfetch", {"url": "https://example.com/", "format": "markdown"}),
+        {"url": "https://example.com/"},
+        id="webfetch",
+    ),
+    pytest.param(
+        tool_use("webfetch", {"url": "x"}, status="error", error="403"),
+        {"url": "x"},
+        id="webfetch-failed",
+    ),
+    pytest.param(tool_use("WebFetch", {"url": 3}), {}, id="webfetch-url-not-text"),
+    pytest.param(
+        tool_use("websearch", {"query": "opencode release notes", "numResults": 8}),
+        {"query": "opencode release notes"},
+        id="websearch",
+    ),
+    pytest.param(
+        tool_use("codesearch", {"query": "parsePatch", "tokensNum": 5000}),
+        {"query": "parsePatch"},
+        id="codesearch-of-older-releases",
+    ),
+    pytest.param(tool_use("plan_exit", {}), {}, id="plan_exit-nothing-to-carry"),
+    pytest.param(
+        tool_use("my-tools_v1_echo", {"url": "u", "query": "q"}), {}, id="mcp-tool-input-not-read"
+    ),
 ]
 
 

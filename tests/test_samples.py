@@ -362,6 +362,15 @@ def test_a_subtask_command_keeps_the_prompt_it_gave_the_subagent():
     assert [p["text"] for p in child] == [part["prompt"]]
 
 
+@scenario("webfetch")
+def test_a_webfetch_stays_unknown_and_carries_its_url():
+    fetched = [r["part"] for r in raw_records("webfetch") if r["type"] == "tool_use"]
+    for events in (events_of("webfetch"), _stored("webfetch"), events_of_export("webfetch")):
+        calls = of_kind(events, "unknown")
+        assert [c["tool"] for c in calls] == ["webfetch"] * len(fetched) == ["webfetch"] * 2
+        assert [c["url"] for c in calls] == [p["state"]["input"]["url"] for p in fetched]
+
+
 @scenario("lsp")
 def test_lsp_calls_are_searches_for_a_query_or_a_symbol():
     (symbol, definition) = of_kind(events_of("lsp"), "search")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -52,6 +52,8 @@ __all__ = [
     "attachment_event",
     "subtask_event",
     "text_of",
+    "sanitize",
+    "mcp_server_of",
 ]
 
 
@@ -472,6 +474,31 @@ def _lsp(
     return None
 
 
+# ------------------------------------------------------------------ MCP tool names
+# OpenCode names an MCP tool ``sanitize(server) + "_" + sanitize(tool)``; nothing else in a
+# part marks a call as MCP, so the server comes from the names configured (reports/mcp.py
+# reads them from OpenCode's config files).
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def sanitize(name: str) -> str:
+    """OpenCode's ``name.replace(/[^a-zA-Z0-9_-]/g, "_")``: JavaScript strings are UTF-16,
+    so a character beyond U+FFFF (an emoji) is two code units and becomes two ``_``."""
+    return _UNSAFE.sub(lambda m: "__" if ord(m[0]) > 0xFFFF else "_", name)
+
+
+def mcp_server_of(tool: str, servers: Iterable[str]) -> str | None:
+    """The configured server a tool name belongs to (the longest match), or None."""
+    best: str | None = None
+    best_len = -1
+    for server in servers:
+        prefix = sanitize(server) + "_"
+        if tool.startswith(prefix) and len(tool) > len(prefix) and len(prefix) > best_len:
+            best, best_len = server, len(prefix)
+    return best
+
+
 # ------------------------------------------------------------- tools left unknown
 # Seed 000 maps every tool it does not name to ``unknown``; these keep that kind and carry,
 # beside ``raw``, the fields a user filters them by.
@@ -479,6 +506,22 @@ def _lsp(
 
 class QuestionToolInput(Struct):
     questions: Any = None
+
+
+class FetchInput(Struct):
+    url: Any = None
+
+
+class QueryInput(Struct):
+    query: Any = None
+
+
+def _fetch_fields(args: FetchInput, part: Part) -> dict[str, Any]:
+    return {"url": _str(args.url)}
+
+
+def _query_fields(args: QueryInput, part: Part) -> dict[str, Any]:
+    return {"query": _str(args.query)}
 
 
 def question_texts(questions: Any) -> list[str] | None:
@@ -508,6 +551,9 @@ def _question_fields(args: QuestionToolInput, part: Part) -> dict[str, Any]:
 # Tool name (lower case) → (input view, the unknown event's extra fields).
 UNKNOWN_TOOL_FIELDS: dict[str, tuple[type[Struct], Callable[[Any, Part], dict[str, Any]]]] = {
     "question": (QuestionToolInput, _question_fields),
+    "webfetch": (FetchInput, _fetch_fields),
+    "websearch": (QueryInput, _query_fields),
+    "codesearch": (QueryInput, _query_fields),  # before 1.18: {query, tokensNum}
 }
 
 

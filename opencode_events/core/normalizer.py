@@ -16,7 +16,7 @@ long logs of many runs.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -46,6 +46,7 @@ from .mapping import (
     CONSUMED_PARTS,
     attachment_event,
     error_fields,
+    mcp_server_of,
     patch_files,
     question_answers,
     question_texts,
@@ -181,9 +182,18 @@ class Counters:
 
 
 class Normalizer(Counters):
-    def __init__(self, *, keep_raw: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        keep_raw: bool = False,
+        mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
+    ) -> None:
         super().__init__()
         self.keep_raw = keep_raw
+        # The MCP servers configured for a session's directory (None: the source names
+        # none), which name the server of an MCP tool call; asked once per directory.
+        self.mcp_servers = mcp_servers
+        self._servers: dict[str | None, Sequence[str]] = {}
         self.seq = 0
         # session → the session that ran it (a subagent's parent), where the source says;
         # its events carry ``parent_session_id``.
@@ -425,12 +435,22 @@ class Normalizer(Counters):
         self.tool_calls += 1
         events = tool_events(part, self._directory)
         if events:
-            success = events[0].success  # all events of one call share it
+            first = events[0]
+            if self.mcp_servers is not None and type(first) is Unknown and first.tool:
+                first.mcp_server = self._mcp_server(first.tool)
+            success = first.success  # all events of one call share it
             if success is False:
                 self.tool_failures += 1
         elif part.state is not None and success_of(part.state.status) is False:
             self.tool_failures += 1  # a consumed tool (todowrite) that failed still counts
         return self._stamp(events, prov)
+
+    def _mcp_server(self, tool: str) -> str | None:
+        directory = self._directory
+        servers = self._servers.get(directory)
+        if servers is None:
+            servers = self._servers[directory] = self.mcp_servers(directory)  # type: ignore[misc]
+        return mcp_server_of(tool, servers) if servers else None
 
     def enter_message(self, info: Any) -> None:
         """The message whose parts come next (a stored or exported message): its model,
