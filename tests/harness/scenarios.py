@@ -413,6 +413,31 @@ def drive_serve_mention(cap: Capture) -> None:
     _serve_common(cap, body)
 
 
+def drive_serve_revert(cap: Capture) -> None:
+    """Two prompts, then POST /session/{id}/revert to the second prompt's message (the TUI's
+    /undo): its messages stay stored, marked by the session's ``revert``, until the next
+    prompt; then PATCH /session/{id} archives the session (``time_archived``)."""
+
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        srv.prompt(sid, "write the notes file")
+        ev.wait_for(_idle(sid))
+        n_idle = sum(1 for e in ev.events if _idle(sid)(e))
+        srv.prompt(sid, "now run a command")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if sum(1 for e in ev.events if _idle(sid)(e)) > n_idle:
+                break
+            time.sleep(0.1)
+        users = [
+            m for m in srv.json("GET", f"/session/{sid}/message") if m["info"]["role"] == "user"
+        ]
+        srv.json("POST", f"/session/{sid}/revert", {"messageID": users[-1]["info"]["id"]})
+        srv.json("PATCH", f"/session/{sid}", {"time": {"archived": int(time.time() * 1000)}})
+        time.sleep(0.3)
+
+    _serve_common(cap, body)
+
+
 # ---------------------------------------------------------------------------------------
 # the scenarios
 
@@ -1138,6 +1163,96 @@ SCENARIOS: list[Scenario] = [
         driver=drive_serve_mention,
         files=WORK_FILES,
         steps=[say("Noted the README and the explore agent.", usage=U(1800, 9, 0, 0))],
+    ),
+    Scenario(
+        "serve_revert",
+        "`opencode serve`: two prompts (a write, then a bash command), then POST "
+        "/session/{id}/revert to the second prompt (the TUI's /undo: its messages stay "
+        "stored until the next prompt, the session's `revert` marks them) and PATCH "
+        "/session/{id} archiving the session (`time_archived`).",
+        driver=drive_serve_revert,
+        files=WORK_FILES,
+        steps=[
+            tools(
+                call(
+                    "write", {"filePath": "{WORK}/notes/kept.txt", "content": "kept\n"}, "call_kept"
+                ),
+                usage=U(1500, 30, 0, 0),
+            ),
+            say("Wrote the notes file.", usage=U(1600, 6, 1400, 0)),
+            tools(
+                call("bash", {"command": "echo undone > notes/undone.txt"}, "call_undone"),
+                usage=U(1700, 25, 1500, 0),
+            ),
+            say("Ran the command.", usage=U(1800, 5, 1600, 0)),
+        ],
+    ),
+    Scenario(
+        "task_background",
+        "OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1: a `task` with `background: true` "
+        "returns at once (its `completed` means launched); the subagent runs on in its child "
+        "session (`run` may exit before OpenCode tells the parent it is done).",
+        env={"OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS": "1"},
+        files=WORK_FILES,
+        steps=[
+            tools(
+                call(
+                    "task",
+                    {
+                        "description": "Check the README",
+                        "prompt": "[bg-child] read the README",
+                        "subagent_type": "general",
+                        "background": True,
+                    },
+                    "call_bg_task",
+                ),
+                usage=U(2000, 30, 0, 0),
+            ),
+            say("Started the check in the background.", usage=U(2100, 8, 1900, 0)),
+            # OpenCode tells the parent when the subagent is done (a synthetic prompt), if
+            # the run is still there then
+            say("The background check found a hello.", usage=U(2300, 9, 2000, 0)),
+        ],
+        conversations={
+            "child": {
+                "match": "[bg-child]",
+                "steps": [say("The README says hello.", usage=U(600, 7, 0, 0))],
+            }
+        },
+    ),
+    Scenario(
+        "code_mode",
+        "OPENCODE_EXPERIMENTAL_CODE_MODE=1 with the MCP server of `mcp`: one `execute` call "
+        "whose script calls two MCP tools (one works, one is rejected and caught); OpenCode "
+        "lists them in the call's `metadata.toolCalls`.",
+        env={"OPENCODE_EXPERIMENTAL_CODE_MODE": "1"},
+        config={
+            "mcp": {
+                MCP_NAME: {
+                    "type": "local",
+                    "command": ["{PYTHON}", "{ROOT}/mcp_server.py"],
+                    "environment": {"MCP_LOG": "{ROOT}/mcp.log"},
+                    "timeout": 10000,
+                }
+            }
+        },
+        steps=[
+            tools(
+                call(
+                    "execute",
+                    {
+                        "code": 'const a = await tools["my-tools_v1"].echo({text: "ping"});\n'
+                        'let b = "";\n'
+                        'try { await tools["my-tools_v1"].reject({reason: "no"}); }'
+                        ' catch (e) { b = "rejected"; }\n'
+                        "return {a, b};"
+                    },
+                    "call_exec",
+                ),
+                usage=U(2600, 60, 0, 0),
+            ),
+            say("Code mode done.", usage=U(2700, 4, 2500, 0)),
+        ],
     ),
 ]
 
