@@ -72,6 +72,9 @@ class Event(Struct, kw_only=True, omit_defaults=True, tag_field="kind", gc=False
     line: int | None = None
     message_id: str | None = None
     part_id: str | None = None
+    # True: made from a message or part the session's pending revert undid (OpenCode keeps
+    # them stored until the next prompt, which deletes them; its views hide them).
+    reverted: bool | None = None
     # ``--tag KEY=VALUE`` stamps (a machine, a CI job), written last on every event.
     tags: dict[str, str] | None = None
 
@@ -150,6 +153,9 @@ class Orchestration(ToolEvent, tag="orchestration", kw_only=True):
     agent: str | None = None
     child_session_id: str | None = None
     description: str | None = None
+    # True: a background task (OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS): the call returns
+    # once the subagent is launched, so its status says it started, not that it finished
+    background: bool | None = None
     raw: Raw | None = None
 
 
@@ -292,6 +298,7 @@ class Unknown(Event, tag="unknown", kw_only=True):
     error: str | None = None
     # What a user filters on, for some tools seed 000 leaves unknown (docs/events.md):
     mcp_server: str | None = None  # an MCP tool's server, as configured (normalize, import)
+    via: str | None = None  # "execute": a call code mode's script made (call_id "<call>/<n>")
     url: str | None = None  # webfetch: the URL fetched
     query: str | None = None  # websearch (and the older codesearch): what was searched for
     questions: list[str] | None = None  # question: each question's text

@@ -75,6 +75,7 @@ def test_the_merged_database_has_sessions_to_share(merged_db: Path):
 def test_workers_write_what_one_process_writes(merged_db: Path, tmp_path: Path, workers: int):
     one = import_bytes(merged_db, tmp_path, workers=1)
     assert one.count(b"\n") > 100  # every sample's events
+    assert b'"reverted":true' in one  # serve_revert's undo: each worker's store knows it
     assert import_bytes(merged_db, tmp_path, workers=workers) == one
 
 

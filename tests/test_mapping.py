@@ -452,6 +452,39 @@ TOOL_CASES = [
         id="mcp-unknown",
     ),
     pytest.param(
+        tool_use(
+            "task",
+            {"description": "d", "prompt": "p", "subagent_type": "general", "background": True},
+            metadata={"sessionId": "ses_c", "background": True, "jobId": "ses_c"},
+        ),
+        [{"kind": "orchestration", "child_session_id": "ses_c", "background": True}],
+        id="task-in-the-background",
+    ),
+    pytest.param(
+        tool_use(
+            "task",
+            {"description": "d", "prompt": "p", "subagent_type": "general", "background": True},
+            metadata={"sessionId": "ses_c"},
+        ),
+        [{"kind": "orchestration", "child_session_id": "ses_c", "background": None}],
+        id="task-background-asked-but-not-offered",
+    ),
+    pytest.param(
+        tool_use(
+            "task",
+            {"description": "d", "prompt": "p", "subagent_type": "general", "background": True},
+            status="error",
+            error="no such agent",
+        ),
+        [{"kind": "orchestration", "agent": "general", "background": True, "success": False}],
+        id="task-background-failed-before-it-started",
+    ),
+    pytest.param(
+        tool_use("task", {"description": "d", "subagent_type": "general", "background": "yes"}),
+        [{"kind": "orchestration", "background": None}],
+        id="task-background-not-a-boolean",
+    ),
+    pytest.param(
         tool_use("READ", {"filePath": "x"}),
         [{"kind": "read", "tool": "READ"}],
         id="case-insensitive-name-kept",
@@ -543,6 +576,45 @@ UNKNOWN_TOOL_CASES = [
         tool_use("my-tools_v1_echo", {"url": "u", "query": "q"}), {}, id="mcp-tool-input-not-read"
     ),
 ]
+
+
+SCRIPT_CASES = [
+    pytest.param(
+        {"toolCalls": [{"tool": "gh.search", "status": "completed", "input": {"q": "x"}}]},
+        [("gh_search", "call_1/1", "completed", True)],
+        id="one-call",
+    ),
+    pytest.param(
+        {
+            "toolCalls": [
+                {"tool": "a.b.c", "status": "running"},
+                {"tool": "x_y.z", "status": "error"},
+            ]
+        },
+        [("a_b.c", "call_1/1", "running", None), ("x_y_z", "call_1/2", "error", False)],
+        id="running-and-failed",
+    ),
+    pytest.param({"toolCalls": []}, [], id="no-calls"),
+    pytest.param({"toolCalls": "x"}, [], id="not-a-list"),
+    pytest.param({"toolCalls": [{"tool": 3}, {"status": "completed"}]}, [], id="no-tool-names"),
+    pytest.param({}, [], id="no-metadata-calls"),
+]
+
+
+@pytest.mark.parametrize("metadata, made", SCRIPT_CASES)
+def test_code_mode_script_calls(metadata, made):
+    rec = tool_use("execute", {"code": "return 1"}, metadata=metadata)
+    execute, *found = normalize_lines([rec])
+    assert execute["tool"] == "execute" and "via" not in execute
+    assert [(e["tool"], e["call_id"], e["status"], e["success"]) for e in found] == made
+    assert all(e["via"] == "execute" and e["kind"] == "unknown" for e in found)
+
+
+def test_a_failed_execute_still_lists_the_calls_it_made():
+    rec = tool_use("execute", {"code": "x"}, status="error", error="ToolFailure")
+    rec["part"]["state"]["metadata"] = {"toolCalls": [{"tool": "gh.search", "status": "error"}]}
+    execute, made = normalize_lines([rec])
+    assert execute["success"] is False and made["success"] is False
 
 
 @pytest.mark.parametrize("rec, fields", UNKNOWN_TOOL_CASES)

@@ -75,7 +75,14 @@ def test_metrics_agree_with_the_raw_step_finish_records(stream: Path):
     assert metrics["cost"] == pytest.approx(sum(p["cost"] for p in steps.values()))
     assert metrics["records"] == len(raw_records(scenario))
     tool_records = [r for r in raw_records(scenario) if r["type"] == "tool_use"]
-    assert metrics["tool_calls"] == len(tool_records)
+    # a code mode script's calls are tool calls too (samples/code_mode)
+    script_calls = [
+        c
+        for r in tool_records
+        if r["part"]["tool"] == "execute"
+        for c in r["part"]["state"].get("metadata", {}).get("toolCalls", [])
+    ]
+    assert metrics["tool_calls"] == len(tool_records) + len(script_calls)
     assert [e["seq"] for e in events] == list(range(len(events)))
     lines = (ROOT / "samples" / scenario / "stream.jsonl").read_bytes().splitlines()
     for event in events[:-1]:  # each event carries the session of the record it came from
@@ -369,6 +376,47 @@ def test_a_webfetch_stays_unknown_and_carries_its_url():
         calls = of_kind(events, "unknown")
         assert [c["tool"] for c in calls] == ["webfetch"] * len(fetched) == ["webfetch"] * 2
         assert [c["url"] for c in calls] == [p["state"]["input"]["url"] for p in fetched]
+
+
+@scenario("task_background")
+def test_a_background_task_says_it_was_launched():
+    """task with background: true returns once the subagent started: `completed` means
+    launched, and the orchestration says it ran in the background."""
+    (raw,) = [r["part"] for r in raw_records("task_background") if r["type"] == "tool_use"]
+    assert raw["state"]["metadata"]["background"] is True
+    assert 'state="running"' in raw["state"]["output"]
+    for events in (events_of("task_background"), _stored("task_background")):
+        (orch,) = of_kind(events, "orchestration")
+        assert orch["background"] is True and orch["status"] == "completed"
+        assert orch["child_session_id"] == raw["state"]["metadata"]["sessionId"]
+    (plain,) = of_kind(events_of("task"), "orchestration")
+    assert "background" not in plain
+
+
+@scenario("code_mode")
+def test_code_modes_script_calls_are_mcp_calls():
+    """execute (code mode) is a tool seed 000 does not name: unknown; each call its script
+    made (metadata.toolCalls) is an unknown of the MCP tool, as a direct call is, with
+    OpenCode's key for the tool and its child call id."""
+    (raw,) = [r["part"] for r in raw_records("code_mode") if r["type"] == "tool_use"]
+    calls = raw["state"]["metadata"]["toolCalls"]
+    assert [c["tool"] for c in calls] == ["my-tools_v1.echo", "my-tools_v1.reject"]
+    for events in (events_of("code_mode"), _stored("code_mode"), events_of_export("code_mode")):
+        execute, *made = of_kind(events, "unknown")
+        assert (execute["tool"], execute["call_id"], execute["success"]) == (
+            "execute",
+            "call_exec",
+            True,
+        )
+        assert [(m["tool"], m["call_id"], m["status"], m["success"], m["via"]) for m in made] == [
+            ("my-tools_v1_echo", "call_exec/1", "completed", True, "execute"),
+            ("my-tools_v1_reject", "call_exec/2", "error", False, "execute"),
+        ]
+        assert {m["part_id"] for m in made} == {execute["part_id"]}
+        assert (events[-1]["tool_calls"], events[-1]["tool_failures"]) == (3, 1)
+    # the same names as direct MCP calls (samples/mcp)
+    direct = {e["tool"] for e in of_kind(events_of("mcp"), "unknown")}
+    assert {m["tool"] for m in made} <= direct
 
 
 @scenario("lsp")

@@ -54,6 +54,8 @@ __all__ = [
     "text_of",
     "sanitize",
     "mcp_server_of",
+    "RevertPoint",
+    "script_calls",
 ]
 
 
@@ -207,6 +209,60 @@ def patch_files(part: Part) -> list[str] | None:
     return None
 
 
+# --------------------------------------------------------------------------- revert
+
+
+class _Revert(Struct):
+    messageID: Any = None  # noqa: N815
+    partID: Any = None  # noqa: N815
+
+
+_REVERT = msgspec.json.Decoder(_Revert)
+
+
+class RevertPoint:
+    """What a session's pending ``revert`` (the TUI's /undo) has undone, as OpenCode's
+    cleanup deletes it at the next prompt: the messages from ``messageID`` on; with
+    ``partID``, that message's parts from ``partID`` on and every later message. Fed the
+    session's messages in order (``message``), each followed by its parts (``part``)."""
+
+    __slots__ = ("message_id", "part_id", "_all", "_in_message", "_parts")
+
+    def __init__(self, message_id: str, part_id: str | None = None) -> None:
+        self.message_id, self.part_id = message_id, part_id
+        self._all = self._in_message = self._parts = False
+
+    @classmethod
+    def of(cls, revert: str | bytes | None) -> RevertPoint | None:
+        """The point of a session's ``revert`` column (JSON), or None when it names none."""
+        if not revert:
+            return None
+        try:
+            point = _REVERT.decode(revert)
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        if type(point.messageID) is not str:
+            return None
+        return cls(point.messageID, point.partID if type(point.partID) is str else None)
+
+    def message(self, message_id: Any) -> bool:
+        """Enter the next message: whether all of it is undone."""
+        if self._in_message:  # past the message undone from a part on: the rest is undone
+            self._all, self._in_message = True, False
+        if not self._all and message_id == self.message_id:
+            if self.part_id is None:
+                self._all = True
+            else:
+                self._in_message, self._parts = True, False
+        return self._all
+
+    def part(self, part_id: Any) -> bool:
+        """Whether the next part of the current message is undone."""
+        if self._in_message and part_id == self.part_id:
+            self._parts = True
+        return self._all or (self._in_message and self._parts)
+
+
 # ---------------------------------------------------------------------------- usage
 
 
@@ -261,6 +317,7 @@ class TaskInput(Struct):
     task_id: Any = None
     session_id: Any = None
     sessionId: Any = None  # noqa: N815
+    background: Any = None
 
 
 class SkillInput(Struct):
@@ -419,12 +476,21 @@ def _orchestration(
     child = _child_session(args, part)
     if agent is None and child is None:
         return None
+    # What OpenCode did (metadata, once the subagent started) over what the model asked for
+    # (the input: a call that failed before, or an input OpenCode ignored without the flag).
+    state = part.state
+    metadata = state.metadata if state is not None else None
+    if metadata is not None and _str(metadata.sessionId):
+        background = metadata.background is True
+    else:
+        background = args.background is True
     return [
         Orchestration(
             **common,
             agent=agent,
             child_session_id=child,
             description=_str(args.description),
+            background=True if background else None,
         )
     ]
 
@@ -557,6 +623,44 @@ UNKNOWN_TOOL_FIELDS: dict[str, tuple[type[Struct], Callable[[Any, Part], dict[st
 }
 
 
+class _ScriptCall(Struct):
+    tool: Any = None  # "<sanitized server>.<tool>"
+    status: Any = None  # running, completed, error
+
+
+_SCRIPT_CALLS = msgspec.json.Decoder(list[_ScriptCall])
+
+
+def script_calls(part: Part) -> list[Unknown]:
+    """The tool calls code mode's ``execute`` script made (``metadata.toolCalls``), each an
+    unknown event as a direct call of the tool is: named by OpenCode's key for it
+    (``<server>_<tool>``, its path with the first ``.`` a ``_``), its call id OpenCode's
+    ``<call id>/<n>``, ``via: "execute"``. Only MCP tools are offered to a script."""
+    state = part.state
+    if state is None or state.metadata is None or not state.metadata.toolCalls:
+        return []
+    try:
+        calls = _SCRIPT_CALLS.decode(state.metadata.toolCalls)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return []
+    parent = _str(part.callID)
+    found = []
+    for n, call in enumerate(calls, 1):
+        if type(call.tool) is not str or not call.tool:
+            continue
+        status = _str(call.status)
+        found.append(
+            Unknown(
+                tool=call.tool.replace(".", "_", 1),
+                call_id=f"{parent}/{n}" if parent else None,
+                status=status,
+                success=success_of(status),
+                via="execute",
+            )
+        )
+    return found
+
+
 def _unknown_call(common: dict[str, Any], key: str, part: Part) -> Unknown:
     entry = UNKNOWN_TOOL_FIELDS.get(key)
     state = part.state
@@ -648,6 +752,8 @@ def tool_events(part: Part, directory: str | None = None) -> list[Event]:
         return []
     entry = TOOL_RULES.get(key)
     if entry is None:
+        if key == "execute":  # code mode: the call, then the calls its script made
+            return [_unknown_call(common, key, part), *script_calls(part)]
         return [_unknown_call(common, key, part)]
     if not state.input:
         return [Unknown(**common)]

@@ -436,11 +436,18 @@ class Normalizer(Counters):
         events = tool_events(part, self._directory)
         if events:
             first = events[0]
-            if self.mcp_servers is not None and type(first) is Unknown and first.tool:
-                first.mcp_server = self._mcp_server(first.tool)
+            if self.mcp_servers is not None and type(first) is Unknown:
+                for event in events:  # code mode's script calls too
+                    if event.tool:
+                        event.mcp_server = self._mcp_server(event.tool)  # type: ignore[union-attr]
             success = first.success  # all events of one call share it
             if success is False:
                 self.tool_failures += 1
+            if len(events) > 1 and type(first) is Unknown:  # the calls a script made
+                for event in events[1:]:
+                    self.tool_calls += 1
+                    if event.success is False:  # type: ignore[union-attr]
+                        self.tool_failures += 1
         elif part.state is not None and success_of(part.state.status) is False:
             self.tool_failures += 1  # a consumed tool (todowrite) that failed still counts
         return self._stamp(events, prov)

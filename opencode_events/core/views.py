@@ -54,6 +54,8 @@ class ToolMetadata(Struct, gc=False):
     sessionId: Any = None  # task's child session  # noqa: N815 - OpenCode's spelling
     files: Raw = NO_RAW  # apply_patch: the files it changed, [{filePath, type, movePath?}]
     answers: Any = None  # question: the labels the user chose, one list per question
+    background: Any = None  # task: launched in the background
+    toolCalls: Raw = NO_RAW  # execute (code mode): the calls its script made  # noqa: N815
 
 
 class ToolState(Struct, gc=False):
@@ -512,6 +514,7 @@ class LedgerMessageView(Struct):
 class SessionTimes(Struct):
     created: Any = None
     updated: Any = None
+    archived: Any = None
 
 
 class LegacySessionInfo(Struct):
@@ -522,3 +525,4 @@ class LegacySessionInfo(Struct):
     version: Any = None
     agent: Any = None
     time: SessionTimes | None = None
+    revert: Raw = NO_RAW  # {messageID, partID?, snapshot?, diff?}: an undo not yet cleaned up

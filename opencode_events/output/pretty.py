@@ -601,9 +601,15 @@ def _subject(event: Any, cwd: str = "") -> str:
         subject = event.agent or ""
         if event.description:
             subject += (": " if subject else "") + event.description
-        return subject
+        return subject + (" (in the background)" if event.background else "")
     if isinstance(event, Skill):
         return event.name or ""
+    if getattr(event, "via", None):  # a call code mode's script made: its raw is the script's
+        return f"via {event.via}"
+    if getattr(event, "url", None):
+        return event.url
+    if getattr(event, "query", None):
+        return f"search {event.query}"
     return _first_line(getattr(event, "title", None)) or _input_of(getattr(event, "raw", None))
 
 

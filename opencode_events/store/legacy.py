@@ -157,6 +157,8 @@ class LegacyStore:
             tokens_cache_write=tokens[4],
             time_created=created or 0,
             time_updated=updated or created or 0,
+            time_archived=_int(info.time.archived) if info.time else None,
+            revert=bytes(info.revert) if info.revert else None,
         )
 
     def sessions(self, *, since_ms: int | None = None, top_level: bool = False) -> list[SessionRow]:
@@ -171,6 +173,10 @@ class LegacyStore:
     def session(self, session_id: str) -> SessionRow | None:
         found = self._sessions.get(session_id)
         return found[0] if found else None
+
+    def reverted_sessions(self) -> dict[str, str | bytes]:
+        """session id → its pending revert (JSON), for the sessions that have one."""
+        return {i: row.revert for i, (row, _) in self._sessions.items() if row.revert}
 
     def find_sessions(self, prefix: str) -> list[str]:
         return sorted(sid for sid in self._sessions if sid == prefix or sid.startswith(prefix))

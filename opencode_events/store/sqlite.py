@@ -60,6 +60,8 @@ REQUIRED_TABLES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Session columns a store may lack (an older schema): read as NULL there.
+OPTIONAL_SESSION_COLUMNS = ("time_archived", "revert")
 _SESSION_COLUMNS = ", ".join(SessionRow._fields)
 
 
@@ -195,6 +197,8 @@ class Store:
         self.path = Path(path)
         self._tmp: str | None = None
         self._loops: frozenset[Any] | None = None
+        self._reverts: dict[str, str | bytes] | None = None
+        self._session_columns = _SESSION_COLUMNS
         try:  # a private copy made before a failure is removed too
             self.conn = self._connect()
             self._check_schema()
@@ -213,6 +217,8 @@ class Store:
         clone.path = self.path
         clone._tmp = None
         clone._loops = self._loops
+        clone._reverts = self._reverts
+        clone._session_columns = self._session_columns
         clone.uri = self.uri
         clone.bytes_read = 0
         try:
@@ -288,6 +294,11 @@ class Store:
             raise InputError(
                 f"{self.path} is not a readable SQLite database ({sqlite_reason(exc)})"
             ) from None
+        present = tables.get("session", set())
+        self._session_columns = ", ".join(
+            name if name in present or name not in OPTIONAL_SESSION_COLUMNS else f"NULL AS {name}"
+            for name in SessionRow._fields
+        )
         for table, columns in REQUIRED_TABLES.items():
             if table not in tables:
                 raise InputError(f"{self.path} is not an OpenCode database (no `{table}` table)")
@@ -338,7 +349,7 @@ class Store:
             clause, loop_ids = self._top_level()
             where.append(clause)
             params += loop_ids
-        sql = f"SELECT {_SESSION_COLUMNS} FROM session"
+        sql = f"SELECT {self._session_columns} FROM session"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY time_updated DESC, id DESC"
@@ -555,7 +566,9 @@ class Store:
         return [sid for _, sid in rows]
 
     def session(self, session_id: str) -> SessionRow | None:
-        rows = self._query(f"SELECT {_SESSION_COLUMNS} FROM session WHERE id = ?", (session_id,))
+        rows = self._query(
+            f"SELECT {self._session_columns} FROM session WHERE id = ?", (session_id,)
+        )
         row = next(rows, None)
         return self._session_row(row) if row else None
 
@@ -587,6 +600,8 @@ class Store:
             t_write,
             created,
             updated,
+            archived,
+            revert,
         ) = row
         if (  # what OpenCode writes: taken as it is, without a call per cell
             type(title) is str
@@ -637,7 +652,20 @@ class Store:
             _int(t_write),
             _int(created),
             _int(updated),
+            _int(archived) if archived is not None else None,
+            revert if isinstance(revert, (str, bytes)) else None,
         )
+
+    def reverted_sessions(self) -> dict[str, str | bytes]:
+        """session id → its pending revert (JSON), for the sessions that have one; read
+        once per store (an undo is rare, and ``import`` asks for every session)."""
+        if self._reverts is None:
+            if "revert" in self._session_columns.split(", "):
+                rows = self._query("SELECT id, revert FROM session WHERE revert IS NOT NULL")
+                self._reverts = {i: r for i, r in rows if isinstance(r, (str, bytes))}
+            else:
+                self._reverts = {}
+        return self._reverts
 
     def children(self) -> dict[str, list[str]]:
         """parent id → child session ids, oldest first (a parent link on a loop is not one)."""
