@@ -512,12 +512,26 @@ def _by_part(output: bytes) -> dict[str, list[dict]]:
 BOTH = [p.parent for p in STREAMS if (p.parent / "opencode.db").exists()]
 
 
+def _imported_folder(folder: Path) -> bytes:
+    """The store of a capture: its database, or, for a data directory that also holds the
+    JSON files of an older OpenCode (samples/legacy_mixed), both, each session once."""
+    if not (folder / "storage").is_dir():
+        return imported(folder / "opencode.db")
+    from opencode_events.pipeline.normalize import import_sessions
+    from opencode_events.store.open import open_store, select_sessions
+
+    out = io.BytesIO()
+    with open_store(str(folder)) as store:
+        import_sessions(store, select_sessions(store, all_sessions=True), JsonlWriter(out))
+    return out.getvalue()
+
+
 @pytest.mark.parametrize("folder", BOTH, ids=lambda p: p.name)
 def test_the_stream_and_the_store_map_each_part_alike(folder: Path):
     # One mapping for every source: a part the stream showed is the same event when the
     # store's copy of it is imported (the store also has parts the stream never shows).
     streamed = _by_part(normalized(folder / "stream.jsonl"))
-    stored = _by_part(imported(folder / "opencode.db"))
+    stored = _by_part(_imported_folder(folder))
     for part_id, events in streamed.items():
         assert stored.get(part_id) == events, part_id
 

@@ -133,7 +133,8 @@ def context(
     """
     from ..output import rows as formats
     from ..reports.context import context_report
-    from ..store.open import open_store, select_sessions, store_files
+    from ..store.open import select_sessions, store_files
+    from .io import open_store
 
     with open_store(db_path) as store:
         refuse_stdout_read(store_files(store))

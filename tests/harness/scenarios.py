@@ -438,6 +438,47 @@ def drive_serve_revert(cap: Capture) -> None:
     _serve_common(cap, body)
 
 
+LEGACY_JSON_VERSION = "1.1.65"  # the last release on npm that keeps sessions in JSON files
+FIRST_DB_VERSION = "1.2.27"  # a release of the first SQLite schema; it imports those files
+
+
+def drive_legacy_mixed(cap: Capture) -> None:
+    """One data directory used by three releases in turn, as a user's is: 1.1.65 writes a
+    session in storage/ JSON files; 1.2.27 imports them into a new opencode.db (the files
+    stay) and adds a session there (its database is kept as older/opencode.db, an older
+    schema); 1.1.65 again (a downgrade) writes a session only the files hold; 1.18.33
+    migrates the database and adds one more, and does not read the files."""
+    from .opencode import ensure_opencode
+
+    env = cap.env
+    json_binary = str(ensure_opencode(version=LEGACY_JSON_VERSION))
+    db_binary = str(ensure_opencode(version=FIRST_DB_VERSION))
+
+    def run(binary: str, *words: str) -> None:
+        argv = [binary, "run", "--format", "json", "-m", f"{PROVIDER_ID}/{cap.scenario.model}"]
+        result = env._run([*argv, *words], timeout=cap.scenario.timeout)
+        cap.runs.append(result)
+        if result.returncode != 0:
+            raise HarnessError(f"{binary} run failed: {result.stderr[-1000:]!r}")
+
+    run(json_binary, "first", "session", "in", "JSON", "files")
+    run(db_binary, "second", "session", "in", "the", "first", "database")
+    older = cap.scenario.name + "-older.db"
+    env.copy_db(env.root / older)
+    cap.extra_files["older/opencode.db"] = (env.root / older).read_bytes()
+    run(json_binary, "third", "session", "after", "a", "downgrade")
+    run(env.binary, "fourth", "session", "in", "today's", "database")
+    cap.main_session = cap.runs[-1].session_id
+    storage = env.db_path.parent / "storage"
+    for file in sorted(storage.rglob("*.json")):
+        cap.extra_files[f"storage/{file.relative_to(storage)}"] = file.read_bytes()
+    cap.notes.append(
+        f"runs: {LEGACY_JSON_VERSION}, {FIRST_DB_VERSION}, {LEGACY_JSON_VERSION}, 1.18.33 in one "
+        "data directory; storage/ is its JSON files, older/opencode.db the database as "
+        f"{FIRST_DB_VERSION} left it"
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # the scenarios
 
@@ -1252,6 +1293,23 @@ SCENARIOS: list[Scenario] = [
                 usage=U(2600, 60, 0, 0),
             ),
             say("Code mode done.", usage=U(2700, 4, 2500, 0)),
+        ],
+    ),
+    Scenario(
+        "legacy_mixed",
+        "One data directory used by opencode-ai 1.1.65 (JSON files in storage/), 1.2.27 (imports "
+        "them into opencode.db, keeps the files; its database is older/opencode.db), 1.1.65 "
+        "again (a session only the files hold) and 1.18.33 (migrates the database, adds one). "
+        "stream.jsonl is the four runs (the older releases are installed from npm).",
+        driver=drive_legacy_mixed,
+        slow=True,  # two npm installs the first time, four runs
+        timeout=180,
+        files=WORK_FILES,
+        steps=[
+            say("Answer from 1.1.65.", usage=U(1000, 5, 0, 0)),
+            say("Answer from 1.2.27.", usage=U(1100, 6, 0, 0)),
+            say("Answer from 1.1.65 again.", usage=U(1150, 7, 0, 0)),
+            say("Answer from 1.18.33.", usage=U(1200, 8, 0, 0)),
         ],
     ),
 ]
