@@ -367,23 +367,25 @@ class Store:
                 version = row[0]
         return migration, version
 
-    def _schema_words(self) -> str:
+    def _schema_words(self, lead: str = "; ") -> str:
+        """The schema, in words: OpenCode's last migration, the newest session's version."""
         migration, version = self.schema
         words = []
         if migration:
-            words.append(f"its schema is OpenCode's migration {migration}")
+            words.append(f"OpenCode's migration {migration}")
         if version:
-            words.append(f"its newest session was written by OpenCode {version}")
-        return ("; " + ", ".join(words)) if words else ""
+            words.append(f"its newest session written by OpenCode {version}")
+        return (lead + ", ".join(words)) if words else ""
 
     def schema_note(self) -> str | None:
         """A note for people when the database is of an older schema this tool reads in
         its own way (``totals_from_messages``), naming that schema; else None."""
         if not self.totals_from_messages:
             return None
+        words = self._schema_words(lead="")
         return (
-            f"{self.path} is of an older OpenCode schema{self._schema_words()}: its sessions "
-            "keep no totals, so their cost and tokens are summed from their messages"
+            f"{self.path} is of an older OpenCode schema{f' ({words})' if words else ''}: its "
+            "sessions keep no totals, so their cost and tokens are summed from their messages"
         )
 
     def close(self) -> None:
