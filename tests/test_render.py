@@ -198,6 +198,17 @@ def test_other_kinds() -> None:
     ]
 
 
+def test_an_undone_event_is_struck_through() -> None:
+    out = io.StringIO()
+    writer = PrettyWriter(out, width=60, color=True, live=False)
+    writer.write([Prompt(text="kept"), Prompt(text="undone", reverted=True)])
+    writer.flush()
+    kept, undone = out.getvalue().splitlines()
+    assert "9m" not in kept and "kept" in kept  # SGR 9: crossed out
+    assert ";9;" in undone and "undone" in undone
+    assert render([Prompt(text="undone", reverted=True)]) == ["» undone"]  # text unchanged
+
+
 def test_long_lines_are_cut_to_the_width_keeping_exit_code() -> None:
     event = Command(
         tool="bash", success=True, command="echo " + "x" * 200, exit_code=1, duration_ms=5

@@ -247,6 +247,8 @@ class PrettyWriter:
             if line is None:
                 continue
             line.plain = visible(line.plain)  # one character for one: the styles stay put
+            if event.reverted:  # undone by the user (/undo), still stored: struck through
+                line.stylize("dim strike")
             if line.no_wrap:  # one line per event: cut to the width, never wrapped
                 print_(line, no_wrap=True, overflow="ellipsis", crop=True)
             else:
