@@ -764,6 +764,8 @@ class Store:
             and type(t_write) is int
             and type(created) is int
             and type(updated) is int
+            and (archived is None or type(archived) is int)
+            and (revert is None or type(revert) is str)
         ):
             return SessionRow(
                 sid,
@@ -781,6 +783,8 @@ class Store:
                 t_write,
                 created,
                 updated,
+                archived,
+                revert,
             )
         return SessionRow(
             sid,
