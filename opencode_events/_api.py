@@ -208,8 +208,10 @@ def _payload_bytes(payload: Any) -> bytes:
 def open_store(path: str | os.PathLike[str] | None = None) -> Any:
     """OpenCode's store, read-only, found as the command line finds it (``path``, else
     ``$OPENCODE_DB``, else ``$XDG_DATA_HOME/opencode/opencode.db``, else the legacy
-    ``storage/`` files); a path may also name a data directory. Use it as a context
-    manager. Raises ``InputError`` for a file that is not OpenCode's database."""
+    ``storage/`` files); a path may also name a data directory (one holding both a
+    database and older JSON files is read as both, each session once). Its ``notes`` (a
+    list of str) say what people should know: such a mix, an older schema. Use it as a
+    context manager. Raises ``InputError`` for a file that is not OpenCode's database."""
     from .store.open import open_store as open_
 
     return open_(os.fspath(path) if path is not None else None)

@@ -30,7 +30,11 @@ __all__ = [
     "Usage",
     "Error",
     "Permission",
+    "Question",
     "Compaction",
+    "Attachment",
+    "Subtask",
+    "Mention",
     "Patch",
     "Retry",
     "Delta",
@@ -68,6 +72,9 @@ class Event(Struct, kw_only=True, omit_defaults=True, tag_field="kind", gc=False
     line: int | None = None
     message_id: str | None = None
     part_id: str | None = None
+    # True: made from a message or part the session's pending revert undid (OpenCode keeps
+    # them stored until the next prompt, which deletes them; its views hide them).
+    reverted: bool | None = None
     # ``--tag KEY=VALUE`` stamps (a machine, a CI job), written last on every event.
     tags: dict[str, str] | None = None
 
@@ -146,6 +153,9 @@ class Orchestration(ToolEvent, tag="orchestration", kw_only=True):
     agent: str | None = None
     child_session_id: str | None = None
     description: str | None = None
+    # True: a background task (OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS): the call returns
+    # once the subagent is launched, so its status says it started, not that it finished
+    background: bool | None = None
     raw: Raw | None = None
 
 
@@ -188,9 +198,56 @@ class Permission(Event, tag="permission", kw_only=True):
     raw: Raw | None = None
 
 
+class Question(Event, tag="question", kw_only=True):
+    """The model asked the user (OpenCode's ``question`` tool, answered in the TUI or over
+    the server): ``question.asked`` gives ``questions``, ``question.replied`` the
+    ``answers`` (``reply: "answer"``), ``question.rejected`` ``reply: "reject"``."""
+
+    id: str | None = None  # que_…, the same on the ask and its reply
+    call_id: str | None = None  # the question tool call that asked (asked only)
+    questions: list[str] | None = None  # each question's text, in order
+    answers: list[list[str]] | None = None  # the labels chosen, one list per question
+    reply: str | None = None  # "answer" or "reject"; None on the ask
+    raw: Raw | None = None
+
+
 class Compaction(Event, tag="compaction", kw_only=True):
     auto: bool | None = None
     overflow: bool | None = None  # True: the provider refused the context as too long
+    raw: Raw | None = None
+
+
+class Attachment(Event, tag="attachment", kw_only=True):
+    """A file given with a message (OpenCode's ``file`` part: ``run -f``, an ``@file`` in
+    the TUI, a pasted image, an MCP resource)."""
+
+    name: str | None = None  # the file's name (``filename``)
+    mime: str | None = None
+    path: str | None = None  # a local file's absolute path (its file:// URL)
+    url: str | None = None  # any other URL but data: (whose content is the URL itself)
+    # how it was picked (OpenCode's ``source.type``): "file", "symbol" (an @symbol of the
+    # LSP) or "resource" (an MCP resource); ``source`` is every event's input file
+    origin: str | None = None
+    raw: Raw | None = None
+
+
+class Subtask(Event, tag="subtask", kw_only=True):
+    """A command run in a subagent (OpenCode's ``subtask`` part, on the user's message): the
+    prompt it hands the subagent, which exists nowhere else in the parent session."""
+
+    agent: str | None = None
+    description: str | None = None
+    command: str | None = None  # the command's name (``/review``)
+    prompt: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    raw: Raw | None = None
+
+
+class Mention(Event, tag="mention", kw_only=True):
+    """An ``@agent`` in a prompt (OpenCode's ``agent`` part): the user asked for it."""
+
+    agent: str | None = None
     raw: Raw | None = None
 
 
@@ -239,6 +296,13 @@ class Unknown(Event, tag="unknown", kw_only=True):
     title: str | None = None
     duration_ms: int | float | None = None
     error: str | None = None
+    # What a user filters on, for some tools seed 000 leaves unknown (docs/events.md):
+    mcp_server: str | None = None  # an MCP tool's server, as configured (normalize, import)
+    via: str | None = None  # "execute": a call code mode's script made (call_id "<call>/<n>")
+    url: str | None = None  # webfetch: the URL fetched
+    query: str | None = None  # websearch (and the older codesearch): what was searched for
+    questions: list[str] | None = None  # question: each question's text
+    answers: list[list[str]] | None = None  # question: the labels chosen, per question
     raw: Raw | None = None
 
 
@@ -280,7 +344,11 @@ ANY_EVENT = (
     | Usage
     | Error
     | Permission
+    | Question
     | Compaction
+    | Attachment
+    | Subtask
+    | Mention
     | Patch
     | Retry
     | Delta

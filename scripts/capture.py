@@ -88,6 +88,7 @@ def write_capture(cap: Capture, out: Path, binary: str) -> None:
     for name, raw in cap.sse.items():
         (out / name).write_bytes(raw)
     for name, raw in cap.extra_files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_bytes(raw)
     if cap.env.db_path.exists():
         cap.env.copy_db(out / "opencode.db")

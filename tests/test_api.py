@@ -209,7 +209,7 @@ def _payloads(sse: Path) -> list[tuple[int, str]]:
 
 
 def _without_lines(events) -> list[dict]:
-    found = [msgspec.to_builtins(event) for event in events]
+    found = [msgspec.json.decode(msgspec.json.encode(event)) for event in events]
     for event in found:
         event.pop("line", None)
     return found

@@ -985,3 +985,45 @@ def test_normalize_to_a_pipe_imports_no_database_binding():
         [sys.executable, "-c", code], input=SIMPLE, capture_output=True, timeout=60
     )
     assert result.returncode == 0, result.stderr.decode()
+
+
+# ------------------------------------------------------------------ MCP servers on events
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["normalize", str(SAMPLES / "mcp" / "stream.jsonl")],
+        ["normalize", str(SAMPLES / "mcp" / "export.json")],
+        ["import", "--all", "--db", str(SAMPLES / "mcp" / "opencode.db")],
+    ],
+    ids=["stream", "export", "import"],
+)
+def test_an_mcp_call_names_its_configured_server(args, tmp_path: Path):
+    """samples/mcp: OpenCode names the calls `my-tools_v1_<tool>` for the server
+    `my-tools.v1`; a shorter server name that also matches loses to the longest, a tool of
+    no configured server names none, and without a config no call names a server."""
+    config = tmp_path / "config" / "opencode"
+    config.mkdir(parents=True)
+    servers = {"my-tools.v1": {"type": "local"}, "my-tools": {"type": "local"}}
+    (config / "opencode.json").write_text(json.dumps({"mcp": servers}))
+    env = {
+        **os.environ,
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "HOME": str(tmp_path),
+    }
+    env.pop("OPENCODE_CONFIG", None)
+    result = run(args, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    calls = [e for e in jsonl(result.stdout) if e["kind"] == "unknown"]
+    assert [c["tool"] for c in calls] == [
+        "my-tools_v1_echo",
+        "my-tools_v1_reject",
+        "my-tools_v1_broken",
+    ]
+    assert [c.get("mcp_server") for c in calls] == ["my-tools.v1"] * 3
+    (config / "opencode.json").write_text(json.dumps({"mcp": {"other": {"type": "local"}}}))
+    result = run(args, cwd=tmp_path, env=env)
+    assert not [e for e in jsonl(result.stdout) if "mcp_server" in e]

@@ -53,14 +53,14 @@ def merged_db(tmp_path_factory) -> Path:
 
 
 def import_bytes(
-    db: Path, tmp_path: Path, *, workers: int, keep_raw: bool = False, tags=None
+    db: Path, tmp_path: Path, *, workers: int, keep_raw: bool = False, tags=None, mcp=None
 ) -> bytes:
     out_path = tmp_path / f"out-{workers}-{keep_raw}.jsonl"
     fanout.LAST_RUN.clear()
     with Store(db) as store, open(out_path, "wb") as out:
         ids = select_sessions(store, all_sessions=True)
         writer = JsonlWriter(out, buffered=True, tags=tags)
-        import_sessions(store, ids, writer, keep_raw=keep_raw, workers=workers)
+        import_sessions(store, ids, writer, keep_raw=keep_raw, workers=workers, mcp_servers=mcp)
     # The workers did run (a test of equal outputs proves nothing if they did not).
     assert fanout.LAST_RUN.get("workers", 1) == min(workers, len(ids)) or workers == 1
     return out_path.read_bytes()
@@ -75,6 +75,7 @@ def test_the_merged_database_has_sessions_to_share(merged_db: Path):
 def test_workers_write_what_one_process_writes(merged_db: Path, tmp_path: Path, workers: int):
     one = import_bytes(merged_db, tmp_path, workers=1)
     assert one.count(b"\n") > 100  # every sample's events
+    assert b'"reverted":true' in one  # serve_revert's undo: each worker's store knows it
     assert import_bytes(merged_db, tmp_path, workers=workers) == one
 
 
@@ -82,6 +83,16 @@ def test_with_raw_rows_too(merged_db: Path, tmp_path: Path):
     assert import_bytes(merged_db, tmp_path, workers=2, keep_raw=True) == import_bytes(
         merged_db, tmp_path, workers=1, keep_raw=True
     )
+
+
+def _servers(directory):
+    return ["my-tools.v1"] if directory and directory.endswith("/mcp/work") else []
+
+
+def test_workers_name_mcp_servers_as_one_process_does(merged_db: Path, tmp_path: Path):
+    one = import_bytes(merged_db, tmp_path, workers=1, mcp=_servers)
+    assert one.count(b'"mcp_server":"my-tools.v1"') == 3
+    assert import_bytes(merged_db, tmp_path, workers=3, mcp=_servers) == one
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 7])

@@ -35,6 +35,11 @@ from opencode_events.store.watch import StoreWatch
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 STORES = sorted(p.parent.name for p in SAMPLES.glob("*/opencode.db"))
+# Replayed into a new file as written over time: not a store whose first sessions are older
+# than its event log (legacy_mixed: 1.2.27 wrote them with no log), which a replay would
+# write after the follower started, as if new sessions came without a log (OpenCode 1.18
+# logs every new session). Read at once, such a store is covered below.
+REPLAYED = [name for name in STORES if name != "legacy_mixed"]
 CLI = [sys.executable, "-m", "opencode_events"]
 _ENCODE = msgspec.json.Encoder()
 
@@ -83,7 +88,10 @@ def comparable(events: list[dict[str, Any]]) -> list[str]:
     for event in events:
         if event["kind"] == "metrics":
             continue
-        event = {k: v for k, v in event.items() if k not in {"seq", "time", "line", "raw"}}
+        # (``reverted``: an undo comes after the events it undid, so the log has no mark;
+        # import reads the session's revert)
+        drop = {"seq", "time", "line", "raw", "reverted"}
+        event = {k: v for k, v in event.items() if k not in drop}
         if event["kind"] == "usage":
             event.pop("part_id", None)
         out.append(json.dumps(event, sort_keys=True))
@@ -132,7 +140,7 @@ def follow_replay(src: Path, dst: Path, *flags: str) -> tuple[list[dict[str, Any
 # ------------------------------------------------------------------- replayed stores
 
 
-@pytest.mark.parametrize("name", STORES)
+@pytest.mark.parametrize("name", REPLAYED)
 def test_a_store_followed_as_written_is_the_store_read_at_once(name: str, tmp_path: Path) -> None:
     src = SAMPLES / name / "opencode.db"
     dst = tmp_path / "opencode.db"

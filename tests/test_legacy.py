@@ -4,6 +4,8 @@ exactly like the database they came from."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -223,3 +225,132 @@ def test_a_session_s_cost_summed_from_json_files_is_written_as_any_sum(tmp_path:
     env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "PATH": "/usr/bin"}
     (row,) = json.loads(run("sessions", "--all", "--format", "json", env=env).stdout)
     assert row["cost"] == row["total_cost"] == 0.3
+
+
+# ------------------------------------------------- a data directory of both kinds (real)
+# samples/legacy_mixed: one data directory used by opencode-ai 1.1.65 (JSON files), 1.2.27
+# (which imported them into opencode.db and left them), 1.1.65 again and 1.18.33.
+
+MIXED = ROOT / "samples" / "legacy_mixed"
+
+
+def _json_lines(data: bytes) -> list[dict]:
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def _file_session_ids(data_dir: Path) -> set[str]:
+    return {p.stem for p in (data_dir / "storage" / "session").glob("*/*.json")}
+
+
+def test_a_data_directory_of_both_kinds_reads_each_session_once():
+    in_db = {sid for (sid,) in rows(MIXED / "opencode.db", "SELECT id FROM session")}
+    in_files = _file_session_ids(MIXED)
+    assert len(in_db & in_files) == 1 and len(in_files - in_db) == 1  # what the capture made
+    result = run("sessions", "--db", str(MIXED))
+    assert result.returncode == 0, result.stderr
+    listed = [s["id"] for s in _json_lines(result.stdout)]
+    assert sorted(listed) == sorted(in_db | in_files)  # every session, none twice
+    (note,) = result.stderr.decode().splitlines()
+    assert note.startswith("note: reading ") and "1 session only the files hold" in note
+    assert "1 session in both, read once, from the database" in note
+
+
+def test_the_session_in_both_is_read_from_the_database():
+    """OpenCode 1.2 imported it: the database's copy is what OpenCode reads now; the
+    downgrade's session, which only the files hold, is read from them; nothing twice."""
+    in_db = {sid for (sid,) in rows(MIXED / "opencode.db", "SELECT id FROM session")}
+    ((both,), (only_files,)) = [
+        sorted(in_db & _file_session_ids(MIXED)),
+        sorted(_file_session_ids(MIXED) - in_db),
+    ]
+    mixed = _json_lines(run("import", "--all", "--db", str(MIXED)).stdout)
+    alone = _json_lines(run("import", both, "--db", str(MIXED / "opencode.db")).stdout)
+
+    def of(events: list[dict], sid: str) -> list[dict]:
+        return [
+            {k: v for k, v in e.items() if k != "seq"} for e in events if e.get("session_id") == sid
+        ]
+
+    assert of(mixed, both) == [e for e in of(alone, both) if e["kind"] != "metrics"]
+    files = [json.loads(p.read_text()) for p in (MIXED / "storage" / "part").glob("*/*.json")]
+    steps = [d for d in files if d["type"] == "step-finish" and d["sessionID"] == only_files]
+    stored = [json.loads(d) for (d,) in rows(MIXED / "opencode.db", "SELECT data FROM part")]
+    stored_steps = [d for d in stored if d["type"] == "step-finish"]
+    assert [
+        u["part_id"] for u in mixed if u["kind"] == "usage" and u["session_id"] == only_files
+    ] == [d["id"] for d in steps]
+    assert mixed[-1]["turns"] == len(stored_steps) + len(steps) == 4
+    assert mixed[-1]["cost"] == pytest.approx(sum(d["cost"] for d in stored_steps + steps))
+
+
+def test_a_database_named_as_a_file_is_that_file_alone():
+    result = run("sessions", "--db", str(MIXED / "opencode.db"))
+    assert result.returncode == 0 and result.stderr == b""
+    assert len(_json_lines(result.stdout)) == 3
+
+
+def test_files_the_database_already_holds_are_only_noted(tmp_path: Path):
+    data_dir = tmp_path / "data"
+    shutil.copytree(MIXED, data_dir)
+    in_db = {sid for (sid,) in rows(data_dir / "opencode.db", "SELECT id FROM session")}
+    for file in (data_dir / "storage" / "session").glob("*/*.json"):
+        if file.stem not in in_db:
+            file.unlink()  # the downgrade's session: now every file is in the database
+    result = run("sessions", "--db", str(data_dir))
+    assert sorted(s["id"] for s in _json_lines(result.stdout)) == sorted(in_db)
+    (note,) = result.stderr.decode().splitlines()
+    assert "hold no other session; 1 session in both, read once, from the database" in note
+
+
+def test_the_status_line_reads_the_database_alone():
+    result = run("statusline", "--db", str(MIXED))
+    assert result.returncode == 0 and result.stderr == b"" and result.stdout.strip()
+
+
+def test_the_default_data_directory_is_read_as_both(tmp_path: Path):
+    data_dir = tmp_path / "xdg" / "opencode"
+    shutil.copytree(MIXED, data_dir)
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path)}
+    env.pop("OPENCODE_DB", None)
+    result = run("sessions", env=env)
+    assert result.returncode == 0, result.stderr
+    assert len(_json_lines(result.stdout)) == 4 and b"note: reading" in result.stderr
+
+
+# ------------------------------------------------------------- an older schema (real)
+
+
+def test_a_database_of_the_first_schema_is_read_and_named():
+    """older/opencode.db: the database 1.2.27 left, whose sessions keep no totals; they are
+    summed from the messages, and a note names the schema."""
+    older = MIXED / "older" / "opencode.db"
+    migration = rows(older, "SELECT name FROM __drizzle_migrations ORDER BY id DESC LIMIT 1")
+    result = run("sessions", "--db", str(older))
+    assert result.returncode == 0, result.stderr
+    (note,) = result.stderr.decode().splitlines()
+    assert note == (
+        f"note: {older} is of an older OpenCode schema (OpenCode's migration {migration[0][0]}, "
+        "its newest session written by OpenCode 1.2.27): its sessions keep no totals, so "
+        "their cost and tokens are summed from their messages"
+    )
+    found = {s["id"]: s for s in _json_lines(result.stdout)}
+    for sid, data in rows(older, "SELECT session_id, data FROM message"):
+        info = json.loads(data)
+        if info["role"] == "assistant":
+            assert found[sid]["cost"] == info["cost"] and found[sid]["model"] == info["modelID"]
+            assert found[sid]["input_tokens"] == info["tokens"]["input"]
+    assert set(found) == {sid for (sid,) in rows(older, "SELECT id FROM session")}
+
+
+def test_a_database_of_a_schema_it_cannot_read_is_refused_naming_it(tmp_path: Path):
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(MIXED / "older" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute("ALTER TABLE session DROP COLUMN directory")
+    conn.commit()
+    conn.close()
+    result = run("sessions", "--db", str(db))
+    assert result.returncode == 2
+    (line,) = result.stderr.decode().splitlines()
+    assert line.startswith("error: ") and "`session` lacks directory" in line
+    assert "migration 20260312043431_session_message_cursor" in line and "1.2.27" in line

@@ -452,6 +452,39 @@ TOOL_CASES = [
         id="mcp-unknown",
     ),
     pytest.param(
+        tool_use(
+            "task",
+            {"description": "d", "prompt": "p", "subagent_type": "general", "background": True},
+            metadata={"sessionId": "ses_c", "background": True, "jobId": "ses_c"},
+        ),
+        [{"kind": "orchestration", "child_session_id": "ses_c", "background": True}],
+        id="task-in-the-background",
+    ),
+    pytest.param(
+        tool_use(
+            "task",
+            {"description": "d", "prompt": "p", "subagent_type": "general", "background": True},
+            metadata={"sessionId": "ses_c"},
+        ),
+        [{"kind": "orchestration", "child_session_id": "ses_c", "background": None}],
+        id="task-background-asked-but-not-offered",
+    ),
+    pytest.param(
+        tool_use(
+            "task",
+            {"description": "d", "prompt": "p", "subagent_type": "general", "background": True},
+            status="error",
+            error="no such agent",
+        ),
+        [{"kind": "orchestration", "agent": "general", "background": True, "success": False}],
+        id="task-background-failed-before-it-started",
+    ),
+    pytest.param(
+        tool_use("task", {"description": "d", "subagent_type": "general", "background": "yes"}),
+        [{"kind": "orchestration", "background": None}],
+        id="task-background-not-a-boolean",
+    ),
+    pytest.param(
         tool_use("READ", {"filePath": "x"}),
         [{"kind": "read", "tool": "READ"}],
         id="case-insensitive-name-kept",
@@ -490,6 +523,108 @@ def test_unknown_tool_keeps_record_and_tool_fields():
     assert event["raw"] == rec and event["success"] is True and event["status"] == "completed"
 
 
+QUESTIONS = [
+    {"question": "Which colour?", "header": "Colour", "options": [{"label": "Red"}]},
+    {"question": "Extras?", "header": "Extras", "options": [], "multiple": True},
+]
+
+# Tools seed 000 does not name: unknown, with the fields a user filters them by beside raw.
+UNKNOWN_TOOL_CASES = [
+    pytest.param(
+        tool_use("question", {"questions": QUESTIONS}, metadata={"answers": [["Red"], []]}),
+        {"questions": ["Which colour?", "Extras?"], "answers": [["Red"], []]},
+        id="question-answered",
+    ),
+    pytest.param(
+        tool_use("question", {"questions": QUESTIONS[:1]}, status="error", error="dismissed"),
+        {"questions": ["Which colour?"]},
+        id="question-dismissed",
+    ),
+    pytest.param(
+        tool_use("Question", {"questions": QUESTIONS[:1]}, metadata={"answers": "Red"}),
+        {"questions": ["Which colour?"]},
+        id="question-answers-of-another-shape",
+    ),
+    pytest.param(
+        tool_use("question", {"questions": [{"header": "no text"}]}), {}, id="question-no-text"
+    ),
+    pytest.param(tool_use("question", {"questions": "why?"}), {}, id="question-not-a-list"),
+    pytest.param(tool_use("question", ["not", "an", "object"]), {}, id="question-input-a-list"),
+    pytest.param(
+        tool_use("webfetch", {"url": "https://example.com/", "format": "markdown"}),
+        {"url": "https://example.com/"},
+        id="webfetch",
+    ),
+    pytest.param(
+        tool_use("webfetch", {"url": "x"}, status="error", error="403"),
+        {"url": "x"},
+        id="webfetch-failed",
+    ),
+    pytest.param(tool_use("WebFetch", {"url": 3}), {}, id="webfetch-url-not-text"),
+    pytest.param(
+        tool_use("websearch", {"query": "opencode release notes", "numResults": 8}),
+        {"query": "opencode release notes"},
+        id="websearch",
+    ),
+    pytest.param(
+        tool_use("codesearch", {"query": "parsePatch", "tokensNum": 5000}),
+        {"query": "parsePatch"},
+        id="codesearch-of-older-releases",
+    ),
+    pytest.param(tool_use("plan_exit", {}), {}, id="plan_exit-nothing-to-carry"),
+    pytest.param(
+        tool_use("my-tools_v1_echo", {"url": "u", "query": "q"}), {}, id="mcp-tool-input-not-read"
+    ),
+]
+
+
+SCRIPT_CASES = [
+    pytest.param(
+        {"toolCalls": [{"tool": "gh.search", "status": "completed", "input": {"q": "x"}}]},
+        [("gh_search", "call_1/1", "completed", True)],
+        id="one-call",
+    ),
+    pytest.param(
+        {
+            "toolCalls": [
+                {"tool": "a.b.c", "status": "running"},
+                {"tool": "x_y.z", "status": "error"},
+            ]
+        },
+        [("a_b.c", "call_1/1", "running", None), ("x_y_z", "call_1/2", "error", False)],
+        id="running-and-failed",
+    ),
+    pytest.param({"toolCalls": []}, [], id="no-calls"),
+    pytest.param({"toolCalls": "x"}, [], id="not-a-list"),
+    pytest.param({"toolCalls": [{"tool": 3}, {"status": "completed"}]}, [], id="no-tool-names"),
+    pytest.param({}, [], id="no-metadata-calls"),
+]
+
+
+@pytest.mark.parametrize("metadata, made", SCRIPT_CASES)
+def test_code_mode_script_calls(metadata, made):
+    rec = tool_use("execute", {"code": "return 1"}, metadata=metadata)
+    execute, *found = normalize_lines([rec])
+    assert execute["tool"] == "execute" and "via" not in execute
+    assert [(e["tool"], e["call_id"], e["status"], e["success"]) for e in found] == made
+    assert all(e["via"] == "execute" and e["kind"] == "unknown" for e in found)
+
+
+def test_a_failed_execute_still_lists_the_calls_it_made():
+    rec = tool_use("execute", {"code": "x"}, status="error", error="ToolFailure")
+    rec["part"]["state"]["metadata"] = {"toolCalls": [{"tool": "gh.search", "status": "error"}]}
+    execute, made = normalize_lines([rec])
+    assert execute["success"] is False and made["success"] is False
+
+
+@pytest.mark.parametrize("rec, fields", UNKNOWN_TOOL_CASES)
+def test_unknown_tools_carry_what_users_filter_on(rec, fields):
+    (event,) = normalize_lines([rec])
+    assert event["kind"] == "unknown" and event["raw"] == rec
+    extra = {k: event[k] for k in ("questions", "answers", "url", "query") if k in event}
+    assert extra == fields
+
+
 # -------------------------------------------------------------------- status words
 
 STATUS_CASES = [(word, True) for word in ("completed", "success", "done", "ok")]
@@ -522,3 +657,143 @@ def test_status_table_is_the_seed_list():
 
 def test_non_string_status_is_undetermined():
     assert success_of(1) is None and success_of(None) is None
+
+
+# ------------------------------------------------------------------ user-side parts
+# A stored, exported or served message's parts: ``file`` (an attachment), ``subtask`` (a
+# command run in a subagent) and ``agent`` (an @mention) have kinds of their own.
+
+
+def part_events(part: dict, role: str = "user") -> list[dict]:
+    import json
+
+    import msgspec
+
+    from opencode_events.core.normalizer import Normalizer, Provenance
+    from opencode_events.core.views import PART_DECODER
+
+    norm = Normalizer()
+    decoded = PART_DECODER.decode(json.dumps({"id": "prt_1", **part}).encode())
+    events = norm.part(decoded, Provenance(session_id=SESSION, raw=b"{}"), role=role)
+    return [json.loads(msgspec.json.encode(e)) for e in events]
+
+
+README_URL = "file:///w/my%20docs/README.md"
+PART_CASES = [
+    pytest.param(
+        {"type": "file", "mime": "text/plain", "filename": "README.md", "url": README_URL},
+        {
+            "kind": "attachment",
+            "name": "README.md",
+            "mime": "text/plain",
+            "path": "/w/my docs/README.md",
+        },
+        id="file-by-path",
+    ),
+    pytest.param(
+        {
+            "type": "file",
+            "mime": "text/plain",
+            "filename": "README.md",
+            "url": README_URL,
+            "source": {"type": "file", "path": "README.md", "text": {"value": "@README.md"}},
+        },
+        {
+            "kind": "attachment",
+            "name": "README.md",
+            "mime": "text/plain",
+            "path": "/w/my docs/README.md",
+            "origin": "file",
+        },
+        id="file-with-its-source",
+    ),
+    pytest.param(
+        {
+            "type": "file",
+            "mime": "image/png",
+            "filename": "shot.png",
+            "url": "data:image/png;base64," + "A" * 5000,
+        },
+        {"kind": "attachment", "name": "shot.png", "mime": "image/png"},
+        id="pasted-image-content-not-copied",
+    ),
+    pytest.param(
+        {
+            "type": "file",
+            "mime": "text/markdown",
+            "url": "https://example.com/a.md",
+            "source": {"type": "resource", "clientName": "docs", "uri": "docs://a"},
+        },
+        {
+            "kind": "attachment",
+            "mime": "text/markdown",
+            "url": "https://example.com/a.md",
+            "origin": "resource",
+        },
+        id="mcp-resource",
+    ),
+    pytest.param(
+        {"type": "file", "mime": 3, "filename": ["x"], "url": 7, "source": "file"},
+        {"kind": "attachment"},
+        id="file-of-another-shape",
+    ),
+    pytest.param(
+        {
+            "type": "subtask",
+            "agent": "general",
+            "description": "Review a file",
+            "command": "review",
+            "model": {"providerID": "mock", "modelID": "mock-model"},
+            "prompt": "Review src/app.py",
+        },
+        {
+            "kind": "subtask",
+            "agent": "general",
+            "description": "Review a file",
+            "command": "review",
+            "prompt": "Review src/app.py",
+            "model": "mock-model",
+            "provider": "mock",
+        },
+        id="subtask",
+    ),
+    pytest.param(
+        {"type": "subtask", "agent": "general", "prompt": "p", "model": "mock-model"},
+        {"kind": "subtask", "agent": "general", "prompt": "p"},
+        id="subtask-model-not-an-object",
+    ),
+    pytest.param(
+        {"type": "agent", "name": "explore", "source": {"value": "@explore"}},
+        {"kind": "mention", "agent": "explore"},
+        id="agent-mention",
+    ),
+    pytest.param({"type": "agent"}, {"kind": "mention"}, id="agent-without-a-name"),
+]
+
+
+@pytest.mark.parametrize("part, expected", PART_CASES)
+def test_user_side_parts(part, expected):
+    (event,) = part_events(part)
+    drop = {"seq", "session_id", "part_id"}
+    assert {k: v for k, v in event.items() if k not in drop} == expected
+
+
+def test_a_user_side_part_seen_again_is_a_duplicate():
+    from opencode_events.core.normalizer import Normalizer, Provenance
+    from opencode_events.core.views import PART_DECODER
+
+    norm = Normalizer()
+    part = PART_DECODER.decode(b'{"id": "prt_1", "type": "agent", "name": "explore"}')
+    assert len(norm.part(part, Provenance(), role="user")) == 1
+    assert norm.part(part, Provenance(), role="user") == [] and norm.duplicates == 1
+
+
+def test_no_kind_redefines_a_common_field():
+    """A kind's own field named like a common one (``source``, ``time``) would be overwritten
+    by the normalizer's stamp: every kind keeps to its own names."""
+    from opencode_events import events
+
+    common = set(events.Event.__struct_fields__)
+    for cls in events.ANY_EVENT.__args__:
+        for base in cls.__mro__[: cls.__mro__.index(events.Event)]:
+            assert not common & set(base.__dict__.get("__annotations__", {})), base

@@ -16,19 +16,23 @@ from msgspec import Raw
 
 from opencode_events import iter_events
 from opencode_events.events import (
+    Attachment,
     Command,
     Compaction,
     Delta,
     Error,
+    Mention,
     Message,
     Metrics,
     Orchestration,
     Permission,
     Prompt,
+    Question,
     Read,
     Reasoning,
     Search,
     Skill,
+    Subtask,
     Unknown,
     Usage,
     Warning,
@@ -156,6 +160,14 @@ def test_other_kinds() -> None:
             Warning(message="not JSON: bad", line=3),
             Permission(id="per_1", permission="bash", patterns=["echo hi"]),
             Permission(id="per_1", reply="reject"),
+            Question(id="que_1", questions=["Which colour?", "Extras?"]),
+            Question(id="que_1", answers=[["Blue"], ["Tests", "Docs"]], reply="answer"),
+            Question(id="que_2", reply="reject"),
+            Attachment(name="README.md", mime="text/plain", path="/elsewhere/README.md"),
+            Attachment(name="shot.png", mime="image/png"),
+            Subtask(agent="general", description="Review a file", prompt="Review src/app.py"),
+            Subtask(prompt="First line\nsecond line"),
+            Mention(agent="explore"),
             Compaction(auto=True),
             Unknown(type="question.asked"),
         ],
@@ -173,9 +185,28 @@ def test_other_kinds() -> None:
         "! warning    line 3: not JSON: bad",
         "? permission bash: echo hi",
         "✗ permission reject",
+        "? question   Which colour? · Extras?",
+        "✓ question   Blue · Tests, Docs",
+        "✗ question   dismissed",
+        "+ attached   /elsewhere/README.md (text/plain)",
+        "+ attached   shot.png (image/png)",
+        "» subtask    general: Review a file",
+        "» subtask    First line",
+        "@ mention    explore",
         "⟲ compaction automatic",
         "? unknown    question.asked",
     ]
+
+
+def test_an_undone_event_is_struck_through() -> None:
+    out = io.StringIO()
+    writer = PrettyWriter(out, width=60, color=True, live=False)
+    writer.write([Prompt(text="kept"), Prompt(text="undone", reverted=True)])
+    writer.flush()
+    kept, undone = out.getvalue().splitlines()
+    assert "9m" not in kept and "kept" in kept  # SGR 9: crossed out
+    assert ";9;" in undone and "undone" in undone
+    assert render([Prompt(text="undone", reverted=True)]) == ["» undone"]  # text unchanged
 
 
 def test_long_lines_are_cut_to_the_width_keeping_exit_code() -> None:

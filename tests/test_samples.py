@@ -75,7 +75,14 @@ def test_metrics_agree_with_the_raw_step_finish_records(stream: Path):
     assert metrics["cost"] == pytest.approx(sum(p["cost"] for p in steps.values()))
     assert metrics["records"] == len(raw_records(scenario))
     tool_records = [r for r in raw_records(scenario) if r["type"] == "tool_use"]
-    assert metrics["tool_calls"] == len(tool_records)
+    # a code mode script's calls are tool calls too (samples/code_mode)
+    script_calls = [
+        c
+        for r in tool_records
+        if r["part"]["tool"] == "execute"
+        for c in r["part"]["state"].get("metadata", {}).get("toolCalls", [])
+    ]
+    assert metrics["tool_calls"] == len(tool_records) + len(script_calls)
     assert [e["seq"] for e in events] == list(range(len(events)))
     lines = (ROOT / "samples" / scenario / "stream.jsonl").read_bytes().splitlines()
     for event in events[:-1]:  # each event carries the session of the record it came from
@@ -210,6 +217,13 @@ def _stored(scenario: str) -> list[dict]:
     ]
 
 
+def events_of_export(scenario: str) -> list[dict]:
+    return [
+        json.loads(line)
+        for line in normalized(ROOT / "samples" / scenario / "export.json").splitlines()
+    ]
+
+
 def _served(scenario: str) -> list[dict]:
     return [
         json.loads(line)
@@ -253,6 +267,156 @@ def test_a_user_shell_command_is_a_command_with_no_inference():
         (command,) = of_kind(events, "command")
         assert command["command"] == "echo from-user" and "exit_code" not in command
         assert [u["total_tokens"] for u in of_kind(events, "usage")] == [1308]
+
+
+def _frames(scenario: str, name: str = "events.sse") -> list[dict]:
+    text = (ROOT / "samples" / scenario / name).read_text()
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+
+
+@pytest.mark.parametrize("name", ["events.sse", "global-events.sse"])
+def test_a_question_asked_answered_and_dismissed(name: str):
+    """serve_question: each question.* frame is one ``question`` event, the reply linked to
+    its ask's tool call; the question tool stays unknown (seed 000) with the questions and
+    the answers beside raw."""
+    served = [
+        json.loads(line)
+        for line in normalized(ROOT / "samples" / "serve_question" / name).splitlines()
+    ]
+    frames = [f.get("payload", f) for f in _frames("serve_question", name)]
+    asked = [f["properties"] for f in frames if f["type"] == "question.asked"]
+    replied = [f["properties"] for f in frames if f["type"] == "question.replied"]
+    (rejected,) = [f["properties"] for f in frames if f["type"] == "question.rejected"]
+    questions = of_kind(served, "question")
+    assert [(q["id"], q.get("reply")) for q in questions] == [
+        (asked[0]["id"], None),
+        (replied[0]["requestID"], "answer"),
+        (asked[1]["id"], None),
+        (rejected["requestID"], "reject"),
+    ]
+    assert questions[0]["questions"] == [q["question"] for q in asked[0]["questions"]]
+    assert questions[1]["answers"] == replied[0]["answers"] == [["Blue"], ["Tests", "Docs"]]
+    assert [q["call_id"] for q in questions] == [a["tool"]["callID"] for a in asked for _ in "ab"]
+    assert [q["message_id"] for q in questions] == [
+        a["tool"]["messageID"] for a in asked for _ in "ab"
+    ]
+    for events in (served, _stored("serve_question")):
+        calls = [e for e in events if e.get("tool") == "question"]
+        assert [c["kind"] for c in calls] == ["unknown", "unknown"]
+        assert [c["call_id"] for c in calls] == [a["tool"]["callID"] for a in asked]
+        assert calls[0]["questions"] == questions[0]["questions"]
+        assert calls[0]["answers"] == questions[1]["answers"]
+        assert calls[1]["success"] is False and "answers" not in calls[1]
+        assert calls[1]["error"] == "The user dismissed this question"
+
+
+def _stored_parts(scenario: str, kind: str) -> list[tuple[str, dict]]:
+    """(part id, data) of the stored parts of one type, read straight from the database."""
+    import sqlite3
+
+    uri = f"file:{ROOT / 'samples' / scenario / 'opencode.db'}?immutable=1"
+    with sqlite3.connect(uri, uri=True) as db:
+        rows = db.execute("SELECT id, data FROM part ORDER BY id").fetchall()
+    return [(i, d) for i, d in ((i, json.loads(d)) for i, d in rows) if d["type"] == kind]
+
+
+def test_an_attached_file_is_an_attachment():
+    """file_attach (`run -f README.md`) and serve_mention (a file part with its source): the
+    stored file part, whether read from the store, the export or the server's events."""
+    for name, sources in (
+        ("file_attach", [_stored("file_attach"), events_of_export("file_attach")]),
+        ("serve_mention", [_stored("serve_mention"), _served("serve_mention")]),
+    ):
+        ((part_id, part),) = _stored_parts(name, "file")
+        for events in sources:
+            (attached,) = of_kind(events, "attachment")
+            assert attached["part_id"] == part_id
+            assert attached["name"] == part["filename"] and attached["mime"] == part["mime"]
+            assert "file://" + attached["path"] == part["url"]
+            assert attached.get("origin") == part.get("source", {}).get("type")
+    assert "unknown" not in [e["kind"] for e in _served("serve_mention")]
+
+
+def test_an_agent_mention_is_a_mention():
+    ((part_id, part),) = _stored_parts("serve_mention", "agent")
+    for events in (_stored("serve_mention"), _served("serve_mention")):
+        (mention,) = of_kind(events, "mention")
+        assert (
+            (mention["part_id"], mention["agent"])
+            == (part_id, part["name"])
+            == (
+                part_id,
+                "explore",
+            )
+        )
+
+
+def test_a_subtask_command_keeps_the_prompt_it_gave_the_subagent():
+    """command_subtask: the subtask part is the only place of the parent session holding
+    the prompt; the subagent's own session starts with it as its prompt."""
+    ((part_id, part),) = _stored_parts("command_subtask", "subtask")
+    for events in (_stored("command_subtask"), events_of_export("command_subtask")):
+        (subtask,) = of_kind(events, "subtask")
+        assert subtask["part_id"] == part_id
+        assert (subtask["agent"], subtask["command"], subtask["prompt"]) == (
+            part["agent"],
+            part["command"],
+            part["prompt"],
+        )
+        assert subtask["model"] == part["model"]["modelID"]
+        assert subtask["description"] == part["description"]
+    child = [e for e in of_kind(_stored("command_subtask"), "prompt") if "parent_session_id" in e]
+    assert [p["text"] for p in child] == [part["prompt"]]
+
+
+@scenario("webfetch")
+def test_a_webfetch_stays_unknown_and_carries_its_url():
+    fetched = [r["part"] for r in raw_records("webfetch") if r["type"] == "tool_use"]
+    for events in (events_of("webfetch"), _stored("webfetch"), events_of_export("webfetch")):
+        calls = of_kind(events, "unknown")
+        assert [c["tool"] for c in calls] == ["webfetch"] * len(fetched) == ["webfetch"] * 2
+        assert [c["url"] for c in calls] == [p["state"]["input"]["url"] for p in fetched]
+
+
+@scenario("task_background")
+def test_a_background_task_says_it_was_launched():
+    """task with background: true returns once the subagent started: `completed` means
+    launched, and the orchestration says it ran in the background."""
+    (raw,) = [r["part"] for r in raw_records("task_background") if r["type"] == "tool_use"]
+    assert raw["state"]["metadata"]["background"] is True
+    assert 'state="running"' in raw["state"]["output"]
+    for events in (events_of("task_background"), _stored("task_background")):
+        (orch,) = of_kind(events, "orchestration")
+        assert orch["background"] is True and orch["status"] == "completed"
+        assert orch["child_session_id"] == raw["state"]["metadata"]["sessionId"]
+    (plain,) = of_kind(events_of("task"), "orchestration")
+    assert "background" not in plain
+
+
+@scenario("code_mode")
+def test_code_modes_script_calls_are_mcp_calls():
+    """execute (code mode) is a tool seed 000 does not name: unknown; each call its script
+    made (metadata.toolCalls) is an unknown of the MCP tool, as a direct call is, with
+    OpenCode's key for the tool and its child call id."""
+    (raw,) = [r["part"] for r in raw_records("code_mode") if r["type"] == "tool_use"]
+    calls = raw["state"]["metadata"]["toolCalls"]
+    assert [c["tool"] for c in calls] == ["my-tools_v1.echo", "my-tools_v1.reject"]
+    for events in (events_of("code_mode"), _stored("code_mode"), events_of_export("code_mode")):
+        execute, *made = of_kind(events, "unknown")
+        assert (execute["tool"], execute["call_id"], execute["success"]) == (
+            "execute",
+            "call_exec",
+            True,
+        )
+        assert [(m["tool"], m["call_id"], m["status"], m["success"], m["via"]) for m in made] == [
+            ("my-tools_v1_echo", "call_exec/1", "completed", True, "execute"),
+            ("my-tools_v1_reject", "call_exec/2", "error", False, "execute"),
+        ]
+        assert {m["part_id"] for m in made} == {execute["part_id"]}
+        assert (events[-1]["tool_calls"], events[-1]["tool_failures"]) == (3, 1)
+    # the same names as direct MCP calls (samples/mcp)
+    direct = {e["tool"] for e in of_kind(events_of("mcp"), "unknown")}
+    assert {m["tool"] for m in made} <= direct
 
 
 @scenario("lsp")
@@ -348,12 +512,26 @@ def _by_part(output: bytes) -> dict[str, list[dict]]:
 BOTH = [p.parent for p in STREAMS if (p.parent / "opencode.db").exists()]
 
 
+def _imported_folder(folder: Path) -> bytes:
+    """The store of a capture: its database, or, for a data directory that also holds the
+    JSON files of an older OpenCode (samples/legacy_mixed), both, each session once."""
+    if not (folder / "storage").is_dir():
+        return imported(folder / "opencode.db")
+    from opencode_events.pipeline.normalize import import_sessions
+    from opencode_events.store.open import open_store, select_sessions
+
+    out = io.BytesIO()
+    with open_store(str(folder)) as store:
+        import_sessions(store, select_sessions(store, all_sessions=True), JsonlWriter(out))
+    return out.getvalue()
+
+
 @pytest.mark.parametrize("folder", BOTH, ids=lambda p: p.name)
 def test_the_stream_and_the_store_map_each_part_alike(folder: Path):
     # One mapping for every source: a part the stream showed is the same event when the
     # store's copy of it is imported (the store also has parts the stream never shows).
     streamed = _by_part(normalized(folder / "stream.jsonl"))
-    stored = _by_part(imported(folder / "opencode.db"))
+    stored = _by_part(_imported_folder(folder))
     for part_id, events in streamed.items():
         assert stored.get(part_id) == events, part_id
 

@@ -65,7 +65,8 @@ def context(
     """
     from ..output import rows as formats
     from ..reports.context import context_report
-    from ..store.open import open_store, select_sessions, store_files
+    from ..store.open import select_sessions, store_files
+    from .io import open_store
 
     if session is not None and _names_a_file(session):
         if db_path is not None:

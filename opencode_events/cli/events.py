@@ -172,6 +172,7 @@ def import_(
 
     from ..output.jsonl import make_writer
     from ..pipeline.normalize import import_sessions, normalize_streams
+    from ..reports.mcp import event_mcp_servers
     from ..store.open import select_sessions, store_files
 
     documents = [s for s in sessions if Path(s).is_file()]
@@ -187,7 +188,13 @@ def import_(
         out = open_output(output, reads=documents)
         writer = make_writer(format_for(fmt, out), out, buffered=True, tags=tags, full=full)
         with written_when_interrupted(writer):
-            normalize_streams(inputs, writer, keep_raw=keep_raw, metrics=not no_metrics)
+            normalize_streams(
+                inputs,
+                writer,
+                keep_raw=keep_raw,
+                metrics=not no_metrics,
+                mcp_servers=event_mcp_servers,
+            )
         return
 
     if all_sessions and (sessions or last or since):
@@ -205,7 +212,14 @@ def import_(
         out = open_output(output, reads=store_files(store))
         writer = make_writer(format_for(fmt, out), out, buffered=True, tags=tags, full=full)
         with written_when_interrupted(writer):
-            import_sessions(store, ids, writer, keep_raw=keep_raw, metrics=not no_metrics)
+            import_sessions(
+                store,
+                ids,
+                writer,
+                keep_raw=keep_raw,
+                metrics=not no_metrics,
+                mcp_servers=event_mcp_servers,
+            )
 
 
 @click.command()

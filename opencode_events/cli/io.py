@@ -111,10 +111,15 @@ def since_ms(since: str | None, tz: Any = None) -> int | None:
         raise click.BadParameter(str(exc), param_hint="--since") from None
 
 
-def open_store(db_path: str | None) -> Any:
+def open_store(db_path: str | None, *, legacy: bool = True) -> Any:
+    """The store ``--db`` names (``store.open.open_store``); its notes (a data directory of
+    a database and older JSON files, an older schema) go to stderr as ``note: …``."""
     from ..store.open import open_store as open_db
 
-    return open_db(db_path)
+    store = open_db(db_path, legacy=legacy)
+    for note in getattr(store, "notes", ()):
+        click.echo(f"note: {note}", err=True)
+    return store
 
 
 def _parse_tags(ctx: Any, param: Any, values: tuple[str, ...]) -> dict[str, str] | None:

@@ -24,6 +24,7 @@ __all__ = [
     "run_normalize",
     "tags_of",
     "limit_of",
+    "event_mcp_servers",
     "main",
 ]
 
@@ -121,6 +122,14 @@ def limit_of(max_line: str | None) -> int:
     return max_line_setting() if max_line is None else parse_size(max_line)
 
 
+def event_mcp_servers(directory: str | None) -> list[str]:
+    """The MCP servers an MCP call's ``mcp_server`` is named from (``reports.mcp``), read
+    only when a call of a tool the mapping leaves unknown comes: no start-up cost."""
+    from ..reports.mcp import event_mcp_servers as servers
+
+    return servers(directory)
+
+
 def run_normalize(request: NormalizeRequest) -> None:
     """The ``normalize`` command, its options read (by click or by ``normalize_request``)."""
     from ..output.jsonl import make_writer
@@ -143,6 +152,7 @@ def run_normalize(request: NormalizeRequest) -> None:
             metrics=not request.no_metrics,
             deltas=request.deltas,
             max_line=limit,
+            mcp_servers=event_mcp_servers,
         )
     if request.strict and normalizer.problems:
         counts = normalizer.kind_counts()

@@ -47,8 +47,8 @@ def statusline(
     """
     from ..core.timeutil import parse_since
     from ..reports.statusline import DEFAULT_FORMAT, check_format, render, take_glance
-    from ..store.open import select_sessions
-    from .io import open_store, time_zone
+    from ..store.open import open_store, select_sessions
+    from .io import time_zone
 
     template = DEFAULT_FORMAT if template is None else template
     try:
@@ -62,7 +62,8 @@ def statusline(
             now_ms = parse_since(at, tz=zone)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--at") from None
-    with open_store(db_path) as store:
+    # No notes on a status line, and no old JSON files: they hold no live session.
+    with open_store(db_path, legacy=False) as store:
         chosen = select_sessions(store, (session_id,)) if session_id is not None else [None]
         glance = take_glance(store, chosen[0], now_ms=now_ms, tz=zone)
     try:

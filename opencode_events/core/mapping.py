@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 from msgspec import Struct
 
 from ..events import (
+    Attachment,
     Command,
     Event,
     Orchestration,
     Read,
     Search,
     Skill,
+    Subtask,
     Unknown,
     Usage,
     Write,
@@ -46,7 +49,13 @@ __all__ = [
     "usage_event",
     "error_fields",
     "patch_files",
+    "attachment_event",
+    "subtask_event",
     "text_of",
+    "sanitize",
+    "mcp_server_of",
+    "RevertPoint",
+    "script_calls",
 ]
 
 
@@ -157,6 +166,40 @@ def error_fields(error: Any) -> tuple[str | None, str | None]:
     return name, _str(message)
 
 
+_URL = msgspec.json.Decoder(str)
+
+
+def attachment_event(part: Part) -> Attachment:
+    """A ``file`` part: ``{mime, filename?, url, source?: {type, path, …}}``. A file://
+    URL gives the absolute path; a data: URL (the content itself) is left in ``raw``."""
+    url = path = None
+    data = bytes(part.url)
+    if data and not data.startswith(b'"data:'):
+        try:
+            url = _URL.decode(data)
+        except (msgspec.DecodeError, RecursionError):  # not a string
+            url = None
+        if url is not None and url.startswith("file://"):
+            path, url = unquote(urlsplit(url).path) or None, None
+    origin = part.source.get("type") if type(part.source) is dict else None
+    return Attachment(
+        name=_str(part.filename), mime=_str(part.mime), path=path, url=url, origin=_str(origin)
+    )
+
+
+def subtask_event(part: Part) -> Subtask:
+    """A ``subtask`` part: ``{agent, description, command?, prompt, model?}``."""
+    model = part.model if type(part.model) is dict else {}
+    return Subtask(
+        agent=_str(part.agent),
+        description=_str(part.description),
+        command=_str(part.command),
+        prompt=_str(part.prompt),
+        model=_str(model.get("modelID")),
+        provider=_str(model.get("providerID")),
+    )
+
+
 def patch_files(part: Part) -> list[str] | None:
     """The files of a ``patch`` part (the paths a step changed), or None when its
     ``files`` is not a list of paths."""
@@ -164,6 +207,60 @@ def patch_files(part: Part) -> list[str] | None:
     if type(files) is list and all(type(f) is str for f in files):
         return files
     return None
+
+
+# --------------------------------------------------------------------------- revert
+
+
+class _Revert(Struct):
+    messageID: Any = None  # noqa: N815
+    partID: Any = None  # noqa: N815
+
+
+_REVERT = msgspec.json.Decoder(_Revert)
+
+
+class RevertPoint:
+    """What a session's pending ``revert`` (the TUI's /undo) has undone, as OpenCode's
+    cleanup deletes it at the next prompt: the messages from ``messageID`` on; with
+    ``partID``, that message's parts from ``partID`` on and every later message. Fed the
+    session's messages in order (``message``), each followed by its parts (``part``)."""
+
+    __slots__ = ("message_id", "part_id", "_all", "_in_message", "_parts")
+
+    def __init__(self, message_id: str, part_id: str | None = None) -> None:
+        self.message_id, self.part_id = message_id, part_id
+        self._all = self._in_message = self._parts = False
+
+    @classmethod
+    def of(cls, revert: str | bytes | None) -> RevertPoint | None:
+        """The point of a session's ``revert`` column (JSON), or None when it names none."""
+        if not revert:
+            return None
+        try:
+            point = _REVERT.decode(revert)
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        if type(point.messageID) is not str:
+            return None
+        return cls(point.messageID, point.partID if type(point.partID) is str else None)
+
+    def message(self, message_id: Any) -> bool:
+        """Enter the next message: whether all of it is undone."""
+        if self._in_message:  # past the message undone from a part on: the rest is undone
+            self._all, self._in_message = True, False
+        if not self._all and message_id == self.message_id:
+            if self.part_id is None:
+                self._all = True
+            else:
+                self._in_message, self._parts = True, False
+        return self._all
+
+    def part(self, part_id: Any) -> bool:
+        """Whether the next part of the current message is undone."""
+        if self._in_message and part_id == self.part_id:
+            self._parts = True
+        return self._all or (self._in_message and self._parts)
 
 
 # ---------------------------------------------------------------------------- usage
@@ -220,6 +317,7 @@ class TaskInput(Struct):
     task_id: Any = None
     session_id: Any = None
     sessionId: Any = None  # noqa: N815
+    background: Any = None
 
 
 class SkillInput(Struct):
@@ -378,12 +476,21 @@ def _orchestration(
     child = _child_session(args, part)
     if agent is None and child is None:
         return None
+    # What OpenCode did (metadata, once the subagent started) over what the model asked for
+    # (the input: a call that failed before, or an input OpenCode ignored without the flag).
+    state = part.state
+    metadata = state.metadata if state is not None else None
+    if metadata is not None and _str(metadata.sessionId):
+        background = metadata.background is True
+    else:
+        background = args.background is True
     return [
         Orchestration(
             **common,
             agent=agent,
             child_session_id=child,
             description=_str(args.description),
+            background=True if background else None,
         )
     ]
 
@@ -431,6 +538,143 @@ def _lsp(
         position = f"{line}:{character}"
         return [Search(**common, path=path, operation=operation, position=position)]
     return None
+
+
+# ------------------------------------------------------------------ MCP tool names
+# OpenCode names an MCP tool ``sanitize(server) + "_" + sanitize(tool)``; nothing else in a
+# part marks a call as MCP, so the server comes from the names configured (reports/mcp.py
+# reads them from OpenCode's config files).
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def sanitize(name: str) -> str:
+    """OpenCode's ``name.replace(/[^a-zA-Z0-9_-]/g, "_")``: JavaScript strings are UTF-16,
+    so a character beyond U+FFFF (an emoji) is two code units and becomes two ``_``."""
+    return _UNSAFE.sub(lambda m: "__" if ord(m[0]) > 0xFFFF else "_", name)
+
+
+def mcp_server_of(tool: str, servers: Iterable[str]) -> str | None:
+    """The configured server a tool name belongs to (the longest match), or None."""
+    best: str | None = None
+    best_len = -1
+    for server in servers:
+        prefix = sanitize(server) + "_"
+        if tool.startswith(prefix) and len(tool) > len(prefix) and len(prefix) > best_len:
+            best, best_len = server, len(prefix)
+    return best
+
+
+# ------------------------------------------------------------- tools left unknown
+# Seed 000 maps every tool it does not name to ``unknown``; these keep that kind and carry,
+# beside ``raw``, the fields a user filters them by.
+
+
+class QuestionToolInput(Struct):
+    questions: Any = None
+
+
+class FetchInput(Struct):
+    url: Any = None
+
+
+class QueryInput(Struct):
+    query: Any = None
+
+
+def _fetch_fields(args: FetchInput, part: Part) -> dict[str, Any]:
+    return {"url": _str(args.url)}
+
+
+def _query_fields(args: QueryInput, part: Part) -> dict[str, Any]:
+    return {"query": _str(args.query)}
+
+
+def question_texts(questions: Any) -> list[str] | None:
+    """The texts of OpenCode's ``questions: [{question, header, options, …}]``, or None
+    when it is not of that shape."""
+    if type(questions) is not list:
+        return None
+    texts = [q.get("question") if type(q) is dict else None for q in questions]
+    return texts if all(type(t) is str for t in texts) else None  # type: ignore[return-value]
+
+
+def question_answers(answers: Any) -> list[list[str]] | None:
+    """``[[label, …], …]`` (one list per question), or None when of another shape."""
+    if type(answers) is list and all(
+        type(a) is list and all(type(x) is str for x in a) for a in answers
+    ):
+        return answers
+    return None
+
+
+def _question_fields(args: QuestionToolInput, part: Part) -> dict[str, Any]:
+    state = part.state
+    answers = state.metadata.answers if state and state.metadata else None
+    return {"questions": question_texts(args.questions), "answers": question_answers(answers)}
+
+
+# Tool name (lower case) → (input view, the unknown event's extra fields).
+UNKNOWN_TOOL_FIELDS: dict[str, tuple[type[Struct], Callable[[Any, Part], dict[str, Any]]]] = {
+    "question": (QuestionToolInput, _question_fields),
+    "webfetch": (FetchInput, _fetch_fields),
+    "websearch": (QueryInput, _query_fields),
+    "codesearch": (QueryInput, _query_fields),  # before 1.18: {query, tokensNum}
+}
+
+
+class _ScriptCall(Struct):
+    tool: Any = None  # "<sanitized server>.<tool>"
+    status: Any = None  # running, completed, error
+
+
+_SCRIPT_CALLS = msgspec.json.Decoder(list[_ScriptCall])
+
+
+def script_calls(part: Part) -> list[Unknown]:
+    """The tool calls code mode's ``execute`` script made (``metadata.toolCalls``), each an
+    unknown event as a direct call of the tool is: named by OpenCode's key for it
+    (``<server>_<tool>``, its path with the first ``.`` a ``_``), its call id OpenCode's
+    ``<call id>/<n>``, ``via: "execute"``. Only MCP tools are offered to a script."""
+    state = part.state
+    if state is None or state.metadata is None or not state.metadata.toolCalls:
+        return []
+    try:
+        calls = _SCRIPT_CALLS.decode(state.metadata.toolCalls)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return []
+    parent = _str(part.callID)
+    found = []
+    for n, call in enumerate(calls, 1):
+        if type(call.tool) is not str or not call.tool:
+            continue
+        status = _str(call.status)
+        found.append(
+            Unknown(
+                tool=call.tool.replace(".", "_", 1),
+                call_id=f"{parent}/{n}" if parent else None,
+                status=status,
+                success=success_of(status),
+                via="execute",
+            )
+        )
+    return found
+
+
+def _unknown_call(common: dict[str, Any], key: str, part: Part) -> Unknown:
+    entry = UNKNOWN_TOOL_FIELDS.get(key)
+    state = part.state
+    if entry is None or state is None or not state.input:
+        return Unknown(**common)
+    view, fields = entry
+    try:
+        args = _UNKNOWN_DECODERS[view].decode(state.input)
+    except (msgspec.DecodeError, RecursionError):
+        return Unknown(**common)
+    return Unknown(**common, **fields(args, part))
+
+
+_UNKNOWN_DECODERS = {view: msgspec.json.Decoder(view) for view, _ in UNKNOWN_TOOL_FIELDS.values()}
 
 
 # Tool name (lower case) → (input view, rule). Names not here and not consumed → unknown.
@@ -507,7 +751,11 @@ def tool_events(part: Part, directory: str | None = None) -> list[Event]:
     if key in CONSUMED_TOOLS:
         return []
     entry = TOOL_RULES.get(key)
-    if entry is None or not state.input:
+    if entry is None:
+        if key == "execute":  # code mode: the call, then the calls its script made
+            return [_unknown_call(common, key, part), *script_calls(part)]
+        return [_unknown_call(common, key, part)]
+    if not state.input:
         return [Unknown(**common)]
     view, rule = entry
     try:

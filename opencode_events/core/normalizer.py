@@ -16,7 +16,7 @@ long logs of many runs.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -27,11 +27,13 @@ from ..events import (
     Delta,
     Error,
     Event,
+    Mention,
     Message,
     Metrics,
     Patch,
     Permission,
     Prompt,
+    Question,
     Reasoning,
     Retry,
     ToolEvent,
@@ -42,8 +44,13 @@ from ..events import (
 )
 from .mapping import (
     CONSUMED_PARTS,
+    attachment_event,
     error_fields,
+    mcp_server_of,
     patch_files,
+    question_answers,
+    question_texts,
+    subtask_event,
     success_of,
     text_of,
     tool_events,
@@ -175,9 +182,18 @@ class Counters:
 
 
 class Normalizer(Counters):
-    def __init__(self, *, keep_raw: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        keep_raw: bool = False,
+        mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
+    ) -> None:
         super().__init__()
         self.keep_raw = keep_raw
+        # The MCP servers configured for a session's directory (None: the source names
+        # none), which name the server of an MCP tool call; asked once per directory.
+        self.mcp_servers = mcp_servers
+        self._servers: dict[str | None, Sequence[str]] = {}
         self.seq = 0
         # session → the session that ran it (a subagent's parent), where the source says;
         # its events carry ``parent_session_id``.
@@ -370,6 +386,19 @@ class Normalizer(Counters):
             auto = part.auto if isinstance(part.auto, bool) else None
             overflow = part.overflow if isinstance(part.overflow, bool) else None
             return self._stamp([Compaction(auto=auto, overflow=overflow)], prov)
+        if kind == "file":
+            if not self._first_sighting(part):
+                return []
+            return self._stamp([attachment_event(part)], prov)
+        if kind == "subtask":
+            if not self._first_sighting(part):
+                return []
+            return self._stamp([subtask_event(part)], prov)
+        if kind == "agent":
+            if not self._first_sighting(part):
+                return []
+            name = part.name
+            return self._stamp([Mention(agent=name if type(name) is str else None)], prov)
         if kind == "patch":
             files = patch_files(part)
             if files is not None:
@@ -406,12 +435,29 @@ class Normalizer(Counters):
         self.tool_calls += 1
         events = tool_events(part, self._directory)
         if events:
-            success = events[0].success  # all events of one call share it
+            first = events[0]
+            if self.mcp_servers is not None and type(first) is Unknown:
+                for event in events:  # code mode's script calls too
+                    if event.tool:
+                        event.mcp_server = self._mcp_server(event.tool)  # type: ignore[union-attr]
+            success = first.success  # all events of one call share it
             if success is False:
                 self.tool_failures += 1
+            if len(events) > 1 and type(first) is Unknown:  # the calls a script made
+                for event in events[1:]:
+                    self.tool_calls += 1
+                    if event.success is False:  # type: ignore[union-attr]
+                        self.tool_failures += 1
         elif part.state is not None and success_of(part.state.status) is False:
             self.tool_failures += 1  # a consumed tool (todowrite) that failed still counts
         return self._stamp(events, prov)
+
+    def _mcp_server(self, tool: str) -> str | None:
+        directory = self._directory
+        servers = self._servers.get(directory)
+        if servers is None:
+            servers = self._servers[directory] = self.mcp_servers(directory)  # type: ignore[misc]
+        return mcp_server_of(tool, servers) if servers else None
 
     def enter_message(self, info: Any) -> None:
         """The message whose parts come next (a stored or exported message): its model,
@@ -470,6 +516,28 @@ class Normalizer(Counters):
         reply: str | None = None,
     ) -> list[Event]:
         event = Permission(id=id_, permission=permission, patterns=patterns, reply=reply)
+        return self._stamp([event], prov)
+
+    def question(
+        self,
+        prov: Provenance,
+        *,
+        id_: Any,
+        call_id: Any = None,
+        questions: Any = None,
+        answers: Any = None,
+        reply: str | None = None,
+    ) -> list[Event]:
+        """A question the model asked the user (``question.asked``), or its answer or
+        dismissal (``question.replied`` / ``question.rejected``). Values of another shape
+        than OpenCode's are left out (the frame is in ``raw`` with ``--raw``)."""
+        event = Question(
+            id=id_ if type(id_) is str else None,
+            call_id=call_id if type(call_id) is str else None,
+            questions=question_texts(questions),
+            answers=question_answers(answers),
+            reply=reply,
+        )
         return self._stamp([event], prov)
 
     def retry(

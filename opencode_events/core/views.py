@@ -53,6 +53,9 @@ class ToolMetadata(Struct, gc=False):
     exit: Any = UNSET  # bash's exit code; null (not missing) when bash killed the command
     sessionId: Any = None  # task's child session  # noqa: N815 - OpenCode's spelling
     files: Raw = NO_RAW  # apply_patch: the files it changed, [{filePath, type, movePath?}]
+    answers: Any = None  # question: the labels the user chose, one list per question
+    background: Any = None  # task: launched in the background
+    toolCalls: Raw = NO_RAW  # execute (code mode): the calls its script made  # noqa: N815
 
 
 class ToolState(Struct, gc=False):
@@ -105,6 +108,18 @@ class Part(Struct, gc=False):
     # retry
     attempt: Any = None
     error: Any = None
+    # file (an attachment): its URL stays bytes, a data: URL being the file's content
+    mime: Any = None
+    filename: Any = None
+    url: Raw = NO_RAW
+    source: Any = None
+    # agent (an @mention): name; subtask: agent, description, command, prompt, model
+    name: Any = None
+    agent: Any = None
+    description: Any = None
+    command: Any = None
+    prompt: Any = None
+    model: Any = None
 
 
 class MessagePath(Struct, gc=False):
@@ -330,6 +345,22 @@ class PermissionRepliedProps(Struct):
     reply: Any = None
 
 
+class QuestionAskedProps(Struct):
+    # question.asked: {id, sessionID, questions: [{question, header, options, …}], tool?}
+    id: Any = None
+    sessionID: Any = None  # noqa: N815
+    questions: Any = None  # read as plain values: a rare event, any shape is kept
+    tool: Any = None  # {messageID, callID} of the tool call that asked
+
+
+class QuestionRepliedProps(Struct):
+    # question.replied {sessionID, requestID, answers: [[label]]}; question.rejected has
+    # no answers
+    sessionID: Any = None  # noqa: N815
+    requestID: Any = None  # noqa: N815
+    answers: Any = None
+
+
 class RetryAction(Struct):
     reason: Any = None
 
@@ -483,6 +514,7 @@ class LedgerMessageView(Struct):
 class SessionTimes(Struct):
     created: Any = None
     updated: Any = None
+    archived: Any = None
 
 
 class LegacySessionInfo(Struct):
@@ -493,3 +525,4 @@ class LegacySessionInfo(Struct):
     version: Any = None
     agent: Any = None
     time: SessionTimes | None = None
+    revert: Raw = NO_RAW  # {messageID, partID?, snapshot?, diff?}: an undo not yet cleaned up

@@ -23,22 +23,26 @@ from typing import IO, Any, TextIO
 import msgspec
 
 from ..events import (
+    Attachment,
     Command,
     Compaction,
     Delta,
     Error,
     Event,
+    Mention,
     Message,
     Metrics,
     Orchestration,
     Patch,
     Permission,
     Prompt,
+    Question,
     Read,
     Reasoning,
     Retry,
     Search,
     Skill,
+    Subtask,
     Unknown,
     Usage,
     Warning,
@@ -256,6 +260,8 @@ class PrettyWriter:
             if line is None:
                 continue
             line.plain = visible(line.plain)  # one character for one: the styles stay put
+            if event.reverted:  # undone by the user (/undo), still stored: struck through
+                line.stylize("dim strike")
             if line.no_wrap:  # one line per event: cut to the width, never wrapped
                 print_(line, no_wrap=True, overflow="ellipsis", crop=True)
             else:
@@ -365,12 +371,30 @@ class PrettyWriter:
             return text
         if isinstance(event, Permission):
             return self._permission(event)
+        if isinstance(event, Question):
+            return self._question(event)
         if isinstance(event, Compaction):
             text = Text(no_wrap=True, style="magenta")
             text.append(f"⟲ {'compaction':<{_LABEL_WIDTH}}")
             text.append("automatic" if event.auto else "summarized")
             if event.overflow:
                 text.append(" (the context overflowed)")
+            return text
+        if isinstance(event, Attachment):
+            text = Text(no_wrap=True, overflow="ellipsis", style="cyan")
+            what = _rel(event.path, self._cwd) or event.url or event.name or ""
+            mime = f" ({event.mime})" if event.mime else ""
+            text.append(visible(f"+ {'attached':<{_LABEL_WIDTH}}{what}{mime}"))
+            return text
+        if isinstance(event, Mention):
+            text = Text(no_wrap=True, overflow="ellipsis", style="cyan")
+            text.append(visible(f"@ {'mention':<{_LABEL_WIDTH}}{event.agent or ''}"))
+            return text
+        if isinstance(event, Subtask):
+            text = Text(no_wrap=True, overflow="ellipsis", style="cyan")
+            agent = f"{event.agent}: " if event.agent else ""
+            what = event.description or _first_line(event.prompt) or ""
+            text.append(visible(f"» {'subtask':<{_LABEL_WIDTH}}{agent}{what}"))
             return text
         if isinstance(event, Patch):
             text = Text(no_wrap=True, overflow="ellipsis", style="dim")
@@ -445,6 +469,22 @@ class PrettyWriter:
             glyph = FAIL if event.reply == "reject" else OK
             text.append(f"{glyph} {'permission':<{_LABEL_WIDTH}}", style)
             text.append(event.reply, style)
+        return text
+
+    def _question(self, event: Question) -> Any:
+        from rich.text import Text
+
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if event.reply is None:
+            text.append(f"? {'question':<{_LABEL_WIDTH}}", "bold yellow")
+            text.append(visible(" · ".join(event.questions or [])), "yellow")
+        elif event.reply == "reject":
+            text.append(f"{FAIL} {'question':<{_LABEL_WIDTH}}", "red")
+            text.append("dismissed", "red")
+        else:
+            text.append(f"{OK} {'question':<{_LABEL_WIDTH}}", "green")
+            answers = " · ".join(", ".join(labels) for labels in event.answers or [])
+            text.append(visible(answers or event.reply), "green")
         return text
 
     def _tool(self, event: Any) -> Any:
@@ -579,9 +619,15 @@ def _subject(event: Any, cwd: str = "") -> str:
         subject = event.agent or ""
         if event.description:
             subject += (": " if subject else "") + event.description
-        return subject
+        return subject + (" (in the background)" if event.background else "")
     if isinstance(event, Skill):
         return event.name or ""
+    if getattr(event, "via", None):  # a call code mode's script made: its raw is the script's
+        return f"via {event.via}"
+    if getattr(event, "url", None):
+        return event.url
+    if getattr(event, "query", None):
+        return f"search {event.query}"
     return _first_line(getattr(event, "title", None)) or _input_of(getattr(event, "raw", None))
 
 

@@ -233,6 +233,7 @@ def _worker_main(
             token_out,
             out,
             keep_raw=parent_normalizer.keep_raw,
+            mcp_servers=parent_normalizer.mcp_servers,
             parents=parent_normalizer.parents,
             tags=tags,
         )
@@ -261,6 +262,7 @@ class _Worker:
         out: BinaryIO,
         *,
         keep_raw: bool,
+        mcp_servers: Any,
         parents: dict[str, str],
         tags: dict[str, str] | None,
     ) -> None:
@@ -269,7 +271,7 @@ class _Worker:
         self.token_in = token_in
         self.token_out = token_out
         self.writer = JsonlWriter(out, buffered=True, tags=tags)
-        self.normalizer = Normalizer(keep_raw=keep_raw)
+        self.normalizer = Normalizer(keep_raw=keep_raw, mcp_servers=mcp_servers)
         self.normalizer.parents = parents  # the parent's, computed before the fork
         self.seq_end = 0
         self.held_count = self.most_held = 0  # events held in memory: now, at most

@@ -10,7 +10,7 @@ closing metrics cover the whole output.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from ..core.normalizer import Normalizer
@@ -312,10 +312,12 @@ def normalize_streams(
     metrics: bool = True,
     deltas: bool = False,
     max_line: int | None = None,
+    mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
 ) -> Normalizer:
     """Normalize each ``(name, binary stream)`` in turn into ``writer``; a line longer than
-    ``max_line`` bytes (default ``max_line_setting()``) is a ``warning``."""
-    normalizer = Normalizer(keep_raw=keep_raw)
+    ``max_line`` bytes (default ``max_line_setting()``) is a ``warning``. ``mcp_servers``
+    gives the MCP servers of a session's directory (``Normalizer``)."""
+    normalizer = Normalizer(keep_raw=keep_raw, mcp_servers=mcp_servers)
     write, end_batch = writer.write, writer.end_batch
     for events in event_batches(inputs, normalizer, deltas=deltas, max_line=max_line):
         if events:
@@ -350,6 +352,7 @@ def import_sessions(
     keep_raw: bool = False,
     metrics: bool = True,
     workers: int | None = None,
+    mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
 ) -> Normalizer:
     """Stored sessions, one after another, through the same normalizer into ``writer``.
 
@@ -361,7 +364,7 @@ def import_sessions(
     from ..store.rows import offers_fast_scans, parents_of
     from . import fanout
 
-    normalizer = Normalizer(keep_raw=keep_raw)
+    normalizer = Normalizer(keep_raw=keep_raw, mcp_servers=mcp_servers)
     normalizer.several_sessions = len(set(session_ids)) > 1
     normalizer.parents = parents_of(store)
     if len(session_ids) >= fanout.MIN_SESSIONS:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from .. import paths
+from ..core.mapping import mcp_server_of, sanitize
 from ..store.files import read_regular_file
 
 __all__ = [
@@ -34,15 +35,8 @@ __all__ = [
     "strip_jsonc",
     "config_files",
     "read_json_file",
+    "event_mcp_servers",
 ]
-
-_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
-
-
-def sanitize(name: str) -> str:
-    """OpenCode's ``name.replace(/[^a-zA-Z0-9_-]/g, "_")``: JavaScript strings are UTF-16,
-    so a character beyond U+FFFF (an emoji) is two code units and becomes two ``_``."""
-    return _UNSAFE.sub(lambda m: "__" if ord(m[0]) > 0xFFFF else "_", name)
 
 
 def strip_jsonc(text: str) -> str:
@@ -141,12 +135,8 @@ def mcp_server_names(directory: str | None, env: Mapping[str, str] | None = None
     return sorted(names)
 
 
-def mcp_server_of(tool: str, servers: Iterable[str]) -> str | None:
-    """The configured server a tool name belongs to (the longest match), or None."""
-    best: str | None = None
-    best_len = -1
-    for server in servers:
-        prefix = sanitize(server) + "_"
-        if tool.startswith(prefix) and len(tool) > len(prefix) and len(prefix) > best_len:
-            best, best_len = server, len(prefix)
-    return best
+def event_mcp_servers(directory: str | None) -> list[str]:
+    """The MCP servers of a session in ``directory``, for the events' ``mcp_server``: a
+    source that names no directory (a run stream) is taken to come from the current one,
+    as ``opencode run … | opencode-events normalize`` runs there."""
+    return mcp_server_names(directory or os.getcwd())

@@ -18,11 +18,12 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
+from ..core.mapping import RevertPoint
 from ..core.normalizer import Normalizer, Provenance
 from ..core.views import NO_RAW, later, number, repair_lone_surrogates
 from ..events import Event
 from .stream import StreamReader
-from .transcript import TranscriptMapper
+from .transcript import TranscriptMapper, mark_reverted
 
 __all__ = ["export_events"]
 
@@ -32,6 +33,7 @@ class _Ids(Struct):
     sessionID: Any = None  # noqa: N815
     parentID: Any = None  # noqa: N815
     time: Any = None
+    revert: Raw = NO_RAW  # the session's pending undo (its info's ``revert``)
 
 
 class _StateTime(Struct):
@@ -247,6 +249,7 @@ def _document_events(
     if session_id is not None and parent is not None and parent != session_id:
         normalizer.parents[session_id] = parent  # a subagent's export names who ran it
     mapper = TranscriptMapper(normalizer, source=source)
+    revert = RevertPoint.of(bytes(session.revert)) if session.revert else None
     events: list[Event] = []
     for raw_message in document.messages or ():  # UNSET is false
         try:
@@ -261,6 +264,7 @@ def _document_events(
         except (msgspec.DecodeError, RecursionError):
             ids = _Ids()
         message_id = _str(ids.id)
+        undone = revert is not None and revert.message(message_id)
         created = ids.time.get("created") if isinstance(ids.time, dict) else None
         completed = ids.time.get("completed") if isinstance(ids.time, dict) else None
         info, found = mapper.message(
@@ -269,32 +273,31 @@ def _document_events(
             message_id=message_id,
             time=created,
         )
-        events.extend(found)
+        events.extend(mark_reverted(found) if undone else found)
         role = info.role if info is not None and isinstance(info.role, str) else None
         last = created  # the time of the part before, which a part without one of its own takes
         for part in message.parts:
             part_ids = _part_ids(part)
             # never back in time: the document lists parts as they came
             last = later(last, _started(part_ids, completed))
-            events.extend(
-                mapper.part(
-                    part,
-                    session_id=_str(part_ids.sessionID) or session_id,
-                    message_id=message_id,
-                    part_id=_str(part_ids.id),
-                    time=last,
-                    role=role,
-                )
-            )
-        events.extend(
-            mapper.message_end(
-                info,
-                message.info,
-                session_id=session_id,
+            found = mapper.part(
+                part,
+                session_id=_str(part_ids.sessionID) or session_id,
                 message_id=message_id,
+                part_id=_str(part_ids.id),
                 time=last,
+                role=role,
             )
+            undone_part = revert is not None and revert.part(_str(part_ids.id))
+            events.extend(mark_reverted(found) if undone_part else found)
+        found = mapper.message_end(
+            info,
+            message.info,
+            session_id=session_id,
+            message_id=message_id,
+            time=last,
         )
+        events.extend(mark_reverted(found) if undone else found)
     return events
 
 

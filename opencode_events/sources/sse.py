@@ -20,6 +20,7 @@ those copies are consumed. Mapping (docs/server-events.md has the table):
   message's labels (model, agent, directory), learnt from ``message.updated``.
 * ``message.updated``: flushes the text parts of a completed message that never ended.
 * ``session.error`` → error; ``permission.asked``/``permission.replied`` → permission;
+  ``question.asked``/``question.replied``/``question.rejected`` → question;
   ``session.status`` retry → retry (busy and idle drive ``idle``);
   ``message.part.delta`` → delta only with ``deltas=True``.
 * The types in ``CONSUMED`` (and the experimental ``session.next.*`` family) give no event;
@@ -53,6 +54,8 @@ from ..core.views import (
     PartUpdatedProps,
     PermissionAskedProps,
     PermissionRepliedProps,
+    QuestionAskedProps,
+    QuestionRepliedProps,
     ServerFrame,
     SessionChangedProps,
     SessionErrorProps,
@@ -137,6 +140,8 @@ _PART_DELTA = msgspec.json.Decoder(PartDeltaProps)
 _SESSION_ERROR = msgspec.json.Decoder(SessionErrorProps)
 _PERMISSION_ASKED = msgspec.json.Decoder(PermissionAskedProps)
 _PERMISSION_REPLIED = msgspec.json.Decoder(PermissionRepliedProps)
+_QUESTION_ASKED = msgspec.json.Decoder(QuestionAskedProps)
+_QUESTION_REPLIED = msgspec.json.Decoder(QuestionRepliedProps)
 _SESSION_STATUS = msgspec.json.Decoder(SessionStatusProps)
 _SESSION_CHANGED = msgspec.json.Decoder(SessionChangedProps)
 
@@ -229,6 +234,7 @@ class SseReader:
         self._pending: dict[str, tuple[Part, Provenance]] = {}  # incomplete text parts
         self._running: dict[str, tuple[Part, Provenance]] = {}  # tool calls not ended yet
         self._messages = _Memory()  # message id -> its latest MessageInfo (labels, cwd)
+        self._questions = _Memory()  # question id -> (call id, message id) of its tool call
         self._handlers = {
             "message.part.updated": self._part_updated,
             "message.updated": self._message_updated,
@@ -236,6 +242,9 @@ class SseReader:
             "session.error": self._session_error,
             "permission.asked": self._permission_asked,
             "permission.replied": self._permission_replied,
+            "question.asked": self._question_asked,
+            "question.replied": self._question_replied,
+            "question.rejected": self._question_rejected,
             "session.status": self._session_status,
             "session.idle": self._session_idle,
             "session.created": self._session_changed,
@@ -633,6 +642,39 @@ class SseReader:
         if not self._enter(view.sessionID, prov):
             return []
         return self.normalizer.permission(prov, id_=_str(view.requestID), reply=_str(view.reply))
+
+    def _question_asked(self, props: bytes, prov: Provenance) -> list[Event]:
+        view = _QUESTION_ASKED.decode(props)
+        if not self._enter(view.sessionID, prov):
+            return []
+        tool = view.tool if type(view.tool) is dict else {}
+        call_id, message_id = _str(tool.get("callID")), _str(tool.get("messageID"))
+        prov.message_id = message_id  # the message of the asking call
+        if _str(view.id):
+            self._questions.put(view.id, (call_id, message_id))
+        return self.normalizer.question(
+            prov, id_=view.id, call_id=call_id, questions=view.questions
+        )
+
+    def _question_replied(self, props: bytes, prov: Provenance) -> list[Event]:
+        return self._question_answered(props, prov, "answer")
+
+    def _question_rejected(self, props: bytes, prov: Provenance) -> list[Event]:
+        return self._question_answered(props, prov, "reject")
+
+    def _question_answered(self, props: bytes, prov: Provenance, reply: str) -> list[Event]:
+        """A reply names only the request: its call and message are the ask's."""
+        view = _QUESTION_REPLIED.decode(props)
+        if not self._enter(view.sessionID, prov):
+            return []
+        request = _str(view.requestID)
+        call_id, prov.message_id = (
+            self._questions.get(request) if request is not None else None
+        ) or (None, None)
+        answers = view.answers if reply == "answer" else None
+        return self.normalizer.question(
+            prov, id_=request, call_id=call_id, answers=answers, reply=reply
+        )
 
     def _session_status(self, props: bytes, prov: Provenance) -> list[Event]:
         view = _SESSION_STATUS.decode(props)

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
-from ..core.mapping import CONSUMED_PARTS
+from ..core.mapping import CONSUMED_PARTS, RevertPoint
 from ..core.normalizer import Normalizer, Provenance
 from ..core.views import (
     MESSAGE_DECODER,
@@ -134,11 +134,19 @@ class TranscriptMapper:
         return self.normalizer.error(info.error, prov)
 
 
+def mark_reverted(events: list[Event]) -> list[Event]:
+    """Mark events made from what a session's pending revert undid."""
+    for event in events:
+        event.reverted = True
+    return events
+
+
 def session_events(
     normalizer: Normalizer,
     session_id: str,
     messages: Iterable[Any],
     parts: Iterable[Any],
+    revert: RevertPoint | None = None,
 ) -> Iterator[list[Event]]:
     """Events of one stored session from its message rows and part rows (both in order),
     in lists of whole messages' events, each list ``BATCH_EVENTS`` long or more but the last.
@@ -151,7 +159,7 @@ def session_events(
     This is the import's hot loop (once per part of the database): it decodes a part
     before building anything and returns early for parts that map to nothing; every
     other case goes through the same ``TranscriptMapper``/``Normalizer`` calls as the
-    other readers.
+    other readers. ``revert``: the session's pending undo, whose events are marked.
     """
     mapper = TranscriptMapper(normalizer)
     map_part = mapper.part
@@ -167,6 +175,7 @@ def session_events(
         pending = next(part_iter, None)
         for message_id, _, created, data in messages:
             done = len(events)
+            undone = revert is not None and revert.message(message_id)
             if not entered:
                 normalizer.enter_session(session_id)
                 entered = True
@@ -182,11 +191,13 @@ def session_events(
                 info, found = mapper.message(
                     data, session_id=session_id, message_id=message_id, time=created
                 )
-                events += found
+                events += mark_reverted(found) if undone else found
             role = info.role if info is not None and type(info.role) is str else None
             while pending is not None and pending[1] == message_id:
                 part_id, _, _, part_time, part_data = pending
                 pending = next(part_iter, None)
+                # this part's events are marked once mapped, when the revert undid it
+                start = len(events) if revert is not None and revert.part(part_id) else -1
                 if part_data is None:
                     part_data = b"null"
                 try:
@@ -204,6 +215,8 @@ def session_events(
                     )
                     if found:
                         events += found
+                        if start >= 0:
+                            mark_reverted(events[start:])
                     continue
                 normalizer.records += 1
                 kind = part.type
@@ -226,11 +239,12 @@ def session_events(
                     role=role,
                 )
                 if found:
-                    events += found
+                    events += mark_reverted(found) if start >= 0 else found
             if info is not None and info.role == "assistant" and info.error:
-                events += mapper.message_end(
+                found = mapper.message_end(
                     info, data, session_id=session_id, message_id=message_id, time=created
                 )
+                events += mark_reverted(found) if undone else found
             if len(events) >= BATCH_EVENTS:
                 yield events
                 events = []
@@ -256,5 +270,7 @@ def map_session(
     else:
         messages, parts = store.messages(session_id), store.parts(session_id)
     normalizer.totals.cost = 0.0
-    yield from session_events(normalizer, session_id, messages, parts)
+    reverts = getattr(store, "reverted_sessions", None)  # a store that knows of none: none
+    revert = RevertPoint.of(reverts().get(session_id)) if reverts is not None else None
+    yield from session_events(normalizer, session_id, messages, parts, revert)
     costs.append(normalizer.totals.cost)

@@ -27,7 +27,7 @@ from ..events import summed_cost
 from .files import read_regular_file
 from .rows import MessageRow, PartRow, SessionRow, is_top_level, loop_members
 
-__all__ = ["LegacyStore", "find_legacy_roots"]
+__all__ = ["LegacyStore", "MixedStore", "find_legacy_roots", "legacy_session_ids", "mixed_note"]
 
 
 _SESSION = msgspec.json.Decoder(LegacySessionInfo)
@@ -84,6 +84,8 @@ class _Layout:
 
 class LegacyStore:
     """The legacy JSON files of one data directory (all its storage roots)."""
+
+    notes: list[str] = []  # nothing to tell people about (see ``MixedStore``)
 
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.path = Path(data_dir)
@@ -157,6 +159,8 @@ class LegacyStore:
             tokens_cache_write=tokens[4],
             time_created=created or 0,
             time_updated=updated or created or 0,
+            time_archived=_int(info.time.archived) if info.time else None,
+            revert=bytes(info.revert) if info.revert else None,
         )
 
     def sessions(self, *, since_ms: int | None = None, top_level: bool = False) -> list[SessionRow]:
@@ -171,6 +175,10 @@ class LegacyStore:
     def session(self, session_id: str) -> SessionRow | None:
         found = self._sessions.get(session_id)
         return found[0] if found else None
+
+    def reverted_sessions(self) -> dict[str, str | bytes]:
+        """session id → its pending revert (JSON), for the sessions that have one."""
+        return {i: row.revert for i, (row, _) in self._sessions.items() if row.revert}
 
     def find_sessions(self, prefix: str) -> list[str]:
         return sorted(sid for sid in self._sessions if sid == prefix or sid.startswith(prefix))
@@ -244,3 +252,124 @@ class LegacyStore:
         for sid in session_ids if session_ids is not None else list(self._sessions):
             for row in self.parts(sid):
                 yield sid, row.data
+
+
+def legacy_session_ids(data_dir: Path) -> set[str]:
+    """The ids of the sessions the storage/ files under ``data_dir`` hold, from the file
+    names alone (cheap: no file is read)."""
+    ids: set[str] = set()
+    for root in find_legacy_roots(data_dir):
+        ids.update(file.stem for file in _Layout(root).session_files())
+    return {sid for sid in ids if _safe_id(sid)}
+
+
+class MixedStore:
+    """A data directory's ``opencode.db`` and the older ``storage/`` JSON files beside it,
+    read as one store: each session once. OpenCode 1.2 imported the files into its new
+    database and left them in place, so a session in both is read from the database (what
+    OpenCode reads now); one the files alone hold (written by a release before 1.2, after
+    the import or without one) from the files. OpenCode 1.18 itself reads only the database.
+    ``notes`` says what was read from where, for people."""
+
+    def __init__(self, database: Any, files: LegacyStore) -> None:
+        self.database, self.files = database, files
+        self.path = files.path
+        self.roots = files.roots
+        in_database = set(database.session_ids())
+        self._from_files = {sid for sid in files._sessions if sid not in in_database}
+        self.in_both = len(files._sessions) - len(self._from_files)
+        self.notes = [mixed_note(database.path, files.roots, len(self._from_files), self.in_both)]
+
+    def _store_of(self, session_id: str) -> Any:
+        return self.files if session_id in self._from_files else self.database
+
+    def __enter__(self) -> MixedStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.database.close()
+        self.files.close()
+
+    def _file_rows(self, rows: list[SessionRow]) -> list[SessionRow]:
+        return [r for r in rows if r.id in self._from_files]
+
+    def sessions(self, *, since_ms: int | None = None, top_level: bool = False) -> list[SessionRow]:
+        rows = self.database.sessions(since_ms=since_ms) + self._file_rows(
+            self.files.sessions(since_ms=since_ms)
+        )
+        if top_level:
+            loops = self.loop_members()
+            known = {r.id for r in self.database.sessions()} | self._from_files
+            rows = [r for r in rows if is_top_level(r, known.__contains__, loops)]
+        return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)
+
+    def session(self, session_id: str) -> SessionRow | None:
+        return self._store_of(session_id).session(session_id)
+
+    def reverted_sessions(self) -> dict[str, str | bytes]:
+        found = {k: v for k, v in self.files.reverted_sessions().items() if k in self._from_files}
+        return {**found, **self.database.reverted_sessions()}
+
+    def find_sessions(self, prefix: str) -> list[str]:
+        files = [sid for sid in self.files.find_sessions(prefix) if sid in self._from_files]
+        return sorted({*self.database.find_sessions(prefix), *files})
+
+    def _parents(self) -> dict[str, str | None]:
+        parents = {r.id: r.parent_id for r in self.database.sessions()}
+        parents.update({r.id: r.parent_id for r in self._file_rows(self.files.sessions())})
+        return parents
+
+    def children(self) -> dict[str, list[str]]:
+        rows = self.database.sessions() + self._file_rows(self.files.sessions())
+        known = {r.id for r in rows}
+        loops = self.loop_members()
+        tree: dict[str, list[str]] = {}
+        for row in sorted(rows, key=lambda r: (r.time_created, r.id)):
+            parent = row.parent_id
+            if parent and parent != row.id and parent in known and row.id not in loops:
+                tree.setdefault(parent, []).append(row.id)
+        return tree
+
+    def loop_members(self) -> frozenset[Any]:
+        return loop_members(self._parents())
+
+    def messages(self, session_id: str) -> Iterator[MessageRow]:
+        return self._store_of(session_id).messages(session_id)
+
+    def parts(self, session_id: str) -> Iterator[PartRow]:
+        return self._store_of(session_id).parts(session_id)
+
+    def all_message_data(
+        self, session_ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, bytes]]:
+        for sid in session_ids if session_ids is not None else self._every_id():
+            for row in self.messages(sid):
+                yield sid, row.data
+
+    def all_part_data(
+        self, session_ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, bytes]]:
+        for sid in session_ids if session_ids is not None else self._every_id():
+            for row in self.parts(sid):
+                yield sid, row.data
+
+    def _every_id(self) -> list[str]:
+        return [r.id for r in sorted(self.sessions(), key=lambda r: (r.time_created, r.id))]
+
+
+def mixed_note(database: Path, roots: Sequence[Path], only_files: int, in_both: int) -> str:
+    """What a data directory of both kinds gave: which sessions were read from where."""
+    folders = ", ".join(str(root) for root in roots)
+    said = f"{database} and the JSON files of an OpenCode before 1.2 in {folders}"
+    both = (
+        f"; {in_both} session{'s' if in_both != 1 else ''} in both, read once, from the database"
+        if in_both
+        else ""
+    )
+    if only_files:
+        plural = "s" if only_files != 1 else ""
+        return f"reading {said}: {only_files} session{plural} only the files hold{both}"
+    return f"reading {database}: the JSON files in {folders} hold no other session{both}"

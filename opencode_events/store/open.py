@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..paths import channel_databases, locate_db
-from .legacy import LegacyStore, find_legacy_roots
+from .legacy import LegacyStore, MixedStore, find_legacy_roots, legacy_session_ids, mixed_note
 from .rows import descendants, is_top_level, offers_fast_scans
 from .sqlite import Store
 
@@ -28,6 +28,8 @@ def store_files(store: Any) -> list[Path]:
     the folder of a legacy JSON store."""
     if isinstance(store, LegacyStore):  # its storage/ folders
         return list(store.roots)
+    if isinstance(store, MixedStore):  # the database's files and the storage/ folders
+        return [*store_files(store.database), *store.roots]
     path = Path(store.path)
     return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
 
@@ -105,18 +107,25 @@ def select_sessions(
     return list(dict.fromkeys(expanded))
 
 
-def open_store(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Any:
+def open_store(
+    explicit: str | None = None, env: Mapping[str, str] | None = None, *, legacy: bool = True
+) -> Any:
     """The store to read: the database ``locate_db`` names, or else legacy JSON files.
 
     ``explicit`` may also name an OpenCode data directory (its ``opencode.db``, else its
     legacy files) or a ``storage`` folder. When the
     default database is missing, the data directory's legacy ``storage/`` files are used;
     failing that, the error names any ``opencode-<channel>.db`` found beside it.
+
+    A data directory (named, or the default one) that holds both ``opencode.db`` and the
+    ``storage/`` files of an OpenCode before 1.2 is read as both (``with_legacy_files``),
+    unless ``legacy`` is false (the live views: old files hold no live session). The
+    store's ``notes`` (a list, maybe empty) say so, and name an older schema.
     """
     path = locate_db(explicit, env)
     if path.is_dir():
         if (path / "opencode.db").is_file():  # OpenCode's data directory
-            return Store(path / "opencode.db")
+            return with_legacy_files(Store(path / "opencode.db"), path, legacy)
         others = channel_databases(path)
         if others and not find_legacy_roots(path):
             names = ", ".join(str(p) for p in others)
@@ -129,4 +138,23 @@ def open_store(explicit: str | None = None, env: Mapping[str, str] | None = None
         if others:
             names = ", ".join(str(p) for p in others)
             raise InputError(f"no OpenCode database at {path} (found {names}; pass --db)")
-    return Store(path)
+    store = Store(path)
+    if explicit:  # a database named as a file is that file alone
+        return with_legacy_files(store, None, False)
+    return with_legacy_files(store, path.parent, legacy)
+
+
+def with_legacy_files(store: Store, data_dir: Path | None, legacy: bool) -> Any:
+    """``store``, or a ``MixedStore`` of it and the JSON files in ``data_dir`` when they hold
+    a session the database does not; ``notes`` set on what is returned."""
+    notes = [note] if (note := store.schema_note()) else []
+    if legacy and data_dir is not None and find_legacy_roots(data_dir):
+        in_files = legacy_session_ids(data_dir)
+        if in_files and not in_files <= set(store.session_ids()):
+            mixed = MixedStore(store, LegacyStore(data_dir))
+            mixed.notes = notes + mixed.notes
+            return mixed
+        if in_files:
+            notes.append(mixed_note(store.path, find_legacy_roots(data_dir), 0, len(in_files)))
+    store.notes = notes
+    return store

@@ -50,6 +50,11 @@ class SessionRow(NamedTuple):
     tokens_cache_write: int
     time_created: int
     time_updated: int
+    # Newer columns, None where a store has none: when the session was archived (OpenCode
+    # hides it from its lists), and its pending undo, JSON {messageID, partID?, snapshot?,
+    # diff?}: the messages from there on are undone, and deleted at the next prompt.
+    time_archived: int | None = None
+    revert: str | bytes | None = None
 
 
 class MessageRow(NamedTuple):

@@ -60,6 +60,20 @@ REQUIRED_TABLES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Session columns a store may lack (an older schema): read as NULL there.
+OPTIONAL_SESSION_COLUMNS = ("time_archived", "revert")
+# The session's totals, which OpenCode's first databases (1.2.x) kept only in the messages:
+# a store without them sums its assistant messages, as the legacy JSON files are read.
+TOTALS_COLUMNS = (
+    "agent",
+    "model",
+    "cost",
+    "tokens_input",
+    "tokens_output",
+    "tokens_reasoning",
+    "tokens_cache_read",
+    "tokens_cache_write",
+)
 _SESSION_COLUMNS = ", ".join(SessionRow._fields)
 
 
@@ -195,6 +209,12 @@ class Store:
         self.path = Path(path)
         self._tmp: str | None = None
         self._loops: frozenset[Any] | None = None
+        self._reverts: dict[str, str | bytes] | None = None
+        self._totals: dict[str, dict[str, Any]] | None = None
+        self._session_columns = _SESSION_COLUMNS
+        self.totals_from_messages = False
+        self.schema: tuple[str | None, str | None] = (None, None)
+        self.notes: list[str] = []  # for people: set by ``store.open`` (an older schema, …)
         try:  # a private copy made before a failure is removed too
             self.conn = self._connect()
             self._check_schema()
@@ -213,6 +233,12 @@ class Store:
         clone.path = self.path
         clone._tmp = None
         clone._loops = self._loops
+        clone._reverts = self._reverts
+        clone._totals = self._totals
+        clone._session_columns = self._session_columns
+        clone.totals_from_messages = self.totals_from_messages
+        clone.schema = self.schema
+        clone.notes = []
         clone.uri = self.uri
         clone.bytes_read = 0
         try:
@@ -288,15 +314,79 @@ class Store:
             raise InputError(
                 f"{self.path} is not a readable SQLite database ({sqlite_reason(exc)})"
             ) from None
+        present = tables.get("session", set())
+        self.schema = self._schema_of(tables)
+        # An older schema without the session's totals: summed from its messages.
+        self.totals_from_messages = "session" in tables and not any(
+            c in present for c in TOTALS_COLUMNS
+        )
+        optional = OPTIONAL_SESSION_COLUMNS + (TOTALS_COLUMNS if self.totals_from_messages else ())
+        self._session_columns = ", ".join(
+            name if name in present or name not in optional else f"NULL AS {name}"
+            for name in SessionRow._fields
+        )
         for table, columns in REQUIRED_TABLES.items():
             if table not in tables:
                 raise InputError(f"{self.path} is not an OpenCode database (no `{table}` table)")
             missing = [c for c in columns if c not in tables[table]]
+            if table == "session" and self.totals_from_messages:
+                missing = [c for c in missing if c not in TOTALS_COLUMNS]
             if missing:
                 raise InputError(
                     f"{self.path} is not an OpenCode database this tool knows "
-                    f"(`{table}` lacks {', '.join(missing)})"
+                    f"(`{table}` lacks {', '.join(missing)}{self._schema_words()})"
                 )
+
+    def _schema_of(self, tables: dict[str, set[str]]) -> tuple[str | None, str | None]:
+        """(the last migration OpenCode recorded, the newest OpenCode version that wrote a
+        session): what names the schema of a database in a message. OpenCode records its
+        migrations in ``migration`` (1.18) or, before, drizzle's ``__drizzle_migrations``."""
+        migration = version = None
+        queries = []
+        if "id" in tables.get("migration", set()):
+            queries.append("SELECT max(id) FROM migration")
+        if "name" in tables.get("__drizzle_migrations", set()):
+            queries.append("SELECT name FROM __drizzle_migrations ORDER BY id DESC LIMIT 1")
+        for sql in queries:
+            try:
+                row = self.conn.execute(sql).fetchone()
+            except SQLITE_ERRORS:
+                continue
+            if row and isinstance(row[0], str):
+                migration = row[0]
+                break
+        if {"version", "time_updated"} <= tables.get("session", set()):
+            try:
+                row = self.conn.execute(
+                    "SELECT version FROM session WHERE version IS NOT NULL "
+                    "ORDER BY time_updated DESC LIMIT 1"
+                ).fetchone()
+            except SQLITE_ERRORS:
+                row = None
+            if row and isinstance(row[0], str):
+                version = row[0]
+        return migration, version
+
+    def _schema_words(self, lead: str = "; ") -> str:
+        """The schema, in words: OpenCode's last migration, the newest session's version."""
+        migration, version = self.schema
+        words = []
+        if migration:
+            words.append(f"OpenCode's migration {migration}")
+        if version:
+            words.append(f"its newest session written by OpenCode {version}")
+        return (lead + ", ".join(words)) if words else ""
+
+    def schema_note(self) -> str | None:
+        """A note for people when the database is of an older schema this tool reads in
+        its own way (``totals_from_messages``), naming that schema; else None."""
+        if not self.totals_from_messages:
+            return None
+        words = self._schema_words(lead="")
+        return (
+            f"{self.path} is of an older OpenCode schema{f' ({words})' if words else ''}: its "
+            "sessions keep no totals, so their cost and tokens are summed from their messages"
+        )
 
     def close(self) -> None:
         conn = getattr(self, "conn", None)
@@ -338,11 +428,68 @@ class Store:
             clause, loop_ids = self._top_level()
             where.append(clause)
             params += loop_ids
-        sql = f"SELECT {_SESSION_COLUMNS} FROM session"
+        sql = f"SELECT {self._session_columns} FROM session"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY time_updated DESC, id DESC"
-        return [self._session_row(row) for row in self._query(sql, params)]
+        rows = [self._session_row(row) for row in self._query(sql, params)]
+        return self._with_totals(rows) if self.totals_from_messages else rows
+
+    def _with_totals(self, rows: list[SessionRow]) -> list[SessionRow]:
+        """Rows of an older schema with their totals summed from their messages."""
+        totals = self._message_totals()
+        return [row._replace(**totals[row.id]) if row.id in totals else row for row in rows]
+
+    def _message_totals(self) -> dict[str, dict[str, Any]]:
+        """session id → its totals, summed from its assistant messages by the one rule
+        (``figures``), as the legacy store sums them; read once."""
+        if self._totals is not None:
+            return self._totals
+        import msgspec
+
+        from ..core.figures import read_figures
+        from ..core.views import MESSAGE_DECODER
+        from ..events import summed_cost
+
+        sums: dict[str, list[Any]] = {}
+        for session_id, data in self._query(
+            "SELECT session_id, CAST(data AS BLOB) FROM message ORDER BY time_created, id"
+        ):
+            try:
+                info = MESSAGE_DECODER.decode(data) if data else None
+            except (msgspec.DecodeError, RecursionError):
+                continue
+            if info is None or info.role != "assistant":
+                continue
+            figures = read_figures(info.tokens, info.cost)
+            entry = sums.setdefault(session_id, [0.0, 0, 0, 0, 0, 0, 0, None, None])
+            entry[0] += figures.cost
+            entry[1] += 1
+            for i, value in enumerate(
+                (figures.input, figures.output, figures.reasoning),
+                2,
+            ):
+                entry[i] += value
+            entry[5] += figures.cache_read
+            entry[6] += figures.cache_write
+            if isinstance(info.modelID, str):
+                entry[7] = msgspec.json.encode({"id": info.modelID, "providerID": info.providerID})
+            if isinstance(info.agent, str):
+                entry[8] = info.agent
+        self._totals = {
+            sid: {
+                "cost": summed_cost(e[0], e[1]),
+                "tokens_input": e[2],
+                "tokens_output": e[3],
+                "tokens_reasoning": e[4],
+                "tokens_cache_read": e[5],
+                "tokens_cache_write": e[6],
+                "model": e[7].decode() if e[7] else None,
+                "agent": e[8],
+            }
+            for sid, e in sums.items()
+        }
+        return self._totals
 
     def newest_session(self) -> str | None:
         """The top-level session written most recently (``import``'s default), or None."""
@@ -415,20 +562,27 @@ class Store:
     def family_rows(self, root: str) -> list[tuple[str, float, int]]:
         """(id, cost, time_updated) of ``root`` and every session below it, the root first
         (through the parent index, a level at a time)."""
-        found = [(sid, _float(cost), _int(updated)) for sid, cost, updated in self._query(
-            "SELECT id, cost, time_updated FROM session WHERE id = ?", (root,))]  # fmt: skip
+        cost_column = "NULL" if self.totals_from_messages else "cost"
+        rows = self._query(
+            f"SELECT id, {cost_column}, time_updated FROM session WHERE id = ?", (root,)
+        )
+        found = [(sid, _float(cost), _int(updated)) for sid, cost, updated in rows]
         seen = {root}
         frontier = [root]
         while frontier:
             level: list[str] = []
             for sid, cost, updated in self._in_chunks(
-                "SELECT id, cost, time_updated FROM session WHERE parent_id IN ({})", frontier
+                f"SELECT id, {cost_column}, time_updated FROM session WHERE parent_id IN ({{}})",
+                frontier,
             ):
                 if sid not in seen:
                     seen.add(sid)
                     level.append(sid)
                     found.append((sid, _float(cost), _int(updated)))
             frontier = level
+        if self.totals_from_messages:  # an older schema: the costs its messages add up to
+            totals = self._message_totals()
+            found = [(s, totals.get(s, {}).get("cost", 0.0), u) for s, _, u in found]
         return found
 
     def newest_messages(self, session_id: str) -> Iterator[tuple[str, int, bytes]]:
@@ -555,9 +709,14 @@ class Store:
         return [sid for _, sid in rows]
 
     def session(self, session_id: str) -> SessionRow | None:
-        rows = self._query(f"SELECT {_SESSION_COLUMNS} FROM session WHERE id = ?", (session_id,))
+        rows = self._query(
+            f"SELECT {self._session_columns} FROM session WHERE id = ?", (session_id,)
+        )
         row = next(rows, None)
-        return self._session_row(row) if row else None
+        if not row:
+            return None
+        found = self._session_row(row)
+        return self._with_totals([found])[0] if self.totals_from_messages else found
 
     def find_sessions(self, prefix: str) -> list[str]:
         """Ids that equal or start with ``prefix`` (people paste shortened ids)."""
@@ -587,6 +746,8 @@ class Store:
             t_write,
             created,
             updated,
+            archived,
+            revert,
         ) = row
         if (  # what OpenCode writes: taken as it is, without a call per cell
             type(title) is str
@@ -603,6 +764,8 @@ class Store:
             and type(t_write) is int
             and type(created) is int
             and type(updated) is int
+            and (archived is None or type(archived) is int)
+            and (revert is None or type(revert) is str)
         ):
             return SessionRow(
                 sid,
@@ -620,6 +783,8 @@ class Store:
                 t_write,
                 created,
                 updated,
+                archived,
+                revert,
             )
         return SessionRow(
             sid,
@@ -637,7 +802,20 @@ class Store:
             _int(t_write),
             _int(created),
             _int(updated),
+            _int(archived) if archived is not None else None,
+            revert if isinstance(revert, (str, bytes)) else None,
         )
+
+    def reverted_sessions(self) -> dict[str, str | bytes]:
+        """session id → its pending revert (JSON), for the sessions that have one; read
+        once per store (an undo is rare, and ``import`` asks for every session)."""
+        if self._reverts is None:
+            if "revert" in self._session_columns.split(", "):
+                rows = self._query("SELECT id, revert FROM session WHERE revert IS NOT NULL")
+                self._reverts = {i: r for i, r in rows if isinstance(r, (str, bytes))}
+            else:
+                self._reverts = {}
+        return self._reverts
 
     def children(self) -> dict[str, list[str]]:
         """parent id → child session ids, oldest first (a parent link on a loop is not one)."""

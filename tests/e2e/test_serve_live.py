@@ -504,3 +504,116 @@ def _descendants(root: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+QUESTION = {
+    "questions": [
+        {
+            "question": "Which colour?",
+            "header": "Colour",
+            "options": [
+                {"label": "Red", "description": "warm"},
+                {"label": "Blue", "description": "cool"},
+            ],
+        }
+    ]
+}
+
+
+def test_attach_a_question_answered_then_one_dismissed(mock_model, opencode_env):
+    """The question tool of a served session: each ask and reply a `question` event, linked
+    to its tool call; the call itself an unknown with the questions and the answers, in the
+    live view and in the store alike."""
+    m = mock_model(
+        [
+            tools(call("question", QUESTION, "call_q1"), usage=U(1500, 20, 0, 0)),
+            tools(call("question", QUESTION, "call_q2"), usage=U(1600, 21, 1400, 0)),
+            say("Not reached: the question was dismissed.", usage=U(1700, 6, 1500, 0)),
+        ]
+    )
+    env = opencode_env(m)
+    with env.serve() as srv:
+        capture = srv.sse("/event")
+        sid = srv.create_session()["id"]
+        with attached(srv.url, "--session", sid, "--until-idle", "--format", "jsonl") as attach:
+            attach.wait_stderr("attached to")
+            srv.prompt_async(sid, "ask me")
+            first = capture.wait_for(lambda e: e.get("type") == "question.asked")
+            first_id = first["properties"]["id"]
+            srv.json("POST", f"/question/{first_id}/reply", {"answers": [["Blue"]]})
+            second = capture.wait_for(
+                lambda e: e.get("type") == "question.asked" and e["properties"]["id"] != first_id
+            )
+            second_id = second["properties"]["id"]
+            srv.json("POST", f"/question/{second_id}/reject")
+            code = attach.wait(timeout=90)
+            assert code == 0, attach.stderr
+            events = attach.events()
+    questions = [e for e in events if e["kind"] == "question"]
+    assert [(q["id"], q.get("reply"), q["call_id"]) for q in questions] == [
+        (first_id, None, "call_q1"),
+        (first_id, "answer", "call_q1"),
+        (second_id, None, "call_q2"),
+        (second_id, "reject", "call_q2"),
+    ]
+    assert questions[0]["questions"] == ["Which colour?"] and questions[1]["answers"] == [["Blue"]]
+    stored = subprocess.run(
+        [*CLI, "import", sid, "--db", str(env.db_path), "--format", "jsonl"],
+        capture_output=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    from_store = [json.loads(line) for line in stored.stdout.splitlines()]
+    for source in (events, from_store):
+        calls = [e for e in source if e.get("tool") == "question"]
+        assert [(c["kind"], c["success"], c.get("answers")) for c in calls] == [
+            ("unknown", True, [["Blue"]]),
+            ("unknown", False, None),
+        ]
+    assert [e for e in comparable(events) if e["kind"] != "question"] == comparable(from_store)
+
+
+def test_import_marks_what_an_undo_undid_until_the_next_prompt(mock_model, opencode_env):
+    """POST /session/{id}/revert (the TUI's /undo) keeps the undone turn stored, marked by the
+    session's revert: `import` marks its events; the next prompt deletes it (and OpenCode
+    takes its cost off the session), and nothing is marked any more."""
+    m = mock_model(
+        [
+            say("First answer.", usage=U(1000, 5, 0, 0)),
+            say("Second answer, to be undone.", usage=U(1100, 6, 900, 0)),
+            say("Third answer.", usage=U(1200, 7, 1000, 0)),
+        ]
+    )
+    env = opencode_env(m)
+
+    def imported(sid: str) -> list[dict[str, Any]]:
+        result = subprocess.run(
+            [*CLI, "import", sid, "--db", str(env.db_path), "--format", "jsonl"],
+            capture_output=True,
+            cwd=REPO,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr.decode()
+        return [json.loads(line) for line in result.stdout.splitlines()]
+
+    with env.serve() as srv:
+        sid = srv.create_session()["id"]
+        srv.prompt(sid, "first")
+        srv.prompt(sid, "second")
+        users = [
+            m for m in srv.json("GET", f"/session/{sid}/message") if m["info"]["role"] == "user"
+        ]
+        srv.json("POST", f"/session/{sid}/revert", {"messageID": users[-1]["info"]["id"]})
+        undone = imported(sid)
+        assert [(e["kind"], e.get("reverted")) for e in undone[:-1]] == [
+            ("prompt", None),
+            ("message", None),
+            ("usage", None),
+            ("prompt", True),
+            ("message", True),
+            ("usage", True),
+        ]
+        srv.prompt(sid, "third")
+        after = imported(sid)
+    assert not [e for e in after if "reverted" in e]
+    assert [e["text"] for e in after if e["kind"] == "prompt"] == ["first", "third"]

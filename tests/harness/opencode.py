@@ -73,7 +73,7 @@ class HarnessError(RuntimeError):
 # installation
 
 
-def _bin_ok(path: Path) -> bool:
+def _bin_ok(path: Path, version: str = OPENCODE_VERSION) -> bool:
     if not path.is_file() or not os.access(path, os.X_OK):
         return False
     try:
@@ -86,15 +86,22 @@ def _bin_ok(path: Path) -> bool:
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return out.returncode == 0 and out.stdout.strip() == OPENCODE_VERSION
+    return out.returncode == 0 and out.stdout.strip() == version
 
 
-def ensure_opencode(cache_dir: Path | None = None) -> Path:
-    """Install the pinned OpenCode (idempotent) and return the binary path.
+def ensure_opencode(cache_dir: Path | None = None, version: str = OPENCODE_VERSION) -> Path:
+    """Install the pinned OpenCode (idempotent) and return the binary path; ``version``
+    another release (the legacy captures: the JSON files 1.1.x wrote, 1.2.x's database),
+    under ``.cache/opencode-<version>/`` beside the pinned one.
 
     Raises RuntimeError explaining why if it cannot be installed.
     """
     env_bin = os.environ.get("OPENCODE_EVENTS_OPENCODE_BIN")
+    if version != OPENCODE_VERSION:
+        env_bin = None  # that variable names the pinned release
+        if cache_dir is None:
+            root = os.environ.get("OC_CAPTURE_CACHE")  # where older releases are kept
+            cache_dir = (Path(root) if root else CACHE_DIR.parent) / f"opencode-{version}"
     if env_bin:
         p = Path(env_bin)
         if not _bin_ok(p):
@@ -105,21 +112,21 @@ def ensure_opencode(cache_dir: Path | None = None) -> Path:
         return p
     cache_dir = Path(cache_dir or CACHE_DIR)
     binary = cache_dir / BIN_REL
-    if _bin_ok(binary):
+    if _bin_ok(binary, version):
         return binary
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = cache_dir.parent / f".opencode-{OPENCODE_VERSION}.lock"
+    lock_path = cache_dir.parent / f".opencode-{version}.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be installing
         try:
-            if _bin_ok(binary):
+            if _bin_ok(binary, version):
                 return binary
             npm = shutil.which("npm")
             if npm is None:
                 raise RuntimeError(
-                    f"cannot install opencode-ai@{OPENCODE_VERSION}: `npm` is not on PATH "
+                    f"cannot install opencode-ai@{version}: `npm` is not on PATH "
                     "(install Node.js/npm, or set OPENCODE_EVENTS_OPENCODE_BIN to an opencode "
-                    f"{OPENCODE_VERSION} binary)"
+                    f"{version} binary)"
                 )
             cache_dir.mkdir(parents=True, exist_ok=True)
             cmd = [
@@ -131,7 +138,7 @@ def ensure_opencode(cache_dir: Path | None = None) -> Path:
                 "--ignore-scripts",
                 "--prefix",
                 str(cache_dir),
-                f"opencode-ai@{OPENCODE_VERSION}",
+                f"opencode-ai@{version}",
             ]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -144,11 +151,11 @@ def ensure_opencode(cache_dir: Path | None = None) -> Path:
                 )
             if not binary.is_file():
                 raise RuntimeError(
-                    f"npm installed opencode-ai@{OPENCODE_VERSION} but {binary} is missing "
+                    f"npm installed opencode-ai@{version} but {binary} is missing "
                     "(only linux-x64 is supported by this harness)"
                 )
-            if not _bin_ok(binary):
-                raise RuntimeError(f"{binary} does not report version {OPENCODE_VERSION}")
+            if not _bin_ok(binary, version):
+                raise RuntimeError(f"{binary} does not report version {version}")
             return binary
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

@@ -360,6 +360,125 @@ def drive_serve_shell(cap: Capture) -> None:
     _serve_common(cap, body)
 
 
+def drive_serve_question(cap: Capture) -> None:
+    """The question tool, offered in served sessions: the first call (two questions) is
+    answered via POST /question/{id}/reply, the second dismissed via .../reject."""
+
+    def asked(known: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
+        return lambda e: e.get("type") == "question.asked" and e["properties"]["id"] not in known
+
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        srv.prompt_async(sid, "ask me what to do")
+        first = ev.wait_for(asked(()))["properties"]["id"]
+        srv.json("POST", f"/question/{first}/reply", {"answers": [["Blue"], ["Tests", "Docs"]]})
+        second = ev.wait_for(asked((first,)))["properties"]["id"]
+        srv.json("POST", f"/question/{second}/reject")
+        ev.wait_for(_idle(sid))
+
+    _serve_common(cap, body)
+
+
+def drive_serve_mention(cap: Capture) -> None:
+    """A prompt whose parts are text, an attached file (by file:// URL) and an @agent
+    mention, as the TUI and the SDK send them."""
+
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        readme = cap.env.work / "README.md"
+        parts = [
+            {"type": "text", "text": "look at this with @explore"},
+            {
+                "type": "file",
+                "mime": "text/plain",
+                "filename": "README.md",
+                "url": readme.as_uri(),
+                "source": {
+                    "type": "file",
+                    "path": "README.md",
+                    "text": {"value": "@README.md", "start": 0, "end": 10},
+                },
+            },
+            {
+                "type": "agent",
+                "name": "explore",
+                "source": {"value": "@explore", "start": 18, "end": 26},
+            },
+        ]
+        srv.json(
+            "POST",
+            f"/session/{sid}/prompt_async",
+            {"parts": parts, "model": {"providerID": PROVIDER_ID, "modelID": cap.scenario.model}},
+        )
+        ev.wait_for(_idle(sid))
+
+    _serve_common(cap, body)
+
+
+def drive_serve_revert(cap: Capture) -> None:
+    """Two prompts, then POST /session/{id}/revert to the second prompt's message (the TUI's
+    /undo): its messages stay stored, marked by the session's ``revert``, until the next
+    prompt; then PATCH /session/{id} archives the session (``time_archived``)."""
+
+    def body(srv: Any, ev: Any, sid: str) -> None:
+        srv.prompt(sid, "write the notes file")
+        ev.wait_for(_idle(sid))
+        n_idle = sum(1 for e in ev.events if _idle(sid)(e))
+        srv.prompt(sid, "now run a command")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if sum(1 for e in ev.events if _idle(sid)(e)) > n_idle:
+                break
+            time.sleep(0.1)
+        users = [
+            m for m in srv.json("GET", f"/session/{sid}/message") if m["info"]["role"] == "user"
+        ]
+        srv.json("POST", f"/session/{sid}/revert", {"messageID": users[-1]["info"]["id"]})
+        srv.json("PATCH", f"/session/{sid}", {"time": {"archived": int(time.time() * 1000)}})
+        time.sleep(0.3)
+
+    _serve_common(cap, body)
+
+
+LEGACY_JSON_VERSION = "1.1.65"  # the last release on npm that keeps sessions in JSON files
+FIRST_DB_VERSION = "1.2.27"  # a release of the first SQLite schema; it imports those files
+
+
+def drive_legacy_mixed(cap: Capture) -> None:
+    """One data directory used by three releases in turn, as a user's is: 1.1.65 writes a
+    session in storage/ JSON files; 1.2.27 imports them into a new opencode.db (the files
+    stay) and adds a session there (its database is kept as older/opencode.db, an older
+    schema); 1.1.65 again (a downgrade) writes a session only the files hold; 1.18.33
+    migrates the database and adds one more, and does not read the files."""
+    from .opencode import ensure_opencode
+
+    env = cap.env
+    json_binary = str(ensure_opencode(version=LEGACY_JSON_VERSION))
+    db_binary = str(ensure_opencode(version=FIRST_DB_VERSION))
+
+    def run(binary: str, *words: str) -> None:
+        argv = [binary, "run", "--format", "json", "-m", f"{PROVIDER_ID}/{cap.scenario.model}"]
+        result = env._run([*argv, *words], timeout=cap.scenario.timeout)
+        cap.runs.append(result)
+        if result.returncode != 0:
+            raise HarnessError(f"{binary} run failed: {result.stderr[-1000:]!r}")
+
+    run(json_binary, "first", "session", "in", "JSON", "files")
+    run(db_binary, "second", "session", "in", "the", "first", "database")
+    older = cap.scenario.name + "-older.db"
+    env.copy_db(env.root / older)
+    cap.extra_files["older/opencode.db"] = (env.root / older).read_bytes()
+    run(json_binary, "third", "session", "after", "a", "downgrade")
+    run(env.binary, "fourth", "session", "in", "today's", "database")
+    cap.main_session = cap.runs[-1].session_id
+    storage = env.db_path.parent / "storage"
+    for file in sorted(storage.rglob("*.json")):
+        cap.extra_files[f"storage/{file.relative_to(storage)}"] = file.read_bytes()
+    cap.notes.append(
+        f"runs: {LEGACY_JSON_VERSION}, {FIRST_DB_VERSION}, {LEGACY_JSON_VERSION}, 1.18.33 in one "
+        "data directory; storage/ is its JSON files, older/opencode.db the database as "
+        f"{FIRST_DB_VERSION} left it"
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # the scenarios
 
@@ -1018,6 +1137,179 @@ SCENARIOS: list[Scenario] = [
                 usage=U(1200, 18, 0, 0),
             ),
             say("It timed out.", usage=U(1300, 5, 1100, 0)),
+        ],
+    ),
+    Scenario(
+        "serve_question",
+        "`opencode serve` (which offers the question tool): the model asks two questions "
+        "at once, answered via POST /question/{id}/reply; then one more, dismissed via "
+        "POST /question/{id}/reject (the tool fails, the turn stops).",
+        driver=drive_serve_question,
+        steps=[
+            tools(
+                call(
+                    "question",
+                    {
+                        "questions": [
+                            {
+                                "question": "Which colour should the button be?",
+                                "header": "Colour",
+                                "options": [
+                                    {"label": "Red", "description": "warm"},
+                                    {"label": "Blue", "description": "cool"},
+                                ],
+                            },
+                            {
+                                "question": "What else should I do?",
+                                "header": "Extras",
+                                "options": [
+                                    {"label": "Tests", "description": "add tests"},
+                                    {"label": "Docs", "description": "update the docs"},
+                                ],
+                                "multiple": True,
+                            },
+                        ]
+                    },
+                    "call_question_1",
+                ),
+                usage=U(1500, 40, 0, 0),
+            ),
+            tools(
+                call(
+                    "question",
+                    {
+                        "questions": [
+                            {
+                                "question": "Shall I commit?",
+                                "header": "Commit",
+                                "options": [
+                                    {"label": "Yes", "description": "commit now"},
+                                    {"label": "No", "description": "leave it"},
+                                ],
+                            }
+                        ]
+                    },
+                    "call_question_2",
+                ),
+                usage=U(1600, 30, 1400, 0),
+            ),
+            say("Not reached after a dismissed question.", usage=U(1700, 5, 1500, 0)),
+        ],
+    ),
+    Scenario(
+        "serve_mention",
+        "`opencode serve`: one prompt of three parts, text, a `file` attachment (file:// URL, "
+        "source path) and an `agent` mention (@explore); OpenCode reads the file into "
+        "synthetic text parts and adds its note on the agent.",
+        driver=drive_serve_mention,
+        files=WORK_FILES,
+        steps=[say("Noted the README and the explore agent.", usage=U(1800, 9, 0, 0))],
+    ),
+    Scenario(
+        "serve_revert",
+        "`opencode serve`: two prompts (a write, then a bash command), then POST "
+        "/session/{id}/revert to the second prompt (the TUI's /undo: its messages stay "
+        "stored until the next prompt, the session's `revert` marks them) and PATCH "
+        "/session/{id} archiving the session (`time_archived`).",
+        driver=drive_serve_revert,
+        files=WORK_FILES,
+        steps=[
+            tools(
+                call(
+                    "write", {"filePath": "{WORK}/notes/kept.txt", "content": "kept\n"}, "call_kept"
+                ),
+                usage=U(1500, 30, 0, 0),
+            ),
+            say("Wrote the notes file.", usage=U(1600, 6, 1400, 0)),
+            tools(
+                call("bash", {"command": "echo undone > notes/undone.txt"}, "call_undone"),
+                usage=U(1700, 25, 1500, 0),
+            ),
+            say("Ran the command.", usage=U(1800, 5, 1600, 0)),
+        ],
+    ),
+    Scenario(
+        "task_background",
+        "OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=1: a `task` with `background: true` "
+        "returns at once (its `completed` means launched); the subagent runs on in its child "
+        "session (`run` may exit before OpenCode tells the parent it is done).",
+        env={"OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS": "1"},
+        files=WORK_FILES,
+        steps=[
+            tools(
+                call(
+                    "task",
+                    {
+                        "description": "Check the README",
+                        "prompt": "[bg-child] read the README",
+                        "subagent_type": "general",
+                        "background": True,
+                    },
+                    "call_bg_task",
+                ),
+                usage=U(2000, 30, 0, 0),
+            ),
+            say("Started the check in the background.", usage=U(2100, 8, 1900, 0)),
+            # OpenCode tells the parent when the subagent is done (a synthetic prompt), if
+            # the run is still there then
+            say("The background check found a hello.", usage=U(2300, 9, 2000, 0)),
+        ],
+        conversations={
+            "child": {
+                "match": "[bg-child]",
+                "steps": [say("The README says hello.", usage=U(600, 7, 0, 0))],
+            }
+        },
+    ),
+    Scenario(
+        "code_mode",
+        "OPENCODE_EXPERIMENTAL_CODE_MODE=1 with the MCP server of `mcp`: one `execute` call "
+        "whose script calls two MCP tools (one works, one is rejected and caught); OpenCode "
+        "lists them in the call's `metadata.toolCalls`.",
+        env={"OPENCODE_EXPERIMENTAL_CODE_MODE": "1"},
+        config={
+            "mcp": {
+                MCP_NAME: {
+                    "type": "local",
+                    "command": ["{PYTHON}", "{ROOT}/mcp_server.py"],
+                    "environment": {"MCP_LOG": "{ROOT}/mcp.log"},
+                    "timeout": 10000,
+                }
+            }
+        },
+        steps=[
+            tools(
+                call(
+                    "execute",
+                    {
+                        "code": 'const a = await tools["my-tools_v1"].echo({text: "ping"});\n'
+                        'let b = "";\n'
+                        'try { await tools["my-tools_v1"].reject({reason: "no"}); }'
+                        ' catch (e) { b = "rejected"; }\n'
+                        "return {a, b};"
+                    },
+                    "call_exec",
+                ),
+                usage=U(2600, 60, 0, 0),
+            ),
+            say("Code mode done.", usage=U(2700, 4, 2500, 0)),
+        ],
+    ),
+    Scenario(
+        "legacy_mixed",
+        "One data directory used by opencode-ai 1.1.65 (JSON files in storage/), 1.2.27 (imports "
+        "them into opencode.db, keeps the files; its database is older/opencode.db), 1.1.65 "
+        "again (a session only the files hold) and 1.18.33 (migrates the database, adds one). "
+        "stream.jsonl is the four runs (the older releases are installed from npm).",
+        driver=drive_legacy_mixed,
+        slow=True,  # two npm installs the first time, four runs
+        timeout=180,
+        files=WORK_FILES,
+        steps=[
+            say("Answer from 1.1.65.", usage=U(1000, 5, 0, 0)),
+            say("Answer from 1.2.27.", usage=U(1100, 6, 0, 0)),
+            say("Answer from 1.1.65 again.", usage=U(1150, 7, 0, 0)),
+            say("Answer from 1.18.33.", usage=U(1200, 8, 0, 0)),
         ],
     ),
 ]
