@@ -74,10 +74,12 @@ TOKEN_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write")
 
 
 GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+LAST_CPU = [0.0]  # CPU seconds of the last ``measure``d run (children it waited for too)
 
 
 def measure(cmd: list[str], *, env: dict | None = None, stdout=subprocess.DEVNULL, cwd=ROOT):
-    """(wall seconds, peak RSS in MB) of one run.
+    """(wall seconds, peak RSS in MB) of one run (its CPU seconds, user and system, of the
+    whole process tree, in ``LAST_CPU``).
 
     Linux carries a process's peak RSS across exec, so a child forked from this (large)
     process would report at least our own size. When GNU time is there, it forks the
@@ -89,6 +91,7 @@ def measure(cmd: list[str], *, env: dict | None = None, stdout=subprocess.DEVNUL
         proc = subprocess.Popen(full, stdout=stdout, stderr=err, cwd=cwd, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         elapsed = time.perf_counter() - start
+        LAST_CPU[0] = usage.ru_utime + usage.ru_stime
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
             err.seek(0)
@@ -1012,11 +1015,16 @@ def bench_growth(sizes: list[str]) -> dict:
             cmd = our_cmd(args[0], "--db", str(path), *args[1:])
             cold = evict(path)
             t_cold, rss_cold = measure(cmd)
-            t_warm, rss_warm = best(cmd)
+            cpu_cold = LAST_CPU[0]
+            warm_runs = []
+            for _ in range(REPEAT):
+                warm_runs.append((*measure(cmd), LAST_CPU[0]))
             row[name] = {
                 "cold_s": round(t_cold, 2) if cold else None,
-                "warm_s": round(t_warm, 2),
-                "peak_rss_mb": max(rss_cold, rss_warm),
+                "cold_cpu_s": round(cpu_cold, 2),
+                "warm_s": round(min(r[0] for r in warm_runs), 2),
+                "warm_cpu_s": round(min(r[2] for r in warm_runs), 2),
+                "peak_rss_mb": max(rss_cold, *(r[1] for r in warm_runs)),
             }
             print(f"{size} {name}: {row[name]}", file=sys.stderr)
         out[size] = row
@@ -1025,8 +1033,8 @@ def bench_growth(sizes: list[str]) -> dict:
 
 def growth_table(result: dict) -> str:
     lines = [
-        "| size | sessions / parts / GB | command | cold s | warm s | warm ÷ (1x × size) "
-        "| peak RSS MB |",
+        "| size | sessions / parts / GB | command | cold s | warm s (CPU s) "
+        "| warm ÷ (1x × size), wall / CPU | peak RSS MB |",
         "|---|---|---|---|---|---|---|",
     ]
     base = result.get("1x")
@@ -1038,10 +1046,12 @@ def growth_table(result: dict) -> str:
             per = ""
             if base is not None:
                 scale = meta["parts"] / base["database"]["parts"]
-                per = round(fig["warm_s"] / (base[name]["warm_s"] * scale), 2)
+                wall = fig["warm_s"] / (base[name]["warm_s"] * scale)
+                cpu = fig["warm_cpu_s"] / (base[name]["warm_cpu_s"] * scale)
+                per = f"{wall:.2f} / {cpu:.2f}"
             lines.append(
-                f"| {size} | {what} | `{name}` | {fig['cold_s']} | {fig['warm_s']} | {per} "
-                f"| {fig['peak_rss_mb']} |"
+                f"| {size} | {what} | `{name}` | {fig['cold_s']} | {fig['warm_s']} "
+                f"({fig['warm_cpu_s']}) | {per} | {fig['peak_rss_mb']} |"
             )
     return "\n".join(lines)
 
@@ -1070,8 +1080,12 @@ def main() -> None:
         return
     sizes = _option("--growth")
     if sizes is not None:
-        result = bench_growth(sizes or list(GROWTH))
-        (OUT / "growth-results.json").write_text(json.dumps(result, indent=2) + "\n")
+        # Sizes measured before are kept (the 10x run is long: it can be run on its own).
+        saved = OUT / "growth-results.json"
+        result = json.loads(saved.read_text()) if saved.exists() else {}
+        result.update(bench_growth(sizes or list(GROWTH)))
+        result = {size: result[size] for size in GROWTH if size in result}
+        saved.write_text(json.dumps(result, indent=2) + "\n")
         print(growth_table(result))
         return
     if len(sys.argv) == 3 and sys.argv[1] == "--bare":
