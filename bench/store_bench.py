@@ -926,6 +926,9 @@ def bench_shapes(shapes: list[str]) -> dict:
                         "import": bench_import(),
                     }
                 )
+                # What is measured so far, in case the (long) run is cut short.
+                partial = OUT / "shapes-partial.json"
+                partial.write_text(json.dumps({"shapes": metas, "runs": runs}, indent=2) + "\n")
     finally:
         DB = main_db
     summary = {}
