@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SAMPLE ?= samples/file_tools/stream.jsonl
 
-.PHONY: run test lint format bench fuzz soak samples goldens clean
+.PHONY: run test lint format bench bench-shapes bench-growth fuzz soak samples goldens clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,19 @@ bench: $(STAMP)
 	$(PY) bench/run.py
 	$(PY) bench/store_bench.py
 	$(PY) bench/cache_bench.py
+
+# The store ratios on several database shapes (bench/gen_db.py --shape); the worst shape is
+# the verdict. BENCH_ROUNDS rounds over all shapes (default 2).
+SHAPES ?= bench,field,medium,spaced
+bench-shapes: $(STAMP)
+	$(PY) -m compileall -q opencode_events
+	$(PY) bench/store_bench.py --shapes $(SHAPES)
+
+# First-run times and peak RSS at 1x, 3x and 10x the bench database (the 10x one is 30 GB,
+# made once into BENCH_GROWTH_DIR, default bench/out/growth; about 15 minutes; not in CI).
+bench-growth: $(STAMP)
+	$(PY) -m compileall -q opencode_events
+	$(PY) bench/store_bench.py --growth 1x,3x,10x
 
 # The long fuzz run: a million mutated real inputs per input kind (FUZZ_CASES to change).
 fuzz: $(STAMP)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import heapq
 import json
 import os
 import random
@@ -164,6 +165,7 @@ class MessageT:
     data: Template
     assistant: bool
     priced: bool  # carries a "cost","tokens" block to redraw
+    user: bool = False  # a turn: the user's prompt
 
 
 @dataclass
@@ -188,6 +190,7 @@ class SessionT:
     ids: list[str] = field(default_factory=list)  # every id the unit names
     n_parts: int = 0
     n_bytes: int = 0
+    n_turns: int = 0  # the top-level session's user messages
     start: int = 0
     end: int = 0
 
@@ -230,7 +233,11 @@ def load_units() -> list[SessionT]:
                 tpl = compile_template(data, tmin, tmax)
                 role = json.loads(data).get("role")
                 priced = any(isinstance(p, tuple) and p[0] == USAGE_M for p in tpl.pieces)
-                msgs.append(MessageT(mid, sid, created, updated, tpl, role == "assistant", priced))
+                msgs.append(
+                    MessageT(
+                        mid, sid, created, updated, tpl, role == "assistant", priced, role == "user"
+                    )
+                )
             prts = []
             for pid, mid, sid, created, updated, data in parts:
                 if sid != s["id"]:
@@ -251,6 +258,7 @@ def load_units() -> list[SessionT]:
             everything = [unit, *unit.children]
             unit.n_parts = sum(len(u.parts) for u in everything)
             unit.n_bytes = sum(p.data.size for u in everything for p in u.parts)
+            unit.n_turns = sum(m.user for m in unit.messages)
             unit.start = min(unit.row["time_created"], *(m.time_created for m in unit.messages))
             unit.end = max(
                 [unit.row["time_updated"]]
@@ -279,12 +287,28 @@ def _literal(tpl: Template) -> str:
     return "".join(p for p in tpl.pieces if isinstance(p, str))
 
 
-def big_variants(unit: SessionT, tmin: int, tmax: int) -> list[tuple[SessionT, int]]:
-    """The big_output unit whole, and with its big part cut to 40, 16 and 6 KB at a line."""
-    out = [(unit, 30)]
+# Part sizes (``--sizes``): the captured big_output part (83 KB stored) whole, with this
+# weight, and cut at a line to these sizes with these weights. The steering in ``pick_unit``
+# then brings such a unit as often as the target size needs.
+SIZES = {
+    # a few large outputs: most of the bytes in parts of 6 KB and more
+    "steered": (30, ((40_000, 25), (16_000, 25), (6_000, 20))),
+    # many middling outputs (file reads, greps): 2-24 KB, each on one to six overflow pages
+    "medium": (4, ((24_000, 10), (12_000, 20), (8_000, 20), (5_000, 20), (3_000, 16), (2_000, 10))),
+    # the captured output only, as OpenCode stored it
+    "captured": (1, ()),
+}
+
+
+def big_variants(
+    unit: SessionT, tmin: int, tmax: int, sizes: str = "steered"
+) -> list[tuple[SessionT, int]]:
+    """The big_output unit whole, and with its big part cut at a line to ``SIZES[sizes]``."""
+    whole, cuts = SIZES[sizes]
+    out = [(unit, whole)]
     big = max(unit.parts, key=lambda p: p.data.size)
     original = json.loads(_rebuild(big.data))
-    for size, weight in ((40_000, 25), (16_000, 25), (6_000, 20)):
+    for size, weight in cuts:
         doc = json.loads(json.dumps(original))
         state = doc["state"]
         state["output"] = _cut(state["output"], size // 2)
@@ -424,49 +448,128 @@ class Totals:
 
 
 class Writer:
-    """Batched inserts in one transaction."""
+    """Inserts in one transaction, in one of two row orders (``--order``).
+
+    ``grouped``: batched per table, a session's rows one after another (messages and parts
+    each in runs of 20,000 rows): every session's rows are neighbours in the file.
+    ``interleaved``: every row inserted at its write time, across sessions and tables, as a
+    live OpenCode writes them (a subagent's rows among its parent's, sessions that overlap in
+    time mixed, message and part pages alternating through the file). The rows wait in a heap
+    until ``release(ms)``: the generator calls it with each new top-level session's start, and
+    nothing written later is older than that.
+    """
 
     BATCH = 20_000
+    _SQL = {
+        "message": "INSERT INTO message VALUES (?, ?, ?, ?, ?)",
+        "part": "INSERT INTO part VALUES (?, ?, ?, ?, ?, ?)",
+    }
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, interleaved: bool = False, spaced: bool = False
+    ) -> None:
         self.conn = conn
+        self.interleaved = interleaved
+        self.spaced = spaced
         self.messages: list[tuple] = []
         self.parts: list[tuple] = []
         self.sessions: list[tuple] = []
         self.n_messages = self.n_parts = self.n_sessions = 0
         self.part_bytes = 0
+        self.pending: list[tuple] = []  # (write ms, seq, table, row), a heap
+        self.seq = 0
+        self.released = 0  # rows older than this were inserted already
+        self.late = 0  # rows written after their time had been released (count)
 
-    def message(self, row: tuple) -> None:
+    def _push(self, at: int, table: str, row: tuple) -> None:
+        if at < self.released:
+            self.late += 1
+        self.seq += 1
+        heapq.heappush(self.pending, (at, self.seq, table, row))
+
+    def message(self, row: tuple, at: int | None = None) -> None:
+        if self.spaced:
+            row = (*row[:4], _spaced(row[4]))
+        if self.interleaved:
+            self._push(row[2] if at is None else at, "message", row)
+            return
         self.messages.append(row)
         if len(self.messages) >= self.BATCH:
             self.flush()
 
-    def part(self, row: tuple) -> None:
+    def part(self, row: tuple, at: int | None = None) -> None:
+        if self.spaced:
+            row = (*row[:5], _spaced(row[5]))
+        if self.interleaved:
+            self._push(row[3] if at is None else at, "part", row)
+            return
         self.parts.append(row)
         if len(self.parts) >= self.BATCH:
             self.flush()
 
+    def session(self, row: tuple, at: int) -> None:
+        if self.interleaved:
+            self._push(at, "session", row)
+            return
+        self.sessions.append(row)
+
+    def release(self, before_ms: float) -> None:
+        """Insert every waiting row written before ``before_ms``, in write order."""
+        pending, pop = self.pending, heapq.heappop
+        run: list[tuple] = []
+        table = None
+        while pending and pending[0][0] < before_ms:
+            _, _, kind, row = pop(pending)
+            if kind != table:
+                self._insert(table, run)
+                run, table = [], kind
+            run.append(row)
+        self._insert(table, run)
+        self.released = max(self.released, int(min(before_ms, 1 << 62)))
+
+    def _insert(self, table: str | None, rows: list[tuple]) -> None:
+        if not rows:
+            return
+        if table == "session":
+            self._insert_sessions(rows)
+            return
+        self.conn.executemany(self._SQL[table], rows)
+        if table == "message":
+            self.n_messages += len(rows)
+        else:
+            self.n_parts += len(rows)
+
+    def _insert_sessions(self, rows: list[tuple]) -> None:
+        cols = SESSION_COLUMNS
+        self.conn.executemany(
+            f"INSERT INTO session ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows
+        )
+        self.n_sessions += len(rows)
+
     def flush(self) -> None:
+        if self.interleaved:
+            self.release(float("inf"))
         c = self.conn
         if self.sessions:
-            cols = SESSION_COLUMNS
-            c.executemany(
-                f"INSERT INTO session ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                self.sessions,
-            )
-            self.n_sessions += len(self.sessions)
+            self._insert_sessions(self.sessions)
             self.sessions.clear()
         if self.messages:
-            c.executemany("INSERT INTO message VALUES (?, ?, ?, ?, ?)", self.messages)
+            c.executemany(self._SQL["message"], self.messages)
             self.n_messages += len(self.messages)
             self.messages.clear()
         if self.parts:
-            c.executemany("INSERT INTO part VALUES (?, ?, ?, ?, ?, ?)", self.parts)
+            c.executemany(self._SQL["part"], self.parts)
             self.n_parts += len(self.parts)
             self.parts.clear()
 
 
 SESSION_COLUMNS: tuple[str, ...] = ()
+
+
+def _spaced(data: str) -> str:
+    """``data`` as Python's json.dumps writes it (``", "`` and ``": "``, non-ASCII escaped):
+    the same JSON values, the same key order, other bytes (``--json spaced``)."""
+    return json.dumps(json.loads(data))
 
 
 @dataclass
@@ -490,7 +593,9 @@ class Generator:
         self.args = args
         self.rng = random.Random(args.seed)
         self.ids = Ids(self.rng)
-        self.writer = Writer(conn)
+        self.writer = Writer(
+            conn, interleaved=args.order == "interleaved", spaced=args.json == "spaced"
+        )
         units = load_units()
         tmin = min(u.start for u in units) - 600_000
         tmax = max(u.end for u in units) + 600_000
@@ -499,16 +604,17 @@ class Generator:
         self.error = [u for u in units if u.kind == "error"]
         self.inflight = [u for u in units if u.kind == "inflight"]
         bigs = [u for u in units if u.kind == "big"]
-        self.big = [v for u in bigs for v in big_variants(u, tmin, tmax)]
+        self.big = [v for u in bigs for v in big_variants(u, tmin, tmax, args.sizes)]
         self.small = sorted(self.normal + self.error, key=lambda u: u.n_parts)
         self.bytes_per_part = (
             args.target_gb * 1e9 * 0.835 / args.parts
         )  # the rest: messages, indexes
         self.part_bytes = 0
         self.parts_done = 0
+        self.longest_turns = self.longest_parts = 0
         self.projects = [
             (hashlib.sha1(f"project:{name}".encode()).hexdigest(), f"/home/dev/src/{name}")
-            for name in PROJECTS
+            for name in PROJECTS[: args.projects]
         ]
         self.model_choices = [Model(p, m, (a, b, c, d), r) for (p, m, a, b, c, d, r), _ in MODELS]
         self.model_weights = [w for _, w in MODELS]
@@ -618,7 +724,7 @@ class Generator:
             time_created=s.created,
             time_updated=max(t.updated, s.created),
         )
-        self.writer.sessions.append(tuple(row[c] for c in SESSION_COLUMNS))
+        self.writer.session(tuple(row[c] for c in SESSION_COLUMNS), s.created)
 
     # -- sessions
 
@@ -645,7 +751,7 @@ class Generator:
         swap = ANY_ID.sub
         sub = lambda m: idmap.get(m.group(), m.group())  # noqa: E731
         for mid, _sid, created, _updated, data in source.rows_m:
-            self.writer.message((idmap[mid], fork.id, created, at, swap(sub, data)))
+            self.writer.message((idmap[mid], fork.id, created, at, swap(sub, data)), at)
         for pid, mid, _sid, _created, _updated, data in source.rows_p:
             data = swap(sub, data)
             self.writer.part((idmap[pid], idmap[mid], fork.id, at, at, data))
@@ -671,17 +777,25 @@ class Generator:
             tasks[rng.randrange(n_top)] += 1
         forked = set(rng.sample([i for i in range(n_top) if not tasks[i]], n_forks))
         # Parts per session: heavy-tailed, scaled so the quotas add up to the target.
-        weights = [min(rng.paretovariate(1.6), 60.0) for _ in range(n_top)]
-        scale = args.parts / sum(weights)
+        weights = [min(rng.paretovariate(args.tail_alpha), args.tail_cap) for _ in range(n_top)]
+        # The one long session (``--longest-turns``) takes its turns whatever its quota; the
+        # others share what it leaves (about 8 parts a turn, as the captures have them).
+        longest = n_top // 3 if args.longest_turns else -1
+        budget = args.parts
+        if longest >= 0:
+            weights[longest] = 0.0
+            budget = max(args.parts - args.longest_turns * 8, args.parts // 2)
+        scale = budget / sum(weights)
         cumulative, running = [], 0.0
         for weight in weights:
             running += weight * scale
             cumulative.append(round(running))
         progress = time.monotonic()
         for index, created in enumerate(starts):
+            self.writer.release(created)  # nothing written from here on is older
             # Each session fills up to its cumulative target: overshoot (subagents, forks,
             # a unit bigger than what was left) is taken back from the sessions after it.
-            quota = max(1, cumulative[index] - self.parts_done)
+            quota = max(1, cumulative[index] + self.longest_parts - self.parts_done)
             before = self.parts_done
             project = self.projects[min(int(rng.expovariate(0.25)), len(self.projects) - 1)]
             model = rng.choices(self.model_choices, self.model_weights)[0]
@@ -701,9 +815,14 @@ class Generator:
             at = created + rng.randint(50, 400)
             tasks_left = tasks[index]
             first = True
+            turns = 0
             while True:
                 remaining_global = args.parts - self.parts_done - self.reserve(index, n_top)
                 left = quota - (self.parts_done - before)
+                if index == longest:
+                    if turns >= args.longest_turns and not tasks_left:
+                        break
+                    left = remaining_global = 1 << 30
                 if not first and (left <= 0 and not tasks_left):
                     break
                 if not first and remaining_global <= 0 and not tasks_left:
@@ -721,7 +840,10 @@ class Generator:
                     at = self.clone_unit(unit, session, at)
                     break
                 at = self.clone_unit(unit, session, at)
+                turns += unit.n_turns
                 at += int(rng.expovariate(1 / 180_000)) + 5_000  # the user reads, then types
+            if index == longest:
+                self.longest_turns, self.longest_parts = turns, self.parts_done - before
             self.write_session(session)
             if index in forked:
                 fork_at = at + int(rng.expovariate(1 / 3_600_000)) + 60_000
@@ -834,8 +956,38 @@ def write_projects(conn: sqlite3.Connection, projects: list[tuple[str, str]]) ->
     )
 
 
-def main() -> None:
+# Named shapes (``--shape``): each a set of defaults for the options below; an option given
+# on the command line wins. ``bench`` is the shape `make bench` has always measured.
+SHAPES: dict[str, dict] = {
+    "bench": {},
+    # the same rows, inserted as a live OpenCode writes them
+    "interleaved": {"order": "interleaved"},
+    # many middling tool outputs instead of a few large ones
+    "medium": {"sizes": "medium"},
+    # the database of issue 21's report: 6 projects, a fifth of the sessions subagents, one
+    # session of 457 turns, rows in write order
+    "field": {
+        "projects": 6,
+        "subagent_share": 0.2,
+        "longest_turns": 457,
+        "order": "interleaved",
+    },
+    # the rows' JSON re-written by a generator that edits it as objects (json.dumps)
+    "spaced": {"json": "spaced"},
+    # all of it, and middling outputs too
+    "field-medium": {
+        "projects": 6,
+        "subagent_share": 0.2,
+        "longest_turns": 457,
+        "order": "interleaved",
+        "sizes": "medium",
+    },
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="bench")
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--parts", type=int, default=1_000_000)
     ap.add_argument("--days", type=int, default=60)
@@ -843,8 +995,29 @@ def main() -> None:
     ap.add_argument("--target-gb", type=float, default=3.0)
     ap.add_argument("--subagent-share", type=float, default=0.15)
     ap.add_argument("--fork-share", type=float, default=0.01)
+    ap.add_argument("--projects", type=int, default=len(PROJECTS), choices=range(1, 21))
+    ap.add_argument("--tail-alpha", type=float, default=1.6, help="Pareto shape of parts a session")
+    ap.add_argument("--tail-cap", type=float, default=60.0, help="the largest session, × the least")
+    ap.add_argument("--longest-turns", type=int, default=0, help="one session of this many turns")
+    ap.add_argument("--order", choices=("grouped", "interleaved"), default="grouped")
+    ap.add_argument("--sizes", choices=sorted(SIZES), default="steered")
+    ap.add_argument(
+        "--json",
+        choices=("opencode", "spaced"),
+        default="opencode",
+        help="data JSON as OpenCode writes it, or as Python's json.dumps does",
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = ap.parse_args()
+    shape = ap.parse_known_args(argv)[0].shape
+    ap.set_defaults(**SHAPES[shape])
+    return ap.parse_args(argv)
+
+
+SHAPE_KEYS = ("projects", "subagent_share", "tail_alpha", "tail_cap", "longest_turns", "order")
+
+
+def main() -> None:
+    args = parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".partial")
     began = time.perf_counter()
@@ -878,6 +1051,10 @@ def main() -> None:
         "days": args.days,
         "seed": args.seed,
         "target_gb": args.target_gb,
+        "shape": args.shape,
+        **{key: getattr(args, key) for key in (*SHAPE_KEYS, "sizes", "json")},
+        "longest_session_turns": gen.longest_turns,
+        "rows_out_of_write_order": w.late,
         "seconds": round(elapsed, 1),
         "generator": hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:12],
     }
