@@ -246,7 +246,7 @@ def test_a_data_directory_of_both_kinds_reads_each_session_once():
     in_db = {sid for (sid,) in rows(MIXED / "opencode.db", "SELECT id FROM session")}
     in_files = _file_session_ids(MIXED)
     assert len(in_db & in_files) == 1 and len(in_files - in_db) == 1  # what the capture made
-    result = run("sessions", "--db", str(MIXED))
+    result = run("sessions", "--format", "jsonl", "--db", str(MIXED))
     assert result.returncode == 0, result.stderr
     listed = [s["id"] for s in _json_lines(result.stdout)]
     assert sorted(listed) == sorted(in_db | in_files)  # every session, none twice
@@ -284,7 +284,7 @@ def test_the_session_in_both_is_read_from_the_database():
 
 
 def test_a_database_named_as_a_file_is_that_file_alone():
-    result = run("sessions", "--db", str(MIXED / "opencode.db"))
+    result = run("sessions", "--format", "jsonl", "--db", str(MIXED / "opencode.db"))
     assert result.returncode == 0 and result.stderr == b""
     assert len(_json_lines(result.stdout)) == 3
 
@@ -296,7 +296,7 @@ def test_files_the_database_already_holds_are_only_noted(tmp_path: Path):
     for file in (data_dir / "storage" / "session").glob("*/*.json"):
         if file.stem not in in_db:
             file.unlink()  # the downgrade's session: now every file is in the database
-    result = run("sessions", "--db", str(data_dir))
+    result = run("sessions", "--format", "jsonl", "--db", str(data_dir))
     assert sorted(s["id"] for s in _json_lines(result.stdout)) == sorted(in_db)
     (note,) = result.stderr.decode().splitlines()
     assert "hold no other session; 1 session in both, read once, from the database" in note
@@ -312,7 +312,7 @@ def test_the_default_data_directory_is_read_as_both(tmp_path: Path):
     shutil.copytree(MIXED, data_dir)
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path)}
     env.pop("OPENCODE_DB", None)
-    result = run("sessions", env=env)
+    result = run("sessions", "--format", "jsonl", env=env)
     assert result.returncode == 0, result.stderr
     assert len(_json_lines(result.stdout)) == 4 and b"note: reading" in result.stderr
 
@@ -325,7 +325,7 @@ def test_a_database_of_the_first_schema_is_read_and_named():
     summed from the messages, and a note names the schema."""
     older = MIXED / "older" / "opencode.db"
     migration = rows(older, "SELECT name FROM __drizzle_migrations ORDER BY id DESC LIMIT 1")
-    result = run("sessions", "--db", str(older))
+    result = run("sessions", "--format", "jsonl", "--db", str(older))
     assert result.returncode == 0, result.stderr
     (note,) = result.stderr.decode().splitlines()
     assert note == (
