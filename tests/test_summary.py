@@ -589,3 +589,68 @@ def test_csv_writes_floats_positionally(value: float, cell: str):
     from opencode_events.output.rows import write_csv
 
     assert write_csv([{"cost": value}], ["cost"]).decode().splitlines()[1] == cell
+
+
+@pytest.mark.parametrize("name", ["parallel_tools", "big_output", "task", "mcp"])
+def test_json_spaced_by_another_writer_counts_the_same(tmp_path, name: str) -> None:
+    """A database whose JSON has spaces after ``:`` and ``,`` (Python's json.dumps writes
+    it so) gives the same sessions and usage as OpenCode's compact bytes."""
+    import json as std_json
+    import sqlite3
+
+    from opencode_events.reports.sessions import sessions_report
+    from opencode_events.reports.usage import stored_usage
+    from opencode_events.store.open import open_store
+
+    compact, spaced = tmp_path / "compact.db", tmp_path / "spaced.db"
+    shutil.copyfile(SAMPLES / name / "opencode.db", compact)
+    shutil.copyfile(SAMPLES / name / "opencode.db", spaced)
+    conn = sqlite3.connect(spaced)
+    for table in ("message", "part"):
+        for rowid, data in conn.execute(f"SELECT rowid, data FROM {table}").fetchall():
+            conn.execute(
+                f"UPDATE {table} SET data = ? WHERE rowid = ?",
+                (std_json.dumps(std_json.loads(data)), rowid),
+            )
+    conn.commit()
+    conn.close()
+
+    def reports(db):
+        with open_store(db) as store:
+            sessions = sessions_report(store, all_sessions=True).document()
+            days = stored_usage(store, all_sessions=True, by="day").document()
+        for row in sessions:
+            row.pop("path")
+        return sessions, days
+
+    assert reports(spaced) == reports(compact)
+
+
+def test_a_spaced_tool_head_is_counted_from_its_head(tmp_path, monkeypatch) -> None:
+    """A spaced head is read as a head: the large part it starts is not loaded whole (the
+    database's tool output, most of its bytes)."""
+    import json as std_json
+    import sqlite3
+
+    from opencode_events.reports.sessions import sessions_report
+    from opencode_events.store.open import open_store
+    from opencode_events.store.sqlite import Store
+
+    db = tmp_path / "spaced.db"
+    shutil.copyfile(SAMPLES / "big_output" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    for rowid, data in conn.execute("SELECT rowid, data FROM part").fetchall():
+        conn.execute(
+            "UPDATE part SET data = ? WHERE rowid = ?",
+            (std_json.dumps(std_json.loads(data)), rowid),
+        )
+    conn.commit()
+    conn.close()
+    loaded: list[int] = []
+    real = Store.part_data
+    monkeypatch.setattr(
+        Store, "part_data", lambda self, rowid: loaded.append(rowid) or real(self, rowid)
+    )
+    with open_store(db) as store:
+        (summary,) = sessions_report(store).sessions
+    assert summary.tool_calls > 0 and loaded == []

@@ -146,9 +146,15 @@ _TOOL_HEAD_CALL_FIRST = re.compile(
     % (_PLAIN, _PLAIN, _PLAIN)
 )
 _LOOSE = rb'(?:[^"\\]|\\.)*'
+# Any other writer's spacing too (JSON allows white space around every ``:`` and ``,``; a
+# database written with Python's json.dumps has it): tried only after the two quick forms,
+# so OpenCode's own bytes never pay for it.
 _TOOL_HEAD_ESCAPED = re.compile(
-    rb'\{"type":"tool","(?:tool":"%s","callID":"%s"|callID":"%s","tool":"%s"),'
-    rb'"state":\{"status":"%s"' % (_LOOSE, _LOOSE, _LOOSE, _LOOSE, _LOOSE)
+    (
+        rb'\{_"type"_:_"tool"_,_"(?:tool"_:_"%s"_,_"callID"_:_"%s"|callID"_:_"%s"_,_"tool"'
+        rb'_:_"%s")_,_"state"_:_\{_"status"_:_"%s"'
+    ).replace(b"_", rb"[ \t\n\r]*")
+    % (_LOOSE, _LOOSE, _LOOSE, _LOOSE, _LOOSE)
 )
 
 ToolCounts = dict[tuple[str, Any, bool], int]  # (session, tool, failed) → calls

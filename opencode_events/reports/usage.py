@@ -1494,10 +1494,14 @@ _INTS = msgspec.json.Decoder(list[int])
 _STRS = msgspec.json.Decoder(list[str])
 
 # Assistant messages: every row that does not plainly hold a user's (OpenCode writes those
-# starting {"role":"user",). The two comparisons say what substr(data, 1, 15) != that prefix
-# says (the first text after every text with that prefix starts {"role":"user"-), in a
-# memcmp instead of a character count; NULL data is left out by both.
-_NOT_USER = '(data < \'{"role":"user",\' OR data >= \'{"role":"user"-\')'
+# starting {"role":"user",; a writer that spaces its JSON, {"role": "user",). Each pair of
+# comparisons says what substr(data, 1, n) != that prefix says (the first text after every
+# text with the prefix ends it in - instead of ,), in a memcmp instead of a character
+# count; NULL data is left out by both.
+_NOT_USER = (
+    '(data < \'{"role":"user",\' OR data >= \'{"role":"user"-\') '
+    'AND (data < \'{"role": "user",\' OR data >= \'{"role": "user"-\')'
+)
 _ROWS_SQL = (
     "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
     f"WHERE rowid >= ? AND rowid < ? AND {_NOT_USER}"

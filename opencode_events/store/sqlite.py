@@ -984,12 +984,14 @@ class Store:
 
     def assistant_batches(self) -> Iterator[list[tuple[str, str, int, bytes]]]:
         """(session id, message id, time_created, data) of every message that is not plainly
-        a user's (OpenCode writes those starting ``{"role":"user",``), in batches: the
-        whole-database reports need only assistant messages, and a third of the rows are
-        prompts. Callers still check the role."""
+        a user's (OpenCode writes those starting ``{"role":"user",``; a writer that spaces
+        its JSON, ``{"role": "user",``), in batches: the whole-database reports need only
+        assistant messages, and a third of the rows are prompts. Callers still check the
+        role."""
         yield from self._batches(
             "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
-            'WHERE substr(data, 1, 15) != \'{"role":"user",\''
+            'WHERE substr(data, 1, 15) != \'{"role":"user",\' '
+            'AND substr(data, 1, 16) != \'{"role": "user",\''
         )
 
     def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int]]:
