@@ -654,3 +654,49 @@ def test_a_spaced_tool_head_is_counted_from_its_head(tmp_path, monkeypatch) -> N
     with open_store(db) as store:
         (summary,) = sessions_report(store).sessions
     assert summary.tool_calls > 0 and loaded == []
+
+
+def test_code_modes_script_calls_count_as_the_import_counts_them() -> None:
+    """samples/code_mode: one execute call whose script called two MCP tools (one failed):
+    three tool calls, two failures counted as the import's metrics count them, and the
+    two MCP calls attributed to their server."""
+    import json as std_json
+
+    from opencode_events.reports.sessions import sessions_report
+    from opencode_events.store.open import open_store
+
+    db = SAMPLES / "code_mode" / "opencode.db"
+    with open_store(db) as store:
+        (summary,) = sessions_report(store, mcp_servers=lambda directory: ["my-tools_v1"]).sessions
+    from opencode_events import stored_events
+
+    with open_store(db) as store:
+        (metrics,) = [e for e in stored_events(store, all_sessions=True) if e.kind == "metrics"]
+    metrics = std_json.loads(msgspec.json.encode(metrics))
+    assert (summary.tool_calls, summary.tool_failures) == (3, 1)
+    assert (summary.tool_calls, summary.tool_failures) == (
+        metrics["tool_calls"],
+        metrics["tool_failures"],
+    )
+    assert summary.mcp_calls == {"my-tools_v1": 2}
+
+
+def test_an_archived_session_says_when_and_still_counts() -> None:
+    """samples/serve_revert was archived at the end: sessions names the time (OpenCode's
+    lists hide it) and keeps its figures; a session never archived has none."""
+    from opencode_events.reports.sessions import sessions_report
+    from opencode_events.store.open import open_store
+
+    db = SAMPLES / "serve_revert" / "opencode.db"
+    ((archived, cost),) = (
+        sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+        .execute("SELECT time_archived, cost FROM session")
+        .fetchall()
+    )
+    with open_store(db) as store:
+        (summary,) = sessions_report(store).sessions
+    assert summary.time_archived == archived and summary.cost == pytest.approx(cost)
+    with open_store(SAMPLES / "task" / "opencode.db") as store:
+        assert {s.time_archived for s in sessions_report(store, all_sessions=True).sessions} == {
+            None
+        }

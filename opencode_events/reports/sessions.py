@@ -57,6 +57,9 @@ class SessionSummary(Struct, kw_only=True):
     version: str | None
     time_created: int
     time_updated: int
+    # When OpenCode archived it (its lists then hide it); None while it is not. Its costs
+    # are real: every report still counts them.
+    time_archived: int | None = None
     turns: int = 0
     inferences: int = 0
     in_flight: bool = False
@@ -120,6 +123,7 @@ def _base(row: SessionRow, db_path: str) -> SessionSummary:
         version=row.version,
         time_created=row.time_created,
         time_updated=row.time_updated,
+        time_archived=row.time_archived if type(row.time_archived) is int else None,
         input_tokens=tokens[0],
         output_tokens=tokens[1],
         reasoning_tokens=tokens[2],
@@ -172,7 +176,11 @@ def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
     shorter than that is decoded whole; a longer one that starts the way OpenCode writes a
     tool part is counted from its start (its output, most of the database, is not parsed for
     a later duplicate key or broken JSON, which OpenCode never writes); any other is read
-    and decoded whole."""
+    and decoded whole.
+
+    Code mode's ``execute`` call counts, and so does every tool call its script made (its
+    ``metadata.toolCalls``, ``mapping.script_calls``): as the import counts them, MCP calls
+    among them; such a part is read whole."""
     counts: ToolCounts = {}
     if not isinstance(store, ToolPartHeads):  # the legacy layout: its files one by one
         for sid, data in store.all_part_data(scope):
@@ -181,6 +189,7 @@ def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
     plain: dict[tuple[str, bytes, bytes], int] = {}  # (session, tool, status) as bytes
     head = _TOOL_HEAD.match
     call_first = _TOOL_HEAD_CALL_FIRST.match
+    scripts: list[tuple[str, int]] = []  # (session, rowid) of execute parts counted by head
     for rows in store.tool_part_batches(scope):
         for rowid, sid, start in rows:
             if len(start) < Store._TOOL_HEAD_BYTES:  # the whole part
@@ -190,8 +199,12 @@ def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
             if match is not None:
                 key = (sid, match[1], match[2])
                 plain[key] = plain.get(key, 0) + 1
-            elif not _count_escaped_head(counts, sid, start):
+                if match[1] == b"execute":
+                    scripts.append((sid, rowid))
+            elif not _count_escaped_head(counts, sid, start, scripts, rowid):
                 _count_part(counts, sid, store.part_data(rowid))
+    for sid, rowid in scripts:
+        _count_script(counts, sid, store.part_data(rowid))
     for (sid, tool, status), calls in plain.items():
         key = (sid, tool.decode("ascii"), _success_of(status.decode("ascii")) is False)
         counts[key] = counts.get(key, 0) + calls
@@ -208,9 +221,12 @@ def _success_of(status: Any) -> bool | None:
     return success_of(status)
 
 
-def _count_escaped_head(counts: ToolCounts, sid: str, data: bytes) -> bool:
-    """Count a head whose strings hold escapes or bytes beyond ASCII; False when it is not
-    of the usual shape, or not JSON as far as it goes."""
+def _count_escaped_head(
+    counts: ToolCounts, sid: str, data: bytes, scripts: list[tuple[str, int]], rowid: int
+) -> bool:
+    """Count a head whose strings hold escapes or bytes beyond ASCII (or JSON spacing);
+    False when it is not of the usual shape, or not JSON as far as it goes. An execute
+    call's part is noted in ``scripts``, to be read whole."""
     match = _TOOL_HEAD_ESCAPED.match(data)
     if match is None:
         return False
@@ -219,6 +235,8 @@ def _count_escaped_head(counts: ToolCounts, sid: str, data: bytes) -> bool:
     except (msgspec.DecodeError, RecursionError):
         return False
     _add_part(counts, sid, part)
+    if part.tool == "execute":
+        scripts.append((sid, rowid))
     return True
 
 
@@ -230,6 +248,24 @@ def _count_part(counts: ToolCounts, sid: str, data: bytes | None) -> None:
     except (msgspec.DecodeError, RecursionError):
         return
     _add_part(counts, sid, part)
+    if part.type == "tool" and part.tool == "execute":
+        _count_script(counts, sid, data)
+
+
+def _count_script(counts: ToolCounts, sid: str, data: bytes | None) -> None:
+    """The tool calls code mode's script made, from its ``execute`` part read whole."""
+    if data is None:
+        return
+    from ..core.mapping import script_calls
+    from ..core.views import PART_DECODER
+
+    try:
+        part = decode_repairing(PART_DECODER, data)[0]
+    except (msgspec.DecodeError, RecursionError):
+        return
+    for call in script_calls(part):
+        key = (sid, call.tool, call.success is False)
+        counts[key] = counts.get(key, 0) + 1
 
 
 def _add_part(counts: ToolCounts, sid: str, part: ToolPartHead) -> None:
@@ -610,7 +646,7 @@ class SessionCounts(Struct, array_like=True):
     written_known: bool = False
 
 
-_LEDGER_REQUEST = ["counts", 2]  # the shape of SessionCounts: a new one, a new ledger
+_LEDGER_REQUEST = ["counts", 3]  # the shape of SessionCounts: a new one, a new ledger
 
 
 def _ledger_entries(
@@ -713,6 +749,7 @@ SESSION_COLUMNS = (
     "version",
     "time_created",
     "time_updated",
+    "time_archived",
     "turns",
     "inferences",
     "in_flight",
