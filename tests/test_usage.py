@@ -1737,3 +1737,31 @@ def test_weeks_months_and_projects_regroup_the_days_and_sessions(tmp_path, by: s
         assert cost == pytest.approx(expected[key][2], rel=1e-12)
     assert report.total.cost == basis.total.cost
     assert report.total.total_tokens == basis.total.total_tokens
+
+
+def test_a_chunk_with_a_message_of_another_key_order_is_summed_as_rows_are() -> None:
+    """samples/serve_shell: OpenCode 1.18.33 writes a user's ``!shell`` message starting
+    {"time":…, so the SQL prefix test lets it through. The chunk is still summed quickly,
+    that message alone read as a row, to the sums ``run`` gives row by row."""
+    import math
+
+    from opencode_events.reports import usage as U
+
+    db = SAMPLES / "serve_shell" / "opencode.db"
+    conn = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+    (low, high) = conn.execute("SELECT min(rowid), max(rowid) + 1 FROM message").fetchone()
+    n, *arrays = conn.execute(U._CHUNK_SQL, (low, high)).fetchone()
+    rows = conn.execute(U._ROWS_SQL, (low, high)).fetchall()
+    conn.close()
+    assert any(data.startswith(b'{"time"') for _s, _m, _t, data in rows)
+    owner = {sid: sid for sid, _m, _t, _d in rows}
+
+    def sums(scan):
+        return {
+            key: [*acc[:6], acc[7], acc[8], math.fsum(acc[6])] for key, acc in scan.groups.items()
+        }
+
+    quick, slow = U._Scan("day", owner, set(), set()), U._Scan("day", owner, set(), set())
+    assert quick.chunk(n, *arrays, U._DayOf(None))
+    slow.run(rows, U._DayOf(None))
+    assert sums(quick) == sums(slow) and sums(quick)

@@ -1614,11 +1614,12 @@ class _Scan:
             _add_message(acc, info, created)
 
     def chunk(self, n: int, sids: bytes, times: bytes, datas: bytes, day_of: _DayOf) -> bool:
-        """Sum ``n`` rows given as one (``_CHUNK_SQL``), exactly as ``run`` would sum them one
-        by one, in the same order. False, with nothing summed, when any row needs a closer
-        look (a time that is not an integer or that a fork's copy shares, a message that is
-        not a plainly-typed assistant one, a damaged cell): the caller then reads the
-        chunk's rows with ``run``."""
+        """Sum ``n`` rows given as one (``_CHUNK_SQL``), as ``run`` would sum them one by
+        one. A message that is not a plainly-typed assistant one (a user's written in
+        another key order, as older OpenCode versions did; odd figures) is read by ``run``
+        alone, the others quickly. False, with nothing summed, when the chunk itself needs
+        a closer look (a time that is not an integer or that a fork's copy shares, a
+        damaged cell): the caller then reads the chunk's rows with ``run``."""
         try:
             created = _INTS.decode(times)
             if len(created) != n or not self.copy_times.isdisjoint(created):
@@ -1626,14 +1627,36 @@ class _Scan:
             pieces = datas.split(b"\xff")
             if len(pieces) != n:
                 return False
-            messages = list(map(_FAST_FIGURES.decode, pieces))
             sessions = _STRS.decode(sids)
         except _UNREADABLE:
             return False
         if len(sessions) != n:
             return False
+        try:
+            messages = list(map(_FAST_FIGURES.decode, pieces))
+        except _UNREADABLE:  # one row or more of another kind: those are read one by one
+            self._mixed_chunk(sessions, created, pieces, day_of)
+            return True
         self._sum_chunk(sessions, created, messages, day_of)
         return True
+
+    def _mixed_chunk(
+        self, sessions: list[str], created: list[int], pieces: list[bytes], day_of: _DayOf
+    ) -> None:
+        quick_sessions, quick_times, quick = [], [], []
+        others = []
+        decode = _FAST_FIGURES.decode
+        for sid, ms, piece in zip(sessions, created, pieces, strict=True):
+            try:
+                message = decode(piece)
+            except _UNREADABLE:
+                others.append((sid, None, ms, piece))  # no copy's time here: no id needed
+                continue
+            quick_sessions.append(sid)
+            quick_times.append(ms)
+            quick.append(message)
+        self._sum_chunk(quick_sessions, quick_times, quick, day_of)
+        self.run(others, day_of)
 
     def _sum_chunk(
         self,
