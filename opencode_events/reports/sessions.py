@@ -705,13 +705,29 @@ def _judge_staleness(
             entry.written, entry.written_known = store.last_write(sid), True
         return entry.written
 
+    summaries = list(summaries)
+    # The session rows' last writes, as read already (the stale rule asks for each family).
+    known = {summary.id: summary.time_updated for summary in summaries}
+
+    def row_updated(sid: str) -> int | None:
+        if sid in known:
+            return known[sid]
+        row = store.session(sid)
+        return row.time_updated if row is not None else None
+
     now = time.time() * 1000 if now_ms is None else now_ms
     limit = stale_after_ms()
     for summary in summaries:
         if not summary.in_flight:
             continue
         summary.state = stored_state(
-            store, summary.id, tree, now_ms=now, stale_after=limit, rows_written=rows_written
+            store,
+            summary.id,
+            tree,
+            now_ms=now,
+            stale_after=limit,
+            rows_written=rows_written,
+            row_updated=row_updated,
         )
         summary.in_flight = summary.state == BUSY
 

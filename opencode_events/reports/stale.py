@@ -26,15 +26,20 @@ def last_written(
     tree: dict[str, list[str]],
     *,
     rows_written: Callable[[str], int | None] | None = None,
+    row_updated: Callable[[str], int | None] | None = None,
 ) -> int | None:
     """When ``session_id`` or a session below it was last written (epoch ms), if known.
     ``rows_written`` answers for a session's messages and parts (default: the store's
-    ``last_write``; a report may know it already)."""
+    ``last_write``), ``row_updated`` for its session row's ``time_updated`` (default: the
+    row, read); a report may know either already."""
     latest: int | None = None
     fast = offers_fast_scans(store)
     for sid in (session_id, *descendants([session_id], tree)):
-        row = store.session(sid)
-        written = row.time_updated if row is not None else None
+        if row_updated is not None:
+            written = row_updated(sid)
+        else:
+            row = store.session(sid)
+            written = row.time_updated if row is not None else None
         if fast:
             rows = (rows_written or store.last_write)(sid)
             if rows is not None and (written is None or rows > written):
@@ -52,9 +57,12 @@ def stored_state(
     now_ms: float | None = None,
     stale_after: int | None = None,
     rows_written: Callable[[str], int | None] | None = None,
+    row_updated: Callable[[str], int | None] | None = None,
 ) -> str:
     """``busy`` or ``stale`` for a stored session that is in flight."""
     now = time.time() * 1000 if now_ms is None else now_ms
     limit = stale_after_ms() if stale_after is None else stale_after
-    written = last_written(store, session_id, tree, rows_written=rows_written)
+    written = last_written(
+        store, session_id, tree, rows_written=rows_written, row_updated=row_updated
+    )
     return session_state(in_flight=True, last_write_ms=written, now_ms=now, stale_after=limit)
