@@ -1214,11 +1214,11 @@ def _grouped(
             _add_sums(groups, key, figures)
 
     notes: list[str] = []
-    skipped, skipped_cost = 0, 0.0
+    skipped, skipped_costs = 0, []  # summed exactly: the note reads the same in any order
     for fingerprint, key, figures in copies:
         if fingerprint in originals:
             skipped += 1
-            skipped_cost += figures.cost if by == "step" else math.fsum(figures[6])
+            skipped_costs.extend([figures.cost] if by == "step" else figures[6])
         elif by == "step":
             steps.append(figures)
         else:
@@ -1226,7 +1226,7 @@ def _grouped(
     if skipped:
         notes.append(
             f"{skipped} forked cop{'y' if skipped == 1 else 'ies'} of earlier "
-            f"inferences not counted again (${skipped_cost:.4f})"
+            f"inferences not counted again (${math.fsum(skipped_costs):.4f})"
         )
     if scan.unread:
         notes.append(_unread_rows_note(scan.unread))
@@ -1348,12 +1348,13 @@ def _keep_days(
     for (sid, day), acc in groups.items():
         entry = entries.get(sid)
         if entry is not None:
-            packed = (array("d", acc[6]).tobytes(), array("q", acc[9]).tobytes())
+            packed = (_packed("d", acc[6]), _packed("q", acc[9]))
             entry.days.append((day, [*acc[:6], acc[7]], packed[0], acc[8], packed[1]))
     for mid, (sid, day), fingerprint, sums in ready:
         entry = entries.get(sid)
         if entry is not None:
-            entry.held.append((mid, day, list(fingerprint), sums))
+            kept_sums = [*sums[:6], list(sums[6]), sums[7], sums[8], list(sums[9])]
+            entry.held.append((mid, day, list(fingerprint), kept_sums))
     entries.update(kept)
     cache.keep_ledger("usage-days", request, entries)
 
@@ -1427,7 +1428,7 @@ def _fold_days(
             key = label(sid, group)
             acc = folded.get(key)
             if acc is None:
-                acc = folded[key] = [0, 0, 0, 0, 0, 0, [], 0, first, []]
+                acc = folded[key] = _new_sums(first)
             acc[0] += ints[0]
             acc[1] += ints[1]
             acc[2] += ints[2]
@@ -1610,7 +1611,7 @@ class _Scan:
                 key = _group_key(by, top, info, created, day_of, sid)
             acc = groups.get(key)
             if acc is None:  # acc[8], the first time, only ever holds an integer
-                acc = groups[key] = [0, 0, 0, 0, 0, 0, [], 0, None, []]
+                acc = groups[key] = _new_sums(None)
             _add_message(acc, info, created)
 
     def chunk(self, n: int, sids: bytes, times: bytes, datas: bytes, day_of: _DayOf) -> bool:
@@ -1672,8 +1673,8 @@ class _Scan:
         bucket = acc = current = None
         day: Any = None
         s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
-        costs: list[float] = []
-        times: list[int] = []
+        costs: array[float] = array("d")
+        times: array[int] = array("q")
         first: Any = None
         for sid, ms, message in zip(sessions, created, messages, strict=True):
             if ms < since or sid not in owner:
@@ -1690,7 +1691,7 @@ class _Scan:
                 key = (sid, day)
                 acc = groups.get(key)
                 if acc is None:
-                    acc = groups[key] = [0, 0, 0, 0, 0, 0, [], 0, None, []]
+                    acc = groups[key] = _new_sums(None)
                 s0, s1, s2, s3, s4, s5, costs, s7, first, times = acc
             tokens = message.tokens
             cache = tokens.cache
@@ -1733,7 +1734,7 @@ class _Scan:
                         figures_only = _FIGURES.decode(data)
                     except _UNREADABLE:  # a lone surrogate escape, read as the scan reads it
                         figures_only = decode_repaired(_FIGURES, data)
-                    sums = [0, 0, 0, 0, 0, 0, [], 0, None, []]
+                    sums = _new_sums(None)
                     _add_message(sums, figures_only, created)
                     key = (sid, day_of(created))
                     ready.append((mid, key, (), sums))
@@ -1743,7 +1744,7 @@ class _Scan:
             if by == "step":
                 figures: Any = _step_row(sid, mid, created, full)
             else:
-                figures = [0, 0, 0, 0, 0, 0, [], 0, None, []]
+                figures = _new_sums(None)
                 _add_message(figures, full, created)
             ready.append((mid, key, fingerprint, figures))
         return ready
@@ -1871,8 +1872,19 @@ def _add_sums(groups: dict[Any, list[Any]], key: Any, sums: list[Any]) -> None:
     """Add one message's sums (a group of one, from ``_add_message``) to its group."""
     acc = groups.get(key)
     if acc is None:
-        acc = groups[key] = [0, 0, 0, 0, 0, 0, [], 0, sums[8], []]
+        acc = groups[key] = _new_sums(sums[8])
     _merge_sums(acc, sums)
+
+
+def _new_sums(first: Any) -> list[Any]:
+    """A group's running sums: input, output, reasoning, cache read, cache write, total,
+    every inference's cost (packed doubles: a large report holds millions), inferences,
+    the first time, every inference's time (packed 64-bit integers)."""
+    return [0, 0, 0, 0, 0, 0, array("d"), 0, first, array("q")]
+
+
+def _packed(kind: str, values: Any) -> bytes:
+    return values.tobytes() if isinstance(values, array) else array(kind, values).tobytes()
 
 
 def _merge_sums(acc: list[Any], sums: list[Any]) -> None:
