@@ -1984,11 +1984,20 @@ def stored_usage(
     ``cache``: the report cache (``store_usage``)."""
     from ..store.open import every_session, select_sessions
 
+    # Every session of a database is a choice its fingerprint settles: a repeat asks the
+    # memo before listing them (100,000 ids cost more than the memo's read).
+    request = [by, fold, repr(tz), since_ms, stale_after_ms()]
+    if all_sessions and cache is not None:
+        if by not in BY_STORE:
+            raise GroupingError(f"unknown --by {by}")
+        kept = cache.recall("usage-all", request, UsageReport)
+        if kept is not None:
+            return kept
     if all_sessions:
         ids = every_session(store, top_level=True)
     else:
         ids = select_sessions(store, session_ids, last=last, since_ms=since_ms)
-    return store_usage(
+    report = store_usage(
         store,
         ids,
         by=by,
@@ -1998,3 +2007,6 @@ def stored_usage(
         since_ms=since_ms,
         cache=cache,
     )
+    if all_sessions and cache is not None and not any(row.in_flight for row in report.rows):
+        cache.remember("usage-all", request, report)
+    return report
