@@ -27,6 +27,7 @@ import shutil
 import sqlite3
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import store_bench as sb
@@ -61,6 +62,7 @@ class Writer:
         self.db = db
         self.rng = random.Random(21)
         self.n = 0
+        self.run = f"{time.time_ns():x}"  # ids of this run's rows: a kept copy has earlier ones
         conn = sqlite3.connect(db)
         self.sessions = [r[0] for r in conn.execute("SELECT id FROM session")]
         conn.close()
@@ -77,7 +79,7 @@ class Writer:
                 continue
             mid, created, data = row
             self.n += 1
-            new = f"msg_bench{self.n:012d}"
+            new = f"msg_bench{self.run}{self.n:08d}"
             conn.execute(
                 "INSERT INTO message (id, session_id, time_created, time_updated, data) "
                 "VALUES (?, ?, ?, ?, ?)",
@@ -91,7 +93,7 @@ class Writer:
                 conn.execute(
                     "INSERT INTO part (id, message_id, session_id, time_created, "
                     "time_updated, data) VALUES (?, ?, ?, ?, ?, ?)",
-                    (f"prt_bench{self.n:010d}{k}", new, sid, created + 1, created + 1, pdata),
+                    (f"prt_{new[4:]}{k}", new, sid, created + 1, created + 1, pdata),
                 )
             (seq,) = conn.execute(
                 "SELECT coalesce(max(seq), 0) + 1 FROM event_sequence WHERE aggregate_id = ?",
@@ -103,7 +105,7 @@ class Writer:
             )
             conn.execute(
                 "INSERT INTO event (id, aggregate_id, seq, type, data) VALUES (?, ?, ?, ?, ?)",
-                (f"evt_bench{self.n:012d}", sid, seq, "message.updated.1", "{}"),
+                (f"evt_bench{self.run}{self.n:08d}", sid, seq, "message.updated.1", "{}"),
             )
         conn.commit()
         conn.close()
