@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opencode_events.cli.main import cli
+from opencode_events.errors import InputError
 from opencode_events.reports import cache as report_cache
 from opencode_events.reports.cache import ReportCache
 from opencode_events.reports.context import context_report
@@ -249,6 +250,14 @@ REPORTS = (
 
 
 def _report(db: Path, which: int, cache_root: Path | None) -> bytes:
+    """The report's JSON, or its one error (a database left with no session to report)."""
+    try:
+        return _report_or_raise(db, which, cache_root)
+    except InputError as exc:
+        return f"error: {exc}".encode()
+
+
+def _report_or_raise(db: Path, which: int, cache_root: Path | None) -> bytes:
     kind, options = REPORTS[which]
     with open_store(db) as store:
         cache = None if cache_root is None else ReportCache.open(store, root=cache_root)
