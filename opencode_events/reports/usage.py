@@ -1912,18 +1912,8 @@ def _group_row(by: str, key: Any, acc: list[Any]) -> UsageRow:
     )
     if by == "session":
         row.session_id, row.started = key, acc[8]
-    elif by == "model":
-        row.model = key
-    elif by == "agent":
-        row.agent = key
-    elif by == "day":
-        row.day = key
-    elif by == "week":
-        row.week = key
-    elif by == "month":
-        row.month = key
-    elif by == "project":
-        row.project = key
+    else:  # model, agent, day, week, month, project: the row's field of that name
+        setattr(row, by, key)
     return row
 
 

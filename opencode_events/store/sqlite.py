@@ -767,25 +767,7 @@ class Store:
             and (archived is None or type(archived) is int)
             and (revert is None or type(revert) is str)
         ):
-            return SessionRow(
-                sid,
-                parent if parent != sid else None,
-                title,
-                directory,
-                version,
-                agent,
-                model,
-                cost,
-                t_in,
-                t_out,
-                t_reason,
-                t_read,
-                t_write,
-                created,
-                updated,
-                archived,
-                revert,
-            )
+            return SessionRow(sid, parent if parent != sid else None, *row[2:])
         return SessionRow(
             sid,
             parent if parent != sid else None,  # a session is never its own parent
