@@ -66,14 +66,16 @@ def _copy_session(
     *,
     logged: bool,
     fork_of_time: int | None = None,
+    parent: str | None = None,
 ) -> str:
     """Copy ``sid`` from ``src`` under fresh ids (a fork: the copy's session is newer than
-    its messages, as OpenCode's fork writes it)."""
+    its messages, as OpenCode's fork writes it; with ``parent``, a subagent's session below
+    it, as a ``task`` call writes one)."""
     new = _fresh("ses")
     (row,) = _rows(src, "SELECT * FROM session WHERE id = ?", (sid,))
     cols = [c[1] for c in src.execute("PRAGMA table_info(session)")]
     values = dict(zip(cols, row, strict=True))
-    values["id"], values["parent_id"] = new, None
+    values["id"], values["parent_id"] = new, parent
     if fork_of_time is not None:
         values["time_created"] = fork_of_time
     dst.execute(
@@ -142,9 +144,10 @@ def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare
     # Another program writes to sessions OpenCode does not log; OpenCode to any.
     mine = [s for s in sessions if logged or not _logged(conn, s)]
     target = mine[pick % len(mine)] if mine else None
-    if kind == "new_session" or target is None:
+    if kind in ("new_session", "new_child") or target is None:
         src_sid = _sessions(src)[pick % len(_sessions(src))]
-        new = _copy_session(conn, src, src_sid, logged=logged)
+        parent = target if kind == "new_child" else None
+        new = _copy_session(conn, src, src_sid, logged=logged, parent=parent)
         if not logged:
             conn.execute("DELETE FROM event_sequence WHERE aggregate_id = ?", (new,))
     elif kind == "fork":
@@ -198,6 +201,12 @@ def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare
             conn.execute(
                 "UPDATE message SET data = ? WHERE id = ?", (msgspec.json.encode(value), mid)
             )
+            if isinstance(value, dict):  # and the session's totals, as OpenCode keeps them
+                conn.execute(
+                    "UPDATE session SET cost = cost + 0.125, tokens_output = tokens_output + 7 "
+                    "WHERE id = ?",
+                    (target,),
+                )
             if logged:
                 _log(conn, target, "message.updated.1")
     elif kind == "delete_message":
@@ -274,6 +283,7 @@ CHANGES = st.tuples(
     st.sampled_from(
         [
             "new_session",
+            "new_child",
             "new_message",
             "update_part",
             "update_message",
@@ -321,9 +331,13 @@ def test_every_report_equals_a_recomputation(tmp_path_factory, steps) -> None:
                 cached = _report(db, which, root)
                 assert cached == _report(db, which, None), REPORTS[which]
                 assert _report(db, which, root) == cached  # the repeat, from the memo
-                for memo in root.rglob("memo-*"):  # and from the ledgers alone
+                memos = {memo: memo.read_bytes() for memo in root.rglob("memo-*")}
+                for memo in memos:  # and from the ledgers alone
                     memo.unlink()
                 assert _report(db, which, root) == cached
+                for memo, data in memos.items():  # the other reports' memos back: the next
+                    if not memo.exists():  # step brings them up to date
+                        memo.write_bytes(data)
             assert _digest(db) == before  # nothing a report does writes the database
     finally:
         for conn in sources.values():
@@ -424,6 +438,39 @@ def test_a_repeat_reads_no_rows_and_a_change_reads_only_its_session(tmp_path) ->
         cache = ReportCache.open(store, root=root)
         sessions_report(store, all_sessions=True, cache=cache)
         assert cache.hits == 1  # the parent from the ledger; the subagent read again
+
+
+@pytest.mark.parametrize("change", ["child_reply", "new_child", "parent_reply"])
+def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatch, change):
+    """The last report brought up to date: the changed session and its parent summarized
+    again (the parent's folded cost follows its subagent), the session table not read
+    whole, and the report the one a full reading gives."""
+    db, spare, root = tmp_path / "opencode.db", tmp_path / "spare.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    for which in (0, 1):
+        _report(db, which, root)
+    conn = sqlite3.connect(db)
+    (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
+    (parent,) = conn.execute("SELECT id FROM session WHERE parent_id IS NULL").fetchone()
+    conn.close()
+    ids = _sessions(sqlite3.connect(db))
+    if change == "new_child":
+        step = ("new_child", True, ids.index(parent), "reasoning")
+    else:
+        target = child if change == "child_reply" else parent
+        step = ("update_message", True, ids.index(target), "task")
+    _change(db, step, sources, spare)
+    expected = [_report(db, which, None) for which in (0, 1)]
+    from opencode_events.store.sqlite import Store
+
+    def whole_table(*args, **kwargs):
+        raise AssertionError("the session table read whole")
+
+    monkeypatch.setattr(Store, "sessions", whole_table)
+    assert [_report(db, which, root) for which in (0, 1)] == expected
+    for src in sources.values():
+        src.close()
 
 
 def test_the_cache_lives_under_xdg_cache_home_and_no_cache_skips_it(tmp_path) -> None:

@@ -77,6 +77,9 @@ class _Memo(msgspec.Struct, array_like=True):
     request: Any
     checks: Any  # what the report consulted besides the database (e.g. MCP config)
     value: msgspec.Raw
+    # What a report needs to bring this one up to date (``previous``): e.g. each session's
+    # stamp then. None: it is kept only for a database in the same state.
+    basis: msgspec.Raw = msgspec.Raw(b"\xc0")  # nil; decoded only when asked (``previous``)
 
 
 _MEMO = msgspec.msgpack.Decoder(_Memo)
@@ -103,6 +106,7 @@ class ReportCache:
         self.stamps = stamps
         self.hits = 0  # ledger entries reused (tests read it)
         self._ledgers: dict[str, Any] = {}
+        self._memos: dict[str, _Header | None] = {}
 
     @classmethod
     def open(cls, store: Any, *, root: Path | None = None) -> ReportCache | None:
@@ -189,6 +193,12 @@ class ReportCache:
 
     # ------------------------------------------------------------------ memos
 
+    def _memo_file(self, kind: str, request: Any) -> _Header | None:
+        name = f"memo-{_digest([kind, request])}"
+        if name not in self._memos:  # read once per run (``recall``, then ``previous``)
+            self._memos[name] = self._read(name)
+        return self._memos[name]
+
     def recall(
         self,
         kind: str,
@@ -199,7 +209,7 @@ class ReportCache:
         """The report kept for ``request`` of a database in the state it is in now, or
         None. ``still_true`` is asked whether what was kept beside it (``checks``: what
         else the report consulted, e.g. a config file's servers) still holds."""
-        header = self._read(f"memo-{_digest([kind, request])}")
+        header = self._memo_file(kind, request)
         if header is None or header.fingerprint != self.fingerprint:
             return None
         try:
@@ -211,9 +221,41 @@ class ReportCache:
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
             return None
 
-    def remember(self, kind: str, request: Any, value: Any, checks: Any = None) -> None:
-        memo = _Memo(request, checks, msgspec.Raw(_ENCODER.encode(value)))
-        self._write(f"memo-{_digest([kind, request])}", _ENCODER.encode(memo))
+    def remember(
+        self, kind: str, request: Any, value: Any, checks: Any = None, basis: Any = None
+    ) -> None:
+        kept = msgspec.Raw(_ENCODER.encode(basis))
+        memo = _Memo(request, checks, msgspec.Raw(_ENCODER.encode(value)), kept)
+        name = f"memo-{_digest([kind, request])}"
+        self._memos.pop(name, None)
+        self._write(name, _ENCODER.encode(memo))
+
+    def previous(
+        self,
+        kind: str,
+        request: Any,
+        type_: type[T],
+        still_true: Callable[[Any], bool] = lambda checks: checks is None,
+    ) -> tuple[T, Any, Any] | None:
+        """The report kept for ``request`` of this database in an earlier state that only
+        OpenCode's own writes (its event log moved) led from, with its ``basis`` and
+        ``checks``: for a report that reads only what changed since (the stamps in its
+        basis tell which sessions). None when there is none, or none kept with a basis."""
+        header = self._memo_file(kind, request)
+        if header is None or not log_moved(header.fingerprint, self.fingerprint):
+            return None
+        try:
+            memo = _MEMO.decode(header.body)
+            if memo.request != request or not still_true(memo.checks):
+                return None
+            with _collector_paused():
+                basis = msgspec.msgpack.decode(memo.basis)
+                if basis is None:
+                    return None
+                value = msgspec.msgpack.decode(memo.value, type=type_)
+            return value, basis, memo.checks
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            return None
 
     # ------------------------------------------------------------------ ledgers
 

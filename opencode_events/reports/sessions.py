@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import os
@@ -86,6 +87,7 @@ class _ModelView(Struct):
 _MODEL = msgspec.json.Decoder(_ModelView)
 
 
+@functools.lru_cache(maxsize=256)  # sessions share a few models: each decoded once
 def _model(raw: str | bytes | None) -> tuple[str | None, str | None]:
     if not raw:
         return None, None
@@ -555,6 +557,28 @@ def _add_tool(
             summary.mcp_calls[server] = summary.mcp_calls.get(server, 0) + calls
 
 
+def _add_kept_tools(
+    summary: SessionSummary,
+    tools: list[tuple[str | None, bool, int]],
+    mcp_servers: Callable[[str | None], Sequence[str]],
+    servers_in: dict[str | None, Sequence[str]],
+) -> None:
+    """A ledger entry's tool calls added to ``summary``: as ``_add_tool`` adds each, in one
+    sum where the session's directory has no MCP server to attribute them to (the usual)."""
+    if not tools:
+        return
+    directory = summary.directory
+    servers = servers_in.get(directory)
+    if servers is None:
+        servers = servers_in[directory] = mcp_servers(directory)
+    if servers:
+        for tool, failed, calls in tools:
+            _add_tool(summary, tool, failed, calls, mcp_servers, servers_in)
+        return
+    summary.tool_calls += sum([calls for _tool, _failed, calls in tools])
+    summary.tool_failures += sum([calls for _tool, failed, calls in tools if failed])
+
+
 def summarize(
     store: Store,
     rows: Sequence[SessionRow],
@@ -600,8 +624,7 @@ def summarize(
             entry = entries[sid]
             summary.turns, summary.inferences = entry.turns, entry.inferences
             summary.in_flight = entry.in_flight
-            for tool, failed, calls in entry.tools:
-                _add_tool(summary, tool, failed, calls, mcp_servers, servers_in)
+            _add_kept_tools(summary, entry.tools, mcp_servers, servers_in)
         _judge_staleness(store, summaries.values(), now_ms, tree, entries)
         cache.keep_ledger("sessions", _LEDGER_REQUEST, entries)
     else:
@@ -813,15 +836,19 @@ def sessions_report(
     if mcp_servers is None:
         from .mcp import mcp_server_names as mcp_servers
     request = [since_ms, limit, all_sessions, stale_after_ms()]
+    every = since_ms is None and limit is None
     if cache is not None:
-        kept = cache.recall(
-            "sessions",
-            request,
-            SessionsReport,
-            lambda consulted: _servers_now(consulted, mcp_servers) == consulted,
-        )
+
+        def still_true(consulted: Any) -> bool:
+            return _servers_now(consulted, mcp_servers) == consulted
+
+        kept = cache.recall("sessions", request, SessionsReport, still_true)
         if kept is not None:
             return kept
+        if every:
+            brought = _brought_up_to_date(store, cache, request, all_sessions, mcp_servers)
+            if brought is not None:
+                return brought
     # Every session of a large database: the workers start reading the tables while this
     # process reads the session rows (unless the cache holds them).
     whole = all_sessions and since_ms is None and limit is None
@@ -841,11 +868,102 @@ def sessions_report(
             store, rows, mcp_servers=mcp_servers, scan=scan, cache=cache, servers=servers
         )
     )
-    if cache is not None and not any(s.state == BUSY for s in report.sessions):
-        # A busy session would turn stale with the clock alone: such a report is not kept.
-        checks = [[directory, list(names)] for directory, names in servers.items()]
-        cache.remember("sessions", request, report, checks)
+    if cache is not None:
+        _remember(cache, request, report, servers, store.session_parents() if every else None)
     return report
+
+
+def _remember(
+    cache: ReportCache,
+    request: list[Any],
+    report: SessionsReport,
+    servers: dict[str | None, Sequence[str]],
+    parents: dict[Any, Any] | None,
+) -> None:
+    """Keep ``report`` as the memo of ``request``, with what it consulted of the MCP
+    configuration; a report of every session (``parents``: each session's parent) also with
+    its *basis*, each session's stamp and parent, from which the next report reads only the
+    sessions that changed and those above them (``_brought_up_to_date``). A busy session
+    would turn stale with the clock alone: such a report is not kept."""
+    if any(s.state == BUSY for s in report.sessions):
+        return
+    checks = [[directory, list(names)] for directory, names in servers.items()]
+    # The stamps as read before any row: never newer than the report.
+    basis = None if parents is None else [cache.stamps, parents]
+    cache.remember("sessions", request, report, checks, basis)
+
+
+def _brought_up_to_date(
+    store: Store,
+    cache: ReportCache,
+    request: list[Any],
+    all_sessions: bool,
+    mcp_servers: Callable[[str | None], Sequence[str]],
+) -> SessionsReport | None:
+    """The last report of every session, its families whose sessions changed since read
+    again: the report a full reading would give, at the cost of what changed. None (read
+    everything) unless only OpenCode wrote since (``ReportCache.previous``), every session
+    has a stamp, none was removed or moved to another parent, no parent links loop, and
+    fewer than ``WHOLE_TABLE_SESSIONS`` changed.
+
+    A session's summary depends on its own rows and on those of the sessions below it (the
+    fold, the stale rule), never on those above: so a changed session and every session
+    above it are summarized again, and every other summary is the last report's."""
+    found = cache.previous(
+        "sessions",
+        request,
+        SessionsReport,
+        lambda consulted: _servers_now(consulted, mcp_servers) == consulted,
+    )
+    if found is None:
+        return None
+    before, basis, checks = found
+    if not isinstance(basis, list) or len(basis) != 2 or not all(type(b) is dict for b in basis):
+        return None
+    stamps_then, parents_then = basis
+    parents = store.session_parents()
+    stamps = cache.stamps
+    if (
+        len(parents_then) > len(parents)
+        or any(type(sid) is not str or sid not in stamps for sid in parents)
+        or store.loop_members()
+    ):
+        return None
+    missing = object()
+    changed = [
+        sid
+        for sid, parent in parents.items()
+        if stamps_then.get(sid) != stamps[sid] or parents_then.get(sid, missing) != parent
+    ]
+    if len(changed) >= WHOLE_TABLE_SESSIONS or any(sid not in parents for sid in parents_then):
+        return None  # many changed (the whole-table read is quicker), or one was removed
+    chains = [_ancestry(sid, parents) for sid in changed]
+    ids = {sid for chain in chains for sid in chain} if all_sessions else {c[-1] for c in chains}
+    rows = [row for row in map(store.session, ids) if row is not None]
+    servers: dict[str | None, Sequence[str]] = {}
+    fresh = summarize(store, rows, mcp_servers=mcp_servers, cache=cache, servers=servers)
+    sessions = [s for s in before.sessions if s.id not in ids] + fresh
+    try:  # the store's order: newest activity first (``Store.sessions``)
+        sessions.sort(key=lambda s: (s.time_updated, s.id), reverse=True)
+    except TypeError:
+        return None
+    report = SessionsReport(sessions=sessions)
+    for directory, names in checks or ():
+        servers.setdefault(directory, names)  # the kept summaries consulted these
+    _remember(cache, request, report, servers, parents)
+    return report
+
+
+def _ancestry(sid: str, parents: dict[Any, Any]) -> list[str]:
+    """``sid`` and the sessions above it, up to its top-level one (last), as ``Store`` tells
+    a top-level session: no parent, itself as parent, or a parent the store does not have."""
+    chain = [sid]
+    while True:
+        parent = parents.get(sid)
+        if parent is None or parent not in parents or parent in chain:
+            return chain
+        chain.append(parent)
+        sid = parent
 
 
 def _servers_now(

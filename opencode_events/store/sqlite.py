@@ -811,6 +811,13 @@ class Store:
                 tree.setdefault(parent, []).append(child)
         return tree
 
+    def session_parents(self) -> dict[Any, Any]:
+        """Every session id → its parent id (None for a top-level session), as stored."""
+        try:  # one fetch: the rows are two short strings each
+            return dict(self.conn.execute("SELECT id, parent_id FROM session").fetchall())
+        except SQLITE_ERRORS as exc:
+            raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
+
     def loop_members(self) -> frozenset[Any]:
         """The sessions on a loop of parent links (``loop_members``), read once."""
         if self._loops is None:
