@@ -32,7 +32,7 @@ import sqlite3
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime, tzinfo
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 import msgspec
 from msgspec import Struct
@@ -43,6 +43,7 @@ from ..core.views import (
     PART_DECODER,
     LooseUsageMessage,
     MessageFigures,
+    Tokens,
     UsageMessage,
     decode_repaired,
     decode_repairing,
@@ -1478,19 +1479,28 @@ class _FastTokens(Struct, gc=False):
     cache: _FastCache = msgspec.field(default_factory=_FastCache)
 
 
-class _FastFigures(Struct, gc=False):
+class _FastFigures(Struct, gc=False, tag_field="role", tag="assistant"):
     """An assistant message whose figures are all plain JSON numbers, or no match: a
     stricter ``MessageFigures``. What it accepts, ``MessageFigures`` reads to the same sums
     (a missing token count is 0 there too; a missing cost, 0.0 here, changes no sum);
     anything else (a float or text where a count belongs, a null, another role, no
-    ``tokens``) fails to decode here, and the row is read the lenient way."""
+    ``tokens``, a second ``role``) fails to decode here, and the row is read the lenient
+    way."""
 
-    role: Literal["assistant"]
     tokens: _FastTokens
     cost: int | float = 0.0
 
 
-_FAST_FIGURES = msgspec.json.Decoder(_FastFigures)
+class _FastUser(Struct, gc=False, tag_field="role", tag="user"):
+    """A user's message that ``MessageFigures`` reads too (the same fields, as leniently),
+    so that ``run`` would skip it: one OpenCode wrote starting ``{"time":…`` (a ``!shell``
+    command's), which the SQL prefix test lets through. A chunk skips it as well."""
+
+    cost: Any = None
+    tokens: Tokens | None = None
+
+
+_FAST_FIGURES = msgspec.json.Decoder(_FastFigures | _FastUser)
 _INTS = msgspec.json.Decoder(list[int])
 _STRS = msgspec.json.Decoder(list[str])
 
@@ -1614,32 +1624,50 @@ class _Scan:
                 acc = groups[key] = _new_sums(None)
             _add_message(acc, info, created)
 
-    def chunk(self, n: int, sids: bytes, times: bytes, datas: bytes, day_of: _DayOf) -> bool:
+    def chunk(
+        self, n: int, sids: bytes, times: bytes, datas: bytes, day_of: _DayOf
+    ) -> list[int] | None:
         """Sum ``n`` rows given as one (``_CHUNK_SQL``), as ``run`` would sum them one by
-        one. A message that is not a plainly-typed assistant one (a user's written in
-        another key order, as older OpenCode versions did; odd figures) is read by ``run``
-        alone, the others quickly. False, with nothing summed, when the chunk itself needs
-        a closer look (a time that is not an integer or that a fork's copy shares, a
-        damaged cell): the caller then reads the chunk's rows with ``run``."""
+        one. A message that is not a plainly-typed assistant one (odd figures, a damaged
+        cell) is read by ``run`` alone, the others quickly; a user's is skipped, as ``run``
+        skips it. The rows at a time a fork's copy shares are left out: their times are
+        returned, for the caller to read those rows with ``run`` (which needs their ids).
+        None, with nothing summed, when the chunk itself needs a closer look (a time that
+        is not an integer, a cell that splits the chunk wrongly): the caller then reads
+        the chunk's rows with ``run``."""
         try:
             created = _INTS.decode(times)
-            if len(created) != n or not self.copy_times.isdisjoint(created):
-                return False
+            if len(created) != n:
+                return None
             pieces = datas.split(b"\xff")
             if len(pieces) != n:
-                return False
+                return None
             sessions = _STRS.decode(sids)
         except _UNREADABLE:
-            return False
+            return None
         if len(sessions) != n:
-            return False
+            return None
+        shared: list[int] = []
+        if not self.copy_times.isdisjoint(created):
+            copy_times = self.copy_times
+            shared = sorted({ms for ms in created if ms in copy_times})
+            rows = [
+                row
+                for row in zip(sessions, created, pieces, strict=True)
+                if row[1] not in copy_times
+            ]
+            sessions, created, pieces = (
+                [r[0] for r in rows],
+                [r[1] for r in rows],
+                [r[2] for r in rows],
+            )
         try:
             messages = list(map(_FAST_FIGURES.decode, pieces))
         except _UNREADABLE:  # one row or more of another kind: those are read one by one
             self._mixed_chunk(sessions, created, pieces, day_of)
-            return True
+            return shared
         self._sum_chunk(sessions, created, messages, day_of)
-        return True
+        return shared
 
     def _mixed_chunk(
         self, sessions: list[str], created: list[int], pieces: list[bytes], day_of: _DayOf
@@ -1663,7 +1691,7 @@ class _Scan:
         self,
         sessions: list[str],
         created: list[int],
-        messages: list[_FastFigures],
+        messages: list[_FastFigures | _FastUser],
         day_of: _DayOf,
     ) -> None:
         # Runs once per message of a large database. A group's sums live in locals while its
@@ -1676,8 +1704,9 @@ class _Scan:
         costs: array[float] = array("d")
         times: array[int] = array("q")
         first: Any = None
+        user = _FastUser  # skipped, as ``run`` skips a user's message
         for sid, ms, message in zip(sessions, created, messages, strict=True):
-            if ms < since or sid not in owner:
+            if ms < since or sid not in owner or type(message) is user:
                 continue
             if ms // 900_000 != bucket:  # a day's key is looked up once a quarter hour
                 bucket = ms // 900_000
@@ -1778,9 +1807,13 @@ def _scan_rowids(
             n, *arrays = conn.execute(_CHUNK_SQL, (start, end)).fetchone()
         except sqlite3.Error:  # e.g. a blob that JSON cannot hold: the rows will tell
             n = None
-        if n == 0 or (n is not None and scan.chunk(n, *arrays, day_of)):
-            continue
-        scan.run(conn.execute(_ROWS_SQL, (start, end)).fetchall(), day_of)
+        shared = [] if n == 0 else None if n is None else scan.chunk(n, *arrays, day_of)
+        if shared is None:
+            scan.run(conn.execute(_ROWS_SQL, (start, end)).fetchall(), day_of)
+        elif shared:  # the rows at a forked copy's times, with their ids
+            marks = ", ".join("?" * len(shared))
+            sql = f"{_ROWS_SQL} AND time_created IN ({marks}) ORDER BY rowid"
+            scan.run(conn.execute(sql, (start, end, *shared)).fetchall(), day_of)
 
 
 def _scan_here(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
