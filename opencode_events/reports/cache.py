@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,6 +57,11 @@ FORMAT = 1
 MEMOS = 16  # whole reports kept per database
 DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
+_PIECE = 1 << 20  # a large ledger is written in pieces of about this many bytes
+
+
+class _TooLarge(Exception):
+    """A file that is not to be kept after all (too large, or its entries miscounted)."""
 
 
 class _Header(msgspec.Struct, array_like=True):
@@ -149,15 +154,16 @@ class ReportCache:
             return None
         return header
 
-    def _write(self, name: str, body: bytes) -> None:
+    def _write(self, name: str, body: bytes | Iterable[bytes]) -> None:
         """Write ``name`` whole (a temporary file renamed over it); failures are ignored: a
-        cache that cannot be written only costs the next run its time."""
-        header = _Header(
-            _MAGIC, FORMAT, __version__, self.database, self.fingerprint, msgspec.Raw(body)
+        cache that cannot be written only costs the next run its time. ``body``: its bytes,
+        or pieces of them written as they come (a large ledger is never held whole)."""
+        # A ``_Header``, written as its encoding would be but without copying ``body`` into
+        # it: the msgpack array of its first five fields, its length made six, then the body.
+        head = bytearray(
+            _ENCODER.encode((_MAGIC, FORMAT, __version__, self.database, self.fingerprint))
         )
-        data = _ENCODER.encode(header)
-        if len(data) > _LARGEST:
-            return
+        head[0] += 1  # fixarray of 5 (0x95) → of 6
         import tempfile
 
         try:
@@ -165,13 +171,17 @@ class ReportCache:
             fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as file:
-                    file.write(data)
+                    size = file.write(head)
+                    for piece in [body] if isinstance(body, bytes) else body:
+                        size += file.write(piece)
+                        if size > _LARGEST:  # a runaway, not a real report: not kept
+                            raise _TooLarge
                 os.replace(tmp, self.folder / name)
             except BaseException:
                 with _quietly():
                     os.unlink(tmp)
                 raise
-        except OSError:
+        except (OSError, _TooLarge):
             return
         self._trim()
 
@@ -295,14 +305,44 @@ class ReportCache:
         self.hits = len(kept)
         return kept
 
-    def keep_ledger(self, kind: str, request: Any, entries: Mapping[str, Any]) -> None:
+    def keep_ledger(
+        self,
+        kind: str,
+        request: Any,
+        entries: Mapping[str, Any] | Iterable[tuple[str, Any]],
+        count: int | None = None,
+    ) -> None:
         """Keep ``entries`` (session → what the report keeps of it), each under the stamp
-        read when the cache was opened."""
-        stamps = self.stamps
-        body = (request, {sid: (stamps.get(sid), entry) for sid, entry in entries.items()})
+        read when the cache was opened. ``entries`` may be ``count`` (session, entry) pairs
+        made one at a time: each is encoded as it comes, so that a large ledger is never
+        held whole as objects."""
+        if isinstance(entries, Mapping):
+            entries, count = entries.items(), len(entries)
         name = f"ledger-{_digest([kind, request])}"
         self._ledgers.pop(name, None)
-        self._write(name, _ENCODER.encode(body))
+        self._write(name, self._ledger_body(request, entries, count or 0))
+
+    def _ledger_body(
+        self, request: Any, entries: Iterable[tuple[str, Any]], count: int
+    ) -> Iterator[bytes]:
+        """(request, {session: (stamp, entry)}) encoded as msgspec encodes it (an array of
+        two, the request, a map32 header with the count, the pairs), in pieces of about
+        ``_PIECE`` bytes."""
+        stamps = self.stamps
+        piece = bytearray(b"\x92")
+        _ENCODER.encode_into(request, piece, -1)
+        piece += b"\xdf" + count.to_bytes(4, "big")
+        written = 0
+        for sid, entry in entries:
+            _ENCODER.encode_into(sid, piece, -1)
+            _ENCODER.encode_into((stamps.get(sid), entry), piece, -1)
+            written += 1
+            if len(piece) >= _PIECE:
+                yield bytes(piece)
+                piece.clear()
+        if written != count:  # a caller's miscount: keep nothing rather than a torn map
+            raise _TooLarge
+        yield bytes(piece)
 
 
 @contextlib.contextmanager

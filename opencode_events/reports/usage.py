@@ -1345,19 +1345,32 @@ def _keep_days(
 ) -> None:
     """Keep in the ledger every session just ``read`` (but the ``irregular`` ones, with a
     row that is not a message), its summed days and its held rows, and the ``kept``."""
-    entries: dict[str, SessionDays] = {sid: SessionDays([]) for sid in read if sid not in irregular}
-    for (sid, day), acc in groups.items():
-        entry = entries.get(sid)
-        if entry is not None:
-            packed = (_packed("d", acc[6]), _packed("q", acc[9]))
-            entry.days.append((day, [*acc[:6], acc[7]], packed[0], acc[8], packed[1]))
+    # Each session's entry is made and encoded in turn (``keep_ledger``): a large
+    # database's ledger is never held whole as objects beside the groups it copies.
+    days: dict[str, list[Any]] = {sid: [] for sid in read if sid not in irregular}
+    held: dict[str, list[Any]] = {}
+    for key, acc in groups.items():
+        found = days.get(key[0])
+        if found is not None:
+            found.append((key[1], acc))
     for mid, (sid, day), fingerprint, sums in ready:
-        entry = entries.get(sid)
-        if entry is not None:
+        if sid in days:
             kept_sums = [*sums[:6], list(sums[6]), sums[7], sums[8], list(sums[9])]
-            entry.held.append((mid, day, list(fingerprint), kept_sums))
-    entries.update(kept)
-    cache.keep_ledger("usage-days", request, entries)
+            held.setdefault(sid, []).append((mid, day, list(fingerprint), kept_sums))
+
+    def entries() -> Iterator[tuple[str, SessionDays]]:
+        for sid, found in days.items():
+            if sid in kept:
+                continue
+            packed = [
+                (day, [*acc[:6], acc[7]], _packed("d", acc[6]), acc[8], _packed("q", acc[9]))
+                for day, acc in found
+            ]
+            yield sid, SessionDays(packed, held.get(sid, []))
+        yield from kept.items()
+
+    count = sum(1 for sid in days if sid not in kept) + len(kept)
+    cache.keep_ledger("usage-days", request, entries(), count)
 
 
 def _floats(packed: bytes) -> array[float]:
@@ -1916,8 +1929,9 @@ def _new_sums(first: Any) -> list[Any]:
     return [0, 0, 0, 0, 0, 0, array("d"), 0, first, array("q")]
 
 
-def _packed(kind: str, values: Any) -> bytes:
-    return values.tobytes() if isinstance(values, array) else array(kind, values).tobytes()
+def _packed(kind: str, values: Any) -> memoryview:
+    """``values`` as packed bytes to encode (a view: a large ledger is not copied first)."""
+    return memoryview(values if isinstance(values, array) else array(kind, values))
 
 
 def _merge_sums(acc: list[Any], sums: list[Any]) -> None:
