@@ -440,14 +440,21 @@ def test_a_repeat_reads_no_rows_and_a_change_reads_only_its_session(tmp_path) ->
         assert cache.hits == 1  # the parent from the ledger; the subagent read again
 
 
-@pytest.mark.parametrize("change", ["child_reply", "new_child", "parent_reply"])
+@pytest.mark.parametrize("change", ["child_reply", "new_child", "parent_reply", "text_time"])
 def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatch, change):
     """The last report brought up to date: the changed session and its parent summarized
     again (the parent's folded cost follows its subagent), the session table not read
-    whole, and the report the one a full reading gives."""
+    whole, and the report the one a full reading gives. A session whose ``time_updated``
+    is text (damage: SQLite sorts it before every number) has every session read again."""
     db, spare, root = tmp_path / "opencode.db", tmp_path / "spare.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    conn = sqlite3.connect(db)
+    copy = _copy_session(conn, sources["fork"], _sessions(sources["fork"])[0], logged=True)
+    if change == "text_time":
+        conn.execute("UPDATE session SET time_updated = 'soon' WHERE id = ?", (copy,))
+    conn.commit()
+    conn.close()
     for which in (0, 1):
         _report(db, which, root)
     conn = sqlite3.connect(db)
@@ -455,7 +462,7 @@ def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatc
     (parent,) = conn.execute("SELECT id FROM session WHERE parent_id IS NULL").fetchone()
     conn.close()
     ids = _sessions(sqlite3.connect(db))
-    if change == "new_child":
+    if change in ("new_child", "text_time"):
         step = ("new_child", True, ids.index(parent), "reasoning")
     else:
         target = child if change == "child_reply" else parent
@@ -467,7 +474,8 @@ def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatc
     def whole_table(*args, **kwargs):
         raise AssertionError("the session table read whole")
 
-    monkeypatch.setattr(Store, "sessions", whole_table)
+    if change != "text_time":
+        monkeypatch.setattr(Store, "sessions", whole_table)
     assert [_report(db, which, root) for which in (0, 1)] == expected
     for src in sources.values():
         src.close()

@@ -903,8 +903,9 @@ def _brought_up_to_date(
     """The last report of every session, its families whose sessions changed since read
     again: the report a full reading would give, at the cost of what changed. None (read
     everything) unless only OpenCode wrote since (``ReportCache.previous``), every session
-    has a stamp, none was removed or moved to another parent, no parent links loop, and
-    fewer than ``WHOLE_TABLE_SESSIONS`` changed.
+    has a stamp, none was removed or moved to another parent, no parent links loop, every
+    ``time_updated`` is an integer (the order is then the rows' sorted), and fewer than
+    ``WHOLE_TABLE_SESSIONS`` changed.
 
     A session's summary depends on its own rows and on those of the sessions below it (the
     fold, the stale rule), never on those above: so a changed session and every session
@@ -927,6 +928,7 @@ def _brought_up_to_date(
         len(parents_then) > len(parents)
         or any(type(sid) is not str or sid not in stamps for sid in parents)
         or store.loop_members()
+        or not store.plainly_ordered()
     ):
         return None
     missing = object()

@@ -818,6 +818,14 @@ class Store:
         except SQLITE_ERRORS as exc:
             raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
 
+    def plainly_ordered(self) -> bool:
+        """Whether every session's ``time_updated`` is an integer (what OpenCode writes), so
+        that sorting the rows as read gives ``sessions()``'s order, as SQLite sorts them."""
+        found = self._query(
+            "SELECT 1 FROM session WHERE typeof(time_updated) != 'integer' LIMIT 1"
+        )
+        return next(found, None) is None
+
     def loop_members(self) -> frozenset[Any]:
         """The sessions on a loop of parent links (``loop_members``), read once."""
         if self._loops is None:
