@@ -821,9 +821,7 @@ class Store:
     def plainly_ordered(self) -> bool:
         """Whether every session's ``time_updated`` is an integer (what OpenCode writes), so
         that sorting the rows as read gives ``sessions()``'s order, as SQLite sorts them."""
-        found = self._query(
-            "SELECT 1 FROM session WHERE typeof(time_updated) != 'integer' LIMIT 1"
-        )
+        found = self._query("SELECT 1 FROM session WHERE typeof(time_updated) != 'integer' LIMIT 1")
         return next(found, None) is None
 
     def loop_members(self) -> frozenset[Any]:
