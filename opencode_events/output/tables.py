@@ -425,6 +425,13 @@ def sessions_table(summaries: Sequence[Any], *, out: TextIO, width: int | None =
         f"{len(summaries)} session(s) · turns: prompts · steps: model calls · "
         "cost+sub: with subagents · ● in flight"
     )
+    undone = [s for s in summaries if getattr(s, "undone_inferences", 0)]
+    if undone:  # counted, as OpenCode counts them until the next prompt: said, not hidden
+        steps = sum(s.undone_inferences for s in undone)
+        caption += (
+            f" · {len(undone)} with a pending /undo: {steps:,} undone step(s), "
+            f"{money(sum(s.undone_cost for s in undone))}, counted"
+        )
     draw_table(
         columns,
         summaries,

@@ -124,6 +124,11 @@ class UsageRow(Struct, kw_only=True, omit_defaults=True):
     in_flight: bool | None = None
     stale: bool | None = None  # was in flight, but nothing written for a while (reports.stale)
     open: bool | None = None
+    # Of the figures above, what a pending undo (/undo) undid: counted, as OpenCode counts
+    # them until the next prompt deletes them (``undone``); set on the total and on
+    # ``--by session`` and ``--by step`` rows of the store, when there is any.
+    undone_inferences: int | None = None
+    undone_cost: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Labels that have a value, and every token field and the cost, zero or not."""
@@ -1053,7 +1058,9 @@ def _store_usage(
             store, session_ids, fold=fold, tree=tree, dedupe=cross_session, since=since_ms
         )
         _judge_staleness(store, rows, tree, now_ms)
-        return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
+        report = UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
+        _say_undone(store, report, session_ids, tree, since_ms)
+        return report
     report = _grouped(
         store,
         session_ids,
@@ -1066,7 +1073,51 @@ def _store_usage(
         cache=cache,
     )
     _judge_staleness(store, report.rows, tree, now_ms)
+    _say_undone(store, report, session_ids, tree, since_ms)
     return report
+
+
+def _say_undone(
+    store: Any,
+    report: UsageReport,
+    session_ids: Sequence[str],
+    tree: dict[str, list[str]],
+    since_ms: int | None,
+) -> None:
+    """What pending undos undid among the report's sessions (subagents included), which
+    the report counts as OpenCode does: a note, the total's ``undone_*`` fields, and those
+    of each ``--by session`` row (a subagent's in the row it folds into)."""
+    from .undone import note, undone_figures
+
+    family = dict.fromkeys([*session_ids, *descendants(session_ids, tree)])
+    undone = undone_figures(store, family, since_ms=since_ms)
+    if not undone:
+        return
+    found = list(undone.values())
+    steps = sum(u.inferences for u in found)
+    report.total.undone_inferences = steps
+    report.total.undone_cost = summed_cost(sum(u.cost for u in found), steps)
+    report.notes = [*report.notes, note(found) or ""]
+    if report.by == "step":
+        ids = {mid for u in found for mid in u.message_ids}
+        for row in report.rows:
+            if row.message_id in ids:
+                row.undone_inferences, row.undone_cost = 1, row.cost
+        return
+    if report.by != "session":
+        return
+    rows = {row.session_id: row for row in report.rows}
+    parent = {child: sid for sid, children in tree.items() for child in children}
+    for sid, figures in undone.items():
+        owner = sid
+        while owner not in rows and owner in parent:
+            owner = parent[owner]
+        row = rows.get(owner)
+        if row is not None:
+            row.undone_inferences = (row.undone_inferences or 0) + figures.inferences
+            row.undone_cost = summed_cost(
+                (row.undone_cost or 0.0) + figures.cost, row.undone_inferences
+            )
 
 
 def _judge_staleness(
