@@ -324,6 +324,8 @@ class SessionTrace:
         attributes["opencode.step"] = usage.turn
         if message_id:
             attributes["opencode.message.id"] = message_id
+        if usage.reverted:  # a pending /undo undid it: still counted, as OpenCode counts it
+            attributes["opencode.reverted"] = True
         if span.end_ns < _ns(end):
             span.end_ns = _ns(end)
         if chat.span.status != STATUS_ERROR:
@@ -374,6 +376,8 @@ class SessionTrace:
         }
         if event.call_id:
             attributes["gen_ai.tool.call.id"] = event.call_id
+        if event.reverted:
+            attributes["opencode.reverted"] = True
         if event.status:
             attributes["opencode.tool.status"] = event.status
         exit_code = getattr(event, "exit_code", None)

@@ -82,9 +82,9 @@ def _undone_of(store: Any, sid: str, point: RevertPoint, since_ms: int | None) -
     for message in store.messages(sid):
         if not point.message(message.id):
             continue
-        if since_ms is not None and type(message.time_created) is int:
-            if message.time_created < since_ms:
-                continue
+        created = message.time_created
+        if since_ms is not None and type(created) is int and created < since_ms:
+            continue
         try:
             info = decode_repairing(_MESSAGE, message.data)[0]
         except (msgspec.DecodeError, RecursionError):  # as usage: a row it cannot read
