@@ -178,8 +178,13 @@ class ToolTimes(Normalizer):
     it maps the call, by part id, and an inference's (``time.created``/``completed``) where
     a source reports usage per message (server events); a span takes them from here."""
 
-    def __init__(self, *, keep_raw: bool = False) -> None:
-        super().__init__(keep_raw=keep_raw)
+    def __init__(
+        self,
+        *,
+        keep_raw: bool = False,
+        mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
+    ) -> None:
+        super().__init__(keep_raw=keep_raw, mcp_servers=mcp_servers)
         self.times: dict[str, tuple[int | float, int | float]] = {}
 
     def _tool(self, part: Any, prov: Provenance) -> list[Event]:

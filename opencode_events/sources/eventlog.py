@@ -204,9 +204,13 @@ class StoreFollower:
     def _learn_parent(self, conn: sqlite3.Connection, session_id: str) -> None:
         """A subagent's events name its parent, as ``import``'s do (the log's
         ``session.created`` says so too, but it may be pruned)."""
-        row = conn.execute("SELECT parent_id FROM session WHERE id = ?", (session_id,)).fetchone()
+        row = conn.execute(
+            "SELECT parent_id, directory FROM session WHERE id = ?", (session_id,)
+        ).fetchone()
         if row is not None and isinstance(row[0], str) and row[0]:
             self.normalizer.learn_parent(session_id, row[0])
+        if row is not None and isinstance(row[1], str) and row[1]:
+            self.normalizer.learn_directory(session_id, row[1])  # its MCP servers
 
     def _choose(self, store: Any) -> None:
         if self.all_sessions:
