@@ -406,3 +406,27 @@ def test_without_a_pending_undo_the_views_say_nothing():
         sid = select_sessions(store, [])[0]
         assert "undone_inferences" not in context_report(store, sid).document()
         assert render("[{undone}]", take_glance(store, sid)) == "[]"
+
+
+@pytest.mark.parametrize("source", ["import", "export"])
+@pytest.mark.parametrize("by", ["turn", "session", "day"])
+def test_usage_of_the_marked_events_says_so_too(source: str, by: str):
+    """`import | usage` and `usage export.json`: the steps marked `reverted` are counted,
+    and the report says how many and what they cost, as from the store."""
+    from opencode_events.reports.usage import stream_usage
+
+    if source == "import":
+        out = io.BytesIO()
+        with Store(SAMPLE / "opencode.db") as store:
+            import_sessions(store, select_sessions(store, all_sessions=True), JsonlWriter(out))
+        data = out.getvalue()
+    else:
+        data = (SAMPLE / "export.json").read_bytes()
+    report = stream_usage([("-", io.BytesIO(data))], by=by)
+    undone = _undone_messages(SAMPLE / "opencode.db")
+    assert report.total.cost == pytest.approx(_session_cost(SAMPLE / "opencode.db"))
+    assert report.total.undone_inferences == len(undone) == 2
+    assert report.total.undone_cost == pytest.approx(sum(undone.values()))
+    assert f"2 steps marked reverted (a pending /undo), ${report.total.undone_cost:.6g}, " in (
+        " ".join(report.notes)
+    )

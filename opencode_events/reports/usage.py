@@ -323,6 +323,7 @@ class _NormalizedLine(Struct):
     cost: float = 0.0
     type: Any = None  # an unknown event's record type
     child_session_id: Any = None  # an orchestration event's subagent session
+    reverted: Any = None  # made from what a pending /undo undid (import, export)
 
 
 # Records that carry usage, by the type an ``unknown`` event names when one of them could
@@ -343,6 +344,12 @@ class _Unread:
         # steps the input holds, to tell which subagents' costs it cannot see.
         self.spawned: dict[str, Any] = {}
         self.stepped: set[Any] = set()
+        self.undone: list[float] = []  # the costs of steps marked ``reverted``
+
+    def step(self, event: Any) -> None:
+        """A step counted: one a pending /undo undid is noted (``reports.undone``)."""
+        if event.reverted is True:
+            self.undone.append(event.cost if type(event.cost) is float else 0.0)
 
     def spawn(self, child: Any, parent: Any) -> None:
         if isinstance(child, str) and child:
@@ -373,6 +380,13 @@ class _Unread:
             notes.append(
                 f"{self.steps} record(s) of usage (steps, messages) that could not be read "
                 "(`normalize` shows them as unknown); not counted"
+            )
+        if self.undone:
+            steps = len(self.undone)
+            notes.append(
+                f"{steps} step{'s' if steps != 1 else ''} marked reverted (a pending /undo), "
+                f"${summed_cost(sum(self.undone), steps):.6g}, counted as OpenCode counts "
+                "them until the next prompt deletes them"
             )
         unseen = [child for child in self.spawned if child not in self.stepped]
         if unseen:
@@ -580,6 +594,7 @@ class StreamUsage:
         self.columns = report_columns(by, stored=False)
         self.notes: list[str] = []
         self._totaller = _Totaller()
+        self._undone: list[float] = []  # costs of the steps marked ``reverted``
 
     @property
     def total(self) -> UsageRow:
@@ -587,7 +602,11 @@ class StreamUsage:
         return self.report([]).total
 
     def report(self, rows: list[UsageRow]) -> UsageReport:
-        return UsageReport(by=self.by, rows=rows, total=self._totaller.total(), notes=self.notes)
+        total = self._totaller.total()
+        if self._undone:
+            total.undone_inferences = len(self._undone)
+            total.undone_cost = summed_cost(sum(self._undone), len(self._undone))
+        return UsageReport(by=self.by, rows=rows, total=total, notes=self.notes)
 
     def rows(self) -> Iterator[UsageRow]:
         by, tz = self.by, self.tz
@@ -619,6 +638,7 @@ class StreamUsage:
                     open=False,
                 )
                 row.add(event)
+                unread.step(event)
                 if by in ("turn", "step"):
                     seen, last_turn = True, row.turn
                     self._totaller.add(row)
@@ -637,6 +657,7 @@ class StreamUsage:
                 group.add(row)
                 group.inferences = (group.inferences or 0) + 1
         self.notes = unread.notes()
+        self._undone = unread.undone
         if by in ("session", "day"):  # sessions oldest first, as from the store
             for key in sorted(groups, key=lambda k: (first_time.get(k, 0), k)):
                 row = groups[key]
