@@ -65,9 +65,10 @@ def undone_figures(
     reverts = pending_reverts(store)
     if not reverts:
         return {}
+    wanted = session_ids if isinstance(session_ids, (set, dict)) else set(session_ids)
     found: dict[str, Undone] = {}
-    for sid in session_ids:
-        point = RevertPoint.of(reverts.get(sid))
+    for sid in [sid for sid in reverts if sid in wanted]:  # the few with a pending undo
+        point = RevertPoint.of(reverts[sid])
         if point is None:
             continue
         undone = _undone_of(store, sid, point, since_ms)

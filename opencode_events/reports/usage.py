@@ -1108,10 +1108,23 @@ def _say_undone(
     """What pending undos undid among the report's sessions (subagents included), which
     the report counts as OpenCode does: a note, the total's ``undone_*`` fields, and those
     of each ``--by session`` row (a subagent's in the row it folds into)."""
-    from .undone import note, undone_figures
+    from .undone import note, pending_reverts, undone_figures
 
-    family = dict.fromkeys([*session_ids, *descendants(session_ids, tree)])
-    undone = undone_figures(store, family, since_ms=since_ms)
+    reverts = pending_reverts(store)
+    if not reverts:  # the usual case: nothing more is read
+        return
+    parent = {child: sid for sid, children in tree.items() for child in children}
+    chosen = set(session_ids)
+
+    def in_report(sid: str) -> bool:  # the session or one above it was chosen
+        seen = set()
+        while sid not in chosen and sid in parent and sid not in seen:
+            seen.add(sid)
+            sid = parent[sid]
+        return sid in chosen
+
+    family = {sid for sid in reverts if in_report(sid)}
+    undone = undone_figures(store, family, since_ms=since_ms) if family else {}
     if not undone:
         return
     found = list(undone.values())
@@ -1128,11 +1141,11 @@ def _say_undone(
     if report.by != "session":
         return
     rows = {row.session_id: row for row in report.rows}
-    parent = {child: sid for sid, children in tree.items() for child in children}
     for sid, figures in undone.items():
-        owner = sid
-        while owner not in rows and owner in parent:
+        owner, seen = sid, {sid}
+        while owner not in rows and owner in parent and parent[owner] not in seen:
             owner = parent[owner]
+            seen.add(owner)
         row = rows.get(owner)
         if row is not None:
             row.undone_inferences = (row.undone_inferences or 0) + figures.inferences
