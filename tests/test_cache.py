@@ -217,6 +217,26 @@ def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare
             conn.execute("DELETE FROM message WHERE id = ?", (mid,))
             if logged:
                 _log(conn, target, "message.removed.1")
+    elif kind == "revert":  # /undo: OpenCode sets the column and logs session.updated
+        messages = _rows(
+            conn, "SELECT id FROM message WHERE session_id = ? ORDER BY time_created, id", (target,)
+        )
+        if messages:
+            (mid,) = messages[pick % len(messages)]
+            point = {"messageID": mid, "snapshot": "3cbc3f51", "diff": ""}
+            conn.execute(
+                "UPDATE session SET revert = ?, time_updated = time_updated + 1 WHERE id = ?",
+                (msgspec.json.encode(point).decode(), target),
+            )
+            if logged:
+                _log(conn, target, "session.updated.1")
+    elif kind == "unrevert":  # /redo of everything: the column cleared, session.updated
+        conn.execute(
+            "UPDATE session SET revert = NULL, time_updated = time_updated + 1 WHERE id = ?",
+            (target,),
+        )
+        if logged:
+            _log(conn, target, "session.updated.1")
     elif kind == "delete_session":
         conn.execute("DELETE FROM part WHERE session_id = ?", (target,))
         conn.execute("DELETE FROM message WHERE session_id = ?", (target,))
@@ -291,6 +311,8 @@ CHANGES = st.tuples(
             "delete_session",
             "fork",
             "swap",
+            "revert",
+            "unrevert",
         ]
     ),
     st.booleans(),  # written by OpenCode (its log moves) or by another program

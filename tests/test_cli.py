@@ -9,6 +9,7 @@ import select
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -992,19 +993,93 @@ def test_normalize_to_a_pipe_imports_no_database_binding():
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
 
+def _served_from_the_log(db: Path) -> bytes:
+    """The server's event stream of a captured session, made from its store's event log
+    (OpenCode logs each durable bus event with the payload `GET /event` sends), closed by
+    the idle the server sends when the run ends."""
+    with sqlite3.connect(f"file:{db}?immutable=1", uri=True) as conn:
+        (session,) = conn.execute("SELECT id FROM session").fetchone()
+        rows = conn.execute("SELECT id, type, data FROM event ORDER BY rowid").fetchall()
+    frames = []
+    for event_id, kind, data in rows:
+        kind = kind.rsplit(".", 1)[0]
+        frames.append(f'data: {{"id":"{event_id}","type":"{kind}","properties":{data}}}')
+    idle = {"type": "session.idle", "properties": {"sessionID": session}}
+    frames.append("data: " + json.dumps(idle))
+    return "".join(frame + "\n\n" for frame in frames).encode()
+
+
+def _mcp_events(how: list[str] | str, tmp_path: Path, env: dict) -> list[dict]:
+    """The events of samples/mcp's run as ``how`` writes them: ``run`` (a stand-in for
+    opencode that writes the captured stream), ``attach`` (the session served),
+    ``import --follow`` (the store followed), or the command line given."""
+    if how == "run":
+        fake = tmp_path / "opencode"
+        fake.write_text(f"#!/bin/sh\ncat {SAMPLES / 'mcp' / 'stream.jsonl'}\n")
+        fake.chmod(0o755)
+        result = run(
+            ["run", "--format", "jsonl", "go"], cwd=tmp_path, env={**env, "OPENCODE_BIN": str(fake)}
+        )
+    elif how == "attach":
+        sse = _served_from_the_log(SAMPLES / "mcp" / "opencode.db")
+
+        def serve(connection: socket.socket) -> None:
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+            with contextlib.suppress(OSError):
+                connection.sendall(head + sse)
+                time.sleep(20)  # the stream stays open: the idle ends attach
+
+        with one_connection_server(serve) as port:
+            result = run(["attach", f"http://127.0.0.1:{port}", "--format", "jsonl"], env=env)
+    elif how == "import --follow":
+        return _followed_mcp_events(tmp_path, env)
+    else:
+        result = run(list(how), cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    return jsonl(result.stdout)
+
+
+def _followed_mcp_events(tmp_path: Path, env: dict) -> list[dict]:
+    """`import --follow --all` of samples/mcp's store, until its three MCP calls came."""
+    db = SAMPLES / "mcp" / "opencode.db"
+    follow = subprocess.Popen(
+        [*CMD, "import", "--follow", "--all", "--forever", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
+    events: list[dict] = []
+    try:
+        assert follow.stdout is not None
+        while len([e for e in events if e["kind"] == "unknown"]) < 3:
+            ready, _, _ = select.select([follow.stdout], [], [], 30)
+            assert ready, "no event within 30 s"
+            events.append(json.loads(follow.stdout.readline()))
+    finally:
+        follow.terminate()
+        follow.wait(timeout=30)
+    return events
+
+
 @pytest.mark.parametrize(
-    "args",
+    "how",
     [
-        ["normalize", str(SAMPLES / "mcp" / "stream.jsonl")],
-        ["normalize", str(SAMPLES / "mcp" / "export.json")],
-        ["import", "--all", "--db", str(SAMPLES / "mcp" / "opencode.db")],
+        ("normalize", str(SAMPLES / "mcp" / "stream.jsonl")),
+        ("normalize", str(SAMPLES / "mcp" / "export.json")),
+        ("import", "--all", "--db", str(SAMPLES / "mcp" / "opencode.db")),
+        "run",
+        "attach",
+        "import --follow",
     ],
-    ids=["stream", "export", "import"],
+    ids=["stream", "export", "import", "run", "attach", "import --follow"],
 )
-def test_an_mcp_call_names_its_configured_server(args, tmp_path: Path):
+def test_an_mcp_call_names_its_configured_server(how, tmp_path: Path):
     """samples/mcp: OpenCode names the calls `my-tools_v1_<tool>` for the server
     `my-tools.v1`; a shorter server name that also matches loses to the longest, a tool of
-    no configured server names none, and without a config no call names a server."""
+    no configured server names none, and without a config no call names a server. Every
+    way in names it: from the stored session's directory (`import`), the server's
+    messages' (`attach`, `import --follow`), the run's own for a stream that names none
+    (`normalize`, `run`)."""
     config = tmp_path / "config" / "opencode"
     config.mkdir(parents=True)
     servers = {"my-tools.v1": {"type": "local"}, "my-tools": {"type": "local"}}
@@ -1012,12 +1087,12 @@ def test_an_mcp_call_names_its_configured_server(args, tmp_path: Path):
     env = {
         **os.environ,
         "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
         "HOME": str(tmp_path),
     }
     env.pop("OPENCODE_CONFIG", None)
-    result = run(args, cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
-    calls = [e for e in jsonl(result.stdout) if e["kind"] == "unknown"]
+    env.pop("OPENCODE_DB", None)
+    calls = [e for e in _mcp_events(how, tmp_path, env) if e["kind"] == "unknown"]
     assert [c["tool"] for c in calls] == [
         "my-tools_v1_echo",
         "my-tools_v1_reject",
@@ -1025,5 +1100,5 @@ def test_an_mcp_call_names_its_configured_server(args, tmp_path: Path):
     ]
     assert [c.get("mcp_server") for c in calls] == ["my-tools.v1"] * 3
     (config / "opencode.json").write_text(json.dumps({"mcp": {"other": {"type": "local"}}}))
-    result = run(args, cwd=tmp_path, env=env)
-    assert not [e for e in jsonl(result.stdout) if "mcp_server" in e]
+    calls = [e for e in _mcp_events(how, tmp_path, env) if e["kind"] == "unknown"]
+    assert len(calls) == 3 and not [c for c in calls if "mcp_server" in c]

@@ -170,6 +170,101 @@ def test_a_session_whose_first_events_were_pruned_is_read_from_its_rows(tmp_path
     assert comparable(at_once(db)) == comparable(imported(db))
 
 
+def _add_session(db: Path, src: Path, *, logged: bool) -> str:
+    """Write the session of the capture ``src`` into ``db``, in one commit: its rows, and,
+    ``logged``, its event log as OpenCode 1.18 writes it beside them (else as an OpenCode
+    older than the log, or another program, writes a session: rows alone)."""
+    with sqlite3.connect(f"file:{src}?immutable=1", uri=True) as source:
+        (sid,) = source.execute("SELECT id FROM session WHERE parent_id IS NULL").fetchone()
+        tables = ["session", "message", "part"] + (["event_sequence", "event"] if logged else [])
+        rows = {}
+        for table in tables:
+            key = "id" if table == "session" else "session_id"
+            if table.startswith("event"):
+                key = "aggregate_id"
+            cols = [c[1] for c in source.execute(f"PRAGMA table_info({table})")]
+            found = source.execute(
+                f"SELECT {', '.join(cols)} FROM {table} WHERE {key} = ? ORDER BY rowid", (sid,)
+            ).fetchall()
+            rows[table] = (cols, found)
+    with sqlite3.connect(db) as conn:
+        for table, (cols, found) in rows.items():
+            marks = ", ".join("?" * len(cols))
+            conn.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks})", found)
+    return sid
+
+
+def _of(events: list[dict[str, Any]], sid: str) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("session_id") == sid]
+
+
+@pytest.mark.parametrize("logged", [False, True], ids=["without log rows", "with log rows"])
+def test_follow_all_sees_sessions_that_appear_later(tmp_path: Path, logged: bool) -> None:
+    """`import --follow --all` started on a store: a session written after it started
+    appears, whether its rows come with event-log rows (OpenCode 1.18) or without (an
+    older OpenCode, e.g. legacy_mixed's 1.2.27, or another program)."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    follower = StoreFollower(Normalizer(), all_sessions=True)
+    with Store(db) as store:
+        history = as_dicts(follower.read(store))
+    assert history
+    added = [
+        _add_session(db, SAMPLES / name / "opencode.db", logged=logged)
+        for name in ("bash_ok", "todowrite")
+    ]
+    with Store(db) as store:
+        later = as_dicts(follower.read(store) + follower.finish())
+    everything = imported(db)
+    for sid in added:
+        assert _of(later, sid), sid
+        assert comparable(_of(later, sid)) == comparable(_of(everything, sid))
+    assert {e["session_id"] for e in later if e["kind"] != "metrics"} == set(added)
+
+
+def test_follow_all_through_the_loop_sees_a_session_without_log_rows(tmp_path: Path) -> None:
+    """The same through ``follow_store``'s loop: its watch sees the commit, its read the
+    new session."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    follower, sink = StoreFollower(Normalizer(), all_sessions=True), Sink()
+    ticks = iter(range(1000))
+    added: list[str] = []
+
+    def stop() -> bool:
+        tick = next(ticks)
+        if tick == 3:
+            added.append(_add_session(db, SAMPLES / "bash_ok" / "opencode.db", logged=False))
+        return tick >= 10
+
+    follow_store(
+        db, follower, sink, until_idle=False, watch=StoreWatch(db, interval=0.001), stop=stop
+    )
+    (sid,) = added
+    followed = _of(as_dicts(sink.events + follower.finish()), sid)
+    assert followed and comparable(followed) == comparable(_of(imported(db), sid))
+
+
+def test_the_watch_sees_a_commit_without_the_wal(tmp_path: Path) -> None:
+    """A program writing in rollback-journal mode: a commit that keeps the file's size,
+    within the file system's time granularity (here: its time put back), is seen by the
+    header's change counter."""
+    db = tmp_path / "opencode.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    watch = StoreWatch(db)
+    assert watch.changed()
+    assert not watch.changed()
+    before = os.stat(db)
+    conn.execute("UPDATE t SET x = 2")
+    os.utime(db, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(db).st_size == before.st_size
+    assert watch.changed()
+    assert not watch.changed()
+    conn.close()
+
+
 def test_the_log_of_every_sample_is_what_import_reads() -> None:
     for name in STORES:
         db = SAMPLES / name / "opencode.db"

@@ -785,3 +785,33 @@ def test_attach_names_where_the_rejected_password_came_from(given_in: str) -> No
     assert result.stderr.decode() == (
         f"error: http://127.0.0.1:{port} rejected the password (user 'opencode', {source})\n"
     )
+
+
+def test_an_mcp_call_whose_message_was_not_seen_names_the_sessions_servers() -> None:
+    """Attached mid-run, a tool part can come before its message's update (which names the
+    directory, `path.cwd`): the session's directory from `session.created` stands in.
+    samples/mcp's logged events, as the server sends them, without the message updates."""
+    import sqlite3
+
+    db = SAMPLES / "mcp" / "opencode.db"
+    with sqlite3.connect(f"file:{db}?immutable=1", uri=True) as conn:
+        (directory,) = conn.execute("SELECT directory FROM session").fetchone()
+        rows = conn.execute("SELECT type, data FROM event ORDER BY rowid").fetchall()
+    text = "".join(
+        f'data: {{"type":"{t.rsplit(".", 1)[0]}","properties":{d}}}\n\n'
+        for t, d in rows
+        if not t.startswith("message.updated")
+    )
+    asked: list[str | None] = []
+
+    def servers(where: str | None) -> list[str]:
+        asked.append(where)
+        return ["my-tools.v1"]
+
+    reader = SseReader(Normalizer(mcp_servers=servers))
+    events = []
+    for n, line in enumerate(text.encode().split(b"\n"), 1):
+        events += reader.feed(n, line)
+    calls = [e for e in events + reader.finish() if e.kind == "unknown" and e.tool]
+    assert [c.mcp_server for c in calls] == ["my-tools.v1"] * 3
+    assert asked == [directory]

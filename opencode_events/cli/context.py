@@ -85,6 +85,13 @@ def context(
             "models cache; their costs are not split (shown as -)",
             err=True,
         )
+    if report.undone_inferences:
+        click.echo(
+            f"note: a pending /undo undid {report.undone_inferences} step(s), "
+            f"${report.undone_cost:.6g}: counted, as OpenCode counts them until the next "
+            "prompt deletes them",
+            err=True,
+        )
     out = report_output()
     fmt = report_format(fmt, as_json, out)
     if fmt == "table":

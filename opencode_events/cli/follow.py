@@ -55,6 +55,7 @@ def follow_import(
     from ..pipeline.follow import FollowEnd, follow_store
     from ..sources.eventlog import StoreFollower
     from ..store.open import select_sessions, store_files
+    from .quick import event_mcp_servers
 
     path = follow_path(db_path)
     if not path.exists():
@@ -63,7 +64,7 @@ def follow_import(
     out = open_output(output, reads=reads)
     fmt = fmt or ("pretty" if out.isatty() else "jsonl")
     writer = make_writer(fmt, out, buffered=False, tags=tags)
-    normalizer = Normalizer(keep_raw=keep_raw)
+    normalizer = Normalizer(keep_raw=keep_raw, mcp_servers=event_mcp_servers)
     follower = StoreFollower(
         normalizer,
         sessions=sessions,

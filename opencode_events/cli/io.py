@@ -282,8 +282,8 @@ class LiveOtel:
             self.destination = otel_destination(dest, None)
         self.collector = SpanCollector(TraceBuilder(mcp_servers=mcp_server_names))
 
-    def normalizer(self, *, keep_raw: bool = False) -> Any:
-        return self.collector.normalizer(keep_raw=keep_raw)
+    def normalizer(self, *, keep_raw: bool = False, mcp_servers: Any = None) -> Any:
+        return self.collector.normalizer(keep_raw=keep_raw, mcp_servers=mcp_servers)
 
     def writer(self, writer: Any) -> Any:
         from ..otel.export import Tee

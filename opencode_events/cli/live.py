@@ -405,7 +405,7 @@ def attach(
     otel = LiveOtel(otel_dest, events_to=output) if otel_dest else None
     out = open_output(output)
     writer = _writer(fmt, out, full=full)
-    normalizer = otel.normalizer(keep_raw=keep_raw) if otel else Normalizer(keep_raw=keep_raw)
+    normalizer = _live_normalizer(otel, keep_raw, Normalizer)
     limit = _Abort(endpoint, max_cost) if max_cost is not None else None
     reader = SseReader(
         normalizer,
@@ -619,7 +619,7 @@ def run_opencode(
     finished = False
     limit = _Limit(child, spend, max_cost) if max_cost is not None and spend else None
     try:
-        normalizer = otel.normalizer(keep_raw=keep_raw) if otel else Normalizer(keep_raw=keep_raw)
+        normalizer = _live_normalizer(otel, keep_raw, Normalizer)
         events_to = otel.writer(writer) if otel else writer
         stream = [("opencode", _Tee(child.stdout, copy, tee))]
         for events in event_batches(stream, normalizer):  # type: ignore[arg-type]
@@ -779,3 +779,14 @@ def _stop(child: Any) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
+
+
+def _live_normalizer(otel: LiveOtel | None, keep_raw: bool, normalizer: Callable[..., Any]) -> Any:
+    """The normalizer of ``attach`` and ``run``: an unknown MCP tool's events name their
+    server from OpenCode's config (``reports.mcp``) as ``import``'s do, for the session's
+    directory (the server's messages say it; a run stream names none: the run's own)."""
+    from .quick import event_mcp_servers
+
+    if otel is not None:
+        return otel.normalizer(keep_raw=keep_raw, mcp_servers=event_mcp_servers)
+    return normalizer(keep_raw=keep_raw, mcp_servers=event_mcp_servers)

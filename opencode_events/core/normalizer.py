@@ -194,6 +194,9 @@ class Normalizer(Counters):
         # none), which name the server of an MCP tool call; asked once per directory.
         self.mcp_servers = mcp_servers
         self._servers: dict[str | None, Sequence[str]] = {}
+        # session → its directory, where the source says (a server's session.created): the
+        # MCP servers of a call whose message names no directory are that session's.
+        self.directories: dict[str, str] = {}
         self.seq = 0
         # session → the session that ran it (a subagent's parent), where the source says;
         # its events carry ``parent_session_id``.
@@ -245,6 +248,11 @@ class Normalizer(Counters):
             self.parents[session_id] = parent_id
             if session_id == self._session:
                 self._parent = parent_id
+
+    def learn_directory(self, session_id: str, directory: str) -> None:
+        """``session_id`` works in ``directory`` (a server's ``session.created``, a session
+        row): its MCP calls name the servers configured there."""
+        self.directories[session_id] = directory
 
     def reset(self) -> None:
         """Start a new run (a new input file): session, part ids and turn numbers."""
@@ -454,6 +462,8 @@ class Normalizer(Counters):
 
     def _mcp_server(self, tool: str) -> str | None:
         directory = self._directory
+        if directory is None and self._session is not None:
+            directory = self.directories.get(self._session)
         servers = self._servers.get(directory)
         if servers is None:
             servers = self._servers[directory] = self.mcp_servers(directory)  # type: ignore[misc]

@@ -382,6 +382,7 @@ class SessionStatusProps(Struct):
 class SessionLink(Struct):
     id: Any = None
     parentID: Any = None  # noqa: N815
+    directory: Any = None  # where the session works (its MCP servers are configured there)
     cost: Any = None  # the session's cost so far (its own steps), as OpenCode sums it
 
 

@@ -168,9 +168,15 @@ class SpanCollector:
     def flush(self) -> None:
         pass
 
-    def normalizer(self, *, keep_raw: bool = False) -> ToolTimes:
-        """The normalizer to map with: it notes each call's times where these spans look."""
-        normalizer = ToolTimes(keep_raw=keep_raw)
+    def normalizer(
+        self,
+        *,
+        keep_raw: bool = False,
+        mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
+    ) -> ToolTimes:
+        """The normalizer to map with: it notes each call's times where these spans look
+        (``mcp_servers``: as ``Normalizer``'s)."""
+        normalizer = ToolTimes(keep_raw=keep_raw, mcp_servers=mcp_servers)
         normalizer.times = self.builder.times
         return normalizer
 

@@ -178,8 +178,13 @@ class ToolTimes(Normalizer):
     it maps the call, by part id, and an inference's (``time.created``/``completed``) where
     a source reports usage per message (server events); a span takes them from here."""
 
-    def __init__(self, *, keep_raw: bool = False) -> None:
-        super().__init__(keep_raw=keep_raw)
+    def __init__(
+        self,
+        *,
+        keep_raw: bool = False,
+        mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
+    ) -> None:
+        super().__init__(keep_raw=keep_raw, mcp_servers=mcp_servers)
         self.times: dict[str, tuple[int | float, int | float]] = {}
 
     def _tool(self, part: Any, prov: Provenance) -> list[Event]:
@@ -324,6 +329,8 @@ class SessionTrace:
         attributes["opencode.step"] = usage.turn
         if message_id:
             attributes["opencode.message.id"] = message_id
+        if usage.reverted:  # a pending /undo undid it: still counted, as OpenCode counts it
+            attributes["opencode.reverted"] = True
         if span.end_ns < _ns(end):
             span.end_ns = _ns(end)
         if chat.span.status != STATUS_ERROR:
@@ -374,6 +381,8 @@ class SessionTrace:
         }
         if event.call_id:
             attributes["gen_ai.tool.call.id"] = event.call_id
+        if event.reverted:
+            attributes["opencode.reverted"] = True
         if event.status:
             attributes["opencode.tool.status"] = event.status
         exit_code = getattr(event, "exit_code", None)

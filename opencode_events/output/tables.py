@@ -425,6 +425,13 @@ def sessions_table(summaries: Sequence[Any], *, out: TextIO, width: int | None =
         f"{len(summaries)} session(s) · turns: prompts · steps: model calls · "
         "cost+sub: with subagents · ● in flight"
     )
+    undone = [s for s in summaries if getattr(s, "undone_inferences", 0)]
+    if undone:  # counted, as OpenCode counts them until the next prompt: said, not hidden
+        steps = sum(s.undone_inferences for s in undone)
+        caption += (
+            f" · {len(undone)} with a pending /undo: {steps:,} undone step(s), "
+            f"{money(sum(s.undone_cost for s in undone))}, counted"
+        )
     draw_table(
         columns,
         summaries,
@@ -621,12 +628,18 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
             count(row.turns),
             compact_tokens(row.tokens),
             compact_tokens(row.context_tokens),
-            Text(money(row.cost) + ("+" if row.subagents else " ")),
+            Text(
+                money(row.cost)
+                + ("+" if row.subagents else " ")
+                + ("↶" if getattr(row, "undone_cost", 0.0) else "")
+            ),
         ]
         table.add_row(*cells)
     if not board.rows:
         table.add_row("", Text(f"no sessions in {visible(board.path)} yet", style="dim"))
     keys = Text("q quits · cost with subagents (+) · tokens are the session's own", style="dim")
+    if any(getattr(row, "undone_cost", 0.0) for row in rows):
+        keys.append(" · ↶ a pending /undo's steps, counted until the next prompt")
     return Group(header, Text(""), table, Text(""), keys)
 
 
@@ -696,7 +709,9 @@ def _context_steps(report: Any, *, out: TextIO, width: int | None) -> None:
                 "added": ", ".join(f"{s} +{t:,}" for s, t in added[:4])
                 + (" …" if len(added) > 4 else ""),
                 "cost": i.cost,
-                "note": "compaction (reset after)" if i.compaction else "",
+                "note": "compaction (reset after)"
+                if i.compaction
+                else ("undone (/undo)" if i.undone else ""),
             }
         )
         previous[i.session_id] = i.prompt_tokens

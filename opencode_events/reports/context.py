@@ -379,6 +379,7 @@ class Inference(Struct, kw_only=True):
     source_costs: dict[str, float] | None  # prompt-side cost by source; None: no price
     output_cost: float | None
     compaction: bool = False  # a compaction reply (the ledger resets after it)
+    undone: bool = False  # undone by a pending /undo, counted as OpenCode counts it (undone)
 
 
 class SessionLedger(Struct, kw_only=True):
@@ -726,9 +727,17 @@ class ContextReport(Struct, kw_only=True):
     subagents: list[str] = []
     unpriced: list[str] = []  # models whose messages could not be split
     skipped_rows: int = 0
+    # What pending undos (/undo) undid, counted above as OpenCode counts it (``undone``).
+    undone_inferences: int = 0
+    undone_cost: float = 0.0
 
     def document(self) -> dict[str, Any]:
         """The JSON document (docs/context.md)."""
+        undone = (
+            {"undone_inferences": self.undone_inferences, "undone_cost": self.undone_cost}
+            if self.undone_inferences
+            else {}
+        )
         return {
             "session_id": self.session_id,
             "context_tokens": self.context_tokens,
@@ -749,11 +758,13 @@ class ContextReport(Struct, kw_only=True):
                     "cost": i.cost,
                     "source_costs": i.source_costs,
                     **({"compaction": True} if i.compaction else {}),
+                    **({"undone": True} if i.undone else {}),
                 }
                 for i in self.inferences
             ],
             "subagents": self.subagents,
             "unpriced_models": self.unpriced,
+            **undone,
         }
 
     def source_rows(self) -> list[dict[str, Any]]:
@@ -841,7 +852,24 @@ def context_report(
     if cache is not None and fresh:
         cache.keep_ledger("context", _CONTEXT_LEDGER, {**kept, **fresh})
     # OpenCode's figures, one as stored; a sum of several (subagents) as `usage` writes it
-    return fold(ledgers, cost=summed_cost(total_cost, figures), skipped=skipped)
+    report = fold(ledgers, cost=summed_cost(total_cost, figures), skipped=skipped)
+    _mark_undone(store, ids, report)
+    return report
+
+
+def _mark_undone(store: Any, ids: Sequence[str], report: ContextReport) -> None:
+    """Mark what pending undos undid: counted, as OpenCode's context gauge and cost count
+    it until the next prompt deletes it (``undone``)."""
+    from .undone import undone_figures
+
+    undone = undone_figures(store, ids)
+    if not undone:
+        return
+    found = {mid for u in undone.values() for mid in u.message_ids}
+    for inference in report.inferences:
+        inference.undone = inference.message_id in found
+    report.undone_inferences = sum(u.inferences for u in undone.values())
+    report.undone_cost = summed_cost(sum(u.cost for u in undone.values()), report.undone_inferences)
 
 
 class ContextRows(Struct, array_like=True):

@@ -38,6 +38,7 @@ from ..store.sqlite import Store
 from .cache import ReportCache
 from .mcp import mcp_server_of
 from .spend import written_spend
+from .undone import undone_figures
 
 __all__ = ["SESSION_COLUMNS", "SessionSummary", "SessionsReport", "sessions_report", "summarize"]
 
@@ -77,6 +78,10 @@ class SessionSummary(Struct, kw_only=True):
     cost: float = 0.0
     total_cost: float = 0.0
     children: list[str] = []
+    # What a pending undo (/undo, the session's ``revert``) undid: counted above, as
+    # OpenCode counts it until the next prompt deletes it and takes it off (``undone``).
+    undone_inferences: int = 0
+    undone_cost: float = 0.0
 
 
 class _ModelView(Struct):
@@ -650,6 +655,9 @@ def summarize(
         summary.cost = written_spend([stored[sid]], [summary.inferences])
         if sid not in tree or not tree[sid]:
             summary.total_cost = summary.cost
+    for sid, undone in undone_figures(store, summaries).items():
+        summaries[sid].undone_inferences = undone.inferences
+        summaries[sid].undone_cost = undone.cost
     return [summaries[row.id] for row in rows]
 
 
@@ -805,6 +813,8 @@ SESSION_COLUMNS = (
     "cost",
     "total_cost",
     "children",
+    "undone_inferences",
+    "undone_cost",
 )
 
 

@@ -55,6 +55,8 @@ FIELDS = {
     "session": "the session's id",
     "short_id": "the session id's first 12 characters",
     "title": "the session's title",
+    "undone": "what a pending /undo undid, counted in {cost} as OpenCode counts it: "
+    "'undo 2 $0.0026', empty without one",
 }
 
 
@@ -89,6 +91,10 @@ class Glance(Struct, kw_only=True):
     today: float = 0.0
     context_tokens: int | None = None  # no inference with a prompt yet: None
     state: str = IDLE
+    # What the session's pending /undo undid: counted above, as OpenCode's sidebar counts
+    # it until the next prompt deletes it (reports.undone).
+    undone_inferences: int = 0
+    undone_cost: float = 0.0
 
 
 def take_glance(
@@ -121,6 +127,11 @@ def take_glance(
         subagents=spend.subagents,
         today=spend_between(store, *day_bounds(now, tz)),
     )
+    if row is not None and row.revert:  # a pending /undo: its messages are read, rarely
+        from .undone import undone_figures
+
+        for undone in undone_figures(store, [root]).values():
+            glance.undone_inferences, glance.undone_cost = undone.inferences, undone.cost
     in_flight = _read_newest(store, root, glance, now)
     if in_flight:
         limit = stale_after_ms() if stale_after is None else stale_after
@@ -260,6 +271,11 @@ def values(glance: Glance) -> dict[str, str]:
         "session": glance.session_id,
         "short_id": glance.session_id[:12],
         "title": _one_line(glance.title or ""),
+        "undone": (
+            f"undo {glance.undone_inferences} {_money(glance.undone_cost)}"
+            if glance.undone_inferences
+            else ""
+        ),
     }
 
 

@@ -61,6 +61,8 @@ class BoardRow(Struct, kw_only=True):
     cost: float = 0.0  # with subagents
     subagents: int = 0
     last_write: int | None = None
+    # What a pending /undo undid: counted in ``cost``, as OpenCode counts it (reports.undone)
+    undone_cost: float = 0.0
 
 
 class Board(Struct, kw_only=True):
@@ -267,6 +269,12 @@ class TopBoard:
             )
         family = store.family_rows(root)
         row.cost = family_spend(store, family).total  # as sessions and statusline write it
+        row.undone_cost = 0.0
+        if session is not None and session.revert:  # a pending /undo: rare, read whole
+            from .undone import undone_figures
+
+            for undone in undone_figures(store, [root]).values():
+                row.undone_cost = undone.cost
         row.subagents = max(0, len(family) - 1)
         row.last_write = max((updated for _, _, updated in family), default=None)
         in_flight, open_reply, since = None, None, None

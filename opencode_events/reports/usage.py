@@ -124,6 +124,11 @@ class UsageRow(Struct, kw_only=True, omit_defaults=True):
     in_flight: bool | None = None
     stale: bool | None = None  # was in flight, but nothing written for a while (reports.stale)
     open: bool | None = None
+    # Of the figures above, what a pending undo (/undo) undid: counted, as OpenCode counts
+    # them until the next prompt deletes them (``undone``); set on the total and on
+    # ``--by session`` and ``--by step`` rows of the store, when there is any.
+    undone_inferences: int | None = None
+    undone_cost: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Labels that have a value, and every token field and the cost, zero or not."""
@@ -318,6 +323,7 @@ class _NormalizedLine(Struct):
     cost: float = 0.0
     type: Any = None  # an unknown event's record type
     child_session_id: Any = None  # an orchestration event's subagent session
+    reverted: Any = None  # made from what a pending /undo undid (import, export)
 
 
 # Records that carry usage, by the type an ``unknown`` event names when one of them could
@@ -338,6 +344,12 @@ class _Unread:
         # steps the input holds, to tell which subagents' costs it cannot see.
         self.spawned: dict[str, Any] = {}
         self.stepped: set[Any] = set()
+        self.undone: list[float] = []  # the costs of steps marked ``reverted``
+
+    def step(self, event: Any) -> None:
+        """A step counted: one a pending /undo undid is noted (``reports.undone``)."""
+        if event.reverted is True:
+            self.undone.append(event.cost if type(event.cost) is float else 0.0)
 
     def spawn(self, child: Any, parent: Any) -> None:
         if isinstance(child, str) and child:
@@ -368,6 +380,13 @@ class _Unread:
             notes.append(
                 f"{self.steps} record(s) of usage (steps, messages) that could not be read "
                 "(`normalize` shows them as unknown); not counted"
+            )
+        if self.undone:
+            steps = len(self.undone)
+            notes.append(
+                f"{steps} step{'s' if steps != 1 else ''} marked reverted (a pending /undo), "
+                f"${summed_cost(sum(self.undone), steps):.6g}, counted as OpenCode counts "
+                "them until the next prompt deletes them"
             )
         unseen = [child for child in self.spawned if child not in self.stepped]
         if unseen:
@@ -575,6 +594,7 @@ class StreamUsage:
         self.columns = report_columns(by, stored=False)
         self.notes: list[str] = []
         self._totaller = _Totaller()
+        self._undone: list[float] = []  # costs of the steps marked ``reverted``
 
     @property
     def total(self) -> UsageRow:
@@ -582,7 +602,11 @@ class StreamUsage:
         return self.report([]).total
 
     def report(self, rows: list[UsageRow]) -> UsageReport:
-        return UsageReport(by=self.by, rows=rows, total=self._totaller.total(), notes=self.notes)
+        total = self._totaller.total()
+        if self._undone:
+            total.undone_inferences = len(self._undone)
+            total.undone_cost = summed_cost(sum(self._undone), len(self._undone))
+        return UsageReport(by=self.by, rows=rows, total=total, notes=self.notes)
 
     def rows(self) -> Iterator[UsageRow]:
         by, tz = self.by, self.tz
@@ -614,6 +638,7 @@ class StreamUsage:
                     open=False,
                 )
                 row.add(event)
+                unread.step(event)
                 if by in ("turn", "step"):
                     seen, last_turn = True, row.turn
                     self._totaller.add(row)
@@ -632,6 +657,7 @@ class StreamUsage:
                 group.add(row)
                 group.inferences = (group.inferences or 0) + 1
         self.notes = unread.notes()
+        self._undone = unread.undone
         if by in ("session", "day"):  # sessions oldest first, as from the store
             for key in sorted(groups, key=lambda k: (first_time.get(k, 0), k)):
                 row = groups[key]
@@ -1053,7 +1079,9 @@ def _store_usage(
             store, session_ids, fold=fold, tree=tree, dedupe=cross_session, since=since_ms
         )
         _judge_staleness(store, rows, tree, now_ms)
-        return UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
+        report = UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
+        _say_undone(store, report, session_ids, tree, since_ms)
+        return report
     report = _grouped(
         store,
         session_ids,
@@ -1066,7 +1094,64 @@ def _store_usage(
         cache=cache,
     )
     _judge_staleness(store, report.rows, tree, now_ms)
+    _say_undone(store, report, session_ids, tree, since_ms)
     return report
+
+
+def _say_undone(
+    store: Any,
+    report: UsageReport,
+    session_ids: Sequence[str],
+    tree: dict[str, list[str]],
+    since_ms: int | None,
+) -> None:
+    """What pending undos undid among the report's sessions (subagents included), which
+    the report counts as OpenCode does: a note, the total's ``undone_*`` fields, and those
+    of each ``--by session`` row (a subagent's in the row it folds into)."""
+    from .undone import note, pending_reverts, undone_figures
+
+    reverts = pending_reverts(store)
+    if not reverts:  # the usual case: nothing more is read
+        return
+    parent = {child: sid for sid, children in tree.items() for child in children}
+    chosen = set(session_ids)
+
+    def in_report(sid: str) -> bool:  # the session or one above it was chosen
+        seen = set()
+        while sid not in chosen and sid in parent and sid not in seen:
+            seen.add(sid)
+            sid = parent[sid]
+        return sid in chosen
+
+    family = {sid for sid in reverts if in_report(sid)}
+    undone = undone_figures(store, family, since_ms=since_ms) if family else {}
+    if not undone:
+        return
+    found = list(undone.values())
+    steps = sum(u.inferences for u in found)
+    report.total.undone_inferences = steps
+    report.total.undone_cost = summed_cost(sum(u.cost for u in found), steps)
+    report.notes = [*report.notes, note(found) or ""]
+    if report.by == "step":
+        ids = {mid for u in found for mid in u.message_ids}
+        for row in report.rows:
+            if row.message_id in ids:
+                row.undone_inferences, row.undone_cost = 1, row.cost
+        return
+    if report.by != "session":
+        return
+    rows = {row.session_id: row for row in report.rows}
+    for sid, figures in undone.items():
+        owner, seen = sid, {sid}
+        while owner not in rows and owner in parent and parent[owner] not in seen:
+            owner = parent[owner]
+            seen.add(owner)
+        row = rows.get(owner)
+        if row is not None:
+            row.undone_inferences = (row.undone_inferences or 0) + figures.inferences
+            row.undone_cost = summed_cost(
+                (row.undone_cost or 0.0) + figures.cost, row.undone_inferences
+            )
 
 
 def _judge_staleness(

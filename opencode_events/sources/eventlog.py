@@ -138,6 +138,7 @@ class StoreFollower:
         self._by_rows: dict[str, int] = {}  # sessions read from rows → time_updated cursor
         self._started: set[str] = set()  # sessions whose history was read
         self._has_log: bool | None = None
+        self._session_rowid = 0  # with all_sessions: the newest session row looked at
         self._costs: dict[str, float] = {}  # session → its cost column, for limits
         self._reads = 0
         # Set when the store did not exist as following began: its history too is being
@@ -203,9 +204,13 @@ class StoreFollower:
     def _learn_parent(self, conn: sqlite3.Connection, session_id: str) -> None:
         """A subagent's events name its parent, as ``import``'s do (the log's
         ``session.created`` says so too, but it may be pruned)."""
-        row = conn.execute("SELECT parent_id FROM session WHERE id = ?", (session_id,)).fetchone()
+        row = conn.execute(
+            "SELECT parent_id, directory FROM session WHERE id = ?", (session_id,)
+        ).fetchone()
         if row is not None and isinstance(row[0], str) and row[0]:
             self.normalizer.learn_parent(session_id, row[0])
+        if row is not None and isinstance(row[1], str) and row[1]:
+            self.normalizer.learn_directory(session_id, row[1])  # its MCP servers
 
     def _choose(self, store: Any) -> None:
         if self.all_sessions:
@@ -243,13 +248,25 @@ class StoreFollower:
     def _new_sessions(self, conn: sqlite3.Connection) -> list[str]:
         """Followed sessions whose history is still to read, oldest first."""
         if self.all_sessions:
-            if self._started:
-                if not self._has_log:  # no log: every new session is read from its rows
-                    rows = conn.execute("SELECT id FROM session ORDER BY time_created, id")
-                    return [sid for (sid,) in rows if sid not in self._started]
-                return []  # new sessions come through the log, from their first event
-            rows = conn.execute("SELECT id FROM session ORDER BY time_created, id")
-            return [sid for (sid,) in rows]
+            # Every session row not read yet: one with a log comes through it from its
+            # first event (``_history``), one without (written by an OpenCode older than
+            # the log, or another program) from its rows. Rows after the newest looked
+            # at are new (SQLite gives a new row a higher rowid while the last stays).
+            try:
+                (top,) = conn.execute("SELECT max(rowid) FROM session").fetchone()
+            except sqlite3.OperationalError:  # a table without rowids: every row each time
+                top, self._session_rowid = None, 0
+            if top is None:  # no session yet, or no rowids
+                rows = conn.execute("SELECT id FROM session ORDER BY time_created, id")
+            else:
+                if top < self._session_rowid:  # the newest rows went away: look again
+                    self._session_rowid = 0
+                rows = conn.execute(
+                    "SELECT id FROM session WHERE rowid > ? ORDER BY time_created, id",
+                    (self._session_rowid,),
+                )
+                self._session_rowid = top
+            return [sid for (sid,) in rows if sid not in self._started]
         pending = [sid for sid in self.family if sid not in self._started]
         if len(pending) < 2:
             return pending

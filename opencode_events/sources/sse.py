@@ -721,6 +721,8 @@ class SseReader:
             return []  # nothing is written of these frames: nothing to report either
         if info is not None and _str(info.id) and _str(info.parentID):
             self.normalizer.learn_parent(info.id, info.parentID)
+        if info is not None and _str(info.id) and _str(info.directory):
+            self.normalizer.learn_directory(info.id, info.directory)
 
         if self.on_session is not None and info is not None and _str(info.id):
             self.on_session(info.id, _str(info.parentID), info.cost)

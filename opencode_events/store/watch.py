@@ -2,13 +2,16 @@
 
 A ``StoreWatch`` compares, at each ``changed()``, a signature of the database's files:
 the ``stat`` of ``opencode.db`` and of its ``-wal`` (device, inode, size, modification
-time), and the first 48 bytes of its ``-shm``, the WAL index header SQLite rewrites on
-every commit (its change counter, last valid frame and salts, documented in SQLite's
-"WAL-index format"). Two ``stat`` calls and a 48-byte read, so a watch costs next to nothing
-while OpenCode is idle, and it catches what a query per table would: a commit (the header
-and the WAL's size or time move), a checkpoint (the main file's time), a WAL reset or
-truncation (the WAL's size and the header's salts), a database that appears, goes away or
-is replaced (the inode), even on a file system whose times are coarse.
+time), the first 48 bytes of its ``-shm``, the WAL index header SQLite rewrites on every
+commit (its change counter, last valid frame and salts, documented in SQLite's "WAL-index
+format"), and the file change counter in the database header (bytes 24-27), which every
+commit in rollback-journal mode increments (a program that writes the database without
+the WAL). Two ``stat`` calls and two small reads, so a watch costs next to nothing while
+OpenCode is idle, and it catches what a query per table would: a commit (the header and
+the WAL's size or time move; without the WAL, the counter), a checkpoint (the main file's
+time), a WAL reset or truncation (the WAL's size and the header's salts), a database that
+appears, goes away or is replaced (the inode), even on a file system whose times are
+coarse.
 
 Nothing is opened for writing, no lock is taken and no SQLite connection is kept between
 checks, so the watch never keeps OpenCode from checkpointing or from removing its WAL when
@@ -33,6 +36,7 @@ __all__ = ["StoreWatch", "signature", "POLL_INTERVAL"]
 
 POLL_INTERVAL = 0.2  # seconds between checks: the latency budget is 1 s
 _SHM_HEADER = 48  # bytes of the WAL-index header (one copy of WalIndexHdr)
+_COUNTER_END = 28  # the database header up to its file change counter (bytes 24-27)
 
 
 def _stat(path: str) -> tuple[int, int, int, int] | None:
@@ -43,10 +47,10 @@ def _stat(path: str) -> tuple[int, int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _head(path: str) -> bytes | None:
+def _head(path: str, size: int = _SHM_HEADER) -> bytes | None:
     try:
         with open(path, "rb", buffering=0) as f:
-            return f.read(_SHM_HEADER)
+            return f.read(size)
     except OSError:
         return None
 
@@ -54,7 +58,9 @@ def _head(path: str) -> bytes | None:
 def signature(path: str | os.PathLike[str]) -> tuple[Any, ...]:
     """What changes whenever anything is committed to the database at ``path``."""
     name = os.fspath(path)
-    return (_stat(name), _stat(name + "-wal"), _head(name + "-shm"))
+    db = _stat(name)
+    counter = _head(name, _COUNTER_END) if db is not None else None
+    return (db, counter, _stat(name + "-wal"), _head(name + "-shm"))
 
 
 class StoreWatch:
