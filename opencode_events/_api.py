@@ -285,11 +285,14 @@ def sessions_report(
     since: str | int | datetime | None = None,
     limit: int | None = None,
     all_sessions: bool = False,
+    fold: bool = True,
     cache: bool = False,
 ) -> SessionsReport:
     """``opencode-events sessions``: one summary per top-level session (``all_sessions``:
-    subagents too), newest activity first; ``.sessions`` and ``.document()``. ``cache``:
-    use the report cache as the command does (docs/cache.md; the same report, sooner)."""
+    subagents too), newest activity first; ``.sessions`` and ``.document()``. ``fold``:
+    each summary's figures (all but ``turns``) with its subagents' (``--no-fold``: its
+    own); their part is in ``subagent_*`` either way. ``cache``: use the report cache as
+    the command does (docs/cache.md; the same report, sooner)."""
     from .reports.sessions import sessions_report as report
 
     return report(
@@ -298,6 +301,7 @@ def sessions_report(
         limit=limit,
         all_sessions=all_sessions,
         cache=_cache(store, cache),
+        fold=fold,
     )
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "full_option",
     "time_zone",
     "tz_option",
+    "fold_option",
     "REPORT_FORMATS",
     "report_format_options",
     "report_format",
@@ -173,6 +174,12 @@ def full_option(command: Callable[..., Any]) -> Callable[..., Any]:
         is_flag=True,
         help="Pretty view: show long messages whole (default: their first 12 lines).",
     )(command)
+
+
+def fold_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Shared option of ``sessions`` and ``usage``: ``--fold/--no-fold``, subagent sessions
+    folded into the row of the session (or turn) that ran them, the default."""
+    return click.option("--fold/--no-fold", "fold", default=True, help=help)
 
 
 def tz_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -15,6 +15,7 @@ from ..errors import OutputError
 from .io import (
     csv_raw_option,
     db_option,
+    fold_option,
     no_cache_option,
     open_inputs,
     open_store,
@@ -36,6 +37,7 @@ from .io import (
 @click.option("--since", metavar="WHEN", help="Sessions active since 2h, 7d, 2026-11-01…")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N sessions.")
 @click.option("--all", "all_sessions", is_flag=True, help="Subagent sessions too.")
+@fold_option("Each row's figures with its subagents' (default), or its own.")
 @report_format_options
 @csv_raw_option
 @no_cache_option
@@ -45,13 +47,15 @@ def sessions(
     since: str | None,
     limit: int | None,
     all_sessions: bool,
+    fold: bool,
     fmt: str | None,
     as_json: bool,
     csv_raw: bool,
     no_cache: bool,
 ) -> None:
     """Sessions in the store, newest activity first, with turns (prompts), steps (model
-    calls), tools, tokens and cost."""
+    calls), tools, tokens and cost; a session's subagents folded in (--no-fold: its own
+    figures), their part in the subagent_* fields."""
     from ..output import rows as formats
     from ..reports.sessions import SESSION_COLUMNS, sessions_report
     from ..store.open import store_files
@@ -65,6 +69,7 @@ def sessions(
             limit=limit,
             all_sessions=all_sessions,
             cache=report_cache(store, no_cache),
+            fold=fold,
         )
     summaries = report.sessions
     out = report_output()
@@ -72,14 +77,14 @@ def sessions(
     if fmt == "table":
         from ..output.tables import sessions_table
 
-        sessions_table(summaries, out=sys.stdout)
+        sessions_table(summaries, out=sys.stdout, fold=fold)
         return
     if fmt == "json":  # msgspec encodes the summaries as they are: no dicts in between
         out.write(formats.write_json(summaries))
     elif fmt == "jsonl":
         out.write(formats.write_jsonl(summaries))
     elif fmt == "markdown":
-        out.write(formats.sessions_markdown(summaries))
+        out.write(formats.sessions_markdown(summaries, fold=fold))
     else:
         out.write(formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS, raw=csv_raw))
     out.flush()
@@ -106,7 +111,7 @@ def sessions(
     help="One row per …",
 )
 @tz_option("Time zone for --by day, --since dates and the times shown (default: local time).")
-@click.option("--no-fold", is_flag=True, help="List subagent sessions apart, not in their turn.")
+@fold_option("Subagents in the turn that ran them (default), or listed apart.")
 @report_format_options
 @click.option(
     "--github",
@@ -126,7 +131,7 @@ def usage(
     all_sessions: bool,
     by: str,
     tz: str | None,
-    no_fold: bool,
+    fold: bool,
     fmt: str | None,
     as_json: bool,
     github: bool,
@@ -165,7 +170,7 @@ def usage(
                     since_ms=start,
                     all_sessions=all_sessions,
                     by=by,
-                    fold=not no_fold,
+                    fold=fold,
                     tz=zone,
                     cache=report_cache(store, no_cache),
                 )

@@ -119,8 +119,12 @@ class UsageRow(Struct, kw_only=True, omit_defaults=True):
     cache_write_tokens: int = 0
     total_tokens: int = 0
     cost: float = 0.0
-    subagent_cost: float | None = None
+    # The part of a folded row's figures that came from subagent sessions (docs/usage.md).
+    subagent_sessions: int | None = None
+    subagent_inferences: int | None = None
+    subagent_tool_calls: int | None = None
     subagent_tokens: int | None = None
+    subagent_cost: float | None = None
     in_flight: bool | None = None
     stale: bool | None = None  # was in flight, but nothing written for a while (reports.stale)
     open: bool | None = None
@@ -179,8 +183,16 @@ _LABELS: dict[tuple[bool, str], tuple[str, ...]] = {  # (from the store, --by) â
     (False, "session"): ("session_id", "inferences"),
     (False, "day"): ("day", "inferences"),
 }
+# A folded row's share from subagents, in the names ``sessions`` gives it.
+_SUBAGENT_FIELDS = (
+    "subagent_sessions",
+    "subagent_inferences",
+    "subagent_tool_calls",
+    "subagent_tokens",
+    "subagent_cost",
+)
 _FLAGS: dict[tuple[bool, str], tuple[str, ...]] = {
-    (True, "turn"): ("subagent_cost", "subagent_tokens", "in_flight", "stale"),
+    (True, "turn"): (*_SUBAGENT_FIELDS, "in_flight", "stale"),
     (True, "step"): ("in_flight", "stale"),
     (False, "turn"): ("open",),
     (False, "step"): ("open",),
@@ -251,9 +263,13 @@ def _iso(ms: Any) -> Any:
 
 
 def _figures_in(row: UsageRow) -> int:
-    """How many of OpenCode's costs a row's cost adds up (a subagent's share: at least one)."""
+    """How many of OpenCode's costs a row's cost adds up: its own inferences' (a subagent's
+    share, folded in: at least one more)."""
     inferences = 1 if row.inferences is None else row.inferences
-    return inferences + (row.subagent_cost is not None)
+    return inferences - (row.subagent_inferences or 0) + (row.subagent_cost is not None)
+
+
+_SUBAGENT_COUNTS = _SUBAGENT_FIELDS[:-1]  # all but the cost
 
 
 class _Totaller:
@@ -274,7 +290,8 @@ class _Totaller:
             total.tool_calls = (total.tool_calls or 0) + row.tool_calls
         if row.subagent_cost is not None:
             total.subagent_cost = (total.subagent_cost or 0.0) + row.subagent_cost
-            total.subagent_tokens = (total.subagent_tokens or 0) + (row.subagent_tokens or 0)
+            for name in _SUBAGENT_COUNTS:
+                setattr(total, name, (getattr(total, name) or 0) + (getattr(row, name) or 0))
 
     def total(self) -> UsageRow:
         total = msgspec.structs.replace(self.row)
@@ -751,7 +768,7 @@ def _session_turns(
     inferences whose row was created before it are left out with their parts (the children
     their calls started are named apart), and so are the turns that opened before it and
     have no inference left."""
-    from ..core.mapping import spawned_session
+    from ..core.mapping import script_calls, spawned_session
 
     turns: list[_Turn] = []
     by_message: dict[str, _Turn] = {}
@@ -818,7 +835,10 @@ def _session_turns(
                 spawned_before.add(child)
             continue
         if view.type == "tool":
-            turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
+            # code mode's execute call, and each call its script made, as `sessions` and
+            # `import` count them
+            calls = 1 + (len(script_calls(view)) if view.tool == "execute" else 0)
+            turn.row.tool_calls = (turn.row.tool_calls or 0) + calls
             child = spawned_session(view)
             if child:
                 spawned.setdefault(child, turn)  # a resumed subagent (task_id) stays with its first
@@ -945,15 +965,22 @@ def _turn_report(
                 queue.append(child)
                 continue
             folded = [child, *descendants([child], tree)]
-            # The child's own figures and its descendants': as OpenCode stores them on the
-            # session rows, or, since a time, their inferences made since then.
-            share, figures = UsageRow(), 0
+            # The child's own figures and its descendants': tokens and cost as OpenCode
+            # stores them on the session rows, or, since a time, of their inferences made
+            # since then; inferences and tool calls counted as the turns count them.
+            share = UsageRow(inferences=0, tool_calls=0)
+            figures = 0
             for sid in folded:
+                for folded_turn in _session_turns(store, sid, skip, unread, since).turns:
+                    part = folded_turn.row
+                    share.inferences = (share.inferences or 0) + (part.inferences or 0)
+                    share.tool_calls = (share.tool_calls or 0) + (part.tool_calls or 0)
+                    if since is not None:
+                        share.add(part)
+                        figures += part.inferences or 0
                 if since is None:
                     share.add(_session_total(store, sid))
                     figures += 1
-                else:
-                    figures += _add_inferences_since(share, store, sid, since, skip, unread)
             if since is not None and not figures:
                 done.update(folded)  # nothing of it since then
                 continue
@@ -970,14 +997,21 @@ def _turn_report(
                     notes.append(f"subagent {child} has no turn to fold into; listed apart")
                 queue.append(child)
                 continue
-            turn.row.add(share)
-            turn.row.subagent_cost = (turn.row.subagent_cost or 0.0) + share.cost
-            turn.row.subagent_tokens = (turn.row.subagent_tokens or 0) + share.total_tokens
+            row = turn.row
+            row.add(share)
+            row.inferences = (row.inferences or 0) + (share.inferences or 0)
+            row.tool_calls = (row.tool_calls or 0) + (share.tool_calls or 0)
+            row.subagent_sessions = (row.subagent_sessions or 0) + len(folded)
+            row.subagent_inferences = (row.subagent_inferences or 0) + (share.inferences or 0)
+            row.subagent_tool_calls = (row.subagent_tool_calls or 0) + (share.tool_calls or 0)
+            row.subagent_tokens = (row.subagent_tokens or 0) + share.total_tokens
+            row.subagent_cost = (row.subagent_cost or 0.0) + share.cost
             turn.folded += figures
             done.update(folded)  # counted here: never a row of its own as well
         for turn in turns:
             row = turn.row
-            row.cost = summed_cost(row.cost, (row.inferences or 0) + turn.folded)
+            own = (row.inferences or 0) - (row.subagent_inferences or 0)
+            row.cost = summed_cost(row.cost, own + turn.folded)
             if row.subagent_cost is not None:
                 row.subagent_cost = summed_cost(row.subagent_cost, turn.folded)
             row.session_id = session_id  # one session or several: whose a row is
@@ -985,31 +1019,6 @@ def _turn_report(
     if unread[0]:
         notes.append(_unread_rows_note(unread[0]))
     return rows, notes
-
-
-def _add_inferences_since(
-    share: UsageRow,
-    store: Any,
-    session_id: str,
-    since: int,
-    skip: set[str],
-    unread: list[int],
-) -> int:
-    """Add a session's inferences made at or after ``since`` to ``share``; how many. Rows
-    that cannot be read are counted in ``unread[0]``."""
-    added = 0
-    for message in store.messages(session_id):
-        if message.id in skip or _before(message.time_created, since):
-            continue
-        try:
-            info = _read_message(message.data)
-        except _UNREADABLE:
-            unread[0] += 1
-            continue
-        if info.role == "assistant":
-            share.add(_figures(info))
-            added += 1
-    return added
 
 
 def _unread_rows_note(rows: int) -> str:
