@@ -247,19 +247,21 @@ def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare
     conn.close()
 
 
-def _middle_time() -> int:
-    """A time amid the captures' messages: a --since that cuts the test database's sessions
-    into some wholly before, some wholly after and some across it."""
+def _middle_time(share: float = 0.5) -> int:
+    """A time amid the captures' messages (``share`` of them before it): a --since or
+    --until that cuts the test database's sessions into some wholly before, some wholly
+    after and some across it."""
     times = []
     for name in SOURCES:
         conn = sqlite3.connect(f"file:{SAMPLES / name / 'opencode.db'}?immutable=1", uri=True)
         times += [t for (t,) in conn.execute("SELECT time_created FROM message")]
         conn.close()
     times.sort()
-    return times[len(times) // 2]
+    return times[int(len(times) * share)]
 
 
 SINCE = _middle_time()
+EARLIER = _middle_time(0.25)
 REPORTS = (
     ("sessions", {"all_sessions": True}),
     ("sessions", {}),
@@ -276,6 +278,11 @@ REPORTS = (
     ("usage", {"all_sessions": True, "by": "day", "since_ms": SINCE}),
     ("usage", {"all_sessions": True, "by": "model", "since_ms": SINCE}),
     ("usage", {"last": True, "by": "turn"}),
+    ("usage", {"all_sessions": True, "by": "day", "until_ms": SINCE}),
+    ("usage", {"all_sessions": True, "by": "session", "since_ms": EARLIER, "until_ms": SINCE}),
+    ("usage", {"all_sessions": True, "by": "turn", "until_ms": SINCE}),
+    ("usage", {"until_ms": SINCE, "by": "model"}),
+    ("sessions", {"until_ms": SINCE}),
     ("context", {}),
 )
 EVERY_DAY = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))  # asked every step

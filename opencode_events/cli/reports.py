@@ -29,12 +29,15 @@ from .io import (
     since_ms,
     time_zone,
     tz_option,
+    until_ms,
+    until_option,
 )
 
 
 @click.command()
 @db_option
 @click.option("--since", metavar="WHEN", help="Sessions active since 2h, 7d, 2026-11-01…")
+@until_option("Sessions begun by then: 2h, 2026-11-30 (through that day)…")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N sessions.")
 @click.option("--all", "all_sessions", is_flag=True, help="Subagent sessions too.")
 @fold_option("Each row's figures with its subagents' (default), or its own.")
@@ -45,6 +48,7 @@ from .io import (
 def sessions(
     db_path: str | None,
     since: str | None,
+    until: str | None,
     limit: int | None,
     all_sessions: bool,
     fold: bool,
@@ -60,7 +64,7 @@ def sessions(
     from ..reports.sessions import SESSION_COLUMNS, sessions_report
     from ..store.open import store_files
 
-    since_time = since_ms(since)
+    since_time, until_time = since_ms(since), until_ms(until)
     with open_store(db_path) as store:
         refuse_stdout_read(store_files(store))
         report = sessions_report(
@@ -70,6 +74,7 @@ def sessions(
             all_sessions=all_sessions,
             cache=report_cache(store, no_cache),
             fold=fold,
+            until_ms=until_time,
         )
     summaries = report.sessions
     out = report_output()
@@ -101,6 +106,7 @@ def sessions(
     help="A stored session (id or prefix); repeatable.",
 )
 @selection_options
+@until_option("Spend until then: 2h, 2026-11-30 (through that day, in --tz)…")
 @click.option(
     "--by",
     type=click.Choice(
@@ -129,6 +135,7 @@ def usage(
     last: bool,
     since: str | None,
     all_sessions: bool,
+    until: str | None,
     by: str,
     tz: str | None,
     fold: bool,
@@ -150,13 +157,14 @@ def usage(
     from ..reports.usage import GroupingError, StreamUsage, stored_usage
 
     zone = time_zone(tz)
-    chose_stored = bool(db_path or session_ids or last or since or all_sessions)
+    chose_stored = bool(db_path or session_ids or last or since or until or all_sessions)
     if chose_stored and inputs:
         raise click.UsageError("give either INPUT files or stored sessions (--db …), not both")
     if all_sessions and (session_ids or last or since):
         raise click.UsageError("--all already reads every session; leave out the others")
     from_store = chose_stored or (not inputs and sys.stdin is not None and sys.stdin.isatty())
     start = since_ms(since, zone)  # once: "2h" is read against the clock
+    end = until_ms(until, zone)
     try:
         if from_store:
             from ..store.open import store_files
@@ -168,6 +176,7 @@ def usage(
                     session_ids,
                     last=last,
                     since_ms=start,
+                    until_ms=end,
                     all_sessions=all_sessions,
                     by=by,
                     fold=fold,

@@ -916,10 +916,13 @@ def sessions_report(
     mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
     cache: ReportCache | None = None,
     fold: bool = True,
+    until_ms: int | None = None,
 ) -> SessionsReport:
     """Top-level sessions (``all_sessions``: subagents too), newest activity first; with
-    ``since_ms``, those active since then; at most ``limit``. ``fold``: each row's figures
-    (all but ``turns``) with its subagents'; else its own (``subagent_*`` either way).
+    ``since_ms``, those active since then, with ``until_ms``, those created by then (its
+    last ms: the two choose the sessions active in that window); at most ``limit``.
+    ``fold``: each row's figures (all but ``turns``) with its subagents'; else its own
+    (``subagent_*`` either way).
     ``mcp_servers`` names the MCP servers configured for a directory (default: OpenCode's
     config files, ``mcp``).
     ``cache`` (``ReportCache.open(store)``): the report cache, which answers a repeat of
@@ -927,8 +930,8 @@ def sessions_report(
     same with or without it."""
     if mcp_servers is None:
         from .mcp import mcp_server_names as mcp_servers
-    request = [since_ms, limit, all_sessions, stale_after_ms(), fold]
-    every = since_ms is None and limit is None
+    request = [since_ms, limit, all_sessions, stale_after_ms(), fold, until_ms]
+    every = since_ms is None and until_ms is None and limit is None
     if cache is not None:
 
         def still_true(consulted: Any) -> bool:
@@ -945,7 +948,7 @@ def sessions_report(
                 return brought
     # Every session of a large database: the workers start reading the tables while this
     # process reads the session rows (unless the cache holds them).
-    whole = all_sessions and since_ms is None and limit is None
+    whole = all_sessions and since_ms is None and until_ms is None and limit is None
     ledger = cache.ledger("sessions", _LEDGER_REQUEST, SessionCounts) if cache else {}
     scan = start_whole_scan(store) if whole and not ledger else None
     try:
@@ -954,6 +957,8 @@ def sessions_report(
         if scan is not None:
             scan.cancel()
         raise
+    if until_ms is not None:
+        rows = [row for row in rows if not _after(row.time_created, until_ms)]
     if limit is not None:
         rows = rows[:limit]
     servers: dict[str | None, Sequence[str]] = {}
@@ -1068,6 +1073,11 @@ def _ancestry(sid: str, parents: dict[Any, Any]) -> list[str]:
             return chain
         chain.append(parent)
         sid = parent
+
+
+def _after(created: Any, until: int) -> bool:
+    """Whether a time is after ``until`` (one that is no number is not: nothing says so)."""
+    return (type(created) is int or type(created) is float) and created > until
 
 
 def _servers_now(

@@ -760,6 +760,7 @@ def _session_turns(
     skip: set[str] = frozenset(),  # type: ignore[assignment]
     unread: list[int] | None = None,
     since: int | None = None,
+    until: int | None = None,
 ) -> _SessionTurns:
     """A session's user turns (with prompt, inferences, tool calls, figures), and the turn
     each child session's spawning ``task`` call belongs to. Messages in ``skip`` (a fork's
@@ -767,12 +768,14 @@ def _session_turns(
     (not JSON, no user or assistant role) are counted in ``unread[0]``. With ``since``,
     inferences whose row was created before it are left out with their parts (the children
     their calls started are named apart), and so are the turns that opened before it and
-    have no inference left."""
+    have no inference left. With ``until``, the same of inferences created after it (and of
+    the turns opened after it)."""
     from ..core.mapping import script_calls, spawned_session
 
     turns: list[_Turn] = []
     by_message: dict[str, _Turn] = {}
     early: set[str] = set()  # inferences before --since
+    late: set[str] = set()  # inferences after --until: nor their figures, nor their parts
     for message in store.messages(session_id):
         if message.id in skip:
             continue
@@ -801,6 +804,8 @@ def _session_turns(
             by_message[message.id] = turn
         elif since is not None and _before(message.time_created, since):
             early.add(message.id)  # an inference before --since: nor its figures, nor its parts
+        elif until is not None and _after(message.time_created, until):
+            late.add(message.id)
         elif info.role == "assistant":
             turn = by_message.get(info.parentID) if isinstance(info.parentID, str) else None
             if turn is None:
@@ -854,8 +859,9 @@ def _session_turns(
         row = turn.row
         if row.started is not None and turn.completed is not None and not row.in_flight:
             row.duration_ms = turn.completed - row.started
-    if since is not None:  # a turn with nothing since then shows only if it opened since then
-        turns = [t for t in turns if t.row.inferences or _since_then(t.opened, since)]
+    if since is not None or until is not None:
+        # a turn with nothing in the window shows only if it opened in it
+        turns = [t for t in turns if t.row.inferences or _within(t.opened, since, until)]
     return _SessionTurns(turns, spawned, spawned_before)
 
 
@@ -881,7 +887,7 @@ def _session_total(store: Any, session_id: str) -> UsageRow:
 
 
 def _forked_copies(
-    store: Any, sessions: set[str], since: int | None
+    store: Any, sessions: set[str], since: int | None, until: int | None = None
 ) -> tuple[set[str], int, float]:
     """Ids of messages of ``sessions`` that are a fork's copy of a message of theirs too
     (older than their own session, same content and times as another; with ``since``, of
@@ -891,7 +897,7 @@ def _forked_copies(
     times: set[Any] = set()
     copy_ids: set[str] = set()
     for sid, mid, created, data in _older_than_session(store):
-        if sid not in sessions or (since is not None and _before(created, since)):
+        if sid not in sessions or not _within(created, since, until, timeless=True):
             continue
         try:
             info = _read_message(data)
@@ -934,6 +940,7 @@ def _turn_report(
     tree: dict[str, list[str]],
     dedupe: bool = False,
     since: int | None = None,
+    until: int | None = None,
 ) -> tuple[list[UsageRow], list[str]]:
     rows: list[UsageRow] = []
     notes: list[str] = []
@@ -941,7 +948,7 @@ def _turn_report(
     # counts inferences, as the grouped reports' note does. An original counts when it is in
     # the report (a session chosen, or a subagent of one).
     skip, inferences, skipped_cost = (
-        _forked_copies(store, {*session_ids, *descendants(session_ids, tree)}, since)
+        _forked_copies(store, {*session_ids, *descendants(session_ids, tree)}, since, until)
         if dedupe
         else (set(), 0, 0.0)
     )
@@ -958,7 +965,9 @@ def _turn_report(
         if session_id in done:
             continue
         done.add(session_id)
-        turns, spawned, spawned_before = _session_turns(store, session_id, skip, unread, since)
+        turns, spawned, spawned_before = _session_turns(
+            store, session_id, skip, unread, since, until
+        )
         children = tree.get(session_id, [])
         for child in children:
             if not fold:
@@ -966,23 +975,24 @@ def _turn_report(
                 continue
             folded = [child, *descendants([child], tree)]
             # The child's own figures and its descendants': tokens and cost as OpenCode
-            # stores them on the session rows, or, since a time, of their inferences made
-            # since then; inferences and tool calls counted as the turns count them.
+            # stores them on the session rows, or, in a window of time (--since, --until), of
+            # their inferences made in it; inferences and tool calls as the turns count them.
+            windowed = since is not None or until is not None
             share = UsageRow(inferences=0, tool_calls=0)
             figures = 0
             for sid in folded:
-                for folded_turn in _session_turns(store, sid, skip, unread, since).turns:
+                for folded_turn in _session_turns(store, sid, skip, unread, since, until).turns:
                     part = folded_turn.row
                     share.inferences = (share.inferences or 0) + (part.inferences or 0)
                     share.tool_calls = (share.tool_calls or 0) + (part.tool_calls or 0)
-                    if since is not None:
+                    if windowed:
                         share.add(part)
                         figures += part.inferences or 0
-                if since is None:
+                if not windowed:
                     share.add(_session_total(store, sid))
                     figures += 1
-            if since is not None and not figures:
-                done.update(folded)  # nothing of it since then
+            if windowed and not figures:
+                done.update(folded)  # nothing of it in the window
                 continue
             turn = spawned.get(child)
             if turn is None and child not in spawned_before:
@@ -1039,6 +1049,7 @@ def store_usage(
     since_ms: int | None = None,
     now_ms: float | None = None,
     cache: ReportCache | None = None,
+    until_ms: int | None = None,
 ) -> UsageReport:
     """Usage of stored sessions (``session_ids`` top-level, in order); with ``since_ms``,
     of their inferences created at or after it (and the subagents those spawned). A row in
@@ -1057,15 +1068,18 @@ def store_usage(
             cross_session,
             since_ms,
             stale_after_ms(),
+            until_ms,
         ]
         kept = cache.recall("usage", request, UsageReport)
         if kept is not None:
             return kept
-        report = _store_usage(store, session_ids, by, fold, tz, cross_session, since_ms, cache)
+        window = (since_ms, until_ms)
+        report = _store_usage(store, session_ids, by, fold, tz, cross_session, window, cache)
         if not any(row.in_flight for row in report.rows):  # busy would turn stale
             cache.remember("usage", request, report)
         return report
-    return _store_usage(store, session_ids, by, fold, tz, cross_session, since_ms, None, now_ms)
+    window = (since_ms, until_ms)
+    return _store_usage(store, session_ids, by, fold, tz, cross_session, window, None, now_ms)
 
 
 def _store_usage(
@@ -1075,17 +1089,24 @@ def _store_usage(
     fold: bool,
     tz: tzinfo | None,
     cross_session: bool,
-    since_ms: int | None,
+    window: tuple[int | None, int | None],
     cache: ReportCache | None,
     now_ms: float | None = None,
 ) -> UsageReport:
+    since_ms, until_ms = window
     tree = store.children()
     if fold:
         session_ids = _outermost(session_ids, tree)
     cross_session = cross_session and len(session_ids) > 1  # a subagent named too is not
     if by == "turn":
         rows, notes = _turn_report(
-            store, session_ids, fold=fold, tree=tree, dedupe=cross_session, since=since_ms
+            store,
+            session_ids,
+            fold=fold,
+            tree=tree,
+            dedupe=cross_session,
+            since=since_ms,
+            until=until_ms,
         )
         _judge_staleness(store, rows, tree, now_ms)
         report = UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
@@ -1100,6 +1121,7 @@ def _store_usage(
         tree=tree,
         dedupe=cross_session,
         since=since_ms,
+        until=until_ms,
         cache=cache,
     )
     _judge_staleness(store, report.rows, tree, now_ms)
@@ -1223,6 +1245,7 @@ def _grouped(
     dedupe: bool,
     since: int | None = None,
     cache: ReportCache | None = None,
+    until: int | None = None,
 ) -> UsageReport:
     """Rows by step, session, model, agent or day, from assistant messages alone (by day
     or session, with ``cache``, from the ledger's sessions that did not change).
@@ -1264,15 +1287,15 @@ def _grouped(
             if sid in owner  # and no row it summed is at a fork copy's time now
             and (not copy_times or all(copy_times.isdisjoint(_ints(d[4])) for d in entry.days))
         }
-        if since is not None:
-            kept = _since_then_only(kept, since)
+        if since is not None or until is not None:
+            kept = _within_only(kept, since, until)
         unread_sids = [sid for sid in owner if sid not in kept]
         if len(unread_sids) < max(WHOLE_TABLE_SESSIONS, len(every_owner) // 10):
             owner = {sid: owner[sid] for sid in unread_sids}
         else:
             kept = {}
     everything = len(owner) >= WHOLE_TABLE_SESSIONS and not kept
-    scan = _Scan(by, owner, copy_ids, copy_times, since)
+    scan = _Scan(by, owner, copy_ids, copy_times, since, until)
     if everything and by != "step" and _parallel_scan(store, scan, tz):
         pass  # the workers' sums and slow rows are in ``scan``
     elif everything and _scan_here(store, scan, day_of):
@@ -1288,7 +1311,7 @@ def _grouped(
     groups = scan.groups
     ready = scan.ready or scan.prepare(day_of)
     if use_ledger:
-        if since is None:
+        if since is None and until is None:  # the ledger keeps all-time groups
             _keep_days(cache, ledger_request, groups, ready, owner, kept, scan.irregular)
         for sid, entry in kept.items():  # their days are folded in below, as they are
             for mid, day, fingerprint, sums in entry.held:
@@ -1396,10 +1419,13 @@ _LEDGER_FORMAT = 1  # the shape of SessionDays: a new one, a new ledger
 _LEDGER_KIND = {by: "days" for by in _BY_DAYS} | {"model": "models", "agent": "agents"}
 
 
-def _since_then_only(kept: dict[str, SessionDays], since: int) -> dict[str, SessionDays]:
-    """The ``kept`` sessions whose inferences all count since ``since`` (whole), or none
-    does (left out, as an empty entry); a session with some before and some after, or with
-    an inference that has no time (which counts either way), is left to be read."""
+def _within_only(
+    kept: dict[str, SessionDays], since: int | None, until: int | None
+) -> dict[str, SessionDays]:
+    """The ``kept`` sessions whose inferences all count in the window from ``since`` to
+    ``until`` (whole), or none does (left out, as an empty entry); a session with some in
+    and some out, or with an inference that has no time (which counts either way), is left
+    to be read."""
     whole: dict[str, SessionDays] = {}
     for sid, entry in kept.items():
         low = high = None
@@ -1421,9 +1447,13 @@ def _since_then_only(kept: dict[str, SessionDays], since: int) -> dict[str, Sess
             high = t if high is None else max(high, t)
         if timeless:
             continue
-        if high is None or high < since:
-            whole[sid] = SessionDays([])  # nothing since then
-        elif low is not None and low >= since:
+        if high is None or (since is not None and high < since):
+            whole[sid] = SessionDays([])  # nothing in the window
+        elif until is not None and low is not None and low > until:
+            whole[sid] = SessionDays([])
+        elif (
+            low is not None and (since is None or low >= since) and (until is None or high <= until)
+        ):
             whole[sid] = entry
     return whole
 
@@ -1637,11 +1667,21 @@ _CHUNK_ROWIDS = 1024  # about 700 assistant messages, 0.3 MB of JSON
 
 
 _EVER = -(1 << 63)  # before any time SQLite can hold
+_NEVER = (1 << 63) - 1  # after any time SQLite can hold
 
 
-def _since_then(created: Any, since: int) -> bool:
-    """Whether ``created`` is a time at or after ``since``."""
-    return (type(created) is int or type(created) is float) and created >= since
+def _after(created: Any, until: int) -> bool:
+    """Whether a message created at ``created`` is after ``until`` (one without a usable
+    time is not)."""
+    return (type(created) is int or type(created) is float) and created > until
+
+
+def _within(created: Any, since: int | None, until: int | None, *, timeless: bool = False) -> bool:
+    """Whether ``created`` is a time in the window from ``since`` to ``until`` (either may
+    be open); a value that is no time is in it only if ``timeless``."""
+    if not (type(created) is int or type(created) is float):
+        return timeless or (since is None and until is None)
+    return (since is None or created >= since) and (until is None or created <= until)
 
 
 def _before(created: Any, since: int) -> bool:
@@ -1662,12 +1702,14 @@ class _Scan:
         copy_ids: set[str],
         copy_times: set[Any],
         since: int | None = None,
+        until: int | None = None,
     ) -> None:
         self.by = by
         self.owner = owner
         # Messages created before this are not counted (``--since``); an integer either way,
         # since the hot loop compares each message's time with it.
         self.since = _EVER if since is None else since
+        self.until = _NEVER if until is None else until  # and after this (``--until``)
         self.copy_ids = copy_ids
         self.copy_times = copy_times
         self.groups: dict[Any, list[Any]] = {}
@@ -1690,7 +1732,7 @@ class _Scan:
         # them, down the slow path.
         copy_times = self.copy_times
         days = day_of.cache
-        since = self.since
+        since, until = self.since, self.until
         decoder = _FIGURES if by in _BY_DAYS else _MESSAGE
         decode = decoder.decode  # the first try inline: this loop runs once per message
         for sid, mid, created, data in rows:
@@ -1698,6 +1740,8 @@ class _Scan:
             if top is None:
                 continue
             if since is not _EVER and _before(created, since):
+                continue
+            if until is not _NEVER and _after(created, until):
                 continue
             try:
                 info = decode(data)
@@ -1805,6 +1849,7 @@ class _Scan:
         # messages come in a row and go back to its list when another group starts: the same
         # additions in the same order as ``_add_message``. A group is a session's day.
         owner, groups, days, since = self.owner, self.groups, day_of.cache, self.since
+        until = self.until
         bucket = acc = current = None
         day: Any = None
         s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
@@ -1813,7 +1858,7 @@ class _Scan:
         first: Any = None
         user = _FastUser  # skipped, as ``run`` skips a user's message
         for sid, ms, message in zip(sessions, created, messages, strict=True):
-            if ms < since or sid not in owner or type(message) is user:
+            if ms < since or ms > until or sid not in owner or type(message) is user:
                 continue
             if ms // 900_000 != bucket:  # a day's key is looked up once a quarter hour
                 bucket = ms // 900_000
@@ -1945,7 +1990,7 @@ def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
     """Run ``scan`` over a large message table in one process per core (this one scans
     the last range); False when it is not worth it or not possible here (the caller then
     scans in this process alone)."""
-    empty = _Scan(scan.by, scan.owner, scan.copy_ids, scan.copy_times, scan.since)
+    empty = _Scan(scan.by, scan.owner, scan.copy_ids, scan.copy_times, scan.since, scan.until)
     pending = start_over_ranges(
         store, "message", _PARALLEL_MIN_ROWS, _scan_range, empty, tz, here=True
     )
@@ -2108,16 +2153,19 @@ def stored_usage(
     fold: bool = True,
     tz: tzinfo | None = None,
     cache: ReportCache | None = None,
+    until_ms: int | None = None,
 ) -> UsageReport:
     """``usage`` of the store, its sessions chosen as the command line chooses them: every
     top-level session (``all_sessions``; subagents fold into them), else ``session_ids``
-    (ids or prefixes), ``last`` and those active ``since_ms`` (``select_sessions``);
-    ``cache``: the report cache (``store_usage``)."""
+    (ids or prefixes), ``last`` and those active ``since_ms`` (``select_sessions``), or
+    with ``until_ms`` alone (its last ms) those begun by then. The inferences counted are
+    those made in the window from ``since_ms`` to ``until_ms``. ``cache``: the report
+    cache (``store_usage``)."""
     from ..store.open import every_session, select_sessions
 
     # Every session of a database is a choice its fingerprint settles: a repeat asks the
     # memo before listing them (100,000 ids cost more than the memo's read).
-    request = [by, fold, repr(tz), since_ms, stale_after_ms()]
+    request = [by, fold, repr(tz), since_ms, stale_after_ms(), until_ms]
     if all_sessions and cache is not None:
         if by not in BY_STORE:
             raise GroupingError(f"unknown --by {by}")
@@ -2126,6 +2174,11 @@ def stored_usage(
             return kept
     if all_sessions:
         ids = every_session(store, top_level=True)
+    elif until_ms is not None and not session_ids and not last:
+        # The sessions active in the window: since then (or ever), begun by its end.
+        rows = store.sessions(since_ms=since_ms, top_level=True)
+        begun = [r for r in rows if not _after(r.time_created, until_ms)]
+        ids = [r.id for r in sorted(begun, key=lambda r: (r.time_created, r.id))]
     else:
         ids = select_sessions(store, session_ids, last=last, since_ms=since_ms)
     report = store_usage(
@@ -2137,6 +2190,7 @@ def stored_usage(
         cross_session=len(ids) > 1,
         since_ms=since_ms,
         cache=cache,
+        until_ms=until_ms,
     )
     if all_sessions and cache is not None and not any(row.in_flight for row in report.rows):
         cache.remember("usage-all", request, report)
