@@ -127,6 +127,12 @@ def test_usage_by_turn_and_by_session_agree_with_sessions(sample):
         assert not set(SUBAGENT_FIELDS) & set(total)
     (by_session,) = _json("usage", "--db", db, "--session", top["id"], "--by", "session")["rows"]
     assert (by_session["inferences"], by_session["cost"]) == (top["inferences"], top["cost"])
+    assert by_session["total_tokens"] == top["total_tokens"]
+    shared = [f for f in SUBAGENT_FIELDS if f != "subagent_tool_calls"]  # no tool column there
+    if top["subagent_sessions"]:
+        assert {f: by_session[f] for f in shared} == {f: top[f] for f in shared}
+    else:
+        assert not set(SUBAGENT_FIELDS) & set(by_session)
     steps = _json("usage", "--db", db, "--session", top["id"], "--by", "step")
     assert len(steps["rows"]) == top["inferences"]  # each step once: the subagents' too
 

@@ -194,6 +194,12 @@ _SUBAGENT_FIELDS = (
 _FLAGS: dict[tuple[bool, str], tuple[str, ...]] = {
     (True, "turn"): (*_SUBAGENT_FIELDS, "in_flight", "stale"),
     (True, "step"): ("in_flight", "stale"),
+    (True, "session"): (
+        "subagent_sessions",
+        "subagent_inferences",
+        "subagent_tokens",
+        "subagent_cost",
+    ),
     (False, "turn"): ("open",),
     (False, "step"): ("open",),
 }
@@ -291,7 +297,9 @@ class _Totaller:
         if row.subagent_cost is not None:
             total.subagent_cost = (total.subagent_cost or 0.0) + row.subagent_cost
             for name in _SUBAGENT_COUNTS:
-                setattr(total, name, (getattr(total, name) or 0) + (getattr(row, name) or 0))
+                value = getattr(row, name)
+                if value is not None:
+                    setattr(total, name, (getattr(total, name) or 0) + value)
 
     def total(self) -> UsageRow:
         total = msgspec.structs.replace(self.row)
@@ -1353,12 +1361,65 @@ def _grouped(
         result = steps
     else:
         directories = _directories(store, session_ids) if by == "project" else {}
+        windowed = since is not None or until is not None
+        shares = _subagent_shares(groups, kept, owner, windowed) if by == "session" else {}
         groups = _fold_days(groups, by, owner, kept, directories)  # into the report's groups
         result = [_group_row(by, key, groups[key]) for key in groups]
         result.sort(key=_sort_key(by))
     for row in result:
         row.cost = summed_cost(row.cost, _figures_in(row))
+    if by == "session":
+        for row in result:  # a folded session's row says which part is its subagents'
+            share = shares.get(row.session_id or "")
+            if share is not None:
+                sessions, inferences, tokens, costs = share
+                row.subagent_sessions, row.subagent_inferences = len(sessions), inferences
+                row.subagent_tokens = tokens
+                row.subagent_cost = summed_cost(math.fsum(costs), len(costs))
     return UsageReport(by=by, rows=result, total=_total(result), notes=notes, stored=True)
+
+
+def _subagent_shares(
+    groups: dict[Any, list[Any]],
+    kept: dict[str, SessionDays],
+    owner: dict[str, str],
+    windowed: bool,
+) -> dict[str, list[Any]]:
+    """Per session a ``--by session`` row folds others into (``owner``): its subagent
+    sessions, their inferences, tokens and each inference's cost, from the groups by
+    (session, day) read and the ``kept`` ones. The sessions are all those folded in, or,
+    in a window of time, those with an inference in it (as ``--by turn`` counts them)."""
+    shares: dict[str, list[Any]] = {}
+
+    def share(top: str) -> list[Any]:
+        found = shares.get(top)
+        if found is None:
+            found = shares[top] = [set(), 0, 0, array("d")]
+        return found
+
+    if not windowed:
+        for sid, top in owner.items():
+            if sid != top:
+                share(top)[0].add(sid)
+    for (sid, _day), acc in groups.items():
+        top = owner.get(sid, sid)
+        if top != sid:
+            found = share(top)
+            found[0].add(sid)
+            found[1] += acc[7]
+            found[2] += acc[5]
+            found[3].extend(acc[6])
+    for sid, entry in kept.items():
+        top = owner.get(sid, sid)
+        if top == sid:
+            continue
+        for _group, ints, costs, _first, _times in entry.days:
+            found = share(top)
+            found[0].add(sid)
+            found[1] += ints[6]
+            found[2] += ints[5]
+            found[3].extend(_floats(costs))
+    return shares
 
 
 def _forked_copies_of(
