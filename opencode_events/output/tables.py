@@ -645,7 +645,7 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
         table.add_row(*cells)
     if not board.rows:
         table.add_row("", Text(f"no sessions in {visible(board.path)} yet", style="dim"))
-    keys = Text("q quits · cost with subagents (+) · tokens are the session's own", style="dim")
+    keys = Text("q quits · tokens and cost with subagents' (+)", style="dim")
     if any(getattr(row, "undone_cost", 0.0) for row in rows):
         keys.append(" · ↶ a pending /undo's steps, counted until the next prompt")
     return Group(header, Text(""), table, Text(""), keys)
