@@ -172,3 +172,29 @@ def test_the_sessions_table_says_whether_its_figures_are_folded(fold, said):
     steps = "5" if fold else "2"
     (line,) = [ln for ln in text.splitlines() if "ses_dd8083e0" in ln]
     assert f" {steps} " in line
+
+
+# --------------------------------------------------------------- issue 20, item 8: the scope
+
+
+@pytest.mark.parametrize("by", ["session", "model", "agent", "day", "week", "month", "project"])
+def test_a_grouping_with_no_session_chosen_covers_every_session(by):
+    """As ccusage's daily, monthly, session reports: `usage --by day` is everything, not the
+    last session (samples/fork: an original and its fork, two top-level sessions)."""
+    db = str(SAMPLES / "fork" / "opencode.db")
+    assert _json("usage", "--db", db, "--by", by) == _json("usage", "--db", db, "--all", "--by", by)
+    if by == "session":
+        assert len(_json("usage", "--db", db, "--by", by)["rows"]) == 2
+
+
+def test_turns_with_no_session_chosen_are_the_last_sessions_and_the_table_says_so():
+    db = str(SAMPLES / "fork" / "opencode.db")
+    last = _json("usage", "--db", db, "--last")
+    assert _json("usage", "--db", db) == last
+    assert len({row["session_id"] for row in last["rows"]}) == 1
+    table = run("usage", "--db", db, "--format", "table", "--no-cache").stdout.decode()
+    assert "the last session (--all: every session)" in " ".join(table.split())
+    table = run("usage", "--db", db, "--by", "day", "--format", "table", "--no-cache")
+    assert "every session;" in " ".join(table.stdout.decode().split())
+    named = run("usage", "--db", db, "--last", "--format", "table", "--no-cache").stdout.decode()
+    assert "every session" not in named and "the last session" not in named  # it was named

@@ -154,7 +154,7 @@ def usage(
     in, or --by step, session, model, agent or day.
     """
     from ..output import rows as formats
-    from ..reports.usage import GroupingError, StreamUsage, stored_usage
+    from ..reports.usage import GroupingError, StreamUsage, covers_every_session, stored_usage
 
     zone = time_zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or until or all_sessions)
@@ -201,7 +201,16 @@ def usage(
     if fmt == "table":
         from ..output.tables import usage_table
 
-        usage_table(report, out=sys.stdout, store=from_store, tz=zone)
+        scope = None
+        if from_store:  # which sessions the table covers, where the command line chose
+            every = all_sessions or covers_every_session(
+                by, session_ids, last=last, since_ms=start, until_ms=end
+            )
+            if every:
+                scope = "every session"
+            elif not (session_ids or last) and start is None and end is None:
+                scope = "the last session (--all: every session)"
+        usage_table(report, out=sys.stdout, store=from_store, tz=zone, scope=scope)
         return
     if fmt == "json":
         out.write(formats.write_json(report.document()))

@@ -464,10 +464,17 @@ def _session_prefix(width: int) -> Column:
 
 
 def usage_table(
-    report: Any, *, out: TextIO, store: bool, width: int | None = None, tz: Any = None
+    report: Any,
+    *,
+    out: TextIO,
+    store: bool,
+    width: int | None = None,
+    tz: Any = None,
+    scope: str | None = None,
 ) -> None:
     """A usage report: label columns by ``--by``, then tokens by class and cost; times in
-    ``tz`` (``--tz``; default: local time)."""
+    ``tz`` (``--tz``; default: local time). ``scope``, the sessions it covers where the
+    command line did not name them ("every session"), opens the caption."""
     from ..core.timeutil import format_time as format_local
 
     def format_time(ms: Any) -> str:
@@ -578,7 +585,7 @@ def usage_table(
         figures.append(
             Column("", lambda r: "● in flight" if r.in_flight else ("stale" if r.stale else ""))
         )
-    said = list(report.notes)
+    said = ([scope] if scope else []) + list(report.notes)
     if any(r.subagent_cost is not None for r in rows):  # folded rows say which they are
         said.append("figures +sub: with subagents' (subagents: their cost)")
     caption = "; ".join(said) if said else None

@@ -89,6 +89,9 @@ _ALWAYS = frozenset({*TOKEN_FIELDS, "cost"})
 WHOLE_TABLE_SESSIONS = 200
 BY_STREAM = ("turn", "step", "session", "day")
 BY_STORE = ("turn", "step", "session", "model", "agent", "day", "week", "month", "project")
+# Groupings that, with no session chosen, cover every session (as ccusage's reports do);
+# turn and step, one session's story, cover the last one.
+EVERY_SESSION_BY = ("session", "model", "agent", "day", "week", "month", "project")
 # Groupings made of a session's days: by its days, the weeks and months they fall in, the
 # session itself, or its project (the directory of the session it folds into).
 _BY_DAYS = ("day", "session", "week", "month", "project")
@@ -2203,6 +2206,20 @@ def _older_than_session(store: Any) -> Iterator[tuple[str, str, Any, bytes]]:
                 yield session.id, message.id, message.time_created, message.data
 
 
+def covers_every_session(
+    by: str,
+    session_ids: Sequence[str] = (),
+    *,
+    last: bool = False,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> bool:
+    """Whether a report with no session chosen covers every session: ``--by day``, model,
+    agent … (``EVERY_SESSION_BY``), as ccusage's; ``--by turn`` and ``step`` the last one."""
+    chosen = bool(session_ids) or last or since_ms is not None or until_ms is not None
+    return not chosen and by in EVERY_SESSION_BY
+
+
 def stored_usage(
     store: Any,
     session_ids: Sequence[str] = (),
@@ -2219,11 +2236,14 @@ def stored_usage(
     """``usage`` of the store, its sessions chosen as the command line chooses them: every
     top-level session (``all_sessions``; subagents fold into them), else ``session_ids``
     (ids or prefixes), ``last`` and those active ``since_ms`` (``select_sessions``), or
-    with ``until_ms`` alone (its last ms) those begun by then. The inferences counted are
-    those made in the window from ``since_ms`` to ``until_ms``. ``cache``: the report
-    cache (``store_usage``)."""
+    with ``until_ms`` alone (its last ms) those begun by then; with none of them, every
+    session for a grouping of many (``covers_every_session``), else the last one. The
+    inferences counted are those made in the window from ``since_ms`` to ``until_ms``.
+    ``cache``: the report cache (``store_usage``)."""
     from ..store.open import every_session, select_sessions
 
+    if covers_every_session(by, session_ids, last=last, since_ms=since_ms, until_ms=until_ms):
+        all_sessions = True
     # Every session of a database is a choice its fingerprint settles: a repeat asks the
     # memo before listing them (100,000 ids cost more than the memo's read).
     request = [by, fold, repr(tz), since_ms, stale_after_ms(), until_ms]
