@@ -36,6 +36,7 @@ CASES = [
     ("command_subtask", 4, 2, 3685, 0.0096, 1),  # a command run in a subagent
     ("code_mode", 2, 3, 5364, 0.01011, 0),  # no subagent: the execute call and its script's
     ("bash_ok", None, None, None, None, 0),  # no subagent: folded = own
+    ("serve_revert", None, None, None, None, 0),  # a pending /undo: its steps still counted
 ]
 SUBAGENT_FIELDS = (
     "subagent_sessions",
@@ -90,6 +91,8 @@ def test_a_folded_session_row_is_its_own_figures_plus_its_subagents(
         assert row["cost"] == pytest.approx(own[sid]["cost"] + sum(own[d]["cost"] for d in below))
         assert row["total_cost"] == row["cost"] == own[sid]["total_cost"]  # the old alias
         assert row["turns"] == own[sid]["turns"]  # the user's prompts: never folded
+        undone = own[sid]["undone_inferences"] + sum(own[d]["undone_inferences"] for d in below)
+        assert row["undone_inferences"] == undone  # part of the steps: folded with them
         # the part from subagents, the same folded or not: own = figure − subagent part
         assert {f: row[f] for f in SUBAGENT_FIELDS} == {f: own[sid][f] for f in SUBAGENT_FIELDS}
         assert row["subagent_sessions"] == len(below)

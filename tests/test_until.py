@@ -152,3 +152,17 @@ def test_until_alone_chooses_the_stored_sessions():
     db = str(SAMPLES / "fork" / "opencode.db")
     chosen = usage("--db", db, "--until", "2026-11-29", "--by", "session", "-z", "UTC")
     assert len(chosen["rows"]) == 2
+
+
+def test_until_cuts_what_a_pending_undo_undid_as_it_cuts_the_rest():
+    """samples/serve_revert: an /undo pending over the second turn's 2 steps. Until the
+    first turn's end, nothing undone is counted, so none is said."""
+    db = str(SAMPLES / "serve_revert" / "opencode.db")
+    whole = usage("--db", db, "--last")
+    assert whole["total"]["undone_inferences"] == 2
+    times = _message_times("serve_revert")
+    first = usage("--db", db, "--last", "--until", _iso(times[2]))  # the first turn's replies
+    assert first["total"]["inferences"] == 2
+    assert "undone_inferences" not in first["total"] and "notes" not in first
+    one = usage("--db", db, "--last", "--until", _iso(times[4]))  # one undone step by then
+    assert (one["total"]["inferences"], one["total"]["undone_inferences"]) == (3, 1)
