@@ -232,6 +232,18 @@ def _since_ms(since: str | int | float | datetime | None, tz: tzinfo | None = No
         raise InputError(str(exc)) from None
 
 
+def _until_ms(until: str | int | float | datetime | None, tz: tzinfo | None = None) -> int | None:
+    """``until`` as its last epoch ms: a date string means through the end of that day."""
+    if until is None or isinstance(until, datetime | int | float):
+        return _since_ms(until, tz)
+    from .core.timeutil import parse_until
+
+    try:
+        return parse_until(until, tz=tz)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
 def _selected(
     store: SessionStore,
     sessions: Sequence[str] | str,
@@ -285,11 +297,17 @@ def sessions_report(
     since: str | int | datetime | None = None,
     limit: int | None = None,
     all_sessions: bool = False,
+    fold: bool = True,
     cache: bool = False,
+    until: str | int | datetime | None = None,
 ) -> SessionsReport:
     """``opencode-events sessions``: one summary per top-level session (``all_sessions``:
-    subagents too), newest activity first; ``.sessions`` and ``.document()``. ``cache``:
-    use the report cache as the command does (docs/cache.md; the same report, sooner)."""
+    subagents too), newest activity first; ``.sessions`` and ``.document()``. ``fold``:
+    each summary's figures (all but ``turns``) with its subagents' (``--no-fold``: its
+    own); their part is in ``subagent_*`` either way. ``since``/``until``: the sessions
+    active since then and begun by then (a date ``until`` means through that day, local
+    time). ``cache``: use the report cache as the command does (docs/cache.md; the same
+    report, sooner)."""
     from .reports.sessions import sessions_report as report
 
     return report(
@@ -298,6 +316,8 @@ def sessions_report(
         limit=limit,
         all_sessions=all_sessions,
         cache=_cache(store, cache),
+        fold=fold,
+        until_ms=_until_ms(until),
     )
 
 
@@ -312,14 +332,16 @@ def usage_report(
     fold: bool = True,
     tz: tzinfo | None = None,
     cache: bool = False,
+    until: str | int | datetime | None = None,
 ) -> UsageReport:
     """``opencode-events usage``: of a stream (``source``, as ``iter_events`` takes it: a
     raw run stream or normalized JSONL; ``by`` ``turn`` = step rows, ``session`` or ``day``)
     or of stored sessions (``store``, with the selection of ``stored_events``; ``by`` turn,
     step, session, model, agent or day; ``fold`` subagents into the turn that ran them).
     ``.rows``, ``.total``, ``.notes`` and ``.document()``. A ``by`` the source cannot
-    group by raises ``GroupingError``. ``cache``: use the report cache for a store, as the
-    command does."""
+    group by raises ``GroupingError``. ``until``: of a store, only the inferences made by
+    then (a date: through that day, in ``tz``), as ``--until``. ``cache``: use the report
+    cache for a store, as the command does."""
     from .reports.usage import stored_usage, stream_usage
 
     if (source is None) == (store is None):
@@ -337,6 +359,7 @@ def usage_report(
         store,
         ids,
         since_ms=start,
+        until_ms=_until_ms(until, tz),
         all_sessions=all_sessions,
         by=by,
         fold=fold,

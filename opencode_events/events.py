@@ -324,9 +324,12 @@ class Metrics(Event, tag="metrics", kw_only=True):
     total_tokens: int
     cost: float
     # Written by ``run`` alone, read from the store when OpenCode has exited: the subagent
-    # sessions below the run's (their steps are not in the stream), what they cost, and
-    # ``cost`` with theirs added.
+    # sessions below the run's (their steps are not in the stream), their steps, tool calls
+    # and tokens (as ``sessions`` counts them), what they cost, and ``cost`` with theirs added.
     subagent_sessions: int | None = None
+    subagent_inferences: int | None = None
+    subagent_tool_calls: int | None = None
+    subagent_tokens: int | None = None
     subagent_cost: float | None = None
     total_cost: float | None = None
 

@@ -247,23 +247,27 @@ def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare
     conn.close()
 
 
-def _middle_time() -> int:
-    """A time amid the captures' messages: a --since that cuts the test database's sessions
-    into some wholly before, some wholly after and some across it."""
+def _middle_time(share: float = 0.5) -> int:
+    """A time amid the captures' messages (``share`` of them before it): a --since or
+    --until that cuts the test database's sessions into some wholly before, some wholly
+    after and some across it."""
     times = []
     for name in SOURCES:
         conn = sqlite3.connect(f"file:{SAMPLES / name / 'opencode.db'}?immutable=1", uri=True)
         times += [t for (t,) in conn.execute("SELECT time_created FROM message")]
         conn.close()
     times.sort()
-    return times[len(times) // 2]
+    return times[int(len(times) * share)]
 
 
 SINCE = _middle_time()
+EARLIER = _middle_time(0.25)
 REPORTS = (
     ("sessions", {"all_sessions": True}),
     ("sessions", {}),
     ("sessions", {"limit": 2}),
+    ("sessions", {"all_sessions": True, "fold": False}),
+    ("usage", {"all_sessions": True, "by": "turn", "fold": False}),
     ("usage", {"all_sessions": True, "by": "day"}),
     ("usage", {"all_sessions": True, "by": "session"}),
     ("usage", {"all_sessions": True, "by": "model"}),
@@ -274,8 +278,14 @@ REPORTS = (
     ("usage", {"all_sessions": True, "by": "day", "since_ms": SINCE}),
     ("usage", {"all_sessions": True, "by": "model", "since_ms": SINCE}),
     ("usage", {"last": True, "by": "turn"}),
+    ("usage", {"all_sessions": True, "by": "day", "until_ms": SINCE}),
+    ("usage", {"all_sessions": True, "by": "session", "since_ms": EARLIER, "until_ms": SINCE}),
+    ("usage", {"all_sessions": True, "by": "turn", "until_ms": SINCE}),
+    ("usage", {"until_ms": SINCE, "by": "model"}),
+    ("sessions", {"until_ms": SINCE}),
     ("context", {}),
 )
+EVERY_DAY = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))  # asked every step
 
 
 def _report(db: Path, which: int, cache_root: Path | None) -> bytes:
@@ -349,7 +359,7 @@ def test_every_report_equals_a_recomputation(tmp_path_factory, steps) -> None:
             for kind, _logged, pick, source in changes:
                 _change(db, (kind, logged, pick, source), sources, spare)
             before = _digest(db)
-            for which in [*reports, 0, 3]:
+            for which in [*reports, 0, EVERY_DAY]:
                 cached = _report(db, which, root)
                 assert cached == _report(db, which, None), REPORTS[which]
                 assert _report(db, which, root) == cached  # the repeat, from the memo

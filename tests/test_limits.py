@@ -74,6 +74,35 @@ def test_run_folds_the_subagents_cost_into_its_metrics(tmp_path: Path) -> None:
     assert metrics["total_cost"] == pytest.approx(parent + child, abs=1e-12)  # $0.02064
 
 
+def test_run_names_its_subagents_steps_calls_and_tokens_as_sessions_does(tmp_path: Path) -> None:
+    """Issue 20, item 3: the run's figures with its subagents' agree with `sessions`' row of
+    the same session, every one of them, and its closing line says so."""
+    db, _, _ = _store(tmp_path)
+    done = _run(tmp_path, "--db", str(db), pause=0)
+    metrics = json.loads(done.stdout.splitlines()[-1])
+    listed = subprocess.run(
+        [*CMD, "sessions", "--db", str(db), "-j", "--no-cache"], capture_output=True
+    )
+    (row,) = json.loads(listed.stdout)
+    for name in ("subagent_sessions", "subagent_inferences", "subagent_tool_calls"):
+        assert metrics[name] == row[name], name
+    assert metrics["subagent_tokens"] == row["subagent_tokens"] == 2909
+    assert metrics["turns"] + metrics["subagent_inferences"] == row["inferences"] == 5
+    assert metrics["tool_calls"] + metrics["subagent_tool_calls"] == row["tool_calls"] == 3
+    assert metrics["total_tokens"] + metrics["subagent_tokens"] == row["total_tokens"]
+    assert metrics["total_cost"] == row["cost"]
+    pretty = subprocess.run(
+        [*CMD, "run", "--db", str(db), "--format", "pretty", "go"],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "OPENCODE_BIN": str(_fake(tmp_path, 0)), "COLUMNS": "120"},
+    )
+    assert pretty.stdout.decode().splitlines()[-1] == (
+        "── 5 steps · 3 tool calls · 11,384 tokens · $0.0206 +sub (1 subagent: 3 steps, $0.0048)"
+    )
+
+
 def test_without_subagents_the_metrics_say_nothing_of_them(tmp_path: Path) -> None:
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "text" / "opencode.db", db)

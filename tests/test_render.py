@@ -289,6 +289,13 @@ def test_metrics_summary() -> None:
         "── 2 steps · 3 tool calls (1 failed) · 1,234 tokens · $0.5000 + $0.2500 in 2 subagents"
         " = $0.7500 · 1 problem"
     ]
+    # and their steps, calls and tokens from the store too: every figure folded, as in
+    # `sessions`, their part said apart
+    metrics.subagent_inferences, metrics.subagent_tool_calls, metrics.subagent_tokens = 4, 2, 766
+    assert render([metrics], width=120) == [
+        "── 6 steps · 5 tool calls (1 failed) · 2,000 tokens · $0.7500 +sub (2 subagents: 4 steps,"
+        " $0.2500) · 1 problem"
+    ]
 
 
 def test_colors_when_asked() -> None:

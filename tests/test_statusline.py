@@ -57,9 +57,13 @@ def test_the_figures_are_the_reports_figures(name: str) -> None:
     late = _last_write(db) + 60_000  # a minute after the capture: at rest
     with Store(db) as store:
         glance = take_glance(store, now_ms=late, tz=UTC)
-        (summary,) = summarize(store, [store.session(glance.session_id)], now_ms=late)
-        assert glance.cost == summary.total_cost
-        assert glance.own_cost == summary.cost
+        row = store.session(glance.session_id)
+        (summary,) = summarize(store, [row], now_ms=late)  # folded, as the statusline's cost
+        (own,) = summarize(store, [row], now_ms=late, fold=False)
+        assert glance.cost == summary.cost == summary.total_cost
+        assert glance.own_cost == own.cost
+        assert glance.subagent_cost == summary.subagent_cost
+        assert glance.subagents == summary.subagent_sessions
         assert glance.subagents == len(store.family_rows(glance.session_id)) - 1
         # today: the row of usage --by day for the capture's day, over every session
         day = datetime.fromtimestamp(late / 1000, UTC).strftime("%Y-%m-%d")

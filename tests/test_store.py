@@ -134,13 +134,13 @@ def test_session_workers_change_nothing(tmp_path: Path, monkeypatch, state: str,
     before = fingerprint(db.parent)
     with Store(db) as store:
         rows = store.sessions()
-        plain = msgspec.to_builtins(summary_module.summarize(store, rows))
+        plain = msgspec.to_builtins(summary_module.summarize(store, rows, fold=False))
         monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
         monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
         if how == "workers-sqlite3":
             monkeypatch.setattr(fastscan, "_apsw", lambda: None)
         assert summary_module._start_scan(store) is not None  # the workers do run
-        workers = msgspec.to_builtins(summary_module.summarize(store, rows))
+        workers = msgspec.to_builtins(summary_module.summarize(store, rows, fold=False))
         after = fingerprint(db.parent)
         if writer is not None:
             writer.execute("UPDATE session SET title = title")
@@ -596,8 +596,11 @@ def test_many_export_documents_are_read_in_one_pass(monkeypatch):
 
 
 def test_sessions_rows_match_the_database():
+    """--no-fold: each row is its session's own figures, as the database holds them."""
     db = SAMPLES / "task" / "opencode.db"
-    rows = json.loads(run("sessions", "--db", str(db), "--all", "--format", "json").stdout)
+    rows = json.loads(
+        run("sessions", "--db", str(db), "--all", "--no-fold", "--format", "json").stdout
+    )
     by_id = {r["id"]: r for r in rows}
     for sid, parent, cost, tin, tout, tread in sql(
         db,
@@ -982,12 +985,12 @@ def test_a_scan_started_before_the_rows_gives_the_same_sessions(monkeypatch, sce
 
     with Store(SAMPLES / scenario / "opencode.db") as store:
         rows = store.sessions()
-        plain = msgspec.to_builtins(summary_module.summarize(store, rows))
+        plain = msgspec.to_builtins(summary_module.summarize(store, rows, fold=False))
         monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
         monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
         scan = summary_module.start_whole_scan(store)
         assert scan is not None
-        early = msgspec.to_builtins(summary_module.summarize(store, rows, scan=scan))
+        early = msgspec.to_builtins(summary_module.summarize(store, rows, scan=scan, fold=False))
     assert early == plain
     assert sum(r["tool_calls"] for r in early) > 0
 
@@ -1201,7 +1204,9 @@ def test_stored_message_cut_inside_a_surrogate_pair_is_read(tmp_path: Path):
     metrics = jsonl(imported)[-1]
     total = json.loads(run("usage", "--all", "--db", str(db), "--format", "json").stdout)["total"]
     assert total["cost"] == pytest.approx(metrics["cost"])
-    rows = json.loads(run("sessions", "--all", "--db", str(db), "--format", "json").stdout)
+    rows = json.loads(
+        run("sessions", "--all", "--no-fold", "--db", str(db), "--format", "json").stdout
+    )
     inferences = sum(r["inferences"] for r in rows)
     assert inferences == sql(db, "SELECT count(*) FROM message WHERE data LIKE '%assistant%'")[0][0]
 

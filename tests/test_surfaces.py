@@ -90,7 +90,9 @@ def test_sessions_markdown_reads_like_the_table():
     text = run("sessions", "--db", TASK, "--all", "--format", "markdown").stdout.decode()
     header, rule, first, second = text.splitlines()
     assert header.split(" | ")[:3] == ["| id", "updated", "title"]
-    assert " steps " in header and " cache read " in header and "cost+sub |" in header
+    # folded (the default): the headers of the figures with subagents' say so
+    assert " steps +sub " in header and " cache read +sub " in header and " cost +sub |" in header
+    assert " subagents | subagents' cost |" in header
     assert "2026-11-29T15:41:20Z" in first and "Mock session title" in first
     assert "Inspect the repo (@general subagent)" in second
 

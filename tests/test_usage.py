@@ -192,7 +192,7 @@ def test_an_empty_store_report_has_the_total_of_a_full_one(tmp_path: Path, by: s
     assert empty["rows"] == []
     counts = {"inferences", "tool_calls"} & set(full)
     assert {k: empty["total"][k] for k in counts} == dict.fromkeys(counts, 0)
-    assert set(empty["total"]) == set(full) - {"subagent_cost", "subagent_tokens"}
+    assert set(empty["total"]) == {k for k in full if not k.startswith("subagent_")}
 
 
 def test_stream_cannot_group_by_model():
@@ -246,7 +246,9 @@ def test_subagents_fold_into_the_spawning_turn_or_stand_apart():
     folded = usage("--db", str(db), "--session", parent)
     (turn,) = folded["rows"]
     assert turn["subagent_cost"] == pytest.approx(session_columns(db, child)["cost"])
-    assert turn["tool_calls"] == 1 and turn["inferences"] == 2
+    # every figure folded: the parent's 2 steps and 1 call, the subagent's 3 and 2
+    assert (turn["inferences"], turn["subagent_inferences"]) == (5, 3)
+    assert (turn["tool_calls"], turn["subagent_tool_calls"]) == (3, 2)
     assert turn["prompt"] == "please do the task"
     apart = usage("--db", str(db), "--session", parent, "--no-fold")
     assert [r["session_id"] for r in apart["rows"]] == [parent, child]

@@ -45,12 +45,15 @@ __all__ = [
     "db_option",
     "selection_options",
     "since_ms",
+    "until_ms",
+    "until_option",
     "open_store",
     "csv_raw_option",
     "tag_option",
     "full_option",
     "time_zone",
     "tz_option",
+    "fold_option",
     "REPORT_FORMATS",
     "report_format_options",
     "report_format",
@@ -109,6 +112,24 @@ def since_ms(since: str | None, tz: Any = None) -> int | None:
         return parse_since(since, tz=tz)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from None
+
+
+def until_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Shared option of ``sessions`` and ``usage``: ``--until WHEN``, as ccusage's."""
+    return click.option("--until", metavar="WHEN", help=help)
+
+
+def until_ms(until: str | None, tz: Any = None) -> int | None:
+    """``--until`` as the last epoch ms it takes in: a date means through the end of that
+    day (in ``tz``, ``--tz``, if given, else local time), as ccusage reads it."""
+    if until is None:
+        return None
+    from ..core.timeutil import parse_until
+
+    try:
+        return parse_until(until, tz=tz)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--until") from None
 
 
 def open_store(db_path: str | None, *, legacy: bool = True) -> Any:
@@ -173,6 +194,12 @@ def full_option(command: Callable[..., Any]) -> Callable[..., Any]:
         is_flag=True,
         help="Pretty view: show long messages whole (default: their first 12 lines).",
     )(command)
+
+
+def fold_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Shared option of ``sessions`` and ``usage``: ``--fold/--no-fold``, subagent sessions
+    folded into the row of the session (or turn) that ran them, the default."""
+    return click.option("--fold/--no-fold", "fold", default=True, help=help)
 
 
 def tz_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -706,7 +706,31 @@ def _with_subagents(metrics: Any, spend: Any) -> Any:
         metrics.subagent_sessions = spend.subagents
         metrics.subagent_cost = spend.subagent_cost
         metrics.total_cost = summed_cost(metrics.cost + spend.subagent_cost, 2)
+        counts = _subagent_counts(spend)
+        if counts is not None:
+            (
+                metrics.subagent_inferences,
+                metrics.subagent_tool_calls,
+                metrics.subagent_tokens,
+            ) = counts
     return metrics
+
+
+def _subagent_counts(spend: Any) -> tuple[int, int, int] | None:
+    """The steps, tool calls and tokens of the run's subagent sessions, as ``sessions``
+    counts them (its ``subagent_*``); None when the store cannot say."""
+    from ..reports.sessions import summarize
+    from ..store.sqlite import Store
+
+    try:
+        with Store(spend.path) as store:
+            row = store.session(spend.session_id)
+            if row is None:
+                return None
+            (summary,) = summarize(store, [row])
+    except InputError:
+        return None
+    return summary.subagent_inferences, summary.subagent_tool_calls, summary.subagent_tokens
 
 
 class _Limit:

@@ -15,6 +15,7 @@ from ..errors import OutputError
 from .io import (
     csv_raw_option,
     db_option,
+    fold_option,
     no_cache_option,
     open_inputs,
     open_store,
@@ -28,14 +29,18 @@ from .io import (
     since_ms,
     time_zone,
     tz_option,
+    until_ms,
+    until_option,
 )
 
 
 @click.command()
 @db_option
 @click.option("--since", metavar="WHEN", help="Sessions active since 2h, 7d, 2026-11-01…")
+@until_option("Sessions begun by then: 2h, 2026-11-30 (through that day)…")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N sessions.")
 @click.option("--all", "all_sessions", is_flag=True, help="Subagent sessions too.")
+@fold_option("Each row's figures with its subagents' (default), or its own.")
 @report_format_options
 @csv_raw_option
 @no_cache_option
@@ -43,20 +48,23 @@ from .io import (
 def sessions(
     db_path: str | None,
     since: str | None,
+    until: str | None,
     limit: int | None,
     all_sessions: bool,
+    fold: bool,
     fmt: str | None,
     as_json: bool,
     csv_raw: bool,
     no_cache: bool,
 ) -> None:
     """Sessions in the store, newest activity first, with turns (prompts), steps (model
-    calls), tools, tokens and cost."""
+    calls), tools, tokens and cost; a session's subagents folded in (--no-fold: its own
+    figures), their part in the subagent_* fields."""
     from ..output import rows as formats
     from ..reports.sessions import SESSION_COLUMNS, sessions_report
     from ..store.open import store_files
 
-    since_time = since_ms(since)
+    since_time, until_time = since_ms(since), until_ms(until)
     with open_store(db_path) as store:
         refuse_stdout_read(store_files(store))
         report = sessions_report(
@@ -65,6 +73,8 @@ def sessions(
             limit=limit,
             all_sessions=all_sessions,
             cache=report_cache(store, no_cache),
+            fold=fold,
+            until_ms=until_time,
         )
     summaries = report.sessions
     out = report_output()
@@ -72,14 +82,14 @@ def sessions(
     if fmt == "table":
         from ..output.tables import sessions_table
 
-        sessions_table(summaries, out=sys.stdout)
+        sessions_table(summaries, out=sys.stdout, fold=fold)
         return
     if fmt == "json":  # msgspec encodes the summaries as they are: no dicts in between
         out.write(formats.write_json(summaries))
     elif fmt == "jsonl":
         out.write(formats.write_jsonl(summaries))
     elif fmt == "markdown":
-        out.write(formats.sessions_markdown(summaries))
+        out.write(formats.sessions_markdown(summaries, fold=fold))
     else:
         out.write(formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS, raw=csv_raw))
     out.flush()
@@ -96,6 +106,7 @@ def sessions(
     help="A stored session (id or prefix); repeatable.",
 )
 @selection_options
+@until_option("Spend until then: 2h, 2026-11-30 (through that day, in --tz)…")
 @click.option(
     "--by",
     type=click.Choice(
@@ -106,7 +117,7 @@ def sessions(
     help="One row per …",
 )
 @tz_option("Time zone for --by day, --since dates and the times shown (default: local time).")
-@click.option("--no-fold", is_flag=True, help="List subagent sessions apart, not in their turn.")
+@fold_option("Subagents in the turn that ran them (default), or listed apart.")
 @report_format_options
 @click.option(
     "--github",
@@ -124,9 +135,10 @@ def usage(
     last: bool,
     since: str | None,
     all_sessions: bool,
+    until: str | None,
     by: str,
     tz: str | None,
-    no_fold: bool,
+    fold: bool,
     fmt: str | None,
     as_json: bool,
     github: bool,
@@ -142,16 +154,17 @@ def usage(
     in, or --by step, session, model, agent or day.
     """
     from ..output import rows as formats
-    from ..reports.usage import GroupingError, StreamUsage, stored_usage
+    from ..reports.usage import GroupingError, StreamUsage, covers_every_session, stored_usage
 
     zone = time_zone(tz)
-    chose_stored = bool(db_path or session_ids or last or since or all_sessions)
+    chose_stored = bool(db_path or session_ids or last or since or until or all_sessions)
     if chose_stored and inputs:
         raise click.UsageError("give either INPUT files or stored sessions (--db …), not both")
     if all_sessions and (session_ids or last or since):
         raise click.UsageError("--all already reads every session; leave out the others")
     from_store = chose_stored or (not inputs and sys.stdin is not None and sys.stdin.isatty())
     start = since_ms(since, zone)  # once: "2h" is read against the clock
+    end = until_ms(until, zone)
     try:
         if from_store:
             from ..store.open import store_files
@@ -163,9 +176,10 @@ def usage(
                     session_ids,
                     last=last,
                     since_ms=start,
+                    until_ms=end,
                     all_sessions=all_sessions,
                     by=by,
-                    fold=not no_fold,
+                    fold=fold,
                     tz=zone,
                     cache=report_cache(store, no_cache),
                 )
@@ -187,7 +201,16 @@ def usage(
     if fmt == "table":
         from ..output.tables import usage_table
 
-        usage_table(report, out=sys.stdout, store=from_store, tz=zone)
+        scope = None
+        if from_store:  # which sessions the table covers, where the command line chose
+            every = all_sessions or covers_every_session(
+                by, session_ids, last=last, since_ms=start, until_ms=end
+            )
+            if every:
+                scope = "every session"
+            elif not (session_ids or last) and start is None and end is None:
+                scope = "the last session (--all: every session)"
+        usage_table(report, out=sys.stdout, store=from_store, tz=zone, scope=scope)
         return
     if fmt == "json":
         out.write(formats.write_json(report.document()))

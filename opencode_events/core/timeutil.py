@@ -1,4 +1,10 @@
-"""Times people type (``--since 2h``, ``--since 2026-11-01``) and times people read."""
+"""Times people type (``--since 2h``, ``--since 2026-11-01``, ``--until 2026-11-30``) and
+times people read.
+
+    >>> from datetime import UTC
+    >>> parse_until("2026-11-30", tz=UTC)  # a date: through the end of that day
+    1796083199999
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,11 @@ import re
 import time
 from datetime import datetime, tzinfo
 
-__all__ = ["parse_since", "format_time", "UNITS"]
+__all__ = ["parse_since", "parse_until", "format_time", "UNITS"]
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_DATE_ONLY = re.compile(r"^\s*\d{4}-?\d{2}-?\d{2}\s*$")  # 2026-11-30, or 20261130 as ccusage
 
 
 def parse_since(text: str, *, now: float | None = None, tz: tzinfo | None = None) -> int:
@@ -32,6 +39,25 @@ def parse_since(text: str, *, now: float | None = None, tz: tzinfo | None = None
         return int(moment.timestamp() * 1000)
     except (ValueError, OverflowError, OSError):  # 0001-01-01 in a zone ahead of UTC: year 0
         return -(2**62) if moment.year < 1970 else 2**62  # before or after anything stored
+
+
+def parse_until(text: str, *, now: float | None = None, tz: tzinfo | None = None) -> int:
+    """The last epoch ms of ``--until``: a date (``2026-11-30``, ``20261130``) means through
+    the end of that day (in ``tz``, else local time), as ccusage reads it; a duration
+    (``2h``) or a date and time is that moment, read as ``parse_since`` reads it."""
+    if not _DATE_ONLY.match(text):
+        return parse_since(text, now=now, tz=tz)
+    from datetime import timedelta
+
+    try:
+        day = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"cannot read {text!r} as a date: use one like 2026-11-30") from None
+    try:
+        following = day + timedelta(days=1)
+    except OverflowError:  # 9999-12-31: through the end of time
+        return 2**62
+    return parse_since(following.isoformat(), tz=tz) - 1
 
 
 def format_time(ms: int | float | None, tz: tzinfo | None = None) -> str:

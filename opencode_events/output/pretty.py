@@ -537,14 +537,28 @@ class PrettyWriter:
         # The calls OpenCode marked failed, and those the lines above marked ✗ besides.
         failures = event.tool_failures + len(self._tally.marked_only)
         failed = f" ({failures} failed)" if failures else ""
-        text.append(
-            f"── {_count(event.turns, 'step')} · {_count(event.tool_calls, 'tool call')}{failed}"
-            f" · {format_tokens(event.total_tokens)} tokens · ${event.cost:.4f}"
-        )
-        if event.total_cost is not None and event.subagent_sessions:
+        subagents = event.subagent_sessions if event.total_cost is not None else None
+        if subagents and event.subagent_inferences is not None:
+            # Folded as `sessions` folds a row: every figure with the subagents', and their
+            # part said apart (+sub)
+            steps = event.turns + event.subagent_inferences
+            calls = event.tool_calls + (event.subagent_tool_calls or 0)
+            tokens = event.total_tokens + (event.subagent_tokens or 0)
+            text.append(
+                f"── {_count(steps, 'step')} · {_count(calls, 'tool call')}{failed}"
+                f" · {format_tokens(tokens)} tokens · ${event.total_cost:.4f} +sub"
+                f" ({_count(subagents, 'subagent')}: "
+                f"{_count(event.subagent_inferences, 'step')}, ${event.subagent_cost or 0:.4f})"
+            )
+        else:
+            text.append(
+                f"── {_count(event.turns, 'step')} · {_count(event.tool_calls, 'tool call')}"
+                f"{failed} · {format_tokens(event.total_tokens)} tokens · ${event.cost:.4f}"
+            )
+        if subagents and event.subagent_inferences is None:  # no counts from the store
             text.append(
                 f" + ${event.subagent_cost or 0:.4f} in "
-                f"{_count(event.subagent_sessions, 'subagent')} = ${event.total_cost:.4f}"
+                f"{_count(subagents, 'subagent')} = ${event.total_cost:.4f}"
             )
         problems = event.counts.get("error", 0) + event.counts.get("warning", 0)
         if problems:

@@ -213,13 +213,16 @@ _SESSION_MARKDOWN = (
     ("reasoning", "reasoning_tokens"),
     ("cache read", "cache_read_tokens"),
     ("cache write", "cache_write_tokens"),
-    ("cost+sub", "total_cost"),
+    ("cost", "cost"),
+    ("subagents", "subagent_sessions"),
+    ("subagents' cost", "subagent_cost"),
 )
 
 
-def sessions_markdown(summaries: Sequence[Any]) -> bytes:
+def sessions_markdown(summaries: Sequence[Any], *, fold: bool = True) -> bytes:
     """Sessions as a Markdown table that reads like ``sessions``' table: its headers, times
-    in ISO 8601 UTC, turns (prompts) and steps (model calls), the cost with subagents'."""
+    in ISO 8601 UTC, turns (prompts) and steps (model calls); with ``fold`` (as the report
+    was made) each figure but turns with its subagents' (the headers say ``+sub``)."""
     from datetime import UTC, datetime
 
     def when(ms: Any) -> Any:
@@ -237,7 +240,22 @@ def sessions_markdown(summaries: Sequence[Any]) -> bytes:
         rows.append(row)
     headers = [header for header, _ in _SESSION_MARKDOWN]
     numeric = headers[5:]
-    return write_markdown(rows, headers, numeric=numeric)
+    # Folded figures say so in their header, as the table's caption does.
+    names = {h: f"{h} +sub" for h in _FOLDED_HEADERS} if fold else {}
+    return write_markdown(rows, headers, numeric=numeric, headers=names)
+
+
+_FOLDED_HEADERS = (
+    "steps",
+    "tools",
+    "failed",
+    "input",
+    "output",
+    "reasoning",
+    "cache read",
+    "cache write",
+    "cost",
+)
 
 
 # ``usage --format markdown``: the columns under the names the table gives them (a turn is a
@@ -254,6 +272,9 @@ _USAGE_HEADERS = {
     "cache_read_tokens": "cache read",
     "cache_write_tokens": "cache write",
     "total_tokens": "total",
+    "subagent_sessions": "subagents",
+    "subagent_inferences": "subagents' steps",
+    "subagent_tool_calls": "subagents' tools",
     "subagent_cost": "subagents' cost",
     "subagent_tokens": "subagents' tokens",
     "in_flight": "in flight",

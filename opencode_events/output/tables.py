@@ -389,7 +389,11 @@ def _prefix_width(ids: Any, least: int = 12) -> int:
     return length + 1
 
 
-def sessions_table(summaries: Sequence[Any], *, out: TextIO, width: int | None = None) -> None:
+def sessions_table(
+    summaries: Sequence[Any], *, out: TextIO, width: int | None = None, fold: bool = True
+) -> None:
+    """``sessions``' table: with ``fold`` (as the report was made), every figure but turns
+    includes the subagents' (the caption says so, ``+sub``), else each session's own."""
     from ..core.timeutil import format_time
 
     def tools(s: Any) -> str:
@@ -413,17 +417,18 @@ def sessions_table(summaries: Sequence[Any], *, out: TextIO, width: int | None =
         Column("reasoning", lambda s: count(s.reasoning_tokens), numeric=True, drop=2),
         Column("cache read", lambda s: count(s.cache_read_tokens), numeric=True, drop=2),
         Column("cache write", lambda s: count(s.cache_write_tokens), numeric=True, drop=2),
-        Column("cost+sub", lambda s: money(s.total_cost), numeric=True),
-        Column("sub", lambda s: count(len(s.children)), numeric=True, drop=3),
+        Column("cost", lambda s: money(s.cost), numeric=True),
+        Column("sub", lambda s: count(s.subagent_sessions), numeric=True, drop=3),
         Column(
             "live",
             lambda s: "●" if s.in_flight else ("stale" if s.state == "stale" else ""),
             drop=3,
         ),
     ]
+    figures = "figures +sub: with subagents'" if fold else "figures: own, no subagents'"
     caption = (
-        f"{len(summaries)} session(s) · turns: prompts · steps: model calls · "
-        "cost+sub: with subagents · ● in flight"
+        f"{len(summaries)} session(s) · turns: prompts · steps: model calls · {figures} · "
+        "sub: subagent sessions · ● in flight"
     )
     undone = [s for s in summaries if getattr(s, "undone_inferences", 0)]
     if undone:  # counted, as OpenCode counts them until the next prompt: said, not hidden
@@ -459,10 +464,17 @@ def _session_prefix(width: int) -> Column:
 
 
 def usage_table(
-    report: Any, *, out: TextIO, store: bool, width: int | None = None, tz: Any = None
+    report: Any,
+    *,
+    out: TextIO,
+    store: bool,
+    width: int | None = None,
+    tz: Any = None,
+    scope: str | None = None,
 ) -> None:
     """A usage report: label columns by ``--by``, then tokens by class and cost; times in
-    ``tz`` (``--tz``; default: local time)."""
+    ``tz`` (``--tz``; default: local time). ``scope``, the sessions it covers where the
+    command line did not name them ("every session"), opens the caption."""
     from ..core.timeutil import format_time as format_local
 
     def format_time(ms: Any) -> str:
@@ -573,7 +585,10 @@ def usage_table(
         figures.append(
             Column("", lambda r: "● in flight" if r.in_flight else ("stale" if r.stale else ""))
         )
-    caption = "; ".join(report.notes) if report.notes else None
+    said = ([scope] if scope else []) + list(report.notes)
+    if any(r.subagent_cost is not None for r in rows):  # folded rows say which they are
+        said.append("figures +sub: with subagents' (subagents: their cost)")
+    caption = "; ".join(said) if said else None
     draw_table(label + figures, rows, out=out, total=report.total, caption=caption, width=width)
 
 
@@ -637,7 +652,7 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
         table.add_row(*cells)
     if not board.rows:
         table.add_row("", Text(f"no sessions in {visible(board.path)} yet", style="dim"))
-    keys = Text("q quits · cost with subagents (+) · tokens are the session's own", style="dim")
+    keys = Text("q quits · tokens and cost with subagents' (+)", style="dim")
     if any(getattr(row, "undone_cost", 0.0) for row in rows):
         keys.append(" · ↶ a pending /undo's steps, counted until the next prompt")
     return Group(header, Text(""), table, Text(""), keys)

@@ -5,8 +5,17 @@
   inference; one with no ``time.completed`` is in flight.
 - Tool calls: every tool part, MCP or not; failures are parts whose status is ``error``;
   MCP calls are attributed to configured servers by name (``mcp``).
-- Subagents (sessions with a ``parent_id``) fold into their parent: ``total_cost`` adds
-  every descendant's cost to the session's own, and ``children`` lists the direct ones.
+- Subagents (sessions with a ``parent_id``) fold into their parent (``fold``, the default):
+  every figure of a row but ``turns`` (the user's prompts) adds every descendant's
+  (children, grandchildren …, each once): inferences, tool calls and failures, MCP calls,
+  tokens and cost. ``subagent_*`` carry the part that came from them, folded or not (own =
+  figure − subagent part); ``total_cost`` (deprecated) is the folded cost either way, and
+  ``children`` lists the direct ones. The ledger keeps each session's own counts: the fold
+  is made at report time.
+
+    >>> report = sessions_report(store)          # doctest: +SKIP
+    >>> [(s.inferences, s.subagent_inferences) for s in report.sessions]  # doctest: +SKIP
+    [(5, 3)]
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from ..core.views import (
     TurnMessage,
     decode_repairing,
 )
+from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import Pending, in_forked_child, start_over_ranges, worker_connection
 from ..store.rows import SessionRow, ToolPartHeads, descendants, offers_fast_scans
@@ -76,6 +86,14 @@ class SessionSummary(Struct, kw_only=True):
     cache_write_tokens: int = 0
     total_tokens: int = 0
     cost: float = 0.0
+    # The part of the figures above that came from subagent sessions (every session below
+    # this one, each once), whether or not they are folded in.
+    subagent_sessions: int = 0
+    subagent_inferences: int = 0
+    subagent_tool_calls: int = 0
+    subagent_tokens: int = 0
+    subagent_cost: float = 0.0
+    # Deprecated: the folded cost (``cost`` of a folded report), kept for programs that read it.
     total_cost: float = 0.0
     children: list[str] = []
     # What a pending undo (/undo, the session's ``revert``) undid: counted above, as
@@ -593,8 +611,10 @@ def summarize(
     now_ms: float | None = None,
     cache: ReportCache | None = None,
     servers: dict[str | None, Sequence[str]] | None = None,
+    fold: bool = True,
 ) -> list[SessionSummary]:
-    """Summaries of ``rows`` (in their order); descendants are read to fold their cost.
+    """Summaries of ``rows`` (in their order); descendants are read to fold them in
+    (``fold``; else only their part is given, ``subagent_*``).
     ``scan``: a whole-table scan the caller started already (``start_whole_scan``);
     ``now_ms`` (default: the clock) tells a stale reply from one in flight; ``cache``: the
     report cache, whose ledger spares the sessions that did not change; ``servers`` is
@@ -640,25 +660,79 @@ def summarize(
     if servers is not None:
         servers.update(servers_in)
 
-    # Costs written by the one rule for a session's spend (``spend``), so that they read as
-    # ``usage``, ``statusline`` and ``top`` give them; totals add the stored figures.
-    stored = {sid: summary.cost for sid, summary in summaries.items()}
-    for sid, children in tree.items():
-        summary = summaries.get(sid)
-        if summary is not None:
-            summary.children = list(children)
-            family = [sid, *(d for d in descendants([sid], tree) if d in summaries)]
-            summary.total_cost = written_spend(
-                [stored[d] for d in family], [summaries[d].inferences for d in family]
-            )
-    for sid, summary in summaries.items():
-        summary.cost = written_spend([stored[sid]], [summary.inferences])
-        if sid not in tree or not tree[sid]:
-            summary.total_cost = summary.cost
     for sid, undone in undone_figures(store, summaries).items():
         summaries[sid].undone_inferences = undone.inferences
         summaries[sid].undone_cost = undone.cost
+    _fold(summaries, tree, [row.id for row in rows], fold)
     return [summaries[row.id] for row in rows]
+
+
+_TOKENS = (
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+)
+
+
+def _fold(
+    summaries: dict[str, SessionSummary],
+    tree: dict[str, list[str]],
+    wanted: Sequence[str],
+    fold: bool,
+) -> None:
+    """Each wanted summary's ``subagent_*`` (its descendants' own figures, each session
+    once), its costs written by the one rule for a session's spend (``spend``, so that they
+    read as ``usage``, ``statusline`` and ``top`` give them), and with ``fold`` every figure
+    but ``turns`` with its descendants' added. The summaries hold own figures till then."""
+    stored = {sid: summary.cost for sid, summary in summaries.items()}
+    own = {sid: summary.inferences for sid, summary in summaries.items()}
+    folded: dict[str, tuple[Any, ...]] = {}  # the figures to add, read before any is changed
+    for sid in dict.fromkeys(wanted):
+        summary = summaries[sid]
+        summary.children = list(tree.get(sid, ()))
+        below = [d for d in descendants([sid], tree) if d in summaries]
+        summary.cost = written_spend([stored[sid]], [own[sid]])
+        if not below:
+            summary.total_cost = summary.cost
+            continue
+        subs = [summaries[d] for d in below]
+        summary.subagent_sessions = len(below)
+        summary.subagent_inferences = sum(own[d] for d in below)
+        summary.subagent_tool_calls = sum(s.tool_calls for s in subs)
+        summary.subagent_tokens = sum(s.total_tokens for s in subs)
+        summary.subagent_cost = written_spend([stored[d] for d in below], [own[d] for d in below])
+        family = [sid, *below]
+        summary.total_cost = written_spend([stored[d] for d in family], [own[d] for d in family])
+        if fold:
+            mcp: dict[str, int] = {}
+            for s in subs:
+                for server, calls in s.mcp_calls.items():
+                    mcp[server] = mcp.get(server, 0) + calls
+            tokens = [sum(getattr(s, name) for s in subs) for name in _TOKENS]
+            undone = [(s.undone_inferences, s.undone_cost) for s in (summary, *subs)]
+            undone = [pair for pair in undone if pair[0]]  # read before any is changed
+            folded[sid] = (sum(s.tool_failures for s in subs), tokens, mcp, undone)
+    for sid, (failures, tokens, mcp, undone) in folded.items():
+        summary = summaries[sid]
+        if undone:  # what a pending undo undid, in this session or below: folded too
+            summary.undone_inferences = sum(n for n, _cost in undone)
+            summary.undone_cost = summed_cost(
+                sum(cost for _n, cost in undone), summary.undone_inferences
+            )
+        summary.inferences += summary.subagent_inferences
+        summary.tool_calls += summary.subagent_tool_calls
+        summary.tool_failures += failures
+        for name, value in zip(_TOKENS, tokens, strict=True):
+            setattr(summary, name, getattr(summary, name) + value)
+        if mcp:
+            calls = dict(summary.mcp_calls)
+            for server, n in mcp.items():
+                calls[server] = calls.get(server, 0) + n
+            summary.mcp_calls = calls
+        summary.cost = summary.total_cost
 
 
 # --------------------------------------------------------------------------- the ledger
@@ -811,6 +885,11 @@ SESSION_COLUMNS = (
     "cache_write_tokens",
     "total_tokens",
     "cost",
+    "subagent_sessions",
+    "subagent_inferences",
+    "subagent_tool_calls",
+    "subagent_tokens",
+    "subagent_cost",
     "total_cost",
     "children",
     "undone_inferences",
@@ -836,17 +915,23 @@ def sessions_report(
     all_sessions: bool = False,
     mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
     cache: ReportCache | None = None,
+    fold: bool = True,
+    until_ms: int | None = None,
 ) -> SessionsReport:
     """Top-level sessions (``all_sessions``: subagents too), newest activity first; with
-    ``since_ms``, those active since then; at most ``limit``. ``mcp_servers`` names the MCP
-    servers configured for a directory (default: OpenCode's config files, ``mcp``).
+    ``since_ms``, those active since then, with ``until_ms``, those created by then (its
+    last ms: the two choose the sessions active in that window); at most ``limit``.
+    ``fold``: each row's figures (all but ``turns``) with its subagents'; else its own
+    (``subagent_*`` either way).
+    ``mcp_servers`` names the MCP servers configured for a directory (default: OpenCode's
+    config files, ``mcp``).
     ``cache`` (``ReportCache.open(store)``): the report cache, which answers a repeat of
     an unchanged database and spares the sessions that did not change; the report is the
     same with or without it."""
     if mcp_servers is None:
         from .mcp import mcp_server_names as mcp_servers
-    request = [since_ms, limit, all_sessions, stale_after_ms()]
-    every = since_ms is None and limit is None
+    request = [since_ms, limit, all_sessions, stale_after_ms(), fold, until_ms]
+    every = since_ms is None and until_ms is None and limit is None
     if cache is not None:
 
         def still_true(consulted: Any) -> bool:
@@ -856,12 +941,14 @@ def sessions_report(
         if kept is not None:
             return kept
         if every:
-            brought = _brought_up_to_date(store, cache, request, all_sessions, mcp_servers)
+            brought = _brought_up_to_date(
+                store, cache, request, all_sessions, mcp_servers, fold=fold
+            )
             if brought is not None:
                 return brought
     # Every session of a large database: the workers start reading the tables while this
     # process reads the session rows (unless the cache holds them).
-    whole = all_sessions and since_ms is None and limit is None
+    whole = all_sessions and since_ms is None and until_ms is None and limit is None
     ledger = cache.ledger("sessions", _LEDGER_REQUEST, SessionCounts) if cache else {}
     scan = start_whole_scan(store) if whole and not ledger else None
     try:
@@ -870,12 +957,20 @@ def sessions_report(
         if scan is not None:
             scan.cancel()
         raise
+    if until_ms is not None:
+        rows = [row for row in rows if not _after(row.time_created, until_ms)]
     if limit is not None:
         rows = rows[:limit]
     servers: dict[str | None, Sequence[str]] = {}
     report = SessionsReport(
         sessions=summarize(
-            store, rows, mcp_servers=mcp_servers, scan=scan, cache=cache, servers=servers
+            store,
+            rows,
+            mcp_servers=mcp_servers,
+            scan=scan,
+            cache=cache,
+            servers=servers,
+            fold=fold,
         )
     )
     if cache is not None:
@@ -909,6 +1004,8 @@ def _brought_up_to_date(
     request: list[Any],
     all_sessions: bool,
     mcp_servers: Callable[[str | None], Sequence[str]],
+    *,
+    fold: bool = True,
 ) -> SessionsReport | None:
     """The last report of every session, its families whose sessions changed since read
     again: the report a full reading would give, at the cost of what changed. None (read
@@ -953,7 +1050,7 @@ def _brought_up_to_date(
     ids = {sid for chain in chains for sid in chain} if all_sessions else {c[-1] for c in chains}
     rows = [row for row in map(store.session, ids) if row is not None]
     servers: dict[str | None, Sequence[str]] = {}
-    fresh = summarize(store, rows, mcp_servers=mcp_servers, cache=cache, servers=servers)
+    fresh = summarize(store, rows, mcp_servers=mcp_servers, cache=cache, servers=servers, fold=fold)
     sessions = [s for s in before.sessions if s.id not in ids] + fresh
     try:  # the store's order: newest activity first (``Store.sessions``)
         sessions.sort(key=lambda s: (s.time_updated, s.id), reverse=True)
@@ -976,6 +1073,11 @@ def _ancestry(sid: str, parents: dict[Any, Any]) -> list[str]:
             return chain
         chain.append(parent)
         sid = parent
+
+
+def _after(created: Any, until: int) -> bool:
+    """Whether a time is after ``until`` (one that is no number is not: nothing says so)."""
+    return (type(created) is int or type(created) is float) and created > until
 
 
 def _servers_now(

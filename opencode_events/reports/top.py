@@ -56,7 +56,7 @@ class BoardRow(Struct, kw_only=True):
     running: str | None = None  # "bash", "inference": what the busy session is doing
     running_since: int | None = None  # epoch ms
     turns: int = 0
-    tokens: int = 0  # the session's own, as its row sums them
+    tokens: int = 0  # with its subagents', as their rows sum them (sessions' total_tokens)
     context_tokens: int | None = None
     cost: float = 0.0  # with subagents
     subagents: int = 0
@@ -71,6 +71,17 @@ class Board(Struct, kw_only=True):
     week: float
     path: str
     readable: bool = True  # False: the store is missing or could not be read at the last look
+
+
+def _tokens(session: Any) -> int:
+    """A session row's tokens, every class (as ``sessions``' ``total_tokens`` sums them)."""
+    return (
+        (session.tokens_input or 0)
+        + (session.tokens_output or 0)
+        + (session.tokens_reasoning or 0)
+        + (session.tokens_cache_read or 0)
+        + (session.tokens_cache_write or 0)
+    )
 
 
 def week_start(now_ms: float, tz: tzinfo | None) -> int:
@@ -260,14 +271,10 @@ class TopBoard:
         if session is not None:
             row.title, row.agent = session.title, session.agent
             row.model = _model_id(session.model)
-            row.tokens = (
-                session.tokens_input
-                + session.tokens_output
-                + session.tokens_reasoning
-                + session.tokens_cache_read
-                + session.tokens_cache_write
-            )
         family = store.family_rows(root)
+        # Folded as every figure of a row is (sessions): the root's tokens and its subagents'.
+        members = [session, *(store.session(sid) for sid, _, _ in family[1:])]
+        row.tokens = sum(_tokens(member) for member in members if member is not None)
         row.cost = family_spend(store, family).total  # as sessions and statusline write it
         row.undone_cost = 0.0
         if session is not None and session.revert:  # a pending /undo: rare, read whole

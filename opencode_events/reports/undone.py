@@ -57,11 +57,15 @@ def pending_reverts(store: Any) -> dict[str, str | bytes]:
 
 
 def undone_figures(
-    store: Any, session_ids: Iterable[str], *, since_ms: int | None = None
+    store: Any,
+    session_ids: Iterable[str],
+    *,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
 ) -> dict[str, Undone]:
     """The sessions of ``session_ids`` with a pending undo that undid an inference → what
-    it undid; with ``since_ms``, of the inferences created at or after it (as ``usage
-    --since`` counts)."""
+    it undid; with ``since_ms``, of the inferences created at or after it, with ``until_ms``
+    at or before it (as ``usage --since/--until`` count)."""
     reverts = pending_reverts(store)
     if not reverts:
         return {}
@@ -71,13 +75,15 @@ def undone_figures(
         point = RevertPoint.of(reverts[sid])
         if point is None:
             continue
-        undone = _undone_of(store, sid, point, since_ms)
+        undone = _undone_of(store, sid, point, since_ms, until_ms)
         if undone.inferences:
             found[sid] = undone
     return found
 
 
-def _undone_of(store: Any, sid: str, point: RevertPoint, since_ms: int | None) -> Undone:
+def _undone_of(
+    store: Any, sid: str, point: RevertPoint, since_ms: int | None, until_ms: int | None = None
+) -> Undone:
     undone = Undone(session_id=sid)
     costs: list[float] = []
     for message in store.messages(sid):
@@ -85,6 +91,8 @@ def _undone_of(store: Any, sid: str, point: RevertPoint, since_ms: int | None) -
             continue
         created = message.time_created
         if since_ms is not None and type(created) is int and created < since_ms:
+            continue
+        if until_ms is not None and type(created) is int and created > until_ms:
             continue
         try:
             info = decode_repairing(_MESSAGE, message.data)[0]

@@ -89,6 +89,9 @@ _ALWAYS = frozenset({*TOKEN_FIELDS, "cost"})
 WHOLE_TABLE_SESSIONS = 200
 BY_STREAM = ("turn", "step", "session", "day")
 BY_STORE = ("turn", "step", "session", "model", "agent", "day", "week", "month", "project")
+# Groupings that, with no session chosen, cover every session (as ccusage's reports do);
+# turn and step, one session's story, cover the last one.
+EVERY_SESSION_BY = ("session", "model", "agent", "day", "week", "month", "project")
 # Groupings made of a session's days: by its days, the weeks and months they fall in, the
 # session itself, or its project (the directory of the session it folds into).
 _BY_DAYS = ("day", "session", "week", "month", "project")
@@ -119,8 +122,12 @@ class UsageRow(Struct, kw_only=True, omit_defaults=True):
     cache_write_tokens: int = 0
     total_tokens: int = 0
     cost: float = 0.0
-    subagent_cost: float | None = None
+    # The part of a folded row's figures that came from subagent sessions (docs/usage.md).
+    subagent_sessions: int | None = None
+    subagent_inferences: int | None = None
+    subagent_tool_calls: int | None = None
     subagent_tokens: int | None = None
+    subagent_cost: float | None = None
     in_flight: bool | None = None
     stale: bool | None = None  # was in flight, but nothing written for a while (reports.stale)
     open: bool | None = None
@@ -179,9 +186,23 @@ _LABELS: dict[tuple[bool, str], tuple[str, ...]] = {  # (from the store, --by) â
     (False, "session"): ("session_id", "inferences"),
     (False, "day"): ("day", "inferences"),
 }
+# A folded row's share from subagents, in the names ``sessions`` gives it.
+_SUBAGENT_FIELDS = (
+    "subagent_sessions",
+    "subagent_inferences",
+    "subagent_tool_calls",
+    "subagent_tokens",
+    "subagent_cost",
+)
 _FLAGS: dict[tuple[bool, str], tuple[str, ...]] = {
-    (True, "turn"): ("subagent_cost", "subagent_tokens", "in_flight", "stale"),
+    (True, "turn"): (*_SUBAGENT_FIELDS, "in_flight", "stale"),
     (True, "step"): ("in_flight", "stale"),
+    (True, "session"): (
+        "subagent_sessions",
+        "subagent_inferences",
+        "subagent_tokens",
+        "subagent_cost",
+    ),
     (False, "turn"): ("open",),
     (False, "step"): ("open",),
 }
@@ -251,9 +272,13 @@ def _iso(ms: Any) -> Any:
 
 
 def _figures_in(row: UsageRow) -> int:
-    """How many of OpenCode's costs a row's cost adds up (a subagent's share: at least one)."""
+    """How many of OpenCode's costs a row's cost adds up: its own inferences' (a subagent's
+    share, folded in: at least one more)."""
     inferences = 1 if row.inferences is None else row.inferences
-    return inferences + (row.subagent_cost is not None)
+    return inferences - (row.subagent_inferences or 0) + (row.subagent_cost is not None)
+
+
+_SUBAGENT_COUNTS = _SUBAGENT_FIELDS[:-1]  # all but the cost
 
 
 class _Totaller:
@@ -274,7 +299,10 @@ class _Totaller:
             total.tool_calls = (total.tool_calls or 0) + row.tool_calls
         if row.subagent_cost is not None:
             total.subagent_cost = (total.subagent_cost or 0.0) + row.subagent_cost
-            total.subagent_tokens = (total.subagent_tokens or 0) + (row.subagent_tokens or 0)
+            for name in _SUBAGENT_COUNTS:
+                value = getattr(row, name)
+                if value is not None:
+                    setattr(total, name, (getattr(total, name) or 0) + value)
 
     def total(self) -> UsageRow:
         total = msgspec.structs.replace(self.row)
@@ -743,6 +771,7 @@ def _session_turns(
     skip: set[str] = frozenset(),  # type: ignore[assignment]
     unread: list[int] | None = None,
     since: int | None = None,
+    until: int | None = None,
 ) -> _SessionTurns:
     """A session's user turns (with prompt, inferences, tool calls, figures), and the turn
     each child session's spawning ``task`` call belongs to. Messages in ``skip`` (a fork's
@@ -750,12 +779,14 @@ def _session_turns(
     (not JSON, no user or assistant role) are counted in ``unread[0]``. With ``since``,
     inferences whose row was created before it are left out with their parts (the children
     their calls started are named apart), and so are the turns that opened before it and
-    have no inference left."""
-    from ..core.mapping import spawned_session
+    have no inference left. With ``until``, the same of inferences created after it (and of
+    the turns opened after it)."""
+    from ..core.mapping import script_calls, spawned_session
 
     turns: list[_Turn] = []
     by_message: dict[str, _Turn] = {}
     early: set[str] = set()  # inferences before --since
+    late: set[str] = set()  # inferences after --until: nor their figures, nor their parts
     for message in store.messages(session_id):
         if message.id in skip:
             continue
@@ -784,6 +815,8 @@ def _session_turns(
             by_message[message.id] = turn
         elif since is not None and _before(message.time_created, since):
             early.add(message.id)  # an inference before --since: nor its figures, nor its parts
+        elif until is not None and _after(message.time_created, until):
+            late.add(message.id)
         elif info.role == "assistant":
             turn = by_message.get(info.parentID) if isinstance(info.parentID, str) else None
             if turn is None:
@@ -818,7 +851,10 @@ def _session_turns(
                 spawned_before.add(child)
             continue
         if view.type == "tool":
-            turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
+            # code mode's execute call, and each call its script made, as `sessions` and
+            # `import` count them
+            calls = 1 + (len(script_calls(view)) if view.tool == "execute" else 0)
+            turn.row.tool_calls = (turn.row.tool_calls or 0) + calls
             child = spawned_session(view)
             if child:
                 spawned.setdefault(child, turn)  # a resumed subagent (task_id) stays with its first
@@ -834,8 +870,9 @@ def _session_turns(
         row = turn.row
         if row.started is not None and turn.completed is not None and not row.in_flight:
             row.duration_ms = turn.completed - row.started
-    if since is not None:  # a turn with nothing since then shows only if it opened since then
-        turns = [t for t in turns if t.row.inferences or _since_then(t.opened, since)]
+    if since is not None or until is not None:
+        # a turn with nothing in the window shows only if it opened in it
+        turns = [t for t in turns if t.row.inferences or _within(t.opened, since, until)]
     return _SessionTurns(turns, spawned, spawned_before)
 
 
@@ -861,7 +898,7 @@ def _session_total(store: Any, session_id: str) -> UsageRow:
 
 
 def _forked_copies(
-    store: Any, sessions: set[str], since: int | None
+    store: Any, sessions: set[str], since: int | None, until: int | None = None
 ) -> tuple[set[str], int, float]:
     """Ids of messages of ``sessions`` that are a fork's copy of a message of theirs too
     (older than their own session, same content and times as another; with ``since``, of
@@ -871,7 +908,7 @@ def _forked_copies(
     times: set[Any] = set()
     copy_ids: set[str] = set()
     for sid, mid, created, data in _older_than_session(store):
-        if sid not in sessions or (since is not None and _before(created, since)):
+        if sid not in sessions or not _within(created, since, until, timeless=True):
             continue
         try:
             info = _read_message(data)
@@ -914,6 +951,7 @@ def _turn_report(
     tree: dict[str, list[str]],
     dedupe: bool = False,
     since: int | None = None,
+    until: int | None = None,
 ) -> tuple[list[UsageRow], list[str]]:
     rows: list[UsageRow] = []
     notes: list[str] = []
@@ -921,7 +959,7 @@ def _turn_report(
     # counts inferences, as the grouped reports' note does. An original counts when it is in
     # the report (a session chosen, or a subagent of one).
     skip, inferences, skipped_cost = (
-        _forked_copies(store, {*session_ids, *descendants(session_ids, tree)}, since)
+        _forked_copies(store, {*session_ids, *descendants(session_ids, tree)}, since, until)
         if dedupe
         else (set(), 0, 0.0)
     )
@@ -938,24 +976,34 @@ def _turn_report(
         if session_id in done:
             continue
         done.add(session_id)
-        turns, spawned, spawned_before = _session_turns(store, session_id, skip, unread, since)
+        turns, spawned, spawned_before = _session_turns(
+            store, session_id, skip, unread, since, until
+        )
         children = tree.get(session_id, [])
         for child in children:
             if not fold:
                 queue.append(child)
                 continue
             folded = [child, *descendants([child], tree)]
-            # The child's own figures and its descendants': as OpenCode stores them on the
-            # session rows, or, since a time, their inferences made since then.
-            share, figures = UsageRow(), 0
+            # The child's own figures and its descendants': tokens and cost as OpenCode
+            # stores them on the session rows, or, in a window of time (--since, --until), of
+            # their inferences made in it; inferences and tool calls as the turns count them.
+            windowed = since is not None or until is not None
+            share = UsageRow(inferences=0, tool_calls=0)
+            figures = 0
             for sid in folded:
-                if since is None:
+                for folded_turn in _session_turns(store, sid, skip, unread, since, until).turns:
+                    part = folded_turn.row
+                    share.inferences = (share.inferences or 0) + (part.inferences or 0)
+                    share.tool_calls = (share.tool_calls or 0) + (part.tool_calls or 0)
+                    if windowed:
+                        share.add(part)
+                        figures += part.inferences or 0
+                if not windowed:
                     share.add(_session_total(store, sid))
                     figures += 1
-                else:
-                    figures += _add_inferences_since(share, store, sid, since, skip, unread)
-            if since is not None and not figures:
-                done.update(folded)  # nothing of it since then
+            if windowed and not figures:
+                done.update(folded)  # nothing of it in the window
                 continue
             turn = spawned.get(child)
             if turn is None and child not in spawned_before:
@@ -970,14 +1018,21 @@ def _turn_report(
                     notes.append(f"subagent {child} has no turn to fold into; listed apart")
                 queue.append(child)
                 continue
-            turn.row.add(share)
-            turn.row.subagent_cost = (turn.row.subagent_cost or 0.0) + share.cost
-            turn.row.subagent_tokens = (turn.row.subagent_tokens or 0) + share.total_tokens
+            row = turn.row
+            row.add(share)
+            row.inferences = (row.inferences or 0) + (share.inferences or 0)
+            row.tool_calls = (row.tool_calls or 0) + (share.tool_calls or 0)
+            row.subagent_sessions = (row.subagent_sessions or 0) + len(folded)
+            row.subagent_inferences = (row.subagent_inferences or 0) + (share.inferences or 0)
+            row.subagent_tool_calls = (row.subagent_tool_calls or 0) + (share.tool_calls or 0)
+            row.subagent_tokens = (row.subagent_tokens or 0) + share.total_tokens
+            row.subagent_cost = (row.subagent_cost or 0.0) + share.cost
             turn.folded += figures
             done.update(folded)  # counted here: never a row of its own as well
         for turn in turns:
             row = turn.row
-            row.cost = summed_cost(row.cost, (row.inferences or 0) + turn.folded)
+            own = (row.inferences or 0) - (row.subagent_inferences or 0)
+            row.cost = summed_cost(row.cost, own + turn.folded)
             if row.subagent_cost is not None:
                 row.subagent_cost = summed_cost(row.subagent_cost, turn.folded)
             row.session_id = session_id  # one session or several: whose a row is
@@ -985,31 +1040,6 @@ def _turn_report(
     if unread[0]:
         notes.append(_unread_rows_note(unread[0]))
     return rows, notes
-
-
-def _add_inferences_since(
-    share: UsageRow,
-    store: Any,
-    session_id: str,
-    since: int,
-    skip: set[str],
-    unread: list[int],
-) -> int:
-    """Add a session's inferences made at or after ``since`` to ``share``; how many. Rows
-    that cannot be read are counted in ``unread[0]``."""
-    added = 0
-    for message in store.messages(session_id):
-        if message.id in skip or _before(message.time_created, since):
-            continue
-        try:
-            info = _read_message(message.data)
-        except _UNREADABLE:
-            unread[0] += 1
-            continue
-        if info.role == "assistant":
-            share.add(_figures(info))
-            added += 1
-    return added
 
 
 def _unread_rows_note(rows: int) -> str:
@@ -1030,6 +1060,7 @@ def store_usage(
     since_ms: int | None = None,
     now_ms: float | None = None,
     cache: ReportCache | None = None,
+    until_ms: int | None = None,
 ) -> UsageReport:
     """Usage of stored sessions (``session_ids`` top-level, in order); with ``since_ms``,
     of their inferences created at or after it (and the subagents those spawned). A row in
@@ -1048,15 +1079,18 @@ def store_usage(
             cross_session,
             since_ms,
             stale_after_ms(),
+            until_ms,
         ]
         kept = cache.recall("usage", request, UsageReport)
         if kept is not None:
             return kept
-        report = _store_usage(store, session_ids, by, fold, tz, cross_session, since_ms, cache)
+        window = (since_ms, until_ms)
+        report = _store_usage(store, session_ids, by, fold, tz, cross_session, window, cache)
         if not any(row.in_flight for row in report.rows):  # busy would turn stale
             cache.remember("usage", request, report)
         return report
-    return _store_usage(store, session_ids, by, fold, tz, cross_session, since_ms, None, now_ms)
+    window = (since_ms, until_ms)
+    return _store_usage(store, session_ids, by, fold, tz, cross_session, window, None, now_ms)
 
 
 def _store_usage(
@@ -1066,21 +1100,28 @@ def _store_usage(
     fold: bool,
     tz: tzinfo | None,
     cross_session: bool,
-    since_ms: int | None,
+    window: tuple[int | None, int | None],
     cache: ReportCache | None,
     now_ms: float | None = None,
 ) -> UsageReport:
+    since_ms, until_ms = window
     tree = store.children()
     if fold:
         session_ids = _outermost(session_ids, tree)
     cross_session = cross_session and len(session_ids) > 1  # a subagent named too is not
     if by == "turn":
         rows, notes = _turn_report(
-            store, session_ids, fold=fold, tree=tree, dedupe=cross_session, since=since_ms
+            store,
+            session_ids,
+            fold=fold,
+            tree=tree,
+            dedupe=cross_session,
+            since=since_ms,
+            until=until_ms,
         )
         _judge_staleness(store, rows, tree, now_ms)
         report = UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
-        _say_undone(store, report, session_ids, tree, since_ms)
+        _say_undone(store, report, session_ids, tree, since_ms, until_ms)
         return report
     report = _grouped(
         store,
@@ -1091,10 +1132,11 @@ def _store_usage(
         tree=tree,
         dedupe=cross_session,
         since=since_ms,
+        until=until_ms,
         cache=cache,
     )
     _judge_staleness(store, report.rows, tree, now_ms)
-    _say_undone(store, report, session_ids, tree, since_ms)
+    _say_undone(store, report, session_ids, tree, since_ms, until_ms)
     return report
 
 
@@ -1104,6 +1146,7 @@ def _say_undone(
     session_ids: Sequence[str],
     tree: dict[str, list[str]],
     since_ms: int | None,
+    until_ms: int | None = None,
 ) -> None:
     """What pending undos undid among the report's sessions (subagents included), which
     the report counts as OpenCode does: a note, the total's ``undone_*`` fields, and those
@@ -1124,7 +1167,7 @@ def _say_undone(
         return sid in chosen
 
     family = {sid for sid in reverts if in_report(sid)}
-    undone = undone_figures(store, family, since_ms=since_ms) if family else {}
+    undone = undone_figures(store, family, since_ms=since_ms, until_ms=until_ms) if family else {}
     if not undone:
         return
     found = list(undone.values())
@@ -1214,6 +1257,7 @@ def _grouped(
     dedupe: bool,
     since: int | None = None,
     cache: ReportCache | None = None,
+    until: int | None = None,
 ) -> UsageReport:
     """Rows by step, session, model, agent or day, from assistant messages alone (by day
     or session, with ``cache``, from the ledger's sessions that did not change).
@@ -1255,15 +1299,15 @@ def _grouped(
             if sid in owner  # and no row it summed is at a fork copy's time now
             and (not copy_times or all(copy_times.isdisjoint(_ints(d[4])) for d in entry.days))
         }
-        if since is not None:
-            kept = _since_then_only(kept, since)
+        if since is not None or until is not None:
+            kept = _within_only(kept, since, until)
         unread_sids = [sid for sid in owner if sid not in kept]
         if len(unread_sids) < max(WHOLE_TABLE_SESSIONS, len(every_owner) // 10):
             owner = {sid: owner[sid] for sid in unread_sids}
         else:
             kept = {}
     everything = len(owner) >= WHOLE_TABLE_SESSIONS and not kept
-    scan = _Scan(by, owner, copy_ids, copy_times, since)
+    scan = _Scan(by, owner, copy_ids, copy_times, since, until)
     if everything and by != "step" and _parallel_scan(store, scan, tz):
         pass  # the workers' sums and slow rows are in ``scan``
     elif everything and _scan_here(store, scan, day_of):
@@ -1279,7 +1323,7 @@ def _grouped(
     groups = scan.groups
     ready = scan.ready or scan.prepare(day_of)
     if use_ledger:
-        if since is None:
+        if since is None and until is None:  # the ledger keeps all-time groups
             _keep_days(cache, ledger_request, groups, ready, owner, kept, scan.irregular)
         for sid, entry in kept.items():  # their days are folded in below, as they are
             for mid, day, fingerprint, sums in entry.held:
@@ -1321,12 +1365,65 @@ def _grouped(
         result = steps
     else:
         directories = _directories(store, session_ids) if by == "project" else {}
+        windowed = since is not None or until is not None
+        shares = _subagent_shares(groups, kept, owner, windowed) if by == "session" else {}
         groups = _fold_days(groups, by, owner, kept, directories)  # into the report's groups
         result = [_group_row(by, key, groups[key]) for key in groups]
         result.sort(key=_sort_key(by))
     for row in result:
         row.cost = summed_cost(row.cost, _figures_in(row))
+    if by == "session":
+        for row in result:  # a folded session's row says which part is its subagents'
+            share = shares.get(row.session_id or "")
+            if share is not None:
+                sessions, inferences, tokens, costs = share
+                row.subagent_sessions, row.subagent_inferences = len(sessions), inferences
+                row.subagent_tokens = tokens
+                row.subagent_cost = summed_cost(math.fsum(costs), len(costs))
     return UsageReport(by=by, rows=result, total=_total(result), notes=notes, stored=True)
+
+
+def _subagent_shares(
+    groups: dict[Any, list[Any]],
+    kept: dict[str, SessionDays],
+    owner: dict[str, str],
+    windowed: bool,
+) -> dict[str, list[Any]]:
+    """Per session a ``--by session`` row folds others into (``owner``): its subagent
+    sessions, their inferences, tokens and each inference's cost, from the groups by
+    (session, day) read and the ``kept`` ones. The sessions are all those folded in, or,
+    in a window of time, those with an inference in it (as ``--by turn`` counts them)."""
+    shares: dict[str, list[Any]] = {}
+
+    def share(top: str) -> list[Any]:
+        found = shares.get(top)
+        if found is None:
+            found = shares[top] = [set(), 0, 0, array("d")]
+        return found
+
+    if not windowed:
+        for sid, top in owner.items():
+            if sid != top:
+                share(top)[0].add(sid)
+    for (sid, _day), acc in groups.items():
+        top = owner.get(sid, sid)
+        if top != sid:
+            found = share(top)
+            found[0].add(sid)
+            found[1] += acc[7]
+            found[2] += acc[5]
+            found[3].extend(acc[6])
+    for sid, entry in kept.items():
+        top = owner.get(sid, sid)
+        if top == sid:
+            continue
+        for _group, ints, costs, _first, _times in entry.days:
+            found = share(top)
+            found[0].add(sid)
+            found[1] += ints[6]
+            found[2] += ints[5]
+            found[3].extend(_floats(costs))
+    return shares
 
 
 def _forked_copies_of(
@@ -1387,10 +1484,13 @@ _LEDGER_FORMAT = 1  # the shape of SessionDays: a new one, a new ledger
 _LEDGER_KIND = {by: "days" for by in _BY_DAYS} | {"model": "models", "agent": "agents"}
 
 
-def _since_then_only(kept: dict[str, SessionDays], since: int) -> dict[str, SessionDays]:
-    """The ``kept`` sessions whose inferences all count since ``since`` (whole), or none
-    does (left out, as an empty entry); a session with some before and some after, or with
-    an inference that has no time (which counts either way), is left to be read."""
+def _within_only(
+    kept: dict[str, SessionDays], since: int | None, until: int | None
+) -> dict[str, SessionDays]:
+    """The ``kept`` sessions whose inferences all count in the window from ``since`` to
+    ``until`` (whole), or none does (left out, as an empty entry); a session with some in
+    and some out, or with an inference that has no time (which counts either way), is left
+    to be read."""
     whole: dict[str, SessionDays] = {}
     for sid, entry in kept.items():
         low = high = None
@@ -1412,9 +1512,13 @@ def _since_then_only(kept: dict[str, SessionDays], since: int) -> dict[str, Sess
             high = t if high is None else max(high, t)
         if timeless:
             continue
-        if high is None or high < since:
-            whole[sid] = SessionDays([])  # nothing since then
-        elif low is not None and low >= since:
+        if high is None or (since is not None and high < since):
+            whole[sid] = SessionDays([])  # nothing in the window
+        elif until is not None and low is not None and low > until:
+            whole[sid] = SessionDays([])
+        elif (
+            low is not None and (since is None or low >= since) and (until is None or high <= until)
+        ):
             whole[sid] = entry
     return whole
 
@@ -1628,11 +1732,21 @@ _CHUNK_ROWIDS = 1024  # about 700 assistant messages, 0.3 MB of JSON
 
 
 _EVER = -(1 << 63)  # before any time SQLite can hold
+_NEVER = (1 << 63) - 1  # after any time SQLite can hold
 
 
-def _since_then(created: Any, since: int) -> bool:
-    """Whether ``created`` is a time at or after ``since``."""
-    return (type(created) is int or type(created) is float) and created >= since
+def _after(created: Any, until: int) -> bool:
+    """Whether a message created at ``created`` is after ``until`` (one without a usable
+    time is not)."""
+    return (type(created) is int or type(created) is float) and created > until
+
+
+def _within(created: Any, since: int | None, until: int | None, *, timeless: bool = False) -> bool:
+    """Whether ``created`` is a time in the window from ``since`` to ``until`` (either may
+    be open); a value that is no time is in it only if ``timeless``."""
+    if not (type(created) is int or type(created) is float):
+        return timeless or (since is None and until is None)
+    return (since is None or created >= since) and (until is None or created <= until)
 
 
 def _before(created: Any, since: int) -> bool:
@@ -1653,12 +1767,14 @@ class _Scan:
         copy_ids: set[str],
         copy_times: set[Any],
         since: int | None = None,
+        until: int | None = None,
     ) -> None:
         self.by = by
         self.owner = owner
         # Messages created before this are not counted (``--since``); an integer either way,
         # since the hot loop compares each message's time with it.
         self.since = _EVER if since is None else since
+        self.until = _NEVER if until is None else until  # and after this (``--until``)
         self.copy_ids = copy_ids
         self.copy_times = copy_times
         self.groups: dict[Any, list[Any]] = {}
@@ -1681,7 +1797,7 @@ class _Scan:
         # them, down the slow path.
         copy_times = self.copy_times
         days = day_of.cache
-        since = self.since
+        since, until = self.since, self.until
         decoder = _FIGURES if by in _BY_DAYS else _MESSAGE
         decode = decoder.decode  # the first try inline: this loop runs once per message
         for sid, mid, created, data in rows:
@@ -1689,6 +1805,8 @@ class _Scan:
             if top is None:
                 continue
             if since is not _EVER and _before(created, since):
+                continue
+            if until is not _NEVER and _after(created, until):
                 continue
             try:
                 info = decode(data)
@@ -1796,6 +1914,7 @@ class _Scan:
         # messages come in a row and go back to its list when another group starts: the same
         # additions in the same order as ``_add_message``. A group is a session's day.
         owner, groups, days, since = self.owner, self.groups, day_of.cache, self.since
+        until = self.until
         bucket = acc = current = None
         day: Any = None
         s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
@@ -1804,7 +1923,7 @@ class _Scan:
         first: Any = None
         user = _FastUser  # skipped, as ``run`` skips a user's message
         for sid, ms, message in zip(sessions, created, messages, strict=True):
-            if ms < since or sid not in owner or type(message) is user:
+            if ms < since or ms > until or sid not in owner or type(message) is user:
                 continue
             if ms // 900_000 != bucket:  # a day's key is looked up once a quarter hour
                 bucket = ms // 900_000
@@ -1936,7 +2055,7 @@ def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
     """Run ``scan`` over a large message table in one process per core (this one scans
     the last range); False when it is not worth it or not possible here (the caller then
     scans in this process alone)."""
-    empty = _Scan(scan.by, scan.owner, scan.copy_ids, scan.copy_times, scan.since)
+    empty = _Scan(scan.by, scan.owner, scan.copy_ids, scan.copy_times, scan.since, scan.until)
     pending = start_over_ranges(
         store, "message", _PARALLEL_MIN_ROWS, _scan_range, empty, tz, here=True
     )
@@ -2088,6 +2207,20 @@ def _older_than_session(store: Any) -> Iterator[tuple[str, str, Any, bytes]]:
                 yield session.id, message.id, message.time_created, message.data
 
 
+def covers_every_session(
+    by: str,
+    session_ids: Sequence[str] = (),
+    *,
+    last: bool = False,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> bool:
+    """Whether a report with no session chosen covers every session: ``--by day``, model,
+    agent â€¦ (``EVERY_SESSION_BY``), as ccusage's; ``--by turn`` and ``step`` the last one."""
+    chosen = bool(session_ids) or last or since_ms is not None or until_ms is not None
+    return not chosen and by in EVERY_SESSION_BY
+
+
 def stored_usage(
     store: Any,
     session_ids: Sequence[str] = (),
@@ -2099,16 +2232,22 @@ def stored_usage(
     fold: bool = True,
     tz: tzinfo | None = None,
     cache: ReportCache | None = None,
+    until_ms: int | None = None,
 ) -> UsageReport:
     """``usage`` of the store, its sessions chosen as the command line chooses them: every
     top-level session (``all_sessions``; subagents fold into them), else ``session_ids``
-    (ids or prefixes), ``last`` and those active ``since_ms`` (``select_sessions``);
+    (ids or prefixes), ``last`` and those active ``since_ms`` (``select_sessions``), or
+    with ``until_ms`` alone (its last ms) those begun by then; with none of them, every
+    session for a grouping of many (``covers_every_session``), else the last one. The
+    inferences counted are those made in the window from ``since_ms`` to ``until_ms``.
     ``cache``: the report cache (``store_usage``)."""
     from ..store.open import every_session, select_sessions
 
+    if covers_every_session(by, session_ids, last=last, since_ms=since_ms, until_ms=until_ms):
+        all_sessions = True
     # Every session of a database is a choice its fingerprint settles: a repeat asks the
     # memo before listing them (100,000 ids cost more than the memo's read).
-    request = [by, fold, repr(tz), since_ms, stale_after_ms()]
+    request = [by, fold, repr(tz), since_ms, stale_after_ms(), until_ms]
     if all_sessions and cache is not None:
         if by not in BY_STORE:
             raise GroupingError(f"unknown --by {by}")
@@ -2117,6 +2256,11 @@ def stored_usage(
             return kept
     if all_sessions:
         ids = every_session(store, top_level=True)
+    elif until_ms is not None and not session_ids and not last:
+        # The sessions active in the window: since then (or ever), begun by its end.
+        rows = store.sessions(since_ms=since_ms, top_level=True)
+        begun = [r for r in rows if not _after(r.time_created, until_ms)]
+        ids = [r.id for r in sorted(begun, key=lambda r: (r.time_created, r.id))]
     else:
         ids = select_sessions(store, session_ids, last=last, since_ms=since_ms)
     report = store_usage(
@@ -2128,6 +2272,7 @@ def stored_usage(
         cross_session=len(ids) > 1,
         since_ms=since_ms,
         cache=cache,
+        until_ms=until_ms,
     )
     if all_sessions and cache is not None and not any(row.in_flight for row in report.rows):
         cache.remember("usage-all", request, report)
