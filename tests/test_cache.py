@@ -584,3 +584,36 @@ def test_context_reads_a_session_again_when_its_mcp_servers_change(tmp_path) -> 
             assert msgspec.json.encode(cached.document()) == msgspec.json.encode(fresh.document())
             reports.append(msgspec.json.encode(cached.document()))
     assert reports[0] != reports[1] and reports[0] == reports[2]
+
+
+def test_what_a_pending_undo_undid_is_read_once_per_stamp(tmp_path, monkeypatch) -> None:
+    """samples/serve_revert has a pending /undo: its undone steps are read for the first
+    report, kept under the session's stamp, and read again only when the stamp moves."""
+    from opencode_events.reports import undone as undone_module
+
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "serve_revert" / "opencode.db", db)
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", tmp_path / "other.db")
+    reads: list[str] = []
+    original = undone_module._undone_of
+    monkeypatch.setattr(
+        undone_module,
+        "_undone_of",
+        lambda store, sid, *a: reads.append(sid) or original(store, sid, *a),
+    )
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))
+    first = _report(db, which, root)
+    assert b"pending /undo" in first and len(reads) == 1
+    conn = sqlite3.connect(db)  # another session changes: the memo is stale, the stamp not
+    src = sqlite3.connect(tmp_path / "other.db")
+    _copy_session(conn, src, _sessions(src)[0], logged=True)
+    conn.commit()
+    assert _report(db, which, root) == _report(db, which, None)
+    assert len(reads) == 2  # the recomputation without a cache read it; the cached one did not
+    (reverted,) = _rows(conn, "SELECT id FROM session WHERE revert IS NOT NULL")
+    _log(conn, reverted[0], "session.updated.1")  # its stamp moves: read again
+    conn.commit()
+    conn.close()
+    src.close()
+    assert _report(db, which, root) == _report(db, which, None)
+    assert len(reads) == 4

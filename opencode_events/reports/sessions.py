@@ -660,7 +660,7 @@ def summarize(
     if servers is not None:
         servers.update(servers_in)
 
-    for sid, undone in undone_figures(store, summaries).items():
+    for sid, undone in undone_figures(store, summaries, cache=cache).items():
         summaries[sid].undone_inferences = undone.inferences
         summaries[sid].undone_cost = undone.cost
     _fold(summaries, tree, [row.id for row in rows], fold)

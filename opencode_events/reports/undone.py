@@ -56,28 +56,41 @@ def pending_reverts(store: Any) -> dict[str, str | bytes]:
     return reverts() if reverts is not None else {}
 
 
+_LEDGER_FORMAT = 1  # the shape of Undone: a new one, a new ledger
+
+
 def undone_figures(
     store: Any,
     session_ids: Iterable[str],
     *,
     since_ms: int | None = None,
     until_ms: int | None = None,
+    cache: Any = None,
 ) -> dict[str, Undone]:
     """The sessions of ``session_ids`` with a pending undo that undid an inference → what
     it undid; with ``since_ms``, of the inferences created at or after it, with ``until_ms``
-    at or before it (as ``usage --since/--until`` count)."""
+    at or before it (as ``usage --since/--until`` count). ``cache`` (a ``ReportCache``):
+    what it found of a session is kept under the session's stamp, which an undo, a redo
+    and any new message move, and not read again while the stamp holds."""
     reverts = pending_reverts(store)
     if not reverts:
         return {}
     wanted = session_ids if isinstance(session_ids, (set, dict)) else set(session_ids)
+    request = ["undone", since_ms, until_ms, _LEDGER_FORMAT]
+    kept: dict[str, Undone] = cache.ledger("undone", request, Undone) if cache else {}
+    read: dict[str, Undone] = {}
     found: dict[str, Undone] = {}
     for sid in [sid for sid in reverts if sid in wanted]:  # the few with a pending undo
-        point = RevertPoint.of(reverts[sid])
-        if point is None:
-            continue
-        undone = _undone_of(store, sid, point, since_ms, until_ms)
+        undone = kept.get(sid)
+        if undone is None:
+            point = RevertPoint.of(reverts[sid])
+            if point is None:
+                continue
+            undone = read[sid] = _undone_of(store, sid, point, since_ms, until_ms)
         if undone.inferences:
             found[sid] = undone
+    if cache is not None and read:
+        cache.keep_ledger("undone", request, {**kept, **read})
     return found
 
 

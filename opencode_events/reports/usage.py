@@ -1121,7 +1121,7 @@ def _store_usage(
         )
         _judge_staleness(store, rows, tree, now_ms)
         report = UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
-        _say_undone(store, report, session_ids, tree, since_ms, until_ms)
+        _say_undone(store, report, session_ids, tree, since_ms, until_ms, cache)
         return report
     report = _grouped(
         store,
@@ -1136,7 +1136,7 @@ def _store_usage(
         cache=cache,
     )
     _judge_staleness(store, report.rows, tree, now_ms)
-    _say_undone(store, report, session_ids, tree, since_ms, until_ms)
+    _say_undone(store, report, session_ids, tree, since_ms, until_ms, cache)
     return report
 
 
@@ -1147,6 +1147,7 @@ def _say_undone(
     tree: dict[str, list[str]],
     since_ms: int | None,
     until_ms: int | None = None,
+    cache: ReportCache | None = None,
 ) -> None:
     """What pending undos undid among the report's sessions (subagents included), which
     the report counts as OpenCode does: a note, the total's ``undone_*`` fields, and those
@@ -1167,7 +1168,11 @@ def _say_undone(
         return sid in chosen
 
     family = {sid for sid in reverts if in_report(sid)}
-    undone = undone_figures(store, family, since_ms=since_ms, until_ms=until_ms) if family else {}
+    undone = (
+        undone_figures(store, family, since_ms=since_ms, until_ms=until_ms, cache=cache)
+        if family
+        else {}
+    )
     if not undone:
         return
     found = list(undone.values())
