@@ -174,6 +174,9 @@ class Usage(Event, tag="usage", kw_only=True):
     model: str | None = None
     provider: str | None = None
     agent: str | None = None
+    # The directory OpenCode ran the step in (the assistant message's ``path.cwd``, else the
+    # session's): a project to group by, where the source names it (a run stream does not).
+    directory: str | None = None
     input_tokens: int
     output_tokens: int
     reasoning_tokens: int

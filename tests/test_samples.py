@@ -495,14 +495,14 @@ def _by_part(output: bytes) -> dict[str, list[dict]]:
     numbering, the input line, the time (the record's timestamp in the stream, the row's
     time_created in the store), ``raw`` (the record as that source wrote it) and a usage
     event's ``turn`` (counted from the start of what is read: a forked session's stored
-    history holds turns its run's stream never showed), its ``model``, ``provider`` and
-    ``agent``, and a text's ``summary`` flag (the store's message rows name them; the stream
-    has no message records)."""
+    history holds turns its run's stream never showed), its ``model``, ``provider``,
+    ``agent`` and ``directory``, and a text's ``summary`` flag (the store's message rows name
+    them; the stream has no message records)."""
     found: dict[str, list[dict]] = {}
     for line in output.splitlines():
         event = json.loads(line)
         if event.get("part_id"):
-            labels = ("model", "provider", "agent", "summary")
+            labels = ("model", "provider", "agent", "directory", "summary")
             for key in ("seq", "line", "time", "raw", "turn", *labels):
                 event.pop(key, None)
             found.setdefault(event["part_id"], []).append(event)

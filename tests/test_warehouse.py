@@ -95,11 +95,31 @@ def test_usage_events_name_model_provider_and_agent_from_the_store():
         rows = dict(line.split("|", 1) for line in stored.stdout.splitlines())
     for event in usage:
         info = json.loads(rows[event["message_id"]])
-        assert (event["model"], event["provider"], event["agent"]) == (
+        assert (event["model"], event["provider"], event["agent"], event["directory"]) == (
             info["modelID"],
             info["providerID"],
             info["agent"],
+            info["path"]["cwd"],
         )
+
+
+@pytest.mark.parametrize(
+    ("source", "named"),
+    [
+        (["import", "--db", str(SAMPLES / "task" / "opencode.db"), "--all"], True),
+        (["normalize", str(SAMPLES / "task" / "export.json")], True),
+        (["normalize", str(SAMPLES / "serve_text" / "events.sse")], True),
+        (["normalize", str(SAMPLES / "task" / "stream.jsonl")], False),  # a run names none
+    ],
+)
+def test_usage_events_name_the_directory_where_the_source_does(source, named):
+    usage = [e for e in lines(run(*source).stdout) if e["kind"] == "usage"]
+    assert usage
+    directories = {e.get("directory") for e in usage}
+    if named:
+        assert None not in directories and all(d.startswith("/") for d in directories)
+    else:
+        assert directories == {None}
 
 
 # ------------------------------------------------------------------ DuckDB
@@ -149,6 +169,23 @@ def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
         assert found[key][0] == pytest.approx(cost, rel=1e-12), key
     kinds = {kind for (kind,) in con.execute("SELECT DISTINCT kind FROM events").fetchall()}
     assert {"usage", "metrics", "message"} <= kinds
+    # By project: the events' directory, as `usage --by project` groups each database.
+    by_directory = dict(
+        con.execute(
+            "SELECT directory, sum(cost) FROM events WHERE kind = 'usage' GROUP BY ALL"
+        ).fetchall()
+    )
+    projects: dict[str, float] = {}
+    for scenario in SCENARIOS:
+        db = str(SAMPLES / scenario / "opencode.db")
+        report = json.loads(
+            run("usage", "--db", db, "--all", "--by", "project", "--format", "json").stdout
+        )
+        for row in report["rows"]:
+            projects[row["project"]] = projects.get(row["project"], 0.0) + row["cost"]
+    assert by_directory.keys() == projects.keys()
+    for directory, cost in projects.items():
+        assert by_directory[directory] == pytest.approx(cost, rel=1e-12), directory
 
 
 def test_the_duckdb_columns_cover_every_field_of_the_schema():

@@ -502,6 +502,10 @@ class Normalizer(Counters):
         usage = usage_event(part, turn)
         if self._labels is not None:
             usage.model, usage.provider, usage.agent = self._labels
+        directory = self._directory
+        if directory is None and self.directories:
+            directory = self.directories.get(key)
+        usage.directory = directory
         self._add_usage(usage)
         return self._stamp([usage], prov)
 
