@@ -368,9 +368,10 @@ def test_import_agrees_with_the_stream(scenario: str):
         if "part_id" not in event:
             continue
         twin = imported[event["part_id"]]
-        if event["kind"] == "usage":  # the store's message row names the model; no stream does
-            assert {"model", "provider", "agent"} <= twin.keys() and "model" not in event
-            ignore |= {"model", "provider", "agent"}
+        if event["kind"] == "usage":  # the store's message row names these; no stream does
+            labels = {"model", "provider", "agent", "directory"}
+            assert labels <= twin.keys() and not labels & event.keys()
+            ignore |= labels
         if event["kind"] == "write" and event["tool"] == "apply_patch":
             continue  # one part, several events: compared below
         assert {k: v for k, v in event.items() if k not in ignore} == {
