@@ -1050,7 +1050,9 @@ def _brought_up_to_date(
     ids = {sid for chain in chains for sid in chain} if all_sessions else {c[-1] for c in chains}
     rows = [row for row in map(store.session, ids) if row is not None]
     servers: dict[str | None, Sequence[str]] = {}
-    fresh = summarize(store, rows, mcp_servers=mcp_servers, cache=cache, servers=servers, fold=fold)
+    # Read from the database, not the ledger: these are few, and the ledger (every
+    # session's counts) would cost more to read and write again than they do to read.
+    fresh = summarize(store, rows, mcp_servers=mcp_servers, servers=servers, fold=fold)
     sessions = [s for s in before.sessions if s.id not in ids] + fresh
     try:  # the store's order: newest activity first (``Store.sessions``)
         sessions.sort(key=lambda s: (s.time_updated, s.id), reverse=True)
