@@ -104,14 +104,19 @@ def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def since_ms(since: str | None, tz: Any = None) -> int | None:
     """``--since`` as epoch ms; a date without a zone is read in ``tz`` (``--tz``) if given."""
-    if since is None:
-        return None
     from ..core.timeutil import parse_since
 
+    return _when_ms(since, tz, parse_since, "--since")
+
+
+def _when_ms(value: str | None, tz: Any, parse: Callable[..., int], option: str) -> int | None:
+    """``value`` of ``option`` read by ``parse``; what it cannot read is a usage error."""
+    if value is None:
+        return None
     try:
-        return parse_since(since, tz=tz)
+        return parse(value, tz=tz)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--since") from None
+        raise click.BadParameter(str(exc), param_hint=option) from None
 
 
 def until_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -122,14 +127,9 @@ def until_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
 def until_ms(until: str | None, tz: Any = None) -> int | None:
     """``--until`` as the last epoch ms it takes in: a date means through the end of that
     day (in ``tz``, ``--tz``, if given, else local time), as ccusage reads it."""
-    if until is None:
-        return None
     from ..core.timeutil import parse_until
 
-    try:
-        return parse_until(until, tz=tz)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--until") from None
+    return _when_ms(until, tz, parse_until, "--until")
 
 
 def open_store(db_path: str | None, *, legacy: bool = True) -> Any:

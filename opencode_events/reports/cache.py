@@ -203,11 +203,25 @@ class ReportCache:
 
     # ------------------------------------------------------------------ memos
 
-    def _memo_file(self, kind: str, request: Any) -> _Header | None:
+    def _memo(
+        self, kind: str, request: Any, still_true: Callable[[Any], bool]
+    ) -> tuple[_Header, _Memo] | None:
+        """The memo kept for ``request`` (its file read once per run: ``recall``, then
+        ``previous``), when it is sound, for this request, and ``still_true`` of what it
+        consulted besides the database; its fingerprint is for the caller to judge."""
         name = f"memo-{_digest([kind, request])}"
-        if name not in self._memos:  # read once per run (``recall``, then ``previous``)
+        if name not in self._memos:
             self._memos[name] = self._read(name)
-        return self._memos[name]
+        header = self._memos[name]
+        if header is None:
+            return None
+        try:
+            memo = _MEMO.decode(header.body)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            return None
+        if memo.request != request or not still_true(memo.checks):
+            return None
+        return header, memo
 
     def recall(
         self,
@@ -219,15 +233,12 @@ class ReportCache:
         """The report kept for ``request`` of a database in the state it is in now, or
         None. ``still_true`` is asked whether what was kept beside it (``checks``: what
         else the report consulted, e.g. a config file's servers) still holds."""
-        header = self._memo_file(kind, request)
-        if header is None or header.fingerprint != self.fingerprint:
+        found = self._memo(kind, request, still_true)
+        if found is None or found[0].fingerprint != self.fingerprint:
             return None
         try:
-            memo = _MEMO.decode(header.body)
-            if memo.request != request or not still_true(memo.checks):
-                return None
             with _collector_paused():
-                return msgspec.msgpack.decode(memo.value, type=type_)
+                return msgspec.msgpack.decode(found[1].value, type=type_)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
             return None
 
@@ -251,13 +262,11 @@ class ReportCache:
         OpenCode's own writes (its event log moved) led from, with its ``basis`` and
         ``checks``: for a report that reads only what changed since (the stamps in its
         basis tell which sessions). None when there is none, or none kept with a basis."""
-        header = self._memo_file(kind, request)
-        if header is None or not log_moved(header.fingerprint, self.fingerprint):
+        found = self._memo(kind, request, still_true)
+        if found is None or not log_moved(found[0].fingerprint, self.fingerprint):
             return None
+        memo = found[1]
         try:
-            memo = _MEMO.decode(header.body)
-            if memo.request != request or not still_true(memo.checks):
-                return None
             with _collector_paused():
                 basis = msgspec.msgpack.decode(memo.basis)
                 if basis is None:

@@ -942,7 +942,7 @@ def sessions_report(
             return kept
         if every:
             brought = _brought_up_to_date(
-                store, cache, request, all_sessions, mcp_servers, fold=fold
+                store, cache, request, all_sessions, mcp_servers, still_true, fold=fold
             )
             if brought is not None:
                 return brought
@@ -1004,6 +1004,7 @@ def _brought_up_to_date(
     request: list[Any],
     all_sessions: bool,
     mcp_servers: Callable[[str | None], Sequence[str]],
+    still_true: Callable[[Any], bool],
     *,
     fold: bool = True,
 ) -> SessionsReport | None:
@@ -1012,17 +1013,13 @@ def _brought_up_to_date(
     everything) unless only OpenCode wrote since (``ReportCache.previous``), every session
     has a stamp, none was removed or moved to another parent, no parent links loop, every
     ``time_updated`` is an integer (the order is then the rows' sorted), and fewer than
-    ``WHOLE_TABLE_SESSIONS`` changed.
+    ``WHOLE_TABLE_SESSIONS`` changed. ``still_true``: whether the MCP servers the last
+    report consulted are configured so still.
 
     A session's summary depends on its own rows and on those of the sessions below it (the
     fold, the stale rule), never on those above: so a changed session and every session
     above it are summarized again, and every other summary is the last report's."""
-    found = cache.previous(
-        "sessions",
-        request,
-        SessionsReport,
-        lambda consulted: _servers_now(consulted, mcp_servers) == consulted,
-    )
+    found = cache.previous("sessions", request, SessionsReport, still_true)
     if found is None:
         return None
     before, basis, checks = found
