@@ -318,6 +318,7 @@ class Metrics(Event, tag="metrics", kw_only=True):
     turns: int
     tool_calls: int
     tool_failures: int
+    command_failures: int  # calls OpenCode completed whose command exited ≠ 0 or was killed
     duplicates: int
     input_tokens: int
     output_tokens: int

@@ -271,6 +271,7 @@ def test_metrics_summary() -> None:
         turns=2,
         tool_calls=3,
         tool_failures=1,
+        command_failures=0,
         duplicates=0,
         input_tokens=10,
         output_tokens=5,
@@ -296,6 +297,8 @@ def test_metrics_summary() -> None:
         "── 6 steps · 5 tool calls (1 failed) · 2,000 tokens · $0.7500 +sub (2 subagents: 4 steps,"
         " $0.2500) · 1 problem"
     ]
+    metrics.command_failures = 2  # completed calls whose command exited ≠ 0: said apart
+    assert "5 tool calls (1 failed · 2 bad exits) ·" in render([metrics], width=140)[0]
 
 
 def test_colors_when_asked() -> None:
@@ -637,11 +640,11 @@ def test_a_usage_line_keeps_its_cost_on_a_narrow_terminal(width: int) -> None:
 def test_the_footer_and_the_closing_line_count_calls_alike():
     """One apply_patch call of four files is one tool call in the footer, as in the closing
     line; a bash that exited 3 and a call of a tool that does not exist are marked ✗ and
-    counted among the failed in both (issue 20 §2, §9)."""
+    counted in both: a bad exit and a failed call (issue 20 §2, §9)."""
     for scenario, calls, failed in (
-        ("apply_patch", 2, 0),
-        ("bash_fail", 1, 1),
-        ("invalid_tool", 1, 1),
+        ("apply_patch", 2, ""),
+        ("bash_fail", 1, "1 bad exit"),
+        ("invalid_tool", 1, "1 failed"),
     ):
         out = io.BytesIO()
         writer = PrettyWriter(out, width=120, color=False, live=True)
@@ -650,11 +653,11 @@ def test_the_footer_and_the_closing_line_count_calls_alike():
         writer.end_batch()
         footer = writer._footer().plain
         assert f"tool calls {calls}" in footer, (scenario, footer)
-        assert (f"({failed} failed)" in footer) == bool(failed), (scenario, footer)
+        assert (f"({failed})" in footer) == bool(failed), (scenario, footer)
         writer.write(events[-1:])
         writer.flush()
         closing = out.getvalue().decode().splitlines()[-1]
-        suffix = f" ({failed} failed)" if failed else ""
+        suffix = f" ({failed})" if failed else ""
         assert f"{calls} tool call{'s' if calls > 1 else ''}{suffix} ·" in closing, closing
 
 

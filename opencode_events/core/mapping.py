@@ -43,6 +43,10 @@ __all__ = [
     "spawned_session",
     "TOOL_RULES",
     "success_of",
+    "call_failed",
+    "command_failed",
+    "event_failed",
+    "event_command_failed",
     "call_ended",
     "OPEN_TOOL_STATUSES",
     "tool_events",
@@ -127,6 +131,42 @@ def success_of(status: Any) -> bool | None:
     if isinstance(status, str):
         return STATUS_SUCCESS.get(status.lower())
     return None
+
+
+def call_failed(success: Any, tool: Any) -> bool:
+    """Whether a tool call failed, wherever calls are counted (``tool_failures`` of
+    ``metrics`` and ``sessions``, the pretty view's ``(N failed)``): OpenCode's status says
+    so (``success`` false), or it called a tool that does not exist (OpenCode's stand-in
+    ``invalid``, which OpenCode stores as completed). Both are in a tool part's first bytes.
+
+    >>> call_failed(True, "invalid")
+    True
+    """
+    return success is False or (isinstance(tool, str) and tool.lower() == "invalid")
+
+
+def command_failed(exit_code: Any, interrupted: Any) -> bool:
+    """Whether a command OpenCode marked completed did not do what was asked: it exited
+    with a code other than 0, or OpenCode killed it (``interrupted``). Counted apart, as
+    ``command_failures`` (a stored part writes the exit code after the output, which
+    ``sessions`` does not read); the pretty view marks such a call ✗ as it marks a failure.
+
+    >>> command_failed(3, None), command_failed(0, None), command_failed(None, "timeout")
+    (True, False, True)
+    """
+    return bool(interrupted) or (exit_code is not None and exit_code != 0)
+
+
+def event_failed(event: Any) -> bool:
+    """``call_failed`` of a tool call's event (any of a call's events: they share it)."""
+    return call_failed(getattr(event, "success", None), getattr(event, "tool", None))
+
+
+def event_command_failed(event: Any) -> bool:
+    """``command_failed`` of a tool call's event, for a call that did not fail already."""
+    return not event_failed(event) and command_failed(
+        getattr(event, "exit_code", None), getattr(event, "interrupted", None)
+    )
 
 
 # OpenCode's tool states before a call has ended; any other status ends it (``success_of``

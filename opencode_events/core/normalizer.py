@@ -46,6 +46,8 @@ from .mapping import (
     CONSUMED_PARTS,
     attachment_event,
     error_fields,
+    event_command_failed,
+    event_failed,
     mcp_server_of,
     patch_files,
     question_answers,
@@ -155,13 +157,22 @@ class Counters:
     duplicates, turns, problems (for ``--strict``) and the usage totals. A worker's counters
     are ``snapshot()`` there and ``merge``d into its parent's."""
 
-    _COUNTS = ("records", "tool_calls", "tool_failures", "duplicates", "turns", "problems")
+    _COUNTS = (
+        "records",
+        "tool_calls",
+        "tool_failures",
+        "command_failures",
+        "duplicates",
+        "turns",
+        "problems",
+    )
 
     def __init__(self) -> None:
         self.records = 0
         self.counts: dict[type, int] = {}
         self.tool_calls = 0
         self.tool_failures = 0
+        self.command_failures = 0  # completed, but the command exited other than 0 or was killed
         self.duplicates = 0
         self.turns = 0
         self.problems = 0  # warnings and error events, for --strict
@@ -342,8 +353,7 @@ class Normalizer(Counters):
             if call[1] is None or call not in self._replayed_calls:
                 self._replayed_calls.add(call)
                 self.tool_calls += 1
-                if getattr(event, "success", None) is False:
-                    self.tool_failures += 1
+                self._count_outcome(event)
         if cls is Warning or cls is Error:
             self.problems += 1
         found = [event]
@@ -448,9 +458,7 @@ class Normalizer(Counters):
                 for event in events:  # code mode's script calls too
                     if event.tool:
                         event.mcp_server = self._mcp_server(event.tool)  # type: ignore[union-attr]
-            success = first.success  # all events of one call share it
-            if success is False:
-                self.tool_failures += 1
+            self._count_outcome(first)  # all events of one call share what says it
             if len(events) > 1 and type(first) is Unknown:  # the calls a script made
                 for event in events[1:]:
                     self.tool_calls += 1
@@ -459,6 +467,12 @@ class Normalizer(Counters):
         elif part.state is not None and success_of(part.state.status) is False:
             self.tool_failures += 1  # a consumed tool (todowrite) that failed still counts
         return self._stamp(events, prov)
+
+    def _count_outcome(self, event: Event) -> None:
+        if event_failed(event):
+            self.tool_failures += 1
+        elif event_command_failed(event):
+            self.command_failures += 1
 
     def _mcp_server(self, tool: str) -> str | None:
         directory = self._directory
@@ -638,6 +652,7 @@ class Normalizer(Counters):
             turns=self.turns,
             tool_calls=self.tool_calls,
             tool_failures=self.tool_failures,
+            command_failures=self.command_failures,
             duplicates=self.duplicates,
             input_tokens=totals.input,
             output_tokens=totals.output,

@@ -22,6 +22,7 @@ from typing import IO, Any, TextIO
 
 import msgspec
 
+from ..core.mapping import event_command_failed, event_failed
 from ..events import (
     Attachment,
     Command,
@@ -129,19 +130,14 @@ def passes_broken_pipe(console: Any) -> Any:
     return console
 
 
-def looks_failed(event: Any) -> bool:
-    """A tool call shown ✗: OpenCode's status says it failed (``success`` false), or it
-    completed but did not do what was asked: a command that exited non-zero or was killed
-    (``interrupted``), a call of a tool that does not exist (OpenCode's ``invalid``)."""
-    if getattr(event, "success", None) is False:
-        return True
-    code = getattr(event, "exit_code", None)
-    if code is not None and code != 0:
-        return True
-    if getattr(event, "interrupted", None):
-        return True
-    tool = getattr(event, "tool", None)
-    return isinstance(tool, str) and tool.lower() == "invalid"
+def _outcomes(failed: int, bad_exits: int) -> str:
+    """`` (1 failed · 2 bad exits)``: the calls that failed (``tool_failures``) and the
+    commands that exited other than 0 or were killed (``command_failures``), both marked ✗;
+    empty when there are none."""
+    said = [f"{failed} failed"] if failed else []
+    if bad_exits:
+        said.append(f"{bad_exits} bad exit{'s' if bad_exits > 1 else ''}")
+    return f" ({' · '.join(said)})" if said else ""
 
 
 def _breakdown(input_: int, output: int, reasoning: int, read: int, write: int) -> str:
@@ -162,7 +158,7 @@ class _Tally:
         "steps",
         "calls",
         "failed",
-        "marked_only",
+        "bad_exits",
         "input",
         "output",
         "reasoning",
@@ -176,7 +172,7 @@ class _Tally:
         self.steps = 0
         self.calls: set[Any] = set()
         self.failed: set[Any] = set()
-        self.marked_only: set[Any] = set()  # failed to the eye, not by status (exit 3, invalid)
+        self.bad_exits: set[Any] = set()  # completed, but the command exited ≠ 0 or was killed
         self.input = self.output = self.reasoning = self.cache_read = self.cache_write = 0
         self.total = 0
         self.cost = 0.0
@@ -315,8 +311,9 @@ class PrettyWriter:
         text.append(str(t.steps), "bold")
         text.append(" · tool calls ", "dim")
         text.append(str(len(t.calls)), "bold")
-        if t.failed:
-            text.append(f" ({len(t.failed)} failed)", "red")
+        outcomes = _outcomes(len(t.failed), len(t.bad_exits))
+        if outcomes:
+            text.append(outcomes, "red")
         text.append(" · ", "dim")
         text.append(f"${t.cost:.4f}", "bold")  # before the breakdown, which a narrow line cuts
         text.append(" · tokens ", "dim")
@@ -417,10 +414,10 @@ class PrettyWriter:
         if isinstance(tool, str):
             call = (event.session_id, event.call_id or event.part_id or event.seq)
             tally.calls.add(call)
-            if looks_failed(event):
+            if event_failed(event):
                 tally.failed.add(call)
-                if event.success is not False:
-                    tally.marked_only.add(call)
+            elif event_command_failed(event):
+                tally.bad_exits.add(call)
             return self._tool(event)
         return None
 
@@ -494,7 +491,7 @@ class PrettyWriter:
         success = event.success
         glyph, style = (
             (FAIL, "red")
-            if looks_failed(event)
+            if event_failed(event) or event_command_failed(event)
             else (OK, "green")
             if success
             else (NEUTRAL, "yellow")
@@ -534,9 +531,7 @@ class PrettyWriter:
         from rich.text import Text
 
         text = Text(no_wrap=True, overflow="ellipsis", style="bold")
-        # The calls OpenCode marked failed, and those the lines above marked ✗ besides.
-        failures = event.tool_failures + len(self._tally.marked_only)
-        failed = f" ({failures} failed)" if failures else ""
+        failed = _outcomes(event.tool_failures, getattr(event, "command_failures", 0))
         subagents = event.subagent_sessions if event.total_cost is not None else None
         if subagents and event.subagent_inferences is not None:
             # Folded as `sessions` folds a row: every figure with the subagents', and their
