@@ -30,6 +30,41 @@ SERVERS = ["my", "w", "db-tools"]  # MCP servers the summaries are given
 
 BIG = "x" * 300  # pushes what follows past the head the store hands over (256 bytes)
 
+
+def _bash(
+    exit: str,
+    *,
+    output: str = BIG,
+    title: str = "exit 3",
+    tool: str = "bash",
+    extra: str = "",
+    spaced: bool = False,
+    after: str = "",
+) -> str:
+    """A completed bash part as OpenCode 1.18.33 writes it, with ``exit`` as the JSON of
+    ``metadata.exit`` (the sample bash_fail's shape); ``spaced``: as json.dumps writes it."""
+    out = json.dumps(output)
+    text = (
+        f'{{"type":"tool","tool":"{tool}","callID":"c","state":{{"status":"completed",'
+        f'"input":{{"command":"x"}},"output":{out},"metadata":{{"output":{out},'
+        f'"exit":{exit}{extra},"truncated":false}},"title":{json.dumps(title)},'
+        f'"time":{{"start":1,"end":2}}{after}}}}}'
+    )
+    return json.dumps(json.loads(text)) if spaced else text
+
+
+_KILLED = "waiting\\n<shell_metadata>shell tool terminated command after exceeding timeout"
+# (id, metadata.exit as JSON, _bash's other arguments): none fails by its status, so none is
+# among tool_failures (metrics counts them as command_failures; sessions does not read them).
+BASH_ENDS: list[tuple[str, str, dict[str, Any]]] = [
+    ("bash-exit-3", "3", {}),
+    ("bash-exit-0", "0", {}),
+    ("bash-exit-3-short", "3", {"output": "o"}),
+    ("bash-exit-9-on-overflow-pages", "9", {"output": "y" * 20_000}),
+    ("bash-killed", "null", {"output": _KILLED + BIG}),
+    ("bash-exit-spaced", "2", {"spaced": True}),
+]
+
 # Part rows, one session each: the data as stored, and whether it is stored as a BLOB.
 PARTS: list[Any] = [
     pytest.param(
@@ -157,6 +192,18 @@ PARTS: list[Any] = [
         id="stored-as-blob",
     ),
     pytest.param(b'{"type":"\\u0074ool","tool":"bash"}', id="blob-escaped-type"),
+    # Completed calls: a bash exit code other than 0 (written after the output) or a killed
+    # command is no failure of the call (command_failures); a call of `invalid` is one.
+    *(pytest.param(_bash(exit, **shape), id=name) for name, exit, shape in BASH_ENDS),
+    pytest.param(
+        '{"type":"tool","tool":"invalid","callID":"c","state":{"status":"completed",'
+        f'"input":{{"tool":"nope"}},"output":"{BIG}","title":"Invalid Tool","time":{{}}}}}}',
+        id="invalid-tool",
+    ),
+    pytest.param(
+        '{"type":"tool","tool":"Invalid","callID":"c","state":{"status":"completed"}}',
+        id="invalid-tool-short",
+    ),
 ]
 
 # Message rows, one session each.
@@ -215,12 +262,19 @@ def expected_tools(rows: list[str | bytes]) -> tuple[int, int, dict[str, int]]:
             continue
         calls += 1
         status = state.get("status") if state else None
-        failures += isinstance(status, str) and status.lower() in FAILED_STATUSES
         tool = part.get("tool")
+        failures += (isinstance(status, str) and status.lower() in FAILED_STATUSES) or (
+            isinstance(tool, str) and _completed_badly(tool.lower(), state or {})
+        )
         server = mcp_server_of(tool, SERVERS) if isinstance(tool, str) else None
         if server is not None:
             mcp[server] = mcp.get(server, 0) + 1
     return calls, failures, mcp
+
+
+def _completed_badly(tool: str, state: dict) -> bool:
+    """A call of a tool that does not exist (OpenCode stores it as completed)."""
+    return tool == "invalid"
 
 
 def expected_messages(rows: list[str | bytes]) -> tuple[int, int, bool]:

@@ -23,6 +23,9 @@ CMD = [sys.executable, "-m", "opencode_events"]
 TASK = str(SAMPLES / "task" / "opencode.db")
 
 
+WIDE = {**os.environ, "COLUMNS": "200"}
+
+
 def run(*args: str, **kwargs) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([*CMD, *args], capture_output=True, timeout=60, cwd=REPO, **kwargs)
 
@@ -292,3 +295,41 @@ def test_run_with_stderr_on_a_terminal_and_events_in_a_pipe_says_it_is_starting(
         f"opencode-events: starting OpenCode ({fake})…"
     )
     assert json.loads(out.read_bytes().splitlines()[-1])["kind"] == "metrics"
+
+
+# ------------------------------------------- one count of failed calls in every view
+
+# (capture, its failed calls, its bad exits): OpenCode marked a call failed (read_missing), a
+# tool that does not exist was called (`invalid`); bash exited 3, bash was killed at its
+# timeout (completed calls whose command failed); two of four parallel calls.
+FAILED_CALLS = [
+    ("bash_fail", 0, 1),
+    ("bash_timeout", 0, 1),
+    ("invalid_tool", 1, 0),
+    ("parallel_tools", 1, 1),
+    ("read_missing", 1, 0),
+    ("bash_ok", 0, 0),
+    ("task", 0, 0),
+]
+
+
+@pytest.mark.parametrize("sample, failed, bad", FAILED_CALLS, ids=[s for s, *_ in FAILED_CALLS])
+def test_failed_calls_read_alike_in_every_view(sample, failed, bad):
+    """Issue 20 §9: `sessions`, the import's metrics, the stream's metrics and the pretty
+    view's closing line count the same calls failed (`tool_failures`), and the metrics and
+    the pretty view the same bad exits (`command_failures`): every call the pretty view
+    marks ✗ is one or the other."""
+    db = str(SAMPLES / sample / "opencode.db")
+    listed = run("sessions", "--db", db, "--all", "--no-fold", "--no-cache", "-j")
+    assert listed.returncode == 0, listed.stderr
+    imported = run("import", "--db", db, "--all")
+    streamed = run("normalize", str(SAMPLES / sample / "stream.jsonl"))
+    pretty = run("normalize", "--format", "pretty", input=imported.stdout, env=WIDE)
+    assert sum(row["tool_failures"] for row in json.loads(listed.stdout)) == failed
+    for output in (imported, streamed):
+        metrics = json.loads(output.stdout.splitlines()[-1])
+        assert (metrics["tool_failures"], metrics["command_failures"]) == (failed, bad)
+    lines = pretty.stdout.decode().splitlines()
+    said = [f"{failed} failed"] * bool(failed) + [f"{bad} bad exit"] * bool(bad)
+    assert (f"({' · '.join(said)})" in lines[-1]) if said else "(" not in lines[-1], lines[-1]
+    assert sum("✗" in line for line in lines) >= failed + bad

@@ -3,8 +3,11 @@
 - Cost and tokens are OpenCode's own session columns, never re-priced.
 - Turns and inferences: a user message opens a turn; each assistant message is one
   inference; one with no ``time.completed`` is in flight.
-- Tool calls: every tool part, MCP or not; failures are parts whose status is ``error``;
-  MCP calls are attributed to configured servers by name (``mcp``).
+- Tool calls: every tool part, MCP or not; failures are the mapping's ``call_failed``
+  (a failing status, a call of the ``invalid`` tool), as ``metrics`` counts them; a bash
+  exit code is written after the output, and is not read (``command_failures`` of
+  ``metrics`` counts those); MCP calls are attributed to configured servers by name
+  (``mcp``).
 - Subagents (sessions with a ``parent_id``) fold into their parent (``fold``, the default):
   every figure of a row but ``turns`` (the user's prompts) adds every descendant's
   (children, grandchildren …, each once): inferences, tool calls and failures, MCP calls,
@@ -195,7 +198,8 @@ WHOLE_TABLE_SESSIONS = 200
 
 def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
     """Tool calls by (session, tool, failed) of every part in ``scope`` (None: all), as
-    decoding each part whole gives them.
+    decoding each part whole gives them (failed: the mapping's ``call_failed``, which the
+    head settles: a bash exit code, written after the output, is not read).
 
     The store's query hands over the start of every part that could be a tool part. A part
     shorter than that is decoded whole; a longer one that starts the way OpenCode writes a
@@ -231,9 +235,18 @@ def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
     for sid, rowid in scripts:
         _count_script(counts, sid, store.part_data(rowid))
     for (sid, tool, status), calls in plain.items():
-        key = (sid, tool.decode("ascii"), _success_of(status.decode("ascii")) is False)
+        name = tool.decode("ascii")
+        key = (sid, name, _call_failed(_success_of(status.decode("ascii")), name))
         counts[key] = counts.get(key, 0) + calls
     return counts
+
+
+def _add_part(counts: ToolCounts, sid: str, part: ToolPartHead) -> None:
+    if part.type == "tool":
+        tool = part.tool if isinstance(part.tool, str) else None
+        status = part.state.status if part.state is not None else None
+        key = (sid, tool, _call_failed(_success_of(status), tool))
+        counts[key] = counts.get(key, 0) + 1
 
 
 def _success_of(status: Any) -> bool | None:
@@ -244,6 +257,15 @@ def _success_of(status: Any) -> bool | None:
 
     _success_of = success_of
     return success_of(status)
+
+
+def _call_failed(success: bool | None, tool: Any) -> bool:
+    """The mapping's ``call_failed`` (imported as ``_success_of`` is)."""
+    global _call_failed
+    from ..core.mapping import call_failed
+
+    _call_failed = call_failed
+    return call_failed(success, tool)
 
 
 def _count_escaped_head(
@@ -290,14 +312,6 @@ def _count_script(counts: ToolCounts, sid: str, data: bytes | None) -> None:
         return
     for call in script_calls(part):
         key = (sid, call.tool, call.success is False)
-        counts[key] = counts.get(key, 0) + 1
-
-
-def _add_part(counts: ToolCounts, sid: str, part: ToolPartHead) -> None:
-    if part.type == "tool":
-        tool = part.tool if isinstance(part.tool, str) else None
-        failed = part.state is not None and _success_of(part.state.status) is False
-        key = (sid, tool, failed)
         counts[key] = counts.get(key, 0) + 1
 
 
