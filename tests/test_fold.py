@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +24,12 @@ from opencode_events.output import tables
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
+def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "opencode_events", *args]
-    return subprocess.run(command, capture_output=True, timeout=120)
+    return subprocess.run(command, capture_output=True, timeout=120, **kwargs)
+
+
+WIDE = {**os.environ, "COLUMNS": "250"}
 
 
 # (capture, its top-level session's folded figures: inferences, tool calls, total tokens,
@@ -201,3 +205,35 @@ def test_turns_with_no_session_chosen_are_the_last_sessions_and_the_table_says_s
     assert "every session;" in " ".join(table.stdout.decode().split())
     named = run("usage", "--db", db, "--last", "--format", "table", "--no-cache").stdout.decode()
     assert "every session" not in named and "the last session" not in named  # it was named
+
+
+# ------------------------------------------------- issue 20, item 8: a fork's figures
+
+FORK = "ses_dd805feb3ffeRYmW0nRsUneOP2"  # samples/fork: `opencode run --fork` of ORIGINAL
+ORIGINAL = "ses_dd8060a99ffe0TE5VY4h7s0VFE"
+
+
+def test_a_fork_says_its_figures_include_the_history_it_copied():
+    """`sessions` gives a fork OpenCode's own totals, which include the copied history;
+    `usage` counts that history once, in the original. Wherever the two differ, the
+    report says so: `forked` on the row (JSON, CSV), a mark and a caption in the table."""
+    db = str(SAMPLES / "fork" / "opencode.db")
+    rows = _sessions("fork")
+    assert {sid: row["forked"] for sid, row in rows.items()} == {FORK: True, ORIGINAL: False}
+    by_session = {r["session_id"]: r for r in _json("usage", "--db", db, "--by", "session")["rows"]}
+    assert rows[FORK]["cost"] > by_session[FORK]["cost"]  # the copies, counted once elsewhere
+    assert rows[ORIGINAL]["cost"] == by_session[ORIGINAL]["cost"]
+    csv = run("sessions", "--db", db, "--all", "--format", "csv", "--no-cache").stdout.decode()
+    header, *lines = csv.splitlines()
+    column = header.split(",").index("forked")
+    assert sorted(line.split(",")[column] for line in lines) == ["false", "true"]
+    table = run("sessions", "--db", db, "--format", "table", "--no-cache", env=WIDE)
+    text = " ".join(table.stdout.decode().split())
+    assert "* 1 fork(s): figures include the history copied from the original" in text
+    assert f"${rows[FORK]['cost']:.4f}*" in text and f"${rows[ORIGINAL]['cost']:.4f}*" not in text
+
+
+def test_no_fork_no_fork_note():
+    table = run("sessions", "--db", str(SAMPLES / "task" / "opencode.db"), "--format", "table")
+    assert "fork" not in table.stdout.decode()
+    assert not any(row["forked"] for row in _sessions("task").values())

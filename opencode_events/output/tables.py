@@ -417,7 +417,11 @@ def sessions_table(
         Column("reasoning", lambda s: count(s.reasoning_tokens), numeric=True, drop=2),
         Column("cache read", lambda s: count(s.cache_read_tokens), numeric=True, drop=2),
         Column("cache write", lambda s: count(s.cache_write_tokens), numeric=True, drop=2),
-        Column("cost", lambda s: money(s.cost), numeric=True),
+        Column(
+            "cost",
+            lambda s: money(s.cost) + ("*" if getattr(s, "forked", False) else ""),
+            numeric=True,
+        ),
         Column("sub", lambda s: count(s.subagent_sessions), numeric=True, drop=3),
         Column(
             "live",
@@ -436,6 +440,12 @@ def sessions_table(
         caption += (
             f" · {len(undone)} with a pending /undo: {steps:,} undone step(s), "
             f"{money(sum(s.undone_cost for s in undone))}, counted"
+        )
+    forks = sum(1 for s in summaries if getattr(s, "forked", False))
+    if forks:  # OpenCode's totals include a fork's copied history; usage counts it once
+        caption += (
+            f" · * {forks} fork(s): figures include the history copied from the original,"
+            " as OpenCode's totals do (usage counts it once)"
         )
     draw_table(
         columns,

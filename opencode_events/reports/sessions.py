@@ -103,6 +103,9 @@ class SessionSummary(Struct, kw_only=True):
     # OpenCode counts it until the next prompt deletes it and takes it off (``undone``).
     undone_inferences: int = 0
     undone_cost: float = 0.0
+    # A fork (`opencode run --fork`): it holds a copy of an earlier session's history, which
+    # its figures include, as OpenCode's own totals do; `usage` counts the copies once.
+    forked: bool = False
 
 
 class _ModelView(Struct):
@@ -674,6 +677,11 @@ def summarize(
     if servers is not None:
         servers.update(servers_in)
 
+    if hasattr(store, "forks"):  # a store of the legacy layout has no forks
+        many = len(summaries) >= WHOLE_TABLE_SESSIONS
+        for sid in store.forks(None if many else list(summaries)):
+            if sid in summaries:
+                summaries[sid].forked = True
     for sid, undone in undone_figures(store, summaries, cache=cache).items():
         summaries[sid].undone_inferences = undone.inferences
         summaries[sid].undone_cost = undone.cost
@@ -908,6 +916,7 @@ SESSION_COLUMNS = (
     "children",
     "undone_inferences",
     "undone_cost",
+    "forked",
 )
 
 

@@ -1071,13 +1071,14 @@ class Store:
         else:
             yield from self._in_chunks(sql + " WHERE s.id IN ({})", session_ids)
 
-    def forks(self) -> set[str]:
-        """The sessions holding messages older than themselves (forks), from the index
-        alone."""
-        return {
-            sid
-            for (sid,) in self._query(f"SELECT DISTINCT m.session_id {self._OLDER_THAN_SESSION}")
-        }
+    def forks(self, session_ids: Sequence[str] | None = None) -> set[str]:
+        """The sessions (of ``session_ids``; None: all) holding messages older than
+        themselves (forks: OpenCode copies the history under new ids with the original
+        times), from the index alone."""
+        sql = f"SELECT DISTINCT m.session_id {self._OLDER_THAN_SESSION}"
+        if session_ids is None:
+            return {sid for (sid,) in self._query(sql)}
+        return {sid for (sid,) in self._in_chunks(sql + " WHERE s.id IN ({})", session_ids)}
 
     def _in_chunks(self, sql: str, ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         ids = list(ids)
