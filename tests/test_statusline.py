@@ -29,6 +29,7 @@ from opencode_events.reports.statusline import (
     render,
     spend_between,
     take_glance,
+    values,
 )
 from opencode_events.reports.usage import store_usage
 from opencode_events.store.open import every_session
@@ -77,6 +78,8 @@ def test_the_figures_are_the_reports_figures(name: str) -> None:
         )
         assert (glance.context_tokens or 0) == context.context_tokens
         assert glance.state == summary.state  # sessions' rule (core.activity), the same clock
+        assert glance.forked == summary.forked  # {fork}: its cost includes what it copied
+        assert values(glance)["fork"] == ("fork" if summary.forked else "")
 
 
 def test_the_current_session_is_the_one_written_last() -> None:

@@ -55,6 +55,7 @@ def test_each_row_says_what_sessions_says(name: str) -> None:
             summary.state,
         )
         assert row.tokens == summary.total_tokens
+        assert row.forked == summary.forked  # its cost includes what it copied: marked *
 
 
 def test_today_and_this_week_are_usage_by_day() -> None:

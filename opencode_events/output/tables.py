@@ -657,15 +657,20 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
                 money(row.cost)
                 + ("+" if row.subagents else " ")
                 + ("↶" if getattr(row, "undone_cost", 0.0) else "")
+                + ("*" if getattr(row, "forked", False) else "")
             ),
         ]
         table.add_row(*cells)
     if not board.rows:
         table.add_row("", Text(f"no sessions in {visible(board.path)} yet", style="dim"))
     keys = Text("q quits · tokens and cost with subagents' (+)", style="dim")
+    marks = []  # on a line of their own: each fits 80 columns
     if any(getattr(row, "undone_cost", 0.0) for row in rows):
-        keys.append(" · ↶ a pending /undo's steps, counted until the next prompt")
-    return Group(header, Text(""), table, Text(""), keys)
+        marks.append("↶ a pending /undo's steps, counted until the next prompt")
+    if any(getattr(row, "forked", False) for row in rows):
+        marks.append("* a fork: with the history it copied")
+    notes = [Text(mark, style="dim", no_wrap=True, overflow="ellipsis") for mark in marks]
+    return Group(header, Text(""), table, Text(""), keys, *notes)
 
 
 def print_renderable(renderable: Any, *, out: TextIO, width: int | None = None) -> None:

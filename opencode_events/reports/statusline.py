@@ -57,6 +57,8 @@ FIELDS = {
     "title": "the session's title",
     "undone": "what a pending /undo undid, counted in {cost} as OpenCode counts it: "
     "'undo 2 $0.0026', empty without one",
+    "fork": "'fork' when the session is a fork, whose {cost} includes the history it "
+    "copied (as OpenCode counts it), empty otherwise",
 }
 
 
@@ -95,6 +97,8 @@ class Glance(Struct, kw_only=True):
     # it until the next prompt deletes it (reports.undone).
     undone_inferences: int = 0
     undone_cost: float = 0.0
+    # A fork: ``cost`` includes the history it copied, as OpenCode's (reports.sessions).
+    forked: bool = False
 
 
 def take_glance(
@@ -132,6 +136,7 @@ def take_glance(
 
         for undone in undone_figures(store, [root]).values():
             glance.undone_inferences, glance.undone_cost = undone.inferences, undone.cost
+    glance.forked = root in store.forks([root])
     in_flight = _read_newest(store, root, glance, now)
     if in_flight:
         limit = stale_after_ms() if stale_after is None else stale_after
@@ -276,6 +281,7 @@ def values(glance: Glance) -> dict[str, str]:
             if glance.undone_inferences
             else ""
         ),
+        "fork": "fork" if glance.forked else "",
     }
 
 

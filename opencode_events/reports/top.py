@@ -63,6 +63,8 @@ class BoardRow(Struct, kw_only=True):
     last_write: int | None = None
     # What a pending /undo undid: counted in ``cost``, as OpenCode counts it (reports.undone)
     undone_cost: float = 0.0
+    # A fork: its cost includes the history it copied, as OpenCode's (reports.sessions)
+    forked: bool = False
 
 
 class Board(Struct, kw_only=True):
@@ -282,6 +284,7 @@ class TopBoard:
 
             for undone in undone_figures(store, [root]).values():
                 row.undone_cost = undone.cost
+        row.forked = root in store.forks([root])
         row.subagents = max(0, len(family) - 1)
         row.last_write = max((updated for _, _, updated in family), default=None)
         in_flight, open_reply, since = None, None, None

@@ -220,6 +220,8 @@ class Glances(Protocol):
 
     def last_write(self, session_id: str) -> int | None: ...
 
+    def forks(self, session_ids: Sequence[str] | None = None) -> set[str]: ...
+
 
 _FAST_SCANS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
