@@ -661,6 +661,21 @@ def test_the_footer_and_the_closing_line_count_calls_alike():
         assert f"{calls} tool call{'s' if calls > 1 else ''}{suffix} ·" in closing, closing
 
 
+def test_the_footer_says_a_subagents_figures_come_at_the_end():
+    """samples/task: the stream holds the parent's steps only; the footer counts those and
+    says a subagent ran, whose figures the closing line of `run` folds in (+sub)."""
+    out = io.BytesIO()
+    writer = PrettyWriter(out, width=160, color=False, live=True)
+    events = list(iter_events(SAMPLES / "task" / "stream.jsonl"))
+    writer.write(events[:-1])
+    writer.end_batch()
+    footer = writer._footer().plain
+    assert "steps 2 · tool calls 1 · +1 subagent at the end · $0.0158" in footer, footer
+    plain = PrettyWriter(io.BytesIO(), width=160, color=False, live=True)
+    plain.write(list(iter_events(SAMPLES / "bash_ok" / "stream.jsonl"))[:-1])
+    assert "subagent" not in plain._footer().plain
+
+
 @pytest.mark.parametrize("lines, shown", [(1, 1), (12, 12), (13, 12), (18101, 12)])
 def test_a_long_message_is_cut_to_a_few_lines(lines: int, shown: int):
     """Issue 20 §5: one message of 18,101 lines filled a screen many times over."""

@@ -159,6 +159,7 @@ class _Tally:
         "calls",
         "failed",
         "bad_exits",
+        "subagents",
         "input",
         "output",
         "reasoning",
@@ -173,6 +174,9 @@ class _Tally:
         self.calls: set[Any] = set()
         self.failed: set[Any] = set()
         self.bad_exits: set[Any] = set()  # completed, but the command exited ≠ 0 or was killed
+        # Subagent sessions the run started: the stream holds none of their steps, which
+        # `run` reads from the store at the end (the closing line's +sub)
+        self.subagents: set[Any] = set()
         self.input = self.output = self.reasoning = self.cache_read = self.cache_write = 0
         self.total = 0
         self.cost = 0.0
@@ -314,6 +318,8 @@ class PrettyWriter:
         outcomes = _outcomes(len(t.failed), len(t.bad_exits))
         if outcomes:
             text.append(outcomes, "red")
+        if t.subagents:  # their figures are not in the stream: said, not left out silently
+            text.append(f" · +{_count(len(t.subagents), 'subagent')} at the end", "dim")
         text.append(" · ", "dim")
         text.append(f"${t.cost:.4f}", "bold")  # before the breakdown, which a narrow line cuts
         text.append(" · tokens ", "dim")
@@ -410,6 +416,8 @@ class PrettyWriter:
             text = Text(no_wrap=True, overflow="ellipsis", style="dim")
             text.append(visible(f"? {'unknown':<{_LABEL_WIDTH}}{event.type or ''}"))
             return text
+        if isinstance(event, Orchestration) and event.child_session_id:
+            tally.subagents.add(event.child_session_id)
         tool = getattr(event, "tool", None)
         if isinstance(tool, str):
             call = (event.session_id, event.call_id or event.part_id or event.seq)
