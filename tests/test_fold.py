@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +48,7 @@ SUBAGENT_FIELDS = (
     "subagent_sessions",
     "subagent_inferences",
     "subagent_tool_calls",
+    "subagent_tool_failures",
     "subagent_tokens",
     "subagent_cost",
 )
@@ -102,6 +105,7 @@ def test_a_folded_session_row_is_its_own_figures_plus_its_subagents(
         assert row["subagent_sessions"] == len(below)
         assert row["inferences"] - row["subagent_inferences"] == own[sid]["inferences"]
         assert row["tool_calls"] - row["subagent_tool_calls"] == own[sid]["tool_calls"]
+        assert row["tool_failures"] - row["subagent_tool_failures"] == own[sid]["tool_failures"]
         assert row["total_tokens"] - row["subagent_tokens"] == own[sid]["total_tokens"]
         assert row["subagent_cost"] == pytest.approx(sum(own[d]["cost"] for d in below))
     (top,) = [r for r in folded.values() if r["parent_id"] is None]
@@ -127,7 +131,8 @@ def test_usage_by_turn_and_by_session_agree_with_sessions(sample):
         assert total[name] == top[name], name
     assert total["cost"] == top["cost"]
     if top["subagent_sessions"]:
-        assert {f: total[f] for f in SUBAGENT_FIELDS} == {f: top[f] for f in SUBAGENT_FIELDS}
+        in_turns = [f for f in SUBAGENT_FIELDS if "failures" not in f]  # usage counts none
+        assert {f: total[f] for f in in_turns} == {f: top[f] for f in in_turns}
         (spawning,) = [r for r in turns["rows"] if "subagent_cost" in r]
         assert spawning["subagent_sessions"] == top["subagent_sessions"]
     else:
@@ -135,11 +140,18 @@ def test_usage_by_turn_and_by_session_agree_with_sessions(sample):
     (by_session,) = _json("usage", "--db", db, "--session", top["id"], "--by", "session")["rows"]
     assert (by_session["inferences"], by_session["cost"]) == (top["inferences"], top["cost"])
     assert by_session["total_tokens"] == top["total_tokens"]
-    shared = [f for f in SUBAGENT_FIELDS if f != "subagent_tool_calls"]  # no tool column there
+    shared = [f for f in SUBAGENT_FIELDS if "tool" not in f]  # no tool column there
     if top["subagent_sessions"]:
         assert {f: by_session[f] for f in shared} == {f: top[f] for f in shared}
     else:
         assert not set(SUBAGENT_FIELDS) & set(by_session)
+    # --by project: the project's rows fold alike and say the same share (one project here)
+    (by_project,) = _json("usage", "--db", db, "--session", top["id"], "--by", "project")["rows"]
+    assert (by_project["inferences"], by_project["cost"]) == (top["inferences"], top["cost"])
+    if top["subagent_sessions"]:
+        assert {f: by_project[f] for f in shared} == {f: top[f] for f in shared}
+    else:
+        assert not set(SUBAGENT_FIELDS) & set(by_project)
     steps = _json("usage", "--db", db, "--session", top["id"], "--by", "step")
     assert len(steps["rows"]) == top["inferences"]  # each step once: the subagents' too
 
@@ -237,3 +249,25 @@ def test_no_fork_no_fork_note():
     table = run("sessions", "--db", str(SAMPLES / "task" / "opencode.db"), "--format", "table")
     assert "fork" not in table.stdout.decode()
     assert not any(row["forked"] for row in _sessions("task").values())
+
+
+def test_a_subagents_failed_calls_are_folded_and_said_apart(tmp_path):
+    """samples/task with its subagent's two calls (bash, read) marked failed, as OpenCode
+    writes a failed call: the parent's row counts them and says they are the subagent's."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
+        changed = conn.execute(
+            'UPDATE part SET data = replace(data, \'"status":"completed"\', '
+            '\'"status":"error"\') WHERE session_id = ? AND data LIKE \'{"type":"tool"%\'',
+            (child,),
+        ).rowcount
+    assert changed == 2
+    db_arg = str(db)
+    folded = {r["id"]: r for r in _json("sessions", "--db", db_arg, "--all")}
+    own = {r["id"]: r for r in _json("sessions", "--db", db_arg, "--all", "--no-fold")}
+    (parent,) = [r for r in folded.values() if r["parent_id"] is None]
+    assert parent["subagent_tool_failures"] == 2 == own[child]["tool_failures"]
+    assert parent["tool_failures"] == own[parent["id"]]["tool_failures"] + 2
+    assert own[parent["id"]]["subagent_tool_failures"] == 2  # said apart, folded or not

@@ -94,6 +94,7 @@ class SessionSummary(Struct, kw_only=True):
     subagent_sessions: int = 0
     subagent_inferences: int = 0
     subagent_tool_calls: int = 0
+    subagent_tool_failures: int = 0
     subagent_tokens: int = 0
     subagent_cost: float = 0.0
     # Deprecated: the folded cost (``cost`` of a folded report), kept for programs that read it.
@@ -724,6 +725,7 @@ def _fold(
         summary.subagent_sessions = len(below)
         summary.subagent_inferences = sum(own[d] for d in below)
         summary.subagent_tool_calls = sum(s.tool_calls for s in subs)
+        summary.subagent_tool_failures = sum(s.tool_failures for s in subs)
         summary.subagent_tokens = sum(s.total_tokens for s in subs)
         summary.subagent_cost = written_spend([stored[d] for d in below], [own[d] for d in below])
         family = [sid, *below]
@@ -736,8 +738,8 @@ def _fold(
             tokens = [sum(getattr(s, name) for s in subs) for name in _TOKENS]
             undone = [(s.undone_inferences, s.undone_cost) for s in (summary, *subs)]
             undone = [pair for pair in undone if pair[0]]  # read before any is changed
-            folded[sid] = (sum(s.tool_failures for s in subs), tokens, mcp, undone)
-    for sid, (failures, tokens, mcp, undone) in folded.items():
+            folded[sid] = (tokens, mcp, undone)
+    for sid, (tokens, mcp, undone) in folded.items():
         summary = summaries[sid]
         if undone:  # what a pending undo undid, in this session or below: folded too
             summary.undone_inferences = sum(n for n, _cost in undone)
@@ -746,7 +748,7 @@ def _fold(
             )
         summary.inferences += summary.subagent_inferences
         summary.tool_calls += summary.subagent_tool_calls
-        summary.tool_failures += failures
+        summary.tool_failures += summary.subagent_tool_failures
         for name, value in zip(_TOKENS, tokens, strict=True):
             setattr(summary, name, getattr(summary, name) + value)
         if mcp:
@@ -910,6 +912,7 @@ SESSION_COLUMNS = (
     "subagent_sessions",
     "subagent_inferences",
     "subagent_tool_calls",
+    "subagent_tool_failures",
     "subagent_tokens",
     "subagent_cost",
     "total_cost",

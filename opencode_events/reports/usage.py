@@ -203,6 +203,12 @@ _FLAGS: dict[tuple[bool, str], tuple[str, ...]] = {
         "subagent_tokens",
         "subagent_cost",
     ),
+    (True, "project"): (
+        "subagent_sessions",
+        "subagent_inferences",
+        "subagent_tokens",
+        "subagent_cost",
+    ),
     (False, "turn"): ("open",),
     (False, "step"): ("open",),
 }
@@ -1371,21 +1377,39 @@ def _grouped(
     else:
         directories = _directories(store, session_ids) if by == "project" else {}
         windowed = since is not None or until is not None
-        shares = _subagent_shares(groups, kept, owner, windowed) if by == "session" else {}
+        shared = by in ("session", "project")
+        shares = _subagent_shares(groups, kept, owner, windowed) if shared else {}
+        if by == "project":  # a project's share: its top sessions' shares together
+            shares = _by_project(shares, directories)
         groups = _fold_days(groups, by, owner, kept, directories)  # into the report's groups
         result = [_group_row(by, key, groups[key]) for key in groups]
         result.sort(key=_sort_key(by))
     for row in result:
         row.cost = summed_cost(row.cost, _figures_in(row))
-    if by == "session":
-        for row in result:  # a folded session's row says which part is its subagents'
-            share = shares.get(row.session_id or "")
+    if by in ("session", "project"):
+        for row in result:  # a folded row says which part is its subagents'
+            share = shares.get((row.session_id if by == "session" else row.project) or "")
             if share is not None:
                 sessions, inferences, tokens, costs = share
                 row.subagent_sessions, row.subagent_inferences = len(sessions), inferences
                 row.subagent_tokens = tokens
                 row.subagent_cost = summed_cost(math.fsum(costs), len(costs))
     return UsageReport(by=by, rows=result, total=_total(result), notes=notes, stored=True)
+
+
+def _by_project(
+    shares: dict[str, list[Any]], directories: dict[str, str | None]
+) -> dict[str, list[Any]]:
+    """The sessions' subagent shares summed per project (the top session's directory, as
+    ``_fold_label`` files their groups)."""
+    projects: dict[str, list[Any]] = {}
+    for top, (sessions, inferences, tokens, costs) in shares.items():
+        found = projects.setdefault(directories.get(top) or "?", [set(), 0, 0, array("d")])
+        found[0] |= sessions
+        found[1] += inferences
+        found[2] += tokens
+        found[3].extend(costs)
+    return projects
 
 
 def _subagent_shares(
