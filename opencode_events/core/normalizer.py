@@ -45,8 +45,8 @@ from ..events import (
 from .mapping import (
     CONSUMED_PARTS,
     attachment_event,
+    command_failed,
     error_fields,
-    event_command_failed,
     event_failed,
     mcp_server_of,
     patch_files,
@@ -471,7 +471,7 @@ class Normalizer(Counters):
     def _count_outcome(self, event: Event) -> None:
         if event_failed(event):
             self.tool_failures += 1
-        elif event_command_failed(event):
+        elif command_failed(getattr(event, "exit_code", None), getattr(event, "interrupted", None)):
             self.command_failures += 1
 
     def _mcp_server(self, tool: str) -> str | None:

@@ -53,7 +53,7 @@ __all__ = ["ReportCache", "cache_digest", "MEMOS", "DATABASES"]
 
 T = TypeVar("T")
 
-FORMAT = 2  # 2: tool_failures count non-zero exits and invalid calls
+FORMAT = 2  # 2: invalid calls among tool_failures; forked, subagent_tool_failures
 MEMOS = 16  # whole reports kept per database
 DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)

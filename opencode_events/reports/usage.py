@@ -194,21 +194,14 @@ _SUBAGENT_FIELDS = (
     "subagent_tokens",
     "subagent_cost",
 )
+# A grouped row's share (no tool column): ``--by session`` and ``--by project``.
+_SHARE_FIELDS = tuple(name for name in _SUBAGENT_FIELDS if name != "subagent_tool_calls")
+_SHARED = ("session", "project")  # the groupings whose rows say their subagents' share
 _FLAGS: dict[tuple[bool, str], tuple[str, ...]] = {
     (True, "turn"): (*_SUBAGENT_FIELDS, "in_flight", "stale"),
     (True, "step"): ("in_flight", "stale"),
-    (True, "session"): (
-        "subagent_sessions",
-        "subagent_inferences",
-        "subagent_tokens",
-        "subagent_cost",
-    ),
-    (True, "project"): (
-        "subagent_sessions",
-        "subagent_inferences",
-        "subagent_tokens",
-        "subagent_cost",
-    ),
+    (True, "session"): _SHARE_FIELDS,
+    (True, "project"): _SHARE_FIELDS,
     (False, "turn"): ("open",),
     (False, "step"): ("open",),
 }
@@ -1377,8 +1370,7 @@ def _grouped(
     else:
         directories = _directories(store, session_ids) if by == "project" else {}
         windowed = since is not None or until is not None
-        shared = by in ("session", "project")
-        shares = _subagent_shares(groups, kept, owner, windowed) if shared else {}
+        shares = _subagent_shares(groups, kept, owner, windowed) if by in _SHARED else {}
         if by == "project":  # a project's share: its top sessions' shares together
             shares = _by_project(shares, directories)
         groups = _fold_days(groups, by, owner, kept, directories)  # into the report's groups
@@ -1386,7 +1378,7 @@ def _grouped(
         result.sort(key=_sort_key(by))
     for row in result:
         row.cost = summed_cost(row.cost, _figures_in(row))
-    if by in ("session", "project"):
+    if by in _SHARED:
         for row in result:  # a folded row says which part is its subagents'
             share = shares.get((row.session_id if by == "session" else row.project) or "")
             if share is not None:
