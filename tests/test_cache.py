@@ -31,10 +31,11 @@ from hypothesis import strategies as st
 
 from opencode_events.cli.main import cli
 from opencode_events.errors import InputError
+from opencode_events.output import rows
 from opencode_events.reports import cache as report_cache
 from opencode_events.reports.cache import ReportCache
 from opencode_events.reports.context import context_report
-from opencode_events.reports.sessions import sessions_report
+from opencode_events.reports.sessions import SESSION_COLUMNS, sessions_rendered, sessions_report
 from opencode_events.reports.usage import stored_usage
 from opencode_events.store.open import open_store, select_sessions
 
@@ -284,8 +285,16 @@ REPORTS = (
     ("usage", {"until_ms": SINCE, "by": "model"}),
     ("sessions", {"until_ms": SINCE}),
     ("context", {}),
+    ("sessions as json", {"all_sessions": True}),  # as the command writes it (renditions)
+    ("sessions as csv", {"since_ms": SINCE}),
 )
 EVERY_DAY = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))  # asked every step
+
+
+RENDER = {
+    "json": lambda report: rows.write_json(report.sessions),
+    "csv": lambda report: rows.write_csv(rows.to_builtins(report.sessions), SESSION_COLUMNS),
+}
 
 
 def _report(db: Path, which: int, cache_root: Path | None) -> bytes:
@@ -300,6 +309,9 @@ def _report_or_raise(db: Path, which: int, cache_root: Path | None) -> bytes:
     kind, options = REPORTS[which]
     with open_store(db) as store:
         cache = None if cache_root is None else ReportCache.open(store, root=cache_root)
+        if kind.startswith("sessions as "):
+            form = kind.removeprefix("sessions as ")
+            return sessions_rendered(store, form, RENDER[form], cache=cache, **options)
         if kind == "sessions":
             report = sessions_report(store, cache=cache, **options)
             return msgspec.json.encode(report.document())
@@ -541,8 +553,10 @@ def test_the_cache_is_bounded(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(report_cache, "DATABASES", 2)
     for limit in range(1, 8):
         with open_store(db) as store:
-            sessions_report(store, limit=limit, cache=ReportCache.open(store, root=root))
+            cache = ReportCache.open(store, root=root)
+            sessions_rendered(store, "json", RENDER["json"], limit=limit, cache=cache)
     assert len(list(root.glob("*/memo-*"))) == 3
+    assert len(list(root.glob("*/render-*"))) == 3
     for n in range(4):
         other = tmp_path / f"other{n}.db"
         shutil.copyfile(db, other)
@@ -617,3 +631,79 @@ def test_what_a_pending_undo_undid_is_read_once_per_stamp(tmp_path, monkeypatch)
     src.close()
     assert _report(db, which, root) == _report(db, which, None)
     assert len(reads) == 4
+
+
+def _rendered(db: Path, root: Path, servers: list[str] | None = None) -> bytes:
+    with open_store(db) as store:
+        return sessions_rendered(
+            store,
+            "json",
+            RENDER["json"],
+            cache=ReportCache.open(store, root=root),
+            mcp_servers=None if servers is None else (lambda directory: servers),
+        )
+
+
+def test_a_repeat_is_copied_from_its_rendition_until_something_changes(
+    tmp_path, monkeypatch
+) -> None:
+    """The bytes a command wrote answer its repeat whole: no report is decoded or written
+    again. A change to the database, or to the MCP servers the report consulted, and the
+    report is made again (and its new bytes kept)."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "mcp" / "opencode.db", db)
+    first = _rendered(db, root)
+    assert len(list(root.glob("*/render-*"))) == 1
+    real_recall = ReportCache.recall
+    recalled = []
+
+    def recall(self, *args, **kwargs):
+        recalled.append(args[0])
+        return real_recall(self, *args, **kwargs)
+
+    monkeypatch.setattr(ReportCache, "recall", recall)
+    assert _rendered(db, root) == first and recalled == []  # from the rendition alone
+    changed = _rendered(db, root, servers=["my-tools_v1"])  # the report consulted them
+    assert recalled == ["sessions"] and changed != first
+    assert changed == _rendered(db, root, servers=["my-tools_v1"]) and len(recalled) == 1
+    conn = sqlite3.connect(db)
+    (sid,) = conn.execute("SELECT id FROM session LIMIT 1").fetchone()
+    conn.execute("UPDATE session SET title = 'renamed' WHERE id = ?", (sid,))
+    conn.commit()
+    conn.close()
+    renamed = _rendered(db, root)
+    assert len(recalled) == 2 and b"renamed" in renamed
+    with open_store(db) as store:
+        assert renamed == RENDER["json"](sessions_report(store))
+
+
+def test_a_report_that_is_not_kept_gets_no_rendition(tmp_path, monkeypatch) -> None:
+    """Only a report kept as a memo (or found sound) in this run has its bytes kept: a
+    report with a reply in flight is not kept (its state turns stale with the clock), and
+    neither are its bytes."""
+    import types
+
+    from opencode_events.reports import sessions as sessions_module
+
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "sigint" / "opencode.db", db)  # a run killed mid-reply
+    with sqlite3.connect(db) as conn:
+        (last,) = conn.execute("SELECT max(time_updated) FROM part").fetchone()
+    just_after = types.SimpleNamespace(time=lambda: last / 1000 + 1)
+    monkeypatch.setattr(sessions_module, "time", just_after)
+    busy = _rendered(db, root)
+    assert b'"busy"' in busy
+    assert not list(root.rglob("memo-*")) and not list(root.rglob("render-*"))
+    monkeypatch.undo()
+    assert b'"busy"' not in _rendered(db, root)  # later, stale: kept
+    assert list(root.rglob("render-*"))
+    shutil.rmtree(root)
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        cache.keep_rendered("sessions", ["any"], "json", b"[]")
+        assert not list(root.rglob("render-*"))
+        cache.remember("sessions", ["any"], [])
+        cache.keep_rendered("sessions", ["any"], "json", b"[]\n")
+        assert cache.rendered("sessions", ["any"], "json") == b"[]\n"
+        assert cache.rendered("sessions", ["any"], "csv") is None
+        assert cache.rendered("sessions", ["other"], "json") is None

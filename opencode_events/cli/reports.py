@@ -6,6 +6,7 @@ this module chooses the source, then writes a table, JSON, CSV or Markdown.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -60,39 +61,46 @@ def sessions(
     """Sessions in the store, newest activity first, with turns (prompts), steps (model
     calls), tools, tokens and cost; a session's subagents folded in (--no-fold: its own
     figures), their part in the subagent_* fields."""
-    from ..output import rows as formats
-    from ..reports.sessions import SESSION_COLUMNS, sessions_report
+    from ..reports.sessions import sessions_rendered, sessions_report
     from ..store.open import store_files
 
     since_time, until_time = since_ms(since), until_ms(until)
-    with open_store(db_path) as store:
-        refuse_stdout_read(store_files(store))
-        report = sessions_report(
-            store,
-            since_ms=since_time,
-            limit=limit,
-            all_sessions=all_sessions,
-            cache=report_cache(store, no_cache),
-            fold=fold,
-            until_ms=until_time,
-        )
-    summaries = report.sessions
     out = report_output()
     fmt = report_format(fmt, as_json, out)
+    choices = dict(
+        since_ms=since_time, limit=limit, all_sessions=all_sessions, fold=fold, until_ms=until_time
+    )
+    with open_store(db_path) as store:
+        refuse_stdout_read(store_files(store))
+        cache = report_cache(store, no_cache)
+        if fmt == "table":  # drawn for this terminal: never kept
+            report = sessions_report(store, cache=cache, **choices)
+        else:
+            form = f"{fmt}-raw" if fmt == "csv" and csv_raw else fmt
+            render = functools.partial(_render_sessions, fmt=fmt, fold=fold, csv_raw=csv_raw)
+            data = sessions_rendered(store, form, render, cache=cache, **choices)
     if fmt == "table":
         from ..output.tables import sessions_table
 
-        sessions_table(summaries, out=sys.stdout, fold=fold)
+        sessions_table(report.sessions, out=sys.stdout, fold=fold)
         return
-    if fmt == "json":  # msgspec encodes the summaries as they are: no dicts in between
-        out.write(formats.write_json(summaries))
-    elif fmt == "jsonl":
-        out.write(formats.write_jsonl(summaries))
-    elif fmt == "markdown":
-        out.write(formats.sessions_markdown(summaries, fold=fold))
-    else:
-        out.write(formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS, raw=csv_raw))
+    out.write(data)
     out.flush()
+
+
+def _render_sessions(report: Any, *, fmt: str, fold: bool, csv_raw: bool) -> bytes:
+    """The ``sessions`` report as ``--format`` writes it (all but the table)."""
+    from ..output import rows as formats
+    from ..reports.sessions import SESSION_COLUMNS
+
+    summaries = report.sessions
+    if fmt == "json":  # msgspec encodes the summaries as they are: no dicts in between
+        return formats.write_json(summaries)
+    if fmt == "jsonl":
+        return formats.write_jsonl(summaries)
+    if fmt == "markdown":
+        return formats.sessions_markdown(summaries, fold=fold)
+    return formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS, raw=csv_raw)
 
 
 @click.command()

@@ -9,6 +9,9 @@ per database path, never beside the database, which is never written. What:
   database's ``fingerprint`` (``store.changes``): a repeat with nothing changed is answered
   from the memo. A report with a reply in flight (``busy``) is not kept: its state would
   turn ``stale`` with the clock alone.
+- **renditions**: a memo's report as a command writes it (its JSON, say), kept beside the
+  memo under the same keys: a repeat with nothing changed copies them out without decoding
+  the report (``rendered``). Only a report kept as a memo in this run gets one.
 - **ledgers**: per session, what a report needs of its messages and parts, under the
   session's stamp (OpenCode's change counter, ``event_sequence.seq``). A session whose
   stamp is unchanged is not read again; one without a stamp is trusted only while the
@@ -18,8 +21,9 @@ Every file starts with a header naming this format, the tool's version and the d
 a file that is damaged, truncated, foreign or of another version is ignored (and replaced
 by the next write), never trusted. Files are written whole to a temporary name and renamed,
 so two runs at once never leave a torn file (the last one wins; both were right). The size
-is bounded: at most ``MEMOS`` memos per database and ``DATABASES`` databases, the least
-recently used go first; a ledger holds only the sessions the database still has.
+is bounded: at most ``MEMOS`` memos and as many renditions per database and ``DATABASES``
+databases, the least recently used go first; a ledger holds only the sessions the database
+still has.
 
 ::
 
@@ -28,6 +32,7 @@ recently used go first; a ledger holds only the sessions the database still has.
     if report is None:
         report = compute()
         cache.remember("sessions", request, report)
+    cache.keep_rendered("sessions", request, "json", write_json(report))
 """
 
 from __future__ import annotations
@@ -90,6 +95,16 @@ class _Memo(msgspec.Struct, array_like=True):
 _MEMO = msgspec.msgpack.Decoder(_Memo)
 
 
+class _Rendition(msgspec.Struct, array_like=True):
+    request: Any
+    form: str
+    checks: Any  # the memo's
+    data: bytes
+
+
+_RENDITION = msgspec.msgpack.Decoder(_Rendition)
+
+
 def cache_digest(value: Any) -> str:
     """A short digest of ``value`` (anything msgpack holds): a file name, or a long part of
     a request (the ids of every session) kept small."""
@@ -112,6 +127,7 @@ class ReportCache:
         self.hits = 0  # ledger entries reused (tests read it)
         self._ledgers: dict[str, Any] = {}
         self._memos: dict[str, _Header | None] = {}
+        self._kept: dict[str, Any] = {}  # memos kept or found sound in this run: their checks
 
     @classmethod
     def open(cls, store: Any, *, root: Path | None = None) -> ReportCache | None:
@@ -188,9 +204,9 @@ class ReportCache:
     def _trim(self) -> None:
         """Keep at most ``MEMOS`` memos here and ``DATABASES`` folders beside it."""
         with _quietly():
-            memos = sorted(self.folder.glob("memo-*"), key=_mtime)
-            for old in memos[:-MEMOS]:
-                old.unlink()
+            for kind in ("memo-*", "render-*"):
+                for old in sorted(self.folder.glob(kind), key=_mtime)[:-MEMOS]:
+                    old.unlink()
             for stray in self.folder.glob(".tmp-*"):  # a run killed mid-write, long ago
                 if _mtime(stray) < _mtime(self.folder) - 3600:
                     stray.unlink()
@@ -238,9 +254,11 @@ class ReportCache:
             return None
         try:
             with _collector_paused():
-                return msgspec.msgpack.decode(found[1].value, type=type_)
+                value = msgspec.msgpack.decode(found[1].value, type=type_)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
             return None
+        self._kept[f"memo-{_digest([kind, request])}"] = found[1].checks
+        return value
 
     def remember(
         self, kind: str, request: Any, value: Any, checks: Any = None, basis: Any = None
@@ -249,7 +267,40 @@ class ReportCache:
         memo = _Memo(request, checks, msgspec.Raw(_ENCODER.encode(value)), kept)
         name = f"memo-{_digest([kind, request])}"
         self._memos.pop(name, None)
+        self._kept[name] = checks
         self._write(name, _ENCODER.encode(memo))
+
+    def rendered(
+        self,
+        kind: str,
+        request: Any,
+        form: str,
+        still_true: Callable[[Any], bool] = lambda checks: checks is None,
+    ) -> bytes | None:
+        """The bytes kept by ``keep_rendered`` for ``request`` in ``form``, when the database
+        is in the state they were kept in and their memo's ``checks`` still hold (as
+        ``recall`` would find the memo); else None."""
+        header = self._read(f"render-{_digest([kind, request, form])}")
+        if header is None or header.fingerprint != self.fingerprint:
+            return None
+        try:
+            kept = _RENDITION.decode(header.body)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            return None
+        if kept.request != request or kept.form != form or not still_true(kept.checks):
+            return None
+        return kept.data
+
+    def keep_rendered(self, kind: str, request: Any, form: str, data: bytes) -> None:
+        """Keep ``data``, the report of ``request`` as ``form`` names it (one name, one
+        way of writing it), beside its memo: only when that memo was kept (``remember``)
+        or found sound (``recall``) in this run, so a report that is not kept (a reply in
+        flight) is never answered from here either."""
+        checks = self._kept.get(f"memo-{_digest([kind, request])}", _NOT_KEPT)
+        if checks is _NOT_KEPT:
+            return
+        rendition = _Rendition(request, form, checks, data)
+        self._write(f"render-{_digest([kind, request, form])}", _ENCODER.encode(rendition))
 
     def previous(
         self,
@@ -352,6 +403,9 @@ class ReportCache:
         if written != count:  # a caller's miscount: keep nothing rather than a torn map
             raise _TooLarge
         yield bytes(piece)
+
+
+_NOT_KEPT = object()
 
 
 @contextlib.contextmanager

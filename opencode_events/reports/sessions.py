@@ -956,13 +956,10 @@ def sessions_report(
     same with or without it."""
     if mcp_servers is None:
         from .mcp import mcp_server_names as mcp_servers
-    request = [since_ms, limit, all_sessions, stale_after_ms(), fold, until_ms]
+    request = _request(since_ms, limit, all_sessions, fold, until_ms)
     every = since_ms is None and until_ms is None and limit is None
     if cache is not None:
-
-        def still_true(consulted: Any) -> bool:
-            return _servers_now(consulted, mcp_servers) == consulted
-
+        still_true = _still_configured(mcp_servers)
         kept = cache.recall("sessions", request, SessionsReport, still_true)
         if kept is not None:
             return kept
@@ -1002,6 +999,64 @@ def sessions_report(
     if cache is not None:
         _remember(cache, request, report, servers, store.session_parents() if every else None)
     return report
+
+
+def sessions_rendered(
+    store: Any,
+    form: str,
+    render: Callable[[SessionsReport], bytes],
+    *,
+    since_ms: int | None = None,
+    limit: int | None = None,
+    all_sessions: bool = False,
+    mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
+    cache: ReportCache | None = None,
+    fold: bool = True,
+    until_ms: int | None = None,
+) -> bytes:
+    """``render(sessions_report(store, …))``. With ``cache``, the bytes are kept beside the
+    report's memo under ``form``, which must name ``render`` exactly (``"json"``, say): a
+    repeat of an unchanged database copies them out, without decoding the report or
+    writing it again (for 10,000 sessions, most of a repeat's time)."""
+    if mcp_servers is None:
+        from .mcp import mcp_server_names as mcp_servers
+    request = _request(since_ms, limit, all_sessions, fold, until_ms)
+    if cache is not None:
+        data = cache.rendered("sessions", request, form, _still_configured(mcp_servers))
+        if data is not None:
+            return data
+    report = sessions_report(
+        store,
+        since_ms=since_ms,
+        limit=limit,
+        all_sessions=all_sessions,
+        mcp_servers=mcp_servers,
+        cache=cache,
+        fold=fold,
+        until_ms=until_ms,
+    )
+    data = render(report)
+    if cache is not None:
+        cache.keep_rendered("sessions", request, form, data)
+    return data
+
+
+def _request(
+    since_ms: int | None, limit: int | None, all_sessions: bool, fold: bool, until_ms: int | None
+) -> list[Any]:
+    """What a memo of the report is kept under: the choices, and the stale rule's age."""
+    return [since_ms, limit, all_sessions, stale_after_ms(), fold, until_ms]
+
+
+def _still_configured(
+    mcp_servers: Callable[[str | None], Sequence[str]],
+) -> Callable[[Any], bool]:
+    """Whether the MCP servers a kept report consulted are configured so still."""
+
+    def still_true(consulted: Any) -> bool:
+        return _servers_now(consulted, mcp_servers) == consulted
+
+    return still_true
 
 
 def _remember(
