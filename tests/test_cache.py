@@ -15,6 +15,7 @@ either OpenCode's writes or another program's.
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import os
 import shutil
@@ -35,7 +36,7 @@ from opencode_events.output import rows
 from opencode_events.reports import cache as report_cache
 from opencode_events.reports.cache import ReportCache
 from opencode_events.reports.context import context_report
-from opencode_events.reports.sessions import SESSION_COLUMNS, sessions_rendered, sessions_report
+from opencode_events.reports.sessions import SESSION_COLUMNS, sessions_report, write_sessions
 from opencode_events.reports.usage import stored_usage
 from opencode_events.store.open import open_store, select_sessions
 
@@ -297,6 +298,13 @@ RENDER = {
 }
 
 
+def _written(store, form: str, cache: ReportCache | None, **options) -> bytes:
+    """What ``sessions --format FORM`` writes (``write_sessions``)."""
+    out = io.BytesIO()
+    write_sessions(store, form, RENDER[form], out, cache=cache, **options)
+    return out.getvalue()
+
+
 def _report(db: Path, which: int, cache_root: Path | None) -> bytes:
     """The report's JSON, or its one error (a database left with no session to report)."""
     try:
@@ -311,7 +319,7 @@ def _report_or_raise(db: Path, which: int, cache_root: Path | None) -> bytes:
         cache = None if cache_root is None else ReportCache.open(store, root=cache_root)
         if kind.startswith("sessions as "):
             form = kind.removeprefix("sessions as ")
-            return sessions_rendered(store, form, RENDER[form], cache=cache, **options)
+            return _written(store, form, cache, **options)
         if kind == "sessions":
             report = sessions_report(store, cache=cache, **options)
             return msgspec.json.encode(report.document())
@@ -554,7 +562,7 @@ def test_the_cache_is_bounded(tmp_path, monkeypatch) -> None:
     for limit in range(1, 8):
         with open_store(db) as store:
             cache = ReportCache.open(store, root=root)
-            sessions_rendered(store, "json", RENDER["json"], limit=limit, cache=cache)
+            _written(store, "json", cache, limit=limit)
     assert len(list(root.glob("*/memo-*"))) == 3
     assert len(list(root.glob("*/render-*"))) == 3
     for n in range(4):
@@ -635,11 +643,10 @@ def test_what_a_pending_undo_undid_is_read_once_per_stamp(tmp_path, monkeypatch)
 
 def _rendered(db: Path, root: Path, servers: list[str] | None = None) -> bytes:
     with open_store(db) as store:
-        return sessions_rendered(
+        return _written(
             store,
             "json",
-            RENDER["json"],
-            cache=ReportCache.open(store, root=root),
+            ReportCache.open(store, root=root),
             mcp_servers=None if servers is None else (lambda directory: servers),
         )
 
@@ -704,6 +711,36 @@ def test_a_report_that_is_not_kept_gets_no_rendition(tmp_path, monkeypatch) -> N
         assert not list(root.rglob("render-*"))
         cache.remember("sessions", ["any"], [])
         cache.keep_rendered("sessions", ["any"], "json", b"[]\n")
-        assert cache.rendered("sessions", ["any"], "json") == b"[]\n"
+        assert cache.rendered("sessions", ["any"], "json").read() == b"[]\n"
         assert cache.rendered("sessions", ["any"], "csv") is None
         assert cache.rendered("sessions", ["other"], "json") is None
+
+
+def test_a_rendition_is_copied_from_the_file_it_was_checked_in(tmp_path) -> None:
+    """The file stays open from its check to its copy: another run's replacement (a
+    rename) changes nothing; a file cut short in place (no run of ours does that) is one
+    error, not a short report passed off as whole."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    first = _rendered(db, root)
+    (path,) = root.rglob("render-*")
+    with open_store(db) as store:
+        request = sessions_module_request()
+        cache = ReportCache.open(store, root=root)
+        kept = cache.rendered("sessions", request, "json", lambda checks: True)
+        path.rename(path.with_name("elsewhere"))
+        path.write_bytes(b"replaced")
+        assert kept.read() == first
+        path.unlink()
+        path.with_name("elsewhere").rename(path)
+        kept = cache.rendered("sessions", request, "json", lambda checks: True)
+        with open(path, "r+b") as file:
+            file.truncate(len(path.read_bytes()) - 10)
+        with pytest.raises(InputError, match="cut short"):
+            kept.read()
+
+
+def sessions_module_request() -> list:
+    from opencode_events.reports import sessions as sessions_module
+
+    return sessions_module._request(None, None, False, True, None)

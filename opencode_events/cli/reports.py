@@ -61,7 +61,7 @@ def sessions(
     """Sessions in the store, newest activity first, with turns (prompts), steps (model
     calls), tools, tokens and cost; a session's subagents folded in (--no-fold: its own
     figures), their part in the subagent_* fields."""
-    from ..reports.sessions import sessions_rendered, sessions_report
+    from ..reports.sessions import sessions_report, write_sessions
     from ..store.open import store_files
 
     since_time, until_time = since_ms(since), until_ms(until)
@@ -78,14 +78,12 @@ def sessions(
         else:
             form = f"{fmt}-raw" if fmt == "csv" and csv_raw else fmt
             render = functools.partial(_render_sessions, fmt=fmt, fold=fold, csv_raw=csv_raw)
-            data = sessions_rendered(store, form, render, cache=cache, **choices)
-    if fmt == "table":
-        from ..output.tables import sessions_table
+            write_sessions(store, form, render, out, cache=cache, **choices)
+            out.flush()
+            return
+    from ..output.tables import sessions_table
 
-        sessions_table(report.sessions, out=sys.stdout, fold=fold)
-        return
-    out.write(data)
-    out.flush()
+    sessions_table(report.sessions, out=sys.stdout, fold=fold)
 
 
 def _render_sessions(report: Any, *, fmt: str, fold: bool, csv_raw: bool) -> bytes:

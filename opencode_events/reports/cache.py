@@ -33,16 +33,20 @@ still has.
         report = compute()
         cache.remember("sessions", request, report)
     cache.keep_rendered("sessions", request, "json", write_json(report))
+    kept = cache.rendered("sessions", request, "json")   # the next run: None, or
+    kept.write_to(sys.stdout.buffer)                      # the bytes, copied out
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import io
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import msgspec
 
@@ -52,9 +56,10 @@ except ImportError:  # pragma: no cover - an interpreter built without it
     from hashlib import blake2b
 
 from .._version import __version__
+from ..errors import InputError
 from ..store.changes import database_identity, fingerprint, log_moved, session_stamps
 
-__all__ = ["ReportCache", "cache_digest", "MEMOS", "DATABASES"]
+__all__ = ["ReportCache", "Rendition", "cache_digest", "MEMOS", "DATABASES"]
 
 T = TypeVar("T")
 
@@ -99,10 +104,47 @@ class _Rendition(msgspec.Struct, array_like=True):
     request: Any
     form: str
     checks: Any  # the memo's
-    data: bytes
+    length: int  # of the bytes after the head
 
 
 _RENDITION = msgspec.msgpack.Decoder(_Rendition)
+_HEAD_LARGEST = 1 << 24  # a rendition's head: a request and the MCP servers consulted
+_COPY_PIECE = 1 << 20
+
+
+class _Unsound(Exception):
+    """A rendition that is not to be trusted (damaged, foreign, or of another state)."""
+
+
+class Rendition:
+    """Bytes ``ReportCache.rendered`` found sound, still in their file: opened when they
+    were checked, so a run that replaces the file meanwhile (a rename) changes nothing
+    here. ``write_to`` copies them out in pieces of a megabyte and closes the file."""
+
+    def __init__(self, file: BinaryIO, offset: int, length: int) -> None:
+        self._file, self._offset, self.length = file, offset, length
+
+    def write_to(self, out: BinaryIO) -> None:
+        try:
+            self._file.seek(self._offset)
+            left = self.length
+            while left:
+                piece = self._file.read(min(left, _COPY_PIECE))
+                if not piece:  # cut short in place, which no run of ours does
+                    raise InputError("the report cache was cut short while read: run again")
+                out.write(piece)
+                left -= len(piece)
+        finally:
+            self._file.close()
+
+    def read(self) -> bytes:
+        """The bytes whole (tests; a caller that needs them in memory)."""
+        with io.BytesIO() as held:
+            self.write_to(held)
+            return held.getvalue()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def cache_digest(value: Any) -> str:
@@ -157,6 +199,11 @@ class ReportCache:
                 data = file.read(_LARGEST + 1)
         except OSError:
             return None
+        return self._sound(data)
+
+    def _sound(self, data: bytes) -> _Header | None:
+        """The header ``data`` holds, when it is whole, of this format, this version and
+        this database; else None."""
         try:
             header = _HEADER.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
@@ -170,16 +217,24 @@ class ReportCache:
             return None
         return header
 
-    def _write(self, name: str, body: bytes | Iterable[bytes]) -> None:
-        """Write ``name`` whole (a temporary file renamed over it); failures are ignored: a
-        cache that cannot be written only costs the next run its time. ``body``: its bytes,
-        or pieces of them written as they come (a large ledger is never held whole)."""
-        # A ``_Header``, written as its encoding would be but without copying ``body`` into
-        # it: the msgpack array of its first five fields, its length made six, then the body.
+    def _head(self) -> bytes:
+        """A ``_Header`` as its encoding would start, before its ``body``: the msgpack array
+        of its first five fields, its length made six (the body is written after it)."""
         head = bytearray(
             _ENCODER.encode((_MAGIC, FORMAT, __version__, self.database, self.fingerprint))
         )
         head[0] += 1  # fixarray of 5 (0x95) → of 6
+        return bytes(head)
+
+    def _write(self, name: str, body: bytes | Iterable[bytes]) -> None:
+        """Write ``name``: the header, then ``body``, its bytes or pieces of them written as
+        they come (a large ledger is never held whole)."""
+        pieces = [body] if isinstance(body, bytes) else body
+        self._replace(name, itertools.chain([self._head()], pieces))
+
+    def _replace(self, name: str, pieces: Iterable[bytes]) -> None:
+        """Write ``name`` whole (a temporary file renamed over it); failures are ignored: a
+        cache that cannot be written only costs the next run its time."""
         import tempfile
 
         try:
@@ -187,8 +242,8 @@ class ReportCache:
             fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as file:
-                    size = file.write(head)
-                    for piece in [body] if isinstance(body, bytes) else body:
+                    size = 0
+                    for piece in pieces:
                         size += file.write(piece)
                         if size > _LARGEST:  # a runaway, not a real report: not kept
                             raise _TooLarge
@@ -276,20 +331,41 @@ class ReportCache:
         request: Any,
         form: str,
         still_true: Callable[[Any], bool] = lambda checks: checks is None,
-    ) -> bytes | None:
+    ) -> Rendition | None:
         """The bytes kept by ``keep_rendered`` for ``request`` in ``form``, when the database
         is in the state they were kept in and their memo's ``checks`` still hold (as
-        ``recall`` would find the memo); else None."""
-        header = self._read(f"render-{_digest([kind, request, form])}")
-        if header is None or header.fingerprint != self.fingerprint:
+        ``recall`` would find the memo); else None. They are left in their file, open, to
+        be copied out (``Rendition``): 100,000 sessions' JSON is 110 MB.
+
+        The file: the length of its head (8 bytes), the head (a ``_Header`` whose body says
+        what the bytes are and how many), then the bytes."""
+        try:
+            # Unbuffered: the check reads the head alone, the copy the bytes as they are now.
+            name = f"render-{_digest([kind, request, form])}"
+            file = open(self.folder / name, "rb", buffering=0)  # noqa: SIM115 - Rendition's
+        except OSError:
             return None
         try:
+            size = os.fstat(file.fileno()).st_size
+            length = int.from_bytes(file.read(8), "big")
+            header = self._sound(file.read(length)) if 0 < length <= _HEAD_LARGEST else None
+            if header is None or header.fingerprint != self.fingerprint:
+                raise _Unsound
             kept = _RENDITION.decode(header.body)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            if (
+                kept.request != request
+                or kept.form != form
+                or size != 8 + length + kept.length
+                or not still_true(kept.checks)
+            ):
+                raise _Unsound
+        except (_Unsound, OSError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            file.close()
             return None
-        if kept.request != request or kept.form != form or not still_true(kept.checks):
-            return None
-        return kept.data
+        except BaseException:
+            file.close()
+            raise
+        return Rendition(file, 8 + length, kept.length)
 
     def keep_rendered(self, kind: str, request: Any, form: str, data: bytes) -> None:
         """Keep ``data``, the report of ``request`` as ``form`` names it (one name, one
@@ -299,8 +375,9 @@ class ReportCache:
         checks = self._kept.get(f"memo-{_digest([kind, request])}", _NOT_KEPT)
         if checks is _NOT_KEPT:
             return
-        rendition = _Rendition(request, form, checks, data)
-        self._write(f"render-{_digest([kind, request, form])}", _ENCODER.encode(rendition))
+        head = self._head() + _ENCODER.encode(_Rendition(request, form, checks, len(data)))
+        name = f"render-{_digest([kind, request, form])}"
+        self._replace(name, [len(head).to_bytes(8, "big"), head, data])
 
     def previous(
         self,

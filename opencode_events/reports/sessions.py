@@ -31,7 +31,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 from msgspec import Struct
@@ -1001,10 +1001,11 @@ def sessions_report(
     return report
 
 
-def sessions_rendered(
+def write_sessions(
     store: Any,
     form: str,
     render: Callable[[SessionsReport], bytes],
+    out: BinaryIO,
     *,
     since_ms: int | None = None,
     limit: int | None = None,
@@ -1013,18 +1014,20 @@ def sessions_rendered(
     cache: ReportCache | None = None,
     fold: bool = True,
     until_ms: int | None = None,
-) -> bytes:
-    """``render(sessions_report(store, …))``. With ``cache``, the bytes are kept beside the
-    report's memo under ``form``, which must name ``render`` exactly (``"json"``, say): a
-    repeat of an unchanged database copies them out, without decoding the report or
-    writing it again (for 10,000 sessions, most of a repeat's time)."""
+) -> None:
+    """Write ``render(sessions_report(store, …))`` to ``out``. With ``cache``, the bytes are
+    kept beside the report's memo under ``form``, which must name ``render`` exactly
+    (``"json"``, say): a repeat of an unchanged database copies them from the cache's
+    file, without decoding the report, writing it again or holding it whole (for
+    10,000 sessions, most of a repeat's time; for 100,000, 110 MB of JSON)."""
     if mcp_servers is None:
         from .mcp import mcp_server_names as mcp_servers
     request = _request(since_ms, limit, all_sessions, fold, until_ms)
     if cache is not None:
-        data = cache.rendered("sessions", request, form, _still_configured(mcp_servers))
-        if data is not None:
-            return data
+        kept = cache.rendered("sessions", request, form, _still_configured(mcp_servers))
+        if kept is not None:
+            kept.write_to(out)
+            return
     report = sessions_report(
         store,
         since_ms=since_ms,
@@ -1036,9 +1039,9 @@ def sessions_rendered(
         until_ms=until_ms,
     )
     data = render(report)
+    out.write(data)
     if cache is not None:
         cache.keep_rendered("sessions", request, form, data)
-    return data
 
 
 def _request(
