@@ -213,7 +213,8 @@ class Store:
         self._totals: dict[str, dict[str, Any]] | None = None
         self._session_columns = _SESSION_COLUMNS
         self.totals_from_messages = False
-        self.schema: tuple[str | None, str | None] = (None, None)
+        self._tables: dict[str, set[str]] = {}  # each table's columns
+        self._schema: tuple[str | None, str | None] | None = None  # asked for: ``schema``
         self.notes: list[str] = []  # for people: set by ``store.open`` (an older schema, …)
         try:  # a private copy made before a failure is removed too
             self.conn = self._connect()
@@ -237,7 +238,7 @@ class Store:
         clone._totals = self._totals
         clone._session_columns = self._session_columns
         clone.totals_from_messages = self.totals_from_messages
-        clone.schema = self.schema
+        clone._tables, clone._schema = self._tables, self._schema
         clone.notes = []
         clone.uri = self.uri
         clone.bytes_read = 0
@@ -315,7 +316,7 @@ class Store:
                 f"{self.path} is not a readable SQLite database ({sqlite_reason(exc)})"
             ) from None
         present = tables.get("session", set())
-        self.schema = self._schema_of(tables)
+        self._tables = tables
         # An older schema without the session's totals: summed from its messages.
         self.totals_from_messages = "session" in tables and not any(
             c in present for c in TOTALS_COLUMNS
@@ -337,10 +338,19 @@ class Store:
                     f"(`{table}` lacks {', '.join(missing)}{self._schema_words()})"
                 )
 
-    def _schema_of(self, tables: dict[str, set[str]]) -> tuple[str | None, str | None]:
+    @property
+    def schema(self) -> tuple[str | None, str | None]:
         """(the last migration OpenCode recorded, the newest OpenCode version that wrote a
-        session): what names the schema of a database in a message. OpenCode records its
-        migrations in ``migration`` (1.18) or, before, drizzle's ``__drizzle_migrations``."""
+        session): what names the schema of a database in a message. Read when first asked:
+        the newest session's version is a scan of the session table (no index on its
+        time), 46 MB of pages at 100,000 sessions, which only an error or a note needs."""
+        if self._schema is None:
+            self._schema = self._schema_of(self._tables)
+        return self._schema
+
+    def _schema_of(self, tables: dict[str, set[str]]) -> tuple[str | None, str | None]:
+        """``schema``, read. OpenCode records its migrations in ``migration`` (1.18) or,
+        before, drizzle's ``__drizzle_migrations``."""
         migration = version = None
         queries = []
         if "id" in tables.get("migration", set()):
