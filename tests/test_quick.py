@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opencode_events.cli.events import normalize as click_normalize
-from opencode_events.cli.quick import NormalizeRequest, limit_of, normalize_request
+from opencode_events.cli.quick import (
+    NormalizeRequest,
+    StatuslineRequest,
+    limit_of,
+    normalize_request,
+    statusline_request,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "bash_ok" / "stream.jsonl"
@@ -255,3 +261,78 @@ def test_shell_completion_is_clicks():
         [sys.executable, "-c", code, "normalize"], capture_output=True, timeout=60, env=env
     )
     assert b"normalize" in result.stdout, result.stderr
+
+
+# `statusline`: a status bar starts it every few seconds, so it is read without click too.
+TASK_DB = str(ROOT / "samples" / "task" / "opencode.db")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["statusline"], StatuslineRequest()),
+        (
+            ["statusline", "--db", "x.db", "--session", "ses_1", "--tz", "UTC"],
+            StatuslineRequest(db_path="x.db", session_id="ses_1", tz="UTC"),
+        ),
+        (
+            ["statusline", "--format={cost}", "--at=2h"],
+            StatuslineRequest(template="{cost}", at="2h"),
+        ),
+        (["statusline", "--help"], None),
+        (["statusline", "extra"], None),
+        (["statusline", "--db"], None),
+        (["statusline", "--db", "--tz"], None),
+        (["statusline", "--db=", "x"], None),
+        (["statusline", "--db", "a", "--db", "b"], None),
+        (["statusline", "-h"], None),
+        (["sessions", "--db", "x"], None),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
+def test_statusline_reads_a_command_line_as_click_would_or_leaves_it(argv, expected):
+    assert statusline_request(argv) == expected
+    if expected is not None:  # what click reads from it is the same request
+        from opencode_events.cli.statusline import statusline as click_statusline
+
+        ctx = click_statusline.make_context("statusline", list(argv[1:]))
+        assert StatuslineRequest(**ctx.params) == expected
+
+
+def test_statusline_never_imports_click():
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write(repr('click' in sys.modules)))\n"
+        "from opencode_events.cli import main\n"
+        "main()\n"
+    )
+    result = _run(code, "statusline", "--db", TASK_DB)
+    assert result.returncode == 0 and result.stderr == b"False", result.stderr
+    assert result.stdout.count(b"\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["statusline", "--db", TASK_DB],
+        ["statusline", "--db", TASK_DB, "--format", "{state} {short_id} {today}", "--tz", "UTC"],
+        ["statusline", "--db", TASK_DB, "--at", "2026-11-30", "--tz", "Europe/Paris"],
+        ["statusline", "--db", TASK_DB, "--session", "ses_nope"],  # one error line, exit 2
+        ["statusline", "--db", "missing.db"],  # exit 2
+        ["statusline", "--db", TASK_DB, "--format", "{nope}"],  # click's words, exit 2
+        ["statusline", "--db", TASK_DB, "--tz", "Mars/Olympus"],
+        ["statusline", "--db", TASK_DB, "--at", "whenever"],
+        ["statusline", "--db", TASK_DB, "--help"],
+    ],
+    ids=lambda a: " ".join(a[3:]) or "plain",
+)
+def test_statusline_both_paths_write_the_same_and_exit_the_same(argv):
+    quick = "from opencode_events.cli import main\nmain()\n"
+    with_click = "from opencode_events.cli.main import main\nmain()\n"
+    one, other = _run(quick, *argv), _run(with_click, *argv)
+    assert (one.returncode, one.stdout, one.stderr) == (
+        other.returncode,
+        other.stdout,
+        other.stderr,
+    )
+    assert one.returncode in (0, 2)

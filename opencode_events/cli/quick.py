@@ -1,11 +1,14 @@
-"""``normalize`` without click: what the console script runs when the command line is one
-this parser reads exactly as click would, so a pipe's start-up does not pay for click.
+"""``normalize`` and ``statusline`` without click: what the console script runs when the
+command line is one this parser reads exactly as click would, so a pipe's start-up (and a
+status bar's, every few seconds) does not pay for click.
 
 ``normalize_request(argv)`` reads ``normalize`` and its options (``cli.events.normalize``
 declares them for click, with their help) into a ``NormalizeRequest``, or returns None for
 anything else it is not sure of: another command, ``--help``, an unknown option, a value
 click would refuse, an option given twice, ``-`` glued to a value. Then click parses the
 command line, and says what is wrong in its own words. Both paths run ``run_normalize``.
+``statusline_request`` and ``statusline_line`` do the same for ``statusline``; a value
+the command refuses (``Refused``) is left to click too, to be said in its words.
 
     >>> normalize_request(["normalize", "--raw", "-o", "out.jsonl", "run.jsonl"]).output
     'out.jsonl'
@@ -25,6 +28,10 @@ __all__ = [
     "tags_of",
     "limit_of",
     "event_mcp_servers",
+    "StatuslineRequest",
+    "statusline_request",
+    "statusline_line",
+    "Refused",
     "main",
 ]
 
@@ -165,21 +172,134 @@ def run_normalize(request: NormalizeRequest) -> None:
         raise SystemExit(ExitStatus.STRICT)
 
 
+class StatuslineRequest(NamedTuple):
+    db_path: str | None = None
+    session_id: str | None = None
+    template: str | None = None
+    tz: str | None = None
+    at: str | None = None
+
+
+_STATUSLINE_VALUES = {
+    "--db": "db_path",
+    "--session": "session_id",
+    "--format": "template",
+    "--tz": "tz",
+    "--at": "at",
+}
+
+
+def statusline_request(argv: list[str]) -> StatuslineRequest | None:
+    """``argv`` (without the program name) as a ``statusline`` request, or None: click's
+    (another command, ``--help``, an argument, an unknown option, an option given twice,
+    a value missing, empty or looking like an option)."""
+    if not argv or argv[0] != "statusline":
+        return None
+    fields: dict[str, str] = {}
+    args = iter(argv[1:])
+    for arg in args:
+        name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        field = _STATUSLINE_VALUES.get(name)
+        if field is None or field in fields:
+            return None
+        if not equals:
+            value = next(args, None)  # type: ignore[assignment]
+            if value is None or value.startswith("-"):
+                return None
+        if not value:
+            return None
+        fields[field] = value
+    return StatuslineRequest(**fields)
+
+
+class Refused(ValueError):
+    """A ``statusline`` value the command refuses: ``param`` names the option, as click's
+    ``BadParameter`` does."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def statusline_line(request: StatuslineRequest) -> bytes:
+    """The ``statusline`` command, its options read (by click or ``statusline_request``):
+    the line to print. A template, zone or time it refuses is ``Refused``."""
+    from ..core.timeutil import parse_since
+    from ..reports.statusline import DEFAULT_FORMAT, check_format, render, take_glance
+    from ..store.open import open_store, select_sessions
+
+    template = DEFAULT_FORMAT if request.template is None else request.template
+    try:
+        check_format(template)
+    except ValueError as exc:
+        raise Refused("--format", str(exc)) from None
+    zone = None
+    if request.tz is not None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            zone = ZoneInfo(request.tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise Refused("--tz", f"unknown time zone {request.tz!r}") from None
+    now_ms = None
+    if request.at is not None:
+        try:
+            now_ms = parse_since(request.at, tz=zone)
+        except ValueError as exc:
+            raise Refused("--at", str(exc)) from None
+    # No notes on a status line, and no old JSON files: they hold no live session.
+    with open_store(request.db_path, legacy=False) as store:
+        session = request.session_id
+        chosen = select_sessions(store, (session,)) if session is not None else [None]
+        glance = take_glance(store, chosen[0], now_ms=now_ms, tz=zone)
+    try:
+        line = render(template, glance)
+    except ValueError as exc:
+        raise Refused("--format", str(exc)) from None
+    return line.encode("utf-8", "replace") + b"\n"
+
+
+def _print_statusline(request: StatuslineRequest) -> bool:
+    """Print the line; False (nothing printed) when click is to say what it refuses."""
+    try:
+        line = statusline_line(request)
+    except Refused:
+        return False
+    out = sys.stdout.buffer
+    out.write(line)
+    out.flush()
+    return True
+
+
 def main() -> None:
-    """The console script: a plain ``normalize`` here, anything else through click (and
-    shell completion, which click answers when its variable is set)."""
+    """The console script: a plain ``normalize`` or ``statusline`` here, anything else
+    through click (and shell completion, which click answers when its variable is set)."""
     import os
 
-    request = None if _COMPLETE in os.environ else normalize_request(sys.argv[1:])
-    if request is None:
-        from .main import main as click_main
-
-        click_main()
+    argv = sys.argv[1:]
+    completing = _COMPLETE in os.environ
+    request = None if completing else normalize_request(argv)
+    glance = None if completing or request is not None else statusline_request(argv)
+    if request is None and glance is None:
+        _click_main()
         return
     from .exits import guarded, prepare_process
 
     prepare_process()
-    raise SystemExit(guarded(lambda: _interruptible(request)))
+    if request is not None:
+        raise SystemExit(guarded(lambda: _interruptible(request)))
+    printed: list[bool] = []
+    status = guarded(lambda: printed.append(_print_statusline(glance)))
+    if printed == [False]:  # a value it refuses: click's words for it
+        _click_main()
+        return
+    raise SystemExit(status)
+
+
+def _click_main() -> None:
+    from .main import main as click_main
+
+    click_main()
 
 
 _COMPLETE = "_OPENCODE_EVENTS_COMPLETE"  # click's shell completion for "opencode-events"

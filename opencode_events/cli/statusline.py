@@ -45,31 +45,13 @@ def statusline(
     one). Fields of --format: {cost} {own_cost} {subagent_cost} {subagents} {today}
     {context} {context_tokens} {state} {session} {short_id} {title}.
     """
-    from ..core.timeutil import parse_since
-    from ..reports.statusline import DEFAULT_FORMAT, check_format, render, take_glance
-    from ..store.open import open_store, select_sessions
-    from .io import time_zone
+    from .quick import Refused, StatuslineRequest, statusline_line
 
-    template = DEFAULT_FORMAT if template is None else template
+    request = StatuslineRequest(db_path, session_id, template, tz, at)
     try:
-        check_format(template)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--format") from None
-    zone = time_zone(tz)
-    now_ms = None
-    if at is not None:
-        try:
-            now_ms = parse_since(at, tz=zone)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--at") from None
-    # No notes on a status line, and no old JSON files: they hold no live session.
-    with open_store(db_path, legacy=False) as store:
-        chosen = select_sessions(store, (session_id,)) if session_id is not None else [None]
-        glance = take_glance(store, chosen[0], now_ms=now_ms, tz=zone)
-    try:
-        line = render(template, glance)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--format") from None
+        line = statusline_line(request)
+    except Refused as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.param) from None
     out = sys.stdout.buffer
-    out.write(line.encode("utf-8", "replace") + b"\n")
+    out.write(line)
     out.flush()
