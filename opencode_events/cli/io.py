@@ -242,14 +242,12 @@ def report_format(fmt: str | None, as_json: bool, out: Any) -> str:
 
 def time_zone(name: str | None) -> Any:
     """``--tz ZONE`` as a ``tzinfo`` (None: local time); an unknown zone is a usage error."""
-    if name is None:
-        return None
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    from ..core.timeutil import zone_named
 
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise click.BadParameter(f"unknown time zone {name!r}", param_hint="--tz") from None
+        return zone_named(name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tz") from None
 
 
 # ------------------------------------------------------------------------ OpenTelemetry

@@ -224,7 +224,7 @@ class Refused(ValueError):
 def statusline_line(request: StatuslineRequest) -> bytes:
     """The ``statusline`` command, its options read (by click or ``statusline_request``):
     the line to print. A template, zone or time it refuses is ``Refused``."""
-    from ..core.timeutil import parse_since
+    from ..core.timeutil import parse_since, zone_named
     from ..reports.statusline import DEFAULT_FORMAT, check_format, render, take_glance
     from ..store.open import open_store, select_sessions
 
@@ -233,14 +233,10 @@ def statusline_line(request: StatuslineRequest) -> bytes:
         check_format(template)
     except ValueError as exc:
         raise Refused("--format", str(exc)) from None
-    zone = None
-    if request.tz is not None:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            zone = ZoneInfo(request.tz)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise Refused("--tz", f"unknown time zone {request.tz!r}") from None
+    try:
+        zone = zone_named(request.tz)
+    except ValueError as exc:
+        raise Refused("--tz", str(exc)) from None
     now_ms = None
     if request.at is not None:
         try:

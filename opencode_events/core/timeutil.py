@@ -12,11 +12,23 @@ import re
 import time
 from datetime import datetime, tzinfo
 
-__all__ = ["parse_since", "parse_until", "format_time", "UNITS"]
+__all__ = ["parse_since", "parse_until", "format_time", "zone_named", "UNITS"]
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _DATE_ONLY = re.compile(r"^\s*\d{4}-?\d{2}-?\d{2}\s*$")  # 2026-11-30, or 20261130 as ccusage
+
+
+def zone_named(name: str | None) -> tzinfo | None:
+    """``--tz ZONE`` as a ``tzinfo`` (None: local time); ValueError for an unknown zone."""
+    if name is None:
+        return None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r}") from None
 
 
 def parse_since(text: str, *, now: float | None = None, tz: tzinfo | None = None) -> int:

@@ -143,9 +143,6 @@ class Rendition:
             self.write_to(held)
             return held.getvalue()
 
-    def close(self) -> None:
-        self._file.close()
-
 
 def cache_digest(value: Any) -> str:
     """A short digest of ``value`` (anything msgpack holds): a file name, or a long part of
@@ -154,6 +151,14 @@ def cache_digest(value: Any) -> str:
 
 
 _digest = cache_digest
+
+
+def _memo_name(kind: str, request: Any) -> str:
+    return f"memo-{_digest([kind, request])}"
+
+
+def _rendition_name(kind: str, request: Any, form: str) -> str:
+    return f"render-{_digest([kind, request, form])}"
 
 
 class ReportCache:
@@ -280,7 +285,7 @@ class ReportCache:
         """The memo kept for ``request`` (its file read once per run: ``recall``, then
         ``previous``), when it is sound, for this request, and ``still_true`` of what it
         consulted besides the database; its fingerprint is for the caller to judge."""
-        name = f"memo-{_digest([kind, request])}"
+        name = _memo_name(kind, request)
         if name not in self._memos:
             self._memos[name] = self._read(name)
         header = self._memos[name]
@@ -312,7 +317,7 @@ class ReportCache:
                 value = msgspec.msgpack.decode(found[1].value, type=type_)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
             return None
-        self._kept[f"memo-{_digest([kind, request])}"] = found[1].checks
+        self._kept[_memo_name(kind, request)] = found[1].checks
         return value
 
     def remember(
@@ -320,7 +325,7 @@ class ReportCache:
     ) -> None:
         kept = msgspec.Raw(_ENCODER.encode(basis))
         memo = _Memo(request, checks, msgspec.Raw(_ENCODER.encode(value)), kept)
-        name = f"memo-{_digest([kind, request])}"
+        name = _memo_name(kind, request)
         self._memos.pop(name, None)
         self._kept[name] = checks
         self._write(name, _ENCODER.encode(memo))
@@ -341,7 +346,7 @@ class ReportCache:
         what the bytes are and how many), then the bytes."""
         try:
             # Unbuffered: the check reads the head alone, the copy the bytes as they are now.
-            name = f"render-{_digest([kind, request, form])}"
+            name = _rendition_name(kind, request, form)
             file = open(self.folder / name, "rb", buffering=0)  # noqa: SIM115 - Rendition's
         except OSError:
             return None
@@ -372,12 +377,12 @@ class ReportCache:
         way of writing it), beside its memo: only when that memo was kept (``remember``)
         or found sound (``recall``) in this run, so a report that is not kept (a reply in
         flight) is never answered from here either."""
-        checks = self._kept.get(f"memo-{_digest([kind, request])}", _NOT_KEPT)
+        checks = self._kept.get(_memo_name(kind, request), _NOT_KEPT)
         if checks is _NOT_KEPT:
             return
         head = self._head() + _ENCODER.encode(_Rendition(request, form, checks, len(data)))
-        name = f"render-{_digest([kind, request, form])}"
-        self._replace(name, [len(head).to_bytes(8, "big"), head, data])
+        pieces = [len(head).to_bytes(8, "big"), head, data]
+        self._replace(_rendition_name(kind, request, form), pieces)
 
     def previous(
         self,

@@ -1007,37 +1007,25 @@ def write_sessions(
     render: Callable[[SessionsReport], bytes],
     out: BinaryIO,
     *,
-    since_ms: int | None = None,
-    limit: int | None = None,
-    all_sessions: bool = False,
     mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
     cache: ReportCache | None = None,
-    fold: bool = True,
-    until_ms: int | None = None,
+    **choices: Any,
 ) -> None:
-    """Write ``render(sessions_report(store, …))`` to ``out``. With ``cache``, the bytes are
-    kept beside the report's memo under ``form``, which must name ``render`` exactly
-    (``"json"``, say): a repeat of an unchanged database copies them from the cache's
-    file, without decoding the report, writing it again or holding it whole (for
+    """Write ``render(sessions_report(store, …))`` to ``out``; ``choices`` are the report's
+    (``since_ms``, ``limit``, ``all_sessions``, ``fold``, ``until_ms``). With ``cache``, the
+    bytes are kept beside the report's memo under ``form``, which must name ``render``
+    exactly (``"json"``, say): a repeat of an unchanged database copies them from the
+    cache's file, without decoding the report, writing it again or holding it whole (for
     10,000 sessions, most of a repeat's time; for 100,000, 110 MB of JSON)."""
     if mcp_servers is None:
         from .mcp import mcp_server_names as mcp_servers
-    request = _request(since_ms, limit, all_sessions, fold, until_ms)
+    request = _request(**choices)
     if cache is not None:
         kept = cache.rendered("sessions", request, form, _still_configured(mcp_servers))
         if kept is not None:
             kept.write_to(out)
             return
-    report = sessions_report(
-        store,
-        since_ms=since_ms,
-        limit=limit,
-        all_sessions=all_sessions,
-        mcp_servers=mcp_servers,
-        cache=cache,
-        fold=fold,
-        until_ms=until_ms,
-    )
+    report = sessions_report(store, mcp_servers=mcp_servers, cache=cache, **choices)
     data = render(report)
     out.write(data)
     if cache is not None:
@@ -1045,9 +1033,14 @@ def write_sessions(
 
 
 def _request(
-    since_ms: int | None, limit: int | None, all_sessions: bool, fold: bool, until_ms: int | None
+    since_ms: int | None = None,
+    limit: int | None = None,
+    all_sessions: bool = False,
+    fold: bool = True,
+    until_ms: int | None = None,
 ) -> list[Any]:
-    """What a memo of the report is kept under: the choices, and the stale rule's age."""
+    """What a memo of the report is kept under: the choices (``sessions_report``'s, with
+    its defaults), and the stale rule's age."""
     return [since_ms, limit, all_sessions, stale_after_ms(), fold, until_ms]
 
 
