@@ -1,6 +1,7 @@
-"""parallel.start_over_ranges(here=True): the last range in this process, the others in
-forked children; results in range order, a child's exception raised here, a child that
-died redone here, children no longer wanted stopped and reaped."""
+"""store.ranges: ``start_over_ranges(here=True)``, the last range in this process, the others
+in forked children; ``share_ranges``, small ranges taken from one queue by this process and
+forked children alike. Either way: results in range order, a child's exception raised here,
+a child that died redone here, children no longer wanted stopped and reaped."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from opencode_events.errors import InputError
-from opencode_events.store.ranges import start_over_ranges
+from opencode_events.store.ranges import SHARES, share_ranges, start_over_ranges
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no workers")
 
@@ -137,3 +138,82 @@ def test_cancel_of_the_pool_waits_for_its_workers():
     pending.cancel()
     with pytest.raises(RuntimeError, match="cancelled"):
         pending()
+
+
+# ---------------------------------------------------------------- share_ranges
+
+
+def _taken_by(uri: str, low: int, high: int, pause: float) -> tuple[int, int, int]:
+    time.sleep(pause)  # long enough that every process gets some ranges
+    return os.getpid(), low, high
+
+
+def _shared_ranges(table: _Table) -> list[tuple[int, int]]:
+    workers = min(os.cpu_count() or 1, 4)
+    return table.rowid_ranges("message", min(workers * SHARES, 255))
+
+
+def test_shared_ranges_come_back_in_range_order_from_every_process():
+    table = _Table(1000)
+    results = share_ranges(table, "message", 10, _taken_by, 0.02)
+    assert results is not None
+    assert [(low, high) for _, low, high in results] == _shared_ranges(table)
+    pids = {pid for pid, _, _ in results}
+    assert os.getpid() in pids and len(pids) >= 2  # this process and a child took ranges
+
+
+def test_a_table_too_small_to_share_is_left_to_the_caller():
+    assert share_ranges(_Table(5), "message", 10, _taken_by, 0) is None
+
+
+def test_a_sharing_childs_error_is_raised_here_and_the_children_reaped():
+    before = _children_of_this_process()
+    with pytest.raises(InputError, match="cannot read rows"):
+        share_ranges(_Table(1000), "message", 0, _slow_fails_in_a_child, os.getpid())
+    assert _children_of_this_process() == before
+
+
+def _slow_fails_in_a_child(uri: str, low: int, high: int, parent: int) -> int:
+    time.sleep(0.02)
+    if os.getpid() != parent:
+        raise InputError(f"cannot read rows {low}–{high}")
+    return low
+
+
+def _slow_dies_in_a_child(uri: str, low: int, high: int, parent: int) -> tuple[int, int]:
+    time.sleep(0.02)
+    if os.getpid() != parent:
+        os._exit(3)  # this range's result never written
+    return low, high
+
+
+def test_a_range_whose_child_died_is_redone_here():
+    table = _Table(1000)
+    results = share_ranges(table, "message", 0, _slow_dies_in_a_child, os.getpid())
+    assert results == _shared_ranges(table)
+
+
+def _fails_here(uri: str, low: int, high: int, parent: int) -> int:
+    time.sleep(0.01)
+    if os.getpid() == parent:
+        raise KeyboardInterrupt
+    return low
+
+
+def test_an_interrupt_here_stops_and_reaps_the_sharing_children():
+    before = _children_of_this_process()
+    with pytest.raises(KeyboardInterrupt):
+        share_ranges(_Table(1000), "message", 0, _fails_here, os.getpid())
+    assert _children_of_this_process() == before
+
+
+def _children_of_this_process() -> set[int]:
+    """The pids of this process's children, live or not yet reaped (Linux's /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = open(f"/proc/{entry}/stat").read()  # noqa: SIM115 - one read
+                if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    found.add(int(entry))
+    return found

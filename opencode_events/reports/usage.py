@@ -50,7 +50,7 @@ from ..core.views import (
 )
 from ..errors import GroupingError, InputError
 from ..events import summed_cost
-from ..store.ranges import start_over_ranges, worker_connection
+from ..store.ranges import share_ranges, worker_connection
 from ..store.rows import descendants, offers_fast_scans
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 from .cache import ReportCache, cache_digest
@@ -2073,22 +2073,21 @@ _PARALLEL_MIN_ROWS = 100_000  # message rows; below this a worker's start costs 
 
 
 def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
-    """Run ``scan`` over a large message table in one process per core (this one scans
-    the last range); False when it is not worth it or not possible here (the caller then
-    scans in this process alone)."""
-    empty = _Scan(scan.by, scan.owner, scan.copy_ids, scan.copy_times, scan.since, scan.until)
-    pending = start_over_ranges(
-        store, "message", _PARALLEL_MIN_ROWS, _scan_range, empty, tz, here=True
-    )
-    if pending is None:
+    """Run ``scan`` over a large message table in one process per core, all taking small
+    ranges from one queue (``share_ranges``); False when it is not worth it or not possible
+    here (the caller then scans in this process alone)."""
+    parts = share_ranges(store, "message", _PARALLEL_MIN_ROWS, _scan_range, scan, tz)
+    if parts is None:
         return False
-    for part in pending():
+    for part in parts:  # in range order: the same sums in the same order every time
         scan.merge(part)
     return True
 
 
-def _scan_range(uri: str, low: int, high: int, scan: _Scan, tz: tzinfo | None) -> _Scan:
-    """A worker: ``scan`` over the messages with rowid in [low, high), on its own connection."""
+def _scan_range(uri: str, low: int, high: int, like: _Scan, tz: tzinfo | None) -> _Scan:
+    """A worker: a scan ``like`` the report's over the messages with rowid in [low, high),
+    on its own connection, its slow rows decoded (``prepare``)."""
+    scan = _Scan(like.by, like.owner, like.copy_ids, like.copy_times, like.since, like.until)
     day_of = _DayOf(tz)
     with worker_connection(uri, "message") as conn:
         _scan_rowids(conn, low, high, scan, day_of)

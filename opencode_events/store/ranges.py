@@ -4,7 +4,10 @@ A worker gets the store's URI (how to open it again, read-only, on its own conne
 rowid range [low, high). Used only when the table is large enough to pay for the workers'
 start, and only where ``fork`` is available; otherwise callers scan in their own process.
 
-Three ways to run them: a process pool that works while the caller does something else (the
+Four ways to run them. ``share_ranges``: many small ranges handed out one at a time through
+a queue to this process and forked children alike, so that they all finish together
+whatever the rows' shape (a range full of large rows, or of the rows a report wants, takes
+longer). ``start_over_ranges``: a process pool that works while the caller does something else (the
 default); with ``here=True``, plain forked children for all ranges but the last, which the
 caller's own process scans when it asks for the results (it would only wait otherwise); with
 ``forks=True``, plain forked children for every range (for a worker that must not run in the
@@ -27,7 +30,13 @@ from ..workers import failure_report, raise_failure, worker_count
 from .rows import RowidRanges
 from .sqlite import SQLITE_ERRORS, sqlite_reason
 
-__all__ = ["Pending", "in_forked_child", "start_over_ranges", "worker_connection"]
+__all__ = [
+    "Pending",
+    "in_forked_child",
+    "share_ranges",
+    "start_over_ranges",
+    "worker_connection",
+]
 
 _in_forked_child = False  # set in a child of _fork
 
@@ -142,6 +151,159 @@ def _start_forked(
         children.clear()
 
     return Pending(collect, stop)
+
+
+SHARES = 8  # ranges per process for ``share_ranges``: the last one ends at most a range late
+
+
+def share_ranges(
+    store: Any, table: str, min_rows: int, worker: Callable[..., Any], *args: Any
+) -> list[Any] | None:
+    """``worker(uri, low, high, *args)`` over ``SHARES`` rowid ranges of ``table`` per
+    process, their results in range order; None when not worth it or not possible here.
+
+    This process and one forked child per other worker take the ranges from a queue (a
+    pipe holding their numbers), one at a time, so none waits for another that drew the
+    heavier rows. A child writes each result, pickled, to a file of its own in memory as
+    soon as it has it; this process reads them between its own ranges, so the reading is
+    shared out too. A child's exception is raised here; a range a child took and did not
+    finish (it died) is done here."""
+    uri = store.uri if isinstance(store, RowidRanges) else None
+    workers = worker_count()
+    if uri is None or workers < 2 or not hasattr(os, "fork"):
+        return None
+    ranges = store.rowid_ranges(table, min(workers * SHARES, 255))
+    if len(ranges) < 2 or ranges[-1][1] - ranges[0][0] < min_rows:
+        return None
+    take, give = os.pipe()
+    try:
+        os.write(give, bytes(range(len(ranges))))  # fewer than PIPE_BUF: written at once
+    finally:
+        os.close(give)  # an empty queue then reads as the end
+    children: list[_Child] = []
+    try:
+        for _ in range(workers - 1):
+            children.append(_fork_sharer(take, ranges, worker, (uri, *args)))
+        results: dict[int, Any] = {}
+        while (index := _next_range(take)) is not None:
+            results[index] = worker(uri, *ranges[index], *args)
+            for child in children:
+                child.read_into(results)
+        for child in children:
+            child.finish(results)
+        for index, (low, high) in enumerate(ranges):
+            if index not in results:  # taken by a child that died without its result
+                results[index] = worker(uri, low, high, *args)
+        return [results[index] for index in range(len(ranges))]
+    finally:
+        os.close(take)
+        for child in children:
+            child.stop()
+
+
+def _next_range(take: int) -> int | None:
+    """The next range's number from the queue (one byte: a read of it is atomic), or None
+    when the queue is empty."""
+    got = os.read(take, 1)
+    return got[0] if got else None
+
+
+class _Child:
+    """A forked sharer: its pid and the file its results are written to, read from
+    ``offset`` on as records (8-byte length, then a pickled ``(range, ok, value)``)."""
+
+    def __init__(self, pid: int, results: int) -> None:
+        self.pid, self.results, self.offset = pid, results, 0
+        self.alive = True
+
+    def read_into(self, results: dict[int, Any]) -> None:
+        """The records written whole since the last read; a failure's is raised here."""
+        size = os.fstat(self.results).st_size
+        while size - self.offset >= 8:
+            length = int.from_bytes(os.pread(self.results, 8, self.offset), "little")
+            if size - self.offset - 8 < length:
+                return  # still being written
+            payload = _pread_all(self.results, length, self.offset + 8)
+            self.offset += 8 + length
+            index, ok, value = pickle.loads(payload)
+            if not ok:
+                raise_failure(value)
+            results[index] = value
+
+    def finish(self, results: dict[int, Any]) -> None:
+        """Wait for the child's end, then read what it wrote."""
+        os.waitpid(self.pid, 0)
+        self.alive = False
+        self.read_into(results)
+
+    def stop(self) -> None:
+        if self.alive:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(self.pid, 0)
+            self.alive = False
+        with contextlib.suppress(OSError):
+            os.close(self.results)
+
+
+def _pread_all(fd: int, length: int, offset: int) -> bytes:
+    pieces = []
+    while length > 0:
+        piece = os.pread(fd, length, offset)
+        if not piece:
+            raise InputError("a worker's results were cut short")
+        pieces.append(piece)
+        length -= len(piece)
+        offset += len(piece)
+    return b"".join(pieces)
+
+
+def _results_file() -> int:
+    """A file for a child's results: in memory where the system offers it."""
+    if hasattr(os, "memfd_create"):
+        with contextlib.suppress(OSError):
+            return os.memfd_create("opencode-events-results", os.MFD_CLOEXEC)
+    import tempfile
+
+    return os.dup(tempfile.TemporaryFile().fileno())
+
+
+def _fork_sharer(
+    take: int, ranges: list[tuple[int, int]], worker: Callable[..., Any], args: tuple[Any, ...]
+) -> _Child:
+    results = _results_file()
+    try:
+        pid = os.fork()
+    except BaseException:
+        os.close(results)
+        raise
+    if pid == 0:  # the child: never returns into the caller's code
+        global _in_forked_child
+        _in_forked_child = True
+        code = 0
+        try:
+            uri, *rest = args
+            while (index := _next_range(take)) is not None:
+                try:
+                    record = (index, True, worker(uri, *ranges[index], *rest))
+                except BaseException as exc:  # noqa: BLE001 - handed to the parent
+                    record = (index, False, failure_report(exc))
+                payload = pickle.dumps(record, pickle.HIGHEST_PROTOCOL)
+                _write_all(results, len(payload).to_bytes(8, "little") + payload)
+                if not record[1]:
+                    break
+        except BaseException:  # noqa: BLE001 - the parent redoes what it sees no result of
+            code = 1
+        finally:
+            os._exit(code)
+    return _Child(pid, results)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _fork(worker: Callable[..., Any], args: tuple[Any, ...]) -> tuple[int, int]:
