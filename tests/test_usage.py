@@ -604,7 +604,8 @@ def grown_fork_db(tmp_path: Path) -> Path:
 def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, by: str):
     """A whole table read in chunks of rows (decoded one message at a time, each chunk that
     holds an odd row read again row by row) gives the row-by-row report to the last digit,
-    whatever the chunk size, in this process or split with a forked worker."""
+    whatever the chunk size, in this process or shared with forked workers (reading with
+    apsw's SQLite or with sqlite3's)."""
     import opencode_events.reports.usage as usage_module
     from opencode_events.store.sqlite import Store
 
@@ -642,6 +643,9 @@ def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, b
             )
             assert report() == expected
             assert ran == ([] if by == "step" else [True])  # steps are read in one process
+            # The forked workers read with apsw where they can: with sqlite3 alone, the same.
+            monkeypatch.setattr(usage_module.fastscan, "_apsw", lambda: None)
+            assert report() == expected
     if by == "day":
         assert any(row["day"] == "?" for row in expected["rows"])  # the time stored as text
     if by in ("day", "session"):
