@@ -1226,6 +1226,8 @@ def _outermost(session_ids: Sequence[str], tree: dict[str, list[str]]) -> list[s
     """``session_ids`` but those below another of them: a subagent chosen with its parent is
     folded into the parent's report, not listed a second time."""
     chosen = set(session_ids)
+    if chosen.isdisjoint(child for children in tree.values() for child in children):
+        return list(session_ids)  # none is anyone's subagent (every top-level session, say)
     below: set[str] = set()
     for sid in session_ids:
         if sid not in below:
