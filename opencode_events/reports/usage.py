@@ -1647,8 +1647,24 @@ def _fold_days(
     group's costs are joined packed, and unpacked once per report group."""
     folded: dict[Any, list[Any]] = {}
     label = _fold_label(by, owner, directories)
+    # ``_add_sums`` written out: this runs once per session and day of the database, and the
+    # report's rows need each group's first time, not all its times.
     for (sid, group), acc in groups.items():
-        _add_sums(folded, label(sid, group), acc)
+        key = label(sid, group)
+        into = folded.get(key)
+        if into is None:
+            into = folded[key] = _new_sums(None)
+        into[0] += acc[0]
+        into[1] += acc[1]
+        into[2] += acc[2]
+        into[3] += acc[3]
+        into[4] += acc[4]
+        into[5] += acc[5]
+        into[6].extend(acc[6])
+        into[7] += acc[7]
+        started = acc[8]
+        if started is not None and (into[8] is None or started < into[8]):
+            into[8] = started
     packed: dict[Any, list[bytes]] = {}
     for sid, entry in kept.items():
         for group, ints, costs, first, _times in entry.days:
