@@ -1102,3 +1102,33 @@ def test_an_mcp_call_names_its_configured_server(how, tmp_path: Path):
     (config / "opencode.json").write_text(json.dumps({"mcp": {"other": {"type": "local"}}}))
     calls = [e for e in _mcp_events(how, tmp_path, env) if e["kind"] == "unknown"]
     assert len(calls) == 3 and not [c for c in calls if "mcp_server" in c]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["normalize"], ["sessions", "--no-cache", "--db", "samples/task/opencode.db"]],
+    ids=["quick path", "through click"],
+)
+def test_every_command_runs_with_the_cycle_collector_set_seldom(argv: list[str]):
+    """The console script sets the cycle collector for a command's work (``exits.
+    collect_cycles_seldom``), on either path: what the command line imported frozen, the
+    youngest generation collected after 50,000 new objects instead of 700."""
+    from opencode_events.cli.exits import GC_YOUNGEST
+
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print(gc.get_threshold()[0], gc.get_freeze_count() > 0,"
+        " file=sys.stderr))\n"
+        f"sys.argv = ['opencode-events', *{argv!r}]\n"
+        "from opencode_events.cli import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=b"",
+        capture_output=True,
+        cwd=Path(__file__).parent.parent,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.decode().splitlines()[-1] == f"{GC_YOUNGEST} True"

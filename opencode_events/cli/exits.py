@@ -21,7 +21,14 @@ from ..errors import InputError, OutputError
 from .status import ExitStatus
 from .streams import PipeClosed, discard_stdout, whole_writes_stdout
 
-__all__ = ["guarded", "echo_error", "one_line", "flush_or_discard_stdout", "prepare_process"]
+__all__ = [
+    "guarded",
+    "echo_error",
+    "one_line",
+    "flush_or_discard_stdout",
+    "prepare_process",
+    "collect_cycles_seldom",
+]
 
 
 def echo_error(message: str) -> None:
@@ -123,13 +130,32 @@ def _database_failure(exc: BaseException) -> str | None:
 
 def prepare_process() -> None:
     """What the console script does before any command: stdout must be open, it takes
-    whole writes, and SIGTERM ends the process as Ctrl-C does."""
+    whole writes, SIGTERM ends the process as Ctrl-C does, and the cycle collector runs
+    less often (``collect_cycles_seldom``)."""
     if sys.stdout is None:  # started with stdout closed (`>&-`): every command writes there
         if sys.stderr is not None:
             sys.stderr.write("error: standard output is closed\n")
         sys.exit(ExitStatus.USAGE)
     whole_writes_stdout()
     _terminate_like_interrupt()
+    collect_cycles_seldom()
+
+
+GC_YOUNGEST = 50_000  # new container objects between two collections of the youngest
+
+
+def collect_cycles_seldom() -> None:
+    """Python's cycle collector set for a command's work, as mypy sets it for its own: a
+    report builds hundreds of thousands of objects that refcounting frees (none in a
+    cycle), and with the default threshold (700) the collector walked them again and
+    again: 30 ms of a cold ``usage --all`` on the bench database, 6 % of the run. What
+    is imported by now is set aside for good (``gc.freeze``): it lives as long as the
+    process. Cycles are still collected, after 50,000 new objects instead of 700."""
+    import gc
+
+    gc.freeze()
+    _, middle, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNGEST, middle, oldest)
 
 
 def _terminate_like_interrupt() -> None:
