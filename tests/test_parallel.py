@@ -155,8 +155,9 @@ def _shared_ranges(table: _Table) -> list[tuple[int, int]]:
 
 def test_shared_ranges_come_back_in_range_order_from_every_process():
     table = _Table(1000)
-    results = share_ranges(table, "message", 10, _taken_by, 0.02)
-    assert results is not None
+    pending = share_ranges(table, "message", 10, _taken_by, 0.02)
+    assert pending is not None
+    results = pending()
     assert [(low, high) for _, low, high in results] == _shared_ranges(table)
     pids = {pid for pid, _, _ in results}
     assert os.getpid() in pids and len(pids) >= 2  # this process and a child took ranges
@@ -169,7 +170,7 @@ def test_a_table_too_small_to_share_is_left_to_the_caller():
 def test_a_sharing_childs_error_is_raised_here_and_the_children_reaped():
     before = _children_of_this_process()
     with pytest.raises(InputError, match="cannot read rows"):
-        share_ranges(_Table(1000), "message", 0, _slow_fails_in_a_child, os.getpid())
+        share_ranges(_Table(1000), "message", 0, _slow_fails_in_a_child, os.getpid())()
     assert _children_of_this_process() == before
 
 
@@ -189,7 +190,7 @@ def _slow_dies_in_a_child(uri: str, low: int, high: int, parent: int) -> tuple[i
 
 def test_a_range_whose_child_died_is_redone_here():
     table = _Table(1000)
-    results = share_ranges(table, "message", 0, _slow_dies_in_a_child, os.getpid())
+    results = share_ranges(table, "message", 0, _slow_dies_in_a_child, os.getpid())()
     assert results == _shared_ranges(table)
 
 
@@ -203,7 +204,7 @@ def _fails_here(uri: str, low: int, high: int, parent: int) -> int:
 def test_an_interrupt_here_stops_and_reaps_the_sharing_children():
     before = _children_of_this_process()
     with pytest.raises(KeyboardInterrupt):
-        share_ranges(_Table(1000), "message", 0, _fails_here, os.getpid())
+        share_ranges(_Table(1000), "message", 0, _fails_here, os.getpid())()
     assert _children_of_this_process() == before
 
 
@@ -217,3 +218,35 @@ def _children_of_this_process() -> set[int]:
                 if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
                     found.add(int(entry))
     return found
+
+
+def test_children_take_ranges_before_the_results_are_asked_for():
+    """The children start at once: while the caller does something else they take ranges,
+    and this process takes the rest when it asks (in range order all the same)."""
+    table = _Table(1000)
+    pending = share_ranges(table, "message", 0, _taken_by, 0.01)
+    assert pending is not None
+    time.sleep(0.3)  # the caller's own work
+    results = pending()
+    assert [(low, high) for _, low, high in results] == _shared_ranges(table)
+    mine = [low for pid, low, _ in results if pid == os.getpid()]
+    assert len(mine) < len(results) // 2  # the children had a head start
+
+
+def test_without_here_every_range_is_taken_by_a_child():
+    table = _Table(1000)
+    pending = share_ranges(table, "message", 0, _taken_by, 0.005, here=False)
+    assert pending is not None
+    results = pending()
+    assert [(low, high) for _, low, high in results] == _shared_ranges(table)
+    assert all(pid != os.getpid() for pid, _, _ in results)
+
+
+def test_sharing_no_longer_wanted_is_cancelled_and_its_children_reaped():
+    before = _children_of_this_process()
+    pending = share_ranges(_Table(1000), "message", 0, _taken_by, 0.05)
+    assert pending is not None
+    pending.cancel()
+    assert _children_of_this_process() == before
+    with pytest.raises(RuntimeError, match="cancelled"):
+        pending()

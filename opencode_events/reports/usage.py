@@ -2100,10 +2100,10 @@ def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
     """Run ``scan`` over a large message table in one process per core, all taking small
     ranges from one queue (``share_ranges``); False when it is not worth it or not possible
     here (the caller then scans in this process alone)."""
-    parts = share_ranges(store, "message", _PARALLEL_MIN_ROWS, _scan_range, scan, tz)
-    if parts is None:
+    pending = share_ranges(store, "message", _PARALLEL_MIN_ROWS, _scan_range, scan, tz)
+    if pending is None:
         return False
-    for part in parts:  # in range order: the same sums in the same order every time
+    for part in pending():  # in range order: the same sums in the same order every time
         scan.merge(part)
     return True
 

@@ -157,17 +157,25 @@ SHARES = 8  # ranges per process for ``share_ranges``: the last one ends at most
 
 
 def share_ranges(
-    store: Any, table: str, min_rows: int, worker: Callable[..., Any], *args: Any
-) -> list[Any] | None:
-    """``worker(uri, low, high, *args)`` over ``SHARES`` rowid ranges of ``table`` per
-    process, their results in range order; None when not worth it or not possible here.
+    store: Any,
+    table: str,
+    min_rows: int,
+    worker: Callable[..., Any],
+    *args: Any,
+    here: bool = True,
+) -> Pending | None:
+    """Start ``worker(uri, low, high, *args)`` over ``SHARES`` rowid ranges of ``table`` per
+    process; the returned ``Pending`` gives their results in range order. None when not
+    worth it or not possible here.
 
-    This process and one forked child per other worker take the ranges from a queue (a
-    pipe holding their numbers), one at a time, so none waits for another that drew the
-    heavier rows. A child writes each result, pickled, to a file of its own in memory as
-    soon as it has it; this process reads them between its own ranges, so the reading is
-    shared out too. A child's exception is raised here; a range a child took and did not
-    finish (it died) is done here."""
+    Forked children (one per other worker; with ``here=False``, one per worker) take the
+    ranges from a queue (a pipe holding their numbers), one at a time, as soon as they
+    start; when the results are asked for, this process takes ranges too (unless not
+    ``here``): whatever the caller does first, and whichever ranges hold the heavier rows,
+    the processes finish together. A child writes each result, pickled, to a file of its
+    own in memory and rings a doorbell (a pipe); this process reads the results between
+    its own ranges, then as the doorbell rings. A child's exception is raised here; a
+    range a child took and did not finish (it died) is done here."""
     uri = store.uri if isinstance(store, RowidRanges) else None
     workers = worker_count()
     if uri is None or workers < 2 or not hasattr(os, "fork"):
@@ -175,30 +183,67 @@ def share_ranges(
     ranges = store.rowid_ranges(table, min(workers * SHARES, 255))
     if len(ranges) < 2 or ranges[-1][1] - ranges[0][0] < min_rows:
         return None
-    take, give = os.pipe()
-    try:
-        os.write(give, bytes(range(len(ranges))))  # fewer than PIPE_BUF: written at once
-    finally:
-        os.close(give)  # an empty queue then reads as the end
-    children: list[_Child] = []
-    try:
-        for _ in range(workers - 1):
-            children.append(_fork_sharer(take, ranges, worker, (uri, *args)))
-        results: dict[int, Any] = {}
-        while (index := _next_range(take)) is not None:
-            results[index] = worker(uri, *ranges[index], *args)
-            for child in children:
-                child.read_into(results)
-        for child in children:
-            child.finish(results)
-        for index, (low, high) in enumerate(ranges):
-            if index not in results:  # taken by a child that died without its result
-                results[index] = worker(uri, low, high, *args)
-        return [results[index] for index in range(len(ranges))]
-    finally:
-        os.close(take)
-        for child in children:
+    sharing = _Sharing(uri, ranges, worker, args, workers - 1 if here else workers, here)
+    return Pending(sharing.collect, sharing.stop)
+
+
+class _Sharing:
+    """The queue, the doorbell and the children of one ``share_ranges``."""
+
+    def __init__(
+        self,
+        uri: str,
+        ranges: list[tuple[int, int]],
+        worker: Callable[..., Any],
+        args: tuple[Any, ...],
+        children: int,
+        here: bool,
+    ) -> None:
+        self.uri, self.ranges, self.worker, self.args, self.here = uri, ranges, worker, args, here
+        self.children: list[_Child] = []
+        self.take, give = os.pipe()
+        try:
+            os.write(give, bytes(range(len(ranges))))  # fewer than PIPE_BUF: written at once
+        finally:
+            os.close(give)  # an empty queue then reads as the end
+        self.doorbell, ring = os.pipe()
+        try:
+            for _ in range(children):
+                self.children.append(_fork_sharer(self.take, ring, ranges, worker, (uri, *args)))
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            os.close(ring)  # the doorbell reads as the end once every child has ended
+
+    def collect(self) -> list[Any]:
+        try:
+            results: dict[int, Any] = {}
+            if self.here:
+                while (index := _next_range(self.take)) is not None:
+                    results[index] = self.worker(self.uri, *self.ranges[index], *self.args)
+                    for child in self.children:
+                        child.read_into(results)
+            while os.read(self.doorbell, 256):  # a child has written a result, or ended
+                for child in self.children:
+                    child.read_into(results)
+            for child in self.children:
+                child.finish(results)
+            for index, (low, high) in enumerate(self.ranges):
+                if index not in results:  # taken by a child that died without its result
+                    results[index] = self.worker(self.uri, low, high, *self.args)
+            return [results[index] for index in range(len(self.ranges))]
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        for child in self.children:
             child.stop()
+        for fd in (self.take, self.doorbell):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.take = self.doorbell = -1
 
 
 def _next_range(take: int) -> int | None:
@@ -243,8 +288,10 @@ class _Child:
             with contextlib.suppress(OSError):
                 os.waitpid(self.pid, 0)
             self.alive = False
-        with contextlib.suppress(OSError):
-            os.close(self.results)
+        if self.results >= 0:  # once: the number may be another file's by the next call
+            with contextlib.suppress(OSError):
+                os.close(self.results)
+            self.results = -1
 
 
 def _pread_all(fd: int, length: int, offset: int) -> bytes:
@@ -270,7 +317,11 @@ def _results_file() -> int:
 
 
 def _fork_sharer(
-    take: int, ranges: list[tuple[int, int]], worker: Callable[..., Any], args: tuple[Any, ...]
+    take: int,
+    ring: int,
+    ranges: list[tuple[int, int]],
+    worker: Callable[..., Any],
+    args: tuple[Any, ...],
 ) -> _Child:
     results = _results_file()
     try:
@@ -291,6 +342,7 @@ def _fork_sharer(
                     record = (index, False, failure_report(exc))
                 payload = pickle.dumps(record, pickle.HIGHEST_PROTOCOL)
                 _write_all(results, len(payload).to_bytes(8, "little") + payload)
+                os.write(ring, b"\x01")
                 if not record[1]:
                     break
         except BaseException:  # noqa: BLE001 - the parent redoes what it sees no result of
