@@ -1,19 +1,17 @@
-"""store.ranges: ``start_over_ranges(here=True)``, the last range in this process, the others
-in forked children; ``share_ranges``, small ranges taken from one queue by this process and
-forked children alike. Either way: results in range order, a child's exception raised here,
-a child that died redone here, children no longer wanted stopped and reaped."""
+"""store.ranges.share_ranges: small ranges taken from one queue by forked children and this
+process alike; results in range order, a child's exception raised here, a child that died
+redone here, children no longer wanted stopped and reaped."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 
 import pytest
 
 from opencode_events.errors import InputError
-from opencode_events.store.ranges import SHARES, share_ranges, start_over_ranges
+from opencode_events.store.ranges import SHARES, share_ranges
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no workers")
 
@@ -27,117 +25,6 @@ class _Table:
     def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int]]:
         step = self.rows // parts + 1
         return [(start, min(start + step, self.rows)) for start in range(0, self.rows, step)]
-
-
-def _where(uri: str, low: int, high: int, tag: str) -> tuple[int, int, int, str]:
-    return os.getpid(), low, high, tag
-
-
-def test_the_last_range_runs_here_and_the_others_in_children():
-    table = _Table(100)
-    pending = start_over_ranges(table, "message", 10, _where, "t", here=True)
-    assert pending is not None
-    results = pending()
-    ranges = table.rowid_ranges("message", min(os.cpu_count() or 1, 4))
-    assert [(low, high, tag) for _, low, high, tag in results] == [(*r, "t") for r in ranges]
-    assert results[-1][0] == os.getpid()
-    assert all(pid != os.getpid() for pid, *_ in results[:-1])
-
-
-def test_too_small_a_table_is_left_to_the_caller():
-    assert start_over_ranges(_Table(5), "message", 10, _where, "t", here=True) is None
-
-
-def _fails_in_a_child(uri: str, low: int, high: int, parent: int) -> int:
-    if os.getpid() != parent:
-        raise InputError(f"cannot read rows {low}–{high}")
-    return low
-
-
-def test_a_childs_error_is_raised_here():
-    pending = start_over_ranges(
-        _Table(100), "message", 0, _fails_in_a_child, os.getpid(), here=True
-    )
-    assert pending is not None
-    with pytest.raises(InputError, match="cannot read rows 0"):
-        pending()
-
-
-def _dies_in_a_child(uri: str, low: int, high: int, parent: int) -> tuple[int, int]:
-    if os.getpid() != parent:
-        os._exit(3)  # no result written
-    return low, high
-
-
-def test_a_child_that_died_is_redone_here():
-    table = _Table(100)
-    pending = start_over_ranges(table, "message", 0, _dies_in_a_child, os.getpid(), here=True)
-    assert pending is not None
-    assert pending() == table.rowid_ranges("message", min(os.cpu_count() or 1, 4))
-
-
-def test_the_pool_default_is_unchanged():
-    results = start_over_ranges(_Table(100), "message", 0, _where, "p")()
-    assert all(pid != os.getpid() for pid, *_ in results)  # every range in a worker
-
-
-def _sleeps_in_a_child(uri: str, low: int, high: int, parent: int) -> int:
-    if os.getpid() != parent:
-        time.sleep(60)
-    return low
-
-
-def test_cancel_stops_and_reaps_the_children(monkeypatch):
-    """Results no longer wanted (the caller failed before it asked for them): the children
-    are killed and reaped at once, their pipes closed; the results cannot be asked for."""
-    import opencode_events.store.ranges as parallel_module
-
-    children: list[tuple[int, int]] = []
-    fork = parallel_module._fork
-    monkeypatch.setattr(
-        parallel_module, "_fork", lambda *a: children.append(fork(*a)) or children[-1]
-    )
-    try:
-        pending = start_over_ranges(
-            _Table(100), "message", 0, _sleeps_in_a_child, os.getpid(), here=True
-        )
-        assert pending is not None and children
-        started = time.monotonic()
-        pending.cancel()
-        assert time.monotonic() - started < 30
-        for pid, read in children:
-            with pytest.raises(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            with pytest.raises(OSError):
-                os.fstat(read)
-        pending.cancel()  # twice: nothing more to do
-        with pytest.raises(RuntimeError, match="cancelled"):
-            pending()
-    finally:
-        for pid, _read in children:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.waitpid(pid, 0)
-
-
-@pytest.mark.parametrize("here", [True, False])
-def test_cancel_after_the_results_changes_nothing(here: bool):
-    pending = start_over_ranges(_Table(100), "message", 0, _where, "t", here=here)
-    assert pending is not None
-    results = pending()
-    pending.cancel()
-    assert len(results) == len(_Table(100).rowid_ranges("message", min(os.cpu_count() or 1, 4)))
-    with pytest.raises(RuntimeError, match="collected"):
-        pending()
-
-
-def test_cancel_of_the_pool_waits_for_its_workers():
-    pending = start_over_ranges(_Table(100), "message", 0, _where, "p")
-    assert pending is not None
-    pending.cancel()
-    with pytest.raises(RuntimeError, match="cancelled"):
-        pending()
 
 
 # ---------------------------------------------------------------- share_ranges

@@ -45,7 +45,7 @@ from ..core.views import (
 )
 from ..events import summed_cost
 from ..store import fastscan
-from ..store.ranges import Pending, in_forked_child, start_over_ranges, worker_connection
+from ..store.ranges import Pending, in_forked_child, share_ranges, worker_connection
 from ..store.rows import SessionRow, ToolPartHeads, descendants, offers_fast_scans
 from ..store.sqlite import Store
 from .cache import ReportCache
@@ -320,10 +320,6 @@ def _count_script(counts: ToolCounts, sid: str, data: bytes | None) -> None:
 
 
 MessageCounts = dict[str, list[Any]]  # session → [turns, inferences, in flight]
-# Each process reads the messages of a share of the message table as large as its share of
-# the part table, times this (in percent), and the last process the rest: when the last one
-# is this process, which also looks up the sessions while the others start reading.
-_MESSAGE_LEAD = 112
 
 
 def start_whole_scan(store: Any) -> Pending | None:
@@ -336,23 +332,22 @@ def start_whole_scan(store: Any) -> Pending | None:
 
 def _start_scan(store: Any) -> Pending | None:
     """The tool calls and message counts (a list of ``(ToolCounts, MessageCounts)``) of the
-    whole (large) database, from one process per core over a rowid range of the part table
-    and the matching share of the message table (the last share read by this process when
-    the result is asked for); None when that is not worth it or not possible here."""
+    whole (large) database, from one process per core taking small rowid ranges of the
+    part table, each with the matching share of the message table, from one queue
+    (``share_ranges``: this process joins when the result is asked for, unless apsw reads
+    them); None when that is not worth it or not possible here."""
     if not offers_fast_scans(store):
         return None
     parts, messages = store.rowid_ranges("part", 1), store.rowid_ranges("message", 1)
     if not parts:
         return None
-    # With apsw, every range is read by a forked child (see fastscan), in equal shares.
-    forks = fastscan.available()
-    spans = (parts[0], messages[0] if messages else None, 100 if forks else _MESSAGE_LEAD)
-    return start_over_ranges(
-        store, "part", _PARALLEL_MIN_PARTS, _scan_range, spans, here=not forks, forks=forks
-    )
+    # With apsw, every range is read by a forked child (see fastscan).
+    spans = (parts[0], messages[0] if messages else None)
+    here = not fastscan.available()
+    return share_ranges(store, "part", _PARALLEL_MIN_PARTS, _scan_range, spans, here=here)
 
 
-Spans = tuple[tuple[int, int], tuple[int, int] | None, int]  # parts, messages, lead (%)
+Spans = tuple[tuple[int, int], tuple[int, int] | None]  # the part and message tables' rowids
 
 
 def _scan_range(uri: str, low: int, high: int, spans: Spans) -> tuple[ToolCounts, MessageCounts]:
@@ -384,13 +379,14 @@ def _scan(
 
 
 def _message_share(low: int, high: int, spans: Spans) -> tuple[int, int]:
-    """The message rowids [start, stop) read along with the parts [low, high): shares that
-    follow one another as the part ranges do, the last one ending with the table."""
-    (part_low, part_high), message_span, lead = spans
+    """The message rowids [start, stop) read along with the parts [low, high): the share
+    of the message table that the parts are of the part table, shares that follow one
+    another as the part ranges do, the last one ending with the table."""
+    (part_low, part_high), message_span = spans
     first, end = message_span or (0, 0)
 
     def edge(rowid: int) -> int:
-        done = (rowid - part_low) * (end - first) * lead // ((part_high - part_low) * 100)
+        done = (rowid - part_low) * (end - first) // (part_high - part_low)
         return first + min(done, end - first)
 
     return edge(low), edge(high)
