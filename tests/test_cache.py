@@ -362,7 +362,10 @@ STEPS = st.lists(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(STEPS)
-def test_every_report_equals_a_recomputation(tmp_path_factory, steps) -> None:
+def test_every_report_equals_a_recomputation(tmp_path_factory, monkeypatch, steps) -> None:
+    # Every ledger that may be kept aside is (by a forked child, ``ReportCache.aside``), as
+    # on a large database: the next step reads what the child wrote.
+    monkeypatch.setattr(report_cache, "ASIDE_ENTRIES", 0)
     tmp = tmp_path_factory.mktemp("cache")
     db, spare, root = tmp / "opencode.db", tmp / "spare.db", tmp / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
@@ -744,3 +747,55 @@ def sessions_module_request() -> list:
     from opencode_events.reports import sessions as sessions_module
 
     return sessions_module._request(None, None, False, True, None)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: nothing is kept aside")
+@pytest.mark.parametrize("workers", [None, "1"], ids=["aside", "one process"])
+def test_a_large_ledger_is_kept_aside_and_in_place_when_the_report_returns(
+    tmp_path, monkeypatch, workers
+) -> None:
+    """A large ledger is made and written by a forked child while the report is made
+    (with ``OPENCODE_EVENTS_WORKERS=1``, by this process): either way it is in place when
+    the report returns, no child is left, and the next report reads only what changed."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    monkeypatch.setattr(report_cache, "ASIDE_ENTRIES", 1)  # "large" from one session on
+    if workers is None:
+        monkeypatch.delenv("OPENCODE_EVENTS_WORKERS", raising=False)
+    else:
+        monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", workers)
+    forks: list[int] = []
+    real_fork = os.fork
+    monkeypatch.setattr(report_cache.os, "fork", lambda: forks.append(1) or real_fork())
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))
+    children = _children_of_this_process()
+    first = _report(db, which, root)
+    assert len(forks) == (1 if workers is None else 0)
+    assert _children_of_this_process() == children  # reaped before the report returned
+    assert first == _report(db, which, None)
+    conn = sqlite3.connect(db)
+    (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
+    _log(conn, child, "message.updated.1")
+    conn.commit()
+    conn.close()
+    for memo in root.rglob("memo-*"):
+        memo.unlink()
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        report = stored_usage(store, cache=cache, all_sessions=True, by="day")
+        assert cache.hits == 1  # the parent from the ledger the child wrote
+    assert msgspec.json.encode(report.document()) == _report(db, which, None)
+
+
+def _children_of_this_process() -> set[int]:
+    """The pids of this process's children, live or not yet reaped (Linux's /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                found.add(int(entry))
+    return found

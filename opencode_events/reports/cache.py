@@ -58,8 +58,9 @@ except ImportError:  # pragma: no cover - an interpreter built without it
 from .._version import __version__
 from ..errors import InputError
 from ..store.changes import database_identity, fingerprint, log_moved, session_stamps
+from ..workers import worker_count
 
-__all__ = ["ReportCache", "Rendition", "cache_digest", "MEMOS", "DATABASES"]
+__all__ = ["ReportCache", "Rendition", "cache_digest", "MEMOS", "DATABASES", "ASIDE_ENTRIES"]
 
 T = TypeVar("T")
 
@@ -68,6 +69,7 @@ MEMOS = 16  # whole reports kept per database
 DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
 _PIECE = 1 << 20  # a large ledger is written in pieces of about this many bytes
+ASIDE_ENTRIES = 1000  # sessions from which a ledger is written by a forked child
 
 
 class _TooLarge(Exception):
@@ -175,6 +177,7 @@ class ReportCache:
         self._ledgers: dict[str, Any] = {}
         self._memos: dict[str, _Header | None] = {}
         self._kept: dict[str, Any] = {}  # memos kept or found sound in this run: their checks
+        self._aside: list[int] = []  # forked children writing a ledger (``settle``)
 
     @classmethod
     def open(cls, store: Any, *, root: Path | None = None) -> ReportCache | None:
@@ -461,6 +464,38 @@ class ReportCache:
         name = f"ledger-{_digest([kind, request])}"
         self._ledgers.pop(name, None)
         self._write(name, self._ledger_body(request, entries, count or 0))
+
+    def aside(self, keep: Callable[[], None], sessions: int) -> None:
+        """Run ``keep`` (which keeps a ledger of ``sessions`` sessions) in a forked child
+        while this process goes on with its report, when the ledger is large enough to pay
+        for the fork (``ASIDE_ENTRIES``) and the worker policy allows a second process;
+        else here and now. The caller waits for it (``settle``) before it returns."""
+        if worker_count(sessions, min_jobs=ASIDE_ENTRIES) > 1:
+            try:
+                pid = os.fork()
+            except OSError:
+                pid = -1
+            if pid == 0:  # the child: never returns into the caller's code
+                code = 0
+                try:
+                    keep()
+                except BaseException:  # noqa: BLE001 - a ledger not kept costs only time
+                    code = 1
+                finally:
+                    os._exit(code)
+            if pid > 0:
+                self._aside.append(pid)
+                self._ledgers.clear()  # what the child keeps is read from its file again
+                return
+        keep()
+
+    def settle(self) -> None:
+        """Wait for what ``aside`` keeps: once this returns it is in place (or, the child
+        having failed, not written at all)."""
+        while self._aside:
+            pid = self._aside.pop()
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
     def _ledger_body(
         self, request: Any, entries: Iterable[tuple[str, Any]], count: int

@@ -1085,9 +1085,12 @@ def store_usage(
         if kept is not None:
             return kept
         window = (since_ms, until_ms)
-        report = _store_usage(store, session_ids, by, fold, tz, cross_session, window, cache)
-        if not any(row.in_flight for row in report.rows):  # busy would turn stale
-            cache.remember("usage", request, report)
+        try:
+            report = _store_usage(store, session_ids, by, fold, tz, cross_session, window, cache)
+            if not any(row.in_flight for row in report.rows):  # busy would turn stale
+                cache.remember("usage", request, report)
+        finally:
+            cache.settle()  # the ledger written aside is in place
         return report
     window = (since_ms, until_ms)
     return _store_usage(store, session_ids, by, fold, tz, cross_session, window, None, now_ms)
@@ -1331,7 +1334,10 @@ def _grouped(
     ready = scan.ready or scan.prepare(day_of)
     if use_ledger:
         if since is None and until is None:  # the ledger keeps all-time groups
-            _keep_days(cache, ledger_request, groups, ready, owner, kept, scan.irregular)
+            # Kept by a forked child while the report is made (``store_usage`` settles it):
+            # it reads ``groups`` and ``ready`` as they are now, before they are folded.
+            found = (groups, ready, owner, kept, scan.irregular)
+            cache.aside(lambda: _keep_days(cache, ledger_request, *found), len(owner))
         for sid, entry in kept.items():  # their days are folded in below, as they are
             for mid, day, fingerprint, sums in entry.held:
                 ready.append((mid, (sid, day), tuple(fingerprint), sums))
