@@ -15,7 +15,8 @@ per database path, never beside the database, which is never written. What:
 - **ledgers**: per session, what a report needs of its messages and parts, under the
   session's stamp (OpenCode's change counter, ``event_sequence.seq``). A session whose
   stamp is unchanged is not read again; one without a stamp is trusted only while the
-  whole database's fingerprint holds.
+  whole database's fingerprint holds. A large one may be kept by a forked child while the
+  report is made (``aside``); the report waits for it before it returns (``settle``).
 
 Every file starts with a header naming this format, the tool's version and the database;
 a file that is damaged, truncated, foreign or of another version is ignored (and replaced
