@@ -39,6 +39,7 @@ from opencode_events.reports.context import context_report
 from opencode_events.reports.sessions import SESSION_COLUMNS, sessions_report, write_sessions
 from opencode_events.reports.usage import stored_usage
 from opencode_events.store.open import open_store, select_sessions
+from tests.processes import children_of_this_process
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 SOURCES = ("task", "fork", "parallel_tools", "mcp", "compaction", "bash_fail", "reasoning")
@@ -478,10 +479,9 @@ def test_two_processes_at_once_do_not_corrupt_it(tmp_path) -> None:
     assert not list(root.rglob(".tmp-*"))
 
 
-def test_a_repeat_reads_no_rows_and_a_change_reads_only_its_session(tmp_path) -> None:
-    db, root = tmp_path / "opencode.db", tmp_path / "cache"
-    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    _report(db, 0, root)
+def _subagent_replied(db: Path, root: Path) -> None:
+    """The subagent's stamp moves, as a reply written by OpenCode moves it; the memos go,
+    so that the next report is made from the ledger."""
     conn = sqlite3.connect(db)
     (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
     _log(conn, child, "message.updated.1")
@@ -489,6 +489,13 @@ def test_a_repeat_reads_no_rows_and_a_change_reads_only_its_session(tmp_path) ->
     conn.close()
     for memo in root.rglob("memo-*"):
         memo.unlink()
+
+
+def test_a_repeat_reads_no_rows_and_a_change_reads_only_its_session(tmp_path) -> None:
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    _report(db, 0, root)
+    _subagent_replied(db, root)
     with open_store(db) as store:
         cache = ReportCache.open(store, root=root)
         sessions_report(store, all_sessions=True, cache=cache)
@@ -768,34 +775,14 @@ def test_a_large_ledger_is_kept_aside_and_in_place_when_the_report_returns(
     real_fork = os.fork
     monkeypatch.setattr(report_cache.os, "fork", lambda: forks.append(1) or real_fork())
     which = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))
-    children = _children_of_this_process()
+    children = children_of_this_process()
     first = _report(db, which, root)
     assert len(forks) == (1 if workers is None else 0)
-    assert _children_of_this_process() == children  # reaped before the report returned
+    assert children_of_this_process() == children  # reaped before the report returned
     assert first == _report(db, which, None)
-    conn = sqlite3.connect(db)
-    (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
-    _log(conn, child, "message.updated.1")
-    conn.commit()
-    conn.close()
-    for memo in root.rglob("memo-*"):
-        memo.unlink()
+    _subagent_replied(db, root)
     with open_store(db) as store:
         cache = ReportCache.open(store, root=root)
         report = stored_usage(store, cache=cache, all_sessions=True, by="day")
         assert cache.hits == 1  # the parent from the ledger the child wrote
     assert msgspec.json.encode(report.document()) == _report(db, which, None)
-
-
-def _children_of_this_process() -> set[int]:
-    """The pids of this process's children, live or not yet reaped (Linux's /proc)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
-                found.add(int(entry))
-    return found

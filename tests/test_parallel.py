@@ -4,7 +4,6 @@ redone here, children no longer wanted stopped and reaped."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 
@@ -12,6 +11,7 @@ import pytest
 
 from opencode_events.errors import InputError
 from opencode_events.store.ranges import SHARES, share_ranges
+from tests.processes import children_of_this_process
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no workers")
 
@@ -55,10 +55,10 @@ def test_a_table_too_small_to_share_is_left_to_the_caller():
 
 
 def test_a_sharing_childs_error_is_raised_here_and_the_children_reaped():
-    before = _children_of_this_process()
+    before = children_of_this_process()
     with pytest.raises(InputError, match="cannot read rows"):
         share_ranges(_Table(1000), "message", 0, _slow_fails_in_a_child, os.getpid())()
-    assert _children_of_this_process() == before
+    assert children_of_this_process() == before
 
 
 def _slow_fails_in_a_child(uri: str, low: int, high: int, parent: int) -> int:
@@ -89,22 +89,10 @@ def _fails_here(uri: str, low: int, high: int, parent: int) -> int:
 
 
 def test_an_interrupt_here_stops_and_reaps_the_sharing_children():
-    before = _children_of_this_process()
+    before = children_of_this_process()
     with pytest.raises(KeyboardInterrupt):
         share_ranges(_Table(1000), "message", 0, _fails_here, os.getpid())()
-    assert _children_of_this_process() == before
-
-
-def _children_of_this_process() -> set[int]:
-    """The pids of this process's children, live or not yet reaped (Linux's /proc)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                stat = open(f"/proc/{entry}/stat").read()  # noqa: SIM115 - one read
-                if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
-                    found.add(int(entry))
-    return found
+    assert children_of_this_process() == before
 
 
 def test_children_take_ranges_before_the_results_are_asked_for():
@@ -130,10 +118,10 @@ def test_without_here_every_range_is_taken_by_a_child():
 
 
 def test_sharing_no_longer_wanted_is_cancelled_and_its_children_reaped():
-    before = _children_of_this_process()
+    before = children_of_this_process()
     pending = share_ranges(_Table(1000), "message", 0, _taken_by, 0.05)
     assert pending is not None
     pending.cancel()
-    assert _children_of_this_process() == before
+    assert children_of_this_process() == before
     with pytest.raises(RuntimeError, match="cancelled"):
         pending()

@@ -544,9 +544,9 @@ def test_workers_are_stopped_when_the_sessions_cannot_be_read(tmp_path: Path, mo
     monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
     monkeypatch.setattr(summary_module, "_scan_range", _slow_in_a_child)
     children: list[Any] = []
-    fork = parallel_module._fork_sharer
+    fork = parallel_module._Sharing._fork
     monkeypatch.setattr(
-        parallel_module, "_fork_sharer", lambda *a: children.append(fork(*a)) or children[-1]
+        parallel_module._Sharing, "_fork", lambda *a: children.append(fork(*a)) or children[-1]
     )
     try:
         with Store(db) as store:

@@ -32,7 +32,7 @@ from .sqlite import SQLITE_ERRORS, sqlite_reason
 
 __all__ = ["Pending", "SHARES", "in_forked_child", "share_ranges", "worker_connection"]
 
-_in_forked_child = False  # set in a child of _fork_sharer
+_in_forked_child = False  # set in a child ``share_ranges`` forked
 
 
 def in_forked_child() -> bool:
@@ -117,12 +117,43 @@ class _Sharing:
         self.doorbell, ring = os.pipe()
         try:
             for _ in range(children):
-                self.children.append(_fork_sharer(self.take, ring, ranges, worker, (uri, *args)))
+                self.children.append(self._fork(ring))
         except BaseException:
             self.stop()
             raise
         finally:
             os.close(ring)  # the doorbell reads as the end once every child has ended
+
+    def _fork(self, ring: int) -> _Child:
+        """A child that takes ranges from the queue until it is empty, each result written
+        to its file and rung on ``ring`` as soon as it has it."""
+        results = _results_file()
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(results)
+            raise
+        if pid == 0:  # the child: never returns into the caller's code
+            global _in_forked_child
+            _in_forked_child = True
+            code = 0
+            try:
+                while (index := _next_range(self.take)) is not None:
+                    try:
+                        value = self.worker(self.uri, *self.ranges[index], *self.args)
+                        record = (index, True, value)
+                    except BaseException as exc:  # noqa: BLE001 - handed to the parent
+                        record = (index, False, failure_report(exc))
+                    payload = pickle.dumps(record, pickle.HIGHEST_PROTOCOL)
+                    _write_all(results, len(payload).to_bytes(8, "little") + payload)
+                    os.write(ring, b"\x01")
+                    if not record[1]:
+                        break
+            except BaseException:  # noqa: BLE001 - the parent redoes what it sees no result of
+                code = 1
+            finally:
+                os._exit(code)
+        return _Child(pid, results)
 
     def collect(self) -> list[Any]:
         try:
@@ -222,42 +253,6 @@ def _results_file() -> int:
     import tempfile
 
     return os.dup(tempfile.TemporaryFile().fileno())
-
-
-def _fork_sharer(
-    take: int,
-    ring: int,
-    ranges: list[tuple[int, int]],
-    worker: Callable[..., Any],
-    args: tuple[Any, ...],
-) -> _Child:
-    results = _results_file()
-    try:
-        pid = os.fork()
-    except BaseException:
-        os.close(results)
-        raise
-    if pid == 0:  # the child: never returns into the caller's code
-        global _in_forked_child
-        _in_forked_child = True
-        code = 0
-        try:
-            uri, *rest = args
-            while (index := _next_range(take)) is not None:
-                try:
-                    record = (index, True, worker(uri, *ranges[index], *rest))
-                except BaseException as exc:  # noqa: BLE001 - handed to the parent
-                    record = (index, False, failure_report(exc))
-                payload = pickle.dumps(record, pickle.HIGHEST_PROTOCOL)
-                _write_all(results, len(payload).to_bytes(8, "little") + payload)
-                os.write(ring, b"\x01")
-                if not record[1]:
-                    break
-        except BaseException:  # noqa: BLE001 - the parent redoes what it sees no result of
-            code = 1
-        finally:
-            os._exit(code)
-    return _Child(pid, results)
 
 
 def _write_all(fd: int, data: bytes) -> None:
