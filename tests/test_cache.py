@@ -564,6 +564,34 @@ def test_the_cache_lives_under_xdg_cache_home_and_no_cache_skips_it(tmp_path) ->
     assert again.exit_code == 0 and not home.exists()
 
 
+@pytest.mark.parametrize("kept", ["memo", "ledger"])
+def test_a_report_in_local_time_is_not_given_under_another_local_zone(tmp_path, kept) -> None:
+    """The local zone (``TZ``, POSIX rules here: no zone file needed) is part of the keys:
+    a day kept in UTC is a day later at UTC+14, with the memo or only the ledger kept."""
+    db, home = tmp_path / "opencode.db", tmp_path / "xdg"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+
+    def days(zone: str, *more: str) -> list[str]:
+        env = {**os.environ, "XDG_CACHE_HOME": str(home), "TZ": zone}
+        argv = ["usage", "--db", str(db), "--all", "--by", "day", "--format", "json", *more]
+        done = subprocess.run(
+            [sys.executable, "-m", "opencode_events", *argv],
+            env=env,
+            capture_output=True,
+            check=True,
+        )
+        return [row["day"] for row in msgspec.json.decode(done.stdout)["rows"]]
+
+    in_utc = days("UTC0")
+    if kept == "ledger":
+        for memo in (home / "opencode-events").glob("*/memo-*"):
+            memo.unlink()
+    later = days("XYZ-14", "--no-cache")
+    assert later != in_utc  # the sample's replies are late in the UTC day
+    assert days("XYZ-14") == later
+    assert days("UTC0") == in_utc
+
+
 def test_the_cache_is_bounded(tmp_path, monkeypatch) -> None:
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)

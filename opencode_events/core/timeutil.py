@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 import time
 from datetime import datetime, tzinfo
+from typing import Any
 
-__all__ = ["parse_since", "parse_until", "format_time", "zone_named", "UNITS"]
+__all__ = ["parse_since", "parse_until", "format_time", "zone_named", "zone_key", "UNITS"]
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -29,6 +30,29 @@ def zone_named(name: str | None) -> tzinfo | None:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueError(f"unknown time zone {name!r}") from None
+
+
+def zone_key(tz: tzinfo | None) -> tuple[Any, ...]:
+    """What the dates of ``tz`` depend on (msgpack holds it; a cache digests it): the zone
+    itself, or for local time (None) what the C library makes it of (``TZ``; the zone file
+    that names, or ``/etc/localtime``, read whole; the names and offsets it found there),
+    so that a report kept under one local zone is not given under another."""
+    if tz is not None:
+        return ("zone", repr(tz))
+    import os
+
+    name = os.environ.get("TZ")
+    where = "/etc/localtime"
+    if name:
+        named = name.removeprefix(":")
+        zones = os.environ.get("TZDIR") or "/usr/share/zoneinfo"
+        where = named if named.startswith("/") else os.path.join(zones, named)
+    try:
+        with open(where, "rb") as file:
+            rules: bytes | None = file.read(1 << 20)  # a zone file is a few KB
+    except (OSError, ValueError):  # none there: a POSIX rule in TZ, or UTC
+        rules = None
+    return ("local", name, where, rules, tuple(time.tzname), time.timezone, time.altzone)
 
 
 def parse_since(text: str, *, now: float | None = None, tz: tzinfo | None = None) -> int:

@@ -39,6 +39,7 @@ from msgspec import Struct
 
 from ..core.activity import stale_after_ms
 from ..core.figures import read_figures
+from ..core.timeutil import zone_key
 from ..core.views import (
     PART_DECODER,
     LooseUsageMessage,
@@ -317,6 +318,11 @@ def _total(rows: Iterable[UsageRow]) -> UsageRow:
     for row in rows:
         totaller.add(row)
     return totaller.total()
+
+
+def _zone(tz: tzinfo | None) -> str:
+    """``tz`` in a cache's request: what its dates depend on (local time's included)."""
+    return cache_digest(zone_key(tz))
 
 
 def _day(ms: Any, tz: tzinfo | None) -> str | None:
@@ -1075,7 +1081,7 @@ def store_usage(
             cache_digest(list(session_ids)),
             by,
             fold,
-            repr(tz),
+            _zone(tz),
             cross_session,
             since_ms,
             stale_after_ms(),
@@ -1292,7 +1298,7 @@ def _grouped(
     # have inferences on both sides of it. It keeps all-time groups: a report since a time
     # uses them but does not add to them.
     use_ledger = cache is not None and by != "step"
-    ledger_request = [_LEDGER_KIND.get(by), repr(tz), dedupe, _LEDGER_FORMAT]
+    ledger_request = [_LEDGER_KIND.get(by), _zone(tz), dedupe, _LEDGER_FORMAT]
     kept = cache.ledger("usage-days", ledger_request, SessionDays) if use_ledger else {}
     if dedupe:
         for mid, created, fingerprint in _forked_copies_of(store, kept):
@@ -2307,7 +2313,7 @@ def stored_usage(
         all_sessions = True
     # Every session of a database is a choice its fingerprint settles: a repeat asks the
     # memo before listing them (100,000 ids cost more than the memo's read).
-    request = [by, fold, repr(tz), since_ms, stale_after_ms(), until_ms]
+    request = [by, fold, _zone(tz), since_ms, stale_after_ms(), until_ms]
     if all_sessions and cache is not None:
         if by not in BY_STORE:
             raise GroupingError(f"unknown --by {by}")
