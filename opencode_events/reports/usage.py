@@ -330,10 +330,11 @@ def _day(ms: Any, tz: tzinfo | None) -> str | None:
     ``datetime``'s range, infinite, NaN)."""
     if not isinstance(ms, int | float):
         return None
-    try:
-        return datetime.fromtimestamp(ms / 1000, tz).astimezone(tz).strftime("%Y-%m-%d")
+    try:  # naive local time when tz is None: the same date, without a second conversion
+        day = datetime.fromtimestamp(ms / 1000, tz).date()
     except (ValueError, OverflowError, OSError):
         return None
+    return day.isoformat() if day.year >= 1000 else day.strftime("%Y-%m-%d")  # 999, not 0999
 
 
 # --------------------------------------------------------------------------- streams
@@ -1324,7 +1325,7 @@ def _grouped(
             kept = {}
     everything = len(owner) >= WHOLE_TABLE_SESSIONS and not kept
     scan = _Scan(by, owner, copy_ids, copy_times, since, until)
-    if everything and by != "step" and _parallel_scan(store, scan, tz):
+    if everything and by != "step" and _parallel_scan(store, scan, day_of):
         pass  # the workers' sums and slow rows are in ``scan``
     elif everything and _scan_here(store, scan, day_of):
         pass  # this process read the table chunk by chunk
@@ -2108,11 +2109,12 @@ def _scan_here(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
 _PARALLEL_MIN_ROWS = 100_000  # message rows; below this a worker's start costs more
 
 
-def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
+def _parallel_scan(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
     """Run ``scan`` over a large message table in one process per core, all taking small
     ranges from one queue (``share_ranges``); False when it is not worth it or not possible
-    here (the caller then scans in this process alone)."""
-    pending = share_ranges(store, "message", _PARALLEL_MIN_ROWS, _scan_range, scan, tz)
+    here (the caller then scans in this process alone). Each process keeps one ``day_of``
+    for all the ranges it takes (rows in no time order touch every day in each range)."""
+    pending = share_ranges(store, "message", _PARALLEL_MIN_ROWS, _scan_range, scan, day_of)
     if pending is None:
         return False
     for part in pending():  # in range order: the same sums in the same order every time
@@ -2120,11 +2122,11 @@ def _parallel_scan(store: Any, scan: _Scan, tz: tzinfo | None) -> bool:
     return True
 
 
-def _scan_range(uri: str, low: int, high: int, like: _Scan, tz: tzinfo | None) -> _Scan:
+def _scan_range(uri: str, low: int, high: int, like: _Scan, day_of: _DayOf) -> _Scan:
     """A worker: a scan ``like`` the report's over the messages with rowid in [low, high),
-    on its own connection, its slow rows decoded (``prepare``)."""
+    on its own connection, its slow rows decoded (``prepare``); ``day_of`` is this
+    process's, filled by the ranges it took before."""
     scan = _Scan(like.by, like.owner, like.copy_ids, like.copy_times, like.since, like.until)
-    day_of = _DayOf(tz)
     if scan.chunked and in_forked_child():  # apsw's newer SQLite reads the chunks faster
         with fastscan.connect(uri, "message") as conn:
             if conn is not None:
