@@ -15,6 +15,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opencode_events.output.rows import report_markdown
 from tests.records import SESSION, record, step_finish
@@ -357,6 +359,31 @@ def test_day_rows_follow_the_time_zone():
         CLI + ["--db", str(db), "--by", "day", "--tz", "Mars/Olympus"], capture_output=True
     )
     assert bad.returncode == 2 and b"unknown time zone" in bad.stderr
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ms=st.one_of(
+        st.integers(-(10**14), 10**14),  # 1338 to 5138: years of three digits and of four
+        st.floats(-(10**14), 10**14, allow_nan=False),
+        st.sampled_from([0, -1, 1711846800000, 1711846799999, 1730595600000, 170851260000, 10**20]),
+    ),
+    zone=st.sampled_from([None, "UTC", "Europe/Berlin", "Asia/Kathmandu", "Pacific/Kiritimati"]),
+)
+def test_a_day_is_the_local_date_of_its_time(ms, zone) -> None:
+    """``_day`` (and ``_DayOf``, a quarter hour at a time) says what formatting the zone's
+    time says: the date in the zone (local time without one), across DST changes and in a
+    day begun inside a quarter hour (170851260000: Kiritimati at −10:40, 1975)."""
+    from opencode_events.reports import usage as U
+
+    tz = None if zone is None else ZoneInfo(zone)
+    try:
+        wanted = datetime.fromtimestamp(ms / 1000, tz).astimezone(tz).strftime("%Y-%m-%d")
+    except (ValueError, OverflowError, OSError):
+        wanted = None
+    assert U._day(ms, tz) == wanted
+    if type(ms) is int:
+        assert U._DayOf(tz)(ms) == (wanted or "?")
 
 
 def test_csv_and_markdown_use_usage_field_names():
@@ -1773,3 +1800,23 @@ def test_a_chunk_with_a_message_of_another_key_order_is_summed_as_rows_are() -> 
     assert quick.chunk(n, *arrays, U._DayOf(None)) == []
     slow.run(rows, U._DayOf(None))
     assert sums(quick) == sums(slow) and sums(quick)
+
+
+def test_a_chunk_splits_a_quarter_hour_in_which_a_day_begins() -> None:
+    """Pacific/Kiritimati was at −10:40 until 1979: its 1 June 1975 began at 10:40 UTC, in
+    the middle of a quarter hour. Two replies of that quarter hour, before and after, are
+    counted on their own days, by the chunk as by the rows."""
+    from opencode_events.reports import usage as U
+
+    tz = ZoneInfo("Pacific/Kiritimati")
+    midnight = int(datetime(1975, 6, 1, tzinfo=tz).timestamp() * 1000)
+    assert midnight % 900_000 != 0  # the day begins inside a quarter hour
+    times = [midnight - 60_000, midnight + 60_000]
+    data = b'{"role":"assistant","tokens":{"input":1,"output":2},"cost":0.5}'
+    owner = {"ses_a": "ses_a"}
+    quick, slow = U._Scan("day", owner, set(), set()), U._Scan("day", owner, set(), set())
+    sids, stamps = json.dumps(["ses_a"] * 2).encode(), json.dumps(times).encode()
+    assert quick.chunk(2, sids, stamps, b"\xff".join([data, data]), U._DayOf(tz)) == []
+    slow.run([("ses_a", f"msg_{ms}", ms, data) for ms in times], U._DayOf(tz))
+    days = [("ses_a", "1975-05-31"), ("ses_a", "1975-06-01")]
+    assert sorted(quick.groups) == sorted(slow.groups) == days

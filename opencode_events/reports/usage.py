@@ -1246,8 +1246,10 @@ def _outermost(session_ids: Sequence[str], tree: dict[str, list[str]]) -> list[s
 
 
 class _DayOf:
-    """Epoch ms → local date, cached per quarter hour (every zone offset is a multiple of
-    15 minutes), so a large report formats each quarter hour once, not each message."""
+    """Epoch ms → local date, cached per quarter hour, so a large report formats each
+    quarter hour once, not each message. Today's offsets are all multiples of 15 minutes;
+    a quarter hour in which a day begins all the same (an old offset such as Kiritimati's
+    −10:40) is not cached: each of its times is formatted."""
 
     def __init__(self, tz: tzinfo | None) -> None:
         self.tz = tz
@@ -1259,7 +1261,10 @@ class _DayOf:
         bucket = ms // 900_000
         day = self.cache.get(bucket)
         if day is None:
-            day = self.cache[bucket] = _day(bucket * 900_000, self.tz) or "?"
+            day = _day(bucket * 900_000, self.tz) or "?"
+            if day != (_day(bucket * 900_000 + 899_999, self.tz) or "?"):
+                return _day(ms, self.tz) or "?"
+            self.cache[bucket] = day
         return day
 
 
@@ -1980,7 +1985,11 @@ class _Scan:
                 continue
             if ms // 900_000 != bucket:  # a day's key is looked up once a quarter hour
                 bucket = ms // 900_000
-                later = days.get(bucket) or day_of(ms)
+                later = days.get(bucket)
+                if later is None:
+                    later = day_of(ms)
+                    if bucket not in days:  # a day begins in it: each time on its own
+                        bucket = None
                 if later != day:
                     day, current = later, None
             if sid != current:
