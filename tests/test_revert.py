@@ -430,3 +430,51 @@ def test_usage_of_the_marked_events_says_so_too(source: str, by: str):
     assert f"2 steps marked reverted (a pending /undo), ${report.total.undone_cost:.6g}, " in (
         " ".join(report.notes)
     )
+
+
+def _messages_from_cases(tmp_path: Path) -> Path:
+    """The sample with a twin time and the times SQL orders oddly (its table remade
+    without NOT NULL, as a damaged or foreign file may have it)."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLE / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.executescript(
+        "ALTER TABLE message RENAME TO kept;"
+        "CREATE TABLE message (id text PRIMARY KEY, session_id text, time_created integer,"
+        " time_updated integer, data text);"
+        "INSERT INTO message SELECT * FROM kept; DROP TABLE kept;"
+        "CREATE INDEX message_session_time_created_id_idx"
+        " ON message (session_id, time_created, id);"
+    )
+    sid, second = conn.execute(
+        "SELECT session_id, id FROM message ORDER BY time_created, id LIMIT 1 OFFSET 1"
+    ).fetchone()
+    (twin,) = conn.execute("SELECT time_created FROM message WHERE id = ?", (second,)).fetchone()
+    rows = [
+        ("msg_0twin", twin),  # the time of a stored message, an id sorting before it
+        ("msg_null", None),  # sorts first
+        ("msg_text", "later"),  # text sorts after every number
+    ]
+    conn.executemany(
+        "INSERT INTO message VALUES (?, ?, ?, 0, '{}')", [(m, sid, t) for m, t in rows]
+    )
+    conn.commit()
+    conn.close()
+    return db
+
+
+def test_the_messages_from_an_undone_one_are_those_messages_lists_after_it(tmp_path: Path):
+    """``Store.messages_from`` (the rows a pending undo undid, read alone): for every
+    message, the tail of ``messages`` from it on; none for an id the session lacks; None
+    (read them all) from a message with no time."""
+    db = _messages_from_cases(tmp_path)
+    with Store(db) as store:
+        sid = next(iter(store.reverted_sessions()))
+        ordered = list(store.messages(sid))
+        assert ordered[0].id == "msg_null" and ordered[-1].id == "msg_text"
+        assert "msg_0twin" in [m.id for m in ordered]
+        for at, message in enumerate(ordered):
+            got = store.messages_from(sid, message.id)
+            assert got == (None if message.time_created is None else ordered[at:])
+        assert store.messages_from(sid, "msg_absent") == []
+        assert store.messages_from("ses_absent", ordered[1].id) == []

@@ -99,7 +99,9 @@ def _undone_of(
 ) -> Undone:
     undone = Undone(session_id=sid)
     costs: list[float] = []
-    for message in store.messages(sid):
+    later = getattr(store, "messages_from", None)  # the undone rows alone, where it can
+    messages = later(sid, point.message_id) if later is not None else None
+    for message in store.messages(sid) if messages is None else messages:
         if not point.message(message.id):
             continue
         created = message.time_created

@@ -878,6 +878,28 @@ class Store:
         self.bytes_read += sum(len(row[3]) for row in rows if type(row[3]) is bytes)
         return rows
 
+    def messages_from(self, session_id: str, message_id: str) -> list[MessageRow] | None:
+        """A session's messages from ``message_id`` on, in ``messages``'s order (what a
+        pending undo of it undid, and no earlier row): none when the session has no such
+        message; None when its time is NULL, which no comparison orders as ``messages``
+        does (the caller then reads them all)."""
+        sql = "SELECT time_created FROM message WHERE id = ? AND session_id = ?"
+        point = next(self._query(sql, (message_id, session_id)), None)
+        if point is None:
+            return []
+        if point[0] is None:
+            return None
+        sql = (
+            "SELECT id, time_created, CAST(data AS BLOB) FROM message WHERE session_id = ? "
+            "AND (time_created, id) >= (?, ?) ORDER BY time_created, id"
+        )
+        rows = [
+            MessageRow(mid, session_id, created, data)
+            for mid, created, data in self._query(sql, (session_id, point[0], message_id))
+        ]
+        self.bytes_read += sum(len(row.data) for row in rows if type(row.data) is bytes)
+        return rows
+
     def part_rows(self, session_id: str) -> Iterable[tuple[Any, ...]]:
         """``parts`` as plain tuples in ``PartRow``'s layout, the session id left None (the
         caller has it), for the import's hot loop.
