@@ -16,9 +16,11 @@ from opencode_events.cli.events import normalize as click_normalize
 from opencode_events.cli.quick import (
     NormalizeRequest,
     StatuslineRequest,
+    UsageRequest,
     limit_of,
     normalize_request,
     statusline_request,
+    usage_request,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -334,5 +336,145 @@ def test_statusline_both_paths_write_the_same_and_exit_the_same(argv):
         other.returncode,
         other.stdout,
         other.stderr,
+    )
+    assert one.returncode in (0, 2)
+
+
+# `usage` of the store: a status bar or a script asks it often, and a repeat is answered
+# from the cache in a few milliseconds, so it is read without click too.
+FORK_DB = str(ROOT / "samples" / "fork" / "opencode.db")
+
+
+def clicks_usage_request(argv: list[str]) -> UsageRequest | None:
+    """What click's `usage` reads from ``argv`` (after the command name), as a request; None
+    when click refuses it or it is no store report in a format other than the table."""
+    from opencode_events.cli.reports import usage as click_usage
+
+    try:
+        ctx = click_usage.make_context("usage", list(argv), resilient_parsing=False)
+    except BaseException:  # click.UsageError, click.exceptions.Exit (--help)
+        return None
+    params = ctx.params
+    if params.pop("inputs") or params.pop("github"):
+        return None
+    return UsageRequest(**params)
+
+
+USAGE_CASES = [
+    (["--db", "x.db", "--all", "--by", "day", "--format", "json"], True),
+    (["--all", "--by=week", "-j", "--no-cache"], True),
+    (["--session", "ses_a", "--session", "ses_b", "--no-fold", "--format", "csv"], True),
+    (["--last", "--by", "step", "--tz", "UTC", "--format", "jsonl", "--csv-raw"], True),
+    (["--since", "7d", "--until", "2026-11-30", "-z", "Europe/Paris", "--format=markdown"], True),
+    (["--db", "x.db", "--timezone", "UTC", "--fold"], True),
+    ([], False),  # a stream on stdin
+    (["run.jsonl"], False),  # an INPUT
+    (["--db", "x.db", "--format", "table"], False),
+    (["--db", "x.db", "--by", "hour"], False),  # not a choice: click's words
+    (["--db", "x.db", "--github"], False),
+    (["--db", "x.db", "--help"], False),
+    (["--db", "x.db", "-h"], False),
+    (["--db", "x.db", "--db", "y.db"], False),
+    (["--db"], False),
+    (["--db="], False),
+    (["--db", "--all"], False),
+    (["--all", "--last"], False),  # click refuses both
+    (["--all", "--session", "ses_a"], False),
+    (["--db", "x.db", "-j", "--format", "csv"], False),
+    (["--db", "x.db", "--fold", "--no-fold"], False),
+    (["--db", "x.db", "-jz", "UTC"], False),  # clustered: click's
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "read_here"), USAGE_CASES, ids=[" ".join(a) or "-" for a, _ in USAGE_CASES]
+)
+def test_usage_reads_a_command_line_as_click_would_or_leaves_it(argv, read_here):
+    request = usage_request(["usage", *argv])
+    assert (request is not None) == read_here
+    if request is not None:
+        assert request == clicks_usage_request(argv)
+
+
+_USAGE_TOKENS = st.sampled_from(
+    [
+        *("--db", "x.db", "--all", "--last", "--session", "ses_a", "--since", "7d"),
+        *("--until", "2026-11-30", "--by", "day", "step", "hour", "--tz", "-z", "UTC"),
+        *("--format", "json", "csv", "table", "-j", "--json", "--no-fold", "--fold"),
+        *("--csv-raw", "--no-cache", "--github", "--by=session", "--db=", "in.jsonl", "-h"),
+        "",
+    ]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_USAGE_TOKENS, max_size=8))
+def test_whatever_usage_reads_here_click_reads_the_same(argv):
+    request = usage_request(["usage", *argv])
+    if request is not None:
+        assert request == clicks_usage_request(argv)
+
+
+def test_usage_of_the_store_never_imports_click(tmp_path):
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write(repr('click' in sys.modules)))\n"
+        "from opencode_events.cli import main\n"
+        "main()\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    argv = ["usage", "--db", FORK_DB, "--all", "--by", "day", "--format", "json"]
+    for _cold_then_cached in range(2):
+        result = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, timeout=60, env=env
+        )
+        assert result.returncode == 0 and result.stderr == b"False", result.stderr
+        assert b'"rows"' in result.stdout
+    table = subprocess.run(
+        [sys.executable, "-c", code, "usage", "--db", FORK_DB, "--format", "table"],
+        capture_output=True,
+        timeout=60,
+        env=env,
+    )
+    assert table.returncode == 0 and table.stderr == b"True"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["usage", "--db", FORK_DB, "--all", "--by", "day", "--format", "json"],
+        ["usage", "--db", FORK_DB, "--by", "step", "--format", "jsonl"],
+        ["usage", "--db", FORK_DB, "--all", "--by", "session", "--format", "csv", "--csv-raw"],
+        ["usage", "--db", FORK_DB, "--all", "--by", "model", "--format", "markdown"],
+        ["usage", "--db", FORK_DB, "--since", "2026-01-01", "--tz", "Asia/Tokyo", "-j"],
+        ["usage", "--db", FORK_DB, "--session", "ses_nope", "-j"],  # one error line, exit 2
+        ["usage", "--db", "missing.db", "-j"],  # exit 2
+        ["usage", "--db", FORK_DB, "--tz", "Mars/Olympus", "-j"],  # click's words, exit 2
+        ["usage", "--db", FORK_DB, "--since", "whenever", "-j"],
+        ["usage", "--db", FORK_DB, "--until", "whenever", "--all", "-j"],
+        ["usage", "--db", FORK_DB, "--all", "--no-cache"],  # JSON, stdout not a terminal
+    ],
+    ids=lambda a: " ".join(a[3:]) or "plain",
+)
+def test_usage_both_paths_write_the_same_and_exit_the_same(argv, tmp_path):
+    quick = "from opencode_events.cli import main\nmain()\n"
+    with_click = "from opencode_events.cli.main import main\nmain()\n"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+
+    def ran(code: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, timeout=60, env=env
+        )
+
+    one, other, cached = ran(quick), ran(with_click), ran(quick)
+    assert (one.returncode, one.stdout, one.stderr) == (
+        other.returncode,
+        other.stdout,
+        other.stderr,
+    )
+    assert (cached.returncode, cached.stdout, cached.stderr) == (
+        one.returncode,
+        one.stdout,
+        one.stderr,
     )
     assert one.returncode in (0, 2)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
+from .quick import REPORT_FORMATS
 from .streams import (
     InputFile,
     PipeClosed,
@@ -133,14 +134,10 @@ def until_ms(until: str | None, tz: Any = None) -> int | None:
 
 
 def open_store(db_path: str | None, *, legacy: bool = True) -> Any:
-    """The store ``--db`` names (``store.open.open_store``); its notes (a data directory of
-    a database and older JSON files, an older schema) go to stderr as ``note: …``."""
-    from ..store.open import open_store as open_db
+    """The store ``--db`` names, its notes on stderr (``quick.open_store_noting``)."""
+    from .quick import open_store_noting
 
-    store = open_db(db_path, legacy=legacy)
-    for note in getattr(store, "notes", ()):
-        click.echo(f"note: {note}", err=True)
-    return store
+    return open_store_noting(db_path, legacy=legacy)
 
 
 def _parse_tags(ctx: Any, param: Any, values: tuple[str, ...]) -> dict[str, str] | None:
@@ -176,15 +173,10 @@ def no_cache_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def report_cache(store: Any, no_cache: bool) -> Any:
-    """The report cache of ``store`` (None with ``--no-cache`` or
-    ``OPENCODE_EVENTS_NO_CACHE=1``, or for a store that is not a database)."""
-    from ..paths import report_cache_dir
-    from ..reports.cache import ReportCache
+    """The report cache of ``store``, or None (``quick.report_cache``)."""
+    from .quick import report_cache as cache_of
 
-    root = report_cache_dir()
-    if no_cache or root is None:
-        return None
-    return ReportCache.open(store, root=root)
+    return cache_of(store, no_cache)
 
 
 def full_option(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -205,11 +197,6 @@ def fold_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 def tz_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Shared option: ``--tz ZONE``, also ``-z``/``--timezone`` as ccusage users type it."""
     return click.option("--tz", "-z", "--timezone", "tz", metavar="ZONE", help=help)
-
-
-# One list for every report command (sessions, usage, context), and one rule for the
-# default: a table on a terminal, else one JSON document (as sqlite-utils writes).
-REPORT_FORMATS = ("table", "json", "jsonl", "csv", "markdown")
 
 
 def report_format_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,8 +7,10 @@ declares them for click, with their help) into a ``NormalizeRequest``, or return
 anything else it is not sure of: another command, ``--help``, an unknown option, a value
 click would refuse, an option given twice, ``-`` glued to a value. Then click parses the
 command line, and says what is wrong in its own words. Both paths run ``run_normalize``.
-``statusline_request`` and ``statusline_line`` do the same for ``statusline``; a value
-the command refuses (``Refused``) is left to click too, to be said in its words.
+``statusline_request`` and ``statusline_line`` do the same for ``statusline``, and
+``usage_request`` and ``usage_written`` for a ``usage`` of the store written as JSON, JSON
+Lines, CSV or Markdown (a table, a stream, ``--github`` are click's); a value the command
+refuses (``Refused``) is left to click too, to be said in its words.
 
     >>> normalize_request(["normalize", "--raw", "-o", "out.jsonl", "run.jsonl"]).output
     'out.jsonl'
@@ -19,7 +21,7 @@ the command refuses (``Refused``) is left to click too, to be said in its words.
 from __future__ import annotations
 
 import sys
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "NormalizeRequest",
@@ -32,6 +34,15 @@ __all__ = [
     "statusline_request",
     "statusline_line",
     "Refused",
+    "UsageRequest",
+    "usage_request",
+    "usage_written",
+    "stored_usage_of",
+    "write_usage",
+    "open_store_noting",
+    "report_cache",
+    "REPORT_FORMATS",
+    "USAGE_GROUPINGS",
     "main",
 ]
 
@@ -267,6 +278,187 @@ def _print_statusline(request: StatuslineRequest) -> bool:
     return True
 
 
+# One list for every report command (sessions, usage, context), and one rule for the
+# default: a table on a terminal, else one JSON document (as sqlite-utils writes).
+REPORT_FORMATS = ("table", "json", "jsonl", "csv", "markdown")
+USAGE_GROUPINGS = ("turn", "step", "session", "model", "agent", "day", "week", "month", "project")
+
+
+def open_store_noting(db_path: str | None, *, legacy: bool = True) -> Any:
+    """The store ``--db`` names (``store.open.open_store``); its notes (a data directory of
+    a database and older JSON files, an older schema) go to stderr as ``note: …``."""
+    from ..store.open import open_store
+    from .exits import echo_error
+
+    store = open_store(db_path, legacy=legacy)
+    for note in getattr(store, "notes", ()):
+        echo_error(f"note: {note}")
+    return store
+
+
+def report_cache(store: Any, no_cache: bool) -> Any:
+    """The report cache of ``store`` (None with ``--no-cache`` or
+    ``OPENCODE_EVENTS_NO_CACHE=1``, or for a store that is not a database)."""
+    from ..paths import report_cache_dir
+    from ..reports.cache import ReportCache
+
+    root = report_cache_dir()
+    if no_cache or root is None:
+        return None
+    return ReportCache.open(store, root=root)
+
+
+class UsageRequest(NamedTuple):
+    """A ``usage`` of the store, as its options name it (click's parameter names)."""
+
+    db_path: str | None = None
+    session_ids: tuple[str, ...] = ()
+    last: bool = False
+    since: str | None = None
+    all_sessions: bool = False
+    until: str | None = None
+    by: str = "turn"
+    tz: str | None = None
+    fold: bool = True
+    fmt: str | None = None
+    as_json: bool = False
+    csv_raw: bool = False
+    no_cache: bool = False
+
+
+_USAGE_FLAGS = {
+    "--last": ("last", True),
+    "--all": ("all_sessions", True),
+    "--csv-raw": ("csv_raw", True),
+    "--no-cache": ("no_cache", True),
+    "-j": ("as_json", True),
+    "--json": ("as_json", True),
+    "--fold": ("fold", True),
+    "--no-fold": ("fold", False),
+}
+_USAGE_VALUES = {
+    "--db": "db_path",
+    "--since": "since",
+    "--until": "until",
+    "--by": "by",
+    "--tz": "tz",
+    "-z": "tz",
+    "--timezone": "tz",
+    "--format": "fmt",
+}
+_USAGE_CHOICES = {"by": USAGE_GROUPINGS, "fmt": REPORT_FORMATS[1:]}  # a table: click's
+
+
+def usage_request(argv: list[str]) -> UsageRequest | None:
+    """``argv`` (without the program name) as a ``usage`` of the store in a format other
+    than the table, or None: click's (another command, an INPUT or none chosen (a stream),
+    ``--help``, ``--github``, an unknown option, one given twice, a value missing, empty,
+    looking like an option or not among the choices, options click refuses together)."""
+    if not argv or argv[0] != "usage":
+        return None
+    fields: dict[str, Any] = {}
+    sessions: list[str] = []
+    args = iter(argv[1:])
+    for arg in args:
+        name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in _USAGE_FLAGS and not equals:
+            field, flag = _USAGE_FLAGS[name]
+            if field in fields:
+                return None
+            fields[field] = flag
+            continue
+        field = "session_ids" if name == "--session" else _USAGE_VALUES.get(name)
+        if field is None or field in fields:
+            return None
+        if not equals:
+            value = next(args, None)  # type: ignore[assignment]
+            if value is None or value.startswith("-"):
+                return None
+        if not value or value not in _USAGE_CHOICES.get(field, (value,)):
+            return None
+        if field == "session_ids":
+            sessions.append(value)
+        else:
+            fields[field] = value
+    request = UsageRequest(session_ids=tuple(sessions), **fields)
+    chosen = request.db_path or sessions or request.last or request.since or request.until
+    if not (chosen or request.all_sessions):
+        return None  # a stream on stdin, or the store when stdin is a terminal: click's
+    if request.all_sessions and (sessions or request.last or request.since):
+        return None
+    if request.as_json and request.fmt not in (None, "json"):
+        return None
+    return request
+
+
+def stored_usage_of(
+    request: UsageRequest, tz: Any, since_ms: int | None, until_ms: int | None
+) -> Any:
+    """The ``usage`` report of the sessions ``request`` chooses (``stored_usage``), its
+    zone and window read; a store that refuses is an ``InputError``."""
+    from ..reports.usage import stored_usage
+    from ..store.open import store_files
+    from .streams import refuse_stdout_read
+
+    with open_store_noting(request.db_path) as store:
+        refuse_stdout_read(store_files(store))
+        return stored_usage(
+            store,
+            request.session_ids,
+            last=request.last,
+            since_ms=since_ms,
+            until_ms=until_ms,
+            all_sessions=request.all_sessions,
+            by=request.by,
+            fold=request.fold,
+            tz=tz,
+            cache=report_cache(store, request.no_cache),
+        )
+
+
+def write_usage(report: Any, fmt: str, out: Any, *, csv_raw: bool = False) -> None:
+    """A ``usage`` report as JSON, JSON Lines, CSV or Markdown; the notes of CSV and JSON
+    Lines, which have no place for one, go to stderr after the rows."""
+    from ..output import rows as formats
+    from .exits import echo_error
+
+    if fmt == "json":
+        out.write(formats.write_json(report.document()))
+    elif fmt in ("csv", "jsonl"):
+        rows = [row.as_dict() for row in report.rows]
+        if fmt == "csv":
+            out.write(formats.write_csv(rows, report.columns, raw=csv_raw))
+        else:
+            out.write(formats.write_jsonl(rows))
+        out.flush()  # the rows first, then the notes after them
+        for note in report.notes:  # where a person running the command sees it
+            echo_error(f"note: {note}")
+    else:
+        out.write(formats.report_markdown(report))
+    out.flush()
+
+
+def usage_written(request: UsageRequest) -> bool:
+    """The ``usage`` command for ``request``, written to stdout; False (nothing written,
+    nothing read) when click is to say what is wrong (a zone or a time it cannot read) or
+    to draw the table (no format, on a terminal)."""
+    from ..core.timeutil import parse_since, parse_until, zone_named
+    from .streams import report_output
+
+    out = report_output()
+    fmt = "json" if request.as_json else request.fmt or ("table" if out.isatty() else "json")
+    if fmt == "table":
+        return False
+    try:
+        zone = zone_named(request.tz)
+        start = None if request.since is None else parse_since(request.since, tz=zone)
+        end = None if request.until is None else parse_until(request.until, tz=zone)
+    except ValueError:
+        return False
+    write_usage(stored_usage_of(request, zone, start, end), fmt, out, csv_raw=request.csv_raw)
+    return True
+
+
 def main() -> None:
     """The console script: a plain ``normalize`` or ``statusline`` here, anything else
     through click (and shell completion, which click answers when its variable is set)."""
@@ -276,7 +468,8 @@ def main() -> None:
     completing = _COMPLETE in os.environ
     request = None if completing else normalize_request(argv)
     glance = None if completing or request is not None else statusline_request(argv)
-    if request is None and glance is None:
+    report = None if completing or request or glance else usage_request(argv)
+    if request is None and glance is None and report is None:
         _click_main()
         return
     from .exits import guarded, prepare_process
@@ -285,11 +478,24 @@ def main() -> None:
     if request is not None:
         raise SystemExit(guarded(lambda: _interruptible(request)))
     printed: list[bool] = []
-    status = guarded(lambda: printed.append(_print_statusline(glance)))
-    if printed == [False]:  # a value it refuses: click's words for it
+    if glance is not None:
+        status = guarded(lambda: printed.append(_print_statusline(glance)))
+    else:
+        status = guarded(lambda: printed.append(_written(report)))
+    if printed == [False]:  # a value it refuses (or a table to draw): click's
         _click_main()
         return
     raise SystemExit(status)
+
+
+def _written(request: UsageRequest) -> bool:
+    """``usage_written``, a closed pipe said as click's commands say it (``pipe_safe``)."""
+    from .streams import PipeClosed
+
+    try:
+        return usage_written(request)
+    except BrokenPipeError:
+        raise PipeClosed() from None
 
 
 def _click_main() -> None:

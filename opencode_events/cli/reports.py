@@ -33,6 +33,7 @@ from .io import (
     until_ms,
     until_option,
 )
+from .quick import USAGE_GROUPINGS
 
 
 @click.command()
@@ -115,9 +116,7 @@ def _render_sessions(report: Any, *, fmt: str, fold: bool, csv_raw: bool) -> byt
 @until_option("Spend until then: 2h, 2026-11-30 (through that day, in --tz)…")
 @click.option(
     "--by",
-    type=click.Choice(
-        ["turn", "step", "session", "model", "agent", "day", "week", "month", "project"]
-    ),
+    type=click.Choice(USAGE_GROUPINGS),
     default="turn",
     show_default=True,
     help="One row per …",
@@ -159,8 +158,8 @@ def usage(
     also the default when stdin is a terminal), one row per turn with subagents folded
     in, or --by step, session, model, agent or day.
     """
-    from ..output import rows as formats
-    from ..reports.usage import GroupingError, StreamUsage, covers_every_session, stored_usage
+    from ..reports.usage import GroupingError, StreamUsage, covers_every_session
+    from .quick import UsageRequest, stored_usage_of, write_usage
 
     zone = time_zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or until or all_sessions)
@@ -173,22 +172,16 @@ def usage(
     end = until_ms(until, zone)
     try:
         if from_store:
-            from ..store.open import store_files
-
-            with open_store(db_path) as store:
-                refuse_stdout_read(store_files(store))
-                report = stored_usage(
-                    store,
-                    session_ids,
-                    last=last,
-                    since_ms=start,
-                    until_ms=end,
-                    all_sessions=all_sessions,
-                    by=by,
-                    fold=fold,
-                    tz=zone,
-                    cache=report_cache(store, no_cache),
-                )
+            chosen_sessions = UsageRequest(
+                db_path=db_path,
+                session_ids=session_ids,
+                last=last,
+                all_sessions=all_sessions,
+                by=by,
+                fold=fold,
+                no_cache=no_cache,
+            )
+            report = stored_usage_of(chosen_sessions, zone, start, end)
         else:
             opened = open_inputs(inputs)
             refuse_stdout_read(inputs or ("-",))
@@ -218,24 +211,7 @@ def usage(
                 scope = "the last session (--all: every session)"
         usage_table(report, out=sys.stdout, store=from_store, tz=zone, scope=scope)
         return
-    if fmt == "json":
-        out.write(formats.write_json(report.document()))
-    else:
-        rows = [row.as_dict() for row in report.rows]
-        columns = report.columns
-        if fmt in ("csv", "jsonl"):
-            if fmt == "csv":
-                out.write(formats.write_csv(rows, columns, raw=csv_raw))
-            else:
-                out.write(formats.write_jsonl(rows))
-            out.flush()  # the rows first, then the notes after them
-            # CSV and JSON Lines have no place for a note; it goes where a person running
-            # the command sees it.
-            for note in report.notes:
-                click.echo(f"note: {note}", err=True)
-        else:
-            out.write(formats.report_markdown(report))
-    out.flush()
+    write_usage(report, fmt, out, csv_raw=csv_raw)
 
 
 def _to_github(report: Any) -> None:
