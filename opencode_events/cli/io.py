@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from .quick import REPORT_FORMATS
+from .quick import REPORT_FORMATS, report_cache
+from .quick import open_store_noting as open_store
 from .streams import (
     InputFile,
     PipeClosed,
@@ -49,6 +50,7 @@ __all__ = [
     "until_ms",
     "until_option",
     "open_store",
+    "report_cache",
     "csv_raw_option",
     "tag_option",
     "full_option",
@@ -133,13 +135,6 @@ def until_ms(until: str | None, tz: Any = None) -> int | None:
     return _when_ms(until, tz, parse_until, "--until")
 
 
-def open_store(db_path: str | None, *, legacy: bool = True) -> Any:
-    """The store ``--db`` names, its notes on stderr (``quick.open_store_noting``)."""
-    from .quick import open_store_noting
-
-    return open_store_noting(db_path, legacy=legacy)
-
-
 def _parse_tags(ctx: Any, param: Any, values: tuple[str, ...]) -> dict[str, str] | None:
     from .quick import tags_of
 
@@ -170,13 +165,6 @@ def no_cache_option(command: Callable[..., Any]) -> Callable[..., Any]:
         help="Recompute from the database alone: do not read or write the report cache "
         "($XDG_CACHE_HOME/opencode-events).",
     )(command)
-
-
-def report_cache(store: Any, no_cache: bool) -> Any:
-    """The report cache of ``store``, or None (``quick.report_cache``)."""
-    from .quick import report_cache as cache_of
-
-    return cache_of(store, no_cache)
 
 
 def full_option(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -21,6 +21,7 @@ refuses (``Refused``) is left to click too, to be said in its words.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -200,6 +201,16 @@ _STATUSLINE_VALUES = {
 }
 
 
+def _value_of(equals: str, value: str, args: Iterator[str]) -> str | None:
+    """An option's value: after its ``=``, else the next argument; None (click's to judge)
+    when it is missing, empty or looks like an option."""
+    if not equals:
+        value = next(args, "")
+        if value.startswith("-"):
+            return None
+    return value or None
+
+
 def statusline_request(argv: list[str]) -> StatuslineRequest | None:
     """``argv`` (without the program name) as a ``statusline`` request, or None: click's
     (another command, ``--help``, an argument, an unknown option, an option given twice,
@@ -213,13 +224,10 @@ def statusline_request(argv: list[str]) -> StatuslineRequest | None:
         field = _STATUSLINE_VALUES.get(name)
         if field is None or field in fields:
             return None
-        if not equals:
-            value = next(args, None)  # type: ignore[assignment]
-            if value is None or value.startswith("-"):
-                return None
-        if not value:
+        found = _value_of(equals, value, args)
+        if found is None:
             return None
-        fields[field] = value
+        fields[field] = found
     return StatuslineRequest(**fields)
 
 
@@ -370,16 +378,13 @@ def usage_request(argv: list[str]) -> UsageRequest | None:
         field = "session_ids" if name == "--session" else _USAGE_VALUES.get(name)
         if field is None or field in fields:
             return None
-        if not equals:
-            value = next(args, None)  # type: ignore[assignment]
-            if value is None or value.startswith("-"):
-                return None
-        if not value or value not in _USAGE_CHOICES.get(field, (value,)):
+        found = _value_of(equals, value, args)
+        if found is None or found not in _USAGE_CHOICES.get(field, (found,)):
             return None
         if field == "session_ids":
-            sessions.append(value)
+            sessions.append(found)
         else:
-            fields[field] = value
+            fields[field] = found
     request = UsageRequest(session_ids=tuple(sessions), **fields)
     chosen = request.db_path or sessions or request.last or request.since or request.until
     if not (chosen or request.all_sessions):
