@@ -14,7 +14,6 @@ either OpenCode's writes or another program's.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import itertools
 import os
@@ -39,6 +38,7 @@ from opencode_events.reports.context import context_report
 from opencode_events.reports.sessions import SESSION_COLUMNS, sessions_report, write_sessions
 from opencode_events.reports.usage import stored_usage
 from opencode_events.store.open import open_store, select_sessions
+from tests.filebytes import digests
 from tests.processes import children_of_this_process
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -46,12 +46,9 @@ SOURCES = ("task", "fork", "parallel_tools", "mcp", "compaction", "bash_fail", "
 _ids = itertools.count(1)
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    for name in (path, Path(f"{path}-wal")):
-        if name.exists():
-            h.update(name.read_bytes())
-    return h.hexdigest()
+def _digest(path: Path) -> dict[str, str]:
+    # read in a child: the store's connection keeps its locks on the file
+    return digests([path, Path(f"{path}-wal")])
 
 
 def _fresh(prefix: str) -> str:

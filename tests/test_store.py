@@ -4,8 +4,8 @@ sessions on real captures (samples/*/opencode.db, from `make samples`)."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -21,6 +21,7 @@ from opencode_events.paths import locate_db
 from opencode_events.store.open import select_sessions
 from opencode_events.store.rows import PartRow
 from opencode_events.store.sqlite import Store
+from tests.filebytes import folder_digests
 from tests.stores import with_a_parent_loop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +50,7 @@ def copy_sample(name: str, tmp_path: Path, *, wal: bool = False) -> Path:
 
 
 def fingerprint(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+    return folder_digests(folder)  # read in a child: a live writer here keeps its locks
 
 
 def sql(db: Path, query: str, *params) -> list[tuple]:
@@ -154,6 +155,83 @@ def test_session_workers_change_nothing(tmp_path: Path, monkeypatch, state: str,
     assert (after if state == "closed" else {n: after[n] for n in watched}) == (
         before if state == "closed" else {n: before[n] for n in watched}
     )
+
+
+def _locks_held(*paths: Path) -> set[tuple[str, str, str]]:
+    """The POSIX locks this process holds on ``paths`` (inode, start, end), from /proc/locks."""
+    inodes = {str(os.stat(p).st_ino): p.name for p in paths}
+    held = set()
+    for line in Path("/proc/locks").read_text().split("\n"):
+        fields = line.split()
+        if len(fields) >= 8 and fields[4] == str(os.getpid()):
+            inode = fields[5].rsplit(":", 1)[-1]
+            if inode in inodes:
+                held.add((inodes[inode], fields[6], fields[7]))
+    return held
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="Linux's /proc/locks")
+def test_looking_at_the_files_keeps_this_process_locks(tmp_path: Path):
+    """Closing a file drops every POSIX lock the process holds on it: reading the headers
+    of a live database (the watch, the cache's fingerprint) must not drop the locks of a
+    connection this process holds, or the next process to open it truncates the -shm this
+    one has mapped (SIGBUS) and OpenCode may remove the WAL under it."""
+    from opencode_events.store.changes import fingerprint as store_fingerprint
+    from opencode_events.store.watch import StoreWatch
+
+    db = copy_sample("task", tmp_path, wal=True)
+    writer = sqlite3.connect(db)
+    writer.execute("UPDATE session SET title = title")
+    writer.commit()
+    files = (db, Path(f"{db}-shm"))
+    held = _locks_held(*files)
+    assert {name for name, *_ in held} == {db.name, f"{db.name}-shm"}  # SHARED and DMS
+    with Store(db) as store:
+        store_fingerprint(store)
+        watch = StoreWatch(db)
+        assert watch.changed() and not watch.changed()
+        assert _locks_held(*files) >= held
+    assert _locks_held(*files) == held
+    writer.close()
+
+
+def test_read_head_reads_the_file_now_at_the_path(tmp_path: Path):
+    from opencode_events.store import files
+
+    path = tmp_path / "f"
+    assert files.read_head(path, 4) is None  # missing
+    path.write_bytes(b"first")
+    info, head = files.read_head(path, 4)
+    assert head == b"firs" and info.st_size == 5
+    path.write_bytes(b"FIRST, longer")  # the same file, rewritten: read again
+    assert files.read_head(path, 100)[1] == b"FIRST, longer"
+    replacement = tmp_path / "g"
+    replacement.write_bytes(b"second")
+    os.replace(replacement, path)  # another file at the path: it is the one read
+    assert files.read_head(path, 100)[1] == b"second"
+    assert files.read_head(path, 0)[1] == b""
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    assert files.read_head(tmp_path / "dir", 4) is None
+    assert files.read_head(tmp_path / "fifo", 4) is None  # never waited on
+    assert files.read_head(str(tmp_path / "nul\0"), 4) is None
+
+
+def test_read_head_keeps_a_bounded_number_of_files_open(tmp_path: Path, monkeypatch):
+    from opencode_events.store import files
+
+    monkeypatch.setattr(files, "_kept", {})
+    before = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").exists() else None
+    for n in range(files.KEPT_FILES + 10):
+        path = tmp_path / f"f{n}"
+        path.write_bytes(b"x")
+        path_again = files.read_head(path, 1)
+        assert path_again is not None and path_again[1] == b"x"
+    assert len(files._kept) == files.KEPT_FILES
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) - before == files.KEPT_FILES
+    for fd, *_ in files._kept.values():
+        os.close(fd)
 
 
 def test_reads_while_opencode_writes(tmp_path: Path):

@@ -36,6 +36,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .files import read_head
+
 try:  # hashlib's blake2b without loading OpenSSL's bindings (start-up)
     from _blake2 import blake2b as _blake2b
 except ImportError:  # pragma: no cover - an interpreter built without it
@@ -49,14 +51,12 @@ _WAL_HEADER = 32  # bytes of the WAL header: magic, page size, checkpoint sequen
 
 def _file_state(path: Path, head: int) -> list[Any]:
     """(device, inode, size, mtime ns, the first ``head`` bytes) of a file, or [] when it
-    is not there."""
-    try:
-        with open(path, "rb") as file:
-            stat = os.fstat(file.fileno())
-            start = file.read(head)
-    except OSError:
+    is not there. Read through ``read_head``: the store's connection keeps its locks."""
+    state = read_head(path, head)
+    if state is None:
         return []
-    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, start.hex()]
+    info, start = state
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, start.hex()]
 
 
 def database_identity(store: Any) -> str:

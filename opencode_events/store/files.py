@@ -1,15 +1,26 @@
-"""Reading the files OpenCode leaves around (config, models cache, legacy JSON) without
-being stalled or flooded by what sits at their names.
+"""Reading the files OpenCode leaves around (config, models cache, legacy JSON, the
+headers of its database and WAL index) without being stalled or flooded by what sits at
+their names, and without dropping a lock this process holds.
 
-A library module: it never prints, never exits; a file it cannot use is ``None``.
+A library module: it never prints, never exits; a file it cannot use is ``None``::
+
+    config = read_regular_file(path, limit=1 << 20)     # its bytes, or None
+    state = read_head("opencode.db-shm", 48)            # (stat, first bytes), or None
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import threading
 
-__all__ = ["read_regular_file"]
+__all__ = ["read_head", "read_regular_file"]
+
+# path → (descriptor, device, inode) of the files ``read_head`` keeps open
+_kept: dict[str, tuple[int, int, int]] = {}
+_kept_lock = threading.Lock()
+KEPT_FILES = 32  # paths kept open at most; past it the least recently opened is closed
 
 
 def read_regular_file(path: str | os.PathLike[str], limit: int | None = None) -> bytes | None:
@@ -29,4 +40,59 @@ def read_regular_file(path: str | os.PathLike[str], limit: int | None = None) ->
     except OSError:
         return None
     finally:
+        os.close(fd)
+
+
+def read_head(path: str | os.PathLike[str], size: int) -> tuple[os.stat_result, bytes] | None:
+    """The ``stat`` and first ``size`` bytes of the regular file at ``path``; None when there
+    is none (missing, unreadable, a directory, a FIFO).
+
+    Why the file stays open. Closing any descriptor of a file drops every POSIX lock this
+    process holds on it (fcntl's rule, sqlite.org "How To Corrupt" 2.2), and the SQLite
+    connections of this process (ours while a report looks at the files, or a harness's own)
+    hold theirs on the database and its ``-shm``: the database's SHARED lock tells OpenCode's
+    last connection not to remove the WAL, the ``-shm``'s tells the next one to open it not
+    to truncate the index that this process has mapped (touched after that: a SIGBUS). So
+    the descriptor a header is read through is kept, one per path, until the path names
+    another file (the old one is closed then) or the process ends; at most ``KEPT_FILES``.
+    A kept descriptor takes no lock and writes nothing: OpenCode still checkpoints and
+    removes its files as it likes."""
+    name = os.fspath(path)
+    try:
+        info = os.stat(name)
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    with _kept_lock:
+        kept = _kept.get(name)
+        if kept is None or kept[1:] != (info.st_dev, info.st_ino):
+            fd = _open_kept(name)
+            if fd is None:
+                return None
+            info = os.fstat(fd)  # the file opened, should the name have moved meanwhile
+            if not stat.S_ISREG(info.st_mode):
+                _close_quietly(fd)
+                return None
+            if kept is not None:
+                _close_quietly(kept[0])  # the path names another file now
+                del _kept[name]
+            if len(_kept) >= KEPT_FILES:
+                _close_quietly(_kept.pop(next(iter(_kept)))[0])
+            kept = _kept[name] = (fd, info.st_dev, info.st_ino)
+        try:
+            return info, os.pread(kept[0], size, 0) if size else b""
+        except OSError:
+            return None
+
+
+def _open_kept(name: str) -> int | None:
+    try:
+        return os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return None
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
         os.close(fd)

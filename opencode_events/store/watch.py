@@ -15,8 +15,10 @@ coarse.
 
 Nothing is opened for writing, no lock is taken and no SQLite connection is kept between
 checks, so the watch never keeps OpenCode from checkpointing or from removing its WAL when
-it exits. ``wait`` polls (every ``interval`` seconds, 0.2 by default: under a second from
-OpenCode's commit to the caller's read)::
+it exits. The two files read stay open (``files.read_head``: closing them would drop the
+POSIX locks of any connection this process holds on them). ``wait`` polls (every
+``interval`` seconds, 0.2 by default: under a second from OpenCode's commit to the
+caller's read)::
 
     watch = StoreWatch(path)
     while True:
@@ -31,6 +33,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from .files import read_head
 
 __all__ = ["StoreWatch", "signature", "POLL_INTERVAL"]
 
@@ -48,11 +52,10 @@ def _stat(path: str) -> tuple[int, int, int, int] | None:
 
 
 def _head(path: str, size: int = _SHM_HEADER) -> bytes | None:
-    try:
-        with open(path, "rb", buffering=0) as f:
-            return f.read(size)
-    except OSError:
-        return None
+    # read_head keeps the file open: closing it would drop the locks this process's own
+    # connections hold there (a harness's, say), and let the next opener truncate -shm
+    state = read_head(path, size)
+    return None if state is None else state[1]
 
 
 def signature(path: str | os.PathLike[str]) -> tuple[Any, ...]:
