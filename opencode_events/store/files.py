@@ -23,6 +23,15 @@ _kept_lock = threading.Lock()
 KEPT_FILES = 32  # paths kept open at most; past it the least recently opened is closed
 
 
+def _new_lock_in_child() -> None:
+    global _kept_lock
+    _kept_lock = threading.Lock()  # a fork taken while another thread held it
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def read_regular_file(path: str | os.PathLike[str], limit: int | None = None) -> bytes | None:
     """The bytes of the regular file ``path``; None for anything else: missing, unreadable,
     larger than ``limit``, a FIFO (never waited on) or a device such as /dev/zero (never read
