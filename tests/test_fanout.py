@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 import time
@@ -100,6 +101,29 @@ def test_any_chunk_size(merged_db: Path, tmp_path: Path, monkeypatch, chunk: int
     one = import_bytes(merged_db, tmp_path, workers=1)
     monkeypatch.setattr(fanout, "CHUNK_SESSIONS", chunk)
     assert import_bytes(merged_db, tmp_path, workers=2) == one
+
+
+def test_a_worker_slowed_by_one_session_takes_fewer_chunks(
+    merged_db: Path, tmp_path: Path, monkeypatch
+):
+    """Chunks are taken from a queue as workers become free, not dealt in turn: while one
+    worker is held up by the first session, the other takes nearly every other chunk, and
+    the output is still what one process writes."""
+    one = import_bytes(merged_db, tmp_path, workers=1)
+    with Store(merged_db) as store:
+        first = select_sessions(store, all_sessions=True)[0]
+    original = Store.session_rows
+
+    def slow_first(self, session_id):
+        if session_id == first:
+            time.sleep(0.5)
+        return original(self, session_id)
+
+    monkeypatch.setattr(Store, "session_rows", slow_first)
+    monkeypatch.setattr(fanout, "CHUNK_SESSIONS", 1)
+    assert import_bytes(merged_db, tmp_path, workers=2) == one
+    taken = sorted(fanout.LAST_RUN["taken"])
+    assert taken[0] <= 2 and taken[1] >= sum(taken) - 2, taken
 
 
 @pytest.mark.parametrize("hold", [0, 20_000, 200_000])
@@ -207,6 +231,26 @@ def test_cli_uses_workers_when_told(merged_db: Path):
     assert one.stdout == two.stdout
 
 
+def test_the_queue_gives_every_chunk_number_once_in_order():
+    """More numbers than a pipe holds: fed as it drains, each read a whole number."""
+    dealer = fanout._Dealer(40_000, 1, 0)
+    try:
+        os.set_blocking(dealer.queue_out, False)
+        got = bytearray()
+        while True:
+            try:
+                data = os.read(dealer.queue_out, 1 << 16)
+            except BlockingIOError:
+                dealer._feed()  # drained: fed again
+                continue
+            if not data:
+                break  # every number in and the queue closed
+            got += data
+        assert list(struct.unpack(f"<{len(got) // 4}I", got)) == list(range(40_000))
+    finally:
+        dealer.close()
+
+
 def test_how_many_workers(monkeypatch):
     monkeypatch.delenv("OPENCODE_EVENTS_WORKERS", raising=False)
     assert fanout.workers_for(fanout.MIN_SESSIONS - 1) == 1
@@ -244,6 +288,28 @@ def test_a_database_error_in_a_worker_is_the_commands_error(
             pytest.raises(InputError, match="disk image is malformed"),
         ):
             import_sessions(store, ids, JsonlWriter(out), workers=2)
+
+
+def test_a_worker_killed_without_a_word_stops_the_import(
+    merged_db: Path, tmp_path: Path, monkeypatch
+):
+    """The other workers wait for no token the dead one would have passed on."""
+    with Store(merged_db) as store:
+        ids = select_sessions(store, all_sessions=True)
+        original = Store.session_rows
+
+        def killed(self, session_id):
+            if session_id == ids[5]:
+                os.kill(os.getpid(), signal.SIGKILL)  # in the worker that took it
+            return original(self, session_id)
+
+        monkeypatch.setattr(Store, "session_rows", killed)
+        monkeypatch.setattr(fanout, "CHUNK_SESSIONS", 1)
+        with (
+            open(tmp_path / "out.jsonl", "wb") as out,
+            pytest.raises(InputError, match="an import worker stopped .killed by signal 9"),
+        ):
+            import_sessions(store, ids, JsonlWriter(out), workers=3)
 
 
 def test_ctrl_c_in_a_worker_stops_the_import(merged_db: Path, tmp_path: Path, monkeypatch):

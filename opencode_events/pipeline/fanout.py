@@ -3,23 +3,27 @@
 The contract: the output is byte for byte what the single-process import writes (tested),
 only sooner. How:
 
-- The sessions, in import order, are cut into consecutive chunks, dealt round-robin to the
-  workers (forked; each opens the database again, read-only, on its own connection).
+- The sessions, in import order, are cut into consecutive chunks. The workers (forked; each
+  opens the database again, read-only, on its own connection) take the chunks' numbers, in
+  order, from one queue (a pipe) as each becomes free, so a worker that drew heavy sessions
+  takes fewer chunks and all end together, whatever the sessions' sizes.
 - A worker maps a chunk with its own ``Normalizer``, numbering events from 0, and holds
-  them until its turn. A token passes from worker to worker in a ring of pipes; it carries
-  the ``seq`` the next chunk starts at. With the token in hand, a worker adds that offset
-  to its events, encodes them, writes them to the shared output (the same open file, so
-  writes taken in turn land in order), flushes, and passes the token on. A chunk that
-  holds more than ``HOLD_BYTES`` of input before its turn waits for the token, then
-  writes as it goes, so memory stays bounded whatever the sessions' sizes.
+  them until its turn. The turn is a token: the ``seq`` the chunk's events start at. A
+  worker tells this process which chunk it took and, when it has written one, where the
+  next one starts; this process hands that token to whoever took the next chunk. With the
+  token in hand, a worker adds the offset to its events, encodes them, writes them to the
+  shared output (the same open file, so writes taken in turn land in order), flushes, and
+  reports. A chunk that holds more than ``HOLD_BYTES`` of input before its turn waits for
+  the token, then writes as it goes, so memory stays bounded whatever the sessions' sizes.
 - Each worker sends its figures back to the parent at the end (counts, token sums, and
   each session's cost sum in order); the parent merges them into the normalizer the
   closing ``metrics`` event comes from. Costs are summed per session and the sessions'
   sums added in order, in the single-process import too, so even the float total is
   identical.
-- A worker that fails (a database error, a closed pipe, Ctrl-C) reports it and passes
-  an abort token on; the parent raises the same kind of error, so the command line
-  reports it as it would have in one process.
+- A worker that fails (a database error, a closed pipe, Ctrl-C) reports it and tells this
+  process, which hands every worker an abort token; the parent raises the same kind of
+  error, so the command line reports it as it would have in one process. A worker that
+  dies without a word is seen by its results pipe closing without a report.
 
 Only for the JSON Lines writer, a SQLite store that can be opened again (``store.uri``),
 and where ``fork`` exists; ``import_sessions`` falls back to one process otherwise. Nothing
@@ -50,8 +54,14 @@ MIN_SESSIONS = 64  # below this, starting workers costs more than it saves
 CHUNK_SESSIONS = 32  # sessions per chunk: small enough to balance, large enough to amortize
 HOLD_BYTES = 128 << 20  # input a worker maps ahead of its turn before it waits
 
-_TOKEN = struct.Struct("<q")
+_TOKEN = struct.Struct("<q")  # an inbox's token: the seq the chunk starts at, or _ABORT
 _ABORT = -1
+_CHUNK = struct.Struct("<I")  # the queue: chunk numbers
+_QUEUE_BATCH = 1024  # numbers per write to the queue: 4 KB, at most PIPE_BUF
+# A worker's note to this process: (_TAKEN, chunk, worker), (_DONE, chunk, next seq) or
+# (_FAILED, -1, worker); 16 bytes, so each write is atomic and read whole.
+_NOTE = struct.Struct("<iiq")
+_TAKEN, _DONE, _FAILED = 1, 2, 3
 
 
 def workers_for(sessions: int) -> int:
@@ -81,7 +91,8 @@ def can_share(out: Any) -> bool:
     return True
 
 
-LAST_RUN: dict[str, int] = {}  # the last run's workers and most events held: for tests
+# The last run's workers, most events held and chunks each worker took: for tests.
+LAST_RUN: dict[str, Any] = {}
 
 
 def import_in_workers(
@@ -99,56 +110,165 @@ def import_in_workers(
     out.flush()
     chunks = _chunks(session_ids, workers)
     workers = min(workers, len(chunks))
-    opened: list[int] = []  # every pipe end this process still holds
-
-    def pipe() -> tuple[int, int]:
-        pair = os.pipe()
-        opened.extend(pair)
-        return pair
-
-    def close(fd: int) -> None:
-        opened.remove(fd)
-        os.close(fd)
-
-    pids: list[int] = []
-    statuses: dict[int, int] = {}
+    dealer = _Dealer(len(chunks), workers, normalizer.seq)
     try:
-        # rings[i]: the pipe worker i reads its token from; worker i writes to rings[i + 1].
-        rings = [pipe() for _ in range(workers)]
-        results = [pipe() for _ in range(workers)]
-        # The first chunk's token goes in before any worker exists: written later, it
-        # could meet a pipe whose only reader, a worker that failed at once, is gone.
-        os.write(rings[0][1], _TOKEN.pack(normalizer.seq))
         for index in range(workers):
             pid = os.fork()
             if pid == 0:  # the worker: never returns
-                _worker_main(store, chunks, index, workers, rings, results, out, normalizer, tags)
-            pids.append(pid)
-        for _, write_end in results:
-            close(write_end)
-        for read_end, write_end in rings:
-            close(read_end)
-            close(write_end)
-        reports = [_read_all(read_end) for read_end, _ in results]
+                _worker_main(store, chunks, index, dealer, out, normalizer, tags)
+            dealer.pids.append(pid)
+        reports = dealer.deal()
     except BaseException:
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
+        dealer.kill()
         raise
     finally:
-        for fd in list(opened):
+        dealer.close()
+        killed = dealer.reap()
+    return _merge(reports, chunks, dealer.taken, normalizer, killed)
+
+
+class _Dealer:
+    """The pipes between this process and the workers, and the dealing itself: the queue of
+    chunk numbers (fed as it drains), each worker's inbox of tokens, one pipe of notes from
+    the workers to here (a chunk taken, a chunk written, a failure), and each worker's
+    results pipe. This process keeps the read ends of the queue and of the inboxes open, so
+    a write to them never meets a pipe nobody reads (a worker that failed at once)."""
+
+    def __init__(self, chunks: int, workers: int, seq: int) -> None:
+        self.chunks, self.seq = chunks, seq
+        self.pids: list[int] = []
+        self.taken = [0] * workers  # chunks each worker took: for LAST_RUN
+        self.aborted = False  # every worker was handed the abort token
+        self.opened: list[int] = []
+        self.queue_out, self.queue_in = self._pipe()
+        os.set_blocking(self.queue_in, False)
+        self.fed = 0  # chunk numbers written to the queue so far
+        self.inboxes = [self._pipe() for _ in range(workers)]
+        self.notes_out, self.notes_in = self._pipe()
+        self.results = [self._pipe() for _ in range(workers)]
+        self._feed()  # before any worker exists: the first ones can start at once
+
+    def _pipe(self) -> tuple[int, int]:
+        pair = os.pipe()
+        self.opened.extend(pair)
+        return pair
+
+    def _close(self, fd: int) -> None:
+        if fd in self.opened:
+            self.opened.remove(fd)
             _close(fd)
-        for pid in pids:
+
+    def worker_ends(self, index: int) -> tuple[int, int, int, int]:
+        """What worker ``index`` keeps: (queue, inbox, notes, results) ends."""
+        return (self.queue_out, self.inboxes[index][0], self.notes_in, self.results[index][1])
+
+    def _feed(self) -> None:
+        """Write as many chunk numbers as the queue takes now, each write whole (a write of
+        at most PIPE_BUF bytes is atomic: all of it or, the pipe full, none), so a worker's
+        4-byte read is always a whole number; once all are in, the queue is closed, and
+        then reads as the end."""
+        batch = _QUEUE_BATCH
+        while self.fed < self.chunks:
+            numbers = range(self.fed, min(self.chunks, self.fed + batch))
+            try:
+                os.write(self.queue_in, struct.pack(f"<{len(numbers)}I", *numbers))
+            except BlockingIOError:
+                if batch == 1:
+                    return  # full: fed again once the workers have drained it
+                batch = 1  # room for less than a batch: the numbers one at a time
+                continue
+            self.fed = numbers.stop
+        self._close(self.queue_in)
+
+    def deal(self) -> list[bytes]:
+        """Route the tokens until every worker has ended; their reports, in worker order."""
+        for _, write_end in self.results:
+            self._close(write_end)
+        self._close(self.notes_in)
+        owners: dict[int, int] = {}  # chunk number -> the worker that took it
+        due = 0  # the chunk whose turn it is; its token is self.seq
+        handed = -1  # the last chunk whose token went out
+        aborted = False
+        reports = [bytearray() for _ in self.results]
+        reading = {read_end: index for index, (read_end, _) in enumerate(self.results)}
+        notes = bytearray()
+        while reading:
+            wanted = [*reading, self.notes_out] if self.notes_out in self.opened else [*reading]
+            writing = [self.queue_in] if self.queue_in in self.opened else []
+            readable, writable, _ = select.select(wanted, writing, [])
+            if writable:
+                self._feed()
+            for fd in readable:
+                if fd == self.notes_out:
+                    data = os.read(fd, 1 << 12)
+                    if not data:
+                        self._close(fd)
+                        continue
+                    notes += data
+                    whole = len(notes) - len(notes) % _NOTE.size
+                    for kind, chunk, value in _NOTE.iter_unpack(notes[:whole]):
+                        if kind == _TAKEN:
+                            owners[chunk] = value
+                            self.taken[value] += 1
+                        elif kind == _DONE:
+                            due, self.seq = chunk + 1, value
+                        else:
+                            aborted = True
+                    del notes[:whole]
+                    continue
+                data = os.read(fd, 1 << 16)
+                if data:
+                    reports[reading[fd]] += data
+                    continue
+                index = reading.pop(fd)
+                if not _complete(reports[index]):
+                    aborted = True  # died without a word: nobody else may wait for it
+            if aborted and not self.aborted:
+                self._abort()
+            elif due > handed and due in owners and not self.aborted:
+                os.write(self.inboxes[owners[due]][1], _TOKEN.pack(self.seq))
+                handed = due
+        return [bytes(report) for report in reports]
+
+    def _abort(self) -> None:
+        self.aborted = True
+        self._close(self.queue_in)  # no more chunks to take
+        for _, write_end in self.inboxes:
+            os.write(write_end, _TOKEN.pack(_ABORT))  # a few bytes: never blocks
+
+    def kill(self) -> None:
+        for pid in self.pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+
+    def close(self) -> None:
+        for fd in list(self.opened):
+            self._close(fd)
+
+    def reap(self) -> list[int]:
+        """Wait for every worker; the signals that killed any."""
+        killed = []
+        for pid in self.pids:
             with contextlib.suppress(ChildProcessError):
-                statuses[pid] = os.waitpid(pid, 0)[1]
-    killed = [os.WTERMSIG(status) for status in statuses.values() if os.WIFSIGNALED(status)]
-    return _merge(reports, chunks, workers, normalizer, killed)
+                status = os.waitpid(pid, 0)[1]
+                if os.WIFSIGNALED(status):
+                    killed.append(os.WTERMSIG(status))
+        return killed
+
+
+def _complete(report: bytes | bytearray) -> bool:
+    """Whether a worker's results are a whole pickled report (its last act)."""
+    try:
+        pickle.loads(report)
+    except Exception:
+        return False
+    return True
 
 
 def _merge(
     reports: list[bytes],
     chunks: list[Sequence[str]],
-    workers: int,
+    taken: list[int],
     normalizer: Normalizer,
     killed: list[int],
 ) -> list[float]:
@@ -171,7 +291,7 @@ def _merge(
     costs_by_chunk: dict[int, list[float]] = {}
     last_session: tuple[int, str] | None = None
     LAST_RUN.clear()
-    LAST_RUN.update(workers=workers, most_held=0)
+    LAST_RUN.update(workers=len(taken), most_held=0, taken=list(taken))
     for report in decoded:
         LAST_RUN["most_held"] = max(LAST_RUN["most_held"], report["most_held"])
         normalizer.merge(report["counters"], cost=False)  # costs: summed per session below
@@ -207,9 +327,7 @@ def _worker_main(
     store: Any,
     chunks: list[Sequence[str]],
     index: int,
-    workers: int,
-    rings: list[tuple[int, int]],
-    results: list[tuple[int, int]],
+    dealer: _Dealer,
     out: BinaryIO,
     parent_normalizer: Normalizer,
     tags: dict[str, str] | None,
@@ -217,32 +335,30 @@ def _worker_main(
     """The forked worker's whole life; leaves with ``os._exit`` (no parent state is
     finalized here: the parent's database connection and files stay the parent's)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    token_in = rings[index][0]
-    token_out = rings[(index + 1) % workers][1]
-    result_out = results[index][1]
-    keep = {token_in, token_out, result_out}
-    for pair in rings + results:
-        for fd in pair:
-            if fd not in keep:
-                _close(fd)
+    queue, inbox, notes, result_out = ends = dealer.worker_ends(index)
+    for fd in dealer.opened:
+        if fd not in ends:
+            _close(fd)
     code = 0
     try:
         worker = _Worker(
             store,
-            token_in,
-            token_out,
+            index,
+            queue,
+            inbox,
+            notes,
             out,
             keep_raw=parent_normalizer.keep_raw,
             mcp_servers=parent_normalizer.mcp_servers,
             parents=parent_normalizer.parents,
             tags=tags,
         )
-        report = worker.run(chunks, index, workers)
+        report = worker.run(chunks)
     except BaseException as exc:  # reported to the parent, which raises it
         code = 1
         report = failure_report(exc, traceback=not isinstance(exc, _Aborted))
         with contextlib.suppress(OSError):
-            os.write(token_out, _TOKEN.pack(_ABORT))
+            os.write(notes, _NOTE.pack(_FAILED, -1, index))
     try:
         data = pickle.dumps(report)
         view = memoryview(data)
@@ -257,8 +373,10 @@ class _Worker:
     def __init__(
         self,
         store: Any,
+        index: int,
+        queue: int,
         token_in: int,
-        token_out: int,
+        notes: int,
         out: BinaryIO,
         *,
         keep_raw: bool,
@@ -268,15 +386,24 @@ class _Worker:
     ) -> None:
         self.parent = os.getppid()
         self.store = store.reopen()
-        self.token_in = token_in
-        self.token_out = token_out
+        self.index, self.queue, self.token_in, self.notes = index, queue, token_in, notes
         self.writer = JsonlWriter(out, buffered=True, tags=tags)
         self.normalizer = Normalizer(keep_raw=keep_raw, mcp_servers=mcp_servers)
         self.normalizer.parents = parents  # the parent's, computed before the fork
         self.seq_end = 0
         self.held_count = self.most_held = 0  # events held in memory: now, at most
 
-    def run(self, chunks: list[Sequence[str]], index: int, workers: int) -> dict[str, Any]:
+    def _take(self) -> int | None:
+        """The next chunk's number from the queue (told to this process), or None once
+        the queue is empty and closed."""
+        got = os.read(self.queue, _CHUNK.size)
+        if not got:
+            return None
+        (number,) = _CHUNK.unpack(got)
+        os.write(self.notes, _NOTE.pack(_TAKEN, number, self.index))
+        return number
+
+    def run(self, chunks: list[Sequence[str]]) -> dict[str, Any]:
         from ..sources.transcript import map_session
 
         normalizer = self.normalizer
@@ -289,7 +416,7 @@ class _Worker:
         # Input behind the events held in memory starts at held_from (the oldest pending
         # chunk's start, else the current chunk's).
         self.held_from = self.chunk_from = store.bytes_read
-        for number in range(index, len(chunks), workers):
+        while (number := self._take()) is not None:
             if os.getppid() != self.parent:  # the command was killed: stop, don't run on
                 raise _Aborted("the import was stopped")
             normalizer.seq = 0
@@ -371,10 +498,7 @@ class _Worker:
         self.seq_end = seq_end
         if number == self.last_chunk:
             return  # nobody waits for the last token (its reader may be gone)
-        try:
-            os.write(self.token_out, _TOKEN.pack(seq_end))
-        except OSError:  # the next worker is gone: it failed and says why
-            raise _Aborted("the next import worker stopped") from None
+        os.write(self.notes, _NOTE.pack(_DONE, number, seq_end))
 
     def _wait_turn(self) -> int:
         data = b""
