@@ -607,6 +607,30 @@ def test_the_cache_is_bounded(tmp_path, monkeypatch) -> None:
     assert len([p for p in root.iterdir() if p.is_dir()]) == 2
 
 
+def test_a_memo_written_in_pieces_is_the_memos_one_encoding(tmp_path) -> None:
+    """``remember`` writes a memo's parts one after another (a large report is not copied
+    once more): the file holds exactly the encoding of the whole ``_Memo``."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    request = ["every", None, {"fold": True}, list(range(20))]
+    value = {"rows": [{"id": f"ses_{n}", "cost": n / 7} for n in range(50)]}
+    basis = [{"ses_1": 12}, {"ses_2": "ses_1"}]
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        assert cache is not None
+        cache.remember("usage", request, value, [["/work", ["tools"]]], basis)
+        whole = report_cache._Memo(
+            request,
+            [["/work", ["tools"]]],
+            msgspec.Raw(report_cache._ENCODER.encode(value)),
+            msgspec.Raw(report_cache._ENCODER.encode(basis)),
+        )
+        (memo,) = root.glob("*/memo-*")
+        header = report_cache._HEADER.decode(memo.read_bytes())
+        assert bytes(header.body) == report_cache._ENCODER.encode(whole)
+        assert cache.recall("usage", request, dict, lambda checks: True) == value
+
+
 def test_a_write_that_bypasses_the_event_log_is_seen(tmp_path) -> None:
     """Another program updates a logged session in place, and OpenCode writes nothing: the
     log did not move while the database changed, so no stamp is trusted."""

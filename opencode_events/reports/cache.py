@@ -325,12 +325,20 @@ class ReportCache:
     def remember(
         self, kind: str, request: Any, value: Any, checks: Any = None, basis: Any = None
     ) -> None:
-        kept = msgspec.Raw(_ENCODER.encode(basis))
-        memo = _Memo(request, checks, msgspec.Raw(_ENCODER.encode(value)), kept)
+        # The encoding of _Memo(request, checks, value, basis), written in its pieces: a
+        # large report's encoding is not copied once more into the memo's.
+        start = bytearray(_ENCODER.encode((request, checks)))
+        start[0] += 2  # fixarray of 2 (0x92) → of 4: the value and the basis follow
+
+        def pieces() -> Iterator[bytes]:  # each encoded as the last is written
+            yield bytes(start)
+            yield _ENCODER.encode(value)
+            yield _ENCODER.encode(basis)
+
         name = _memo_name(kind, request)
         self._memos.pop(name, None)
         self._kept[name] = checks
-        self._write(name, _ENCODER.encode(memo))
+        self._write(name, pieces())
 
     def rendered(
         self,
