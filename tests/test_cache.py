@@ -799,6 +799,86 @@ def test_a_rendition_is_copied_from_the_file_it_was_checked_in(tmp_path) -> None
             kept.read()
 
 
+def _kept_rendition(tmp_path: Path):
+    """A sample's sessions JSON and a function giving its rendition, checked anew."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    first = _rendered(db, root)
+    (path,) = root.rglob("render-*")
+    store = open_store(db)
+    cache = ReportCache.open(store, root=root)
+
+    def rendition():
+        return cache.rendered("sessions", sessions_module_request(), "json", lambda c: True)
+
+    return first, path, rendition, store
+
+
+def test_a_rendition_goes_to_a_file_or_a_pipe_by_sendfile_in_order(tmp_path, monkeypatch):
+    """Copied in the kernel to a descriptor of its own, after what the output held, before
+    what is written next; an in-memory output gets the same bytes through a buffer."""
+    first, _, rendition, store = _kept_rendition(tmp_path)
+    calls = []
+    real_sendfile = os.sendfile
+
+    def sendfile(*args):
+        calls.append(args[3])
+        return real_sendfile(*args)
+
+    monkeypatch.setattr(os, "sendfile", sendfile)
+    with store, open(tmp_path / "out.json", "wb") as out:
+        out.write(b"before\n")
+        rendition().write_to(out)
+        out.write(b"\nafter")
+    assert (tmp_path / "out.json").read_bytes() == b"before\n" + first + b"\nafter"
+    assert calls and calls[0] == len(first)
+    read_end, write_end = os.pipe()
+    with open(write_end, "wb") as out, open(read_end, "rb") as got:
+        rendition().write_to(out)  # the sample's JSON fits in the pipe
+        out.close()
+        assert got.read() == first
+    assert len(calls) >= 2
+    assert rendition().read() == first and len(calls) >= 2  # BytesIO: not sent
+
+
+@pytest.mark.parametrize("errno_", ["EINVAL", "ENOSYS", "ENOTSOCK"])
+def test_where_sendfile_cannot_write_the_bytes_are_copied(tmp_path, monkeypatch, errno_):
+    import errno
+
+    first, _, rendition, store = _kept_rendition(tmp_path)
+
+    def cannot(*args):
+        raise OSError(getattr(errno, errno_), "not here")
+
+    monkeypatch.setattr(os, "sendfile", cannot)
+    with store, open(tmp_path / "out.json", "wb") as out:
+        out.write(b"[")
+        rendition().write_to(out)
+    assert (tmp_path / "out.json").read_bytes() == b"[" + first
+
+
+def test_a_rendition_cut_short_is_an_error_on_a_file_too(tmp_path):
+    first, path, rendition, store = _kept_rendition(tmp_path)
+    with store:
+        kept = rendition()
+        with open(path, "r+b") as file:
+            file.truncate(len(path.read_bytes()) - 10)
+        with (
+            open(tmp_path / "out.json", "wb") as out,
+            pytest.raises(InputError, match="cut short"),
+        ):
+            kept.write_to(out)
+    assert (tmp_path / "out.json").read_bytes() == first[:-10]
+
+
+def test_a_closed_pipe_while_sending_is_a_broken_pipe(tmp_path):
+    first, _, rendition, store = _kept_rendition(tmp_path)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with store, open(write_end, "wb") as out, pytest.raises(BrokenPipeError):
+        rendition().write_to(out)
+
+
 def sessions_module_request() -> list:
     from opencode_events.reports import sessions as sessions_module
 

@@ -41,6 +41,7 @@ still has.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import io
 import itertools
@@ -122,21 +123,28 @@ class _Unsound(Exception):
 class Rendition:
     """Bytes ``ReportCache.rendered`` found sound, still in their file: opened when they
     were checked, so a run that replaces the file meanwhile (a rename) changes nothing
-    here. ``write_to`` copies them out in pieces of a megabyte and closes the file."""
+    here. ``write_to`` copies them out and closes the file: to a file descriptor of its own
+    (standard output as a file or a pipe) by ``os.sendfile``, in the kernel; else in
+    pieces of a megabyte through one buffer. 100,000 sessions' JSON is 80 MB: read into
+    new bytes a megabyte at a time it cost a repeat about 0.1 s of page faults."""
 
     def __init__(self, file: BinaryIO, offset: int, length: int) -> None:
         self._file, self._offset, self.length = file, offset, length
 
     def write_to(self, out: BinaryIO) -> None:
         try:
-            self._file.seek(self._offset)
-            left = self.length
+            done = _sent(self._file, self._offset, self.length, out)
+            left = self.length - done
+            if not left:
+                return
+            self._file.seek(self._offset + done)
+            view = memoryview(bytearray(min(left, _COPY_PIECE)))
             while left:
-                piece = self._file.read(min(left, _COPY_PIECE))
-                if not piece:  # cut short in place, which no run of ours does
+                got = self._file.readinto(view[: min(left, len(view))])
+                if not got:  # cut short in place, which no run of ours does
                     raise InputError("the report cache was cut short while read: run again")
-                out.write(piece)
-                left -= len(piece)
+                out.write(view[:got])
+                left -= got
         finally:
             self._file.close()
 
@@ -145,6 +153,37 @@ class Rendition:
         with io.BytesIO() as held:
             self.write_to(held)
             return held.getvalue()
+
+
+# sendfile cannot serve this output (macOS: sockets only; some file systems): copy instead.
+_NOT_SENDABLE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, errno.EBADF}
+
+
+def _sent(file: BinaryIO, offset: int, length: int, out: BinaryIO) -> int:
+    """Bytes of ``file`` from ``offset`` on copied to ``out`` by ``os.sendfile`` (``out``
+    flushed first, so what it holds goes out before them): all ``length`` of them, fewer
+    when the file ends sooner, 0 when ``out`` is not a plain file object over a descriptor
+    (an in-memory stream, the terminal's filter) or sendfile cannot write to it. An error
+    writing (a closed pipe, a full disk) is raised as ``out.write`` would raise it."""
+    if not hasattr(os, "sendfile") or not isinstance(out, (io.BufferedWriter, io.FileIO)):
+        return 0
+    try:
+        target = out.fileno()
+    except (OSError, ValueError):
+        return 0
+    out.flush()
+    source, sent = file.fileno(), 0
+    while sent < length:
+        try:
+            count = os.sendfile(target, source, offset + sent, length - sent)
+        except OSError as exc:
+            if sent == 0 and exc.errno in _NOT_SENDABLE:
+                return 0
+            raise
+        if not count:  # the file ends here: the caller's copy says it was cut short
+            break
+        sent += count
+    return sent
 
 
 def cache_digest(value: Any) -> str:
