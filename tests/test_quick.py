@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 from opencode_events.cli.events import normalize as click_normalize
 from opencode_events.cli.quick import (
     NormalizeRequest,
+    SessionsRequest,
     StatuslineRequest,
     UsageRequest,
     limit_of,
     normalize_request,
+    sessions_request,
     statusline_request,
     usage_request,
 )
@@ -478,3 +480,142 @@ def test_usage_both_paths_write_the_same_and_exit_the_same(argv, tmp_path):
         one.stderr,
     )
     assert one.returncode in (0, 2)
+
+
+# `sessions`: a repeat is copied from the report cache in milliseconds, so click (and the
+# report's own modules) would be most of its time; it is read without click too.
+
+
+def clicks_sessions_request(argv: list[str]) -> SessionsRequest | None:
+    """What click's `sessions` reads from ``argv`` (after the command name), as a request;
+    None when click refuses it."""
+    from opencode_events.cli.reports import sessions as click_sessions
+
+    try:
+        ctx = click_sessions.make_context("sessions", list(argv), resilient_parsing=False)
+    except BaseException:  # click.UsageError, click.exceptions.Exit (--help)
+        return None
+    return SessionsRequest(**ctx.params)
+
+
+SESSIONS_CASES = [
+    (["--db", "x.db", "--all", "--format", "json"], True),
+    (["--all", "-j", "--no-cache"], True),
+    (["--since", "7d", "--until", "2026-11-30", "--limit", "5", "--format=csv"], True),
+    (["--limit=1_000", "--no-fold", "--format", "jsonl", "--csv-raw"], True),
+    (["--db", "x.db", "--fold", "--format", "markdown"], True),
+    ([], True),  # the default store, JSON to a pipe
+    (["--db", "x.db", "--format", "table"], False),
+    (["--limit", "0"], False),  # click's words: not in the range
+    (["--limit", "many"], False),
+    (["--limit", "-1"], False),
+    (["--db", "x.db", "--help"], False),
+    (["--db", "x.db", "--db", "y.db"], False),
+    (["--db"], False),
+    (["--db="], False),
+    (["--db", "--all"], False),
+    (["--session", "ses_a"], False),  # not an option of sessions
+    (["--last"], False),
+    (["x.db"], False),  # no argument
+    (["--db", "x.db", "-j", "--format", "csv"], False),
+    (["--fold", "--no-fold"], False),
+    (["--tz", "UTC"], False),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "read_here"), SESSIONS_CASES, ids=[" ".join(a) or "-" for a, _ in SESSIONS_CASES]
+)
+def test_sessions_reads_a_command_line_as_click_would_or_leaves_it(argv, read_here):
+    request = sessions_request(["sessions", *argv])
+    assert (request is not None) == read_here
+    if request is not None:
+        assert request == clicks_sessions_request(argv)
+
+
+_SESSIONS_TOKENS = st.sampled_from(
+    [
+        *("--db", "x.db", "--all", "--since", "7d", "--until", "2026-11-30", "--limit"),
+        *("3", "0", "-2", "x", "--format", "json", "csv", "table", "-j", "--json"),
+        *("--no-fold", "--fold", "--csv-raw", "--no-cache", "--limit=4", "--db=", "-h"),
+        "",
+    ]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_SESSIONS_TOKENS, max_size=8))
+def test_whatever_sessions_reads_here_click_reads_the_same(argv):
+    request = sessions_request(["sessions", *argv])
+    if request is not None:
+        assert request == clicks_sessions_request(argv)
+
+
+def test_sessions_never_imports_click(tmp_path):
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write(repr('click' in sys.modules)))\n"
+        "from opencode_events.cli import main\n"
+        "main()\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    argv = ["sessions", "--db", FORK_DB, "--all", "--format", "json"]
+    for _cold_then_cached in range(2):
+        result = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, timeout=60, env=env
+        )
+        assert result.returncode == 0 and result.stderr == b"False", result.stderr
+        assert b'"time_created"' in result.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "--db", FORK_DB, "--all", "--format", "json"],
+        ["sessions", "--db", FORK_DB, "--format", "jsonl", "--no-fold"],
+        ["sessions", "--db", FORK_DB, "--all", "--format", "csv", "--csv-raw"],
+        ["sessions", "--db", FORK_DB, "--format", "csv"],
+        ["sessions", "--db", FORK_DB, "--limit", "1", "--format", "markdown"],
+        ["sessions", "--db", FORK_DB, "--since", "2026-01-01", "--until", "2030-01-01", "-j"],
+        ["sessions", "--db", "missing.db", "-j"],  # exit 2
+        ["sessions", "--db", FORK_DB, "--since", "whenever", "-j"],  # click's words, exit 2
+        ["sessions", "--db", FORK_DB, "--until", "whenever", "-j"],
+        ["sessions", "--db", FORK_DB, "--all", "--no-cache"],  # JSON, stdout not a terminal
+    ],
+    ids=lambda a: " ".join(a[3:]) or "plain",
+)
+def test_sessions_both_paths_write_the_same_and_exit_the_same(argv, tmp_path):
+    quick = "from opencode_events.cli import main\nmain()\n"
+    with_click = "from opencode_events.cli.main import main\nmain()\n"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+
+    def ran(code: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, timeout=60, env=env
+        )
+
+    one, other, cached = ran(quick), ran(with_click), ran(quick)
+    assert (one.returncode, one.stdout, one.stderr) == (
+        other.returncode,
+        other.stdout,
+        other.stderr,
+    )
+    assert (cached.returncode, cached.stdout, cached.stderr) == (
+        one.returncode,
+        one.stdout,
+        one.stderr,
+    )
+    assert one.returncode in (0, 2)
+    assert one.returncode == 2 or one.stdout
+
+
+def test_a_closed_pipe_ends_sessions_quietly_with_141(tmp_path):
+    """The repeat is sent by sendfile: a reader gone is exit 141 and no word, as click's."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    argv = [sys.executable, "-m", "opencode_events", "sessions", "--db", FORK_DB, "-j"]
+    subprocess.run(argv, capture_output=True, timeout=60, env=env, check=True)  # kept
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with os.fdopen(write_end, "wb") as closed:
+        result = subprocess.run(argv, stdout=closed, stderr=subprocess.PIPE, timeout=60, env=env)
+    assert (result.returncode, result.stderr) == (141, b"")

@@ -7,10 +7,13 @@ declares them for click, with their help) into a ``NormalizeRequest``, or return
 anything else it is not sure of: another command, ``--help``, an unknown option, a value
 click would refuse, an option given twice, ``-`` glued to a value. Then click parses the
 command line, and says what is wrong in its own words. Both paths run ``run_normalize``.
-``statusline_request`` and ``statusline_line`` do the same for ``statusline``, and
+``statusline_request`` and ``statusline_line`` do the same for ``statusline``,
 ``usage_request`` and ``usage_written`` for a ``usage`` of the store written as JSON, JSON
-Lines, CSV or Markdown (a table, a stream, ``--github`` are click's); a value the command
-refuses (``Refused``) is left to click too, to be said in its words.
+Lines, CSV or Markdown (a table, a stream, ``--github`` are click's), and
+``sessions_request`` and ``sessions_written`` for ``sessions`` in those formats (a repeat
+is copied from the report cache: click and the report's modules would be most of its
+time); a value the command refuses (``Refused``) is left to click too, to be said in its
+words.
 
     >>> normalize_request(["normalize", "--raw", "-o", "out.jsonl", "run.jsonl"]).output
     'out.jsonl'
@@ -38,6 +41,10 @@ __all__ = [
     "UsageRequest",
     "usage_request",
     "usage_written",
+    "SessionsRequest",
+    "sessions_request",
+    "sessions_written",
+    "render_sessions",
     "stored_usage_of",
     "write_usage",
     "open_store_noting",
@@ -464,9 +471,127 @@ def usage_written(request: UsageRequest) -> bool:
     return True
 
 
+class SessionsRequest(NamedTuple):
+    """A ``sessions`` report, as its options name it (click's parameter names)."""
+
+    db_path: str | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: int | None = None
+    all_sessions: bool = False
+    fold: bool = True
+    fmt: str | None = None
+    as_json: bool = False
+    csv_raw: bool = False
+    no_cache: bool = False
+
+
+_SESSIONS_FLAGS = {name: _USAGE_FLAGS[name] for name in ("--all", "--csv-raw", "--no-cache")}
+_SESSIONS_FLAGS.update({name: _USAGE_FLAGS[name] for name in ("-j", "--json", "--fold")})
+_SESSIONS_FLAGS["--no-fold"] = _USAGE_FLAGS["--no-fold"]
+_SESSIONS_VALUES = {
+    "--db": "db_path",
+    "--since": "since",
+    "--until": "until",
+    "--limit": "limit",
+    "--format": "fmt",
+}
+
+
+def sessions_request(argv: list[str]) -> SessionsRequest | None:
+    """``argv`` (without the program name) as a ``sessions`` report in a format other than
+    the table, or None: click's (another command, ``--help``, an unknown option, one given
+    twice, a value missing, empty, looking like an option, not among the choices or, for
+    ``--limit``, not a whole number from 1, options click refuses together)."""
+    if not argv or argv[0] != "sessions":
+        return None
+    fields: dict[str, Any] = {}
+    args = iter(argv[1:])
+    for arg in args:
+        name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in _SESSIONS_FLAGS and not equals:
+            field, flag = _SESSIONS_FLAGS[name]
+            if field in fields:
+                return None
+            fields[field] = flag
+            continue
+        field = _SESSIONS_VALUES.get(name)
+        if field is None or field in fields:
+            return None
+        found = _value_of(equals, value, args)
+        if found is None or (field == "fmt" and found not in REPORT_FORMATS[1:]):
+            return None
+        if field == "limit":
+            try:
+                fields[field] = int(found)  # as click's IntRange reads it
+            except ValueError:
+                return None
+            if fields[field] < 1:
+                return None
+        else:
+            fields[field] = found
+    request = SessionsRequest(**fields)
+    if request.as_json and request.fmt not in (None, "json"):
+        return None
+    return request
+
+
+def render_sessions(report: Any, *, fmt: str, fold: bool, csv_raw: bool) -> bytes:
+    """The ``sessions`` report as ``--format`` writes it (all but the table)."""
+    from ..output import rows as formats
+    from ..reports.sessions import SESSION_COLUMNS
+
+    summaries = report.sessions
+    if fmt == "json":  # msgspec encodes the summaries as they are: no dicts in between
+        return formats.write_json(summaries)
+    if fmt == "jsonl":
+        return formats.write_jsonl(summaries)
+    if fmt == "markdown":
+        return formats.sessions_markdown(summaries, fold=fold)
+    return formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS, raw=csv_raw)
+
+
+def sessions_written(request: SessionsRequest) -> bool:
+    """The ``sessions`` command for ``request``, written to stdout; False (nothing written,
+    nothing read) when click is to say what is wrong (a time it cannot read) or to draw the
+    table (no format, on a terminal)."""
+    import functools
+
+    from ..core.timeutil import parse_since, parse_until
+    from ..reports.sessions import write_sessions
+    from ..store.open import store_files
+    from .streams import refuse_stdout_read, report_output
+
+    out = report_output()
+    fmt = "json" if request.as_json else request.fmt or ("table" if out.isatty() else "json")
+    if fmt == "table":
+        return False
+    try:
+        start = None if request.since is None else parse_since(request.since)
+        end = None if request.until is None else parse_until(request.until)
+    except ValueError:
+        return False
+    choices = dict(
+        since_ms=start,
+        limit=request.limit,
+        all_sessions=request.all_sessions,
+        fold=request.fold,
+        until_ms=end,
+    )
+    form = f"{fmt}-raw" if fmt == "csv" and request.csv_raw else fmt
+    render = functools.partial(render_sessions, fmt=fmt, fold=request.fold, csv_raw=request.csv_raw)
+    with open_store_noting(request.db_path) as store:
+        refuse_stdout_read(store_files(store))
+        cache = report_cache(store, request.no_cache)
+        write_sessions(store, form, render, out, cache=cache, **choices)
+        out.flush()
+    return True
+
+
 def main() -> None:
-    """The console script: a plain ``normalize`` or ``statusline`` here, anything else
-    through click (and shell completion, which click answers when its variable is set)."""
+    """The console script: a plain ``normalize``, ``statusline``, ``usage`` or ``sessions``
+    here, anything else through click (and shell completion, which click answers when its
+    variable is set)."""
     import os
 
     argv = sys.argv[1:]
@@ -474,7 +599,8 @@ def main() -> None:
     request = None if completing else normalize_request(argv)
     glance = None if completing or request is not None else statusline_request(argv)
     report = None if completing or request or glance else usage_request(argv)
-    if request is None and glance is None and report is None:
+    listing = None if completing or request or glance or report else sessions_request(argv)
+    if request is None and glance is None and report is None and listing is None:
         _click_main()
         return
     from .exits import guarded, prepare_process
@@ -485,20 +611,22 @@ def main() -> None:
     printed: list[bool] = []
     if glance is not None:
         status = guarded(lambda: printed.append(_print_statusline(glance)))
+    elif listing is not None:
+        status = guarded(lambda: printed.append(_pipe_safe(sessions_written, listing)))
     else:
-        status = guarded(lambda: printed.append(_written(report)))
+        status = guarded(lambda: printed.append(_pipe_safe(usage_written, report)))
     if printed == [False]:  # a value it refuses (or a table to draw): click's
         _click_main()
         return
     raise SystemExit(status)
 
 
-def _written(request: UsageRequest) -> bool:
-    """``usage_written``, a closed pipe said as click's commands say it (``pipe_safe``)."""
+def _pipe_safe(written: Any, request: Any) -> bool:
+    """``written(request)``, a closed pipe said as click's commands say it (``pipe_safe``)."""
     from .streams import PipeClosed
 
     try:
-        return usage_written(request)
+        return written(request)
     except BrokenPipeError:
         raise PipeClosed() from None
 

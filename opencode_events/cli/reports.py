@@ -33,7 +33,7 @@ from .io import (
     until_ms,
     until_option,
 )
-from .quick import USAGE_GROUPINGS
+from .quick import USAGE_GROUPINGS, render_sessions
 
 
 @click.command()
@@ -78,28 +78,13 @@ def sessions(
             report = sessions_report(store, cache=cache, **choices)
         else:
             form = f"{fmt}-raw" if fmt == "csv" and csv_raw else fmt
-            render = functools.partial(_render_sessions, fmt=fmt, fold=fold, csv_raw=csv_raw)
+            render = functools.partial(render_sessions, fmt=fmt, fold=fold, csv_raw=csv_raw)
             write_sessions(store, form, render, out, cache=cache, **choices)
             out.flush()
             return
     from ..output.tables import sessions_table
 
     sessions_table(report.sessions, out=sys.stdout, fold=fold)
-
-
-def _render_sessions(report: Any, *, fmt: str, fold: bool, csv_raw: bool) -> bytes:
-    """The ``sessions`` report as ``--format`` writes it (all but the table)."""
-    from ..output import rows as formats
-    from ..reports.sessions import SESSION_COLUMNS
-
-    summaries = report.sessions
-    if fmt == "json":  # msgspec encodes the summaries as they are: no dicts in between
-        return formats.write_json(summaries)
-    if fmt == "jsonl":
-        return formats.write_jsonl(summaries)
-    if fmt == "markdown":
-        return formats.sessions_markdown(summaries, fold=fold)
-    return formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS, raw=csv_raw)
 
 
 @click.command()
