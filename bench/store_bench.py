@@ -367,7 +367,9 @@ def bench_sessions(cc: list[str] | None, truth: dict) -> dict:
     cc_cmd = [*cc, "opencode", "session", "--offline", "--json", "--timezone", TZ] if cc else None
     t, rss, pair = timed(cmd, cc_cmd, peer_env=ccusage_env() if cc_cmd else None)
     result: dict = {"ours_s": round(t, 2), "ours_peak_rss_mb": rss}
-    rows = json.loads(capture(cmd))
+    # Each session's own figures (--no-fold): with --all and folding, a subagent's figures
+    # are in its parent's row and in its own, so the rows would add up to more.
+    rows = json.loads(capture([*cmd, "--no-fold"]))
     cols = truth["session_columns"]
     our_cost = sum(r["cost"] for r in rows)
     our_tokens = {f: sum(r[f"{f}_tokens"] for r in rows) for f in TOKEN_FIELDS}
