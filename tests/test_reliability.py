@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opencode_events.errors import InputError
 
@@ -349,6 +351,41 @@ def test_json_pieces_of_nothing_is_the_empty_document():
     assert b"".join(json_pieces("rows", [], lambda: {"total": {}})) == write_json(
         {"rows": [], "total": {}}
     )
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_JSON_VALUES, max_size=12), st.integers(min_value=1, max_value=5))
+def test_a_list_written_in_pieces_is_the_list_written_whole(items, batch):
+    from opencode_events.output.rows import (
+        json_list_pieces,
+        jsonl_pieces,
+        write_json,
+        write_jsonl,
+    )
+
+    assert b"".join(json_list_pieces(items, batch)) == write_json(items)
+    assert b"".join(jsonl_pieces(items, batch)) == write_jsonl(items)
+
+
+def test_sessions_written_in_pieces_are_the_sessions_written_whole():
+    from opencode_events.output.rows import json_list_pieces, write_json
+    from opencode_events.reports.sessions import sessions_report
+    from opencode_events.store.open import open_store
+
+    summaries = []
+    for db in sorted(SAMPLES.glob("*/opencode.db")):
+        with open_store(str(db)) as store:
+            summaries += sessions_report(store, all_sessions=True).sessions
+    assert len(summaries) > 20
+    pieces = list(json_list_pieces(summaries, 7))
+    assert len(pieces) > 3 and b"".join(pieces) == write_json(summaries)
 
 
 # ---------------------------------------------------------------- CSV and the terminal

@@ -536,16 +536,17 @@ def sessions_request(argv: list[str]) -> SessionsRequest | None:
     return request
 
 
-def render_sessions(report: Any, *, fmt: str, fold: bool, csv_raw: bool) -> bytes:
-    """The ``sessions`` report as ``--format`` writes it (all but the table)."""
+def render_sessions(report: Any, *, fmt: str, fold: bool, csv_raw: bool) -> bytes | Iterator[bytes]:
+    """The ``sessions`` report as ``--format`` writes it (all but the table): its bytes,
+    or pieces of them (JSON and JSON Lines, a thousand sessions at a time)."""
     from ..output import rows as formats
     from ..reports.sessions import SESSION_COLUMNS
 
     summaries = report.sessions
     if fmt == "json":  # msgspec encodes the summaries as they are: no dicts in between
-        return formats.write_json(summaries)
+        return formats.json_list_pieces(summaries)
     if fmt == "jsonl":
-        return formats.write_jsonl(summaries)
+        return formats.jsonl_pieces(summaries)
     if fmt == "markdown":
         return formats.sessions_markdown(summaries, fold=fold)
     return formats.write_csv(formats.to_builtins(summaries), SESSION_COLUMNS, raw=csv_raw)

@@ -26,7 +26,9 @@ __all__ = [
     "to_builtins",
     "write_json",
     "json_pieces",
+    "json_list_pieces",
     "write_jsonl",
+    "jsonl_pieces",
     "write_csv",
     "csv_pieces",
     "write_markdown",
@@ -128,6 +130,28 @@ def json_pieces(
         value_json = msgspec.json.format(_ENCODER.encode(value), indent=2)
         yield b",\n  " + _ENCODER.encode(name) + b": " + _indented(value_json, 2, False)
     yield b"\n}\n"
+
+
+LIST_BATCH = 1000  # items encoded at a time by the list writers below
+
+
+def json_list_pieces(items: Sequence[Any], batch: int = LIST_BATCH) -> Iterator[bytes]:
+    """``write_json(list(items))`` in pieces of ``batch`` items, the same bytes: a long list
+    (100,000 sessions: 110 MB) is never held compact and indented at once, nor whole."""
+    if not items:
+        yield write_json([])
+        return
+    for start in range(0, len(items), batch):
+        indented = msgspec.json.format(_ENCODER.encode(items[start : start + batch]), indent=2)
+        # "[\n  {…},\n  {…}\n]": the items between the brackets, as in the whole list.
+        yield (b",\n" if start else b"[\n") + indented[2:-2]
+    yield b"\n]\n"
+
+
+def jsonl_pieces(rows: Sequence[Any], batch: int = LIST_BATCH) -> Iterator[bytes]:
+    """``write_jsonl(rows)`` in pieces of ``batch`` rows, the same bytes."""
+    for start in range(0, len(rows), batch):
+        yield write_jsonl(rows[start : start + batch])
 
 
 def _indented(data: bytes, by: int, first: bool) -> bytes:

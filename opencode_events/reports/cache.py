@@ -46,7 +46,7 @@ import gc
 import io
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -421,17 +421,22 @@ class ReportCache:
             raise
         return Rendition(file, 8 + length, kept.length)
 
-    def keep_rendered(self, kind: str, request: Any, form: str, data: bytes) -> None:
-        """Keep ``data``, the report of ``request`` as ``form`` names it (one name, one
-        way of writing it), beside its memo: only when that memo was kept (``remember``)
-        or found sound (``recall``) in this run, so a report that is not kept (a reply in
-        flight) is never answered from here either."""
+    def keep_rendered(
+        self, kind: str, request: Any, form: str, data: bytes | Sequence[bytes]
+    ) -> None:
+        """Keep ``data`` (bytes, or pieces of them), the report of ``request`` as ``form``
+        names it (one name, one way of writing it), beside its memo: only when that memo
+        was kept (``remember``) or found sound (``recall``) in this run, so a report that
+        is not kept (a reply in flight) is never answered from here either."""
         checks = self._kept.get(_memo_name(kind, request), _NOT_KEPT)
         if checks is _NOT_KEPT:
             return
-        head = self._head() + _ENCODER.encode(_Rendition(request, form, checks, len(data)))
-        pieces = [len(head).to_bytes(8, "big"), head, data]
-        self._replace(_rendition_name(kind, request, form), pieces)
+        pieces = [data] if isinstance(data, bytes) else list(data)
+        length = sum(map(len, pieces))
+        head = self._head() + _ENCODER.encode(_Rendition(request, form, checks, length))
+        self._replace(
+            _rendition_name(kind, request, form), [len(head).to_bytes(8, "big"), head, *pieces]
+        )
 
     def previous(
         self,

@@ -1000,15 +1000,16 @@ def sessions_report(
 def write_sessions(
     store: Any,
     form: str,
-    render: Callable[[SessionsReport], bytes],
+    render: Callable[[SessionsReport], bytes | Iterable[bytes]],
     out: BinaryIO,
     *,
     mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
     cache: ReportCache | None = None,
     **choices: Any,
 ) -> None:
-    """Write ``render(sessions_report(store, …))`` to ``out``; ``choices`` are the report's
-    (``since_ms``, ``limit``, ``all_sessions``, ``fold``, ``until_ms``). With ``cache``, the
+    """Write ``render(sessions_report(store, …))`` (bytes, or pieces of them, each written
+    as it comes) to ``out``; ``choices`` are the report's (``since_ms``, ``limit``,
+    ``all_sessions``, ``fold``, ``until_ms``). With ``cache``, the
     bytes are kept beside the report's memo under ``form``, which must name ``render``
     exactly (``"json"``, say): a repeat of an unchanged database copies them from the
     cache's file, without decoding the report, writing it again or holding it whole (for
@@ -1022,10 +1023,14 @@ def write_sessions(
             kept.write_to(out)
             return
     report = sessions_report(store, mcp_servers=mcp_servers, cache=cache, **choices)
-    data = render(report)
-    out.write(data)
+    rendered = render(report)
+    kept_pieces: list[bytes] = []
+    for piece in [rendered] if isinstance(rendered, bytes) else rendered:
+        out.write(piece)
+        if cache is not None:
+            kept_pieces.append(piece)
     if cache is not None:
-        cache.keep_rendered("sessions", request, form, data)
+        cache.keep_rendered("sessions", request, form, kept_pieces)
 
 
 def _request(
