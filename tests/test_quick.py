@@ -150,14 +150,18 @@ def _run(code: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProce
     )
 
 
+# The console script, and on stderr whether click was imported by the end.
+SAYS_IF_CLICK_WAS_IMPORTED = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: sys.stderr.write(repr('click' in sys.modules)))\n"
+    "from opencode_events.cli import main\n"
+    "main()\n"
+)
+
+
 def test_normalize_to_a_pipe_never_imports_click():
     """Start-up: the console script's `normalize` reads its options without click."""
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: sys.stderr.write(repr('click' in sys.modules)))\n"
-        "from opencode_events.cli import main\n"
-        "main()\n"
-    )
+    code = SAYS_IF_CLICK_WAS_IMPORTED
     result = _run(code, "normalize", "--raw", str(SAMPLE))
     assert result.returncode == 0 and result.stderr == b"False", result.stderr
     assert result.stdout.count(b"\n") > 1
@@ -304,12 +308,7 @@ def test_statusline_reads_a_command_line_as_click_would_or_leaves_it(argv, expec
 
 
 def test_statusline_never_imports_click():
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: sys.stderr.write(repr('click' in sys.modules)))\n"
-        "from opencode_events.cli import main\n"
-        "main()\n"
-    )
+    code = SAYS_IF_CLICK_WAS_IMPORTED
     result = _run(code, "statusline", "--db", TASK_DB)
     assert result.returncode == 0 and result.stderr == b"False", result.stderr
     assert result.stdout.count(b"\n") == 1
@@ -347,17 +346,23 @@ def test_statusline_both_paths_write_the_same_and_exit_the_same(argv):
 FORK_DB = str(ROOT / "samples" / "fork" / "opencode.db")
 
 
+def _clicks_params(command: str, argv: list[str]) -> dict | None:
+    """The parameters click's report ``command`` reads from ``argv`` (after the command
+    name); None when it refuses them (a usage error, ``--help``)."""
+    from opencode_events.cli import reports
+
+    try:
+        ctx = getattr(reports, command).make_context(command, list(argv), resilient_parsing=False)
+    except BaseException:  # click.UsageError, click.exceptions.Exit (--help)
+        return None
+    return ctx.params
+
+
 def clicks_usage_request(argv: list[str]) -> UsageRequest | None:
     """What click's `usage` reads from ``argv`` (after the command name), as a request; None
     when click refuses it or it is no store report in a format other than the table."""
-    from opencode_events.cli.reports import usage as click_usage
-
-    try:
-        ctx = click_usage.make_context("usage", list(argv), resilient_parsing=False)
-    except BaseException:  # click.UsageError, click.exceptions.Exit (--help)
-        return None
-    params = ctx.params
-    if params.pop("inputs") or params.pop("github"):
+    params = _clicks_params("usage", argv)
+    if params is None or params.pop("inputs") or params.pop("github"):
         return None
     return UsageRequest(**params)
 
@@ -418,12 +423,7 @@ def test_whatever_usage_reads_here_click_reads_the_same(argv):
 
 
 def test_usage_of_the_store_never_imports_click(tmp_path):
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: sys.stderr.write(repr('click' in sys.modules)))\n"
-        "from opencode_events.cli import main\n"
-        "main()\n"
-    )
+    code = SAYS_IF_CLICK_WAS_IMPORTED
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
     argv = ["usage", "--db", FORK_DB, "--all", "--by", "day", "--format", "json"]
     for _cold_then_cached in range(2):
@@ -441,24 +441,9 @@ def test_usage_of_the_store_never_imports_click(tmp_path):
     assert table.returncode == 0 and table.stderr == b"True"
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["usage", "--db", FORK_DB, "--all", "--by", "day", "--format", "json"],
-        ["usage", "--db", FORK_DB, "--by", "step", "--format", "jsonl"],
-        ["usage", "--db", FORK_DB, "--all", "--by", "session", "--format", "csv", "--csv-raw"],
-        ["usage", "--db", FORK_DB, "--all", "--by", "model", "--format", "markdown"],
-        ["usage", "--db", FORK_DB, "--since", "2026-01-01", "--tz", "Asia/Tokyo", "-j"],
-        ["usage", "--db", FORK_DB, "--session", "ses_nope", "-j"],  # one error line, exit 2
-        ["usage", "--db", "missing.db", "-j"],  # exit 2
-        ["usage", "--db", FORK_DB, "--tz", "Mars/Olympus", "-j"],  # click's words, exit 2
-        ["usage", "--db", FORK_DB, "--since", "whenever", "-j"],
-        ["usage", "--db", FORK_DB, "--until", "whenever", "--all", "-j"],
-        ["usage", "--db", FORK_DB, "--all", "--no-cache"],  # JSON, stdout not a terminal
-    ],
-    ids=lambda a: " ".join(a[3:]) or "plain",
-)
-def test_usage_both_paths_write_the_same_and_exit_the_same(argv, tmp_path):
+def _both_paths_alike(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """The console script's run of ``argv``: the same bytes and exit code as click's, and
+    again when repeated with the report cache the first run kept."""
     quick = "from opencode_events.cli import main\nmain()\n"
     with_click = "from opencode_events.cli.main import main\nmain()\n"
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
@@ -480,6 +465,28 @@ def test_usage_both_paths_write_the_same_and_exit_the_same(argv, tmp_path):
         one.stderr,
     )
     assert one.returncode in (0, 2)
+    return one
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["usage", "--db", FORK_DB, "--all", "--by", "day", "--format", "json"],
+        ["usage", "--db", FORK_DB, "--by", "step", "--format", "jsonl"],
+        ["usage", "--db", FORK_DB, "--all", "--by", "session", "--format", "csv", "--csv-raw"],
+        ["usage", "--db", FORK_DB, "--all", "--by", "model", "--format", "markdown"],
+        ["usage", "--db", FORK_DB, "--since", "2026-01-01", "--tz", "Asia/Tokyo", "-j"],
+        ["usage", "--db", FORK_DB, "--session", "ses_nope", "-j"],  # one error line, exit 2
+        ["usage", "--db", "missing.db", "-j"],  # exit 2
+        ["usage", "--db", FORK_DB, "--tz", "Mars/Olympus", "-j"],  # click's words, exit 2
+        ["usage", "--db", FORK_DB, "--since", "whenever", "-j"],
+        ["usage", "--db", FORK_DB, "--until", "whenever", "--all", "-j"],
+        ["usage", "--db", FORK_DB, "--all", "--no-cache"],  # JSON, stdout not a terminal
+    ],
+    ids=lambda a: " ".join(a[3:]) or "plain",
+)
+def test_usage_both_paths_write_the_same_and_exit_the_same(argv, tmp_path):
+    _both_paths_alike(argv, tmp_path)
 
 
 # `sessions`: a repeat is copied from the report cache in milliseconds, so click (and the
@@ -489,13 +496,8 @@ def test_usage_both_paths_write_the_same_and_exit_the_same(argv, tmp_path):
 def clicks_sessions_request(argv: list[str]) -> SessionsRequest | None:
     """What click's `sessions` reads from ``argv`` (after the command name), as a request;
     None when click refuses it."""
-    from opencode_events.cli.reports import sessions as click_sessions
-
-    try:
-        ctx = click_sessions.make_context("sessions", list(argv), resilient_parsing=False)
-    except BaseException:  # click.UsageError, click.exceptions.Exit (--help)
-        return None
-    return SessionsRequest(**ctx.params)
+    params = _clicks_params("sessions", argv)
+    return None if params is None else SessionsRequest(**params)
 
 
 SESSIONS_CASES = [
@@ -552,12 +554,7 @@ def test_whatever_sessions_reads_here_click_reads_the_same(argv):
 
 
 def test_sessions_never_imports_click(tmp_path):
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: sys.stderr.write(repr('click' in sys.modules)))\n"
-        "from opencode_events.cli import main\n"
-        "main()\n"
-    )
+    code = SAYS_IF_CLICK_WAS_IMPORTED
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
     argv = ["sessions", "--db", FORK_DB, "--all", "--format", "json"]
     for _cold_then_cached in range(2):
@@ -585,27 +582,7 @@ def test_sessions_never_imports_click(tmp_path):
     ids=lambda a: " ".join(a[3:]) or "plain",
 )
 def test_sessions_both_paths_write_the_same_and_exit_the_same(argv, tmp_path):
-    quick = "from opencode_events.cli import main\nmain()\n"
-    with_click = "from opencode_events.cli.main import main\nmain()\n"
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-
-    def ran(code: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-c", code, *argv], capture_output=True, timeout=60, env=env
-        )
-
-    one, other, cached = ran(quick), ran(with_click), ran(quick)
-    assert (one.returncode, one.stdout, one.stderr) == (
-        other.returncode,
-        other.stdout,
-        other.stderr,
-    )
-    assert (cached.returncode, cached.stdout, cached.stderr) == (
-        one.returncode,
-        one.stdout,
-        one.stderr,
-    )
-    assert one.returncode in (0, 2)
+    one = _both_paths_alike(argv, tmp_path)
     assert one.returncode == 2 or one.stdout
 
 

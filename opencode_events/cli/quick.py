@@ -24,7 +24,7 @@ words.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -44,7 +44,7 @@ __all__ = [
     "SessionsRequest",
     "sessions_request",
     "sessions_written",
-    "render_sessions",
+    "write_stored_sessions",
     "stored_usage_of",
     "write_usage",
     "open_store_noting",
@@ -218,24 +218,64 @@ def _value_of(equals: str, value: str, args: Iterator[str]) -> str | None:
     return value or None
 
 
+def _options_of(
+    argv: list[str],
+    command: str,
+    values: dict[str, str],
+    flags: dict[str, tuple[str, bool]] | None = None,
+    read: dict[str, Callable[[str], Any]] | None = None,
+    repeated: str | None = None,
+) -> dict[str, Any] | None:
+    """The options of ``command`` in ``argv`` under click's parameter names (``values``:
+    option → name; ``flags``: option → (name, value)), or None, click's to judge: another
+    command, an argument, an unknown option, one given twice (but ``repeated``, whose
+    values make a tuple), a flag given a value, a value missing, empty, looking like an
+    option, or one its ``read`` turns into None (not among the choices, say)."""
+    if not argv or argv[0] != command:
+        return None
+    flags, read = flags or {}, read or {}
+    fields: dict[str, Any] = {}
+    args = iter(argv[1:])
+    for arg in args:
+        name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in flags and not equals:
+            field, flag = flags[name]
+            if field in fields:
+                return None
+            fields[field] = flag
+            continue
+        field = values.get(name)
+        if field is None or (field in fields and field != repeated):
+            return None
+        found = _value_of(equals, value, args)
+        if found is not None and field in read:
+            found = read[field](found)
+        if found is None:
+            return None
+        fields[field] = (*fields.get(field, ()), found) if field == repeated else found
+    return fields
+
+
+def _among(choices: tuple[str, ...]) -> Callable[[str], str | None]:
+    """A ``read`` for ``_options_of``: the value if it is one of ``choices``."""
+    return lambda found: found if found in choices else None
+
+
+def _whole_from_one(found: str) -> int | None:
+    """A ``read`` for ``_options_of``: the value as click's ``IntRange(min=1)`` reads it."""
+    try:
+        number = int(found)
+    except ValueError:
+        return None
+    return number if number >= 1 else None
+
+
 def statusline_request(argv: list[str]) -> StatuslineRequest | None:
     """``argv`` (without the program name) as a ``statusline`` request, or None: click's
     (another command, ``--help``, an argument, an unknown option, an option given twice,
     a value missing, empty or looking like an option)."""
-    if not argv or argv[0] != "statusline":
-        return None
-    fields: dict[str, str] = {}
-    args = iter(argv[1:])
-    for arg in args:
-        name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        field = _STATUSLINE_VALUES.get(name)
-        if field is None or field in fields:
-            return None
-        found = _value_of(equals, value, args)
-        if found is None:
-            return None
-        fields[field] = found
-    return StatuslineRequest(**fields)
+    fields = _options_of(argv, "statusline", _STATUSLINE_VALUES)
+    return None if fields is None else StatuslineRequest(**fields)
 
 
 class Refused(ValueError):
@@ -353,6 +393,7 @@ _USAGE_FLAGS = {
 }
 _USAGE_VALUES = {
     "--db": "db_path",
+    "--session": "session_ids",
     "--since": "since",
     "--until": "until",
     "--by": "by",
@@ -361,7 +402,7 @@ _USAGE_VALUES = {
     "--timezone": "tz",
     "--format": "fmt",
 }
-_USAGE_CHOICES = {"by": USAGE_GROUPINGS, "fmt": REPORT_FORMATS[1:]}  # a table: click's
+_USAGE_READ = {"by": _among(USAGE_GROUPINGS), "fmt": _among(REPORT_FORMATS[1:])}  # a table: click's
 
 
 def usage_request(argv: list[str]) -> UsageRequest | None:
@@ -369,30 +410,13 @@ def usage_request(argv: list[str]) -> UsageRequest | None:
     than the table, or None: click's (another command, an INPUT or none chosen (a stream),
     ``--help``, ``--github``, an unknown option, one given twice, a value missing, empty,
     looking like an option or not among the choices, options click refuses together)."""
-    if not argv or argv[0] != "usage":
+    fields = _options_of(
+        argv, "usage", _USAGE_VALUES, _USAGE_FLAGS, _USAGE_READ, repeated="session_ids"
+    )
+    if fields is None:
         return None
-    fields: dict[str, Any] = {}
-    sessions: list[str] = []
-    args = iter(argv[1:])
-    for arg in args:
-        name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        if name in _USAGE_FLAGS and not equals:
-            field, flag = _USAGE_FLAGS[name]
-            if field in fields:
-                return None
-            fields[field] = flag
-            continue
-        field = "session_ids" if name == "--session" else _USAGE_VALUES.get(name)
-        if field is None or field in fields:
-            return None
-        found = _value_of(equals, value, args)
-        if found is None or found not in _USAGE_CHOICES.get(field, (found,)):
-            return None
-        if field == "session_ids":
-            sessions.append(found)
-        else:
-            fields[field] = found
-    request = UsageRequest(session_ids=tuple(sessions), **fields)
+    request = UsageRequest(**fields)
+    sessions = request.session_ids
     chosen = request.db_path or sessions or request.last or request.since or request.until
     if not (chosen or request.all_sessions):
         return None  # a stream on stdin, or the store when stdin is a terminal: click's
@@ -458,7 +482,7 @@ def usage_written(request: UsageRequest) -> bool:
     from .streams import report_output
 
     out = report_output()
-    fmt = "json" if request.as_json else request.fmt or ("table" if out.isatty() else "json")
+    fmt = _chosen_format(request.as_json, request.fmt, out)
     if fmt == "table":
         return False
     try:
@@ -486,9 +510,10 @@ class SessionsRequest(NamedTuple):
     no_cache: bool = False
 
 
-_SESSIONS_FLAGS = {name: _USAGE_FLAGS[name] for name in ("--all", "--csv-raw", "--no-cache")}
-_SESSIONS_FLAGS.update({name: _USAGE_FLAGS[name] for name in ("-j", "--json", "--fold")})
-_SESSIONS_FLAGS["--no-fold"] = _USAGE_FLAGS["--no-fold"]
+_SESSIONS_FLAGS = {
+    name: _USAGE_FLAGS[name]
+    for name in ("--all", "--csv-raw", "--no-cache", "-j", "--json", "--fold", "--no-fold")
+}
 _SESSIONS_VALUES = {
     "--db": "db_path",
     "--since": "since",
@@ -496,6 +521,7 @@ _SESSIONS_VALUES = {
     "--limit": "limit",
     "--format": "fmt",
 }
+_SESSIONS_READ = {"fmt": _USAGE_READ["fmt"], "limit": _whole_from_one}
 
 
 def sessions_request(argv: list[str]) -> SessionsRequest | None:
@@ -503,40 +529,31 @@ def sessions_request(argv: list[str]) -> SessionsRequest | None:
     the table, or None: click's (another command, ``--help``, an unknown option, one given
     twice, a value missing, empty, looking like an option, not among the choices or, for
     ``--limit``, not a whole number from 1, options click refuses together)."""
-    if not argv or argv[0] != "sessions":
+    fields = _options_of(argv, "sessions", _SESSIONS_VALUES, _SESSIONS_FLAGS, _SESSIONS_READ)
+    if fields is None:
         return None
-    fields: dict[str, Any] = {}
-    args = iter(argv[1:])
-    for arg in args:
-        name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        if name in _SESSIONS_FLAGS and not equals:
-            field, flag = _SESSIONS_FLAGS[name]
-            if field in fields:
-                return None
-            fields[field] = flag
-            continue
-        field = _SESSIONS_VALUES.get(name)
-        if field is None or field in fields:
-            return None
-        found = _value_of(equals, value, args)
-        if found is None or (field == "fmt" and found not in REPORT_FORMATS[1:]):
-            return None
-        if field == "limit":
-            try:
-                fields[field] = int(found)  # as click's IntRange reads it
-            except ValueError:
-                return None
-            if fields[field] < 1:
-                return None
-        else:
-            fields[field] = found
     request = SessionsRequest(**fields)
     if request.as_json and request.fmt not in (None, "json"):
         return None
     return request
 
 
-def render_sessions(report: Any, *, fmt: str, fold: bool, csv_raw: bool) -> bytes | Iterator[bytes]:
+def write_stored_sessions(
+    store: Any, fmt: str, out: Any, *, csv_raw: bool = False, cache: Any = None, **choices: Any
+) -> None:
+    """The ``sessions`` report of ``store`` in ``fmt`` (any but the table) to ``out``, kept in
+    and answered from the report cache (``write_sessions``); ``choices`` are the report's."""
+    import functools
+
+    from ..reports.sessions import write_sessions
+
+    form = f"{fmt}-raw" if fmt == "csv" and csv_raw else fmt
+    render = functools.partial(_render_sessions, fmt=fmt, fold=choices["fold"], csv_raw=csv_raw)
+    write_sessions(store, form, render, out, cache=cache, **choices)
+    out.flush()
+
+
+def _render_sessions(report: Any, *, fmt: str, fold: bool, csv_raw: bool) -> Any:
     """The ``sessions`` report as ``--format`` writes it (all but the table): its bytes,
     or pieces of them (JSON and JSON Lines, a thousand sessions at a time)."""
     from ..output import rows as formats
@@ -556,15 +573,12 @@ def sessions_written(request: SessionsRequest) -> bool:
     """The ``sessions`` command for ``request``, written to stdout; False (nothing written,
     nothing read) when click is to say what is wrong (a time it cannot read) or to draw the
     table (no format, on a terminal)."""
-    import functools
-
     from ..core.timeutil import parse_since, parse_until
-    from ..reports.sessions import write_sessions
     from ..store.open import store_files
     from .streams import refuse_stdout_read, report_output
 
     out = report_output()
-    fmt = "json" if request.as_json else request.fmt or ("table" if out.isatty() else "json")
+    fmt = _chosen_format(request.as_json, request.fmt, out)
     if fmt == "table":
         return False
     try:
@@ -572,21 +586,27 @@ def sessions_written(request: SessionsRequest) -> bool:
         end = None if request.until is None else parse_until(request.until)
     except ValueError:
         return False
-    choices = dict(
-        since_ms=start,
-        limit=request.limit,
-        all_sessions=request.all_sessions,
-        fold=request.fold,
-        until_ms=end,
-    )
-    form = f"{fmt}-raw" if fmt == "csv" and request.csv_raw else fmt
-    render = functools.partial(render_sessions, fmt=fmt, fold=request.fold, csv_raw=request.csv_raw)
     with open_store_noting(request.db_path) as store:
         refuse_stdout_read(store_files(store))
-        cache = report_cache(store, request.no_cache)
-        write_sessions(store, form, render, out, cache=cache, **choices)
-        out.flush()
+        write_stored_sessions(
+            store,
+            fmt,
+            out,
+            csv_raw=request.csv_raw,
+            cache=report_cache(store, request.no_cache),
+            since_ms=start,
+            limit=request.limit,
+            all_sessions=request.all_sessions,
+            fold=request.fold,
+            until_ms=end,
+        )
     return True
+
+
+def _chosen_format(as_json: bool, fmt: str | None, out: Any) -> str:
+    """The format asked for (``-j`` is JSON), else a table on a terminal and JSON otherwise
+    (``io.report_format``, once the request was found consistent)."""
+    return "json" if as_json else fmt or ("table" if out.isatty() else "json")
 
 
 def main() -> None:

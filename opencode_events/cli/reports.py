@@ -6,7 +6,6 @@ this module chooses the source, then writes a table, JSON, CSV or Markdown.
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any
 
@@ -33,7 +32,7 @@ from .io import (
     until_ms,
     until_option,
 )
-from .quick import USAGE_GROUPINGS, render_sessions
+from .quick import USAGE_GROUPINGS, write_stored_sessions
 
 
 @click.command()
@@ -62,7 +61,7 @@ def sessions(
     """Sessions in the store, newest activity first, with turns (prompts), steps (model
     calls), tools, tokens and cost; a session's subagents folded in (--no-fold: its own
     figures), their part in the subagent_* fields."""
-    from ..reports.sessions import sessions_report, write_sessions
+    from ..reports.sessions import sessions_report
     from ..store.open import store_files
 
     since_time, until_time = since_ms(since), until_ms(until)
@@ -77,10 +76,7 @@ def sessions(
         if fmt == "table":  # drawn for this terminal: never kept
             report = sessions_report(store, cache=cache, **choices)
         else:
-            form = f"{fmt}-raw" if fmt == "csv" and csv_raw else fmt
-            render = functools.partial(render_sessions, fmt=fmt, fold=fold, csv_raw=csv_raw)
-            write_sessions(store, form, render, out, cache=cache, **choices)
-            out.flush()
+            write_stored_sessions(store, fmt, out, csv_raw=csv_raw, cache=cache, **choices)
             return
     from ..output.tables import sessions_table
 
