@@ -180,16 +180,17 @@ class _Dealer:
             self.fed = numbers.stop
         self._close(self.queue_in)
 
-    def deal(self) -> list[bytes]:
-        """Route the tokens until every worker has ended; their reports, in worker order."""
+    def deal(self) -> list[dict[str, Any] | None]:
+        """Route the tokens until every worker has ended; their reports, in worker order
+        (None for a worker that died without one)."""
         for _, write_end in self.results:
             self._close(write_end)
         self._close(self.notes_in)
         owners: dict[int, int] = {}  # chunk number -> the worker that took it
         due = 0  # the chunk whose turn it is; its token is self.seq
         handed = -1  # the last chunk whose token went out
-        aborted = False
-        reports = [bytearray() for _ in self.results]
+        received = [bytearray() for _ in self.results]
+        reports: list[dict[str, Any] | None] = [None] * len(self.results)
         reading = {read_end: index for index, (read_end, _) in enumerate(self.results)}
         notes = bytearray()
         while reading:
@@ -213,24 +214,26 @@ class _Dealer:
                         elif kind == _DONE:
                             due, self.seq = chunk + 1, value
                         else:
-                            aborted = True
+                            self._abort()
                     del notes[:whole]
                     continue
                 data = os.read(fd, 1 << 16)
                 if data:
-                    reports[reading[fd]] += data
+                    received[reading[fd]] += data
                     continue
                 index = reading.pop(fd)
-                if not _complete(reports[index]):
-                    aborted = True  # died without a word: nobody else may wait for it
-            if aborted and not self.aborted:
-                self._abort()
-            elif due > handed and due in owners and not self.aborted:
+                reports[index] = _report_of(received[index])
+                if reports[index] is None:
+                    self._abort()  # died without a word: nobody else may wait for it
+            if due > handed and due in owners and not self.aborted:
                 os.write(self.inboxes[owners[due]][1], _TOKEN.pack(self.seq))
                 handed = due
-        return [bytes(report) for report in reports]
+        return reports
 
     def _abort(self) -> None:
+        """Hand every worker the abort token (once) and take no more chunks."""
+        if self.aborted:
+            return
         self.aborted = True
         self._close(self.queue_in)  # no more chunks to take
         for _, write_end in self.inboxes:
@@ -256,17 +259,16 @@ class _Dealer:
         return killed
 
 
-def _complete(report: bytes | bytearray) -> bool:
-    """Whether a worker's results are a whole pickled report (its last act)."""
+def _report_of(received: bytes | bytearray) -> dict[str, Any] | None:
+    """A worker's report, whole and pickled (its last act), or None."""
     try:
-        pickle.loads(report)
+        return pickle.loads(received)
     except Exception:
-        return False
-    return True
+        return None
 
 
 def _merge(
-    reports: list[bytes],
+    reports: list[dict[str, Any] | None],
     chunks: list[Sequence[str]],
     taken: list[int],
     normalizer: Normalizer,
@@ -274,10 +276,8 @@ def _merge(
 ) -> list[float]:
     decoded: list[dict[str, Any]] = []
     failure: dict[str, Any] | None = None
-    for raw in reports:
-        try:
-            report = pickle.loads(raw)
-        except Exception:  # a worker killed before it could report
+    for report in reports:
+        if report is None:  # a worker killed before it could report
             why = f" (killed by signal {killed[0]})" if killed else ""
             report = {"error": "Killed", "message": f"an import worker stopped{why}"}
         if "error" in report:
@@ -304,15 +304,6 @@ def _merge(
     if last_session is not None:
         normalizer.enter_session(last_session[1])
     return [cost for index in range(len(chunks)) for cost in costs_by_chunk.get(index, ())]
-
-
-def _read_all(fd: int) -> bytes:
-    parts = []
-    while True:
-        data = os.read(fd, 1 << 16)
-        if not data:
-            return b"".join(parts)
-        parts.append(data)
 
 
 def _close(fd: int) -> None:
