@@ -627,17 +627,20 @@ def grown_fork_db(tmp_path: Path) -> Path:
     return db
 
 
-@pytest.mark.parametrize("by", ["day", "session", "model", "agent", "step"])
+@pytest.mark.parametrize("by", ["day", "week", "month", "session", "model", "agent", "step"])
 def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, by: str):
     """A whole table read in chunks of rows (decoded one message at a time, each chunk that
     holds an odd row read again row by row) gives the row-by-row report to the last digit,
     whatever the chunk size, in this process or shared with forked workers (reading with
-    apsw's SQLite or with sqlite3's)."""
+    apsw's SQLite or with sqlite3's), a group's costs put in fewer terms as soon as it has
+    more than two (``_bounded``), the rows of forked copies decoded a few at a time."""
     import opencode_events.reports.usage as usage_module
     from opencode_events.store.sqlite import Store
 
     db = grown_fork_db(tmp_path)
     monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
+    monkeypatch.setattr(usage_module, "_COMPACT_AT", 2)
+    monkeypatch.setattr(usage_module, "_SETTLE_AT", 3)
     monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 10**12)
     chunks: list[list[int] | None] = []
     chunk = usage_module._Scan.chunk
@@ -675,7 +678,7 @@ def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, b
             assert report() == expected
     if by == "day":
         assert any(row["day"] == "?" for row in expected["rows"])  # the time stored as text
-    if by in ("day", "session"):
+    if by in ("day", "week", "month", "session"):
         # Every way was taken: summed whole, summed with the rows at a forked copy's times
         # read as rows, and read row by row.
         assert [] in chunks and any(chunks) and None in chunks
@@ -1800,6 +1803,79 @@ def test_a_chunk_with_a_message_of_another_key_order_is_summed_as_rows_are() -> 
     assert quick.chunk(n, *arrays, U._DayOf(None)) == []
     slow.run(rows, U._DayOf(None))
     assert sums(quick) == sums(slow) and sums(quick)
+
+
+def test_a_scan_by_date_alone_keeps_one_group_a_day() -> None:
+    """Without a ledger to write, ``--by day`` sums every session's messages of a day
+    together (memory that does not grow with sessions); a ledger keeps them apart. The
+    sums are the same either way, and the times of inferences are kept only for a ledger."""
+    import math
+
+    from opencode_events.reports import usage as U
+
+    data = b'{"role":"assistant","tokens":{"input":1,"output":2},"cost":0.1}'
+    sids = ["ses_a", "ses_b", "ses_a", "ses_c"]
+    times = [1_000, 2_000, 3_000, 86_400_000 + 5]
+    owner = {sid: sid for sid in sids}
+    args = (4, json.dumps(sids).encode(), json.dumps(times).encode(), b"\xff".join([data] * 4))
+    lean = U._Scan("day", owner, set(), set(), per_session=False)
+    kept = U._Scan("day", owner, set(), set())
+    assert lean.chunk(*args, U._DayOf(None)) == [] == kept.chunk(*args, U._DayOf(None))
+    assert sorted(lean.groups) == [("", "1970-01-01"), ("", "1970-01-02")]
+    assert sorted(kept.groups) == [
+        ("ses_a", "1970-01-01"),
+        ("ses_b", "1970-01-01"),
+        ("ses_c", "1970-01-02"),
+    ]
+    day_one = lean.groups[("", "1970-01-01")]
+    assert day_one[:6] == [3, 6, 0, 0, 0, 9] and day_one[7] == 3 and day_one[8] == 1_000
+    assert math.fsum(day_one[6]) == math.fsum([0.1] * 3) and not day_one[9]
+    assert list(kept.groups[("ses_a", "1970-01-01")][9]) == [1_000, 3_000]
+
+
+_FLOATS = st.floats(allow_nan=False, allow_infinity=False, width=64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    costs=st.lists(
+        st.one_of(_FLOATS, st.floats(min_value=0, max_value=10), st.just(5e-324)), max_size=60
+    ),
+    more=st.lists(_FLOATS, max_size=5),
+)
+def test_bounded_costs_keep_the_exact_sum(costs, more) -> None:
+    """``_bounded`` puts many costs in a few terms with exactly their sum: ``fsum`` of the
+    terms and any further costs is ``fsum`` of all, to the last bit, whatever the values
+    (huge, tiny, subnormal, of both signs); a sum too large for a double leaves them be."""
+    import math
+    from array import array
+
+    from opencode_events.reports import usage as U
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(U, "_COMPACT_AT", 3)
+        terms = U._bounded(array("d", costs))
+    assert len(terms) <= max(len(costs), 3)
+    try:
+        whole = math.fsum([*costs, *more])
+    except OverflowError:
+        return
+    assert math.fsum([*terms, *more]) == whole
+
+
+def test_bounded_costs_leave_what_has_no_exact_sum() -> None:
+    """Costs that are not all finite (or whose sum overflows) are kept as they are."""
+    from array import array
+
+    from opencode_events.reports import usage as U
+
+    for odd in ([math_inf := float("inf"), 1.0], [math_inf, -math_inf], [float("nan"), 1.0]):
+        costs = array("d", odd * (U._COMPACT_AT // 2 + 1))
+        assert U._bounded(costs) is costs
+    huge = array("d", [1.7e308] * (U._COMPACT_AT + 1))
+    assert U._bounded(huge) is huge
+    small = array("d", [0.1] * (U._COMPACT_AT + 1))
+    assert len(U._bounded(small)) < 4
 
 
 def test_a_chunk_splits_a_quarter_hour_in_which_a_day_begins() -> None:

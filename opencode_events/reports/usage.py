@@ -97,6 +97,7 @@ EVERY_SESSION_BY = ("session", "model", "agent", "day", "week", "month", "projec
 # Groupings made of a session's days: by its days, the weeks and months they fall in, the
 # session itself, or its project (the directory of the session it folds into).
 _BY_DAYS = ("day", "session", "week", "month", "project")
+_BY_DATES = ("day", "week", "month")  # a report's rows are dates alone
 
 
 class UsageRow(Struct, kw_only=True, omit_defaults=True):
@@ -1329,7 +1330,10 @@ def _grouped(
         else:
             kept = {}
     everything = len(owner) >= WHOLE_TABLE_SESSIONS and not kept
-    scan = _Scan(by, owner, copy_ids, copy_times, since, until)
+    # By day, week or month with no ledger to write, a day's sums need not be kept per
+    # session: the scan's memory is then the days', whatever the number of sessions.
+    per_session = by not in _BY_DATES or (use_ledger and since is None and until is None)
+    scan = _Scan(by, owner, copy_ids, copy_times, since, until, per_session=per_session)
     if everything and by != "step" and _parallel_scan(store, scan, day_of):
         pass  # the workers' sums and slow rows are in ``scan``
     elif everything and _scan_here(store, scan, day_of):
@@ -1343,7 +1347,8 @@ def _grouped(
         scan.run(rows, day_of)
 
     groups = scan.groups
-    ready = scan.ready or scan.prepare(day_of)
+    scan.settle(day_of)
+    ready = scan.ready
     if use_ledger:
         if since is None and until is None:  # the ledger keeps all-time groups
             # Kept by a forked child while the report is made (``store_usage`` settles it):
@@ -1679,6 +1684,7 @@ def _fold_days(
         into[4] += acc[4]
         into[5] += acc[5]
         into[6].extend(acc[6])
+        into[6] = _bounded(into[6])
         into[7] += acc[7]
         started = acc[8]
         if started is not None and (into[8] is None or started < into[8]):
@@ -1787,6 +1793,7 @@ _CHUNK_SQL = (
     f"FROM message WHERE rowid >= ? AND rowid < ? AND {_NOT_USER}"
 )
 _CHUNK_ROWIDS = 1024  # about 700 assistant messages, 0.3 MB of JSON
+_SETTLE_AT = 4096  # slow rows held as bytes before they are decoded
 
 
 _EVER = -(1 << 63)  # before any time SQLite can hold
@@ -1826,9 +1833,15 @@ class _Scan:
         copy_times: set[Any],
         since: int | None = None,
         until: int | None = None,
+        *,
+        per_session: bool = True,
     ) -> None:
         self.by = by
         self.owner = owner
+        # Whether the quick path keeps each session's days apart (a ledger, a session's row
+        # or share needs them), or sums a day's messages of every session together: what
+        # ``--by day`` without the cache needs, in memory that does not grow with sessions.
+        self.per_session = per_session
         # Messages created before this are not counted (``--since``); an integer either way,
         # since the hot loop compares each message's time with it.
         self.since = _EVER if since is None else since
@@ -1841,7 +1854,8 @@ class _Scan:
         # Sessions with a row that is not a message (a note counts them): the ledger does not
         # keep them.
         self.irregular: set[str] = set()
-        # ``slow`` decoded by ``prepare`` (a worker does it before it hands its scan back).
+        # ``slow`` decoded by ``prepare``, as ``run`` goes: a row's bytes are not held
+        # beside what is read from them (forks copy whole histories: many such rows).
         self.ready: list[tuple[str, Any, tuple[Any, ...], Any]] = []
 
     @property
@@ -1887,6 +1901,8 @@ class _Scan:
                 continue
             if by == "step" or created in copy_times:
                 slow.append((sid, mid, created, data))
+                if len(slow) >= _SETTLE_AT:
+                    self.settle(day_of)
                 continue
             if by in _BY_DAYS:  # per session and day: see _Scan
                 day = days.get(created // 900_000) if type(created) is int else None
@@ -1897,6 +1913,7 @@ class _Scan:
             if acc is None:  # acc[8], the first time, only ever holds an integer
                 acc = groups[key] = _new_sums(None)
             _add_message(acc, info, created)
+        self.settle(day_of)
 
     def chunk(
         self, n: int, sids: bytes, times: bytes, datas: bytes, day_of: _DayOf
@@ -1972,7 +1989,7 @@ class _Scan:
         # messages come in a row and go back to its list when another group starts: the same
         # additions in the same order as ``_add_message``. A group is a session's day.
         owner, groups, days, since = self.owner, self.groups, day_of.cache, self.since
-        until = self.until
+        until, keyed = self.until, self.per_session
         bucket = acc = current = None
         day: Any = None
         s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
@@ -1992,11 +2009,12 @@ class _Scan:
                         bucket = None
                 if later != day:
                     day, current = later, None
-            if sid != current:
+            who = sid if keyed else ""
+            if who != current:
                 if acc is not None:
-                    acc[:] = s0, s1, s2, s3, s4, s5, costs, s7, first, times
-                current = sid
-                key = (sid, day)
+                    acc[:] = s0, s1, s2, s3, s4, s5, _bounded(costs), s7, first, times
+                current = who
+                key = (who, day)
                 acc = groups.get(key)
                 if acc is None:
                     acc = groups[key] = _new_sums(None)
@@ -2016,12 +2034,19 @@ class _Scan:
             s4 += cw
             s5 += total if total is not None else i + o + r + cr + cw
             costs.append(message.cost)
-            times.append(ms)
+            if keyed:  # a ledger's (fork copies are looked for at these times)
+                times.append(ms)
             s7 += 1
             if first is None or ms < first:
                 first = ms
         if acc is not None:
-            acc[:] = s0, s1, s2, s3, s4, s5, costs, s7, first, times
+            acc[:] = s0, s1, s2, s3, s4, s5, _bounded(costs), s7, first, times
+
+    def settle(self, day_of: _DayOf) -> None:
+        """The slow rows read so far decoded into ``ready`` (``prepare``), and let go."""
+        if self.slow:
+            self.ready += self.prepare(day_of)
+            self.slow.clear()
 
     def prepare(self, day_of: _DayOf) -> list[tuple[str, Any, tuple[Any, ...], Any]]:
         """The slow rows, in order, as (message id, group key, fingerprint, figures): a
@@ -2135,7 +2160,15 @@ def _scan_range(uri: str, low: int, high: int, like: _Scan, day_of: _DayOf) -> _
     """A worker: a scan ``like`` the report's over the messages with rowid in [low, high),
     on its own connection, its slow rows decoded (``prepare``); ``day_of`` is this
     process's, filled by the ranges it took before."""
-    scan = _Scan(like.by, like.owner, like.copy_ids, like.copy_times, like.since, like.until)
+    scan = _Scan(
+        like.by,
+        like.owner,
+        like.copy_ids,
+        like.copy_times,
+        like.since,
+        like.until,
+        per_session=like.per_session,
+    )
     if scan.chunked and in_forked_child():  # apsw's newer SQLite reads the chunks faster
         with fastscan.connect(uri, "message") as conn:
             if conn is not None:
@@ -2148,7 +2181,7 @@ def _scan_range(uri: str, low: int, high: int, like: _Scan, day_of: _DayOf) -> _
 
 def _handed_back(scan: _Scan, day_of: _DayOf) -> _Scan:
     """A worker's scan made ready for its parent."""
-    scan.ready, scan.slow = scan.prepare(day_of), []
+    scan.settle(day_of)
     scan.owner = {}  # the parent has it; don't send it back
     scan.copy_ids, scan.copy_times = set(), set()
     return scan
@@ -2213,6 +2246,32 @@ def _new_sums(first: Any) -> list[Any]:
 def _packed(kind: str, values: Any) -> memoryview:
     """``values`` as packed bytes to encode (a view: a large ledger is not copied first)."""
     return memoryview(values if isinstance(values, array) else array(kind, values))
+
+
+_COMPACT_AT = 1 << 12  # costs a group holds before they are put in fewer terms
+
+
+def _bounded(costs: array[float]) -> array[float]:
+    """``costs``, or when there are many of them, a few doubles whose exact sum is theirs,
+    so that ``math.fsum`` of those and any more costs is the ``fsum`` of all: a day's
+    thousands of inferences are summed exactly in constant memory. Each term is the
+    correctly rounded remainder of the exact sum once the terms before it are taken
+    away, until nothing remains (a sum of doubles is a multiple of the least of them, so
+    this ends); costs that are not all finite are left as they are."""
+    if len(costs) <= _COMPACT_AT:
+        return costs
+    terms: list[float] = []
+    try:
+        while True:
+            rest = math.fsum(itertools.chain(costs, terms))
+            if rest == 0.0 or not math.isfinite(rest):
+                break
+            terms.append(-rest)
+    except (OverflowError, ValueError):  # a huge sum; inf and -inf together
+        return costs
+    if rest != 0.0:
+        return costs
+    return array("d", (-term for term in terms))
 
 
 def _merge_sums(acc: list[Any], sums: list[Any]) -> None:
