@@ -1333,7 +1333,16 @@ def _grouped(
     # By day, week or month with no ledger to write, a day's sums need not be kept per
     # session: the scan's memory is then the days', whatever the number of sessions.
     per_session = by not in _BY_DATES or (use_ledger and since is None and until is None)
-    scan = _Scan(by, owner, copy_ids, copy_times, since, until, per_session=per_session)
+    scan = _Scan(
+        by,
+        owner,
+        copy_ids,
+        copy_times,
+        since,
+        until,
+        per_session=per_session,
+        copy_prints=copy_prints,
+    )
     if everything and by != "step" and _parallel_scan(store, scan, day_of):
         pass  # the workers' sums and slow rows are in ``scan``
     elif everything and _scan_here(store, scan, day_of):
@@ -1361,7 +1370,7 @@ def _grouped(
         owner = every_owner
     steps: list[UsageRow] = []
     copies: list[tuple[tuple[Any, ...], Any, Any]] = []
-    originals: set[tuple[Any, ...]] = set()
+    originals: set[tuple[Any, ...]] = set(scan.originals)
     for mid, key, fingerprint, figures in ready:
         if mid in copy_ids:
             copies.append((fingerprint, key, figures))
@@ -1835,6 +1844,7 @@ class _Scan:
         until: int | None = None,
         *,
         per_session: bool = True,
+        copy_prints: set[tuple[Any, ...]] | None = None,
     ) -> None:
         self.by = by
         self.owner = owner
@@ -1848,6 +1858,10 @@ class _Scan:
         self.until = _NEVER if until is None else until  # and after this (``--until``)
         self.copy_ids = copy_ids
         self.copy_times = copy_times
+        self.copy_prints = copy_prints or set()  # the copies' fingerprints (see ``settle``)
+        # Fingerprints of rows that are no copy but have a copy's: their copies are not
+        # counted (kept when rows are summed as they are decoded, with no ledger).
+        self.originals: set[tuple[Any, ...]] = set()
         self.groups: dict[Any, list[Any]] = {}
         self.slow: list[tuple[str, str, Any, bytes]] = []
         self.unread = 0  # message rows of the sessions read that are not JSON or have no role
@@ -2043,10 +2057,28 @@ class _Scan:
             acc[:] = s0, s1, s2, s3, s4, s5, _bounded(costs), s7, first, times
 
     def settle(self, day_of: _DayOf) -> None:
-        """The slow rows read so far decoded into ``ready`` (``prepare``), and let go."""
-        if self.slow:
-            self.ready += self.prepare(day_of)
-            self.slow.clear()
+        """The slow rows read so far decoded into ``ready`` (``prepare``), and let go.
+
+        With no ledger to write, by date, only the forked copies wait in ``ready`` for the
+        end (whether their original is anywhere in the table): any other row is counted
+        whatever comes, so it is added to its day now, its fingerprint noted if a copy
+        has it; ``_grouped`` does the same with the rows left in ``ready``."""
+        if not self.slow:
+            return
+        ready = self.prepare(day_of)
+        self.slow.clear()
+        if self.per_session:
+            self.ready += ready
+            return
+        copy_ids, copy_prints, groups = self.copy_ids, self.copy_prints, self.groups
+        for row in ready:
+            mid, (_sid, day), fingerprint, figures = row
+            if mid in copy_ids:
+                self.ready.append(row)
+                continue
+            if fingerprint in copy_prints:
+                self.originals.add(fingerprint)
+            _add_sums(groups, ("", day), figures)
 
     def prepare(self, day_of: _DayOf) -> list[tuple[str, Any, tuple[Any, ...], Any]]:
         """The slow rows, in order, as (message id, group key, fingerprint, figures): a
@@ -2091,6 +2123,7 @@ class _Scan:
             _merge_sums(mine, acc)
         self.slow.extend(other.slow)
         self.ready.extend(other.ready)
+        self.originals |= other.originals
         self.unread += other.unread
         self.irregular |= other.irregular
 
@@ -2168,6 +2201,7 @@ def _scan_range(uri: str, low: int, high: int, like: _Scan, day_of: _DayOf) -> _
         like.since,
         like.until,
         per_session=like.per_session,
+        copy_prints=like.copy_prints,
     )
     if scan.chunked and in_forked_child():  # apsw's newer SQLite reads the chunks faster
         with fastscan.connect(uri, "message") as conn:
@@ -2183,7 +2217,7 @@ def _handed_back(scan: _Scan, day_of: _DayOf) -> _Scan:
     """A worker's scan made ready for its parent."""
     scan.settle(day_of)
     scan.owner = {}  # the parent has it; don't send it back
-    scan.copy_ids, scan.copy_times = set(), set()
+    scan.copy_ids, scan.copy_times, scan.copy_prints = set(), set(), set()
     return scan
 
 
