@@ -125,3 +125,49 @@ def test_sharing_no_longer_wanted_is_cancelled_and_its_children_reaped():
     assert children_of_this_process() == before
     with pytest.raises(RuntimeError, match="cancelled"):
         pending()
+
+
+_LOADED: list[int] = []  # the ranges whose result this process has unpickled, in order
+
+
+class _Counted:
+    """A result that says when it is unpickled (in the process that reads it)."""
+
+    def __init__(self, low: int) -> None:
+        self.low = low
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        _LOADED.append(self.low)
+
+
+def _counted(uri: str, low: int, high: int) -> _Counted:
+    return _Counted(low)
+
+
+def test_each_reads_one_childs_result_at_a_time_and_stops_the_children():
+    """``each`` unpickles a result only when it is next, so a caller folding them as they
+    come holds one range's, not all; once it ends, no child is left."""
+    before = children_of_this_process()
+    table = _Table(1000)
+    pending = share_ranges(table, "message", 0, _counted, here=False)
+    assert pending is not None
+    _LOADED.clear()
+    lows = []
+    for result in pending.each():
+        assert [*lows, result.low] == _LOADED  # this one read, none after it
+        lows.append(result.low)
+    assert lows == [low for low, _ in _shared_ranges(table)]
+    assert children_of_this_process() == before
+    with pytest.raises(RuntimeError, match="collected"):
+        pending.each()
+
+
+def test_each_left_half_way_stops_the_children():
+    before = children_of_this_process()
+    pending = share_ranges(_Table(1000), "message", 0, _counted, here=False)
+    assert pending is not None
+    results = pending.each()
+    next(results)
+    results.close()
+    assert children_of_this_process() == before

@@ -649,8 +649,9 @@ def summarize(
         scope = unread if len(unread) < WHOLE_TABLE_SESSIONS else None
     if scan is None and scope is None:
         scan = _start_scan(store)
-    if scan is not None:
-        counts = scan()
+    counts: Iterable[tuple[ToolCounts, MessageCounts]]
+    if scan is not None:  # each range's counts read, applied and let go in turn
+        counts = scan.each()
     else:
         fresh = summaries if scope is None else {sid: summaries[sid] for sid in scope}
         if scope is None or scope:
@@ -775,7 +776,7 @@ _LEDGER_REQUEST = ["counts", 3]  # the shape of SessionCounts: a new one, a new 
 
 
 def _ledger_entries(
-    counts: list[tuple[ToolCounts, MessageCounts]],
+    counts: Iterable[tuple[ToolCounts, MessageCounts]],
     summaries: dict[str, SessionSummary],
     kept: dict[str, SessionCounts],
 ) -> dict[str, SessionCounts]:
@@ -785,9 +786,12 @@ def _ledger_entries(
     in ``counts`` (tools)."""
     entries: dict[str, SessionCounts] = dict(kept)
     messages: MessageCounts = {}
-    for _tools, message_counts in counts:
+    tools: ToolCounts = {}
+    for tool_counts, message_counts in counts:  # once: they may come one range at a time
         for sid, (turns, inferences, running) in message_counts.items():
             _add_messages(messages, sid, turns, inferences, running)
+        for key, calls in tool_counts.items():  # a session's parts may span workers' ranges
+            tools[key] = tools.get(key, 0) + calls
     for sid, summary in summaries.items():
         if sid in kept:
             continue
@@ -798,10 +802,6 @@ def _ledger_entries(
     for sid, found in messages.items():
         if sid not in entries:
             entries[sid] = SessionCounts(found[0], found[1], bool(found[2]), [])
-    tools: ToolCounts = {}
-    for tool_counts, _messages in counts:  # a session's parts may span workers' ranges
-        for key, calls in tool_counts.items():
-            tools[key] = tools.get(key, 0) + calls
     for (sid, tool, failed), calls in tools.items():
         entry = entries.get(sid)
         if entry is None:

@@ -2184,7 +2184,7 @@ def _parallel_scan(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
     pending = share_ranges(store, "message", _PARALLEL_MIN_ROWS, _scan_range, scan, day_of)
     if pending is None:
         return False
-    for part in pending():  # in range order: the same sums in the same order every time
+    for part in pending.each():  # in range order: the same sums in the same order every time
         scan.merge(part)
     return True
 

@@ -13,6 +13,10 @@ in this process; a worker can tell where it runs (``in_forked_child``)::
 
     pending = share_ranges(store, "message", 100_000, worker, scan)  # None: too small
     results = pending()      # or pending.cancel(): the children stopped and reaped
+    for result in pending.each(): ...  # or one at a time, each let go before the next
+
+A child's results wait in its file, pickled, until they are asked for: ``each`` unpickles
+one range's at a time, so a caller that folds them as they come holds one, not all.
 """
 
 from __future__ import annotations
@@ -45,15 +49,20 @@ class Pending:
     """Started workers: call it for their results (in range order), or ``cancel`` it when they
     are no longer wanted (the workers are stopped and reaped; nothing once it was called)."""
 
-    def __init__(self, collect: Callable[[], list[Any]], stop: Callable[[], None]) -> None:
-        self._collect, self._stop = collect, stop
+    def __init__(self, each: Callable[[], Iterator[Any]], stop: Callable[[], None]) -> None:
+        self._each, self._stop = each, stop
         self._state = "started"
 
     def __call__(self) -> list[Any]:
+        return list(self.each())
+
+    def each(self) -> Iterator[Any]:
+        """The results in range order, each read when it is next (the workers have all
+        finished by the first); the workers are stopped when it ends or is closed."""
         if self._state != "started":
             raise RuntimeError(f"the workers' results were already {self._state}")
         self._state = "collected"
-        return self._collect()
+        return self._each()
 
     def cancel(self) -> None:
         if self._state == "started":
@@ -92,7 +101,7 @@ def share_ranges(
     if len(ranges) < 2 or ranges[-1][1] - ranges[0][0] < min_rows:
         return None
     sharing = _Sharing(uri, ranges, worker, args, workers - 1 if here else workers, here)
-    return Pending(sharing.collect, sharing.stop)
+    return Pending(sharing.each, sharing.stop)
 
 
 class _Sharing:
@@ -144,8 +153,9 @@ class _Sharing:
                         record = (index, True, value)
                     except BaseException as exc:  # noqa: BLE001 - handed to the parent
                         record = (index, False, failure_report(exc))
-                    payload = pickle.dumps(record, pickle.HIGHEST_PROTOCOL)
-                    _write_all(results, len(payload).to_bytes(8, "little") + payload)
+                    payload = pickle.dumps(record[2], pickle.HIGHEST_PROTOCOL)
+                    head = len(payload).to_bytes(8, "little") + bytes((index, record[1]))
+                    _write_all(results, head + payload)
                     os.write(ring, b"\x01")
                     if not record[1]:
                         break
@@ -155,7 +165,7 @@ class _Sharing:
                 os._exit(code)
         return _Child(pid, results)
 
-    def collect(self) -> list[Any]:
+    def each(self) -> Iterator[Any]:
         try:
             results: dict[int, Any] = {}
             if self.here:
@@ -171,7 +181,9 @@ class _Sharing:
             for index, (low, high) in enumerate(self.ranges):
                 if index not in results:  # taken by a child that died without its result
                     results[index] = self.worker(self.uri, low, high, *self.args)
-            return [results[index] for index in range(len(self.ranges))]
+            for index in range(len(self.ranges)):
+                value = results.pop(index)
+                yield value.load() if type(value) is _Kept else value
         finally:
             self.stop()
 
@@ -192,9 +204,24 @@ def _next_range(take: int) -> int | None:
     return got[0] if got else None
 
 
+class _Kept:
+    """A result in a child's file, not read yet: where it is."""
+
+    __slots__ = ("child", "offset", "length")
+
+    def __init__(self, child: _Child, offset: int, length: int) -> None:
+        self.child, self.offset, self.length = child, offset, length
+
+    def load(self) -> Any:
+        return pickle.loads(_pread_all(self.child.results, self.length, self.offset))
+
+
+_HEAD = 10  # a record's head: the pickle's length (8 bytes), the range, whether it is a result
+
+
 class _Child:
     """A forked sharer: its pid and the file its results are written to, read from
-    ``offset`` on as records (8-byte length, then a pickled ``(range, ok, value)``)."""
+    ``offset`` on as records (``_HEAD``, then the pickled result or failure report)."""
 
     def __init__(self, pid: int, results: int) -> None:
         self.pid, self.results, self.offset = pid, results, 0
@@ -203,16 +230,16 @@ class _Child:
     def read_into(self, results: dict[int, Any]) -> None:
         """The records written whole since the last read; a failure's is raised here."""
         size = os.fstat(self.results).st_size
-        while size - self.offset >= 8:
-            length = int.from_bytes(os.pread(self.results, 8, self.offset), "little")
-            if size - self.offset - 8 < length:
+        while size - self.offset >= _HEAD:
+            head = _pread_all(self.results, _HEAD, self.offset)
+            length, index, ok = int.from_bytes(head[:8], "little"), head[8], head[9]
+            if size - self.offset - _HEAD < length:
                 return  # still being written
-            payload = _pread_all(self.results, length, self.offset + 8)
-            self.offset += 8 + length
-            index, ok, value = pickle.loads(payload)
+            kept = _Kept(self, self.offset + _HEAD, length)
+            self.offset += _HEAD + length
             if not ok:
-                raise_failure(value)
-            results[index] = value
+                raise_failure(kept.load())
+            results[index] = kept  # read when asked for (``each``)
 
     def finish(self, results: dict[int, Any]) -> None:
         """Wait for the child's end, then read what it wrote."""
