@@ -1477,3 +1477,16 @@ def test_an_export_with_a_bom_after_a_blank_line_is_still_an_export(tmp_path: Pa
         run("normalize", str(SAMPLES / EXPORTED[0] / "export.json"), "--no-metrics").stdout
     )
     assert [e["kind"] for e in found] == [e["kind"] for e in alone]
+
+
+def test_session_rows_share_the_strings_that_repeat():
+    """A directory, version, agent or model met again is the string read first (one
+    object for 100,000 sessions of a project, not one each); the rows are equal as read."""
+    from opencode_events.store.sqlite import Store
+
+    with Store(SAMPLES / "task" / "opencode.db") as store:
+        rows = store.sessions()
+        first, second = rows[0], rows[1]
+        assert first.directory == second.directory and first.version == second.version
+        assert first.directory is second.directory and first.version is second.version
+        assert rows == [store._session_row(tuple(row)) for row in rows]
