@@ -753,3 +753,17 @@ def test_an_archived_session_says_when_and_still_counts() -> None:
         assert {s.time_archived for s in sessions_report(store, all_sessions=True).sessions} == {
             None
         }
+
+
+def test_a_ledger_sums_a_sessions_calls_counted_in_several_ranges():
+    """Workers count the tool parts of their rowid ranges; a session whose parts span two
+    ranges has its calls of a tool and outcome summed, in the order each first came, and
+    a session of no summary (a scan sees every session) still has its entry."""
+    from opencode_events.reports import sessions as S
+
+    first = ({("ses_a", "bash", False): 2, ("ses_a", "read", True): 1}, {"ses_a": [1, 2, False]})
+    second = ({("ses_a", "bash", False): 3, ("ses_b", None, False): 1}, {"ses_a": [0, 1, True]})
+    entries = S._ledger_entries(iter([first, second]), {}, {})
+    assert entries["ses_a"] == S.SessionCounts(1, 3, True, [("bash", False, 5), ("read", True, 1)])
+    assert entries["ses_b"] == S.SessionCounts(0, 0, False, [(None, False, 1)])
+    assert list(entries) == ["ses_a", "ses_b"]

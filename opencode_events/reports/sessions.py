@@ -29,6 +29,7 @@ import operator
 import os
 import re
 import sqlite3
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
@@ -786,12 +787,19 @@ def _ledger_entries(
     in ``counts`` (tools)."""
     entries: dict[str, SessionCounts] = dict(kept)
     messages: MessageCounts = {}
-    tools: ToolCounts = {}
+    tools: dict[str, list[tuple[Any, bool, int]]] = {}  # session → (tool, failed, calls)
+    intern = sys.intern
     for tool_counts, message_counts in counts:  # once: they may come one range at a time
         for sid, (turns, inferences, running) in message_counts.items():
             _add_messages(messages, sid, turns, inferences, running)
-        for key, calls in tool_counts.items():  # a session's parts may span workers' ranges
-            tools[key] = tools.get(key, 0) + calls
+        # Listed per session as they come, not summed under (session, tool, outcome)
+        # keys: a large ledger's keys cost more than its counts. A tool's name, read anew
+        # with every part, is one string here.
+        for (sid, tool, failed), calls in tool_counts.items():
+            found = tools.get(sid)
+            if found is None:
+                found = tools[sid] = []
+            found.append((intern(tool) if type(tool) is str else tool, failed, calls))
     for sid, summary in summaries.items():
         if sid in kept:
             continue
@@ -802,12 +810,25 @@ def _ledger_entries(
     for sid, found in messages.items():
         if sid not in entries:
             entries[sid] = SessionCounts(found[0], found[1], bool(found[2]), [])
-    for (sid, tool, failed), calls in tools.items():
+    for sid, listed in tools.items():
         entry = entries.get(sid)
         if entry is None:
             entry = entries[sid] = SessionCounts(0, 0, False, [])
-        entry.tools.append((tool, failed, calls))
+        entry.tools.extend(_summed_calls(listed))
     return entries
+
+
+def _summed_calls(listed: list[tuple[Any, bool, int]]) -> list[tuple[Any, bool, int]]:
+    """A session's (tool, failed, calls), the calls of a tool and outcome counted in more
+    than one range summed, in the order each first came."""
+    if len(listed) < 2:
+        return listed
+    sums: dict[tuple[Any, bool], int] = {}
+    for tool, failed, calls in listed:
+        sums[tool, failed] = sums.get((tool, failed), 0) + calls
+    if len(sums) == len(listed):
+        return listed
+    return [(tool, failed, calls) for (tool, failed), calls in sums.items()]
 
 
 def _judge_staleness(
