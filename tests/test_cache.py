@@ -631,6 +631,106 @@ def test_a_memo_written_in_pieces_is_the_memos_one_encoding(tmp_path) -> None:
         assert cache.recall("usage", request, dict, lambda checks: True) == value
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 40), max_size=4),
+    piece=st.integers(1, 5),
+)
+def test_a_value_encoded_in_pieces_is_its_one_encoding(sizes, piece) -> None:
+    """A long list a few items at a time, a report field by field: the pieces joined are
+    the value's encoding, byte for byte, whatever the lengths (around each array head's
+    size: 15, 16, 65,535, 65,536 items)."""
+    from opencode_events.reports.sessions import SessionsReport, SessionSummary
+
+    def summary(n: int) -> SessionSummary:
+        return SessionSummary(
+            id=f"ses_{n}",
+            path="p",
+            parent_id=None,
+            title="t" * n,
+            agent=None,
+            model=None,
+            provider=None,
+            directory="/w",
+            version="1",
+            time_created=n,
+            time_updated=n,
+            mcp_calls={"m": n},
+            children=[f"ses_{n}x"],
+        )
+
+    values = [[summary(n) for n in range(size)] for size in sizes]
+    values += [SessionsReport(sessions=v) for v in values] + [{"a": [1] * 30}, "x", None]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(report_cache, "_LIST_PIECE", piece)
+        for value in values:
+            pieces = list(report_cache._encoded_in_pieces(value))
+            assert b"".join(pieces) == report_cache._ENCODER.encode(value)
+    for length in (15, 16, 65_535, 65_536):
+        value = [0] * length
+        assert b"".join(report_cache._encoded_in_pieces(value)) == report_cache._ENCODER.encode(
+            value
+        )
+
+
+def test_a_rendition_spooled_piece_by_piece_is_kept_whole(tmp_path, monkeypatch) -> None:
+    """``rendering`` gives a spool the bytes go to as they are written elsewhere: kept,
+    they are the rendition; discarded, nothing is left; copied in the kernel or, where the
+    kernel will not (``copy_file_range`` and ``sendfile`` refusing), read and written."""
+    import errno
+
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    pieces = [b"[", b"x" * 3_000_000, b"", b"]\n"]
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        assert cache.rendering("sessions", ["any"], "json") is None  # no memo kept yet
+        cache.remember("sessions", ["any"], [])
+        spool = cache.rendering("sessions", ["any"], "json")
+        for piece in pieces:
+            spool.add(piece)
+        assert not list(root.rglob("render-*")) and not list(root.rglob(".tmp-*"))
+        spool.keep()
+        assert cache.rendered("sessions", ["any"], "json").read() == b"".join(pieces)
+        spool = cache.rendering("sessions", ["any"], "csv")
+        spool.add(b"id\n")
+        spool.discard()
+        spool.keep()  # nothing: it was discarded
+        assert cache.rendered("sessions", ["any"], "csv") is None
+
+        def refused(*args):
+            raise OSError(errno.EINVAL, "not here")
+
+        monkeypatch.setattr(os, "copy_file_range", refused)
+        monkeypatch.setattr(os, "sendfile", refused)
+        cache.keep_rendered("sessions", ["any"], "json", [b"[", b"y" * 100_000, b"]"])
+        assert cache.rendered("sessions", ["any"], "json").read() == b"[" + b"y" * 100_000 + b"]"
+    assert not list(root.rglob(".tmp-*"))
+
+
+def test_a_spool_that_cannot_write_keeps_nothing_and_the_report_goes_out(
+    tmp_path, monkeypatch
+) -> None:
+    """A spool whose file cannot be written (a full disk) stops keeping; the command's
+    output is whole all the same, and the next run makes the report again."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with open_store(db) as store:
+        expected = RENDER["json"](sessions_report(store))
+    real_write = os.write
+
+    def full(fd, data):
+        if os.fstat(fd).st_nlink == 0:  # the spool: a file of no name
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full)
+    assert _rendered(db, root) == expected
+    assert not list(root.rglob("render-*")) and not list(root.rglob(".tmp-*"))
+    monkeypatch.undo()
+    assert _rendered(db, root) == expected and list(root.rglob("render-*"))
+
+
 def test_a_write_that_bypasses_the_event_log_is_seen(tmp_path) -> None:
     """Another program updates a logged session in place, and OpenCode writes nothing: the
     log did not move while the database changed, so no stamp is trusted."""

@@ -34,6 +34,7 @@ still has.
         report = compute()
         cache.remember("sessions", request, report)
     cache.keep_rendered("sessions", request, "json", write_json(report))
+    spool = cache.rendering("sessions", request, "json")  # or piece by piece, as written
     kept = cache.rendered("sessions", request, "json")   # the next run: None, or
     kept.write_to(sys.stdout.buffer)                      # the bytes, copied out
 """
@@ -62,7 +63,15 @@ from ..errors import InputError
 from ..store.changes import database_identity, fingerprint, log_moved, session_stamps
 from ..workers import worker_count
 
-__all__ = ["ReportCache", "Rendition", "cache_digest", "MEMOS", "DATABASES", "ASIDE_ENTRIES"]
+__all__ = [
+    "ReportCache",
+    "Rendition",
+    "RenditionSpool",
+    "cache_digest",
+    "MEMOS",
+    "DATABASES",
+    "ASIDE_ENTRIES",
+]
 
 T = TypeVar("T")
 
@@ -280,8 +289,11 @@ class ReportCache:
         pieces = [body] if isinstance(body, bytes) else body
         self._replace(name, itertools.chain([self._head()], pieces))
 
-    def _replace(self, name: str, pieces: Iterable[bytes]) -> None:
-        """Write ``name`` whole (a temporary file renamed over it); failures are ignored: a
+    def _replace(
+        self, name: str, pieces: Iterable[bytes], tail: tuple[int, int] | None = None
+    ) -> None:
+        """Write ``name`` whole (a temporary file renamed over it): ``pieces``, then the
+        first ``tail[1]`` bytes of the file open as ``tail[0]``; failures are ignored: a
         cache that cannot be written only costs the next run its time."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -293,6 +305,9 @@ class ReportCache:
                         size += file.write(piece)
                         if size > _LARGEST:  # a runaway, not a real report: not kept
                             raise _TooLarge
+                    if tail is not None:
+                        file.flush()
+                        _copy_file(tail[0], file.fileno(), tail[1])
                 os.replace(tmp, self.folder / name)
             except BaseException:
                 with _quietly():
@@ -371,7 +386,7 @@ class ReportCache:
 
         def pieces() -> Iterator[bytes]:  # each encoded as the last is written
             yield bytes(start)
-            yield _ENCODER.encode(value)
+            yield from _encoded_in_pieces(value)
             yield _ENCODER.encode(basis)
 
         name = _memo_name(kind, request)
@@ -428,15 +443,22 @@ class ReportCache:
         names it (one name, one way of writing it), beside its memo: only when that memo
         was kept (``remember``) or found sound (``recall``) in this run, so a report that
         is not kept (a reply in flight) is never answered from here either."""
+        spool = self.rendering(kind, request, form)
+        if spool is None:
+            return
+        for piece in [data] if isinstance(data, bytes) else data:
+            spool.add(piece)
+        spool.keep()
+
+    def rendering(self, kind: str, request: Any, form: str) -> RenditionSpool | None:
+        """A spool for the report of ``request`` as ``form`` names it, to be given its bytes
+        as they are written elsewhere (``RenditionSpool.add``) and kept at the end
+        (``keep``), so that the whole of it is never held: as ``keep_rendered``, only when
+        its memo was kept or found sound in this run (else None)."""
         checks = self._kept.get(_memo_name(kind, request), _NOT_KEPT)
         if checks is _NOT_KEPT:
-            return
-        pieces = [data] if isinstance(data, bytes) else list(data)
-        length = sum(map(len, pieces))
-        head = self._head() + _ENCODER.encode(_Rendition(request, form, checks, length))
-        self._replace(
-            _rendition_name(kind, request, form), [len(head).to_bytes(8, "big"), head, *pieces]
-        )
+            return None
+        return RenditionSpool(self, kind, request, form, checks)
 
     def previous(
         self,
@@ -576,13 +598,139 @@ class ReportCache:
 _NOT_KEPT = object()
 
 
-def _new_file(folder: Path) -> tuple[int, Path]:
+class RenditionSpool:
+    """A rendition on its way to the cache: its bytes go to a file of no name in the
+    cache's folder as they come (``add``); ``keep`` writes its file, the head and then the
+    bytes copied in the kernel, ``discard`` (or being dropped) leaves nothing. A spool
+    that cannot write stops keeping, silently: the report itself goes out all the same."""
+
+    def __init__(self, cache: ReportCache, kind: str, request: Any, form: str, checks: Any):
+        self._cache, self._kind, self._request, self._form = cache, kind, request, form
+        self._checks = checks
+        self._length = 0
+        self._fd = -1
+        try:
+            cache.folder.mkdir(parents=True, exist_ok=True)
+            self._fd, path = _new_file(cache.folder, os.O_RDWR)
+            os.unlink(path)  # nothing is left behind whatever happens to this run
+        except OSError:
+            self.discard()
+
+    def add(self, piece: bytes) -> None:
+        if self._fd < 0:
+            return
+        try:
+            view = memoryview(piece)
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError:
+            self.discard()
+            return
+        self._length += len(piece)
+        if self._length > _LARGEST:  # a runaway, not a real report: not kept
+            self.discard()
+
+    def keep(self) -> None:
+        if self._fd < 0:
+            return
+        try:
+            cache = self._cache
+            rendition = _Rendition(self._request, self._form, self._checks, self._length)
+            head = cache._head() + _ENCODER.encode(rendition)
+            name = _rendition_name(self._kind, self._request, self._form)
+            cache._replace(name, [len(head).to_bytes(8, "big"), head], (self._fd, self._length))
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        if self._fd >= 0:
+            with _quietly():
+                os.close(self._fd)
+        self._fd = -1
+
+    def __del__(self) -> None:
+        self.discard()
+
+
+def _copy_file(source: int, target: int, length: int) -> None:
+    """The first ``length`` bytes of ``source`` appended to ``target`` (at its position):
+    in the kernel where it can (``copy_file_range``, then ``sendfile``), else read and
+    written a megabyte at a time. Raises ``OSError`` if they cannot all be copied."""
+    offset = 0
+    for way in ("copy_file_range", "sendfile"):
+        copy = getattr(os, way, None)
+        if copy is None:
+            continue
+        try:
+            while offset < length:
+                if way == "copy_file_range":
+                    done = copy(source, target, length - offset, offset)
+                else:
+                    done = copy(target, source, offset, length - offset)
+                if done == 0:
+                    raise OSError(errno.EIO, "the spool ended early")
+                offset += done
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EXDEV, errno.EOPNOTSUPP):
+                raise
+    while offset < length:
+        piece = os.pread(source, min(_PIECE, length - offset), offset)
+        if not piece:
+            raise OSError(errno.EIO, "the spool ended early")
+        view = memoryview(piece)
+        while view:
+            view = view[os.write(target, view) :]
+        offset += len(piece)
+
+
+_LIST_PIECE = 1000  # items of a long list encoded at a time (a report's sessions, say)
+
+
+def _encoded_in_pieces(value: Any) -> Iterator[bytes]:
+    """``_ENCODER.encode(value)`` in pieces whose bytes, joined, are exactly that: a long
+    list a thousand items at a time, and a plain struct (a report: fields by name, every
+    field written) field by field, so that 100,000 sessions are never one encoding."""
+    if type(value) is list and len(value) > _LIST_PIECE:
+        yield _array_head(len(value))
+        for start in range(0, len(value), _LIST_PIECE):
+            chunk = value[start : start + _LIST_PIECE]
+            yield _ENCODER.encode(chunk)[len(_array_head(len(chunk))) :]
+        return
+    config = getattr(type(value), "__struct_config__", None)
+    fields = getattr(type(value), "__struct_encode_fields__", None)
+    if (
+        config is None
+        or config.array_like
+        or config.omit_defaults
+        or config.tag is not None
+        or fields is None
+        or len(fields) > 15
+    ):
+        yield _ENCODER.encode(value)
+        return
+    yield bytes((0x80 | len(fields),))  # a fixmap of the fields, in order
+    for field, name in zip(value.__struct_fields__, fields, strict=True):
+        yield _ENCODER.encode(name)
+        yield from _encoded_in_pieces(getattr(value, field))
+
+
+def _array_head(length: int) -> bytes:
+    """MessagePack's head of an array of ``length`` items, in its shortest form."""
+    if length < 16:
+        return bytes((0x90 | length,))
+    if length < 1 << 16:
+        return b"\xdc" + length.to_bytes(2, "big")
+    return b"\xdd" + length.to_bytes(4, "big")
+
+
+def _new_file(folder: Path, access: int = os.O_WRONLY) -> tuple[int, Path]:
     """A new file of this user's alone in ``folder``, open for writing, as ``mkstemp`` makes
     one (``tempfile`` itself costs a command's start-up 4 ms to import)."""
     for _ in range(100):
         path = folder / f".tmp-{os.urandom(8).hex()}"
         try:
-            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), path
+            return os.open(path, access | os.O_CREAT | os.O_EXCL, 0o600), path
         except FileExistsError:
             continue
     raise FileExistsError(f"no new file could be made in {folder}")

@@ -1045,13 +1045,18 @@ def write_sessions(
             return
     report = sessions_report(store, mcp_servers=mcp_servers, cache=cache, **choices)
     rendered = render(report)
-    kept_pieces: list[bytes] = []
-    for piece in [rendered] if isinstance(rendered, bytes) else rendered:
-        out.write(piece)
-        if cache is not None:
-            kept_pieces.append(piece)
-    if cache is not None:
-        cache.keep_rendered("sessions", request, form, kept_pieces)
+    # Each piece goes to the cache's spool as it goes out: the JSON is never held whole.
+    spool = cache.rendering("sessions", request, form) if cache is not None else None
+    try:
+        for piece in [rendered] if isinstance(rendered, bytes) else rendered:
+            out.write(piece)
+            if spool is not None:
+                spool.add(piece)
+        if spool is not None:
+            spool.keep()
+    finally:
+        if spool is not None:
+            spool.discard()
 
 
 def _request(
