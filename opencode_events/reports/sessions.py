@@ -786,35 +786,41 @@ def _ledger_entries(
     scoped read, the counts of the scoped sessions are in their summaries (messages) and
     in ``counts`` (tools)."""
     entries: dict[str, SessionCounts] = dict(kept)
-    messages: MessageCounts = {}
-    tools: dict[str, list[tuple[Any, bool, int]]] = {}  # session → (tool, failed, calls)
+    fresh = [sid for sid in summaries if sid not in kept]
+    for sid in fresh:
+        entries[sid] = SessionCounts(0, 0, False, [])
+    counted: set[str] = set()  # the sessions whose messages the scan counted
+    spanning: set[str] = set()  # those whose tool calls came in more than one range
     intern = sys.intern
+    # Counted straight into the entries as each range comes (no table keyed by session,
+    # tool and outcome first: a large ledger's keys cost more than its counts); a tool's
+    # name, read anew with every part, is one string here.
     for tool_counts, message_counts in counts:  # once: they may come one range at a time
         for sid, (turns, inferences, running) in message_counts.items():
-            _add_messages(messages, sid, turns, inferences, running)
-        # Listed per session as they come, not summed under (session, tool, outcome)
-        # keys: a large ledger's keys cost more than its counts. A tool's name, read anew
-        # with every part, is one string here.
+            entry = entries.get(sid)
+            if entry is None:
+                entry = entries[sid] = SessionCounts(0, 0, False, [])
+            entry.turns += turns
+            entry.inferences += inferences
+            entry.in_flight = entry.in_flight or bool(running)
+            counted.add(sid)
+        here: set[str] = set()
         for (sid, tool, failed), calls in tool_counts.items():
-            found = tools.get(sid)
-            if found is None:
-                found = tools[sid] = []
-            found.append((intern(tool) if type(tool) is str else tool, failed, calls))
-    for sid, summary in summaries.items():
-        if sid in kept:
-            continue
-        found = messages.get(sid)
-        if found is None:
-            found = [summary.turns, summary.inferences, summary.in_flight]
-        entries[sid] = SessionCounts(found[0], found[1], bool(found[2]), [])
-    for sid, found in messages.items():
-        if sid not in entries:
-            entries[sid] = SessionCounts(found[0], found[1], bool(found[2]), [])
-    for sid, listed in tools.items():
-        entry = entries.get(sid)
-        if entry is None:
-            entry = entries[sid] = SessionCounts(0, 0, False, [])
-        entry.tools.extend(_summed_calls(listed))
+            entry = entries.get(sid)
+            if entry is None:
+                entry = entries[sid] = SessionCounts(0, 0, False, [])
+            if sid not in here:
+                here.add(sid)
+                if entry.tools:
+                    spanning.add(sid)
+            entry.tools.append((intern(tool) if type(tool) is str else tool, failed, calls))
+    for sid in fresh:
+        if sid not in counted:  # read before, by session: its summary holds its counts
+            entry, summary = entries[sid], summaries[sid]
+            entry.turns, entry.inferences = summary.turns, summary.inferences
+            entry.in_flight = bool(summary.in_flight)
+    for sid in spanning:
+        entries[sid].tools = _summed_calls(entries[sid].tools)
     return entries
 
 
