@@ -676,7 +676,7 @@ def test_a_value_encoded_in_pieces_is_its_one_encoding(sizes, piece) -> None:
 def test_a_rendition_spooled_piece_by_piece_is_kept_whole(tmp_path, monkeypatch) -> None:
     """``rendering`` gives a spool the bytes go to as they are written elsewhere: kept,
     they are the rendition; discarded, nothing is left; copied in the kernel or, where the
-    kernel will not (``copy_file_range`` and ``sendfile`` refusing), read and written."""
+    kernel will not (``sendfile`` refusing), read and written."""
     import errno
 
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
@@ -701,7 +701,6 @@ def test_a_rendition_spooled_piece_by_piece_is_kept_whole(tmp_path, monkeypatch)
         def refused(*args):
             raise OSError(errno.EINVAL, "not here")
 
-        monkeypatch.setattr(os, "copy_file_range", refused)
         monkeypatch.setattr(os, "sendfile", refused)
         cache.keep_rendered("sessions", ["any"], "json", [b"[", b"y" * 100_000, b"]"])
         assert cache.rendered("sessions", ["any"], "json").read() == b"[" + b"y" * 100_000 + b"]"

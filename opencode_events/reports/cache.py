@@ -289,12 +289,10 @@ class ReportCache:
         pieces = [body] if isinstance(body, bytes) else body
         self._replace(name, itertools.chain([self._head()], pieces))
 
-    def _replace(
-        self, name: str, pieces: Iterable[bytes], tail: tuple[int, int] | None = None
-    ) -> None:
+    def _replace(self, name: str, pieces: Iterable[bytes], tail: Rendition | None = None) -> None:
         """Write ``name`` whole (a temporary file renamed over it): ``pieces``, then the
-        first ``tail[1]`` bytes of the file open as ``tail[0]``; failures are ignored: a
-        cache that cannot be written only costs the next run its time."""
+        bytes of ``tail`` copied out of their file; failures are ignored: a cache that
+        cannot be written only costs the next run its time."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = _new_file(self.folder)
@@ -306,14 +304,13 @@ class ReportCache:
                         if size > _LARGEST:  # a runaway, not a real report: not kept
                             raise _TooLarge
                     if tail is not None:
-                        file.flush()
-                        _copy_file(tail[0], file.fileno(), tail[1])
+                        tail.write_to(file)
                 os.replace(tmp, self.folder / name)
             except BaseException:
                 with _quietly():
                     os.unlink(tmp)
                 raise
-        except (OSError, _TooLarge):
+        except (OSError, _TooLarge, InputError):  # InputError: a tail cut short
             return
         self._trim()
 
@@ -601,8 +598,9 @@ _NOT_KEPT = object()
 class RenditionSpool:
     """A rendition on its way to the cache: its bytes go to a file of no name in the
     cache's folder as they come (``add``); ``keep`` writes its file, the head and then the
-    bytes copied in the kernel, ``discard`` (or being dropped) leaves nothing. A spool
-    that cannot write stops keeping, silently: the report itself goes out all the same."""
+    bytes copied as a kept rendition is (``Rendition.write_to``: by ``sendfile``, in the
+    kernel), ``discard`` (or being dropped) leaves nothing. A spool that cannot write stops
+    keeping, silently: the report itself goes out all the same."""
 
     def __init__(self, cache: ReportCache, kind: str, request: Any, form: str, checks: Any):
         self._cache, self._kind, self._request, self._form = cache, kind, request, form
@@ -638,7 +636,10 @@ class RenditionSpool:
             rendition = _Rendition(self._request, self._form, self._checks, self._length)
             head = cache._head() + _ENCODER.encode(rendition)
             name = _rendition_name(self._kind, self._request, self._form)
-            cache._replace(name, [len(head).to_bytes(8, "big"), head], (self._fd, self._length))
+            spooled = Rendition(
+                os.fdopen(self._fd, "rb", buffering=0, closefd=False), 0, self._length
+            )
+            cache._replace(name, [len(head).to_bytes(8, "big"), head], spooled)
         finally:
             self.discard()
 
@@ -650,38 +651,6 @@ class RenditionSpool:
 
     def __del__(self) -> None:
         self.discard()
-
-
-def _copy_file(source: int, target: int, length: int) -> None:
-    """The first ``length`` bytes of ``source`` appended to ``target`` (at its position):
-    in the kernel where it can (``copy_file_range``, then ``sendfile``), else read and
-    written a megabyte at a time. Raises ``OSError`` if they cannot all be copied."""
-    offset = 0
-    for way in ("copy_file_range", "sendfile"):
-        copy = getattr(os, way, None)
-        if copy is None:
-            continue
-        try:
-            while offset < length:
-                if way == "copy_file_range":
-                    done = copy(source, target, length - offset, offset)
-                else:
-                    done = copy(target, source, offset, length - offset)
-                if done == 0:
-                    raise OSError(errno.EIO, "the spool ended early")
-                offset += done
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EXDEV, errno.EOPNOTSUPP):
-                raise
-    while offset < length:
-        piece = os.pread(source, min(_PIECE, length - offset), offset)
-        if not piece:
-            raise OSError(errno.EIO, "the spool ended early")
-        view = memoryview(piece)
-        while view:
-            view = view[os.write(target, view) :]
-        offset += len(piece)
 
 
 _LIST_PIECE = 1000  # items of a long list encoded at a time (a report's sessions, say)
