@@ -1817,7 +1817,7 @@ def test_a_scan_by_date_alone_keeps_one_group_a_day() -> None:
     sids = ["ses_a", "ses_b", "ses_a", "ses_c"]
     times = [1_000, 2_000, 3_000, 86_400_000 + 5]
     owner = {sid: sid for sid in sids}
-    args = (4, json.dumps(sids).encode(), json.dumps(times).encode(), b"\xff".join([data] * 4))
+    args = (4, json.dumps(sids).encode(), json.dumps(times).encode(), b"\n".join([data] * 4), 1)
     lean = U._Scan("day", owner, set(), set(), per_session=False)
     kept = U._Scan("day", owner, set(), set())
     assert lean.chunk(*args, U._DayOf(None)) == [] == kept.chunk(*args, U._DayOf(None))
@@ -1892,7 +1892,68 @@ def test_a_chunk_splits_a_quarter_hour_in_which_a_day_begins() -> None:
     owner = {"ses_a": "ses_a"}
     quick, slow = U._Scan("day", owner, set(), set()), U._Scan("day", owner, set(), set())
     sids, stamps = json.dumps(["ses_a"] * 2).encode(), json.dumps(times).encode()
-    assert quick.chunk(2, sids, stamps, b"\xff".join([data, data]), U._DayOf(tz)) == []
+    assert quick.chunk(2, sids, stamps, b"\n".join([data, data]), 1, U._DayOf(tz)) == []
     slow.run([("ses_a", f"msg_{ms}", ms, data) for ms in times], U._DayOf(tz))
     days = [("ses_a", "1975-05-31"), ("ses_a", "1975-06-01")]
     assert sorted(quick.groups) == sorted(slow.groups) == days
+
+
+# Rows that are each {…} yet not one message each: joined by commas into a JSON array they
+# would decode to as many messages as rows (one message cut in two, two messages in one).
+_REGROUPING_ROWS = [
+    _WHOLE[:-1] + ',"x":[{"y":1}',
+    '{"z":2}]}',
+    _WHOLE + "," + _WHOLE,
+]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        pytest.param([_WHOLE] * 3, id="messages"),
+        pytest.param([_WHOLE, _with("cost", "1.5"), _WHOLE], id="one-of-another-kind"),
+        pytest.param([_WHOLE, json.dumps(_ASSISTANT, indent=1), _WHOLE], id="a-raw-newline"),
+        pytest.param([_WHOLE, " " + _WHOLE, _WHOLE + "\n"], id="not-braces"),
+        pytest.param(_REGROUPING_ROWS, id="regrouping"),
+        pytest.param([_WHOLE, *_REGROUPING_ROWS, _WHOLE], id="regrouping-among-messages"),
+        # Not {…}: one call would read these three rows as three messages too.
+        pytest.param(
+            [_WHOLE[:-1] + ',"x":', "1}", _WHOLE + " " + _WHOLE], id="regrouping-unless-braces"
+        ),
+    ],
+)
+def test_a_chunk_decoded_in_one_call_is_summed_as_its_rows_are(rows: list[str]) -> None:
+    """``_CHUNK_SQL`` joins a chunk's rows by newlines and says whether every row is {…};
+    then all are decoded in one call. Whatever the rows, the chunk's sums (and the rows it
+    leaves unread) are those of ``run``, row by row: the one call only when every row is
+    one message, else the rows one by one, or the chunk left to ``run``."""
+    import math
+
+    from opencode_events.reports import usage as U
+
+    if rows[0] == _REGROUPING_ROWS[0]:  # the reason for the test: commas would be fooled
+        assert len(json.loads("[" + ",".join(rows) + "]")) == len(rows)
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE message (id TEXT, session_id TEXT, time_created INT, data TEXT)")
+    conn.executemany(
+        "INSERT INTO message VALUES (?, 'ses_a', ?, ?)",
+        [(f"msg_{i}", 1_000 + i, data) for i, data in enumerate(rows)],
+    )
+    n, *arrays = conn.execute(U._CHUNK_SQL, (0, 1 << 62)).fetchone()
+    listed = conn.execute(U._ROWS_SQL, (0, 1 << 62)).fetchall()
+    assert n == len(rows)
+    owner = {"ses_a": "ses_a"}
+
+    def sums(scan):
+        return {
+            key: [*acc[:6], acc[7], acc[8], math.fsum(acc[6]), sorted(acc[9])]
+            for key, acc in scan.groups.items()
+        }
+
+    quick, slow = U._Scan("day", owner, set(), set()), U._Scan("day", owner, set(), set())
+    if quick.chunk(n, *arrays, U._DayOf(None)) is None:
+        quick.run(listed, U._DayOf(None))  # what _scan_rowids does then
+    slow.run(listed, U._DayOf(None))
+    assert sums(quick) == sums(slow)
+    assert (quick.unread, quick.irregular) == (slow.unread, slow.irregular)
+    assert arrays[-1] == (1 if all(r.startswith("{") and r.endswith("}") for r in rows) else 0)

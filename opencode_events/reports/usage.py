@@ -1792,13 +1792,20 @@ _ROWS_SQL = (
     "SELECT session_id, id, time_created, CAST(data AS BLOB) FROM message "
     f"WHERE rowid >= ? AND rowid < ? AND {_NOT_USER}"
 )
-# The same rows as one row: their number, JSON arrays of their session ids and times, and
-# their data joined by a 0xFF byte, which UTF-8 text never holds (a row that does
-# splits into too many pieces, and is caught). Python then builds a few objects per chunk
-# instead of four per message; each message is still decoded on its own.
+# The same rows as one row: their number, JSON arrays of their session ids and times, their
+# data joined by newlines, and whether every row's data starts with { and ends with }.
+# Python then builds a few objects per chunk instead of four per message, and decodes all
+# the messages in one call (``decode_lines``). That call reads each row as exactly one
+# message when every row is {…}: a message can only run on past its row's closing } into
+# the next row if that } closes something inside it, and then the next row's { (after the
+# newline, which no JSON string holds) is malformed JSON; so each row is one value or more,
+# and n rows that give n values give one each. A chunk that fails either test is split at
+# its newlines and its rows decoded one by one (``chunk``). The first test is a comparison
+# ('{' <= data < '|', a memcmp, false for a blob); min() is made to see a NULL as false.
 _CHUNK_SQL = (
     "SELECT count(*), CAST(json_group_array(session_id) AS BLOB), "
-    "CAST(json_group_array(time_created) AS BLOB), CAST(group_concat(data, x'ff') AS BLOB) "
+    "CAST(json_group_array(time_created) AS BLOB), CAST(group_concat(data, x'0a') AS BLOB), "
+    "min(coalesce(data >= '{' AND data < '|' AND substr(CAST(data AS BLOB), -1) = x'7d', 0)) "
     f"FROM message WHERE rowid >= ? AND rowid < ? AND {_NOT_USER}"
 )
 _CHUNK_ROWIDS = 1024  # about 700 assistant messages, 0.3 MB of JSON
@@ -1930,42 +1937,50 @@ class _Scan:
         self.settle(day_of)
 
     def chunk(
-        self, n: int, sids: bytes, times: bytes, datas: bytes, day_of: _DayOf
+        self, n: int, sids: bytes, times: bytes, datas: bytes, whole: int, day_of: _DayOf
     ) -> list[int] | None:
-        """Sum ``n`` rows given as one (``_CHUNK_SQL``), as ``run`` would sum them one by
-        one. A message that is not a plainly-typed assistant one (odd figures, a damaged
-        cell) is read by ``run`` alone, the others quickly; a user's is skipped, as ``run``
-        skips it. The rows at a time a fork's copy shares are left out: their times are
-        returned, for the caller to read those rows with ``run`` (which needs their ids).
-        None, with nothing summed, when the chunk itself needs a closer look (a time that
-        is not an integer, a cell that splits the chunk wrongly): the caller then reads
-        the chunk's rows with ``run``."""
+        """Sum ``n`` rows given as one (``_CHUNK_SQL``: ``whole`` says every row is {…}),
+        as ``run`` would sum them one by one. A message that is not a plainly-typed
+        assistant one (odd figures, a damaged cell) is read by ``run`` alone, the others
+        quickly; a user's is skipped, as ``run`` skips it. The rows at a time a fork's copy
+        shares are left out: their times are returned, for the caller to read those rows
+        with ``run`` (which needs their ids). None, with nothing summed, when the chunk
+        itself needs a closer look (a time that is not an integer, a row holding a raw
+        newline): the caller then reads the chunk's rows with ``run``."""
         try:
             created = _INTS.decode(times)
-            if len(created) != n:
-                return None
-            pieces = datas.split(b"\xff")
-            if len(pieces) != n:
-                return None
             sessions = _STRS.decode(sids)
         except _UNREADABLE:
             return None
-        if len(sessions) != n:
+        if len(created) != n or len(sessions) != n:
             return None
+        messages: list[_FastFigures | _FastUser] | None = None
+        if whole == 1:  # every row one message, all decoded in one call (see _CHUNK_SQL)
+            try:
+                messages = _FAST_FIGURES.decode_lines(datas)
+            except _UNREADABLE:
+                messages = None  # a row of another kind: the rows are decoded one by one
+            else:
+                if len(messages) != n:
+                    return None  # not as _CHUNK_SQL says: never trust it
         shared: list[int] = []
+        keep: list[int] | None = None
         if not self.copy_times.isdisjoint(created):
             copy_times = self.copy_times
             shared = sorted({ms for ms in created if ms in copy_times})
-            rows = [
-                row
-                for row in zip(sessions, created, pieces, strict=True)
-                if row[1] not in copy_times
-            ]
-            sessions, created, pieces = (
-                [r[0] for r in rows],
-                [r[1] for r in rows],
-                [r[2] for r in rows],
-            )
+            keep = [i for i, ms in enumerate(created) if ms not in copy_times]
+            sessions = [sessions[i] for i in keep]
+            created = [created[i] for i in keep]
+            if messages is not None:
+                messages = [messages[i] for i in keep]
+        if messages is not None:
+            self._sum_chunk(sessions, created, messages, day_of)
+            return shared
+        pieces = datas.split(b"\n")
+        if len(pieces) != n:
+            return None
+        if keep is not None:
+            pieces = [pieces[i] for i in keep]
         try:
             messages = list(map(_FAST_FIGURES.decode, pieces))
         except _UNREADABLE:  # one row or more of another kind: those are read one by one
