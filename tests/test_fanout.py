@@ -387,7 +387,7 @@ def test_workers_stop_when_the_command_is_killed(merged_db: Path):
 def test_a_worker_that_cannot_open_the_database(merged_db: Path, tmp_path: Path, monkeypatch):
     """Workers failing at once (the token must not meet a pipe nobody reads any more)."""
 
-    def reopen(self):
+    def reopen(self, connect=None):
         raise InputError("cannot read opencode.db: unable to open database file")
 
     with Store(merged_db) as store:

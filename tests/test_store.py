@@ -157,6 +157,110 @@ def test_session_workers_change_nothing(tmp_path: Path, monkeypatch, state: str,
     )
 
 
+@pytest.mark.parametrize("how", ["apsw", "sqlite3"])
+@pytest.mark.parametrize("state", ["closed", "live"])
+def test_import_workers_change_nothing(tmp_path: Path, monkeypatch, state: str, how: str):
+    """The forked workers of ``import`` (and of ``otel``) read through apsw's SQLite where it
+    is installed (``fastscan.sqlite3_like``), else through sqlite3's: either way they write
+    what one process writes, a closed store gains no side file and keeps every byte, and
+    beside a live writer the database and its WAL keep every byte and the writer is never
+    blocked."""
+    from opencode_events.output.jsonl import JsonlWriter
+    from opencode_events.pipeline import fanout
+    from opencode_events.pipeline.normalize import import_sessions
+    from opencode_events.store import fastscan
+
+    if how == "apsw" and not fastscan.available():
+        pytest.skip("apsw with SQLite 3.43 or newer is not installed")
+    db = copy_sample("task", tmp_path, wal=True)
+    writer = None
+    if state == "live":
+        writer = sqlite3.connect(db, timeout=0)
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute(  # a prompt's words changed, in the WAL only
+            "UPDATE part SET data = replace(data, 'please do the task', 'the task (live)')"
+        )
+        writer.commit()
+    watched = [db.name] if state == "closed" else [db.name, f"{db.name}-wal"]
+    before = fingerprint(db.parent)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    chosen = fastscan.sqlite3_like if how == "apsw" else (lambda uri: None)
+
+    def connect(uri: str):  # runs in the forked worker: it leaves a mark of what it opened
+        conn = chosen(uri)
+        (marks / str(os.getpid())).write_text(type(conn).__name__)
+        return conn
+
+    monkeypatch.setattr(fastscan, "sqlite3_like", connect)
+    monkeypatch.setattr(fanout, "MIN_SESSIONS", 1)
+
+    def imported(workers: int) -> bytes:
+        out = tmp_path / f"out-{workers}.jsonl"
+        with Store(db) as store, open(out, "wb") as file:
+            ids = select_sessions(store, all_sessions=True)
+            assert len(ids) >= 2
+            import_sessions(store, ids, JsonlWriter(file, buffered=True), workers=workers)
+        return out.read_bytes()
+
+    one = imported(1)
+    assert not list(marks.iterdir())
+    assert imported(2) == one
+    assert (b"the task (live)" in one) is (state == "live")
+    opened = {path.read_text() for path in marks.iterdir()}
+    assert opened == {"SqliteLike" if how == "apsw" else "NoneType"}
+    after = fingerprint(db.parent)
+    if writer is not None:
+        writer.execute("UPDATE session SET title = title")
+        writer.commit()  # timeout=0: fails at once if a reader blocked the writer
+        writer.close()
+    assert (after if state == "closed" else {n: after[n] for n in watched}) == (
+        before if state == "closed" else {n: before[n] for n in watched}
+    )
+
+
+def test_an_apsw_connection_in_sqlite3_clothes_reads_as_sqlite3_does(tmp_path: Path):
+    """``fastscan.sqlite3_like``: the same rows as sqlite3's connection, by ``fetchone``,
+    ``fetchmany``, ``fetchall`` and iteration; apsw's errors raised as sqlite3's, with
+    sqlite3's words; text that is not UTF-8 refused as the Store refuses it."""
+    from opencode_events.store import fastscan
+
+    if not fastscan.available():
+        pytest.skip("apsw with SQLite 3.43 or newer is not installed")
+    db = copy_sample("task", tmp_path)
+    uri = f"{db.as_uri()}?immutable=1"
+    like, plain = fastscan.sqlite3_like(uri), sqlite3.connect(uri, uri=True)
+    query = "SELECT id, session_id, time_created, CAST(data AS BLOB) FROM part ORDER BY id"
+    everything = plain.execute(query).fetchall()
+    assert len(everything) > 10
+    assert like.execute(query).fetchall() == everything
+    assert list(like.execute(query)) == everything
+    rows, batches = like.execute(query), []
+    while batch := rows.fetchmany(3):
+        batches.append(batch)
+    assert [row for batch in batches for row in batch] == everything
+    assert {len(batch) for batch in batches[:-1]} == {3}
+    assert like.execute(query).fetchone() == everything[0]
+    assert like.execute("SELECT 1 WHERE 0").fetchone() is None
+    with pytest.raises(sqlite3.OperationalError) as said:
+        plain.execute("SELECT * FROM nowhere")
+    with pytest.raises(sqlite3.DatabaseError) as like_said:
+        like.execute("SELECT * FROM nowhere")
+    assert str(like_said.value) == str(said.value) == "no such table: nowhere"
+    like.close()
+    plain.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE session SET id = CAST(x'73ff' AS TEXT) WHERE rowid = 1")
+    with Store(db) as store:
+        clone = store.reopen(fastscan.sqlite3_like)
+        assert type(clone.conn) is fastscan.SqliteLike
+        with pytest.raises(InputError, match="not UTF-8"):
+            clone.session_ids()
+        clone.close()
+    with pytest.raises(sqlite3.DatabaseError):
+        fastscan.sqlite3_like(f"{(tmp_path / 'missing.db').as_uri()}?mode=ro")
+
+
 def _locks_held(*paths: Path) -> set[tuple[str, str, str]]:
     """The POSIX locks this process holds on ``paths`` (inode, start, end), from /proc/locks."""
     inodes = {str(os.stat(p).st_ino): p.name for p in paths}

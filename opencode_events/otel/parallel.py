@@ -25,6 +25,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+from ..store import fastscan
 from ..workers import failure_report, raise_failure, worker_count
 from .export import Summary, store_builder, store_sessions
 from .otlp import Resources, SpanBatches, metrics_body
@@ -144,7 +145,8 @@ def _worker(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     code = 0
     try:
-        own = store.reopen()  # a SQLite connection must not be used across fork
+        # A SQLite connection must not be used across fork: its own, apsw's where it can.
+        own = store.reopen(fastscan.sqlite3_like)
         mine = store_builder(own, parents=builder.parents, skip=builder.skip_messages)
         batches = SpanBatches(max_bytes)
         sessions = 0

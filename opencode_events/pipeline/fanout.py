@@ -46,6 +46,7 @@ from typing import Any, BinaryIO
 from ..core.normalizer import Normalizer
 from ..errors import InputError
 from ..output.jsonl import JsonlWriter
+from ..store import fastscan
 from ..workers import failure_report, raise_failure, worker_count
 
 __all__ = ["HOLD_BYTES", "MIN_SESSIONS", "import_in_workers", "workers_for"]
@@ -376,7 +377,8 @@ class _Worker:
         tags: dict[str, str] | None,
     ) -> None:
         self.parent = os.getppid()
-        self.store = store.reopen()
+        # apsw's SQLite hands the rows over faster (fastscan); a forked child may use it.
+        self.store = store.reopen(fastscan.sqlite3_like)
         self.index, self.queue, self.token_in, self.notes = index, queue, token_in, notes
         self.writer = JsonlWriter(out, buffered=True, tags=tags)
         self.normalizer = Normalizer(keep_raw=keep_raw, mcp_servers=mcp_servers)

@@ -27,7 +27,7 @@ import math
 import operator
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -227,9 +227,11 @@ class Store:
 
     bytes_read = 0  # data bytes the row readers have handed out (for memory budgets)
 
-    def reopen(self) -> Store:
+    def reopen(self, connect: Callable[[str], Any] | None = None) -> Store:
         """The same database on a new connection (for a forked worker: a SQLite connection
-        must not be used across ``fork``). The copy does not own any private copy."""
+        must not be used across ``fork``). The copy does not own any private copy.
+        ``connect``: opens the connection from the store's URI instead of ``sqlite3``
+        (``fastscan.sqlite3_like``, in a forked child; None from it means ``sqlite3``)."""
         clone = object.__new__(Store)
         clone.path = self.path
         clone._tmp = None
@@ -243,7 +245,8 @@ class Store:
         clone.uri = self.uri
         clone.bytes_read = 0
         try:
-            clone.conn = _read_only(self.uri)
+            conn = connect(self.uri) if connect is not None else None
+            clone.conn = conn if conn is not None else _read_only(self.uri)
         except SQLITE_ERRORS as exc:
             raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
         return clone
