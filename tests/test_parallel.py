@@ -10,7 +10,7 @@ import time
 import pytest
 
 from opencode_events.errors import InputError
-from opencode_events.store.ranges import SHARES, share_ranges
+from opencode_events.store.ranges import SHARES, in_forked_child, share_ranges
 from tests.processes import children_of_this_process
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no workers")
@@ -171,3 +171,33 @@ def test_each_left_half_way_stops_the_children():
     next(results)
     results.close()
     assert children_of_this_process() == before
+
+
+def _last_waits_for(uri: str, low: int, high: int, flag: str, last: int) -> int:
+    """A range's low bound; the last range, read by a child, is held until ``flag`` exists
+    (at most 20 s; this process, which hands results out, never waits)."""
+    if low == last and in_forked_child():
+        deadline = time.monotonic() + 20
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    return low
+
+
+@pytest.mark.parametrize("here", [True, False])
+def test_each_hands_out_a_result_while_later_ranges_are_still_read(tmp_path, here: bool):
+    """A range's result comes out of ``each`` as soon as it and those before it are in,
+    not once every range is: the caller folds them while the children still read (the
+    last range here waits for a file the caller makes on its first result)."""
+    table = _Table(1000)
+    last = _shared_ranges(table)[-1][0]
+    flag = tmp_path / "first-result-seen"
+    pending = share_ranges(table, "message", 0, _last_waits_for, str(flag), last, here=here)
+    assert pending is not None
+    started = time.monotonic()
+    lows = []
+    for low in pending.each():
+        if not lows:
+            flag.touch()
+        lows.append(low)
+    assert lows == [low for low, _ in _shared_ranges(table)]
+    assert time.monotonic() - started < 10  # the last range did not wait out its 20 s

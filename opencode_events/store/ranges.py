@@ -166,24 +166,36 @@ class _Sharing:
         return _Child(pid, results)
 
     def each(self) -> Iterator[Any]:
+        """The ranges' results in range order, each as soon as it and those before it are
+        in: the caller folds them while the children still read (its own ranges between
+        them, when this process takes some), not all at the end."""
         try:
             results: dict[int, Any] = {}
+            done = 0  # results handed out: ranges 0 … done - 1
+
+            def ready() -> Iterator[Any]:
+                nonlocal done
+                while done in results:
+                    value = results.pop(done)
+                    done += 1
+                    yield value.load() if type(value) is _Kept else value
+
             if self.here:
                 while (index := _next_range(self.take)) is not None:
                     results[index] = self.worker(self.uri, *self.ranges[index], *self.args)
                     for child in self.children:
                         child.read_into(results)
+                    yield from ready()
             while os.read(self.doorbell, 256):  # a child has written a result, or ended
                 for child in self.children:
                     child.read_into(results)
+                yield from ready()
             for child in self.children:
                 child.finish(results)
-            for index, (low, high) in enumerate(self.ranges):
+            for index in range(done, len(self.ranges)):
                 if index not in results:  # taken by a child that died without its result
-                    results[index] = self.worker(self.uri, low, high, *self.args)
-            for index in range(len(self.ranges)):
-                value = results.pop(index)
-                yield value.load() if type(value) is _Kept else value
+                    results[index] = self.worker(self.uri, *self.ranges[index], *self.args)
+            yield from ready()
         finally:
             self.stop()
 
