@@ -713,9 +713,14 @@ def _fold(
     folded: dict[str, tuple[Any, ...]] = {}  # the figures to add, read before any is changed
     for sid in dict.fromkeys(wanted):
         summary = summaries[sid]
-        summary.children = list(tree.get(sid, ()))
-        below = [d for d in descendants([sid], tree) if d in summaries]
+        children = tree.get(sid)
         summary.cost = written_spend([stored[sid]], [own[sid]])
+        if not children:  # most sessions: nothing below, no walk of the tree
+            summary.children = []
+            summary.total_cost = summary.cost
+            continue
+        summary.children = list(children)
+        below = [d for d in descendants([sid], tree) if d in summaries]
         if not below:
             summary.total_cost = summary.cost
             continue
