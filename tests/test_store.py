@@ -259,6 +259,21 @@ def test_an_apsw_connection_in_sqlite3_clothes_reads_as_sqlite3_does(tmp_path: P
         clone.close()
     with pytest.raises(sqlite3.DatabaseError):
         fastscan.sqlite3_like(f"{(tmp_path / 'missing.db').as_uri()}?mode=ro")
+    # Pages damaged under the rows: the same error, with the same words, from either.
+    damaged = copy_sample("big_output", tmp_path / "damaged")
+    pages = damaged.stat().st_size // 4096
+    with open(damaged, "r+b") as file:
+        for page in range(pages - 6, pages - 1):
+            file.seek(page * 4096)
+            file.write(b"\x0d\x00\xff" * 1365)
+    uri = f"{damaged.as_uri()}?immutable=1"
+    said = []
+    for conn in (sqlite3.connect(uri, uri=True), fastscan.sqlite3_like(uri)):
+        with pytest.raises(sqlite3.DatabaseError) as failed:
+            conn.execute("SELECT CAST(data AS BLOB) FROM part").fetchall()
+        said.append(str(failed.value))
+        conn.close()
+    assert said == ["database disk image is malformed"] * 2
 
 
 def _locks_held(*paths: Path) -> set[tuple[str, str, str]]:
