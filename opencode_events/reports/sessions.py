@@ -714,13 +714,10 @@ def _fold(
     for sid in dict.fromkeys(wanted):
         summary = summaries[sid]
         children = tree.get(sid)
+        summary.children = list(children) if children else []
+        # Most sessions have nothing below them: no walk of the tree for those.
+        below = [d for d in descendants([sid], tree) if d in summaries] if children else []
         summary.cost = written_spend([stored[sid]], [own[sid]])
-        if not children:  # most sessions: nothing below, no walk of the tree
-            summary.children = []
-            summary.total_cost = summary.cost
-            continue
-        summary.children = list(children)
-        below = [d for d in descendants([sid], tree) if d in summaries]
         if not below:
             summary.total_cost = summary.cost
             continue

@@ -1961,7 +1961,7 @@ class _Scan:
             try:
                 messages = _FAST_FIGURES.decode_lines(datas)
             except _UNREADABLE:
-                messages = None  # a row of another kind: the rows are decoded one by one
+                pass  # a row of another kind: the rows are decoded one by one below
             else:
                 if len(messages) != n:
                     return None  # not as _CHUNK_SQL says: never trust it

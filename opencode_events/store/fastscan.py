@@ -71,14 +71,21 @@ def connect(uri: str, what: str) -> Iterator[Any | None]:
         yield None
         return
     try:
-        conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        conn = _open(apsw, uri)
         try:
-            conn.set_busy_timeout(5000)  # as sqlite3.connect's default wait
             yield conn
         finally:
             conn.close()
     except (apsw.Error, UnicodeDecodeError) as exc:  # apsw decodes text cells itself
         raise InputError(f"cannot read the {what} table: {sqlite_reason(exc)}") from None
+
+
+def _open(apsw: Any, uri: str) -> Any:
+    """A read-only apsw connection to ``uri`` that waits for a writer's lock as sqlite3's
+    connections do (5 s). Raises ``apsw.Error``."""
+    conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    conn.set_busy_timeout(5000)
+    return conn
 
 
 class PartRange:
@@ -173,10 +180,7 @@ class _Rows:
             raise sqlite3.DatabaseError(str(exc)) from None
 
     def fetchall(self) -> list[tuple[Any, ...]]:
-        try:
-            return list(self._rows)
-        except self._error as exc:
-            raise sqlite3.DatabaseError(str(exc)) from None
+        return list(self)
 
     def fetchone(self) -> tuple[Any, ...] | None:
         rows = self.fetchmany(1)
@@ -195,8 +199,6 @@ def sqlite3_like(uri: str) -> SqliteLike | None:
     if apsw is None:
         return None
     try:
-        conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        return SqliteLike(_open(apsw, uri), apsw.Error)
     except apsw.Error as exc:
         raise sqlite3.DatabaseError(str(exc)) from None
-    conn.set_busy_timeout(5000)  # as the Store's sqlite3 connections wait
-    return SqliteLike(conn, apsw.Error)
