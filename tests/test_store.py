@@ -49,6 +49,34 @@ def copy_sample(name: str, tmp_path: Path, *, wal: bool = False) -> Path:
     return target
 
 
+def live_writer(db: Path, *changes: str) -> sqlite3.Connection:
+    """A writer of ``db`` (in WAL mode) holding ``changes`` in the WAL only, as OpenCode at
+    work holds its last writes; ``timeout=0``, so it fails at once if a reader blocks it."""
+    writer = sqlite3.connect(db, timeout=0)
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    for change in changes:
+        writer.execute(change)
+    writer.commit()
+    return writer
+
+
+def writes_again(writer: sqlite3.Connection | None) -> None:
+    """``writer`` commits once more (failing at once if a reader blocked it), and closes."""
+    if writer is not None:
+        writer.execute("UPDATE session SET title = title")
+        writer.commit()
+        writer.close()
+
+
+def kept_bytes(db: Path, state: str, before: dict, after: dict) -> bool:
+    """Closed: no -wal/-shm created, no byte changed. Live: the database and its WAL keep
+    every byte (readers change only their read marks in -shm)."""
+    if state == "closed":
+        return after == before
+    watched = [db.name, f"{db.name}-wal"]
+    return {n: after[n] for n in watched} == {n: before[n] for n in watched}
+
+
 def fingerprint(folder: Path) -> dict[str, str]:
     return folder_digests(folder)  # read in a child: a live writer here keeps its locks
 
@@ -122,16 +150,14 @@ def test_session_workers_change_nothing(tmp_path: Path, monkeypatch, state: str,
     db = copy_sample("task", tmp_path, wal=True)
     writer = None
     if state == "live":
-        writer = sqlite3.connect(db, timeout=0)
-        writer.execute("PRAGMA wal_autocheckpoint=0")
-        writer.execute("UPDATE session SET title = title || ' (live)'")
-        writer.execute(  # one more tool call, in the WAL only
+        writer = live_writer(
+            db,
+            "UPDATE session SET title = title || ' (live)'",
+            # one more tool call, in the WAL only
             "INSERT INTO part SELECT 'prt_zzzzlive', message_id, session_id, time_created, "
-            """time_updated, data FROM part WHERE data LIKE '{"type":"tool",%' LIMIT 1"""
+            """time_updated, data FROM part WHERE data LIKE '{"type":"tool",%' LIMIT 1""",
         )
-        writer.commit()
         assert Path(f"{db}-wal").exists() and Path(f"{db}-shm").exists()
-    watched = [db.name] if state == "closed" else [db.name, f"{db.name}-wal"]
     before = fingerprint(db.parent)
     with Store(db) as store:
         rows = store.sessions()
@@ -143,18 +169,11 @@ def test_session_workers_change_nothing(tmp_path: Path, monkeypatch, state: str,
         assert summary_module._start_scan(store) is not None  # the workers do run
         workers = msgspec.to_builtins(summary_module.summarize(store, rows, fold=False))
         after = fingerprint(db.parent)
-        if writer is not None:
-            writer.execute("UPDATE session SET title = title")
-            writer.commit()  # timeout=0: fails at once if a reader blocked the writer
-            writer.close()
+        writes_again(writer)
     tool_parts = sql(db, """SELECT count(*) FROM part WHERE data LIKE '{"type":"tool",%'""")
     assert workers == plain and sum(r["tool_calls"] for r in workers) == tool_parts[0][0]
     assert any("(live)" in r["title"] for r in workers) is (state == "live")
-    # Closed: no -wal/-shm created, no byte changed. Live: the database and its WAL keep
-    # every byte (readers change only their read marks in -shm).
-    assert (after if state == "closed" else {n: after[n] for n in watched}) == (
-        before if state == "closed" else {n: before[n] for n in watched}
-    )
+    assert kept_bytes(db, state, before, after)
 
 
 @pytest.mark.parametrize("how", ["apsw", "sqlite3"])
@@ -174,14 +193,10 @@ def test_import_workers_change_nothing(tmp_path: Path, monkeypatch, state: str, 
         pytest.skip("apsw with SQLite 3.43 or newer is not installed")
     db = copy_sample("task", tmp_path, wal=True)
     writer = None
-    if state == "live":
-        writer = sqlite3.connect(db, timeout=0)
-        writer.execute("PRAGMA wal_autocheckpoint=0")
-        writer.execute(  # a prompt's words changed, in the WAL only
-            "UPDATE part SET data = replace(data, 'please do the task', 'the task (live)')"
+    if state == "live":  # a prompt's words changed, in the WAL only
+        writer = live_writer(
+            db, "UPDATE part SET data = replace(data, 'please do the task', 'the task (live)')"
         )
-        writer.commit()
-    watched = [db.name] if state == "closed" else [db.name, f"{db.name}-wal"]
     before = fingerprint(db.parent)
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -210,13 +225,8 @@ def test_import_workers_change_nothing(tmp_path: Path, monkeypatch, state: str, 
     opened = {path.read_text() for path in marks.iterdir()}
     assert opened == {"SqliteLike" if how == "apsw" else "NoneType"}
     after = fingerprint(db.parent)
-    if writer is not None:
-        writer.execute("UPDATE session SET title = title")
-        writer.commit()  # timeout=0: fails at once if a reader blocked the writer
-        writer.close()
-    assert (after if state == "closed" else {n: after[n] for n in watched}) == (
-        before if state == "closed" else {n: before[n] for n in watched}
-    )
+    writes_again(writer)
+    assert kept_bytes(db, state, before, after)
 
 
 def test_an_apsw_connection_in_sqlite3_clothes_reads_as_sqlite3_does(tmp_path: Path):
