@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import os
 import shutil
 import sqlite3
@@ -559,6 +560,31 @@ def test_the_cache_lives_under_xdg_cache_home_and_no_cache_skips_it(tmp_path) ->
     shutil.rmtree(home)
     again = runner.invoke(cli, ["usage", "--db", str(db), "--all", "--by", "day"], env=env)
     assert again.exit_code == 0 and not home.exists()
+
+
+@pytest.mark.parametrize("command", [["usage", "--all", "--by", "day"], ["usage", "--all"]])
+def test_a_report_the_cache_cannot_hold_is_written_and_not_kept(tmp_path, command) -> None:
+    """A figure beyond 64 bits (a damaged row) cannot be kept in MessagePack: the report is
+    written as without the cache, every time, with no traceback and nothing kept of it."""
+    db, home = tmp_path / "opencode.db", tmp_path / "xdg"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    rowid, data = conn.execute(
+        "SELECT rowid, data FROM message WHERE data->>'role' = 'assistant' LIMIT 1"
+    ).fetchone()
+    message = json.loads(data)
+    message["tokens"]["reasoning"] = 123456789012345678901234
+    conn.execute("UPDATE message SET data = ? WHERE rowid = ?", (json.dumps(message), rowid))
+    conn.commit()
+    conn.close()
+    run = [sys.executable, "-m", "opencode_events", *command, "--db", str(db), "--format", "json"]
+    env = {**os.environ, "XDG_CACHE_HOME": str(home)}
+    off = subprocess.run([*run, "--no-cache"], capture_output=True, env=env, check=True)
+    assert b"123456789012345678901234" in off.stdout
+    for _ in range(2):
+        on = subprocess.run(run, capture_output=True, env=env)
+        assert (on.returncode, on.stdout, on.stderr) == (0, off.stdout, off.stderr)
+    assert not list(home.rglob("memo-*"))
 
 
 @pytest.mark.parametrize("kept", ["memo", "ledger"])

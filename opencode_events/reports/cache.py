@@ -71,6 +71,7 @@ __all__ = [
     "MEMOS",
     "DATABASES",
     "ASIDE_ENTRIES",
+    "UNENCODABLE",
 ]
 
 T = TypeVar("T")
@@ -81,6 +82,11 @@ DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
 _PIECE = 1 << 20  # a large ledger is written in pieces of about this many bytes
 ASIDE_ENTRIES = 1000  # sessions from which a ledger is written by a forked child
+
+
+# What encoding a value can raise: an integer beyond 64 bits (a damaged figure), a lone
+# surrogate in a string. Such a report or entry is not kept; it is made again next time.
+UNENCODABLE = (OverflowError, UnicodeError, msgspec.EncodeError)
 
 
 class _TooLarge(Exception):
@@ -310,7 +316,7 @@ class ReportCache:
                 with _quietly():
                     os.unlink(tmp)
                 raise
-        except (OSError, _TooLarge, InputError):  # InputError: a tail cut short
+        except (OSError, _TooLarge, InputError, *UNENCODABLE):  # InputError: a tail cut short
             return
         self._trim()
 
