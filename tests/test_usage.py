@@ -574,16 +574,17 @@ _ODD_ROWS = [
 ]
 
 
-def grown_fork_db(tmp_path: Path) -> Path:
+def grown_fork_db(tmp_path: Path, *, odd_rows: bool = True) -> Path:
     """samples/fork's database with its messages cloned 60 times (new ids, figures varied,
-    seven hours apart so that they cover several days), and an odd row after every fourth."""
+    seven hours apart so that they cover several days), and (``odd_rows``) an odd row after
+    every fourth."""
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
     conn = sqlite3.connect(db)
     rows = conn.execute(
         "SELECT id, session_id, time_created, time_updated, data FROM message ORDER BY rowid"
     ).fetchall()
-    odd = iter(_ODD_ROWS)
+    odd = iter(_ODD_ROWS if odd_rows else ())
     for k in range(1, 61):
         shift = k * 7 * 3_600_000
         for n, (mid, sid, created, updated, data) in enumerate(rows):
@@ -684,6 +685,54 @@ def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, b
         assert [] in chunks and any(chunks) and None in chunks
     else:
         assert not chunks  # these need whole rows
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no workers")
+@pytest.mark.parametrize("odd_rows", [False, True], ids=["regular", "odd rows"])
+@pytest.mark.parametrize("by", ["day", "week", "session", "model"])
+def test_the_ledger_workers_keep_is_the_one_this_process_keeps(
+    tmp_path: Path, monkeypatch, by: str, odd_rows: bool
+):
+    """With the report cache, each worker encodes the ledger entries of the sessions in
+    its ranges and sends back only the report's groups (by day, week or model, a few):
+    the ledger kept is byte for byte the one a scan in this process keeps, sessions read
+    in many ranges joined, those with odd rows (a figure beyond 64 bits among them) left
+    out alike, and a report from it alone is the report without the cache."""
+    import opencode_events.reports.usage as usage_module
+    from opencode_events.reports.cache import ReportCache
+    from opencode_events.store.sqlite import Store
+
+    db = grown_fork_db(tmp_path, odd_rows=odd_rows)  # every session has rows in every range
+    monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
+    monkeypatch.setattr(usage_module, "_CHUNK_ROWIDS", 5)
+    monkeypatch.setattr(usage_module, "_SETTLE_AT", 3)
+    ran = []
+    original = usage_module._parallel_scan
+    monkeypatch.setattr(
+        usage_module, "_parallel_scan", lambda *a: ran.append(original(*a)) or ran[-1]
+    )
+
+    def report(root: Path | None) -> dict:
+        with Store(db) as store:
+            cache = None if root is None else ReportCache.open(store, root=root)
+            found = usage_module.stored_usage(store, all_sessions=True, by=by, cache=cache)
+            return found.document()
+
+    expected = report(None)
+    assert "forked" in expected["notes"][0]
+    kept: dict[str, bytes] = {}
+    for how, least_rows in (("here", 10**12), ("workers", 0)):
+        monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", least_rows)
+        root = tmp_path / how
+        assert report(root) == expected
+        (ledger,) = root.rglob("ledger-*")
+        kept[how] = ledger.read_bytes()
+        for memo in root.rglob("memo-*"):
+            memo.unlink()
+        assert report(root) == expected  # from the ledger alone
+        assert all(ran) == (how == "workers")  # the workers ran, or none did
+        ran.clear()
+    assert kept["workers"] == kept["here"]
 
 
 def test_session_ids_are_the_sorted_session_rows(tmp_path: Path):

@@ -55,7 +55,7 @@ from ..store import fastscan
 from ..store.ranges import in_forked_child, share_ranges, worker_connection
 from ..store.rows import descendants, offers_fast_scans
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
-from .cache import ReportCache, cache_digest
+from .cache import UNENCODABLE, ReportCache, cache_digest
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
 # which a TypeError reports).
@@ -98,6 +98,7 @@ EVERY_SESSION_BY = ("session", "model", "agent", "day", "week", "month", "projec
 # session itself, or its project (the directory of the session it folds into).
 _BY_DAYS = ("day", "session", "week", "month", "project")
 _BY_DATES = ("day", "week", "month")  # a report's rows are dates alone
+_COLLAPSIBLE = (*_BY_DATES, "model", "agent")  # groupings whose rows name no session
 
 
 class UsageRow(Struct, kw_only=True, omit_defaults=True):
@@ -1332,7 +1333,7 @@ def _grouped(
     everything = len(owner) >= WHOLE_TABLE_SESSIONS and not kept
     # By day, week or month with no ledger to write, a day's sums need not be kept per
     # session: the scan's memory is then the days', whatever the number of sessions.
-    per_session = by not in _BY_DATES or (use_ledger and since is None and until is None)
+    keeps = use_ledger and since is None and until is None  # the ledger keeps all-time groups
     scan = _Scan(
         by,
         owner,
@@ -1340,8 +1341,9 @@ def _grouped(
         copy_times,
         since,
         until,
-        per_session=per_session,
+        per_session=by not in _BY_DATES or keeps,
         copy_prints=copy_prints,
+        ledger=keeps,
     )
     if everything and by != "step" and _parallel_scan(store, scan, day_of):
         pass  # the workers' sums and slow rows are in ``scan``
@@ -1355,14 +1357,11 @@ def _grouped(
             rows = _message_rows(store, None if everything else list(owner))
         scan.run(rows, day_of)
 
-    groups = scan.groups
-    scan.settle(day_of)
-    ready = scan.ready
+    scan.finish(day_of)
+    groups, ready = scan.groups, scan.ready
     if use_ledger:
-        if since is None and until is None:  # the ledger keeps all-time groups
-            # Kept by a forked child while the report is made (``store_usage`` settles it):
-            # it reads ``groups`` and ``ready`` as they are now, before they are folded.
-            found = (groups, ready, owner, kept, scan.irregular)
+        if keeps:  # kept by a forked child while the report is made (``store_usage`` waits)
+            found = (scan.entries, owner, kept, scan.irregular)
             cache.aside(lambda: _keep_days(cache, ledger_request, *found), len(owner))
         for sid, entry in kept.items():  # their days are folded in below, as they are
             for mid, day, fingerprint, sums in entry.held:
@@ -1535,6 +1534,8 @@ class SessionDays(Struct, array_like=True, gc=False):
 
 
 _LEDGER_FORMAT = 1  # the shape of SessionDays: a new one, a new ledger
+_ENTRY_ENCODER = msgspec.msgpack.Encoder()  # as the cache encodes: its bytes are kept as they are
+_ENTRY = msgspec.msgpack.Decoder(SessionDays)
 # One ledger serves day and session (a session's days); model and agent have their own (a
 # session's models, its agents), in the same shape.
 _LEDGER_KIND = {by: "days" for by in _BY_DAYS} | {"model": "models", "agent": "agents"}
@@ -1582,40 +1583,61 @@ def _within_only(
 def _keep_days(
     cache: ReportCache,
     request: list[Any],
-    groups: dict[Any, list[Any]],
-    ready: list[tuple[str, Any, tuple[Any, ...], Any]],
+    entries: dict[str, list[bytes]],
     read: dict[str, str],
     kept: dict[str, SessionDays],
     irregular: set[str],
 ) -> None:
     """Keep in the ledger every session just ``read`` (but the ``irregular`` ones, with a
-    row that is not a message), its summed days and its held rows, and the ``kept``."""
-    # Each session's entry is made and encoded in turn (``keep_ledger``): a large
-    # database's ledger is never held whole as objects beside the groups it copies.
-    days: dict[str, list[Any]] = {sid: [] for sid in read if sid not in irregular}
-    held: dict[str, list[Any]] = {}
-    for key, acc in groups.items():
-        found = days.get(key[0])
-        if found is not None:
-            found.append((key[1], acc))
-    for mid, (sid, day), fingerprint, sums in ready:
-        if sid in days:
-            kept_sums = [*sums[:6], list(sums[6]), sums[7], sums[8], list(sums[9])]
-            held.setdefault(sid, []).append((mid, day, list(fingerprint), kept_sums))
+    row that is not a message), its ``entries`` (encoded by the scan, one per part of the
+    table it has rows in: kept as they are, or joined), and the ``kept``."""
+    # The entries go into the ledger one by one (``keep_ledger``): a large database's
+    # ledger is never held whole as objects.
+    fresh = [sid for sid in read if sid not in irregular and sid not in kept]
 
-    def entries() -> Iterator[tuple[str, SessionDays]]:
-        for sid, found in days.items():
-            if sid in kept:
-                continue
-            packed = [
-                (day, [*acc[:6], acc[7]], _packed("d", acc[6]), acc[8], _packed("q", acc[9]))
-                for day, acc in found
-            ]
-            yield sid, SessionDays(packed, held.get(sid, []))
+    def pieces() -> Iterator[tuple[str, Any]]:
+        for sid in fresh:
+            parts = entries.get(sid)
+            if parts is None:  # read, and nothing to keep: kept as such
+                yield sid, _NOTHING
+            elif len(parts) == 1:
+                yield sid, msgspec.Raw(parts[0])
+            else:
+                yield sid, _joined(parts)
         yield from kept.items()
 
-    count = sum(1 for sid in days if sid not in kept) + len(kept)
-    cache.keep_ledger("usage-days", request, entries(), count)
+    cache.keep_ledger("usage-days", request, pieces(), len(fresh) + len(kept))
+
+
+_NOTHING = SessionDays([])
+
+
+def _joined(parts: list[bytes]) -> SessionDays:
+    """One session's ledger entry from those of the parts of the table it has rows in:
+    a group in several parts summed (costs and times joined in the parts' order), the held
+    rows of each in turn."""
+    days: dict[str, list[Any]] = {}
+    held: list[Any] = []
+    for part in parts:
+        entry = _ENTRY.decode(part)
+        held += entry.held
+        for group, ints, costs, first, times in entry.days:
+            found = days.get(group)
+            if found is None:
+                days[group] = [list(ints), [costs], first, [times]]
+                continue
+            found[0] = [a + b for a, b in zip(found[0], ints, strict=True)]
+            found[1].append(costs)
+            if first is not None and (found[2] is None or first < found[2]):
+                found[2] = first
+            found[3].append(times)
+    return SessionDays(
+        [
+            (group, ints, b"".join(costs), first, b"".join(times))
+            for group, (ints, costs, first, times) in days.items()
+        ],
+        held,
+    )
 
 
 def _floats(packed: bytes) -> array[float]:
@@ -1854,6 +1876,7 @@ class _Scan:
         *,
         per_session: bool = True,
         copy_prints: set[tuple[Any, ...]] | None = None,
+        ledger: bool = False,
     ) -> None:
         self.by = by
         self.owner = owner
@@ -1874,12 +1897,18 @@ class _Scan:
         self.groups: dict[Any, list[Any]] = {}
         self.slow: list[tuple[str, str, Any, bytes]] = []
         self.unread = 0  # message rows of the sessions read that are not JSON or have no role
-        # Sessions with a row that is not a message (a note counts them): the ledger does not
-        # keep them.
+        # Sessions with a row that is not a message (a note counts them), or with figures
+        # the ledger cannot hold (an integer beyond 64 bits): the ledger does not keep them.
         self.irregular: set[str] = set()
         # ``slow`` decoded by ``prepare``, as ``run`` goes: a row's bytes are not held
         # beside what is read from them (forks copy whole histories: many such rows).
         self.ready: list[tuple[str, Any, tuple[Any, ...], Any]] = []
+        # With ``ledger``, what the ledger keeps of each session read, encoded where it was
+        # read (``finish``: in the worker that read it), one entry per part of the table
+        # the session has rows in; ``_keep_days`` joins a session's parts.
+        self.ledger = ledger
+        self.entries: dict[str, list[bytes]] = {}
+        self.finished = False  # ``finish`` done: the groups may be the report's now
 
     @property
     def chunked(self) -> bool:
@@ -2131,6 +2160,85 @@ class _Scan:
             ready.append((mid, key, fingerprint, figures))
         return ready
 
+    def finish(self, day_of: _DayOf) -> None:
+        """The part of the table this scan read is done (once; nothing when done before):
+        its slow rows decoded (``settle``); with ``ledger``, each session's groups and
+        held rows encoded as its ledger entry; and, when the report's groups need no
+        session (by day, week, month, model or agent), the session groups and the rows
+        that are no forked copy summed into the report's, as a scan with no ledger sums
+        them (the copies wait in ``ready`` for the end). So a worker sends back a few
+        groups and the entries' bytes, not a group per session and day."""
+        self.settle(day_of)
+        if self.finished:
+            return
+        self.finished = True
+        if self.ledger:
+            self._encode_entries()
+        if self.per_session and self.by in _COLLAPSIBLE:
+            self._collapse()
+
+    def _encode_entries(self) -> None:
+        held: dict[str, list[Any]] = {}
+        for mid, (sid, day), fingerprint, sums in self.ready:
+            kept_sums = [*sums[:6], list(sums[6]), sums[7], sums[8], list(sums[9])]
+            held.setdefault(sid, []).append((mid, day, list(fingerprint), kept_sums))
+        days: dict[str, list[Any]] = {}
+        for (sid, group), acc in self.groups.items():  # costs and times: arrays (``_new_sums``)
+            s0, s1, s2, s3, s4, s5, costs, s7, first, times = acc
+            day = (group, [s0, s1, s2, s3, s4, s5, s7], costs.tobytes(), first, times.tobytes())
+            found = days.get(sid)
+            if found is None:
+                days[sid] = [day]
+            else:
+                found.append(day)
+        for sid, found in days.items():
+            self._encode(sid, SessionDays(found, held.pop(sid, [])))
+        for sid, rows in held.items():
+            self._encode(sid, SessionDays([], rows))
+
+    def _encode(self, sid: str, entry: SessionDays) -> None:
+        try:
+            self.entries[sid] = [_ENTRY_ENCODER.encode(entry)]
+        except UNENCODABLE:  # read again every time, as without the cache
+            self.irregular.add(sid)
+
+    def _collapse(self) -> None:
+        # The groups summed per day, model or agent, under no session (``_fold_days`` makes
+        # weeks and months of them); as ``_merge_sums`` would, written out: once per
+        # session and day. A group's first costs are copied, the others added to them.
+        groups: dict[Any, list[Any]] = {}
+        for (_sid, group), acc in self.groups.items():
+            key = ("", group)
+            into = groups.get(key)
+            if into is None:
+                groups[key] = [*acc[:6], array("d", acc[6]), acc[7], acc[8], array("q")]
+                continue
+            into[0] += acc[0]
+            into[1] += acc[1]
+            into[2] += acc[2]
+            into[3] += acc[3]
+            into[4] += acc[4]
+            into[5] += acc[5]
+            costs = into[6]
+            costs.extend(acc[6])
+            if len(costs) > _COMPACT_AT:
+                into[6] = _bounded(costs)
+            into[7] += acc[7]
+            started = acc[8]
+            if started is not None and (into[8] is None or started < into[8]):
+                into[8] = started
+        copy_ids, copy_prints, ready = self.copy_ids, self.copy_prints, self.ready
+        self.ready = []
+        for row in ready:
+            mid, (_sid, group), fingerprint, figures = row
+            if mid in copy_ids:
+                self.ready.append(row)
+                continue
+            if fingerprint in copy_prints:
+                self.originals.add(fingerprint)
+            _add_sums(groups, ("", group), figures)
+        self.groups = groups
+
     def merge(self, other: _Scan) -> None:
         for key, acc in other.groups.items():
             mine = self.groups.get(key)
@@ -2138,6 +2246,12 @@ class _Scan:
                 self.groups[key] = acc
                 continue
             _merge_sums(mine, acc)
+        for sid, parts in other.entries.items():
+            found = self.entries.get(sid)
+            if found is None:
+                self.entries[sid] = parts
+            else:
+                found += parts
         self.slow.extend(other.slow)
         self.ready.extend(other.ready)
         self.originals |= other.originals
@@ -2203,6 +2317,7 @@ def _parallel_scan(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
         return False
     for part in pending.each():  # in range order: the same sums in the same order every time
         scan.merge(part)
+    scan.finished = True  # every part was finished where it was read
     return True
 
 
@@ -2219,6 +2334,7 @@ def _scan_range(uri: str, low: int, high: int, like: _Scan, day_of: _DayOf) -> _
         like.until,
         per_session=like.per_session,
         copy_prints=like.copy_prints,
+        ledger=like.ledger,
     )
     if scan.chunked and in_forked_child():  # apsw's newer SQLite reads the chunks faster
         with fastscan.connect(uri, "message") as conn:
@@ -2232,7 +2348,7 @@ def _scan_range(uri: str, low: int, high: int, like: _Scan, day_of: _DayOf) -> _
 
 def _handed_back(scan: _Scan, day_of: _DayOf) -> _Scan:
     """A worker's scan made ready for its parent."""
-    scan.settle(day_of)
+    scan.finish(day_of)
     scan.owner = {}  # the parent has it; don't send it back
     scan.copy_ids, scan.copy_times, scan.copy_prints = set(), set(), set()
     return scan
