@@ -587,6 +587,48 @@ def test_a_report_the_cache_cannot_hold_is_written_and_not_kept(tmp_path, comman
     assert not list(home.rglob("memo-*"))
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_pieces_spilled_by_processes_at_once_are_read_back_whole(tmp_path) -> None:
+    """A spill is one file of no name shared by this process and its forked children:
+    pieces each of them puts at the same time come back byte for byte from where ``put``
+    said they are, and nothing is left in the cache's folder."""
+    import random
+
+    with open_store(SAMPLES / "task" / "opencode.db") as store:
+        cache = ReportCache.open(store, root=tmp_path / "cache")
+    spill = cache.spill()
+    assert spill is not None
+    read, write = os.pipe()
+    pids = []
+    for seed in range(3):
+        pid = os.fork()
+        if pid == 0:  # a child: its pieces, and where each went, down the pipe
+            code = 1
+            try:
+                rng = random.Random(seed)
+                for n in range(300):
+                    piece = bytes([seed]) * rng.randrange(1, 9000) + n.to_bytes(2, "big")
+                    where = spill.put(piece)
+                    record = f"{seed} {n} {where} {len(piece)}\n".encode()
+                    os.write(write, record)  # under PIPE_BUF: written at once
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    os.close(write)
+    mine = [(spill.put(bytes([9]) * k), k) for k in range(1, 200)]  # this process too
+    with os.fdopen(read, "rb") as pipe:
+        records = pipe.read().decode().split()
+    assert all(os.waitpid(pid, 0)[1] == 0 for pid in pids)
+    assert len(records) == 4 * 900
+    for seed, n, where, length in zip(*[iter(map(int, records))] * 4, strict=True):
+        piece = spill.get(where, length)
+        assert piece[:-2] == bytes([seed]) * (length - 2) and piece[-2:] == n.to_bytes(2, "big")
+    assert all(spill.get(where, k) == bytes([9]) * k for where, k in mine)
+    spill.close()
+    assert list((tmp_path / "cache").rglob(".tmp-*")) == []
+
+
 @pytest.mark.parametrize("kept", ["memo", "ledger"])
 def test_a_report_in_local_time_is_not_given_under_another_local_zone(tmp_path, kept) -> None:
     """The local zone (``TZ``, POSIX rules here: no zone file needed) is part of the keys:

@@ -688,20 +688,24 @@ def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, b
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no workers")
+@pytest.mark.parametrize("spilled", [True, False], ids=["spilled", "in memory"])
 @pytest.mark.parametrize("odd_rows", [False, True], ids=["regular", "odd rows"])
 @pytest.mark.parametrize("by", ["day", "week", "session", "model"])
 def test_the_ledger_workers_keep_is_the_one_this_process_keeps(
-    tmp_path: Path, monkeypatch, by: str, odd_rows: bool
+    tmp_path: Path, monkeypatch, by: str, odd_rows: bool, spilled: bool
 ):
     """With the report cache, each worker encodes the ledger entries of the sessions in
-    its ranges and sends back only the report's groups (by day, week or model, a few):
-    the ledger kept is byte for byte the one a scan in this process keeps, sessions read
-    in many ranges joined, those with odd rows (a figure beyond 64 bits among them) left
-    out alike, and a report from it alone is the report without the cache."""
+    its ranges (into a file of the cache's, or kept as bytes where none can be made) and
+    sends back only the report's groups (by day, week or model, a few): the ledger kept is
+    byte for byte the one a scan in this process keeps, sessions read in many ranges
+    joined, those with odd rows (a figure beyond 64 bits among them) left out alike, and a
+    report from it alone is the report without the cache."""
     import opencode_events.reports.usage as usage_module
     from opencode_events.reports.cache import ReportCache
     from opencode_events.store.sqlite import Store
 
+    if not spilled:
+        monkeypatch.setattr(ReportCache, "spill", lambda self: None)
     db = grown_fork_db(tmp_path, odd_rows=odd_rows)  # every session has rows in every range
     monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
     monkeypatch.setattr(usage_module, "_CHUNK_ROWIDS", 5)
@@ -732,6 +736,7 @@ def test_the_ledger_workers_keep_is_the_one_this_process_keeps(
         assert report(root) == expected  # from the ledger alone
         assert all(ran) == (how == "workers")  # the workers ran, or none did
         ran.clear()
+        assert [p.name for p in root.rglob(".tmp-*")] == []  # no spill left behind
     assert kept["workers"] == kept["here"]
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "DATABASES",
     "ASIDE_ENTRIES",
     "UNENCODABLE",
+    "Spill",
 ]
 
 T = TypeVar("T")
@@ -543,6 +544,17 @@ class ReportCache:
         self._ledgers.pop(name, None)
         self._write(name, self._ledger_body(request, entries, count or 0))
 
+    def spill(self) -> Spill | None:
+        """A new ``Spill`` in this cache's folder; None when no file can be made there."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, path = _new_file(self.folder, os.O_RDWR)
+        except OSError:
+            return None
+        with _quietly():
+            os.unlink(path)  # nothing is left behind whatever happens to this run
+        return Spill(fd)
+
     def aside(self, keep: Callable[[], None], sessions: int) -> None:
         """Run ``keep`` (which keeps a ledger of ``sessions`` sessions) in a forked child
         while this process goes on with its report, when the ledger is large enough to pay
@@ -599,6 +611,51 @@ class ReportCache:
 
 
 _NOT_KEPT = object()
+
+
+class Spill:
+    """Bytes set aside in a file of no name in the cache's folder (``ReportCache.spill``),
+    by this process or by the children it forks after (they share the file): ``put``
+    appends a piece and says where it is, ``get`` reads it back, ``close`` lets the file
+    go. A large ledger's entries wait here, written by the workers that encode them, not
+    in memory until the ledger is written. Nothing is left behind whatever happens to the
+    run; a piece that cannot be written raises ``OSError`` (the caller keeps it itself)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def put(self, piece: bytes) -> int:
+        """Append ``piece``; its offset. Processes sharing the file take turns: the end is
+        found and written under a lock (POSIX locks are a process's own, so they hold
+        between processes sharing one open file)."""
+        import fcntl
+
+        fcntl.lockf(self.fd, fcntl.LOCK_EX)
+        try:
+            offset = at = os.fstat(self.fd).st_size
+            view = memoryview(piece)
+            while view:
+                written = os.pwrite(self.fd, view, at)
+                view, at = view[written:], at + written
+        finally:
+            fcntl.lockf(self.fd, fcntl.LOCK_UN)
+        return offset
+
+    def get(self, offset: int, length: int) -> bytes:
+        """The ``length`` bytes put at ``offset`` (``OSError`` if they are not all there)."""
+        piece = os.pread(self.fd, length, offset)
+        if len(piece) != length:
+            raise OSError(errno.EIO, "a spilled piece was cut short")
+        return piece
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with _quietly():
+                os.close(self.fd)
+        self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class RenditionSpool:

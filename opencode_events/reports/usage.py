@@ -55,7 +55,7 @@ from ..store import fastscan
 from ..store.ranges import in_forked_child, share_ranges, worker_connection
 from ..store.rows import descendants, offers_fast_scans
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
-from .cache import UNENCODABLE, ReportCache, cache_digest
+from .cache import UNENCODABLE, ReportCache, Spill, cache_digest
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
 # which a TypeError reports).
@@ -1334,6 +1334,8 @@ def _grouped(
     # By day, week or month with no ledger to write, a day's sums need not be kept per
     # session: the scan's memory is then the days', whatever the number of sessions.
     keeps = use_ledger and since is None and until is None  # the ledger keeps all-time groups
+    # The entries wait in a file of the cache's (``Spill``), not in memory, until kept.
+    spill = cache.spill() if keeps and cache is not None else None
     scan = _Scan(
         by,
         owner,
@@ -1344,6 +1346,7 @@ def _grouped(
         per_session=by not in _BY_DATES or keeps,
         copy_prints=copy_prints,
         ledger=keeps,
+        spill=spill,
     )
     if everything and by != "step" and _parallel_scan(store, scan, day_of):
         pass  # the workers' sums and slow rows are in ``scan``
@@ -1361,8 +1364,10 @@ def _grouped(
     groups, ready = scan.groups, scan.ready
     if use_ledger:
         if keeps:  # kept by a forked child while the report is made (``store_usage`` waits)
-            found = (scan.entries, owner, kept, scan.irregular)
+            found = (scan.entries, spill, owner, kept, scan.irregular)
             cache.aside(lambda: _keep_days(cache, ledger_request, *found), len(owner))
+            if spill is not None:
+                spill.close()  # a child keeping the ledger has its own
         for sid, entry in kept.items():  # their days are folded in below, as they are
             for mid, day, fingerprint, sums in entry.held:
                 ready.append((mid, (sid, day), tuple(fingerprint), sums))
@@ -1583,17 +1588,22 @@ def _within_only(
 def _keep_days(
     cache: ReportCache,
     request: list[Any],
-    entries: dict[str, list[bytes]],
+    entries: dict[str, list[bytes | tuple[int, int]]],
+    spill: Spill | None,
     read: dict[str, str],
     kept: dict[str, SessionDays],
     irregular: set[str],
 ) -> None:
     """Keep in the ledger every session just ``read`` (but the ``irregular`` ones, with a
     row that is not a message), its ``entries`` (encoded by the scan, one per part of the
-    table it has rows in: kept as they are, or joined), and the ``kept``."""
+    table it has rows in, their bytes or where they are in ``spill``: kept as they are,
+    or joined), and the ``kept``."""
     # The entries go into the ledger one by one (``keep_ledger``): a large database's
-    # ledger is never held whole as objects.
+    # ledger is never held whole.
     fresh = [sid for sid in read if sid not in irregular and sid not in kept]
+
+    def piece(part: bytes | tuple[int, int]) -> bytes:
+        return part if type(part) is bytes else spill.get(*part)  # type: ignore[union-attr,misc]
 
     def pieces() -> Iterator[tuple[str, Any]]:
         for sid in fresh:
@@ -1601,9 +1611,9 @@ def _keep_days(
             if parts is None:  # read, and nothing to keep: kept as such
                 yield sid, _NOTHING
             elif len(parts) == 1:
-                yield sid, msgspec.Raw(parts[0])
+                yield sid, msgspec.Raw(piece(parts[0]))
             else:
-                yield sid, _joined(parts)
+                yield sid, _joined([piece(part) for part in parts])
         yield from kept.items()
 
     cache.keep_ledger("usage-days", request, pieces(), len(fresh) + len(kept))
@@ -1877,6 +1887,7 @@ class _Scan:
         per_session: bool = True,
         copy_prints: set[tuple[Any, ...]] | None = None,
         ledger: bool = False,
+        spill: Spill | None = None,
     ) -> None:
         self.by = by
         self.owner = owner
@@ -1905,9 +1916,11 @@ class _Scan:
         self.ready: list[tuple[str, Any, tuple[Any, ...], Any]] = []
         # With ``ledger``, what the ledger keeps of each session read, encoded where it was
         # read (``finish``: in the worker that read it), one entry per part of the table
-        # the session has rows in; ``_keep_days`` joins a session's parts.
+        # the session has rows in (``_keep_days`` joins them): its bytes, or with ``spill``
+        # where they are in it (offset, length), so that the sessions' entries wait on disk.
         self.ledger = ledger
-        self.entries: dict[str, list[bytes]] = {}
+        self.spill = spill
+        self.entries: dict[str, list[bytes | tuple[int, int]]] = {}
         self.finished = False  # ``finish`` done: the groups may be the report's now
 
     @property
@@ -2191,14 +2204,27 @@ class _Scan:
                 days[sid] = [day]
             else:
                 found.append(day)
+        encoded: dict[str, bytes] = {}
         for sid, found in days.items():
-            self._encode(sid, SessionDays(found, held.pop(sid, [])))
+            self._encode(encoded, sid, SessionDays(found, held.pop(sid, [])))
         for sid, rows in held.items():
-            self._encode(sid, SessionDays([], rows))
+            self._encode(encoded, sid, SessionDays([], rows))
+        if self.spill is not None and encoded:
+            try:  # the part's entries in one piece: where each is in the spill
+                start = self.spill.put(b"".join(encoded.values()))
+            except OSError:
+                pass  # kept as bytes
+            else:
+                for sid, entry in encoded.items():
+                    self.entries[sid] = [(start, len(entry))]
+                    start += len(entry)
+                return
+        for sid, entry in encoded.items():
+            self.entries[sid] = [entry]
 
-    def _encode(self, sid: str, entry: SessionDays) -> None:
+    def _encode(self, encoded: dict[str, bytes], sid: str, entry: SessionDays) -> None:
         try:
-            self.entries[sid] = [_ENTRY_ENCODER.encode(entry)]
+            encoded[sid] = _ENTRY_ENCODER.encode(entry)
         except UNENCODABLE:  # read again every time, as without the cache
             self.irregular.add(sid)
 
@@ -2335,6 +2361,7 @@ def _scan_range(uri: str, low: int, high: int, like: _Scan, day_of: _DayOf) -> _
         per_session=like.per_session,
         copy_prints=like.copy_prints,
         ledger=like.ledger,
+        spill=like.spill,
     )
     if scan.chunked and in_forked_child():  # apsw's newer SQLite reads the chunks faster
         with fastscan.connect(uri, "message") as conn:
@@ -2350,6 +2377,7 @@ def _handed_back(scan: _Scan, day_of: _DayOf) -> _Scan:
     """A worker's scan made ready for its parent."""
     scan.finish(day_of)
     scan.owner = {}  # the parent has it; don't send it back
+    scan.spill = None  # nor its file (a copy in the parent would close the parent's)
     scan.copy_ids, scan.copy_times, scan.copy_prints = set(), set(), set()
     return scan
 
