@@ -545,7 +545,12 @@ class ReportCache:
         self._write(name, self._ledger_body(request, entries, count or 0))
 
     def spill(self) -> Spill | None:
-        """A new ``Spill`` in this cache's folder; None when no file can be made there."""
+        """A new ``Spill`` in this cache's folder; None when no file can be made there (or
+        no POSIX lock taken on it)."""
+        try:
+            import fcntl  # noqa: F401 - what ``put`` takes turns with
+        except ImportError:
+            return None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, path = _new_file(self.folder, os.O_RDWR)

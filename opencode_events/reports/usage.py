@@ -2438,11 +2438,6 @@ def _new_sums(first: Any) -> list[Any]:
     return [0, 0, 0, 0, 0, 0, array("d"), 0, first, array("q")]
 
 
-def _packed(kind: str, values: Any) -> memoryview:
-    """``values`` as packed bytes to encode (a view: a large ledger is not copied first)."""
-    return memoryview(values if isinstance(values, array) else array(kind, values))
-
-
 _COMPACT_AT = 1 << 12  # costs a group holds before they are put in fewer terms
 
 
