@@ -403,6 +403,16 @@ def test_csv_and_markdown_use_usage_field_names():
     assert "| steps |" in md
 
 
+def _parallel_scans_seen(monkeypatch, usage_module) -> list[bool]:
+    """What each ``_parallel_scan`` call returned from now on (True: the workers read)."""
+    ran: list[bool] = []
+    original = usage_module._parallel_scan
+    monkeypatch.setattr(
+        usage_module, "_parallel_scan", lambda *a: ran.append(original(*a)) or ran[-1]
+    )
+    return ran
+
+
 def _csv_header(*args: str) -> list[str]:
     out = subprocess.run(CLI + [*args, "--format", "csv"], capture_output=True, check=True)
     return out.stdout.decode().splitlines()[0].split(",")
@@ -469,11 +479,7 @@ def test_parallel_scan_gives_the_same_report(monkeypatch, by):
         monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 10**12)
         sequential = usage_module.store_usage(store, ids, by=by, cross_session=True).document()
         monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0)
-        ran = []
-        original = usage_module._parallel_scan
-        monkeypatch.setattr(
-            usage_module, "_parallel_scan", lambda *a: ran.append(original(*a)) or ran[-1]
-        )
+        ran = _parallel_scans_seen(monkeypatch, usage_module)
         parallel = usage_module.store_usage(store, ids, by=by, cross_session=True).document()
     assert ran == [True]  # the workers did run
     assert parallel == sequential
@@ -667,11 +673,7 @@ def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, b
         if (os.cpu_count() or 1) >= 2:
             monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0)
             monkeypatch.setattr(usage_module, "_CHUNK_ROWIDS", 5)
-            ran = []
-            original = usage_module._parallel_scan
-            monkeypatch.setattr(
-                usage_module, "_parallel_scan", lambda *a: ran.append(original(*a)) or ran[-1]
-            )
+            ran = _parallel_scans_seen(monkeypatch, usage_module)
             assert report() == expected
             assert ran == ([] if by == "step" else [True])  # steps are read in one process
             # The forked workers read with apsw where they can: with sqlite3 alone, the same.
@@ -710,11 +712,7 @@ def test_the_ledger_workers_keep_is_the_one_this_process_keeps(
     monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
     monkeypatch.setattr(usage_module, "_CHUNK_ROWIDS", 5)
     monkeypatch.setattr(usage_module, "_SETTLE_AT", 3)
-    ran = []
-    original = usage_module._parallel_scan
-    monkeypatch.setattr(
-        usage_module, "_parallel_scan", lambda *a: ran.append(original(*a)) or ran[-1]
-    )
+    ran = _parallel_scans_seen(monkeypatch, usage_module)
 
     def report(root: Path | None) -> dict:
         with Store(db) as store:

@@ -1711,25 +1711,13 @@ def _fold_days(
     group's costs are joined packed, and unpacked once per report group."""
     folded: dict[Any, list[Any]] = {}
     label = _fold_label(by, owner, directories)
-    # ``_add_sums`` written out: this runs once per session and day of the database, and the
-    # report's rows need each group's first time, not all its times.
+    # The report's rows need each group's first time, not all its times.
     for (sid, group), acc in groups.items():
         key = label(sid, group)
         into = folded.get(key)
         if into is None:
             into = folded[key] = _new_sums(None)
-        into[0] += acc[0]
-        into[1] += acc[1]
-        into[2] += acc[2]
-        into[3] += acc[3]
-        into[4] += acc[4]
-        into[5] += acc[5]
-        into[6].extend(acc[6])
-        into[6] = _bounded(into[6])
-        into[7] += acc[7]
-        started = acc[8]
-        if started is not None and (into[8] is None or started < into[8]):
-            into[8] = started
+        _add_figures(into, acc)
     packed: dict[Any, list[bytes]] = {}
     for sid, entry in kept.items():
         for group, ints, costs, first, _times in entry.days:
@@ -2129,15 +2117,7 @@ class _Scan:
         if self.per_session:
             self.ready += ready
             return
-        copy_ids, copy_prints, groups = self.copy_ids, self.copy_prints, self.groups
-        for row in ready:
-            mid, (_sid, day), fingerprint, figures = row
-            if mid in copy_ids:
-                self.ready.append(row)
-                continue
-            if fingerprint in copy_prints:
-                self.originals.add(fingerprint)
-            _add_sums(groups, ("", day), figures)
+        self._add_ready(ready, self.groups)
 
     def prepare(self, day_of: _DayOf) -> list[tuple[str, Any, tuple[Any, ...], Any]]:
         """The slow rows, in order, as (message id, group key, fingerprint, figures): a
@@ -2230,32 +2210,27 @@ class _Scan:
 
     def _collapse(self) -> None:
         # The groups summed per day, model or agent, under no session (``_fold_days`` makes
-        # weeks and months of them); as ``_merge_sums`` would, written out: once per
-        # session and day. A group's first costs are copied, the others added to them.
+        # weeks and months of them), without their times (the ledger's entries have them).
+        # A group's first costs are copied, the others added to them.
         groups: dict[Any, list[Any]] = {}
         for (_sid, group), acc in self.groups.items():
             key = ("", group)
             into = groups.get(key)
             if into is None:
                 groups[key] = [*acc[:6], array("d", acc[6]), acc[7], acc[8], array("q")]
-                continue
-            into[0] += acc[0]
-            into[1] += acc[1]
-            into[2] += acc[2]
-            into[3] += acc[3]
-            into[4] += acc[4]
-            into[5] += acc[5]
-            costs = into[6]
-            costs.extend(acc[6])
-            if len(costs) > _COMPACT_AT:
-                into[6] = _bounded(costs)
-            into[7] += acc[7]
-            started = acc[8]
-            if started is not None and (into[8] is None or started < into[8]):
-                into[8] = started
-        copy_ids, copy_prints, ready = self.copy_ids, self.copy_prints, self.ready
-        self.ready = []
-        for row in ready:
+            else:
+                _add_figures(into, acc)
+        ready, self.ready = self.ready, []
+        self._add_ready(ready, groups)
+        self.groups = groups
+
+    def _add_ready(self, rows: list[tuple[str, Any, tuple[Any, ...], Any]], groups: dict) -> None:
+        """``rows`` (``prepare``'s) summed into ``groups`` under no session, as a scan with no
+        ledger sums them, but for the forked copies: they wait in ``ready`` for the end
+        (whether their original is anywhere in the table), a copy's fingerprint noted when
+        another row has it."""
+        copy_ids, copy_prints = self.copy_ids, self.copy_prints
+        for row in rows:
             mid, (_sid, group), fingerprint, figures = row
             if mid in copy_ids:
                 self.ready.append(row)
@@ -2263,7 +2238,6 @@ class _Scan:
             if fingerprint in copy_prints:
                 self.originals.add(fingerprint)
             _add_sums(groups, ("", group), figures)
-        self.groups = groups
 
     def merge(self, other: _Scan) -> None:
         for key, acc in other.groups.items():
@@ -2429,6 +2403,26 @@ def _add_sums(groups: dict[Any, list[Any]], key: Any, sums: list[Any]) -> None:
     if acc is None:
         acc = groups[key] = _new_sums(sums[8])
     _merge_sums(acc, sums)
+
+
+def _add_figures(into: list[Any], acc: list[Any]) -> None:
+    """A group's counts and costs (``acc``) added to another's (``into``), the earlier first
+    time kept, but not its times: once per session and day of the database, where a
+    report's group needs each session's figures and first time, not all its times."""
+    into[0] += acc[0]
+    into[1] += acc[1]
+    into[2] += acc[2]
+    into[3] += acc[3]
+    into[4] += acc[4]
+    into[5] += acc[5]
+    costs = into[6]
+    costs.extend(acc[6])
+    if len(costs) > _COMPACT_AT:
+        into[6] = _bounded(costs)
+    into[7] += acc[7]
+    started = acc[8]
+    if started is not None and (into[8] is None or started < into[8]):
+        into[8] = started
 
 
 def _new_sums(first: Any) -> list[Any]:
