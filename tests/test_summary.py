@@ -767,3 +767,19 @@ def test_a_ledger_sums_a_sessions_calls_counted_in_several_ranges():
     assert entries["ses_a"] == S.SessionCounts(1, 3, True, [("bash", False, 5), ("read", True, 1)])
     assert entries["ses_b"] == S.SessionCounts(0, 0, False, [(None, False, 1)])
     assert list(entries) == ["ses_a", "ses_b"]
+
+
+def test_summaries_made_of_rows_let_go_are_the_same():
+    """``sessions_report`` hands its session rows over (``let_go``): the list is emptied
+    once the summaries are made, so a report of many sessions does not hold them while
+    the tables are counted; the summaries, in the rows' order, are the same."""
+    db = SAMPLES / "task" / "opencode.db"
+    with Store(db) as store:
+        rows = store.sessions()
+        assert len(rows) > 1  # a session and its subagent: the order is checked
+        kept = summary_module.summarize(store, rows, now_ms=0)
+        handed = list(rows)
+        let_go = summary_module.summarize(store, handed, now_ms=0, let_go=True)
+    assert handed == []
+    assert let_go == kept
+    assert [summary.id for summary in let_go] == [row.id for row in rows]

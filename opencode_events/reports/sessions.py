@@ -627,13 +627,17 @@ def summarize(
     cache: ReportCache | None = None,
     servers: dict[str | None, Sequence[str]] | None = None,
     fold: bool = True,
+    let_go: bool = False,
 ) -> list[SessionSummary]:
     """Summaries of ``rows`` (in their order); descendants are read to fold them in
     (``fold``; else only their part is given, ``subagent_*``).
     ``scan``: a whole-table scan the caller started already (``start_whole_scan``);
     ``now_ms`` (default: the clock) tells a stale reply from one in flight; ``cache``: the
     report cache, whose ledger spares the sessions that did not change; ``servers`` is
-    given the MCP servers consulted per directory."""
+    given the MCP servers consulted per directory. ``let_go``: ``rows`` is a list of the
+    caller's own, emptied once the summaries are made, so that its rows are not held
+    while the tables are counted (the report's peak)."""
+    order = [row.id for row in rows]
     # A whole large table is read by one process per core, started first: they read while
     # this one looks up the sessions (and are stopped if that fails).
     kept = cache.ledger("sessions", _LEDGER_REQUEST, SessionCounts) if cache else {}
@@ -645,6 +649,8 @@ def summarize(
         if scan is not None:
             scan.cancel()
         raise
+    if let_go:
+        rows.clear()  # type: ignore[attr-defined]  # a list (``let_go``)
     if kept and scan is None:  # read only the sessions the cache does not hold
         unread = [sid for sid in summaries if sid not in kept]
         scope = unread if len(unread) < WHOLE_TABLE_SESSIONS else None
@@ -684,8 +690,8 @@ def summarize(
     for sid, undone in undone_figures(store, summaries, cache=cache).items():
         summaries[sid].undone_inferences = undone.inferences
         summaries[sid].undone_cost = undone.cost
-    _fold(summaries, tree, [row.id for row in rows], fold)
-    return [summaries[row.id] for row in rows]
+    _fold(summaries, tree, order, fold)
+    return [summaries[sid] for sid in order]
 
 
 _TOKENS = (
@@ -1019,6 +1025,7 @@ def sessions_report(
             cache=cache,
             servers=servers,
             fold=fold,
+            let_go=True,  # ``rows`` is this function's own, and not used again
         )
     )
     if cache is not None:
