@@ -23,7 +23,14 @@ from typing import Any, NoReturn
 from .errors import InputError, OutputError
 from .paths import wanted_workers
 
-__all__ = ["MAX_WORKERS", "MAX_AUTO", "worker_count", "failure_report", "raise_failure"]
+__all__ = [
+    "MAX_WORKERS",
+    "MAX_AUTO",
+    "worker_count",
+    "can_share",
+    "failure_report",
+    "raise_failure",
+]
 
 MAX_WORKERS = 32  # the most ``$OPENCODE_EVENTS_WORKERS`` may ask for (two pipes a worker)
 MAX_AUTO = 4  # the most chosen unasked: more cores fight over one database's pages
@@ -47,6 +54,21 @@ def worker_count(jobs: int | None = None, *, min_jobs: int = 0) -> int:
     if jobs is not None and jobs < min_jobs:
         return 1
     return max(1, min(_cores(), MAX_AUTO))
+
+
+def can_share(out: Any) -> bool:
+    """Whether forked workers can write to ``out`` for us: a file object over a real file
+    descriptor (a pipe, a file, a terminal), not an in-memory or wrapped stream, whose
+    writes would stay in each worker's own copy."""
+    import io
+
+    if not isinstance(out, (io.BufferedWriter, io.FileIO)):
+        return False
+    try:
+        out.fileno()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def failure_report(exc: BaseException, *, traceback: bool = True) -> dict[str, Any]:

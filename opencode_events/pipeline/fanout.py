@@ -33,7 +33,6 @@ here prints.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import pickle
 import select
@@ -77,19 +76,6 @@ def _chunks(session_ids: Sequence[str], workers: int) -> list[Sequence[str]]:
 
 
 # ------------------------------------------------------------------------------ parent
-
-
-def can_share(out: Any) -> bool:
-    """Whether forked workers can write to ``out`` for us: a file object over a real file
-    descriptor (a pipe, a file, a terminal), not an in-memory or wrapped stream, whose
-    writes would stay in each worker's own copy."""
-    if not isinstance(out, (io.BufferedWriter, io.FileIO)):
-        return False
-    try:
-        out.fileno()
-    except (OSError, ValueError):
-        return False
-    return True
 
 
 # The last run's workers, most events held and chunks each worker took: for tests.
