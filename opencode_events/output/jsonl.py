@@ -45,11 +45,18 @@ class JsonlWriter:
             event.tags = tags if event.tags is None else {**event.tags, **tags}  # type: ignore[dict-item]
         return tagged
 
-    def write_shifted(self, events: list[Event], offset: int) -> None:
-        """``write``, each event's ``seq`` moved on by ``offset`` first (an import worker
-        numbers its events from 0 until it knows where its chunk starts)."""
-        for event in events:
-            event.seq += offset
+    def write_shifted(self, events: list[Event], offset: int, lines: int = 0) -> None:
+        """``write``, each event's ``seq`` moved on by ``offset`` first, and its ``line`` by
+        ``lines`` (a worker numbers its events from 0, and a stream's lines from 1, until it
+        knows where its chunk starts)."""
+        if lines:
+            for event in events:
+                event.seq += offset
+                if event.line is not None:
+                    event.line += lines
+        else:
+            for event in events:
+                event.seq += offset
         if self.tags is not None:
             events = self._tagged(events)
         self._buffer += self._encode_lines(events)

@@ -10,8 +10,8 @@ closing metrics cover the whole output.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, BinaryIO, Protocol
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from ..core.normalizer import Normalizer
 from ..errors import InputError
@@ -31,6 +31,10 @@ __all__ = [
     "Feeder",
     "open_reader",
     "event_batches",
+    "OpenedInput",
+    "open_input",
+    "input_batches",
+    "line_events",
     "normalize_streams",
     "import_sessions",
     "detect_format",
@@ -263,45 +267,92 @@ def event_batches(
     several = len(inputs) > 1
     limit = max_line_setting() if max_line is None else max_line
     for name, stream in inputs:
-        normalizer.reset()
-        source = name if several else None
-        head = read_head(stream, max_line=limit)
-        refuse_database(head, name, "import")
-        kind = detect_format(head)
-        reader = open_reader(kind, normalizer, source=source, deltas=deltas, max_line=limit)
-        if kind == "export":
-            lines = 0
-            for batch in line_batches(stream, first=head, max_line=limit):
-                lines += len(batch)
-                if type(batch) is OverlongLine:
-                    # An empty line in its place keeps the reader's line numbers; the value
-                    # it was part of no longer parses (a warning of its own).
-                    yield reader.take(b"\n") + overlong(normalizer, batch, lines, limit, source)
-                    continue
-                batch.append(b"")  # the line ends the batch took off
-                yield reader.take(b"\n".join(batch))
-            yield reader.take(b"", final=True)
-            continue
-        feed = reader.feed
-        feed_lines = getattr(reader, "feed_lines", None)
-        line_no = 0
+        opened = open_input(name, stream, normalizer, several=several, limit=limit, deltas=deltas)
+        yield from input_batches(opened, stream, normalizer, limit=limit)
+
+
+class OpenedInput(NamedTuple):
+    """One input begun: its name in events (``source``), the bytes read to detect its
+    format (``head``), the format and its reader."""
+
+    source: str | None
+    head: bytes
+    kind: str
+    reader: Any
+
+
+def open_input(
+    name: str,
+    stream: BinaryIO,
+    normalizer: Normalizer,
+    *,
+    several: bool,
+    limit: int,
+    deltas: bool = False,
+) -> OpenedInput:
+    """Begin an input: a new run for sessions and turns, its format read off its head."""
+    normalizer.reset()
+    source = name if several else None
+    head = read_head(stream, max_line=limit)
+    refuse_database(head, name, "import")
+    kind = detect_format(head)
+    reader = open_reader(kind, normalizer, source=source, deltas=deltas, max_line=limit)
+    return OpenedInput(source, head, kind, reader)
+
+
+def input_batches(
+    opened: OpenedInput, stream: BinaryIO, normalizer: Normalizer, *, limit: int
+) -> Iterator[list[Event]]:
+    """The events of one opened input, a list per block read, its reader's ``finish`` last."""
+    reader, head, source = opened.reader, opened.head, opened.source
+    if opened.kind == "export":
+        lines = 0
         for batch in line_batches(stream, first=head, max_line=limit):
+            lines += len(batch)
             if type(batch) is OverlongLine:
-                line_no += 1
-                # an empty line in its place (a server event's frame ends there)
-                yield feed(line_no, b"") + overlong(normalizer, batch, line_no, limit, source)
+                # An empty line in its place keeps the reader's line numbers; the value
+                # it was part of no longer parses (a warning of its own).
+                yield reader.take(b"\n") + overlong(normalizer, batch, lines, limit, source)
                 continue
-            if feed_lines is not None:  # the run stream's reader maps a batch in one call
-                yield feed_lines(batch, line_no + 1)
-                line_no += len(batch)
-                continue
-            out: list[Event] = []
-            extend = out.extend
-            first = line_no + 1
-            for line_no, line in enumerate(batch, first):  # line_no carries on to the next batch
-                extend(feed(line_no, line))
-            yield out
-        yield reader.finish()
+            batch.append(b"")  # the line ends the batch took off
+            yield reader.take(b"\n".join(batch))
+        yield reader.take(b"", final=True)
+        return
+    batches = line_batches(stream, first=head, max_line=limit)
+    yield from line_events(reader, batches, normalizer, limit=limit, source=source)
+    yield reader.finish()
+
+
+def line_events(
+    reader: Any,
+    batches: Iterator[list[bytes]],
+    normalizer: Normalizer,
+    *,
+    limit: int,
+    source: str | None,
+    line_no: int = 0,
+) -> Generator[list[Event], None, int]:
+    """The events of each batch of lines (``line_batches``) through a ``LineReader``, the
+    first line numbered ``line_no + 1``; returns the number of the last line read."""
+    feed = reader.feed
+    feed_lines = getattr(reader, "feed_lines", None)
+    for batch in batches:
+        if type(batch) is OverlongLine:
+            line_no += 1
+            # an empty line in its place (a server event's frame ends there)
+            yield feed(line_no, b"") + overlong(normalizer, batch, line_no, limit, source)
+            continue
+        if feed_lines is not None:  # the run stream's reader maps a batch in one call
+            yield feed_lines(batch, line_no + 1)
+            line_no += len(batch)
+            continue
+        out: list[Event] = []
+        extend = out.extend
+        first = line_no + 1
+        for line_no, line in enumerate(batch, first):  # line_no carries on to the next batch
+            extend(feed(line_no, line))
+        yield out
+    return line_no
 
 
 def normalize_streams(
@@ -313,20 +364,63 @@ def normalize_streams(
     deltas: bool = False,
     max_line: int | None = None,
     mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
+    workers: int | None = None,
 ) -> Normalizer:
     """Normalize each ``(name, binary stream)`` in turn into ``writer``; a line longer than
     ``max_line`` bytes (default ``max_line_setting()``) is a ``warning``. ``mcp_servers``
-    gives the MCP servers of a session's directory (``Normalizer``)."""
+    gives the MCP servers of a session's directory (``Normalizer``).
+
+    A large regular file of run-stream JSON Lines, written as JSON Lines to a real file
+    descriptor, is mapped by one worker process per core (``streamfan``), with the same
+    output; ``workers=1`` keeps to this process.
+    """
     normalizer = Normalizer(keep_raw=keep_raw, mcp_servers=mcp_servers)
     write, end_batch = writer.write, writer.end_batch
-    for events in event_batches(inputs, normalizer, deltas=deltas, max_line=max_line):
-        if events:
-            write(events)
-        end_batch()
+    several = len(inputs) > 1
+    limit = max_line_setting() if max_line is None else max_line
+    for name, stream in inputs:
+        opened = open_input(name, stream, normalizer, several=several, limit=limit, deltas=deltas)
+        if (
+            opened.kind == "jsonl"
+            and workers != 1
+            and type(writer) is JsonlWriter
+            and _large_file(stream, opened.head)
+        ):
+            from . import streamfan
+
+            if streamfan.normalize_file(
+                stream, opened, normalizer, writer, limit=limit, workers=workers
+            ):
+                continue
+        for events in input_batches(opened, stream, normalizer, limit=limit):
+            if events:
+                write(events)
+            end_batch()
     if metrics:
         writer.write([normalizer.metrics()])
     writer.flush()
     return normalizer
+
+
+# A regular file with at least this much left to read is worth a worker per core.
+PARALLEL_BYTES = 16 << 20
+
+
+def _large_file(stream: BinaryIO, head: bytes) -> bool:
+    """Whether ``stream`` is a regular file with ``PARALLEL_BYTES`` or more still to read
+    (beyond ``head``, already read), read unbuffered (its descriptor's offset is where its
+    reader is): checked before ``streamfan`` is imported, at the cost of an ``fstat``."""
+    import os
+    import stat
+
+    try:
+        fd = stream.fileno()
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            return False
+        return status.st_size - os.lseek(fd, 0, os.SEEK_CUR) + len(head) >= PARALLEL_BYTES
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def overlong(
@@ -362,6 +456,7 @@ def import_sessions(
     # Here, not at the top: `normalize` reads no store.
     from ..sources.transcript import map_session
     from ..store.rows import offers_fast_scans, parents_of
+    from ..workers import can_share
     from . import fanout
 
     normalizer = Normalizer(keep_raw=keep_raw, mcp_servers=mcp_servers)
@@ -372,7 +467,7 @@ def import_sessions(
     if workers is None:
         workers = fanout.workers_for(len(session_ids))
     out = getattr(writer, "out", None)
-    if workers > 1 and fanout.can_share(out) and offers_fast_scans(store) and session_ids:
+    if workers > 1 and can_share(out) and offers_fast_scans(store) and session_ids:
         writer.flush()
         tags = writer.tags if isinstance(writer, JsonlWriter) else None
         costs = fanout.import_in_workers(

@@ -1,0 +1,506 @@
+"""``normalize`` of a large run-stream file in one worker process per core, in order.
+
+The contract: the output is byte for byte what one process writes (tested), only sooner.
+A normalizer carries state from line to line (``seq``, line numbers, each session's turns
+and part ids, the session current, whether a step is open), so the file cannot simply be
+split. What makes it possible is that a log of many runs changes session now and then and
+never goes back: a chunk that starts where the session changes, and whose sessions no
+earlier chunk had, maps the same from a fresh normalizer as from the true one, but for
+numbers a worker can shift once it knows where its chunk starts. So:
+
+- **Cuts** (``cut_points``): the file, as large as it is when read begins, is cut about
+  every ``CHUNK_BYTES`` at a line where the ``sessionID`` differs from the line before's
+  (read off the bytes, no decode). A file of one session is not cut, and goes on in one
+  process. The last chunk runs to the end of the file, however long it has grown.
+- **Speculation**: worker *w* of *W* maps chunks *w*, *w + W*, … each with a fresh
+  normalizer, holds the events and sends this process what the chunk did: its events and
+  lines, the sessions it entered, its counters, its costs in order, whether its first
+  events came before any session, and whether it asked if a step was open before any
+  step told it (``_StepUnknown``).
+- **Check**, here, in chunk order: the chunk's sessions are all new to this input, its
+  events all have their session, and it did not ask about an open step when one was open.
+  Then the fresh mapping is the true one, and this process hands the worker its token:
+  the ``seq`` and the line number its chunk starts at. The worker shifts its events,
+  writes them to the shared output, flushes and says so; only then does the next chunk's
+  token go out, so the writes land in order.
+- **Otherwise** (a session that comes back later, a line without one at a cut): every
+  worker is told to stop, and this process maps the rest itself, after reading the part
+  already written again without writing it, to rebuild the normalizer's state exactly.
+  Correct always; fast when the log is one of many runs, as logs of many runs are.
+
+Costs are added one by one in the order one process adds them, so even the float sum is
+the same. Only for the JSON Lines writer over a real file descriptor, where ``fork``
+exists; ``normalize_file`` returns False (nothing done) otherwise. Nothing here prints.
+
+    >>> CHUNK_BYTES >= 1 << 20
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import struct
+from typing import Any, BinaryIO
+
+from ..core.normalizer import Counters, Normalizer
+from ..errors import InputError
+from ..output.jsonl import JsonlWriter
+from ..sources.stream import StreamReader, line_batches
+from ..workers import can_share, failure_report, raise_failure, worker_count
+from .normalize import OpenedInput, line_events
+
+__all__ = ["CHUNK_BYTES", "WINDOW_BYTES", "cut_points", "normalize_file", "LAST_RUN"]
+
+CHUNK_BYTES = 2 << 20  # input per chunk: a few thousand records, a few MB held per worker
+WINDOW_BYTES = 256 << 10  # how far past each target a cut is looked for
+_HEAD = 512  # a record's own sessionID comes within its first bytes (type, timestamp first)
+_SESSION_KEY = b'"sessionID":"'
+
+_TOKEN = struct.Struct("<qq")  # (seq, line) a chunk starts at; (-1, -1): stop
+_STOP = (-1, -1)
+_LENGTH = struct.Struct("<Q")  # a message's length, before its pickle
+
+# The last run, for tests: chunks cut, workers started, the chunk that fell back (or None).
+LAST_RUN: dict[str, Any] = {}
+
+
+# ------------------------------------------------------------------------------ cuts
+
+
+def _session_in(line: bytes) -> bytes | None:
+    """The record's ``sessionID`` as bytes, if its start names one."""
+    at = line.find(_SESSION_KEY, 0, _HEAD)
+    if at < 0:
+        return None
+    at += len(_SESSION_KEY)
+    end = line.find(b'"', at, at + _HEAD)
+    return line[at:end] if end > at else None
+
+
+def _session_change(fd: int, at: int, end: int) -> int | None:
+    """The offset of the first whole line after ``at`` (within ``WINDOW_BYTES``, before
+    ``end``) whose session is not the one of the line before it, or None."""
+    window = os.pread(fd, min(WINDOW_BYTES, end - at), at)
+    start = window.find(b"\n") + 1  # the first whole line
+    if start == 0:
+        return None
+    previous: bytes | None = None
+    while True:
+        stop = window.find(b"\n", start)
+        if stop < 0:
+            return None  # the window's last line may be cut short: not looked at
+        session = _session_in(window[start:stop])
+        if session is not None:
+            if previous is not None and session != previous:
+                return at + start
+            previous = session
+        start = stop + 1
+
+
+def cut_points(fd: int, start: int, end: int, chunk: int | None = None) -> list[int]:
+    """Where the chunks of ``[start, end)`` start: ``start``, then a line where the session
+    changes, looked for in a window every ``chunk`` bytes (``CHUNK_BYTES``). A file of one
+    session costs a look of ``WINDOW_BYTES`` per chunk, and is not cut."""
+    size = CHUNK_BYTES if chunk is None else chunk
+    cuts = [start]
+    target = start + size
+    while target < end:
+        cut = _session_change(fd, target, end)
+        if cut is None:
+            target += size  # no change near: the next chunk's worth on
+            continue
+        cuts.append(cut)
+        target = cut + size
+    return cuts
+
+
+# ------------------------------------------------------------------------------ parent
+
+
+def normalize_file(
+    stream: BinaryIO,
+    opened: OpenedInput,
+    normalizer: Normalizer,
+    writer: JsonlWriter,
+    *,
+    limit: int,
+    workers: int | None = None,
+) -> bool:
+    """Normalize the rest of ``stream`` (a regular file, ``opened`` already) into
+    ``writer`` with worker processes; False, having read and written nothing more, where
+    they cannot help (one process, one chunk, an output they cannot share)."""
+    count = worker_count() if workers is None else workers
+    out = writer.out
+    if count < 2 or not hasattr(os, "fork") or not can_share(out):
+        return False
+    fd = stream.fileno()
+    start = os.lseek(fd, 0, os.SEEK_CUR) - len(opened.head)
+    cuts = cut_points(fd, start, os.fstat(fd).st_size)
+    if len(cuts) < 2:
+        return False
+    count = min(count, len(cuts))
+    LAST_RUN.clear()
+    LAST_RUN.update(chunks=len(cuts), workers=count, fell_back=None)
+    writer.flush()
+    crew = _Crew(count)
+    try:
+        for index in range(count):
+            pid = os.fork()
+            if pid == 0:  # the worker: never returns
+                _worker_main(crew, index, fd, cuts, opened.source, normalizer, writer, limit)
+            crew.pids.append(pid)
+        crew.started()
+        carry = _Carry(normalizer)
+        for number in range(len(cuts)):
+            summary = crew.receive(number)
+            if not carry.fits(summary, number):
+                crew.stop()
+                LAST_RUN["fell_back"] = number
+                _map_here(fd, start, cuts[number], opened, normalizer, writer, limit)
+                return True
+            crew.token(number, carry.seq, carry.lines)
+            carry.add(summary)
+            crew.receive(number)  # written
+        carry.settle(normalizer)
+        return True
+    except BaseException:
+        crew.kill()
+        raise
+    finally:
+        crew.close()
+        crew.reap()
+
+
+def _map_here(
+    fd: int,
+    start: int,
+    written_to: int,
+    opened: OpenedInput,
+    normalizer: Normalizer,
+    writer: JsonlWriter,
+    limit: int,
+) -> None:
+    """Map the input in this process: ``[start, written_to)`` again without writing it
+    (the workers wrote it), to make the normalizer's state what it is there, then the rest,
+    written."""
+    reader, source = opened.reader, opened.source
+    again = line_events(
+        reader,
+        line_batches(_Range(fd, start, written_to), max_line=limit),
+        normalizer,
+        limit=limit,
+        source=source,
+    )
+    try:
+        while True:
+            next(again)
+    except StopIteration as done:
+        line_no = done.value
+    rest = line_batches(_Range(fd, written_to, None), max_line=limit)
+    write, end_batch = writer.write, writer.end_batch
+    for events in line_events(
+        reader, rest, normalizer, limit=limit, source=source, line_no=line_no
+    ):
+        if events:
+            write(events)
+        end_batch()
+    writer.flush()
+
+
+class _Carry:
+    """What the chunks mapped so far add up to, as one process would have it: the next
+    ``seq`` and line, the sessions entered, the session current, whether a step is open,
+    the counters and the cost sum."""
+
+    def __init__(self, normalizer: Normalizer) -> None:
+        self.seq = normalizer.seq
+        self.lines = 0
+        self.seen: set[str] = set()
+        self.session = normalizer.session_id
+        self.first = normalizer._first_session
+        self.several = normalizer.several_sessions
+        self.step_open = normalizer.step_open
+        self.counters = Counters()
+        self.cost = normalizer.totals.cost
+
+    def fits(self, summary: dict[str, Any], number: int) -> bool:
+        """Whether the chunk's fresh mapping is what one process would have made."""
+        if summary["sessions"] & self.seen:
+            return False  # a session seen before: its turns and part ids carry on
+        if summary["headless"] and number > 0:
+            return False  # events before any session: they would be the current one's
+        return not (summary["asked_step"] and self.step_open is True)
+
+    def add(self, summary: dict[str, Any]) -> None:
+        self.seq += summary["events"]
+        self.lines += summary["lines"]
+        sessions = summary["sessions"]
+        self.seen |= sessions
+        if sessions:
+            if self.first is None:
+                self.first = summary["first"]
+            if not self.several:
+                self.several = any(session != self.first for session in sessions)
+        if summary["last"] is not None:
+            self.session = summary["last"]
+        if summary["step_open"] is not None:
+            self.step_open = summary["step_open"]
+        self.counters.merge(summary["counters"], cost=False)
+        cost = self.cost
+        for value in summary["costs"]:
+            cost += value
+        self.cost = cost
+
+    def settle(self, normalizer: Normalizer) -> None:
+        """Leave ``normalizer`` as one process would after this input (but for the part
+        ids and turns of sessions no longer current: the next input starts afresh)."""
+        if self.session is not None:
+            normalizer.enter_session(self.session)
+        normalizer._first_session = self.first
+        normalizer.several_sessions = self.several
+        normalizer.step_open = self.step_open
+        normalizer.seq = self.seq
+        normalizer.merge(self.counters, cost=False)
+        normalizer.totals.cost = self.cost
+
+
+class _Crew:
+    """The workers' pipes: an inbox of tokens each, and an outbox of messages each (a
+    length, then a pickle), read in chunk order, one worker at a time."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.pids: list[int] = []
+        self.opened: list[int] = []
+        self.inboxes = [self._pipe() for _ in range(count)]
+        self.outboxes = [self._pipe() for _ in range(count)]
+        self.stopped = False
+
+    def _pipe(self) -> tuple[int, int]:
+        pair = os.pipe()
+        self.opened.extend(pair)
+        return pair
+
+    def _close(self, fd: int) -> None:
+        if fd in self.opened:  # each once: a number closed may be another file's by now
+            self.opened.remove(fd)
+            _close(fd)
+
+    def ends(self, index: int) -> tuple[int, int]:
+        """Worker ``index``'s own ends (its inbox to read, its outbox to write), every
+        other end closed in it, so that whoever is gone reads as an end of file."""
+        mine = self.inboxes[index][0], self.outboxes[index][1]
+        for fd in list(self.opened):
+            if fd not in mine:
+                self._close(fd)
+        return mine
+
+    def started(self) -> None:
+        """Close the workers' ends here, so that a worker gone is an end of file."""
+        for read_end, _ in self.inboxes:
+            self._close(read_end)
+        for _, write_end in self.outboxes:
+            self._close(write_end)
+
+    def receive(self, number: int) -> dict[str, Any]:
+        """The next message of chunk ``number``'s worker: raises what it failed with."""
+        message = _receive(self.outboxes[number % self.count][0])
+        if message is None:
+            self.stop()
+            raise InputError("a normalize worker stopped")
+        if "error" in message:
+            self.stop()
+            raise_failure(message)
+        return message
+
+    def token(self, number: int, seq: int, line: int) -> None:
+        os.write(self.inboxes[number % self.count][1], _TOKEN.pack(seq, line))
+
+    def stop(self) -> None:
+        """Tell every worker to stop (once): a token that is no position."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for _, write_end in self.inboxes:
+            with contextlib.suppress(OSError):
+                os.write(write_end, _TOKEN.pack(*_STOP))
+
+    def kill(self) -> None:
+        for pid in self.pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+
+    def close(self) -> None:
+        for fd in list(self.opened):
+            self._close(fd)
+
+    def reap(self) -> None:
+        for pid in self.pids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _receive(fd: int) -> dict[str, Any] | None:
+    head = _read_exactly(fd, _LENGTH.size)
+    if head is None:
+        return None
+    (length,) = _LENGTH.unpack(head)
+    body = _read_exactly(fd, length)
+    return None if body is None else pickle.loads(body)
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    parts: list[bytes] = []
+    while size:
+        data = os.read(fd, min(size, 1 << 20))
+        if not data:
+            return None
+        parts.append(data)
+        size -= len(data)
+    return b"".join(parts)
+
+
+def _send(fd: int, message: dict[str, Any]) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_LENGTH.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------ worker
+
+
+class _Range:
+    """Bytes ``[start, end)`` of a file (``end`` None: to its end, as it grows), read with
+    ``pread``: the descriptor's offset, shared with the parent, is never moved."""
+
+    def __init__(self, fd: int, start: int, end: int | None) -> None:
+        self.fd, self.at, self.end = fd, start, end
+
+    def read(self, size: int = -1) -> bytes:
+        if self.end is not None:
+            size = min(size, self.end - self.at)
+            if size <= 0:
+                return b""
+        try:
+            data = os.pread(self.fd, size, self.at)
+        except OSError as exc:
+            raise InputError(f"cannot read the input: {exc.strerror or exc}") from None
+        self.at += len(data)
+        return data
+
+
+class _StepUnknown:
+    """A chunk's "is a step open?" before any step of its own said: as False, and noted
+    when asked, for the parent to check against what the chunks before left."""
+
+    __slots__ = ("asked",)
+
+    def __init__(self) -> None:
+        self.asked = False
+
+    def __bool__(self) -> bool:
+        self.asked = True
+        return False
+
+
+class _ChunkNormalizer(Normalizer):
+    """A fresh normalizer that notes what ``_Carry.fits`` checks: the sessions entered,
+    and each usage cost in order."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.entered: set[str] = set()
+        self.costs: list[float] = []
+        self.step_unknown = self.step_open = _StepUnknown()  # type: ignore[assignment]
+
+    def enter_session(self, session_id: str | None) -> None:
+        if session_id is not None:
+            self.entered.add(session_id)
+        super().enter_session(session_id)
+
+    def _add_usage(self, usage: Any) -> None:
+        self.costs.append(usage.cost)
+        super()._add_usage(usage)
+
+
+def _worker_main(
+    crew: _Crew,
+    index: int,
+    fd: int,
+    cuts: list[int],
+    source: str | None,
+    parent: Normalizer,
+    writer: JsonlWriter,
+    limit: int,
+) -> None:
+    """The forked worker's whole life; leaves with ``os._exit``."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    inbox, outbox = crew.ends(index)
+    code = 0
+    try:
+        out = JsonlWriter(writer.out, buffered=True, tags=writer.tags)
+        for number in range(index, len(cuts), crew.count):
+            end = cuts[number + 1] if number + 1 < len(cuts) else None
+            normalizer = _ChunkNormalizer(keep_raw=parent.keep_raw, mcp_servers=parent.mcp_servers)
+            held, summary = _map_chunk(normalizer, fd, cuts[number], end, source, limit)
+            _send(outbox, summary)
+            data = _read_exactly(inbox, _TOKEN.size)
+            if data is None or _TOKEN.unpack(data) == _STOP:
+                break
+            seq, line = _TOKEN.unpack(data)
+            for events in held:
+                out.write_shifted(events, seq, line)
+                out.end_batch()
+            out.flush()
+            held.clear()
+            _send(outbox, {"written": number})
+    except BaseException as exc:  # the parent raises it
+        code = 1
+        with contextlib.suppress(BaseException):
+            _send(outbox, failure_report(exc))
+    os._exit(code)
+
+
+def _map_chunk(
+    normalizer: _ChunkNormalizer,
+    fd: int,
+    start: int,
+    end: int | None,
+    source: str | None,
+    limit: int,
+) -> tuple[list[Any], dict[str, Any]]:
+    """A chunk's events, held, and what ``_Carry`` needs to know of it."""
+    reader = StreamReader(normalizer, source=source)
+    batches = line_batches(_Range(fd, start, end), max_line=limit)
+    mapping = line_events(reader, batches, normalizer, limit=limit, source=source)
+    held: list[Any] = []
+    try:
+        while True:
+            events = next(mapping)
+            if events:
+                held.append(events)
+    except StopIteration as done:
+        lines = done.value
+    step = normalizer.step_open
+    summary = {
+        "events": normalizer.seq,
+        "lines": lines,
+        "sessions": normalizer.entered,
+        "first": normalizer._first_session,
+        "last": normalizer.session_id,
+        "headless": bool(held) and held[0][0].session_id is None,
+        "asked_step": normalizer.step_unknown.asked,
+        "step_open": None if type(step) is _StepUnknown else step,
+        "counters": normalizer.snapshot(),
+        "costs": normalizer.costs,
+    }
+    return held, summary

@@ -1,0 +1,373 @@
+"""`normalize` of a large file in worker processes (opencode_events/pipeline/streamfan.py):
+the same bytes as one process, whatever the file holds; when the chunks cannot be mapped
+apart (a session that comes back, a line without a session at a cut, a step left open),
+the rest is mapped here, and the bytes are still the same.
+
+The inputs are the real captures (samples/*/stream.jsonl) repeated under fresh session ids,
+as a log of many runs reads, and random logs made of OpenCode's record shapes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from opencode_events.errors import InputError
+from opencode_events.output.jsonl import JsonlWriter
+from opencode_events.pipeline import normalize as normalize_module
+from opencode_events.pipeline import streamfan
+from opencode_events.pipeline.normalize import normalize_streams
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "opencode_events"]
+_SESSION = re.compile(rb"ses_[0-9A-Za-z]{20,}")
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="workers need fork")
+
+
+def corpus() -> bytes:
+    """Every captured stream's records, in order."""
+    lines: list[bytes] = []
+    for path in sorted(ROOT.glob("samples/*/stream.jsonl")):
+        lines.extend(line for line in path.read_bytes().splitlines() if line.strip())
+    return b"\n".join(lines) + b"\n"
+
+
+def log_of_runs(copies: int) -> bytes:
+    """``copies`` of the corpus, each under fresh session ids (same length)."""
+    block = corpus()
+    sessions = sorted(set(_SESSION.findall(block)))
+    out = []
+    for copy in range(copies):
+        each = block
+        for index, session in enumerate(sessions):
+            fresh = b"ses_copy%06d%04d" % (copy, index)
+            each = each.replace(session, fresh.ljust(len(session), b"x"))
+        out.append(each)
+    return b"".join(out)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of a few KB, and workers for any file: many cuts in a small input."""
+    monkeypatch.setattr(streamfan, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(streamfan, "WINDOW_BYTES", 8192)
+    monkeypatch.setattr(normalize_module, "PARALLEL_BYTES", 0)
+
+
+def normalized(
+    paths: list[Path], tmp_path: Path, *, workers: int, keep_raw=False, tags=None
+) -> bytes:
+    out_path = tmp_path / f"out-{workers}.jsonl"
+    streamfan.LAST_RUN.clear()
+    files = [open(path, "rb", buffering=0) for path in paths]  # noqa: SIM115
+    try:
+        with open(out_path, "wb") as out:
+            writer = JsonlWriter(out, buffered=True, tags=tags)
+            inputs = [(str(path), f) for path, f in zip(paths, files, strict=True)]
+            normalize_streams(inputs, writer, keep_raw=keep_raw, workers=workers)
+    finally:
+        for f in files:
+            f.close()
+    return out_path.read_bytes()
+
+
+def same_both_ways(paths: list[Path], tmp_path: Path, **options) -> tuple[bytes, dict]:
+    one = normalized(paths, tmp_path, workers=1, **options)
+    assert streamfan.LAST_RUN == {}  # one process: no workers were asked
+    two = normalized(paths, tmp_path, workers=2, **options)
+    run = dict(streamfan.LAST_RUN)
+    assert two == one
+    return one, run
+
+
+# ---------------------------------------------------------------------------- real logs
+
+
+def test_a_log_of_many_runs_is_shared_out_and_written_the_same(small_chunks, tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(log_of_runs(3))
+    one, run = same_both_ways([path], tmp_path)
+    # The workers did run, over many chunks, and no chunk had to be mapped again.
+    assert run["workers"] == 2 and run["chunks"] > 20 and run["fell_back"] is None
+    events = [json.loads(line) for line in one.splitlines()]
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    assert events[-1]["kind"] == "metrics" and "session_id" not in events[-1]
+    assert max(e.get("line", 0) for e in events) == path.read_bytes().count(b"\n")
+
+
+@pytest.mark.parametrize("workers", [3, 4])
+def test_more_workers_than_two_write_the_same(small_chunks, tmp_path, workers):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(log_of_runs(2))
+    one = normalized([path], tmp_path, workers=1)
+    assert normalized([path], tmp_path, workers=workers) == one
+    assert streamfan.LAST_RUN["workers"] == workers
+
+
+def test_raw_and_tags_are_the_same(small_chunks, tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(log_of_runs(2))
+    _, run = same_both_ways([path], tmp_path, keep_raw=True, tags={"team": "a"})
+    assert run["fell_back"] is None
+
+
+def test_inputs_before_and_after_carry_seq_and_metrics(small_chunks, tmp_path):
+    small = tmp_path / "small.jsonl"
+    small.write_bytes((ROOT / "samples/text/stream.jsonl").read_bytes())
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(log_of_runs(2))
+    one, _ = same_both_ways([small, big, small], tmp_path)
+    assert b'"source":"' + str(big).encode() in one
+
+
+def test_a_session_that_comes_back_is_mapped_here_the_same(small_chunks, tmp_path):
+    path = tmp_path / "twice.jsonl"
+    path.write_bytes(log_of_runs(1) * 2)  # the log held twice: every part a duplicate later
+    one, run = same_both_ways([path], tmp_path)
+    assert run["fell_back"] is not None and run["fell_back"] > 0
+    assert json.loads(one.splitlines()[-1])["duplicates"] > 0
+
+
+def test_a_file_of_one_session_is_not_cut(small_chunks, tmp_path):
+    path = tmp_path / "one.jsonl"
+    path.write_bytes((ROOT / "samples/parallel_tools/stream.jsonl").read_bytes() * 20)
+    _, run = same_both_ways([path], tmp_path)
+    assert run == {}  # no cut: one process read it all
+
+
+def test_a_last_line_without_its_newline(small_chunks, tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(log_of_runs(2).rstrip(b"\n"))
+    _, run = same_both_ways([path], tmp_path)
+    assert run["fell_back"] is None
+
+
+def test_a_worker_that_fails_is_reported_as_one_process_would(small_chunks, tmp_path, monkeypatch):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(log_of_runs(2))
+    real = streamfan._map_chunk
+    calls = {"n": 0}
+
+    def failing(normalizer, fd, start, end, source, limit):
+        calls["n"] += 1
+        if start > 0:
+            raise InputError("cannot read the input: Input/output error")
+        return real(normalizer, fd, start, end, source, limit)
+
+    monkeypatch.setattr(streamfan, "_map_chunk", failing)
+    with pytest.raises(InputError, match="Input/output error"):
+        normalized([path], tmp_path, workers=2)
+
+
+# ---------------------------------------------------------------------------- random logs
+
+_SESSIONS = [
+    "ses_aaaaaaaaaaaaaaaaaaaaaa",
+    "ses_bbbbbbbbbbbbbbbbbbbbbb",
+    "ses_cccccccccccccccccccccc",
+]
+_COSTS = [0.1, 0.2, 0.3, 1e-7, 0.0123456789]
+
+
+def _record(kind: str, session: str | None, part: int, cost: float, synthetic: bool) -> bytes:
+    sid = {} if session is None else {"sessionID": session}
+    base = {"id": f"prt_{part:04d}", "messageID": "msg_1", **sid}
+    if kind == "step_start":
+        record = {"type": "step_start", "part": {**base, "type": "step-start"}}
+    elif kind == "text":
+        text = {"type": "text", "text": "hi", "time": {"start": 1, "end": 2}}
+        if synthetic:
+            text["synthetic"] = True
+        record = {"type": "text", "part": {**base, **text}}
+    elif kind == "step_finish":
+        tokens = {"input": 10, "output": 2, "reasoning": 0, "cache": {"read": 5, "write": 0}}
+        finish = {"type": "step-finish", "reason": "stop", "cost": cost, "tokens": tokens}
+        record = {"type": "step_finish", "part": {**base, **finish}}
+    elif kind == "tool":
+        state = {"status": "completed", "input": {"command": "ls"}, "output": "x"}
+        tool = {"type": "tool", "tool": "bash", "callID": "c", "state": state}
+        record = {"type": "tool_use", "part": {**base, **tool}}
+    elif kind == "garbage":
+        return f'not json "sessionID":"{session}"'.encode()
+    elif kind == "blank":
+        return b""
+    else:  # error
+        record = {"type": "error", "error": {"name": "APIError", "data": {"message": "no"}}}
+    return json.dumps({"timestamp": 1, **sid, **record}, separators=(",", ":")).encode()
+
+
+_RECORDS = st.tuples(
+    st.sampled_from(["step_start", "text", "step_finish", "tool", "garbage", "blank", "error"]),
+    st.integers(0, 6),  # part ids from a few: duplicates happen
+    st.sampled_from(_COSTS),
+    st.booleans(),
+    st.booleans(),  # the record leaves out its session
+)
+_RUNS = st.lists(
+    st.tuples(st.sampled_from([*_SESSIONS, None]), st.lists(_RECORDS, min_size=1, max_size=12)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(runs=_RUNS, crlf=st.booleans(), fresh=st.booleans())
+def test_any_log_is_written_as_one_process_writes_it(small_chunks, tmp_path, runs, crlf, fresh):
+    lines = []
+    for session, records in runs:
+        for kind, part, cost, synthetic, headless in records:
+            lines.append(_record(kind, None if headless else session, part, cost, synthetic))
+    block = b"".join(
+        line + (b"\r\n" if crlf and index % 3 == 0 else b"\n") for index, line in enumerate(lines)
+    )
+    # Copies of the block to make several chunks: under new session ids (``fresh``: a log
+    # of many runs, shared out) or the same (sessions come back: mapped here).
+    copies = max(3, 20000 // len(block))
+    data = b"".join(
+        block.replace(b"ses_", b"ses_%04d" % copy) if fresh else block for copy in range(copies)
+    )
+    path = tmp_path / "random.jsonl"
+    path.write_bytes(data)
+    _, run = same_both_ways([path], tmp_path)
+    if fresh and b'"sessionID":"ses_' in block:
+        assert run["chunks"] > 1  # cut where the copies' sessions change, at least
+
+
+def test_a_step_left_open_then_a_synthetic_text_falls_back(small_chunks, tmp_path):
+    first = log_of_runs(1)
+    # A run cut off in its step, then a run that opens with a synthetic text: whether it
+    # is a prompt depends on the step the run before left open.
+    cut_off = _record("step_start", "ses_zzzzzzzzzzzzzzzzzzzzzz", 900, 0.1, False)
+    opening = _record("text", "ses_yyyyyyyyyyyyyyyyyyyyyy", 901, 0.1, True)
+    padding = b"".join(
+        _record("tool", "ses_yyyyyyyyyyyyyyyyyyyyyy", 902 + n, 0.1, False) + b"\n"
+        for n in range(50)
+    )
+    path = tmp_path / "open.jsonl"
+    path.write_bytes(first + cut_off + b"\n" + opening + b"\n" + padding + first[: len(first) // 2])
+    one, run = same_both_ways([path], tmp_path)
+    assert run["fell_back"] is not None
+    assert b'"kind":"message","seq"' in one  # the synthetic text after an open step
+
+
+def test_a_line_without_a_session_at_a_cut_falls_back(small_chunks, tmp_path):
+    garbage = b'not json "sessionID":"ses_qqqqqqqqqqqqqqqqqqqqqq"\n'
+    block = log_of_runs(1)
+    path = tmp_path / "garbage.jsonl"
+    path.write_bytes(block + (garbage * 3000) + block)
+    one, run = same_both_ways([path], tmp_path)
+    assert b'"kind":"warning"' in one
+
+
+# ---------------------------------------------------------------------------- cuts
+
+
+def test_cuts_fall_where_the_session_changes(tmp_path):
+    path = tmp_path / "log.jsonl"
+    data = log_of_runs(2)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        cuts = streamfan.cut_points(fd, 0, len(data), 4096)
+    finally:
+        os.close(fd)
+    assert cuts[0] == 0 and len(cuts) > 10 and cuts == sorted(set(cuts))
+    for cut in cuts[1:]:
+        before = data[data.rfind(b"\n", 0, cut - 1) + 1 : cut]
+        after = data[cut : data.find(b"\n", cut)]
+        assert data[cut - 1 : cut] == b"\n"
+        assert streamfan._session_in(before) != streamfan._session_in(after)
+
+
+# ---------------------------------------------------------------------------- the CLI
+
+
+@pytest.fixture(scope="module")
+def large_log(tmp_path_factory) -> Path:
+    """A log over the size from which `normalize` shares a file out (PARALLEL_BYTES)."""
+    block = log_of_runs(4)
+    path = tmp_path_factory.mktemp("large") / "large.jsonl"
+    copies = normalize_module.PARALLEL_BYTES // len(block) + 2
+    with open(path, "wb") as f:
+        for copy in range(copies):
+            f.write(block.replace(b"ses_copy", b"ses_c%03d" % copy))
+    return path
+
+
+def _run(args, env_workers: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OPENCODE_EVENTS_WORKERS": env_workers}
+    return subprocess.run([*CLI, *args], capture_output=True, env=env, cwd=ROOT, check=False)
+
+
+# The console script's own entry point, which says at exit what the workers did.
+_TELLING = (
+    "import atexit, sys\n"
+    "from opencode_events.pipeline import streamfan\n"
+    "atexit.register(lambda: sys.stderr.write(repr(streamfan.LAST_RUN)))\n"
+    "from opencode_events.cli.quick import main\n"
+    "sys.argv[0] = 'opencode-events'\n"
+    "main()\n"
+)
+
+
+def test_the_command_writes_the_same_with_workers(large_log):
+    one = _run(["normalize", str(large_log)], "1")
+    env = {**os.environ, "OPENCODE_EVENTS_WORKERS": "2"}
+    two = subprocess.run(
+        [sys.executable, "-c", _TELLING, "normalize", str(large_log)],
+        capture_output=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    assert one.returncode == two.returncode == 0
+    assert two.stdout == one.stdout and one.stdout.count(b"\n") > 10_000
+    run = eval(two.stderr.decode())  # the dict LAST_RUN printed, and nothing else
+    assert run["workers"] == 2 and run["chunks"] >= 4 and run["fell_back"] is None
+
+
+def test_standard_input_from_the_file_too(large_log):
+    with open(large_log, "rb") as f:
+        env = {**os.environ, "OPENCODE_EVENTS_WORKERS": "2"}
+        two = subprocess.run([*CLI, "normalize"], stdin=f, capture_output=True, env=env, cwd=ROOT)
+    one = _run(["normalize", str(large_log)], "1")
+    assert two.returncode == 0 and two.stdout == one.stdout
+
+
+def test_a_closed_pipe_ends_quietly_with_141(large_log):
+    env = {**os.environ, "OPENCODE_EVENTS_WORKERS": "2"}
+    proc = subprocess.Popen(
+        [*CLI, "normalize", str(large_log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141  # as one process ends (cli/exits.py)
+    assert json.loads(first)["seq"] == 0 and stderr == b""
+
+
+def test_an_output_workers_cannot_share_stays_in_one_process(small_chunks, tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(log_of_runs(2))
+    expected = normalized([path], tmp_path, workers=1)
+    out = io.BytesIO()  # in memory: a forked worker's writes would stay in its own copy
+    with open(path, "rb", buffering=0) as f:
+        normalize_streams([(str(path), f)], JsonlWriter(out, buffered=True), workers=2)
+    assert streamfan.LAST_RUN == {} and out.getvalue() == expected
