@@ -61,6 +61,7 @@ def small_chunks(monkeypatch):
     """Chunks of a few KB, and workers for any file: many cuts in a small input."""
     monkeypatch.setattr(streamfan, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(streamfan, "WINDOW_BYTES", 8192)
+    monkeypatch.setattr(streamfan, "LONGEST", 64)  # the captures' sessions are not cut
     monkeypatch.setattr(normalize_module, "PARALLEL_BYTES", 0)
 
 
@@ -135,6 +136,7 @@ def test_a_session_that_comes_back_is_mapped_here_the_same(small_chunks, tmp_pat
     path.write_bytes(log_of_runs(1) * 2)  # the log held twice: every part a duplicate later
     one, run = same_both_ways([path], tmp_path)
     assert run["fell_back"] is not None and run["fell_back"] > 0
+    assert run["read_again"] is False
     assert json.loads(one.splitlines()[-1])["duplicates"] > 0
 
 
@@ -143,6 +145,30 @@ def test_a_file_of_one_session_is_not_cut(small_chunks, tmp_path):
     path.write_bytes((ROOT / "samples/parallel_tools/stream.jsonl").read_bytes() * 20)
     _, run = same_both_ways([path], tmp_path)
     assert run == {}  # no cut: one process read it all
+
+
+def test_a_long_session_among_many_runs_is_cut_and_mapped_here(small_chunks, tmp_path, monkeypatch):
+    # A worker holds a chunk's events: a stretch of one session longer than LONGEST chunks
+    # is cut anyway, and the chunk after the cut, carrying the session on, falls back.
+    monkeypatch.setattr(streamfan, "LONGEST", 4)
+    steps = (ROOT / "samples/parallel_tools/stream.jsonl").read_bytes()
+    # New part ids each time: the session's turns and part ids go on across the cut.
+    long_session = b"".join(steps.replace(b"prt_", b"prt_%03d" % n) for n in range(60))
+    data = log_of_runs(1) + long_session + log_of_runs(1).replace(b"copy", b"copz")
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(data)
+    one, run = same_both_ways([path], tmp_path)
+    assert run["fell_back"] is not None
+    with open(path, "rb") as f:
+        cuts = streamfan.cut_points(f.fileno(), 0, len(data))
+    gaps = [b - a for a, b in zip(cuts, [*cuts[1:], len(data)], strict=True)]
+    longest_line = max(map(len, data.splitlines()))
+    assert max(gaps) <= (streamfan.LONGEST + 1) * streamfan.CHUNK_BYTES + longest_line
+    start = data.find(long_session)
+    assert any(start + 4096 < cut < start + len(long_session) for cut in cuts)  # forced
+    turns = [json.loads(line)["turn"] for line in one.splitlines() if b'"kind":"usage"' in line]
+    assert max(turns) > 60  # counted on over the cut, as one process counts them
+    assert run["read_again"] is False  # the state came from the chunks' summaries
 
 
 def test_a_last_line_without_its_newline(small_chunks, tmp_path):
@@ -274,7 +300,8 @@ def test_a_line_without_a_session_at_a_cut_falls_back(small_chunks, tmp_path):
 # ---------------------------------------------------------------------------- cuts
 
 
-def test_cuts_fall_where_the_session_changes(tmp_path):
+def test_cuts_fall_where_the_session_changes(tmp_path, monkeypatch):
+    monkeypatch.setattr(streamfan, "LONGEST", 1000)  # no stretch long enough to force a cut
     path = tmp_path / "log.jsonl"
     data = log_of_runs(2)
     path.write_bytes(data)

@@ -60,9 +60,9 @@ from .mapping import (
 )
 from .views import ANY_DECODER, Part, json_type_name, number
 
-__all__ = ["Normalizer", "Provenance", "REPAIRED_RAW"]
+__all__ = ["Normalizer", "Provenance", "REPAIRED_RAW", "REMEMBERED_SESSIONS"]
 
-_REMEMBERED_SESSIONS = 64  # sessions whose part ids are kept for dedupe
+REMEMBERED_SESSIONS = 64  # sessions whose part ids are kept for dedupe
 
 # Event class → its kind, looked up once per event on the hot path.
 _KIND = {cls: cls.__struct_config__.tag for cls in Event.__subclasses__()}
@@ -249,7 +249,7 @@ class Normalizer(Counters):
         seen = self._seen_by_session.pop(session_id, None)
         self._seen_parts = set() if seen is None else seen
         self._seen_by_session[session_id] = self._seen_parts
-        if len(self._seen_by_session) > _REMEMBERED_SESSIONS:
+        if len(self._seen_by_session) > REMEMBERED_SESSIONS:
             self._seen_by_session.popitem(last=False)  # the least recently current
 
     def learn_parent(self, session_id: str, parent_id: str) -> None:

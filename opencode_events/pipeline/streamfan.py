@@ -11,22 +11,26 @@ numbers a worker can shift once it knows where its chunk starts. So:
 - **Cuts** (``cut_points``): the file, as large as it is when read begins, is cut about
   every ``CHUNK_BYTES`` at a line where the ``sessionID`` differs from the line before's
   (read off the bytes, no decode). A file of one session is not cut, and goes on in one
-  process. The last chunk runs to the end of the file, however long it has grown.
+  process; in a file that is cut, a stretch of one session longer than ``LONGEST`` chunks
+  is cut anyway (a worker holds a chunk's events: memory stays bounded). The last chunk
+  runs to the end of the file, however long it has grown.
 - **Speculation**: worker *w* of *W* maps chunks *w*, *w + W*, … each with a fresh
   normalizer, holds the events and sends this process what the chunk did: its events and
-  lines, the sessions it entered, its counters, its costs in order, whether its first
-  events came before any session, and whether it asked if a step was open before any
-  step told it (``_StepUnknown``).
+  lines, the sessions it entered, each one's turns, the part ids of the sessions it
+  remembers at its end, its counters, its costs in order, whether its first events came
+  before any session, and whether it asked if a step was open before any step told it
+  (``_StepUnknown``).
 - **Check**, here, in chunk order: the chunk's sessions are all new to this input, its
   events all have their session, and it did not ask about an open step when one was open.
   Then the fresh mapping is the true one, and this process hands the worker its token:
   the ``seq`` and the line number its chunk starts at. The worker shifts its events,
   writes them to the shared output, flushes and says so; only then does the next chunk's
   token go out, so the writes land in order.
-- **Otherwise** (a session that comes back later, a line without one at a cut): every
-  worker is told to stop, and this process maps the rest itself, after reading the part
-  already written again without writing it, to rebuild the normalizer's state exactly.
-  Correct always; fast when the log is one of many runs, as logs of many runs are.
+- **Otherwise** (a session that comes back later, a session cut for length, a line
+  without a session at a cut): every worker is told to stop, and this process maps the
+  rest itself, from the state the chunks before add up to (``_Carry.settle``: the chunks'
+  sessions were each new, so each one's turns and part ids are its chunk's). Correct
+  always; as fast as the chunks that fit, then as fast as one process.
 
 Costs are added one by one in the order one process adds them, so even the float sum is
 the same. Only for the JSON Lines writer over a real file descriptor, where ``fork``
@@ -43,19 +47,21 @@ import os
 import pickle
 import signal
 import struct
+from collections import OrderedDict
 from typing import Any, BinaryIO
 
-from ..core.normalizer import Counters, Normalizer
+from ..core.normalizer import REMEMBERED_SESSIONS, Counters, Normalizer
 from ..errors import InputError
 from ..output.jsonl import JsonlWriter
 from ..sources.stream import StreamReader, line_batches
 from ..workers import can_share, failure_report, raise_failure, worker_count
 from .normalize import OpenedInput, line_events
 
-__all__ = ["CHUNK_BYTES", "WINDOW_BYTES", "cut_points", "normalize_file", "LAST_RUN"]
+__all__ = ["CHUNK_BYTES", "WINDOW_BYTES", "LONGEST", "cut_points", "normalize_file", "LAST_RUN"]
 
 CHUNK_BYTES = 2 << 20  # input per chunk: a few thousand records, a few MB held per worker
 WINDOW_BYTES = 256 << 10  # how far past each target a cut is looked for
+LONGEST = 4  # chunks' worth of input past which a chunk is cut even inside a session
 _HEAD = 512  # a record's own sessionID comes within its first bytes (type, timestamp first)
 _SESSION_KEY = b'"sessionID":"'
 
@@ -100,10 +106,24 @@ def _session_change(fd: int, at: int, end: int) -> int | None:
         start = stop + 1
 
 
+def _line_start(fd: int, at: int, end: int) -> int | None:
+    """The start of the first line after ``at`` (before ``end``), or None."""
+    while at < end:
+        window = os.pread(fd, min(WINDOW_BYTES, end - at), at)
+        newline = window.find(b"\n")
+        if newline >= 0:
+            return at + newline + 1 if at + newline + 1 < end else None
+        at += len(window)
+    return None
+
+
 def cut_points(fd: int, start: int, end: int, chunk: int | None = None) -> list[int]:
     """Where the chunks of ``[start, end)`` start: ``start``, then a line where the session
     changes, looked for in a window every ``chunk`` bytes (``CHUNK_BYTES``). A file of one
-    session costs a look of ``WINDOW_BYTES`` per chunk, and is not cut."""
+    session costs a look of ``WINDOW_BYTES`` per chunk, and is not cut. In a file that is
+    cut, a stretch longer than ``LONGEST`` chunks with no change is cut anyway, at a line:
+    a worker holds one chunk's events, so memory stays bounded (the chunk after such a
+    cut carries on a session, fails its check, and the rest is mapped in one process)."""
     size = CHUNK_BYTES if chunk is None else chunk
     cuts = [start]
     target = start + size
@@ -114,7 +134,18 @@ def cut_points(fd: int, start: int, end: int, chunk: int | None = None) -> list[
             continue
         cuts.append(cut)
         target = cut + size
-    return cuts
+    if len(cuts) == 1:
+        return cuts
+    bounded = [start]
+    for stop in [*cuts[1:], end]:
+        while stop - bounded[-1] > LONGEST * size:
+            forced = _line_start(fd, bounded[-1] + size, stop)
+            if forced is None:
+                break  # one line to the end of the stretch: it cannot be cut
+            bounded.append(forced)
+        if stop < end:
+            bounded.append(stop)
+    return bounded
 
 
 # ------------------------------------------------------------------------------ parent
@@ -159,7 +190,13 @@ def normalize_file(
             if not carry.fits(summary, number):
                 crew.stop()
                 LAST_RUN["fell_back"] = number
-                _map_here(fd, start, cuts[number], opened, normalizer, writer, limit)
+                LAST_RUN["read_again"] = carry.session is None
+                if carry.session is not None:
+                    carry.settle(normalizer)  # the state where the workers stopped
+                    line_no = carry.lines
+                else:  # no session yet: the state of none, made again by reading again
+                    line_no = _read_again(fd, start, cuts[number], opened, normalizer, limit)
+                _map_rest(fd, cuts[number], line_no, opened, normalizer, writer, limit)
                 return True
             crew.token(number, carry.seq, carry.lines)
             carry.add(summary)
@@ -174,35 +211,35 @@ def normalize_file(
         crew.reap()
 
 
-def _map_here(
+def _read_again(
+    fd: int, start: int, end: int, opened: OpenedInput, normalizer: Normalizer, limit: int
+) -> int:
+    """Map ``[start, end)`` again without writing it (the workers wrote it), to make the
+    normalizer's state what it is there; the number of its last line."""
+    batches = line_batches(_Range(fd, start, end), max_line=limit)
+    again = line_events(opened.reader, batches, normalizer, limit=limit, source=opened.source)
+    try:
+        while True:
+            next(again)
+    except StopIteration as done:
+        return done.value
+
+
+def _map_rest(
     fd: int,
     start: int,
-    written_to: int,
+    line_no: int,
     opened: OpenedInput,
     normalizer: Normalizer,
     writer: JsonlWriter,
     limit: int,
 ) -> None:
-    """Map the input in this process: ``[start, written_to)`` again without writing it
-    (the workers wrote it), to make the normalizer's state what it is there, then the rest,
-    written."""
-    reader, source = opened.reader, opened.source
-    again = line_events(
-        reader,
-        line_batches(_Range(fd, start, written_to), max_line=limit),
-        normalizer,
-        limit=limit,
-        source=source,
-    )
-    try:
-        while True:
-            next(again)
-    except StopIteration as done:
-        line_no = done.value
-    rest = line_batches(_Range(fd, written_to, None), max_line=limit)
+    """Map the input from ``start`` (line ``line_no + 1``) to its end in this process."""
+    rest = line_batches(_Range(fd, start, None), max_line=limit)
     write, end_batch = writer.write, writer.end_batch
+    source = opened.source
     for events in line_events(
-        reader, rest, normalizer, limit=limit, source=source, line_no=line_no
+        opened.reader, rest, normalizer, limit=limit, source=source, line_no=line_no
     ):
         if events:
             write(events)
@@ -212,13 +249,18 @@ def _map_here(
 
 class _Carry:
     """What the chunks mapped so far add up to, as one process would have it: the next
-    ``seq`` and line, the sessions entered, the session current, whether a step is open,
-    the counters and the cost sum."""
+    ``seq`` and line, the sessions entered, each session's turns, the part ids of the
+    sessions a normalizer remembers (``Normalizer._seen_by_session``), the session current,
+    whether a step is open, the counters and the cost sum. The chunks' sessions are each
+    new, so their turns and part ids are the chunk's alone, and the sessions remembered
+    are the last chunks' last ones, in order."""
 
     def __init__(self, normalizer: Normalizer) -> None:
         self.seq = normalizer.seq
         self.lines = 0
         self.seen: set[str] = set()
+        self.turns = dict(normalizer._session_turns)
+        self.remembered = OrderedDict(normalizer._seen_by_session)
         self.session = normalizer.session_id
         self.first = normalizer._first_session
         self.several = normalizer.several_sessions
@@ -244,6 +286,11 @@ class _Carry:
                 self.first = summary["first"]
             if not self.several:
                 self.several = any(session != self.first for session in sessions)
+        self.turns.update(summary["turns"])
+        remembered = self.remembered
+        remembered.update(summary["remembered"])
+        while len(remembered) > REMEMBERED_SESSIONS:
+            remembered.popitem(last=False)
         if summary["last"] is not None:
             self.session = summary["last"]
         if summary["step_open"] is not None:
@@ -255,10 +302,11 @@ class _Carry:
         self.cost = cost
 
     def settle(self, normalizer: Normalizer) -> None:
-        """Leave ``normalizer`` as one process would after this input (but for the part
-        ids and turns of sessions no longer current: the next input starts afresh)."""
+        """Leave ``normalizer`` as one process leaves it after the chunks added so far."""
+        normalizer._session_turns = self.turns
+        normalizer._seen_by_session = self.remembered
         if self.session is not None:
-            normalizer.enter_session(self.session)
+            normalizer.enter_session(self.session)  # its part ids current, most recent
         normalizer._first_session = self.first
         normalizer.several_sessions = self.several
         normalizer.step_open = self.step_open
@@ -502,5 +550,7 @@ def _map_chunk(
         "step_open": None if type(step) is _StepUnknown else step,
         "counters": normalizer.snapshot(),
         "costs": normalizer.costs,
+        "turns": normalizer._session_turns,
+        "remembered": list(normalizer._seen_by_session.items()),
     }
     return held, summary
