@@ -52,6 +52,7 @@ from typing import Any, BinaryIO
 
 from ..core.normalizer import REMEMBERED_SESSIONS, Counters, Normalizer
 from ..errors import InputError
+from ..events import Usage
 from ..output.jsonl import JsonlWriter
 from ..sources.stream import StreamReader, line_batches
 from ..workers import can_share, failure_report, raise_failure, worker_count
@@ -461,23 +462,18 @@ class _StepUnknown:
 
 
 class _ChunkNormalizer(Normalizer):
-    """A fresh normalizer that notes what ``_Carry.fits`` checks: the sessions entered,
-    and each usage cost in order."""
+    """A fresh normalizer that notes the sessions entered (for ``_Carry.fits``), and
+    whether it asked if a step was open before a step of its own said."""
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.entered: set[str] = set()
-        self.costs: list[float] = []
         self.step_unknown = self.step_open = _StepUnknown()  # type: ignore[assignment]
 
     def enter_session(self, session_id: str | None) -> None:
         if session_id is not None:
             self.entered.add(session_id)
         super().enter_session(session_id)
-
-    def _add_usage(self, usage: Any) -> None:
-        self.costs.append(usage.cost)
-        super()._add_usage(usage)
 
 
 def _worker_main(
@@ -549,7 +545,8 @@ def _map_chunk(
         "asked_step": normalizer.step_unknown.asked,
         "step_open": None if type(step) is _StepUnknown else step,
         "counters": normalizer.snapshot(),
-        "costs": normalizer.costs,
+        # Each usage event's cost, in order (the events are the chunk's usage, one each).
+        "costs": [event.cost for events in held for event in events if type(event) is Usage],
         "turns": normalizer._session_turns,
         "remembered": list(normalizer._seen_by_session.items()),
     }
