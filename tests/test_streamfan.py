@@ -13,8 +13,10 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -398,3 +400,41 @@ def test_an_output_workers_cannot_share_stays_in_one_process(small_chunks, tmp_p
     with open(path, "rb", buffering=0) as f:
         normalize_streams([(str(path), f)], JsonlWriter(out, buffered=True), workers=2)
     assert streamfan.LAST_RUN == {} and out.getvalue() == expected
+
+
+def test_terminated_while_workers_wait_on_a_full_pipe(large_log):
+    # The reader stops reading: the workers block in their writes, the parent waits for
+    # them. SIGTERM to the parent alone ends all of it: 143, whole lines, no worker left.
+    env = {**os.environ, "OPENCODE_EVENTS_WORKERS": "2"}
+    proc = subprocess.Popen(
+        [*CLI, "normalize", str(large_log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.read(1 << 16)  # started writing, then nobody reads
+    time.sleep(1.0)
+    workers = _children(proc.pid)
+    assert len(workers) == 2
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 143
+    # Whole lines in order; the last may be cut short, as the README says of an interrupt.
+    lines = (first + rest).splitlines()[:-1]
+    assert [json.loads(line)["seq"] for line in lines] == list(range(len(lines)))
+    assert all(not Path(f"/proc/{pid}").exists() for pid in workers)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(status.parent.name))
+    return found
