@@ -369,13 +369,16 @@ class _Crew:
         os.write(self.inboxes[number % self.count][1], _TOKEN.pack(seq, line))
 
     def stop(self) -> None:
-        """Tell every worker to stop (once): a token that is no position."""
+        """Tell every worker to stop (once): a token that is no position; and read from
+        none again, so that a worker blocked sending a summary meets a closed pipe."""
         if self.stopped:
             return
         self.stopped = True
         for _, write_end in self.inboxes:
             with contextlib.suppress(OSError):
                 os.write(write_end, _TOKEN.pack(*_STOP))
+        for read_end, _ in self.outboxes:
+            self._close(read_end)
 
     def kill(self) -> None:
         for pid in self.pids:
