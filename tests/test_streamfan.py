@@ -375,16 +375,22 @@ def test_standard_input_from_the_file_too(large_log):
     assert two.returncode == 0 and two.stdout == one.stdout
 
 
-def test_a_closed_pipe_ends_quietly_with_141(large_log):
+def _started_with_workers(path: Path) -> subprocess.Popen:
+    """``normalize PATH`` with two workers, its stdout and stderr pipes to read."""
     env = {**os.environ, "OPENCODE_EVENTS_WORKERS": "2"}
     proc = subprocess.Popen(
-        [*CLI, "normalize", str(large_log)],
+        [*CLI, "normalize", str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
         cwd=ROOT,
     )
     assert proc.stdout is not None and proc.stderr is not None
+    return proc
+
+
+def test_a_closed_pipe_ends_quietly_with_141(large_log):
+    proc = _started_with_workers(large_log)
     first = proc.stdout.readline()
     proc.stdout.close()
     stderr = proc.stderr.read()
@@ -405,15 +411,7 @@ def test_an_output_workers_cannot_share_stays_in_one_process(small_chunks, tmp_p
 def test_terminated_while_workers_wait_on_a_full_pipe(large_log):
     # The reader stops reading: the workers block in their writes, the parent waits for
     # them. SIGTERM to the parent alone ends all of it: 143, whole lines, no worker left.
-    env = {**os.environ, "OPENCODE_EVENTS_WORKERS": "2"}
-    proc = subprocess.Popen(
-        [*CLI, "normalize", str(large_log)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=ROOT,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
+    proc = _started_with_workers(large_log)
     first = proc.stdout.read(1 << 16)  # started writing, then nobody reads
     time.sleep(1.0)
     workers = _children(proc.pid)
