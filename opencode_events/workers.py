@@ -4,6 +4,9 @@ large import (``pipeline.fanout``) uses, and how a forked worker's failure reach
 - **Count**: ``$OPENCODE_EVENTS_WORKERS`` when set (1: this process only), else one per
   core this process may run on, at most ``MAX_AUTO`` — and 1 where ``fork`` is missing or
   the job is too small to pay for the workers (``min_jobs``).
+- **Processes and pipes**: ``Crew`` keeps the workers' ids and the pipe ends this process
+  opened for them: each end closed once (its number may be another file's by now), the
+  workers killed and waited for.
 - **Failures**: a worker sends ``failure_report(exc)`` (plain data, always picklable); the
   parent calls ``raise_failure(report)``, which raises the same kind of error the worker
   met (``InputError``, ``OutputError``, ``OSError``, ``BrokenPipeError``,
@@ -17,7 +20,9 @@ large import (``pipeline.fanout``) uses, and how a forked worker's failure reach
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from typing import Any, NoReturn
 
 from .errors import InputError, OutputError
@@ -28,6 +33,7 @@ __all__ = [
     "MAX_AUTO",
     "worker_count",
     "can_share",
+    "Crew",
     "failure_report",
     "raise_failure",
 ]
@@ -69,6 +75,44 @@ def can_share(out: Any) -> bool:
     except (OSError, ValueError):
         return False
     return True
+
+
+class Crew:
+    """Forked workers (``pids``) and the pipe ends opened for them (``opened``)."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.opened: list[int] = []
+
+    def _pipe(self) -> tuple[int, int]:
+        pair = os.pipe()
+        self.opened.extend(pair)
+        return pair
+
+    def _close(self, fd: int) -> None:
+        if fd in self.opened:  # each once: a number closed may be another file's by now
+            self.opened.remove(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def kill(self) -> None:
+        for pid in self.pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+
+    def close(self) -> None:
+        for fd in list(self.opened):
+            self._close(fd)
+
+    def reap(self) -> list[int]:
+        """Wait for every worker; the signals that killed any."""
+        killed = []
+        for pid in self.pids:
+            with contextlib.suppress(ChildProcessError):
+                status = os.waitpid(pid, 0)[1]
+                if os.WIFSIGNALED(status):
+                    killed.append(os.WTERMSIG(status))
+        return killed
 
 
 def failure_report(exc: BaseException, *, traceback: bool = True) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from ..core.normalizer import Normalizer
 from ..errors import InputError
 from ..output.jsonl import JsonlWriter
 from ..store import fastscan
-from ..workers import failure_report, raise_failure, worker_count
+from ..workers import Crew, failure_report, raise_failure, worker_count
 
 __all__ = ["HOLD_BYTES", "MIN_SESSIONS", "import_in_workers", "workers_for"]
 
@@ -114,7 +114,7 @@ def import_in_workers(
     return _merge(reports, chunks, dealer.taken, normalizer, killed)
 
 
-class _Dealer:
+class _Dealer(Crew):
     """The pipes between this process and the workers, and the dealing itself: the queue of
     chunk numbers (fed as it drains), each worker's inbox of tokens, one pipe of notes from
     the workers to here (a chunk taken, a chunk written, a failure), and each worker's
@@ -122,11 +122,10 @@ class _Dealer:
     a write to them never meets a pipe nobody reads (a worker that failed at once)."""
 
     def __init__(self, chunks: int, workers: int, seq: int) -> None:
+        super().__init__()
         self.chunks, self.seq = chunks, seq
-        self.pids: list[int] = []
         self.taken = [0] * workers  # chunks each worker took: for LAST_RUN
         self.aborted = False  # every worker was handed the abort token
-        self.opened: list[int] = []
         self.queue_out, self.queue_in = self._pipe()
         os.set_blocking(self.queue_in, False)
         self.fed = 0  # chunk numbers written to the queue so far
@@ -134,16 +133,6 @@ class _Dealer:
         self.notes_out, self.notes_in = self._pipe()
         self.results = [self._pipe() for _ in range(workers)]
         self._feed()  # before any worker exists: the first ones can start at once
-
-    def _pipe(self) -> tuple[int, int]:
-        pair = os.pipe()
-        self.opened.extend(pair)
-        return pair
-
-    def _close(self, fd: int) -> None:
-        if fd in self.opened:
-            self.opened.remove(fd)
-            _close(fd)
 
     def worker_ends(self, index: int) -> tuple[int, int, int, int]:
         """What worker ``index`` keeps: (queue, inbox, notes, results) ends."""
@@ -225,25 +214,6 @@ class _Dealer:
         self._close(self.queue_in)  # no more chunks to take
         for _, write_end in self.inboxes:
             os.write(write_end, _TOKEN.pack(_ABORT))  # a few bytes: never blocks
-
-    def kill(self) -> None:
-        for pid in self.pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
-
-    def close(self) -> None:
-        for fd in list(self.opened):
-            self._close(fd)
-
-    def reap(self) -> list[int]:
-        """Wait for every worker; the signals that killed any."""
-        killed = []
-        for pid in self.pids:
-            with contextlib.suppress(ChildProcessError):
-                status = os.waitpid(pid, 0)[1]
-                if os.WIFSIGNALED(status):
-                    killed.append(os.WTERMSIG(status))
-        return killed
 
 
 def _report_of(received: bytes | bytearray) -> dict[str, Any] | None:

@@ -55,7 +55,7 @@ from ..errors import InputError
 from ..events import Usage
 from ..output.jsonl import JsonlWriter
 from ..sources.stream import StreamReader, line_batches
-from ..workers import can_share, failure_report, raise_failure, worker_count
+from ..workers import Crew, can_share, failure_report, raise_failure, worker_count
 from .normalize import OpenedInput, line_events
 
 __all__ = ["CHUNK_BYTES", "WINDOW_BYTES", "LONGEST", "cut_points", "normalize_file", "LAST_RUN"]
@@ -316,27 +316,16 @@ class _Carry:
         normalizer.totals.cost = self.cost
 
 
-class _Crew:
+class _Crew(Crew):
     """The workers' pipes: an inbox of tokens each, and an outbox of messages each (a
     length, then a pickle), read in chunk order, one worker at a time."""
 
     def __init__(self, count: int) -> None:
+        super().__init__()
         self.count = count
-        self.pids: list[int] = []
-        self.opened: list[int] = []
         self.inboxes = [self._pipe() for _ in range(count)]
         self.outboxes = [self._pipe() for _ in range(count)]
         self.stopped = False
-
-    def _pipe(self) -> tuple[int, int]:
-        pair = os.pipe()
-        self.opened.extend(pair)
-        return pair
-
-    def _close(self, fd: int) -> None:
-        if fd in self.opened:  # each once: a number closed may be another file's by now
-            self.opened.remove(fd)
-            _close(fd)
 
     def ends(self, index: int) -> tuple[int, int]:
         """Worker ``index``'s own ends (its inbox to read, its outbox to write), every
@@ -380,20 +369,6 @@ class _Crew:
         for read_end, _ in self.outboxes:
             self._close(read_end)
 
-    def kill(self) -> None:
-        for pid in self.pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
-
-    def close(self) -> None:
-        for fd in list(self.opened):
-            self._close(fd)
-
-    def reap(self) -> None:
-        for pid in self.pids:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-
 
 def _receive(fd: int) -> dict[str, Any] | None:
     head = _read_exactly(fd, _LENGTH.size)
@@ -420,11 +395,6 @@ def _send(fd: int, message: dict[str, Any]) -> None:
     view = memoryview(_LENGTH.pack(len(data)) + data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _close(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
 
 
 # ------------------------------------------------------------------------------ worker
