@@ -221,9 +221,10 @@ def _record(kind: str, session: str | None, part: int, cost: float, synthetic: b
         tokens = {"input": 10, "output": 2, "reasoning": 0, "cache": {"read": 5, "write": 0}}
         finish = {"type": "step-finish", "reason": "stop", "cost": cost, "tokens": tokens}
         record = {"type": "step_finish", "part": {**base, **finish}}
-    elif kind == "tool":
+    elif kind in ("tool", "todo"):
         state = {"status": "completed", "input": {"command": "ls"}, "output": "x"}
-        tool = {"type": "tool", "tool": "bash", "callID": "c", "state": state}
+        name = "bash" if kind == "tool" else "todowrite"  # todowrite: consumed, no event
+        tool = {"type": "tool", "tool": name, "callID": "c", "state": state}
         record = {"type": "tool_use", "part": {**base, **tool}}
     elif kind == "garbage":
         return f'not json "sessionID":"{session}"'.encode()
@@ -235,7 +236,9 @@ def _record(kind: str, session: str | None, part: int, cost: float, synthetic: b
 
 
 _RECORDS = st.tuples(
-    st.sampled_from(["step_start", "text", "step_finish", "tool", "garbage", "blank", "error"]),
+    st.sampled_from(
+        ["step_start", "text", "step_finish", "tool", "todo", "garbage", "blank", "error"]
+    ),
     st.integers(0, 6),  # part ids from a few: duplicates happen
     st.sampled_from(_COSTS),
     st.booleans(),
@@ -288,6 +291,41 @@ def test_a_step_left_open_then_a_synthetic_text_falls_back(small_chunks, tmp_pat
     one, run = same_both_ways([path], tmp_path)
     assert run["fell_back"] is not None
     assert b'"kind":"message","seq"' in one  # the synthetic text after an open step
+
+
+def _tool_line(session: str | None, part: str, name: str = "bash", state_input=None) -> bytes:
+    state = {"status": "completed", "input": state_input or {"command": "ls"}, "output": "x"}
+    tool = {"id": part, "type": "tool", "tool": name, "callID": "c", "state": state}
+    record = {"type": "tool_use", **({"sessionID": session} if session else {}), "part": tool}
+    return json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+
+def test_a_sessionless_todo_call_at_a_cut_falls_back(small_chunks, tmp_path, monkeypatch):
+    # A todowrite call writes no event, but its part id and counts belong to the session
+    # current before it: at the head of a chunk it must not be mapped apart. The cut comes
+    # from a "sessionID" the bytes show and the record does not have (in the tool input).
+    monkeypatch.setattr(streamfan, "CHUNK_BYTES", 256)
+    first = _tool_line("ses_A", "prt_1", "todowrite") + _tool_line("ses_A", "prt_2") * 4
+    stray = _tool_line(None, "prt_1", "todowrite", {"sessionID": "ses_B"})
+    rest = b"".join(_tool_line("ses_B", f"prt_b{n}") for n in range(5))
+    path = tmp_path / "todo.jsonl"
+    path.write_bytes(first + stray + rest)
+    one, run = same_both_ways([path], tmp_path)
+    assert run["fell_back"] == 1
+    assert json.loads(one.splitlines()[-1])["duplicates"] == 4  # prt_1 among them
+
+
+def test_what_an_earlier_input_taught_reaches_the_workers(small_chunks, tmp_path):
+    # An export document names a subagent's parent; the stream after it, shared out, still
+    # marks that session's events with it.
+    export = tmp_path / "export.json"
+    document = {"info": {"id": "ses_child", "parentID": "ses_parent"}, "messages": []}
+    export.write_text(json.dumps(document) + "\n")
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(log_of_runs(1) + b"".join(_tool_line("ses_child", f"p{n}") for n in range(9)))
+    one, run = same_both_ways([export, log], tmp_path)
+    assert run["chunks"] > 1 and run["fell_back"] is None
+    assert b'"parent_session_id":"ses_parent"' in one
 
 
 def test_a_line_without_a_session_at_a_cut_falls_back(small_chunks, tmp_path):

@@ -17,11 +17,14 @@ numbers a worker can shift once it knows where its chunk starts. So:
 - **Speculation**: worker *w* of *W* maps chunks *w*, *w + W*, … each with a fresh
   normalizer, holds the events and sends this process what the chunk did: its events and
   lines, the sessions it entered, each one's turns, the part ids of the sessions it
-  remembers at its end, its counters, its costs in order, whether its first events came
-  before any session, and whether it asked if a step was open before any step told it
-  (``_StepUnknown``).
-- **Check**, here, in chunk order: the chunk's sessions are all new to this input, its
-  events all have their session, and it did not ask about an open step when one was open.
+  remembers at its end, its counters, its costs in order, whether the lines before its
+  first session left a mark (an event, a part id, a turn: one process would have left it
+  on the session current there), and whether it asked if a step was open before any step
+  told it (``_StepUnknown``). A worker's normalizer knows what the input's did before it
+  (subagents' parents and directories an earlier input named).
+- **Check**, here, in chunk order: the chunk's sessions are all new to this input, nothing
+  before its first session left a mark, and it did not ask about an open step when one was
+  open.
   Then the fresh mapping is the true one, and this process hands the worker its token:
   the ``seq`` and the line number its chunk starts at. The worker shifts its events,
   writes them to the shared output, flushes and says so; only then does the next chunk's
@@ -274,7 +277,7 @@ class _Carry:
         if summary["sessions"] & self.seen:
             return False  # a session seen before: its turns and part ids carry on
         if summary["headless"] and number > 0:
-            return False  # events before any session: they would be the current one's
+            return False  # marks made under no session: one process made them on another
         return not (summary["asked_step"] and self.step_open is True)
 
     def add(self, summary: dict[str, Any]) -> None:
@@ -355,7 +358,11 @@ class _Crew(Crew):
         return message
 
     def token(self, number: int, seq: int, line: int) -> None:
-        os.write(self.inboxes[number % self.count][1], _TOKEN.pack(seq, line))
+        try:
+            os.write(self.inboxes[number % self.count][1], _TOKEN.pack(seq, line))
+        except BrokenPipeError:  # the worker is gone (killed): not our output's reader
+            self.stop()
+            raise InputError("a normalize worker stopped") from None
 
     def stop(self) -> None:
         """Tell every worker to stop (once): a token that is no position; and read from
@@ -435,18 +442,31 @@ class _StepUnknown:
 
 
 class _ChunkNormalizer(Normalizer):
-    """A fresh normalizer that notes the sessions entered (for ``_Carry.fits``), and
-    whether it asked if a step was open before a step of its own said."""
+    """A fresh normalizer, as the one of this input but for what its lines taught it,
+    that notes what ``_Carry.fits`` checks: the sessions entered; whether anything before
+    the first of them left a mark that one process would have left on the session then
+    current (an event, a part id seen, a turn: ``headless``); and whether it asked if a
+    step was open before a step of its own said."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self, parent: Normalizer) -> None:
+        super().__init__(keep_raw=parent.keep_raw, mcp_servers=parent.mcp_servers)
+        # What earlier inputs taught (an export's or a server's subagents and directories):
+        # kept from one input to the next, as ``reset`` keeps them.
+        self.parents, self.directories = parent.parents, parent.directories
         self.entered: set[str] = set()
         self.step_unknown = self.step_open = _StepUnknown()  # type: ignore[assignment]
+        self.headless = False
 
     def enter_session(self, session_id: str | None) -> None:
-        if session_id is not None:
+        if session_id is not None and session_id != self._session:
+            if not self.entered:
+                self.headless = self.marked()
             self.entered.add(session_id)
         super().enter_session(session_id)
+
+    def marked(self) -> bool:
+        """Whether the lines mapped so far, under no session, left a mark on it."""
+        return self.seq > 0 or bool(self._seen_parts) or bool(self._session_turns)
 
 
 def _worker_main(
@@ -467,7 +487,7 @@ def _worker_main(
         out = JsonlWriter(writer.out, buffered=True, tags=writer.tags)
         for number in range(index, len(cuts), crew.count):
             end = cuts[number + 1] if number + 1 < len(cuts) else None
-            normalizer = _ChunkNormalizer(keep_raw=parent.keep_raw, mcp_servers=parent.mcp_servers)
+            normalizer = _ChunkNormalizer(parent)
             held, summary = _map_chunk(normalizer, fd, cuts[number], end, source, limit)
             _send(outbox, summary)
             data = _read_exactly(inbox, _TOKEN.size)
@@ -514,7 +534,7 @@ def _map_chunk(
         "sessions": normalizer.entered,
         "first": normalizer._first_session,
         "last": normalizer.session_id,
-        "headless": bool(held) and held[0][0].session_id is None,
+        "headless": normalizer.headless if normalizer.entered else normalizer.marked(),
         "asked_step": normalizer.step_unknown.asked,
         "step_open": None if type(step) is _StepUnknown else step,
         "counters": normalizer.snapshot(),
