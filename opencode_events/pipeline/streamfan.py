@@ -50,7 +50,7 @@ import os
 import pickle
 import signal
 import struct
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any, BinaryIO
 
 from ..core.normalizer import REMEMBERED_SESSIONS, Counters, Normalizer
@@ -265,6 +265,10 @@ class _Carry:
         self.seen: set[str] = set()
         self.turns = dict(normalizer._session_turns)
         self.remembered = OrderedDict(normalizer._seen_by_session)
+        # The chunks' remembered sessions, still pickled: (how many, pickle), only as many
+        # of the last chunks as hold the sessions remembered, read when the state is wanted.
+        self.recent: deque[tuple[int, bytes]] = deque()
+        self.recent_count = 0
         self.session = normalizer.session_id
         self.first = normalizer._first_session
         self.several = normalizer.several_sessions
@@ -291,10 +295,11 @@ class _Carry:
             if not self.several:
                 self.several = any(session != self.first for session in sessions)
         self.turns.update(summary["turns"])
-        remembered = self.remembered
-        remembered.update(summary["remembered"])
-        while len(remembered) > REMEMBERED_SESSIONS:
-            remembered.popitem(last=False)
+        count, remembered = summary["remembered"]
+        self.recent.append((count, remembered))
+        self.recent_count += count
+        while self.recent_count - self.recent[0][0] >= REMEMBERED_SESSIONS:
+            self.recent_count -= self.recent.popleft()[0]  # wholly pushed out by later ones
         if summary["last"] is not None:
             self.session = summary["last"]
         if summary["step_open"] is not None:
@@ -308,7 +313,14 @@ class _Carry:
     def settle(self, normalizer: Normalizer) -> None:
         """Leave ``normalizer`` as one process leaves it after the chunks added so far."""
         normalizer._session_turns = self.turns
-        normalizer._seen_by_session = self.remembered
+        remembered = self.remembered
+        for _, pickled in self.recent:
+            remembered.update(pickle.loads(pickled))
+        while len(remembered) > REMEMBERED_SESSIONS:
+            remembered.popitem(last=False)
+        self.recent.clear()
+        self.recent_count = 0
+        normalizer._seen_by_session = remembered
         if self.session is not None:
             normalizer.enter_session(self.session)  # its part ids current, most recent
         normalizer._first_session = self.first
@@ -541,6 +553,10 @@ def _map_chunk(
         # Each usage event's cost, in order (the events are the chunk's usage, one each).
         "costs": [event.cost for events in held for event in events if type(event) is Usage],
         "turns": normalizer._session_turns,
-        "remembered": list(normalizer._seen_by_session.items()),
+        # (how many, their pickle): the parent reads only the last chunks' (``_Carry``).
+        "remembered": (
+            len(normalizer._seen_by_session),
+            pickle.dumps(list(normalizer._seen_by_session.items()), pickle.HIGHEST_PROTOCOL),
+        ),
     }
     return held, summary
