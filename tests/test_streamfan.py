@@ -400,7 +400,7 @@ def test_the_command_writes_the_same_with_workers(large_log):
         check=False,
     )
     assert one.returncode == two.returncode == 0
-    assert two.stdout == one.stdout and one.stdout.count(b"\n") > 10_000
+    assert two.stdout == one.stdout and one.stdout.count(b"\n") > 5_000
     run = eval(two.stderr.decode())  # the dict LAST_RUN printed, and nothing else
     assert run["workers"] == 2 and run["chunks"] >= 4 and run["fell_back"] is None
 

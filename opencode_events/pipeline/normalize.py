@@ -403,7 +403,7 @@ def normalize_streams(
 
 
 # A regular file with at least this much left to read is worth a worker per core.
-PARALLEL_BYTES = 16 << 20
+PARALLEL_BYTES = 8 << 20
 
 
 def _large_file(stream: BinaryIO, head: bytes) -> bool:
