@@ -20,17 +20,16 @@ numbers a worker can shift once it knows where its chunk starts. So:
   remembers at its end, its counters, its costs in order, whether the lines before its
   first session left a mark (an event, a part id, a turn: one process would have left it
   on the session current there), and whether it asked if a step was open before any step
-  told it (``_StepUnknown``). A worker's normalizer knows what the input's did before it
-  (subagents' parents and directories an earlier input named).
+  told it (``_StepUnknown``). A worker's normalizer knows what this input's normalizer
+  learnt before it (subagents' parents and directories an earlier input named).
 - **Check**, here, in chunk order: the chunk's sessions are all new to this input, nothing
-  before its first session left a mark, and it did not ask about an open step when one was
-  open.
-  Then the fresh mapping is the true one, and this process hands the worker its token:
-  the ``seq`` and the line number its chunk starts at. The worker shifts its events,
-  writes them to the shared output, flushes and says so; only then does the next chunk's
-  token go out, so the writes land in order.
-- **Otherwise** (a session that comes back later, a session cut for length, a line
-  without a session at a cut): every worker is told to stop, and this process maps the
+  before its first session left a mark, and it did not ask about an open step when one
+  was open. Then the fresh mapping is the true one, and this process hands the worker its
+  token: the ``seq`` and the line number its chunk starts at. The worker shifts its
+  events, writes them to the shared output, flushes and says so; only then does the next
+  chunk's token go out, so the writes land in order.
+- **Otherwise** (a session that comes back later, a session cut for length, a mark made
+  before a chunk's first session): every worker is told to stop, and this process maps the
   rest itself, from the state the chunks before add up to (``_Carry.settle``: the chunks'
   sessions were each new, so each one's turns and part ids are its chunk's). Correct
   always; as fast as the chunks that fit, then as fast as one process.
