@@ -95,6 +95,13 @@ class Crew:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def keep(self, *mine: int) -> None:
+        """In a worker: close every end opened for the crew but ``mine``, so that whoever
+        is gone reads as an end of file."""
+        for fd in list(self.opened):
+            if fd not in mine:
+                self._close(fd)
+
     def kill(self) -> None:
         for pid in self.pids:
             with contextlib.suppress(OSError):

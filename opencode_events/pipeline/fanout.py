@@ -263,11 +263,6 @@ def _merge(
     return [cost for index in range(len(chunks)) for cost in costs_by_chunk.get(index, ())]
 
 
-def _close(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
-
-
 # ------------------------------------------------------------------------------ worker
 
 
@@ -284,9 +279,7 @@ def _worker_main(
     finalized here: the parent's database connection and files stay the parent's)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     queue, inbox, notes, result_out = ends = dealer.worker_ends(index)
-    for fd in dealer.opened:
-        if fd not in ends:
-            _close(fd)
+    dealer.keep(*ends)
     code = 0
     try:
         worker = _Worker(

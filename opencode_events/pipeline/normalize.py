@@ -380,6 +380,7 @@ def normalize_streams(
     limit = max_line_setting() if max_line is None else max_line
     for name, stream in inputs:
         opened = open_input(name, stream, normalizer, several=several, limit=limit, deltas=deltas)
+        batches: Iterator[list[Event]] | None = None  # what this process maps: all, or the rest
         if (
             opened.kind == "jsonl"
             and workers != 1
@@ -388,11 +389,12 @@ def normalize_streams(
         ):
             from . import streamfan
 
-            if streamfan.normalize_file(
+            batches = streamfan.normalize_file(
                 stream, opened, normalizer, writer, limit=limit, workers=workers
-            ):
-                continue
-        for events in input_batches(opened, stream, normalizer, limit=limit):
+            )
+        if batches is None:
+            batches = input_batches(opened, stream, normalizer, limit=limit)
+        for events in batches:
             if events:
                 write(events)
             end_batch()

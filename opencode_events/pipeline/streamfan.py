@@ -36,7 +36,7 @@ numbers a worker can shift once it knows where its chunk starts. So:
 
 Costs are added one by one in the order one process adds them, so even the float sum is
 the same. Only for the JSON Lines writer over a real file descriptor, where ``fork``
-exists; ``normalize_file`` returns False (nothing done) otherwise. Nothing here prints.
+exists; ``normalize_file`` returns None (nothing done) otherwise. Nothing here prints.
 
     >>> CHUNK_BYTES >= 1 << 20
     True
@@ -50,11 +50,12 @@ import pickle
 import signal
 import struct
 from collections import OrderedDict, deque
+from collections.abc import Generator, Iterator
 from typing import Any, BinaryIO
 
 from ..core.normalizer import REMEMBERED_SESSIONS, Counters, Normalizer
 from ..errors import InputError
-from ..events import Usage
+from ..events import Event, Usage
 from ..output.jsonl import JsonlWriter
 from ..sources.stream import StreamReader, line_batches
 from ..workers import Crew, can_share, failure_report, raise_failure, worker_count
@@ -162,19 +163,21 @@ def normalize_file(
     *,
     limit: int,
     workers: int | None = None,
-) -> bool:
+) -> Iterator[list[Event]] | None:
     """Normalize the rest of ``stream`` (a regular file, ``opened`` already) into
-    ``writer`` with worker processes; False, having read and written nothing more, where
-    they cannot help (one process, one chunk, an output they cannot share)."""
+    ``writer`` with worker processes. Returns the events of what is left for this process
+    to map and the caller to write (none, unless a chunk failed its check), the workers
+    gone by then; or None, having read and written nothing more, where they cannot help
+    (one process, one chunk, an output they cannot share)."""
     count = worker_count() if workers is None else workers
     out = writer.out
     if count < 2 or not hasattr(os, "fork") or not can_share(out):
-        return False
+        return None
     fd = stream.fileno()
     start = os.lseek(fd, 0, os.SEEK_CUR) - len(opened.head)
     cuts = cut_points(fd, start, os.fstat(fd).st_size)
     if len(cuts) < 2:
-        return False
+        return None
     count = min(count, len(cuts))
     LAST_RUN.clear()
     LAST_RUN.update(chunks=len(cuts), workers=count, fell_back=None)
@@ -192,6 +195,7 @@ def normalize_file(
             summary = crew.receive(number)
             if not carry.fits(summary, number):
                 crew.stop()
+                crew.kill()  # none holds a token (none is writing): the rest is mapped here
                 LAST_RUN["fell_back"] = number
                 LAST_RUN["read_again"] = carry.session is None
                 if carry.session is not None:
@@ -199,13 +203,16 @@ def normalize_file(
                     line_no = carry.lines
                 else:  # no session yet: the state of none, made again by reading again
                     line_no = _read_again(fd, start, cuts[number], opened, normalizer, limit)
-                _map_rest(fd, cuts[number], line_no, opened, normalizer, writer, limit)
-                return True
+                rest = line_batches(_Range(fd, cuts[number], None), max_line=limit)
+                source = opened.source
+                return line_events(
+                    opened.reader, rest, normalizer, limit=limit, source=source, line_no=line_no
+                )
             crew.token(number, carry.seq, carry.lines)
             carry.add(summary)
             crew.receive(number)  # written
         carry.settle(normalizer)
-        return True
+        return iter(())
     except BaseException:
         crew.kill()
         raise
@@ -220,34 +227,20 @@ def _read_again(
     """Map ``[start, end)`` again without writing it (the workers wrote it), to make the
     normalizer's state what it is there; the number of its last line."""
     batches = line_batches(_Range(fd, start, end), max_line=limit)
-    again = line_events(opened.reader, batches, normalizer, limit=limit, source=opened.source)
+    source = opened.source
+    return _drain(line_events(opened.reader, batches, normalizer, limit=limit, source=source))
+
+
+def _drain(mapping: Generator[list[Any], None, int], held: list[Any] | None = None) -> int:
+    """Run ``line_events`` to its end, its non-empty batches kept in ``held`` (if given);
+    the number of the last line it read."""
     try:
         while True:
-            next(again)
+            events = next(mapping)
+            if events and held is not None:
+                held.append(events)
     except StopIteration as done:
         return done.value
-
-
-def _map_rest(
-    fd: int,
-    start: int,
-    line_no: int,
-    opened: OpenedInput,
-    normalizer: Normalizer,
-    writer: JsonlWriter,
-    limit: int,
-) -> None:
-    """Map the input from ``start`` (line ``line_no + 1``) to its end in this process."""
-    rest = line_batches(_Range(fd, start, None), max_line=limit)
-    write, end_batch = writer.write, writer.end_batch
-    source = opened.source
-    for events in line_events(
-        opened.reader, rest, normalizer, limit=limit, source=source, line_no=line_no
-    ):
-        if events:
-            write(events)
-        end_batch()
-    writer.flush()
 
 
 class _Carry:
@@ -345,9 +338,7 @@ class _Crew(Crew):
         """Worker ``index``'s own ends (its inbox to read, its outbox to write), every
         other end closed in it, so that whoever is gone reads as an end of file."""
         mine = self.inboxes[index][0], self.outboxes[index][1]
-        for fd in list(self.opened):
-            if fd not in mine:
-                self._close(fd)
+        self.keep(*mine)
         return mine
 
     def started(self) -> None:
@@ -529,15 +520,8 @@ def _map_chunk(
     """A chunk's events, held, and what ``_Carry`` needs to know of it."""
     reader = StreamReader(normalizer, source=source)
     batches = line_batches(_Range(fd, start, end), max_line=limit)
-    mapping = line_events(reader, batches, normalizer, limit=limit, source=source)
     held: list[Any] = []
-    try:
-        while True:
-            events = next(mapping)
-            if events:
-                held.append(events)
-    except StopIteration as done:
-        lines = done.value
+    lines = _drain(line_events(reader, batches, normalizer, limit=limit, source=source), held)
     step = normalizer.step_open
     summary = {
         "events": normalizer.seq,
