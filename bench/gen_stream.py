@@ -4,10 +4,12 @@ The records are OpenCode's own, as captured; each copy of the corpus gets a fres
 id (and so fresh part-id scope), the way a log of many runs would read. ``--ordinary`` leaves
 out the records longer than ``ORDINARY_MAX`` bytes (the captured 84 KB tool output): a mix of
 ordinary small records, where per-record work is all there is and no giant record, cheap per
-byte for every reader, flatters the ratio. Usage:
+byte for every reader, flatters the ratio. ``--one-session`` writes every copy under one
+session, its parts under new ids each time: one long run. Usage:
 
     python bench/gen_stream.py SIZE_MB > big.jsonl      # or pipe it straight into a reader
     python bench/gen_stream.py --ordinary SIZE_MB > small.jsonl
+    python bench/gen_stream.py --ordinary --one-session SIZE_MB > long-run.jsonl
 """
 
 from __future__ import annotations
@@ -43,15 +45,18 @@ def corpus_block(*, ordinary: bool = False) -> tuple[bytes, list[bytes]]:
     return block, sorted(set(_SESSION.findall(block)))
 
 
-def blocks(size: int, *, ordinary: bool = False) -> Iterator[bytes]:
-    """Copies of the corpus, each under new session ids, until ``size`` bytes were given."""
+def blocks(size: int, *, ordinary: bool = False, one_session: bool = False) -> Iterator[bytes]:
+    """Copies of the corpus, each under new session ids (``one_session``: all under one,
+    with new part ids), until ``size`` bytes were given."""
     block, sessions = corpus_block(ordinary=ordinary)
     written, copy = 0, 0
     while written < size:
         copy += 1
         out = block
+        if one_session:
+            out = out.replace(b"prt_", b"prt_%07d" % copy)
         for index, session in enumerate(sessions):
-            fresh = b"ses_bench%08d%04d" % (copy, index)
+            fresh = b"ses_bench%08d%04d" % (0 if one_session else copy, 0 if one_session else index)
             out = out.replace(session, fresh.ljust(len(session), b"x"))
         yield out
         written += len(out)
@@ -60,11 +65,12 @@ def blocks(size: int, *, ordinary: bool = False) -> Iterator[bytes]:
 def main() -> None:
     args = sys.argv[1:]
     ordinary = "--ordinary" in args
-    args = [arg for arg in args if arg != "--ordinary"]
+    one_session = "--one-session" in args
+    args = [arg for arg in args if arg not in ("--ordinary", "--one-session")]
     size_mb = float(args[0]) if args else 200
     out = sys.stdout.buffer
     try:
-        for chunk in blocks(int(size_mb * (1 << 20)), ordinary=ordinary):
+        for chunk in blocks(int(size_mb * (1 << 20)), ordinary=ordinary, one_session=one_session):
             out.write(chunk)
     except BrokenPipeError:
         pass
