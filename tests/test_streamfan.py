@@ -63,7 +63,6 @@ def small_chunks(monkeypatch):
     """Chunks of a few KB, and workers for any file: many cuts in a small input."""
     monkeypatch.setattr(streamfan, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(streamfan, "WINDOW_BYTES", 8192)
-    monkeypatch.setattr(streamfan, "LONGEST", 64)  # the captures' sessions are not cut
     monkeypatch.setattr(normalize_module, "PARALLEL_BYTES", 0)
 
 
@@ -142,35 +141,69 @@ def test_a_session_that_comes_back_is_mapped_here_the_same(small_chunks, tmp_pat
     assert json.loads(one.splitlines()[-1])["duplicates"] > 0
 
 
-def test_a_file_of_one_session_is_not_cut(small_chunks, tmp_path):
-    path = tmp_path / "one.jsonl"
-    path.write_bytes((ROOT / "samples/parallel_tools/stream.jsonl").read_bytes() * 20)
-    _, run = same_both_ways([path], tmp_path)
-    assert run == {}  # no cut: one process read it all
-
-
-def test_a_long_session_among_many_runs_is_cut_and_mapped_here(small_chunks, tmp_path, monkeypatch):
-    # A worker holds a chunk's events: a stretch of one session longer than LONGEST chunks
-    # is cut anyway, and the chunk after the cut, carrying the session on, falls back.
-    monkeypatch.setattr(streamfan, "LONGEST", 4)
+def one_long_session(copies: int) -> bytes:
+    """One captured run's records ``copies`` times over in one session, each copy's parts
+    under new ids: a long run, as one `opencode run` writes it."""
     steps = (ROOT / "samples/parallel_tools/stream.jsonl").read_bytes()
-    # New part ids each time: the session's turns and part ids go on across the cut.
-    long_session = b"".join(steps.replace(b"prt_", b"prt_%03d" % n) for n in range(60))
+    return b"".join(steps.replace(b"prt_", b"prt_%03d" % n) for n in range(copies))
+
+
+def usage_turns(out: bytes) -> list[int]:
+    return [json.loads(line)["turn"] for line in out.splitlines() if b'"kind":"usage"' in line]
+
+
+def test_one_long_session_is_shared_out_and_counted_on(small_chunks, tmp_path):
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(one_long_session(60))
+    one, run = same_both_ways([path], tmp_path)
+    # Every chunk after the first carries the session on: the workers map it all, and
+    # number its turns on from the chunks before.
+    assert run["chunks"] > 20 and run["fell_back"] is None
+    assert usage_turns(one) == list(range(1, len(usage_turns(one)) + 1))
+    assert len(usage_turns(one)) > 60
+
+
+def test_a_part_seen_before_the_cut_falls_back(small_chunks, tmp_path):
+    # The same run twice over in one session: its parts are seen again after the cut
+    # (one process counts them duplicates and maps them once), so the rest is mapped here.
+    path = tmp_path / "again.jsonl"
+    path.write_bytes((ROOT / "samples/parallel_tools/stream.jsonl").read_bytes() * 20)
+    one, run = same_both_ways([path], tmp_path)
+    assert run["fell_back"] == 1 and run["read_again"] is False
+    assert json.loads(one.splitlines()[-1])["duplicates"] > 0
+
+
+def test_a_long_session_among_many_runs_is_carried_on(small_chunks, tmp_path):
+    long_session = one_long_session(60)
     data = log_of_runs(1) + long_session + log_of_runs(1).replace(b"copy", b"copz")
     path = tmp_path / "long.jsonl"
     path.write_bytes(data)
     one, run = same_both_ways([path], tmp_path)
-    assert run["fell_back"] is not None
+    assert run["fell_back"] is None
     with open(path, "rb") as f:
         cuts = streamfan.cut_points(f.fileno(), 0, len(data))
     gaps = [b - a for a, b in zip(cuts, [*cuts[1:], len(data)], strict=True)]
     longest_line = max(map(len, data.splitlines()))
-    assert max(gaps) <= (streamfan.LONGEST + 1) * streamfan.CHUNK_BYTES + longest_line
+    # A worker holds a chunk's events: no chunk is much longer than CHUNK_BYTES.
+    assert max(gaps) <= streamfan.CHUNK_BYTES + streamfan.WINDOW_BYTES + longest_line
     start = data.find(long_session)
-    assert any(start + 4096 < cut < start + len(long_session) for cut in cuts)  # forced
-    turns = [json.loads(line)["turn"] for line in one.splitlines() if b'"kind":"usage"' in line]
-    assert max(turns) > 60  # counted on over the cut, as one process counts them
-    assert run["read_again"] is False  # the state came from the chunks' summaries
+    assert sum(start < cut < start + len(long_session) for cut in cuts) > 10
+    assert max(usage_turns(one)) > 60  # counted on over the cuts, as one process counts
+
+
+def test_a_session_carried_on_then_a_fall_back_settles_its_state(small_chunks, tmp_path):
+    # The long session is carried on over several chunks, then a part of it comes again:
+    # the state made from the summaries (its turns and every part id of it) is the one
+    # process's, so what follows is mapped the same.
+    steps = (ROOT / "samples/parallel_tools/stream.jsonl").read_bytes()
+    data = log_of_runs(1) + one_long_session(30) + steps.replace(b"prt_", b"prt_%03d" % 3)
+    data += one_long_session(10).replace(b"prt_", b"prt_x")
+    path = tmp_path / "settle.jsonl"
+    path.write_bytes(data)
+    one, run = same_both_ways([path], tmp_path)
+    assert run["fell_back"] is not None and run["fell_back"] > 5
+    assert run["read_again"] is False
+    assert json.loads(one.splitlines()[-1])["duplicates"] > 0
 
 
 def test_a_last_line_without_its_newline(small_chunks, tmp_path):
@@ -340,8 +373,7 @@ def test_a_line_without_a_session_at_a_cut_falls_back(small_chunks, tmp_path):
 # ---------------------------------------------------------------------------- cuts
 
 
-def test_cuts_fall_where_the_session_changes(tmp_path, monkeypatch):
-    monkeypatch.setattr(streamfan, "LONGEST", 1000)  # no stretch long enough to force a cut
+def test_cuts_fall_where_the_session_changes(tmp_path):
     path = tmp_path / "log.jsonl"
     data = log_of_runs(2)
     path.write_bytes(data)
@@ -356,6 +388,22 @@ def test_cuts_fall_where_the_session_changes(tmp_path, monkeypatch):
         after = data[cut : data.find(b"\n", cut)]
         assert data[cut - 1 : cut] == b"\n"
         assert streamfan._session_in(before) != streamfan._session_in(after)
+
+
+def test_one_session_is_cut_at_lines_about_every_chunk(tmp_path):
+    path = tmp_path / "one.jsonl"
+    data = one_long_session(20)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        cuts = streamfan.cut_points(fd, 0, len(data), 4096)
+    finally:
+        os.close(fd)
+    assert cuts[0] == 0 and cuts == sorted(set(cuts))
+    longest_line = max(map(len, data.splitlines()))
+    for start, end in zip(cuts, [*cuts[1:], len(data)], strict=True):
+        assert data[start - 1 : start] in (b"", b"\n")
+        assert end - start <= 4096 + longest_line + 1
 
 
 # ---------------------------------------------------------------------------- the CLI

@@ -3,36 +3,39 @@
 The contract: the output is byte for byte what one process writes (tested), only sooner.
 A normalizer carries state from line to line (``seq``, line numbers, each session's turns
 and part ids, the session current, whether a step is open), so the file cannot simply be
-split. What makes it possible is that a log of many runs changes session now and then and
-never goes back: a chunk that starts where the session changes, and whose sessions no
-earlier chunk had, maps the same from a fresh normalizer as from the true one, but for
-numbers a worker can shift once it knows where its chunk starts. So:
+split. What makes it possible: a chunk whose sessions are new, but perhaps its first,
+which carries on the session current before it, maps the same from a fresh normalizer as
+from the true one, but for numbers a worker can shift once it knows where its chunk
+starts, and for part ids seen before the cut, which the parent can check. So:
 
 - **Cuts** (``cut_points``): the file, as large as it is when read begins, is cut about
-  every ``CHUNK_BYTES`` at a line where the ``sessionID`` differs from the line before's
-  (read off the bytes, no decode). A file of one session is not cut, and goes on in one
-  process; in a file that is cut, a stretch of one session longer than ``LONGEST`` chunks
-  is cut anyway (a worker holds a chunk's events: memory stays bounded). The last chunk
-  runs to the end of the file, however long it has grown.
+  every ``CHUNK_BYTES``: at a line where the ``sessionID`` differs from the line before's
+  (read off the bytes, no decode), looked for within ``WINDOW_BYTES``, else at the first
+  line there. A log of many runs is cut between runs; one long run, anywhere. A worker
+  holds a chunk's events: memory stays bounded. The last chunk runs to the end of the
+  file, however long it has grown.
 - **Speculation**: worker *w* of *W* maps chunks *w*, *w + W*, … each with a fresh
   normalizer, holds the events and sends this process what the chunk did: its events and
-  lines, the sessions it entered, each one's turns, the part ids of the sessions it
-  remembers at its end, its counters, its costs in order, whether the lines before its
-  first session left a mark (an event, a part id, a turn: one process would have left it
-  on the session current there), and whether it asked if a step was open before any step
-  told it (``_StepUnknown``). A worker's normalizer knows what this input's normalizer
-  learnt before it (subagents' parents and directories an earlier input named).
-- **Check**, here, in chunk order: the chunk's sessions are all new to this input, nothing
-  before its first session left a mark, and it did not ask about an open step when one
-  was open. Then the fresh mapping is the true one, and this process hands the worker its
-  token: the ``seq`` and the line number its chunk starts at. The worker shifts its
-  events, writes them to the shared output, flushes and says so; only then does the next
-  chunk's token go out, so the writes land in order.
-- **Otherwise** (a session that comes back later, a session cut for length, a mark made
-  before a chunk's first session): every worker is told to stop, and this process maps the
-  rest itself, from the state the chunks before add up to (``_Carry.settle``: the chunks'
-  sessions were each new, so each one's turns and part ids are its chunk's). Correct
-  always; as fast as the chunks that fit, then as fast as one process.
+  lines, the sessions it entered, each one's turns, the part ids of its first session and
+  of the sessions it remembers at its end, its counters, its costs in order, whether the
+  lines before its first session left a mark (an event, a part id, a turn: one process
+  would have left it on the session current there), whether it went back to its first
+  session after another, and whether it asked if a step was open before any step told it
+  (``_StepUnknown``). A worker's normalizer knows what this input's normalizer learnt
+  before it (subagents' parents and directories an earlier input named).
+- **Check**, here, in chunk order: the chunk's sessions are all new to this input but its
+  first, which may be the session current before it (carried on: then none of its part
+  ids was seen before, and the chunk did not leave it and come back); nothing before its
+  first session left a mark; and it did not ask about an open step when one was open.
+  Then the fresh mapping is the true one, and this process hands the worker its token:
+  the ``seq`` and line number its chunk starts at, and the turns of the session it
+  carries on. The worker shifts its events, writes them to the shared output, flushes and
+  says so; only then does the next chunk's token go out, so the writes land in order.
+- **Otherwise** (a session that comes back later, a part seen again, a mark made before a
+  chunk's first session): every worker is told to stop, and this process maps the rest
+  itself, from the state the chunks before add up to (``_Carry.settle``: each session's
+  turns and part ids are its chunk's, or a carried-on session's, its chunks' together).
+  Correct always; as fast as the chunks that fit, then as fast as one process.
 
 Costs are added one by one in the order one process adds them, so even the float sum is
 the same. Only for the JSON Lines writer over a real file descriptor, where ``fork``
@@ -61,16 +64,17 @@ from ..sources.stream import StreamReader, line_batches
 from ..workers import Crew, can_share, failure_report, raise_failure, worker_count
 from .normalize import OpenedInput, line_events
 
-__all__ = ["CHUNK_BYTES", "WINDOW_BYTES", "LONGEST", "cut_points", "normalize_file", "LAST_RUN"]
+__all__ = ["CHUNK_BYTES", "WINDOW_BYTES", "cut_points", "normalize_file", "LAST_RUN"]
 
 CHUNK_BYTES = 2 << 20  # input per chunk: a few thousand records, a few MB held per worker
 WINDOW_BYTES = 256 << 10  # how far past each target a cut is looked for
-LONGEST = 4  # chunks' worth of input past which a chunk is cut even inside a session
 _HEAD = 512  # a record's own sessionID comes within its first bytes (type, timestamp first)
 _SESSION_KEY = b'"sessionID":"'
 
-_TOKEN = struct.Struct("<qq")  # (seq, line) a chunk starts at; (-1, -1): stop
-_STOP = (-1, -1)
+# (seq, line, turns) a chunk starts at, turns being those of the session it carries on;
+# (-1, -1, -1): stop
+_TOKEN = struct.Struct("<qqq")
+_STOP = (-1, -1, -1)
 _LENGTH = struct.Struct("<Q")  # a message's length, before its pickle
 
 # The last run, for tests: chunks cut, workers started, the chunk that fell back (or None).
@@ -122,34 +126,22 @@ def _line_start(fd: int, at: int, end: int) -> int | None:
 
 
 def cut_points(fd: int, start: int, end: int, chunk: int | None = None) -> list[int]:
-    """Where the chunks of ``[start, end)`` start: ``start``, then a line where the session
-    changes, looked for in a window every ``chunk`` bytes (``CHUNK_BYTES``). A file of one
-    session costs a look of ``WINDOW_BYTES`` per chunk, and is not cut. In a file that is
-    cut, a stretch longer than ``LONGEST`` chunks with no change is cut anyway, at a line:
-    a worker holds one chunk's events, so memory stays bounded (the chunk after such a
-    cut carries on a session, fails its check, and the rest is mapped in one process)."""
+    """Where the chunks of ``[start, end)`` start: ``start``, then about every ``chunk``
+    bytes (``CHUNK_BYTES``) a line where the session changes, looked for in a window of
+    ``WINDOW_BYTES``, else the first line there (a chunk that carries a session on: one
+    long run is shared out too, and a worker holds no more than a chunk's events)."""
     size = CHUNK_BYTES if chunk is None else chunk
     cuts = [start]
     target = start + size
     while target < end:
         cut = _session_change(fd, target, end)
         if cut is None:
-            target += size  # no change near: the next chunk's worth on
-            continue
+            cut = _line_start(fd, target, end)
+            if cut is None:
+                break  # one line to the end: it cannot be cut
         cuts.append(cut)
         target = cut + size
-    if len(cuts) == 1:
-        return cuts
-    bounded = [start]
-    for stop in [*cuts[1:], end]:
-        while stop - bounded[-1] > LONGEST * size:
-            forced = _line_start(fd, bounded[-1] + size, stop)
-            if forced is None:
-                break  # one line to the end of the stretch: it cannot be cut
-            bounded.append(forced)
-        if stop < end:
-            bounded.append(stop)
-    return bounded
+    return cuts
 
 
 # ------------------------------------------------------------------------------ parent
@@ -208,7 +200,7 @@ def normalize_file(
                 return line_events(
                     opened.reader, rest, normalizer, limit=limit, source=source, line_no=line_no
                 )
-            crew.token(number, carry.seq, carry.lines)
+            crew.token(number, carry.seq, carry.lines, carry.offset)
             carry.add(summary)
             crew.receive(number)  # written
         carry.settle(normalizer)
@@ -247,9 +239,11 @@ class _Carry:
     """What the chunks mapped so far add up to, as one process would have it: the next
     ``seq`` and line, the sessions entered, each session's turns, the part ids of the
     sessions a normalizer remembers (``Normalizer._seen_by_session``), the session current,
-    whether a step is open, the counters and the cost sum. The chunks' sessions are each
-    new, so their turns and part ids are the chunk's alone, and the sessions remembered
-    are the last chunks' last ones, in order."""
+    whether a step is open, the counters and the cost sum. A chunk's sessions are new but
+    perhaps its first, which may carry on the session current before it: so each session's
+    turns and part ids are one chunk's, or for a session carried on, those before it
+    (``prior``) and its chunk's; and the sessions remembered are the last chunks' last ones,
+    in order."""
 
     def __init__(self, normalizer: Normalizer) -> None:
         self.seq = normalizer.seq
@@ -257,9 +251,10 @@ class _Carry:
         self.seen: set[str] = set()
         self.turns = dict(normalizer._session_turns)
         self.remembered = OrderedDict(normalizer._seen_by_session)
-        # The chunks' remembered sessions, still pickled: (how many, pickle), only as many
-        # of the last chunks as hold the sessions remembered, read when the state is wanted.
-        self.recent: deque[tuple[int, bytes]] = deque()
+        # The chunks' remembered sessions, still pickled: (how many, pickle, the one session
+        # if it holds only one), only as many of the last chunks as hold the sessions
+        # remembered, read when the state is wanted.
+        self.recent: deque[tuple[int, bytes, str | None]] = deque()
         self.recent_count = 0
         self.session = normalizer.session_id
         self.first = normalizer._first_session
@@ -267,33 +262,81 @@ class _Carry:
         self.step_open = normalizer.step_open
         self.counters = Counters()
         self.cost = normalizer.totals.cost
+        # The current session's part ids: a set, and the last chunk's still pickled (read
+        # only if the next chunk carries the session on).
+        self.tail: set[str] = set(normalizer._seen_parts) if self.session is not None else set()
+        self.tail_pickled: bytes | None = None
+        # Sessions carried on from one chunk into the next → their part ids before the
+        # chunk that carried them on last (as many as a normalizer remembers).
+        self.prior: OrderedDict[str, set[str]] = OrderedDict()
+        self.carried_on = False  # the chunk checked last carries ``session`` on
+        self.offset = 0  # and the turns that session had before it
 
     def fits(self, summary: dict[str, Any], number: int) -> bool:
-        """Whether the chunk's fresh mapping is what one process would have made."""
-        if summary["sessions"] & self.seen:
+        """Whether the chunk's fresh mapping is what one process would have made, but for
+        the numbers its worker shifts (``offset``: the turns of a session carried on)."""
+        sessions, first = summary["sessions"], summary["first"]
+        self.carried_on, self.offset = False, 0
+        carried_on = first is not None and first == self.session
+        if carried_on:
+            if summary["first_again"]:
+                return False  # back to it after another: its part ids are not all at hand
+            sessions = sessions - {first}
+        if sessions & self.seen:
             return False  # a session seen before: its turns and part ids carry on
         if summary["headless"] and number > 0:
             return False  # marks made under no session: one process made them on another
-        return not (summary["asked_step"] and self.step_open is True)
+        if summary["asked_step"] and self.step_open is True:
+            return False
+        if carried_on:
+            if not self._tail_parts().isdisjoint(pickle.loads(summary["first_parts"])):
+                return False  # a part seen before the cut: one process skips it
+            self.carried_on, self.offset = True, self.turns.get(first, 0)
+        return True
+
+    def _tail_parts(self) -> set[str]:
+        """The part ids of the session current after the chunks so far."""
+        if self.tail_pickled is not None:
+            self.tail |= pickle.loads(self.tail_pickled)
+            self.tail_pickled = None
+        return self.tail
 
     def add(self, summary: dict[str, Any]) -> None:
+        """Count in a chunk ``fits`` said yes to."""
         self.seq += summary["events"]
         self.lines += summary["lines"]
-        sessions = summary["sessions"]
+        sessions, first, last = summary["sessions"], summary["first"], summary["last"]
         self.seen |= sessions
         if sessions:
             if self.first is None:
-                self.first = summary["first"]
+                self.first = first
             if not self.several:
                 self.several = any(session != self.first for session in sessions)
-        self.turns.update(summary["turns"])
         count, remembered = summary["remembered"]
-        self.recent.append((count, remembered))
+        only = last if count == 1 else None
+        turns = summary["turns"]
+        if self.carried_on:
+            if self.recent and self.recent[-1][2] == first:
+                # The chunk before held that session alone: this one holds it on (a long
+                # run's chunks are not all kept).
+                self.recent_count -= self.recent.pop()[0]
+            else:
+                count -= 1  # counted with the chunk it came from
+            self.prior.pop(first, None)
+            self.prior[first] = self.tail  # read whole by ``fits``
+            if len(self.prior) > REMEMBERED_SESSIONS:
+                self.prior.popitem(last=False)
+            turns = dict(turns)
+            turns[first] = turns.get(first, 0) + self.offset
+        self.turns.update(turns)
+        self.recent.append((count, remembered, only))
         self.recent_count += count
         while self.recent_count - self.recent[0][0] >= REMEMBERED_SESSIONS:
             self.recent_count -= self.recent.popleft()[0]  # wholly pushed out by later ones
-        if summary["last"] is not None:
-            self.session = summary["last"]
+        if last is not None:
+            if not (self.carried_on and last == first):
+                self.tail = set()  # a session new in the chunk: its part ids are the chunk's
+            self.session, self.tail_pickled = last, summary["last_parts"]
         if summary["step_open"] is not None:
             self.step_open = summary["step_open"]
         self.counters.merge(summary["counters"], cost=False)
@@ -306,8 +349,16 @@ class _Carry:
         """Leave ``normalizer`` as one process leaves it after the chunks added so far."""
         normalizer._session_turns = self.turns
         remembered = self.remembered
-        for _, pickled in self.recent:
-            remembered.update(pickle.loads(pickled))
+        prior = self.prior
+        latest: OrderedDict[str, set[str]] = OrderedDict()  # each session's last chunk's
+        for _, pickled, _ in self.recent:
+            for session, parts in pickle.loads(pickled):
+                latest.pop(session, None)  # entered again since: more recent now
+                latest[session] = parts
+        for session, parts in latest.items():
+            before = prior.get(session)
+            remembered.pop(session, None)
+            remembered[session] = parts if before is None else before | parts
         while len(remembered) > REMEMBERED_SESSIONS:
             remembered.popitem(last=False)
         self.recent.clear()
@@ -359,9 +410,9 @@ class _Crew(Crew):
             raise_failure(message)
         return message
 
-    def token(self, number: int, seq: int, line: int) -> None:
+    def token(self, number: int, seq: int, line: int, turns: int) -> None:
         try:
-            os.write(self.inboxes[number % self.count][1], _TOKEN.pack(seq, line))
+            os.write(self.inboxes[number % self.count][1], _TOKEN.pack(seq, line, turns))
         except BrokenPipeError:  # the worker is gone (killed): not our output's reader
             self.stop()
             raise InputError("a normalize worker stopped") from None
@@ -458,12 +509,23 @@ class _ChunkNormalizer(Normalizer):
         self.entered: set[str] = set()
         self.step_unknown = self.step_open = _StepUnknown()  # type: ignore[assignment]
         self.headless = False
+        # The part ids of the first session while it is current (the parent checks them
+        # against the ones before, if the chunk carries that session on), and whether the
+        # chunk went back to it after another.
+        self.first_parts: set[str] = set()
+        self.first_again = False
 
     def enter_session(self, session_id: str | None) -> None:
         if session_id is not None and session_id != self._session:
             if not self.entered:
                 self.headless = self.marked()
+            elif session_id == self._first_session:
+                self.first_again = True
             self.entered.add(session_id)
+            super().enter_session(session_id)
+            if len(self.entered) == 1:
+                self.first_parts = self._seen_parts
+            return
         super().enter_session(session_id)
 
     def marked(self) -> bool:
@@ -495,7 +557,9 @@ def _worker_main(
             data = _read_exactly(inbox, _TOKEN.size)
             if data is None or _TOKEN.unpack(data) == _STOP:
                 break
-            seq, line = _TOKEN.unpack(data)
+            seq, line, turns = _TOKEN.unpack(data)
+            if turns:  # the turns of the session it carries on, before the chunk
+                _count_on(held, normalizer._first_session, turns)
             for events in held:
                 out.write_shifted(events, seq, line)
                 out.end_batch()
@@ -523,6 +587,7 @@ def _map_chunk(
     held: list[Any] = []
     lines = _drain(line_events(reader, batches, normalizer, limit=limit, source=source), held)
     step = normalizer.step_open
+    first_parts = pickle.dumps(normalizer.first_parts, pickle.HIGHEST_PROTOCOL)
     summary = {
         "events": normalizer.seq,
         "lines": lines,
@@ -536,6 +601,14 @@ def _map_chunk(
         # Each usage event's cost, in order (the events are the chunk's usage, one each).
         "costs": [event.cost for events in held for event in events if type(event) is Usage],
         "turns": normalizer._session_turns,
+        "first_again": normalizer.first_again,
+        "first_parts": first_parts,
+        # The part ids of the session current at the end, which the next chunk may carry on.
+        "last_parts": (
+            first_parts
+            if normalizer._seen_parts is normalizer.first_parts
+            else pickle.dumps(normalizer._seen_parts, pickle.HIGHEST_PROTOCOL)
+        ),
         # (how many, their pickle): the parent reads only the last chunks' (``_Carry``).
         "remembered": (
             len(normalizer._seen_by_session),
@@ -543,3 +616,12 @@ def _map_chunk(
         ),
     }
     return held, summary
+
+
+def _count_on(held: list[Any], session: str | None, turns: int) -> None:
+    """Number the usage events of ``session`` (the one the chunk carries on) after the
+    ``turns`` it had before the chunk, as one process numbers them."""
+    for events in held:
+        for event in events:
+            if type(event) is Usage and event.session_id == session:
+                event.turn += turns
