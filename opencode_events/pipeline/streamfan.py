@@ -270,6 +270,7 @@ class _Carry:
         # chunk that carried them on last (as many as a normalizer remembers).
         self.prior: OrderedDict[str, set[str]] = OrderedDict()
         self.carried_on = False  # the chunk checked last carries ``session`` on
+        self.first_parts: set[str] = set()  # and the part ids of it that the chunk saw
         self.offset = 0  # and the turns that session had before it
 
     def fits(self, summary: dict[str, Any], number: int) -> bool:
@@ -289,9 +290,11 @@ class _Carry:
         if summary["asked_step"] and self.step_open is True:
             return False
         if carried_on:
-            if not self._tail_parts().isdisjoint(pickle.loads(summary["first_parts"])):
+            parts = pickle.loads(summary["first_parts"])
+            if not self._tail_parts().isdisjoint(parts):
                 return False  # a part seen before the cut: one process skips it
             self.carried_on, self.offset = True, self.turns.get(first, 0)
+            self.first_parts = parts
         return True
 
     def _tail_parts(self) -> set[str]:
@@ -334,9 +337,12 @@ class _Carry:
         while self.recent_count - self.recent[0][0] >= REMEMBERED_SESSIONS:
             self.recent_count -= self.recent.popleft()[0]  # wholly pushed out by later ones
         if last is not None:
+            self.session, self.tail_pickled = last, summary["last_parts"]
             if not (self.carried_on and last == first):
                 self.tail = set()  # a session new in the chunk: its part ids are the chunk's
-            self.session, self.tail_pickled = last, summary["last_parts"]
+            elif summary["last_parts"] is summary["first_parts"]:  # one pickle: read in fits
+                self.tail |= self.first_parts
+                self.tail_pickled = None
         if summary["step_open"] is not None:
             self.step_open = summary["step_open"]
         self.counters.merge(summary["counters"], cost=False)
