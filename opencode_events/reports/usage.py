@@ -32,6 +32,7 @@ import sqlite3
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime, tzinfo
+from hashlib import blake2b
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 import msgspec
@@ -741,20 +742,27 @@ def _figures(message: UsageMessage) -> UsageRow:
     )
 
 
-def _fingerprint(message: UsageMessage) -> tuple[Any, ...]:
-    """What a forked copy shares with its original (ids differ, content does not)."""
+def _fingerprint(message: UsageMessage) -> bytes:
+    """What a forked copy shares with its original (ids differ, content does not): the
+    role, times, cost, tokens, model and agent, encoded and hashed to 16 bytes (a fork of
+    a long history holds tens of thousands of copies, each waiting for its original: 16
+    bytes each, not a tuple of seven objects). A copy is OpenCode's copy of the same
+    JSON, so the same values of the same types, and the same bytes."""
     tokens = message.tokens
-    t = msgspec.json.encode(tokens) if tokens is not None else b""
     time = message.time
-    return (
+    fields = (
         message.role,
         time and time.created,
         time and time.completed,
         message.cost,
-        t,
+        msgspec.json.encode(tokens) if tokens is not None else b"",
         message.modelID,
         message.agent,
     )
+    return blake2b(_PRINT.encode(fields), digest_size=16).digest()
+
+
+_PRINT = msgspec.msgpack.Encoder()
 
 
 class _Turn:
@@ -913,7 +921,7 @@ def _forked_copies(
     (older than their own session, same content and times as another; with ``since``, of
     those created since then), how many of them are inferences (assistant messages), and
     the cost they carry."""
-    candidates: dict[tuple[Any, ...], list[tuple[str, bool, float]]] = {}
+    candidates: dict[bytes, list[tuple[str, bool, float]]] = {}
     times: set[Any] = set()
     copy_ids: set[str] = set()
     for sid, mid, created, data in _older_than_session(store):
@@ -929,7 +937,7 @@ def _forked_copies(
         copy_ids.add(mid)
     if not candidates:
         return set(), 0, 0.0
-    originals: set[tuple[Any, ...]] = set()
+    originals: set[bytes] = set()
     for sid, mid, created, data in _message_rows(store, None):
         if created not in times or mid in copy_ids or sid not in sessions:
             continue
@@ -1299,7 +1307,7 @@ def _grouped(
     # Forked history: messages older than their session. They are held aside until we
     # know whether their original is in the database too (then they are not counted).
     copy_ids: set[str] = set()
-    copy_prints: set[tuple[Any, ...]] = set()
+    copy_prints: set[bytes] = set()
     copy_times: set[Any] = set()
     # The ledger: sessions whose groups the cache holds are not read, unless a row they
     # summed is at a fork copy's time (the copies' rule needs it) or, with ``since``, they
@@ -1370,11 +1378,11 @@ def _grouped(
                 spill.close()  # a child keeping the ledger has its own
         for sid, entry in kept.items():  # their days are folded in below, as they are
             for mid, day, fingerprint, sums in entry.held:
-                ready.append((mid, (sid, day), tuple(fingerprint), sums))
+                ready.append((mid, (sid, day), fingerprint, sums))
         owner = every_owner
     steps: list[UsageRow] = []
-    copies: list[tuple[tuple[Any, ...], Any, Any]] = []
-    originals: set[tuple[Any, ...]] = set(scan.originals)
+    copies: list[tuple[bytes, Any, Any]] = []
+    originals: set[bytes] = set(scan.originals)
     for mid, key, fingerprint, figures in ready:
         if mid in copy_ids:
             copies.append((fingerprint, key, figures))
@@ -1486,9 +1494,7 @@ def _subagent_shares(
     return shares
 
 
-def _forked_copies_of(
-    store: Any, kept: dict[str, SessionDays]
-) -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
+def _forked_copies_of(store: Any, kept: dict[str, SessionDays]) -> Iterator[tuple[str, Any, bytes]]:
     """(message id, time, fingerprint) of every assistant message older than its session
     (a fork's copy): a fork the ledger holds names its copies among its held rows, any
     other fork's are read."""
@@ -1509,7 +1515,7 @@ def _forked_copies_of(
                 continue
             for mid, _day, fingerprint, sums in entry.held:
                 if fingerprint and sums[8] < start:
-                    yield mid, sums[8], tuple(fingerprint)
+                    yield mid, sums[8], fingerprint
         if not unread:
             return
     rows = (
@@ -1535,10 +1541,10 @@ class SessionDays(Struct, array_like=True, gc=False):
     days: list[tuple[str, list[int], bytes, int | None, bytes]]
     # Rows held for the forks' rule (at a copy's time when read): (message id, day,
     # fingerprint, sums), put through the rule again with every report.
-    held: list[tuple[Any, str, list[Any], list[Any]]] = []
+    held: list[tuple[Any, str, bytes, list[Any]]] = []
 
 
-_LEDGER_FORMAT = 1  # the shape of SessionDays: a new one, a new ledger
+_LEDGER_FORMAT = 2  # the shape of SessionDays: a new one, a new ledger (2: hashed prints)
 _ENTRY_ENCODER = msgspec.msgpack.Encoder()  # as the cache encodes: its bytes are kept as they are
 _ENTRY = msgspec.msgpack.Decoder(SessionDays)
 # One ledger serves day and session (a session's days); model and agent have their own (a
@@ -1873,7 +1879,7 @@ class _Scan:
         until: int | None = None,
         *,
         per_session: bool = True,
-        copy_prints: set[tuple[Any, ...]] | None = None,
+        copy_prints: set[bytes] | None = None,
         ledger: bool = False,
         spill: Spill | None = None,
     ) -> None:
@@ -1892,7 +1898,7 @@ class _Scan:
         self.copy_prints = copy_prints or set()  # the copies' fingerprints (see ``settle``)
         # Fingerprints of rows that are no copy but have a copy's: their copies are not
         # counted (kept when rows are summed as they are decoded, with no ledger).
-        self.originals: set[tuple[Any, ...]] = set()
+        self.originals: set[bytes] = set()
         self.groups: dict[Any, list[Any]] = {}
         self.slow: list[tuple[str, str, Any, bytes]] = []
         self.unread = 0  # message rows of the sessions read that are not JSON or have no role
@@ -1901,7 +1907,7 @@ class _Scan:
         self.irregular: set[str] = set()
         # ``slow`` decoded by ``prepare``, as ``run`` goes: a row's bytes are not held
         # beside what is read from them (forks copy whole histories: many such rows).
-        self.ready: list[tuple[str, Any, tuple[Any, ...], Any]] = []
+        self.ready: list[tuple[str, Any, bytes, Any]] = []
         # With ``ledger``, what the ledger keeps of each session read, encoded where it was
         # read (``finish``: in the worker that read it), one entry per part of the table
         # the session has rows in (``_keep_days`` joins them): its bytes, or with ``spill``
@@ -2119,10 +2125,10 @@ class _Scan:
             return
         self._add_ready(ready, self.groups)
 
-    def prepare(self, day_of: _DayOf) -> list[tuple[str, Any, tuple[Any, ...], Any]]:
+    def prepare(self, day_of: _DayOf) -> list[tuple[str, Any, bytes, Any]]:
         """The slow rows, in order, as (message id, group key, fingerprint, figures): a
         ``--by step`` row, or else the message's sums as a group of one (``_add_message``:
-        the same figures as the mapping's rule). The fingerprint is left out (``()``) when
+        the same figures as the mapping's rule). The fingerprint is left out (``b""``) when
         there are no forked copies to match, or the message is not whole enough to be one."""
         by, owner, copy_ids = self.by, self.owner, self.copy_ids
         ready = []
@@ -2141,10 +2147,10 @@ class _Scan:
                     sums = _new_sums(None)
                     _add_message(sums, figures_only, created)
                     key = (sid, day_of(created))
-                    ready.append((mid, key, (), sums))
+                    ready.append((mid, key, b"", sums))
                 continue
             key = _group_key(by, owner[sid], full, created, day_of, sid)
-            fingerprint = _fingerprint(full) if copy_ids else ()
+            fingerprint = _fingerprint(full) if copy_ids else b""
             if by == "step":
                 figures: Any = _step_row(sid, mid, created, full)
             else:
@@ -2174,7 +2180,7 @@ class _Scan:
         held: dict[str, list[Any]] = {}
         for mid, (sid, day), fingerprint, sums in self.ready:
             kept_sums = [*sums[:6], list(sums[6]), sums[7], sums[8], list(sums[9])]
-            held.setdefault(sid, []).append((mid, day, list(fingerprint), kept_sums))
+            held.setdefault(sid, []).append((mid, day, fingerprint, kept_sums))
         days: dict[str, list[Any]] = {}
         for (sid, group), acc in self.groups.items():  # costs and times: arrays (``_new_sums``)
             s0, s1, s2, s3, s4, s5, costs, s7, first, times = acc
@@ -2224,7 +2230,7 @@ class _Scan:
         self._add_ready(ready, groups)
         self.groups = groups
 
-    def _add_ready(self, rows: list[tuple[str, Any, tuple[Any, ...], Any]], groups: dict) -> None:
+    def _add_ready(self, rows: list[tuple[str, Any, bytes, Any]], groups: dict) -> None:
         """``rows`` (``prepare``'s) summed into ``groups`` under no session, as a scan with no
         ledger sums them, but for the forked copies: they wait in ``ready`` for the end
         (whether their original is anywhere in the table), a copy's fingerprint noted when
