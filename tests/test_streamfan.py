@@ -206,6 +206,39 @@ def test_a_session_carried_on_then_a_fall_back_settles_its_state(small_chunks, t
     assert json.loads(one.splitlines()[-1])["duplicates"] > 0
 
 
+def test_the_sessions_remembered_count_each_carried_on_session_once(tmp_path, monkeypatch):
+    # Found by a review's fuzzer: a chunk of many sessions ending in S, two chunks that
+    # carry S on, then the first chunk's session again with a part it had. Counting S twice
+    # let the state forget that session while one process still remembers it, and its
+    # part went out again instead of being a duplicate.
+    from opencode_events.core.normalizer import REMEMBERED_SESSIONS
+
+    width = 240  # every line as long: the cuts fall every ``per_chunk`` lines
+
+    def line(session: str, part: str) -> bytes:
+        record = {"type": "text", "sessionID": session, "part": {"id": part, "type": "text"}}
+        record["part"]["text"] = ""
+        pad = width - 1 - len(json.dumps(record, separators=(",", ":")))
+        record["part"]["text"] = "x" * pad
+        return json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+    per_chunk = REMEMBERED_SESSIONS + 8
+    monkeypatch.setattr(streamfan, "CHUNK_BYTES", (per_chunk - 1) * width)
+    monkeypatch.setattr(streamfan, "WINDOW_BYTES", width + width // 2)
+    monkeypatch.setattr(normalize_module, "PARALLEL_BYTES", 0)
+    others = [f"ses_p{i:04d}" for i in range(REMEMBERED_SESSIONS - 2)]
+    plan = [("ses_q", f"prt_q{i}") for i in range(per_chunk)]
+    many = per_chunk - 3
+    plan += [(others[i * len(others) // many], f"prt_p{i}") for i in range(many)]
+    plan += [("ses_s", f"prt_s{i}") for i in range(3 + 2 * per_chunk)]
+    plan += [("ses_q", "prt_q0")] + [("ses_q", f"prt_qq{i}") for i in range(per_chunk - 1)]
+    path = tmp_path / "remembered.jsonl"
+    path.write_bytes(b"".join(line(session, part) for session, part in plan))
+    one, run = same_both_ways([path], tmp_path)
+    assert run["fell_back"] == 4  # the first session comes back
+    assert json.loads(one.splitlines()[-1])["duplicates"] == 1
+
+
 def test_a_last_line_without_its_newline(small_chunks, tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_bytes(log_of_runs(2).rstrip(b"\n"))

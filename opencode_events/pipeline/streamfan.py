@@ -319,12 +319,15 @@ class _Carry:
         only = last if count == 1 else None
         turns = summary["turns"]
         if self.carried_on:
+            # The session is counted once, with the chunk it came from: or with this one,
+            # if that chunk held it alone and counted it (then this one holds it on in its
+            # place: a long run's chunks are not all kept).
             if self.recent and self.recent[-1][2] == first:
-                # The chunk before held that session alone: this one holds it on (a long
-                # run's chunks are not all kept).
-                self.recent_count -= self.recent.pop()[0]
+                before = self.recent.pop()[0]
+                self.recent_count -= before
+                count += before - 1
             else:
-                count -= 1  # counted with the chunk it came from
+                count -= 1
             self.prior.pop(first, None)
             self.prior[first] = self.tail  # read whole by ``fits``
             if len(self.prior) > REMEMBERED_SESSIONS:
