@@ -239,6 +239,22 @@ def test_the_sessions_remembered_count_each_carried_on_session_once(tmp_path, mo
     assert json.loads(one.splitlines()[-1])["duplicates"] == 1
 
 
+def test_a_chunk_of_many_short_lines_is_mapped_here(small_chunks, tmp_path, monkeypatch):
+    # Short lines that are no records make a warning each: a hundred times the events of
+    # an ordinary chunk. A worker does not hold them (memory stays one process's): the
+    # rest, from that chunk on, is mapped here as it comes.
+    monkeypatch.setattr(streamfan, "HELD_EVENTS", 300)
+    path = tmp_path / "short.jsonl"
+    path.write_bytes(b"x\n" * 20000)
+    one, run = same_both_ways([path], tmp_path)
+    assert run["chunks"] > 5 and run["fell_back"] == 0
+    assert one.count(b'"kind":"warning"') == 20000
+    runs = log_of_runs(2)
+    path.write_bytes(runs + b"x\n" * 20000 + runs.replace(b"copy", b"copz"))
+    one, run = same_both_ways([path], tmp_path)
+    assert run["fell_back"] is not None and run["fell_back"] > 5
+
+
 def test_a_last_line_without_its_newline(small_chunks, tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_bytes(log_of_runs(2).rstrip(b"\n"))

@@ -15,7 +15,9 @@ starts, and for part ids seen before the cut, which the parent can check. So:
   holds a chunk's events: memory stays bounded. The last chunk runs to the end of the
   file, however long it has grown.
 - **Speculation**: worker *w* of *W* maps chunks *w*, *w + W*, … each with a fresh
-  normalizer, holds the events and sends this process what the chunk did: its events and
+  normalizer, holds the events (at most ``HELD_EVENTS``: a chunk of more, such as short
+  lines that are no records, a warning each, is left to this process) and sends this
+  process what the chunk did: its events and
   lines, the sessions it entered, each one's turns, the part ids of its first session and
   of the sessions it remembers at its end, its counters, its costs in order, whether the
   lines before its first session left a mark (an event, a part id, a turn: one process
@@ -32,9 +34,10 @@ starts, and for part ids seen before the cut, which the parent can check. So:
   carries on. The worker shifts its events, writes them to the shared output, flushes and
   says so; only then does the next chunk's token go out, so the writes land in order.
 - **Otherwise** (a session that comes back later, a part seen again, a mark made before a
-  chunk's first session): every worker is told to stop, and this process maps the rest
-  itself, from the state the chunks before add up to (``_Carry.settle``: each session's
-  turns and part ids are its chunk's, or a carried-on session's, its chunks' together).
+  chunk's first session, a chunk too dense to hold): every worker is told to stop, and
+  this process maps the rest itself, from the state the chunks before add up to
+  (``_Carry.settle``: each session's turns and part ids are its chunk's, or a carried-on
+  session's, its chunks' together).
   Correct always; as fast as the chunks that fit, then as fast as one process.
 
 Costs are added one by one in the order one process adds them, so even the float sum is
@@ -64,10 +67,14 @@ from ..sources.stream import StreamReader, line_batches
 from ..workers import Crew, can_share, failure_report, raise_failure, worker_count
 from .normalize import OpenedInput, line_events
 
-__all__ = ["CHUNK_BYTES", "WINDOW_BYTES", "cut_points", "normalize_file", "LAST_RUN"]
+__all__ = ["CHUNK_BYTES", "WINDOW_BYTES", "HELD_EVENTS", "cut_points", "normalize_file", "LAST_RUN"]
 
 CHUNK_BYTES = 2 << 20  # input per chunk: a few thousand records, a few MB held per worker
 WINDOW_BYTES = 256 << 10  # how far past each target a cut is looked for
+# Events a worker holds for a chunk at most: an ordinary chunk makes a few thousand, but
+# one of short lines that are no records (a warning each) makes a hundred times as many;
+# such a chunk is not held but mapped here, as it comes (memory stays as one process's).
+HELD_EVENTS = 20_000
 _HEAD = 512  # a record's own sessionID comes within its first bytes (type, timestamp first)
 _SESSION_KEY = b'"sessionID":"'
 
@@ -223,14 +230,23 @@ def _read_again(
     return _drain(line_events(opened.reader, batches, normalizer, limit=limit, source=source))
 
 
-def _drain(mapping: Generator[list[Any], None, int], held: list[Any] | None = None) -> int:
+def _drain(
+    mapping: Generator[list[Any], None, int],
+    held: list[Any] | None = None,
+    most: int | None = None,
+) -> int | None:
     """Run ``line_events`` to its end, its non-empty batches kept in ``held`` (if given);
-    the number of the last line it read."""
+    the number of the last line it read. None, stopped there, once ``held`` holds more than
+    ``most`` events."""
+    count = 0
     try:
         while True:
             events = next(mapping)
             if events and held is not None:
                 held.append(events)
+                count += len(events)
+                if most is not None and count > most:
+                    return None
     except StopIteration as done:
         return done.value
 
@@ -276,8 +292,10 @@ class _Carry:
     def fits(self, summary: dict[str, Any], number: int) -> bool:
         """Whether the chunk's fresh mapping is what one process would have made, but for
         the numbers its worker shifts (``offset``: the turns of a session carried on)."""
-        sessions, first = summary["sessions"], summary["first"]
         self.carried_on, self.offset = False, 0
+        if summary.get("dense"):
+            return False  # not held: mapped here
+        sessions, first = summary["sessions"], summary["first"]
         carried_on = first is not None and first == self.session
         if carried_on:
             if summary["first_again"]:
@@ -594,7 +612,11 @@ def _map_chunk(
     reader = StreamReader(normalizer, source=source)
     batches = line_batches(_Range(fd, start, end), max_line=limit)
     held: list[Any] = []
-    lines = _drain(line_events(reader, batches, normalizer, limit=limit, source=source), held)
+    mapping = line_events(reader, batches, normalizer, limit=limit, source=source)
+    lines = _drain(mapping, held, HELD_EVENTS)
+    if lines is None:  # a chunk of many more events than lines' worth: not held
+        held.clear()
+        return held, {"dense": True}
     step = normalizer.step_open
     first_parts = pickle.dumps(normalizer.first_parts, pickle.HIGHEST_PROTOCOL)
     summary = {
