@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -161,6 +162,49 @@ def test_one_long_session_is_shared_out_and_counted_on(small_chunks, tmp_path):
     assert run["chunks"] > 20 and run["fell_back"] is None
     assert usage_turns(one) == list(range(1, len(usage_turns(one)) + 1))
     assert len(usage_turns(one)) > 60
+
+
+def test_a_long_run_whose_part_ids_do_not_ascend_is_carried_on_too(small_chunks, tmp_path):
+    # Copies numbered down: each chunk's part ids are less than those before the cut, so
+    # their ranges meet and the parent reads the sets to find them apart.
+    steps = (ROOT / "samples/parallel_tools/stream.jsonl").read_bytes()
+    path = tmp_path / "down.jsonl"
+    path.write_bytes(b"".join(steps.replace(b"prt_", b"prt_%03d" % n) for n in range(40, 0, -1)))
+    one, run = same_both_ways([path], tmp_path)
+    assert run["chunks"] > 15 and run["fell_back"] is None
+    assert usage_turns(one) == list(range(1, len(usage_turns(one)) + 1))
+
+
+def span(ids: set[str]) -> tuple[str, str] | None:
+    return (min(ids), max(ids)) if ids else None
+
+
+@pytest.mark.parametrize(
+    ("chunks", "chunk", "reads", "disjoint"),
+    [
+        ([{"p1", "p2"}, {"p3", "p4"}], {"p5", "p6"}, 0, True),  # after every id before
+        ([{"p1", "p2"}, {"p3", "p6"}], {"p4", "p7"}, 2, True),  # meets the last: read both
+        ([{"p1", "p5"}, {"p6", "p7"}], {"p2", "p4"}, 2, True),  # meets the first alone
+        ([{"p1", "p2"}, {"p3", "p6"}], {"p5", "p6"}, 2, False),  # shares p6
+        ([{"p1", "p2"}], {"p2", "p9"}, 2, False),  # the greatest again: ranges touch
+        ([{"p5"}], {"p1", "p4"}, 0, True),  # before every id
+        ([], {"p1"}, 0, True),  # nothing before
+        ([{"p1"}], set(), 0, True),  # nothing in the chunk
+    ],
+)
+def test_part_ids_are_read_only_where_their_ranges_meet(
+    chunks, chunk, reads, disjoint, monkeypatch
+):
+    parts = streamfan._Parts(set())
+    for ids in chunks:
+        parts.add(pickle.dumps(ids), span(ids))
+    loads = []
+    real_loads = pickle.loads
+    monkeypatch.setattr(streamfan.pickle, "loads", lambda data: loads.append(1) or real_loads(data))
+    assert parts.disjoint(span(chunk), pickle.dumps(chunk)) is disjoint
+    assert len(loads) == reads
+    monkeypatch.undo()
+    assert parts.whole() == set().union(*chunks)
 
 
 def test_a_part_seen_before_the_cut_falls_back(small_chunks, tmp_path):

@@ -278,15 +278,13 @@ class _Carry:
         self.step_open = normalizer.step_open
         self.counters = Counters()
         self.cost = normalizer.totals.cost
-        # The current session's part ids: a set, and the last chunk's still pickled (read
-        # only if the next chunk carries the session on).
-        self.tail: set[str] = set(normalizer._seen_parts) if self.session is not None else set()
-        self.tail_pickled: bytes | None = None
+        # The current session's part ids (read only if a chunk that carries the session on
+        # may hold one of them).
+        self.tail = _Parts(set(normalizer._seen_parts) if self.session is not None else set())
         # Sessions carried on from one chunk into the next → their part ids before the
         # chunk that carried them on last (as many as a normalizer remembers).
-        self.prior: OrderedDict[str, set[str]] = OrderedDict()
+        self.prior: OrderedDict[str, _Parts] = OrderedDict()
         self.carried_on = False  # the chunk checked last carries ``session`` on
-        self.first_parts: set[str] = set()  # and the part ids of it that the chunk saw
         self.offset = 0  # and the turns that session had before it
 
     def fits(self, summary: dict[str, Any], number: int) -> bool:
@@ -308,19 +306,10 @@ class _Carry:
         if summary["asked_step"] and self.step_open is True:
             return False
         if carried_on:
-            parts = pickle.loads(summary["first_parts"])
-            if not self._tail_parts().isdisjoint(parts):
+            if not self.tail.disjoint(summary["first_span"], summary["first_parts"]):
                 return False  # a part seen before the cut: one process skips it
             self.carried_on, self.offset = True, self.turns.get(first, 0)
-            self.first_parts = parts
         return True
-
-    def _tail_parts(self) -> set[str]:
-        """The part ids of the session current after the chunks so far."""
-        if self.tail_pickled is not None:
-            self.tail |= pickle.loads(self.tail_pickled)
-            self.tail_pickled = None
-        return self.tail
 
     def add(self, summary: dict[str, Any]) -> None:
         """Count in a chunk ``fits`` said yes to."""
@@ -347,7 +336,7 @@ class _Carry:
             else:
                 count -= 1
             self.prior.pop(first, None)
-            self.prior[first] = self.tail  # read whole by ``fits``
+            self.prior[first] = self.tail
             if len(self.prior) > REMEMBERED_SESSIONS:
                 self.prior.popitem(last=False)
             turns = dict(turns)
@@ -358,12 +347,10 @@ class _Carry:
         while self.recent_count - self.recent[0][0] >= REMEMBERED_SESSIONS:
             self.recent_count -= self.recent.popleft()[0]  # wholly pushed out by later ones
         if last is not None:
-            self.session, self.tail_pickled = last, summary["last_parts"]
-            if not (self.carried_on and last == first):
-                self.tail = set()  # a session new in the chunk: its part ids are the chunk's
-            elif summary["last_parts"] is summary["first_parts"]:  # one pickle: read in fits
-                self.tail |= self.first_parts
-                self.tail_pickled = None
+            if not (self.carried_on and last == first):  # a session new in the chunk
+                self.tail = _Parts(set())  # its part ids are the chunk's
+            self.session = last
+            self.tail.add(summary["last_parts"], summary["last_span"])
         if summary["step_open"] is not None:
             self.step_open = summary["step_open"]
         self.counters.merge(summary["counters"], cost=False)
@@ -379,13 +366,13 @@ class _Carry:
         prior = self.prior
         latest: OrderedDict[str, set[str]] = OrderedDict()  # each session's last chunk's
         for _, pickled, _ in self.recent:
-            for session, parts in pickle.loads(pickled):
+            for session, ids in pickle.loads(pickled):
                 latest.pop(session, None)  # entered again since: more recent now
-                latest[session] = parts
-        for session, parts in latest.items():
+                latest[session] = ids
+        for session, ids in latest.items():
             before = prior.get(session)
             remembered.pop(session, None)
-            remembered[session] = parts if before is None else before | parts
+            remembered[session] = ids if before is None else before.whole() | ids
         while len(remembered) > REMEMBERED_SESSIONS:
             remembered.popitem(last=False)
         self.recent.clear()
@@ -399,6 +386,48 @@ class _Carry:
         normalizer.seq = self.seq
         normalizer.merge(self.counters, cost=False)
         normalizer.totals.cost = self.cost
+
+
+class _Parts:
+    """One session's part ids, as chunks tell them: each chunk's set, still pickled, with
+    its least and greatest id. Only sets whose ranges meet can share an id, and a long
+    run's part ids nearly ascend (a step's parts are made in order, told as they end): a
+    chunk that carries it on meets the chunk before it at most, so the parent reads that
+    one set, not every part id of the run (its memory stays the pickles')."""
+
+    __slots__ = ("spans",)
+
+    def __init__(self, read: set[str]) -> None:
+        self.spans: list[tuple[str, str, set[str] | bytes]] = []
+        if read:
+            self.spans.append((min(read), max(read), read))
+
+    def add(self, pickled: bytes, span: tuple[str, str] | None) -> None:
+        """Count in a chunk's pickled set, its least and greatest id (None: empty)."""
+        if span is not None:
+            self.spans.append((*span, pickled))
+
+    def whole(self) -> set[str]:
+        """Every part id."""
+        ids: set[str] = set()
+        for _, _, each in self.spans:
+            ids |= pickle.loads(each) if type(each) is bytes else each
+        return ids
+
+    def disjoint(self, span: tuple[str, str] | None, pickled: bytes) -> bool:
+        """Whether the pickled set, its least and greatest id ``span`` (None: empty),
+        holds none of these: read only where their ranges meet."""
+        if span is None:
+            return True
+        low, high = span
+        ids: set[str] | None = None
+        for least, most, each in self.spans:
+            if least <= high and low <= most:
+                if ids is None:
+                    ids = pickle.loads(pickled)
+                if not ids.isdisjoint(pickle.loads(each) if type(each) is bytes else each):
+                    return False
+        return True
 
 
 class _Crew(Crew):
@@ -619,6 +648,7 @@ def _map_chunk(
         return held, {"dense": True}
     step = normalizer.step_open
     first_parts = pickle.dumps(normalizer.first_parts, pickle.HIGHEST_PROTOCOL)
+    last_parts = normalizer._seen_parts
     summary = {
         "events": normalizer.seq,
         "lines": lines,
@@ -634,12 +664,14 @@ def _map_chunk(
         "turns": normalizer._session_turns,
         "first_again": normalizer.first_again,
         "first_parts": first_parts,
+        "first_span": _span(normalizer.first_parts),
         # The part ids of the session current at the end, which the next chunk may carry on.
         "last_parts": (
             first_parts
-            if normalizer._seen_parts is normalizer.first_parts
-            else pickle.dumps(normalizer._seen_parts, pickle.HIGHEST_PROTOCOL)
+            if last_parts is normalizer.first_parts
+            else pickle.dumps(last_parts, pickle.HIGHEST_PROTOCOL)
         ),
+        "last_span": _span(last_parts),
         # (how many, their pickle): the parent reads only the last chunks' (``_Carry``).
         "remembered": (
             len(normalizer._seen_by_session),
@@ -647,6 +679,11 @@ def _map_chunk(
         ),
     }
     return held, summary
+
+
+def _span(ids: set[str]) -> tuple[str, str] | None:
+    """The least and the greatest of ``ids`` (None: none)."""
+    return (min(ids), max(ids)) if ids else None
 
 
 def _count_on(held: list[Any], session: str | None, turns: int) -> None:
