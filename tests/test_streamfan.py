@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from opencode_events.core.normalizer import Normalizer
 from opencode_events.errors import InputError
 from opencode_events.output.jsonl import JsonlWriter
 from opencode_events.pipeline import normalize as normalize_module
@@ -205,6 +206,25 @@ def test_part_ids_are_read_only_where_their_ranges_meet(
     assert len(loads) == reads
     monkeypatch.undo()
     assert parts.whole() == set().union(*chunks)
+
+
+def test_at_an_inputs_end_the_part_ids_are_left_unread():
+    # The next input's reset clears them, and nothing reads them before: a long run's
+    # every part id is not made again in the parent just to be dropped.
+    def settled(parts: bool) -> Normalizer:
+        normalizer = Normalizer()
+        carry = streamfan._Carry(normalizer)
+        ids = [("ses_a", {"prt_1", "prt_2"})]
+        carry.recent.append((1, pickle.dumps(ids), "ses_a"))
+        carry.session, carry.seq, carry.turns = "ses_a", 7, {"ses_a": 3}
+        carry.settle(normalizer, parts=parts)
+        return normalizer
+
+    every, ended = settled(True), settled(False)
+    assert every._seen_parts == {"prt_1", "prt_2"} and ended._seen_parts == set()
+    for normalizer in (every, ended):
+        assert (normalizer.seq, normalizer.session_id) == (7, "ses_a")
+        assert normalizer._session_turns == {"ses_a": 3}
 
 
 def test_a_part_seen_before_the_cut_falls_back(small_chunks, tmp_path):

@@ -210,7 +210,9 @@ def normalize_file(
             crew.token(number, carry.seq, carry.lines, carry.offset)
             carry.add(summary)
             crew.receive(number)  # written
-        carry.settle(normalizer)
+        # The input's end: the part ids are left unread (for a long run, every part id of
+        # it), as nothing reads them before the next input's ``reset`` clears them.
+        carry.settle(normalizer, parts=False)
         return iter(())
     except BaseException:
         crew.kill()
@@ -359,13 +361,14 @@ class _Carry:
             cost += value
         self.cost = cost
 
-    def settle(self, normalizer: Normalizer) -> None:
-        """Leave ``normalizer`` as one process leaves it after the chunks added so far."""
+    def settle(self, normalizer: Normalizer, *, parts: bool = True) -> None:
+        """Leave ``normalizer`` as one process leaves it after the chunks added so far;
+        but for the part ids of the sessions it remembers, unless ``parts``."""
         normalizer._session_turns = self.turns
-        remembered = self.remembered
+        remembered = self.remembered if parts else OrderedDict()
         prior = self.prior
         latest: OrderedDict[str, set[str]] = OrderedDict()  # each session's last chunk's
-        for _, pickled, _ in self.recent:
+        for _, pickled, _ in self.recent if parts else ():
             for session, ids in pickle.loads(pickled):
                 latest.pop(session, None)  # entered again since: more recent now
                 latest[session] = ids
