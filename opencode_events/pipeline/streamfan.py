@@ -27,8 +27,9 @@ starts, and for part ids seen before the cut, which the parent can check. So:
   before it (subagents' parents and directories an earlier input named).
 - **Check**, here, in chunk order: the chunk's sessions are all new to this input but its
   first, which may be the session current before it (carried on: then none of its part
-  ids was seen before, and the chunk did not leave it and come back); nothing before its
-  first session left a mark; and it did not ask about an open step when one was open.
+  ids was seen before, read only where the ranges of the ids meet, ``_Parts``; and the
+  chunk did not leave it and come back); nothing before its first session left a mark;
+  and it did not ask about an open step when one was open.
   Then the fresh mapping is the true one, and this process hands the worker its token:
   the ``seq`` and line number its chunk starts at, and the turns of the session it
   carries on. The worker shifts its events, writes them to the shared output, flushes and
