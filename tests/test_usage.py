@@ -670,6 +670,9 @@ def test_chunked_scan_matches_the_row_by_row_scan(tmp_path: Path, monkeypatch, b
         for size in (1, 2, 3, 7, 1024):
             monkeypatch.setattr(usage_module, "_CHUNK_ROWIDS", size)
             assert report() == expected, size
+        for rowids in (1, 4, 13):  # read here range by range, as workers read theirs
+            monkeypatch.setattr(usage_module, "_HERE_RANGE_ROWIDS", rowids)
+            assert report() == expected, rowids
         if (os.cpu_count() or 1) >= 2:
             monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0)
             monkeypatch.setattr(usage_module, "_CHUNK_ROWIDS", 5)
@@ -723,8 +726,10 @@ def test_the_ledger_workers_keep_is_the_one_this_process_keeps(
     expected = report(None)
     assert "forked" in expected["notes"][0]
     kept: dict[str, bytes] = {}
-    for how, least_rows in (("here", 10**12), ("workers", 0)):
+    ways = (("here", 10**12, 50_000), ("here in ranges", 10**12, 7), ("workers", 0, 50_000))
+    for how, least_rows, here_rowids in ways:
         monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", least_rows)
+        monkeypatch.setattr(usage_module, "_HERE_RANGE_ROWIDS", here_rowids)
         root = tmp_path / how
         assert report(root) == expected
         (ledger,) = root.rglob("ledger-*")
@@ -735,7 +740,7 @@ def test_the_ledger_workers_keep_is_the_one_this_process_keeps(
         assert all(ran) == (how == "workers")  # the workers ran, or none did
         ran.clear()
         assert [p.name for p in root.rglob(".tmp-*")] == []  # no spill left behind
-    assert kept["workers"] == kept["here"]
+    assert kept["workers"] == kept["here"] == kept["here in ranges"]
 
 
 def test_session_ids_are_the_sorted_session_rows(tmp_path: Path):

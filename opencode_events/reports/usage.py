@@ -2295,18 +2295,29 @@ def _scan_rowids(
             scan.run(conn.execute(sql, (start, end, *shared)).fetchall(), day_of)
 
 
+# Message rowids per range when this process reads the table alone: each range is
+# finished as a worker finishes one (its sessions' ledger entries encoded and set aside in
+# the spill), so what waits in memory is one range's, not the whole table's.
+_HERE_RANGE_ROWIDS = 50_000
+
+
 def _scan_here(store: Any, scan: _Scan, day_of: _DayOf) -> bool:
-    """The whole message table in this process, chunk by chunk; False when the store is
-    not a database or the grouping needs whole rows (the caller reads rows itself)."""
+    """The whole message table in this process, range by range and each chunk by chunk,
+    as the workers read it (``_parallel_scan``); False when the store is not a database or
+    the grouping needs whole rows (the caller reads rows itself)."""
     if not scan.chunked or not offers_fast_scans(store):
         return False
     conn = store.conn
     try:
         for low, high in store.rowid_ranges("message", 1):
-            _scan_rowids(conn, low, high, scan, day_of)
+            for start in range(low, high, _HERE_RANGE_ROWIDS):
+                part = _scan_like(scan)
+                _scan_rowids(conn, start, min(start + _HERE_RANGE_ROWIDS, high), part, day_of)
+                scan.merge(_handed_back(part, day_of))
     except SQLITE_ERRORS as exc:
         where = getattr(store, "path", "the database")
         raise InputError(f"cannot read {where}: {sqlite_reason(exc)}") from None
+    scan.finished = True  # every range was finished where it was read
     return True
 
 
@@ -2331,7 +2342,20 @@ def _scan_range(uri: str, low: int, high: int, like: _Scan, day_of: _DayOf) -> _
     """A worker: a scan ``like`` the report's over the messages with rowid in [low, high),
     on its own connection, its slow rows decoded (``prepare``); ``day_of`` is this
     process's, filled by the ranges it took before."""
-    scan = _Scan(
+    scan = _scan_like(like)
+    if scan.chunked and in_forked_child():  # apsw's newer SQLite reads the chunks faster
+        with fastscan.connect(uri, "message") as conn:
+            if conn is not None:
+                _scan_rowids(conn, low, high, scan, day_of, fastscan.errors())
+                return _handed_back(scan, day_of)
+    with worker_connection(uri, "message") as conn:
+        _scan_rowids(conn, low, high, scan, day_of)
+    return _handed_back(scan, day_of)
+
+
+def _scan_like(like: _Scan) -> _Scan:
+    """A fresh scan of the report's kind, for one range of the table."""
+    return _Scan(
         like.by,
         like.owner,
         like.copy_ids,
@@ -2343,14 +2367,6 @@ def _scan_range(uri: str, low: int, high: int, like: _Scan, day_of: _DayOf) -> _
         ledger=like.ledger,
         spill=like.spill,
     )
-    if scan.chunked and in_forked_child():  # apsw's newer SQLite reads the chunks faster
-        with fastscan.connect(uri, "message") as conn:
-            if conn is not None:
-                _scan_rowids(conn, low, high, scan, day_of, fastscan.errors())
-                return _handed_back(scan, day_of)
-    with worker_connection(uri, "message") as conn:
-        _scan_rowids(conn, low, high, scan, day_of)
-    return _handed_back(scan, day_of)
 
 
 def _handed_back(scan: _Scan, day_of: _DayOf) -> _Scan:
