@@ -221,6 +221,10 @@ def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
             _count_part(counts, sid, data)
         return counts
     plain: dict[tuple[str, bytes, bytes], int] = {}  # (session, tool, status) as bytes
+    # A key's pieces, each kept once: every row brings its own copies (a session's id,
+    # a tool's name), and a large table's keys would hold hundreds of thousands of them.
+    pieces: dict[Any, Any] = {}
+    once = pieces.setdefault
     head = _TOOL_HEAD.match
     call_first = _TOOL_HEAD_CALL_FIRST.match
     scripts: list[tuple[str, int]] = []  # (session, rowid) of execute parts counted by head
@@ -232,16 +236,25 @@ def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
             match = head(start) or call_first(start)
             if match is not None:
                 key = (sid, match[1], match[2])
-                plain[key] = plain.get(key, 0) + 1
+                calls = plain.get(key)
+                if calls is None:  # a new key: made of the pieces kept
+                    plain[(once(sid, sid), once(key[1], key[1]), once(key[2], key[2]))] = 1
+                else:
+                    plain[key] = calls + 1
                 if match[1] == b"execute":
                     scripts.append((sid, rowid))
             elif not _count_escaped_head(counts, sid, start, scripts, rowid):
                 _count_part(counts, sid, store.part_data(rowid))
     for sid, rowid in scripts:
         _count_script(counts, sid, store.part_data(rowid))
+    named: dict[tuple[bytes, bytes], tuple[str, bool]] = {}  # (tool, status) → (name, failed)
     for (sid, tool, status), calls in plain.items():
-        name = tool.decode("ascii")
-        key = (sid, name, _call_failed(_success_of(status.decode("ascii")), name))
+        found = named.get((tool, status))
+        if found is None:
+            name = tool.decode("ascii")
+            failed = _call_failed(_success_of(status.decode("ascii")), name)
+            found = named[(tool, status)] = (name, failed)
+        key = (sid, *found)
         counts[key] = counts.get(key, 0) + calls
     return counts
 
