@@ -227,6 +227,37 @@ def test_at_an_inputs_end_the_part_ids_are_left_unread():
         assert normalizer._session_turns == {"ses_a": 3}
 
 
+def test_a_stray_line_where_a_long_run_is_cut_goes_with_the_chunk_before(small_chunks, tmp_path):
+    # Lines that are no records among a long run's: a cut there would leave a warning
+    # before the chunk's first session (the rest to one process); the cut moves on to the
+    # next line that names a session.
+    lines = one_long_session(30).splitlines(keepends=True)
+    noisy = b"".join(line + (b"not json\n" if n % 3 == 0 else b"") for n, line in enumerate(lines))
+    path = tmp_path / "noisy.jsonl"
+    path.write_bytes(noisy)
+    with open(path, "rb") as f:
+        cuts = streamfan.cut_points(f.fileno(), 0, len(noisy))
+    assert len(cuts) > 10
+    assert all(noisy[cut : cut + 8] != b"not json" for cut in cuts)
+    one, run = same_both_ways([path], tmp_path)
+    assert run["fell_back"] is None
+    assert b'"kind":"warning"' in one
+
+
+def test_a_file_shorter_than_it_was_is_cut_without_looping(tmp_path):
+    # Truncated after its size was read: the reads come back empty before the end.
+    path = tmp_path / "shrunk.jsonl"
+    path.write_bytes(b'{"type":"text","sessionID":"ses_a"}\n' + b"x" * 5000)
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("cut_points did not return"))
+    signal.alarm(10)
+    try:
+        with open(path, "rb") as f:
+            assert streamfan.cut_points(f.fileno(), 0, 1 << 20, chunk=1000) == [0]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+
 def test_a_part_seen_before_the_cut_falls_back(small_chunks, tmp_path):
     # The same run twice over in one session: its parts are seen again after the cut
     # (one process counts them duplicates and maps them once), so the rest is mapped here.

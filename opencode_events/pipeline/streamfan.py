@@ -123,14 +123,29 @@ def _session_change(fd: int, at: int, end: int) -> int | None:
 
 
 def _line_start(fd: int, at: int, end: int) -> int | None:
-    """The start of the first line after ``at`` (before ``end``), or None."""
+    """The start of the first line after ``at`` (before ``end``) that names a session, if
+    one does within ``WINDOW_BYTES``, else of the first line; None if no line starts
+    there. (A chunk that began with a line of no session, a stray line that is no record,
+    would have left a mark before its first session: the rest would go to one process.)"""
+    first = None
     while at < end:
         window = os.pread(fd, min(WINDOW_BYTES, end - at), at)
+        if not window:
+            return None  # the file is shorter than it was: nothing more to cut
         newline = window.find(b"\n")
         if newline >= 0:
-            return at + newline + 1 if at + newline + 1 < end else None
+            first = at + newline + 1
+            break
         at += len(window)
-    return None
+    if first is None or first >= end:
+        return None
+    window = os.pread(fd, min(WINDOW_BYTES, end - first), first)
+    start = 0
+    while (stop := window.find(b"\n", start)) >= 0:
+        if _session_in(window[start:stop]) is not None:
+            return first + start
+        start = stop + 1
+    return first
 
 
 def cut_points(fd: int, start: int, end: int, chunk: int | None = None) -> list[int]:
