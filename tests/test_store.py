@@ -1074,6 +1074,36 @@ def test_parallel_part_scan_gives_the_same_sessions(monkeypatch, scenario: str):
     assert sum(r["tool_calls"] for r in parallel) > 0
 
 
+@pytest.mark.parametrize("scenario", ["task", "mcp", "file_tools"])
+def test_one_process_reads_the_tables_range_by_range_to_the_same_sessions(
+    monkeypatch, scenario: str
+):
+    """Alone, this process reads the part table in ranges (each with its share of the
+    messages), each range's counts applied and let go before the next: the rows are the
+    ones read in one piece, byte for byte."""
+    import msgspec
+
+    import opencode_events.reports.sessions as summary_module
+
+    db = SAMPLES / scenario / "opencode.db"
+    monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
+    monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 10**12)
+    with Store(db) as store:
+        rows = store.sessions()
+        whole = msgspec.json.encode(summary_module.summarize(store, list(rows)))
+        ranges: list[int] = []
+        original = summary_module._scan_range
+        monkeypatch.setattr(
+            summary_module, "_scan_range", lambda *a: ranges.append(a[1]) or original(*a)
+        )
+        for size in (1, 3, 7):
+            monkeypatch.setattr(summary_module, "_HERE_PART_ROWIDS", size)
+            ranges.clear()
+            assert msgspec.json.encode(summary_module.summarize(store, list(rows))) == whole
+            assert len(ranges) > 1, size
+    assert sum(row["tool_calls"] for row in msgspec.json.decode(whole)) > 0
+
+
 def _parts_both_ways(db: Path, monkeypatch) -> tuple[list, list]:
     """Every session's parts read the usual way (gathered through the session index, put in
     order in Python) and the way a session too large to gather is read (an ordered join)."""

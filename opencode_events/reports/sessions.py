@@ -363,6 +363,22 @@ def _start_scan(store: Any) -> Pending | None:
 
 Spans = tuple[tuple[int, int], tuple[int, int] | None]  # the part and message tables' rowids
 
+# Part rowids per range when this process reads the whole table alone: a range's counts
+# are applied and let go before the next is read, as the workers' are, so that the counts
+# of every (session, tool) of a large table do not wait in memory all at once.
+_HERE_PART_ROWIDS = 200_000
+
+
+def _counted_here(store: Any) -> Iterator[tuple[ToolCounts, MessageCounts]]:
+    """The whole table's tool calls and message counts, read by this process range by
+    range of the part table (each with its share of the message table), as ``_start_scan``
+    shares them out."""
+    parts, messages = store.rowid_ranges("part", 1), store.rowid_ranges("message", 1)
+    spans = (parts[0], messages[0] if messages else None)
+    (low, high) = parts[0]
+    for start in range(low, high, _HERE_PART_ROWIDS):
+        yield _scan_range(store.uri, start, min(start + _HERE_PART_ROWIDS, high), spans)
+
 
 def _scan_range(uri: str, low: int, high: int, spans: Spans) -> tuple[ToolCounts, MessageCounts]:
     """A worker: tool calls of the parts with rowid in [low, high), and the message counts
@@ -672,6 +688,8 @@ def summarize(
     counts: Iterable[tuple[ToolCounts, MessageCounts]]
     if scan is not None:  # each range's counts read, applied and let go in turn
         counts = scan.each()
+    elif scope is None and offers_fast_scans(store) and store.rowid_ranges("part", 1):
+        counts = _counted_here(store)  # the same, read by this process alone
     else:
         fresh = summaries if scope is None else {sid: summaries[sid] for sid in scope}
         if scope is None or scope:
