@@ -85,6 +85,13 @@ def normalized(
     return out_path.read_bytes()
 
 
+def cuts_of(path: Path, chunk: int | None = None, end: int | None = None) -> list[int]:
+    """``cut_points`` of the whole file at ``path`` (``end``: as if it were that long)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size if end is None else end
+        return streamfan.cut_points(f.fileno(), 0, size, chunk)
+
+
 def same_both_ways(paths: list[Path], tmp_path: Path, **options) -> tuple[bytes, dict]:
     one = normalized(paths, tmp_path, workers=1, **options)
     assert streamfan.LAST_RUN == {}  # one process: no workers were asked
@@ -235,8 +242,7 @@ def test_a_stray_line_where_a_long_run_is_cut_goes_with_the_chunk_before(small_c
     noisy = b"".join(line + (b"not json\n" if n % 3 == 0 else b"") for n, line in enumerate(lines))
     path = tmp_path / "noisy.jsonl"
     path.write_bytes(noisy)
-    with open(path, "rb") as f:
-        cuts = streamfan.cut_points(f.fileno(), 0, len(noisy))
+    cuts = cuts_of(path)
     assert len(cuts) > 10
     assert all(noisy[cut : cut + 8] != b"not json" for cut in cuts)
     one, run = same_both_ways([path], tmp_path)
@@ -251,8 +257,7 @@ def test_a_file_shorter_than_it_was_is_cut_without_looping(tmp_path):
     signal.signal(signal.SIGALRM, lambda *_: pytest.fail("cut_points did not return"))
     signal.alarm(10)
     try:
-        with open(path, "rb") as f:
-            assert streamfan.cut_points(f.fileno(), 0, 1 << 20, chunk=1000) == [0]
+        assert cuts_of(path, 1000, end=1 << 20) == [0]
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
@@ -275,8 +280,7 @@ def test_a_long_session_among_many_runs_is_carried_on(small_chunks, tmp_path):
     path.write_bytes(data)
     one, run = same_both_ways([path], tmp_path)
     assert run["fell_back"] is None
-    with open(path, "rb") as f:
-        cuts = streamfan.cut_points(f.fileno(), 0, len(data))
+    cuts = cuts_of(path)
     gaps = [b - a for a, b in zip(cuts, [*cuts[1:], len(data)], strict=True)]
     longest_line = max(map(len, data.splitlines()))
     # A worker holds a chunk's events: no chunk is much longer than CHUNK_BYTES.
@@ -521,11 +525,7 @@ def test_cuts_fall_where_the_session_changes(tmp_path):
     path = tmp_path / "log.jsonl"
     data = log_of_runs(2)
     path.write_bytes(data)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        cuts = streamfan.cut_points(fd, 0, len(data), 4096)
-    finally:
-        os.close(fd)
+    cuts = cuts_of(path, 4096)
     assert cuts[0] == 0 and len(cuts) > 10 and cuts == sorted(set(cuts))
     for cut in cuts[1:]:
         before = data[data.rfind(b"\n", 0, cut - 1) + 1 : cut]
@@ -538,11 +538,7 @@ def test_one_session_is_cut_at_lines_about_every_chunk(tmp_path):
     path = tmp_path / "one.jsonl"
     data = one_long_session(20)
     path.write_bytes(data)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        cuts = streamfan.cut_points(fd, 0, len(data), 4096)
-    finally:
-        os.close(fd)
+    cuts = cuts_of(path, 4096)
     assert cuts[0] == 0 and cuts == sorted(set(cuts))
     longest_line = max(map(len, data.splitlines()))
     for start, end in zip(cuts, [*cuts[1:], len(data)], strict=True):

@@ -102,66 +102,51 @@ def _session_in(line: bytes) -> bytes | None:
     return line[at:end] if end > at else None
 
 
-def _session_change(fd: int, at: int, end: int) -> int | None:
-    """The offset of the first whole line after ``at`` (within ``WINDOW_BYTES``, before
-    ``end``) whose session is not the one of the line before it, or None."""
-    window = os.pread(fd, min(WINDOW_BYTES, end - at), at)
-    start = window.find(b"\n") + 1  # the first whole line
-    if start == 0:
-        return None
-    previous: bytes | None = None
+def _cut_near(fd: int, at: int, end: int) -> int | None:
+    """Where to cut near ``at`` (before ``end``), read off one window of ``WINDOW_BYTES``
+    from the first line that starts after it (past a line longer than that, the window
+    after it): the first whole line there whose session is not the one of the line before
+    it; else the first that names a session (a chunk that began with a line of no
+    session, a stray line that is no record, would have left a mark before its first
+    session: the rest would go to one process); else the first line. None if no line
+    starts before ``end``."""
     while True:
-        stop = window.find(b"\n", start)
-        if stop < 0:
-            return None  # the window's last line may be cut short: not looked at
+        window = os.pread(fd, min(WINDOW_BYTES, end - at), at) if at < end else b""
+        if not window:
+            return None  # the end, or a file shorter than it was: nothing more to cut
+        first = window.find(b"\n") + 1
+        if first:
+            break
+        at += len(window)  # inside a line longer than the window
+    if at + first >= end:
+        return None
+    named = None
+    previous: bytes | None = None
+    start = first
+    while (stop := window.find(b"\n", start)) >= 0:  # the window's last line may be cut short
         session = _session_in(window[start:stop])
         if session is not None:
             if previous is not None and session != previous:
                 return at + start
+            if named is None:
+                named = at + start
             previous = session
         start = stop + 1
-
-
-def _line_start(fd: int, at: int, end: int) -> int | None:
-    """The start of the first line after ``at`` (before ``end``) that names a session, if
-    one does within ``WINDOW_BYTES``, else of the first line; None if no line starts
-    there. (A chunk that began with a line of no session, a stray line that is no record,
-    would have left a mark before its first session: the rest would go to one process.)"""
-    first = None
-    while at < end:
-        window = os.pread(fd, min(WINDOW_BYTES, end - at), at)
-        if not window:
-            return None  # the file is shorter than it was: nothing more to cut
-        newline = window.find(b"\n")
-        if newline >= 0:
-            first = at + newline + 1
-            break
-        at += len(window)
-    if first is None or first >= end:
-        return None
-    window = os.pread(fd, min(WINDOW_BYTES, end - first), first)
-    start = 0
-    while (stop := window.find(b"\n", start)) >= 0:
-        if _session_in(window[start:stop]) is not None:
-            return first + start
-        start = stop + 1
-    return first
+    return at + first if named is None else named
 
 
 def cut_points(fd: int, start: int, end: int, chunk: int | None = None) -> list[int]:
     """Where the chunks of ``[start, end)`` start: ``start``, then about every ``chunk``
     bytes (``CHUNK_BYTES``) a line where the session changes, looked for in a window of
-    ``WINDOW_BYTES``, else the first line there (a chunk that carries a session on: one
-    long run is shared out too, and a worker holds no more than a chunk's events)."""
+    ``WINDOW_BYTES``, else a line there (a chunk that carries a session on: one long run is
+    shared out too, and a worker holds no more than a chunk's events): ``_cut_near``."""
     size = CHUNK_BYTES if chunk is None else chunk
     cuts = [start]
     target = start + size
     while target < end:
-        cut = _session_change(fd, target, end)
+        cut = _cut_near(fd, target, end)
         if cut is None:
-            cut = _line_start(fd, target, end)
-            if cut is None:
-                break  # one line to the end: it cannot be cut
+            break  # one line to the end: it cannot be cut
         cuts.append(cut)
         target = cut + size
     return cuts

@@ -350,13 +350,10 @@ def _start_scan(store: Any) -> Pending | None:
     part table, each with the matching share of the message table, from one queue
     (``share_ranges``: this process joins when the result is asked for, unless apsw reads
     them); None when that is not worth it or not possible here."""
-    if not offers_fast_scans(store):
-        return None
-    parts, messages = store.rowid_ranges("part", 1), store.rowid_ranges("message", 1)
-    if not parts:
+    spans = _spans(store) if offers_fast_scans(store) else None
+    if spans is None:
         return None
     # With apsw, every range is read by a forked child (see fastscan).
-    spans = (parts[0], messages[0] if messages else None)
     here = not fastscan.available()
     return share_ranges(store, "part", _PARALLEL_MIN_PARTS, _scan_range, spans, here=here)
 
@@ -369,15 +366,24 @@ Spans = tuple[tuple[int, int], tuple[int, int] | None]  # the part and message t
 _HERE_PART_ROWIDS = 200_000
 
 
-def _counted_here(store: Any) -> Iterator[tuple[ToolCounts, MessageCounts]]:
+def _spans(store: Any) -> Spans | None:
+    """The rowids of the part and message tables; None when the part table is empty."""
+    parts, messages = store.rowid_ranges("part", 1), store.rowid_ranges("message", 1)
+    return (parts[0], messages[0] if messages else None) if parts else None
+
+
+def _counted_here(store: Any) -> Iterator[tuple[ToolCounts, MessageCounts]] | None:
     """The whole table's tool calls and message counts, read by this process range by
     range of the part table (each with its share of the message table), as ``_start_scan``
-    shares them out."""
-    parts, messages = store.rowid_ranges("part", 1), store.rowid_ranges("message", 1)
-    spans = (parts[0], messages[0] if messages else None)
-    (low, high) = parts[0]
-    for start in range(low, high, _HERE_PART_ROWIDS):
-        yield _scan_range(store.uri, start, min(start + _HERE_PART_ROWIDS, high), spans)
+    shares them out; None when the part table is empty."""
+    spans = _spans(store)
+    if spans is None:
+        return None
+    low, high = spans[0]
+    return (
+        _scan_range(store.uri, start, min(start + _HERE_PART_ROWIDS, high), spans)
+        for start in range(low, high, _HERE_PART_ROWIDS)
+    )
 
 
 def _scan_range(uri: str, low: int, high: int, spans: Spans) -> tuple[ToolCounts, MessageCounts]:
@@ -685,12 +691,12 @@ def summarize(
         scope = unread if len(unread) < WHOLE_TABLE_SESSIONS else None
     if scan is None and scope is None:
         scan = _start_scan(store)
-    counts: Iterable[tuple[ToolCounts, MessageCounts]]
+    counts: Iterable[tuple[ToolCounts, MessageCounts]] | None = None
     if scan is not None:  # each range's counts read, applied and let go in turn
         counts = scan.each()
-    elif scope is None and offers_fast_scans(store) and store.rowid_ranges("part", 1):
+    elif scope is None and offers_fast_scans(store):
         counts = _counted_here(store)  # the same, read by this process alone
-    else:
+    if counts is None:
         fresh = summaries if scope is None else {sid: summaries[sid] for sid in scope}
         if scope is None or scope:
             _count_messages(store, scope, fresh)
