@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import io
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -20,7 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from opencode_events.otel import export as otel_export
 from opencode_events.otel.export import (
     Summary,
     export,
@@ -32,6 +37,7 @@ from opencode_events.otel.otlp import SpanBatches, parse_key_values, resource_at
 from opencode_events.otel.spans import TraceBuilder, span_id_of, trace_id_of
 from opencode_events.otel.transport import ExportError, OtlpHttp, endpoints_from
 from opencode_events.paths import otlp_environment
+from opencode_events.sources.stream import CHUNK_SIZE
 from opencode_events.store.open import every_session
 from opencode_events.store.sqlite import Store
 from tests.otlp_check import OtlpError, attrs, check, spans_of
@@ -418,6 +424,242 @@ def test_our_own_events_read_again_give_the_same_spans(tmp_path):
     again = {s["spanId"]: usage(s) for s in all_spans(file_export(saved))}
     stored = {s["spanId"]: usage(s) for s in all_spans(store_export("parallel_tools")[0])}
     assert again == stored
+
+
+# ----------------------------------------------------- large files: read twice, held less
+
+
+def spans_and_counters(docs: list[dict]) -> tuple[dict, list[dict]]:
+    """Every span by (trace, span id) with its resource, and the metrics bodies: what an
+    export sends, whatever bodies it was cut into and in whatever order."""
+    spans: dict[tuple[str, str], tuple[dict, dict]] = {}
+    metrics = []
+    for doc in docs:
+        if "resourceMetrics" in doc:
+            metrics.append(doc)
+        for resource in doc.get("resourceSpans", []):
+            for scope in resource["scopeSpans"]:
+                for span in scope["spans"]:
+                    key = (span["traceId"], span["spanId"])
+                    assert key not in spans, key  # no span sent twice
+                    spans[key] = (resource["resource"], span)
+    return spans, metrics
+
+
+def both_ways(monkeypatch, *paths: Path) -> tuple[tuple[dict, list], tuple[dict, list]]:
+    """The export of ``paths`` read once (as small inputs are) and read twice."""
+    monkeypatch.setattr(otel_export, "TWO_PASSES_BYTES", 1 << 60)
+    once = spans_and_counters(file_export(*paths))
+    monkeypatch.setattr(otel_export, "TWO_PASSES_BYTES", 0)
+    twice = spans_and_counters(file_export(*paths))
+    return once, twice
+
+
+@pytest.fixture(scope="module")
+def own_events_of_task(tmp_path_factory) -> Path:
+    """Our own events of the ``task`` store: a subagent session and the call that spawned
+    it, whose end comes after the subagent's last event."""
+    path = tmp_path_factory.mktemp("own") / "task-events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events_of("task")))
+    return path
+
+
+@pytest.fixture(scope="module")
+def child_first(tmp_path_factory) -> Path:
+    """The same events, the subagent's session first, then more than a block read (1 MiB)
+    of other sessions, then its parent: the subagent is complete long before the call that
+    spawned it is read, and only that call places it in its parent's trace."""
+    events = events_of("task")
+    children = [json.dumps(e) for e in events if e.get("parent_session_id")]
+    parents = [json.dumps(e) for e in events if not e.get("parent_session_id")]
+    assert children
+    text = [json.dumps(e) for e in events_of("text")]
+    sid = json.loads(text[0])["session_id"]
+    filler: list[str] = []
+    while sum(map(len, filler)) <= CHUNK_SIZE:  # each copy a session of its own
+        filler += [line.replace(sid, f"{sid[:-5]}{len(filler):05d}") for line in text]
+    path = tmp_path_factory.mktemp("own") / "child-first.jsonl"
+    path.write_text("\n".join([*children, *filler, *parents]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        ["text/stream.jsonl"],
+        ["parallel_tools/stream.jsonl"],
+        ["task/stream.jsonl"],
+        ["mcp/stream.jsonl"],
+        ["auto_compact/stream.jsonl"],
+        ["compaction/events.sse"],
+        ["error400/stream.jsonl"],
+        ["text/export.json"],
+        ["serve_text/events.sse"],
+        ["serve_permission/events.sse"],
+        ["fork/stream.jsonl", "text/stream.jsonl", "task/stream.jsonl"],
+        ["own"],
+        ["child first"],
+        ["own", "task/stream.jsonl", "serve_text/events.sse"],
+        ["child first", "text/stream.jsonl"],
+    ],
+)
+def test_files_read_twice_give_the_same_spans_and_counters(
+    monkeypatch, own_events_of_task, child_first, inputs
+):
+    made = {"own": own_events_of_task, "child first": child_first}
+    paths = [made[i] if i in made else SAMPLES / i for i in inputs]
+    once, twice = both_ways(monkeypatch, *paths)
+    assert once[0]
+    assert twice == once
+
+
+def test_a_subagent_finished_before_its_parent_still_hangs_from_its_call(monkeypatch, child_first):
+    monkeypatch.setattr(otel_export, "TWO_PASSES_BYTES", 0)
+    spans = all_spans(file_export(child_first))
+    calls = {s["spanId"]: s for s in spans if s["name"] == "execute_tool task"}
+    agents = [s for s in spans if s["name"].startswith("invoke_agent") and s.get("parentSpanId")]
+    assert calls and agents
+    for agent in agents:
+        call = calls[agent["parentSpanId"]]
+        assert agent["traceId"] == call["traceId"]
+
+
+class HoldCount(otel_export.SpanCollector):
+    made: list[HoldCount] = []
+
+    def __init__(self, builder) -> None:
+        super().__init__(builder)
+        HoldCount.made.append(self)
+
+
+def test_a_large_file_holds_only_the_sessions_under_way(monkeypatch, tmp_path):
+    run = (SAMPLES / "parallel_tools" / "stream.jsonl").read_text().splitlines()
+    sid = json.loads(run[0])["sessionID"]
+    lines = []
+    for n in range(800):  # 800 runs one after another, each a session of its own
+        lines += [line.replace(sid, f"{sid[:-4]}{n:04d}") for line in run]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(otel_export, "SpanCollector", HoldCount)
+    HoldCount.made.clear()
+    once, twice = both_ways(monkeypatch, path)
+    assert twice == once
+    read_once, read_twice = HoldCount.made
+    assert read_once.most_held == 800  # every session held until the input ends
+    # Read twice: the sessions whose events came in one block read (1 MiB), no more.
+    per_block = CHUNK_SIZE // (path.stat().st_size // 800) + 2
+    assert read_twice.most_held <= per_block < 800 / 2
+
+
+class Trickle:
+    """A file read at most ``piece`` bytes at a time: blocks this small end sessions in
+    every batch, which 1 MiB blocks do only on large inputs."""
+
+    def __init__(self, path: Path, piece: int) -> None:
+        self._file, self._piece = open(path, "rb"), piece  # noqa: SIM115 - closed below
+
+    def read(self, size: int = -1) -> bytes:
+        return self._file.read(self._piece if size < 0 else min(size, self._piece))
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def seek(self, offset: int) -> int:
+        return self._file.seek(offset)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+RUNS = ["text", "parallel_tools", "task", "mcp", "bash_fail", "reasoning", "apply_patch"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from(RUNS), min_size=1, max_size=6),
+    st.randoms(use_true_random=False),
+    st.integers(1, 3),
+    st.integers(40, 2000),
+)
+def test_any_interleaving_of_runs_read_twice_gives_the_same_spans(
+    tmp_path_factory, names, rnd, files, piece
+):
+    """Runs interleaved line by line (a session leaves and comes back), cut into one to
+    three files read a few bytes at a time: read twice, the same spans and counters."""
+    runs = []
+    for n, name in enumerate(names):  # the same capture twice is two sessions
+        lines = (SAMPLES / name / "stream.jsonl").read_text().splitlines()
+        sid = json.loads(lines[0])["sessionID"]
+        runs.append([line.replace(sid, f"{sid[:-2]}{n:02d}") for line in lines])
+    mixed: list[str] = []
+    while runs:
+        run = rnd.choice(runs)
+        mixed.append(run.pop(0))
+        if not run:
+            runs.remove(run)
+    cuts = sorted(rnd.sample(range(1, len(mixed)), min(files - 1, len(mixed) - 1)))
+    folder = tmp_path_factory.mktemp("mixed")
+    paths = []
+    for i, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(mixed)], strict=True)):
+        paths.append(folder / f"{i}.jsonl")
+        paths[-1].write_text("".join(line + "\n" for line in mixed[a:b]))
+
+    def exported(two_passes: int) -> tuple[dict, list]:
+        before = otel_export.TWO_PASSES_BYTES
+        otel_export.TWO_PASSES_BYTES = two_passes
+        inputs = [(str(p), Trickle(p, piece)) for p in paths]
+        bodies: list[bytes] = []
+        try:
+            builder = TraceBuilder()
+            sessions = stream_sessions(inputs, builder)
+            export(sessions, builder, lambda s, b: bodies.append(b))
+        finally:
+            otel_export.TWO_PASSES_BYTES = before
+            for _, stream in inputs:
+                stream.close()
+        return spans_and_counters([json.loads(b) for b in bodies])
+
+    once = exported(1 << 60)
+    assert once[0]
+    assert exported(0) == once
+
+
+def test_a_file_that_grows_meanwhile_is_read_as_the_first_reading_saw_it(monkeypatch, tmp_path):
+    path = tmp_path / "growing.jsonl"
+    path.write_bytes((SAMPLES / "text" / "stream.jsonl").read_bytes())
+    expected = spans_and_counters(file_export(path))
+    planned = otel_export.plan_sessions
+
+    def plan_then_grow(inputs, builder):
+        found = planned(inputs, builder)
+        with open(path, "ab") as f:  # another run appended after the first reading
+            f.write((SAMPLES / "task" / "stream.jsonl").read_bytes())
+        return found
+
+    monkeypatch.setattr(otel_export, "plan_sessions", plan_then_grow)
+    monkeypatch.setattr(otel_export, "TWO_PASSES_BYTES", 0)
+    assert spans_and_counters(file_export(path)) == expected
+
+
+def test_only_regular_files_are_read_twice(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_bytes((SAMPLES / "text" / "stream.jsonl").read_bytes())
+    read_end, write_end = os.pipe()
+    with open(path, "rb") as file, open(read_end, "rb") as pipe:
+        os.close(write_end)
+        assert otel_export._starts_of_files([("f", file)]) is None  # under the size
+        file.read(10)
+        monkeypatch_size = otel_export.TWO_PASSES_BYTES
+        try:
+            otel_export.TWO_PASSES_BYTES = 0
+            assert otel_export._starts_of_files([("f", file)]) == [10]  # from where it is
+            assert otel_export._starts_of_files([("f", file), ("-", pipe)]) is None
+            assert otel_export._starts_of_files([("x", io.BytesIO(b"{}"))]) is None
+        finally:
+            otel_export.TWO_PASSES_BYTES = monkeypatch_size
 
 
 def test_ids_are_hashes_of_opencodes_ids():

@@ -2,7 +2,8 @@
 
 ``store_sessions`` and ``stream_sessions`` yield each session's resource and spans as it
 is finished (the store's: as each is read, so memory stays flat over a whole database;
-a stream's: when the input ends, since a session's span ends with its last event).
+a stream's: once its last event is read, which a first reading of the inputs tells when
+they are files larger than ``TWO_PASSES_BYTES``, else when the inputs end).
 ``export`` gathers them into bodies and hands each to a sink: a function taking the signal
 (``traces``/``metrics``) and one JSON body — a file writer (JSON Lines, one body a line) or
 ``OtlpHttp.send``.
@@ -13,11 +14,14 @@ a stream's: when the input ends, since a session's span ends with its last event
 
 from __future__ import annotations
 
+import io
+import os
+import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 from ..errors import InputError
-from ..events import Event, Warning
+from ..events import Event, Orchestration, Warning
 from ..paths import OtlpEnvironment, otlp_environment
 from .otlp import (
     MAX_BODY_BYTES,
@@ -33,6 +37,9 @@ __all__ = [
     "Summary",
     "store_sessions",
     "stream_sessions",
+    "plan_sessions",
+    "Plan",
+    "TWO_PASSES_BYTES",
     "export",
     "store_builder",
     "SpanCollector",
@@ -142,15 +149,27 @@ def store_sessions(
 
 class SpanCollector:
     """A writer of normalized events that files each under its session's trace (as a tee
-    beside another writer: ``attach --otel``), and gives the finished sessions at the end."""
+    beside another writer: ``attach --otel``), and gives the finished sessions at the end;
+    or, given the inputs' ``Plan`` (``follow_plan``), each as soon as it is complete
+    (``completed``)."""
 
     def __init__(self, builder: TraceBuilder) -> None:
         self.builder = builder
         self.traces: dict[str, SessionTrace] = {}
         self.warnings = 0
+        self.events = 0  # events written so far, every one counted as the plan counts them
+        self.most_held = 0  # the most sessions held at once (for tests)
+        self._plan: Plan | None = None
+        self._next = 0  # the plan's next session to finish
+
+    def follow_plan(self, plan: Plan) -> None:
+        """Finish each session as soon as ``plan`` says it is complete; spawning calls are
+        noted as they come, so that a subagent finished before its parent hangs from them."""
+        self._plan = plan
 
     def write(self, events: Sequence[Event]) -> None:
         traces = self.traces
+        planned = self._plan is not None
         for event in events:
             sid = event.session_id
             if type(event) is Warning:
@@ -161,6 +180,30 @@ class SpanCollector:
             if trace is None:
                 trace = traces[sid] = self.builder.session(sid)
             trace.add(event)
+            if planned and type(event) is Orchestration and event.child_session_id:
+                self.builder.note_children(trace)
+        self.events += len(events)
+        self.most_held = max(self.most_held, len(traces))
+
+    def completed(self, resources: Resources | None = None) -> Iterator[Finished]:
+        """The sessions the plan says are complete once the events written so far are in,
+        finished (and let go), in the order first seen."""
+        plan = self._plan
+        if plan is None:
+            return
+        done: list[tuple[int, str]] = []
+        order = plan.order
+        while self._next < len(order) and order[self._next][0] < self.events:
+            done.append(order[self._next][1:])
+            self._next += 1
+        if not done:
+            return
+        done.sort()
+        resource = (resources or Resources())()
+        for _, sid in done:
+            trace = self.traces.pop(sid, None)
+            if trace is not None:
+                yield resource, self.builder.finish(trace)
 
     def end_batch(self) -> None:
         pass
@@ -209,6 +252,12 @@ class Tee:
         self.writer.flush()
 
 
+# Inputs that are files of more than this in all are read twice, to finish each session as
+# soon as it is complete: a stream's spans otherwise wait for its end, about 2.3 bytes of
+# memory per byte read. Below it, one reading costs less than the second would save.
+TWO_PASSES_BYTES = 32 << 20
+
+
 def stream_sessions(
     inputs: Sequence[tuple[str, BinaryIO]],
     builder: TraceBuilder,
@@ -216,15 +265,153 @@ def stream_sessions(
     resources: Resources | None = None,
 ) -> Iterator[Finished]:
     """The sessions of run streams, server event captures, export documents or our own
-    events (``normalize``'s input), finished when the inputs end, parents first."""
+    events (``normalize``'s input), each finished when it is complete: when the inputs end,
+    parents first; or, for files of more than ``TWO_PASSES_BYTES`` in all, as soon as its
+    last event and every call that places it in its trace are read (``plan_sessions``
+    reads them once first), in the order first seen. The spans are the same either way."""
     from ..pipeline.normalize import event_batches
 
     collector = SpanCollector(builder)
+    resources = resources or Resources()  # the environment read once, not at each finish
+    starts = _starts_of_files(inputs)
+    if starts is not None:
+        plan, lengths = plan_sessions(inputs, builder)
+        inputs = _read_again(inputs, starts, lengths)
+        collector.follow_plan(plan)
     for events in event_batches(inputs, collector.normalizer()):
         collector.write(events)
+        yield from collector.completed(resources)
     if summary is not None:
         summary.warnings += collector.warnings
     yield from collector.finished(resources)
+
+
+class Plan:
+    """What a first reading of the inputs tells (``plan_sessions``): ``order``, each session
+    as (the count of events after which it is complete, its place first seen, its id), by
+    the first."""
+
+    def __init__(self, order: list[tuple[int, int, str]]) -> None:
+        self.order = order
+
+
+class _Unkept(dict):  # type: ignore[type-arg]
+    """A ``ToolTimes.times`` that keeps nothing: the first reading wants no span."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+def plan_sessions(
+    inputs: Sequence[tuple[str, BinaryIO]], builder: TraceBuilder
+) -> tuple[Plan, list[int]]:
+    """Read the inputs once through the normalizer the spans are made with (so the events are
+    the same, counted the same), keeping for each session only where its last event is and
+    which calls spawn it. A session is complete after its last event and after every call
+    that spawns it or a session above it (those place it: its trace is its top session's,
+    its span hangs from the call); the first call to spawn a session names its parent, as
+    ``TraceBuilder.note_children`` learns it. Also returns the bytes read of each input."""
+    from ..pipeline.normalize import event_batches
+
+    normalizer = ToolTimes()
+    normalizer.times = _Unkept()
+    last: dict[str, int] = {}  # in the order first seen
+    calls: dict[str, tuple[str, int]] = {}  # child → (its first spawner, the last call's count)
+    count = 0
+    counted = [(name, _Counted(stream)) for name, stream in inputs]
+    for events in event_batches(counted, normalizer):
+        for event in events:
+            sid = event.session_id
+            if sid is not None:
+                last[sid] = count
+                if type(event) is Orchestration and event.child_session_id:
+                    child = event.child_session_id
+                    parent = calls.get(child, (sid, 0))[0]
+                    calls[child] = (parent, count)
+            count += 1
+    lengths = [stream.read_bytes for _, stream in counted]
+    parents = {child: parent for child, (parent, _) in calls.items()}
+    if not builder.learn_parents:  # the tree given is the only authority
+        parents = builder.parents
+    order = []
+    for place, (sid, at) in enumerate(last.items()):
+        seen, current = {sid}, sid
+        while True:
+            call = calls.get(current)
+            if call is not None:
+                at = max(at, call[1])
+            current = parents.get(current)
+            if current is None or current in seen:
+                break
+            seen.add(current)
+        order.append((at, place, sid))
+    order.sort()
+    return Plan(order), lengths
+
+
+def _starts_of_files(inputs: Sequence[tuple[str, BinaryIO]]) -> list[int] | None:
+    """Where each input is now, when every one is a regular file (which can be read again)
+    and they hold more than ``TWO_PASSES_BYTES`` after that; else None."""
+    starts, size = [], 0
+    for _, stream in inputs:
+        try:
+            info = os.fstat(stream.fileno())
+            start = _position(stream)
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        starts.append(start)
+        size += max(0, info.st_size - start)
+    return starts if size > TWO_PASSES_BYTES else None
+
+
+def _position(stream: Any) -> int:
+    tell = getattr(stream, "tell", None)
+    return tell() if tell is not None else os.lseek(stream.fileno(), 0, os.SEEK_CUR)
+
+
+def _read_again(
+    inputs: Sequence[tuple[str, BinaryIO]], starts: list[int], lengths: list[int]
+) -> list[tuple[str, Any]]:
+    """The inputs from where the first reading began, each to where it ended (a file that
+    grew meanwhile is read as the first reading saw it: the plan is of those bytes)."""
+    again: list[tuple[str, Any]] = []
+    for (name, stream), start, length in zip(inputs, starts, lengths, strict=True):
+        seek = getattr(stream, "seek", None)
+        try:
+            if seek is not None:
+                seek(start)
+            else:
+                os.lseek(stream.fileno(), start, os.SEEK_SET)
+        except OSError as exc:
+            raise InputError(f"cannot read {name} again: {exc.strerror or exc}") from None
+        again.append((name, _Counted(stream, length)))
+    return again
+
+
+class _Counted:
+    """A binary stream's ``read``, counting the bytes it gives, and giving at most
+    ``limit`` of them."""
+
+    def __init__(self, stream: Any, limit: int | None = None) -> None:
+        self._stream, self._left = stream, limit
+        self.read_bytes = 0
+
+    def read(self, size: int = -1) -> bytes:
+        left = self._left
+        if left is not None:
+            if left <= 0:
+                return b""
+            size = left if size < 0 else min(size, left)
+        chunk = self._stream.read(size)
+        self.read_bytes += len(chunk)
+        if left is not None:
+            self._left = left - len(chunk)
+        return chunk
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
 
 
 class FileDestination:
