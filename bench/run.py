@@ -195,6 +195,23 @@ def usage_memory() -> dict:
     return result
 
 
+def otel_file() -> dict:
+    """Peak RSS and time of `otel -i` over the 200 MB ordinary mix as a file (read twice:
+    each session sent once complete, docs/otel.md), and of `normalize` of it in one process
+    beside it, for the cost of a span over an event."""
+    path = make_stream(STREAM_MB, ordinary=True)
+    elapsed, rss = measure(CLI + ["otel", "-i", str(path)])
+    one = {**os.environ, "OPENCODE_EVENTS_WORKERS": "1"}
+    start = time.perf_counter()
+    subprocess.run(CLI + ["normalize", str(path)], stdout=subprocess.DEVNULL, env=one, check=True)
+    return {
+        "input_mb": STREAM_MB,
+        "seconds": round(elapsed, 2),
+        "peak_rss_mb": rss,
+        "normalize_one_process_s": round(time.perf_counter() - start, 2),
+    }
+
+
 def start_up() -> dict:
     """Median and best of 15 runs each of `normalize </dev/null` and of Python alone,
     taken in turn. The package's bytecode is compiled first, as an install compiles it
@@ -263,6 +280,8 @@ BUDGETS = [
         # --by session holds one row per session (about 470 bytes each; a figure, no budget)
         for by in ("turn", "step", "day")
     ),
+    # what `otel` of the store is held to (bench/store_bench.py)
+    ("peak RSS, otel -i of the 200 MB mix (MB)", lambda r: r["otel_file"]["peak_rss_mb"], "<", 200),
     (
         "start-up, normalize </dev/null (ms, median)",
         lambda r: r["start_up"]["normalize_empty_ms"],
@@ -279,6 +298,7 @@ PARTS = {
     "long_line": long_line,
     "short_lines": short_lines,
     "usage": usage_memory,
+    "otel_file": otel_file,
     "start_up": start_up,
 }
 
