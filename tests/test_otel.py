@@ -25,6 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from opencode_events.errors import InputError
 from opencode_events.otel import export as otel_export
 from opencode_events.otel.export import (
     Summary,
@@ -625,6 +626,74 @@ def test_any_interleaving_of_runs_read_twice_gives_the_same_spans(
     once = exported(1 << 60)
     assert once[0]
     assert exported(0) == once
+
+
+def trickled(paths: list[Path], piece: int, two_passes: int) -> tuple[dict, list]:
+    """The export of ``paths`` read ``piece`` bytes at a time, once or twice."""
+    before = otel_export.TWO_PASSES_BYTES
+    otel_export.TWO_PASSES_BYTES = two_passes
+    inputs = [(str(p), Trickle(p, piece)) for p in paths]
+    bodies: list[bytes] = []
+    try:
+        builder = TraceBuilder()
+        export(stream_sessions(inputs, builder), builder, lambda s, b: bodies.append(b))
+    finally:
+        otel_export.TWO_PASSES_BYTES = before
+        for _, stream in inputs:
+            stream.close()
+    return spans_and_counters([json.loads(b) for b in bodies])
+
+
+def _event(kind: str, session: str, **fields) -> str:
+    return json.dumps({"kind": kind, "session_id": f"ses_{session}", **fields})
+
+
+def _call(session: str, part: str, child: str) -> str:
+    fields = {"part_id": part, "tool": "task", "success": True, "child_session_id": f"ses_{child}"}
+    return _event("orchestration", session, **fields)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # B and A both claim C; A's session was seen first, B's call came first
+        [_event("prompt", "A", text="x"), _call("B", "prt_b1", "C"), _call("A", "prt_a1", "C")]
+        + [_event("prompt", "C", text="x")],
+        # ... and B ends before C, C after both calls
+        [_call("B", "prt_b1", "C"), _call("A", "prt_a1", "C"), _event("prompt", "B", text="x")]
+        + [_event("prompt", "C", text="x")],
+    ],
+)
+@pytest.mark.parametrize("piece", [1, 50, 1 << 20])
+def test_a_child_two_sessions_claim_hangs_from_the_first_claim_read_once_or_twice(
+    tmp_path, lines, piece
+):
+    """Noted in the stream's order either way: its parent is the session of the first call
+    that spawned it, and it hangs from that session's call."""
+    path = tmp_path / "claims.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    once, twice = trickled([path], piece, 1 << 60), trickled([path], piece, 0)
+    assert twice == once
+    spans = {span["spanId"]: span for _, span in once[0].values()}
+    child = spans[span_id_of("session", "ses_C")]
+    assert child["parentSpanId"] == span_id_of("tool", "ses_B/prt_b1")
+    assert child["traceId"] == trace_id_of("ses_B")
+
+
+def test_a_file_rewritten_between_the_readings_is_an_error_not_a_span_twice(monkeypatch, tmp_path):
+    path = tmp_path / "rewritten.jsonl"
+    line = '{{"kind":"prompt","session_id":"ses_{}","time":1,"text":"x"}}\n'.format
+    path.write_text(line("S") + line("T") + line("T"))
+    planned = otel_export.plan_sessions
+
+    def plan_then_rewrite(inputs, builder):
+        found = planned(inputs, builder)
+        path.write_text(line("S") + line("T") + line("S"))  # the same size, S back at the end
+        return found
+
+    monkeypatch.setattr(otel_export, "plan_sessions", plan_then_rewrite)
+    with pytest.raises(InputError, match="changed while it was read"):
+        trickled([path], 10, 0)
 
 
 def test_a_file_that_grows_meanwhile_is_read_as_the_first_reading_saw_it(monkeypatch, tmp_path):

@@ -161,15 +161,19 @@ class SpanCollector:
         self.most_held = 0  # the most sessions held at once (for tests)
         self._plan: Plan | None = None
         self._next = 0  # the plan's next session to finish
+        self._finished: set[str] = set()  # sessions the plan finished (none come back)
+        self._names = "the input"
 
-    def follow_plan(self, plan: Plan) -> None:
-        """Finish each session as soon as ``plan`` says it is complete; spawning calls are
-        noted as they come, so that a subagent finished before its parent hangs from them."""
+    def follow_plan(self, plan: Plan, names: Sequence[str] = ()) -> None:
+        """Finish each session as soon as ``plan`` (of the inputs ``names``) says it is
+        complete."""
         self._plan = plan
+        self._names = ", ".join(names) or "the input"
 
     def write(self, events: Sequence[Event]) -> None:
+        # Each spawning call is noted as it comes: a subagent's parent is the session of the
+        # first call to spawn it in the stream, whenever the sessions are finished.
         traces = self.traces
-        planned = self._plan is not None
         for event in events:
             sid = event.session_id
             if type(event) is Warning:
@@ -178,16 +182,20 @@ class SpanCollector:
                 continue
             trace = traces.get(sid)
             if trace is None:
+                if sid in self._finished:  # rewritten in place since the first reading
+                    raise InputError(f"{self._names} changed while it was read")
                 trace = traces[sid] = self.builder.session(sid)
             trace.add(event)
-            if planned and type(event) is Orchestration and event.child_session_id:
-                self.builder.note_children(trace)
+            if type(event) is Orchestration:
+                child = event.child_session_id
+                if child and trace.children.get(child):
+                    self.builder.note_children(trace, child)
         self.events += len(events)
         self.most_held = max(self.most_held, len(traces))
 
     def completed(self, resources: Resources | None = None) -> Iterator[Finished]:
         """The sessions the plan says are complete once the events written so far are in,
-        finished (and let go), in the order first seen."""
+        finished (and let go); those of one batch in the order first seen."""
         plan = self._plan
         if plan is None:
             return
@@ -203,6 +211,7 @@ class SpanCollector:
         for _, sid in done:
             trace = self.traces.pop(sid, None)
             if trace is not None:
+                self._finished.add(sid)
                 yield resource, self.builder.finish(trace)
 
     def end_batch(self) -> None:
@@ -277,7 +286,7 @@ def stream_sessions(
     if starts is not None:
         plan, lengths = plan_sessions(inputs, builder)
         inputs = _read_again(inputs, starts, lengths)
-        collector.follow_plan(plan)
+        collector.follow_plan(plan, [name for name, _ in inputs])
     for events in event_batches(inputs, collector.normalizer()):
         collector.write(events)
         yield from collector.completed(resources)
@@ -309,8 +318,9 @@ def plan_sessions(
     the same, counted the same), keeping for each session only where its last event is and
     which calls spawn it. A session is complete after its last event and after every call
     that spawns it or a session above it (those place it: its trace is its top session's,
-    its span hangs from the call); the first call to spawn a session names its parent, as
-    ``TraceBuilder.note_children`` learns it. Also returns the bytes read of each input."""
+    its span hangs from the call); the first call to spawn a session names its parent
+    (``SpanCollector.write`` notes the calls so). Also returns the bytes read of each
+    input."""
     from ..pipeline.normalize import event_batches
 
     normalizer = ToolTimes()

@@ -497,7 +497,10 @@ class TraceBuilder:
         # spawning calls seen
         self.learn_parents = parents is None
         self.parents = parents if parents is not None else {}
-        self.spawns: dict[str, tuple[str, str]] = {}  # child → (its parent, the call's span)
+        # (child, the session that spawned it) → the spawning call's span: each spawner its
+        # own, so that a child two sessions claim hangs from its parent's call whatever order
+        # they are noted in
+        self.spawns: dict[tuple[str, str], str] = {}
         self.spawned_by = spawned_by
         self.mcp_servers = mcp_servers
         self.counters = Counters()
@@ -527,12 +530,16 @@ class TraceBuilder:
             seen.add(parent)
             current = parent
 
-    def note_children(self, trace: SessionTrace) -> None:
-        """What a session's spawning calls tell of its subagents' place."""
-        for child, span_id in trace.children.items():
-            self.spawns[child] = (trace.session_id, span_id)
+    def note_children(self, trace: SessionTrace, child: str | None = None) -> None:
+        """What a session's spawning calls tell of its subagents' place (``child``: of that
+        one only). Learnt parents: the first session noted to spawn a child is its parent;
+        a collector notes each call as it comes (``SpanCollector.write``), so that is the
+        first spawning call in the stream."""
+        children = trace.children if child is None else {child: trace.children[child]}
+        for kid, span_id in children.items():
+            self.spawns[(kid, trace.session_id)] = span_id
             if self.learn_parents:
-                self.parents.setdefault(child, trace.session_id)
+                self.parents.setdefault(kid, trace.session_id)
 
     def finish(self, trace: SessionTrace, info: SessionInfo | None = None) -> list[SpanData]:
         """The session's spans, its ``invoke_agent`` span first, then by start time."""
@@ -545,9 +552,7 @@ class TraceBuilder:
         parent = self.parents.get(sid)
         parent_span = ""
         if parent is not None and self.root_of(sid) != sid:
-            spawner, spawn = self.spawns.get(sid, (None, None))
-            if spawner != parent:  # a call of another session: not where the tree puts it
-                spawn = None
+            spawn = self.spawns.get((sid, parent))  # a call of its parent's, not another's
             if spawn is None and self.spawned_by is not None:
                 spawn = self.spawned_by(sid, parent)
             parent_span = spawn or span_id_of("session", parent)
