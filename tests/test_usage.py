@@ -1761,6 +1761,59 @@ def test_a_stream_says_which_subagents_it_cannot_see(name: str) -> None:
         ], source
 
 
+def _child_steps() -> tuple[str, list[str]]:
+    """The ``task`` capture's subagent session, and two of its steps as a raw stream would
+    tell them (the parent's step records under the child's id and new part ids)."""
+    lines = (SAMPLES / "task" / "stream.jsonl").read_text().splitlines()
+    parent = json.loads(lines[0])["sessionID"]
+    call = next(json.loads(line) for line in lines if '"tool":"task"' in line)
+    child = call["part"]["state"]["metadata"]["sessionId"]
+    steps = [line for line in lines if '"type":"step_' in line][:2]
+    return child, [
+        step.replace(parent, child).replace('"id":"prt_', '"id":"prt_child') for step in steps
+    ]
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        "child's steps first",  # then the parent's run, whose task call spawns it
+        "child's steps last",
+        "child's steps in the input before",
+        "child's steps in the input after",
+    ],
+)
+def test_a_subagent_whose_steps_a_stream_holds_is_not_said_missing(tmp_path, order) -> None:
+    """The note names only the subagents whose steps no input holds, whichever comes first,
+    the steps or the call, in one input or two (the sessions with steps are kept across
+    inputs, and at the last one only those spawned)."""
+    from opencode_events.reports.usage import stream_usage
+
+    run = (SAMPLES / "task" / "stream.jsonl").read_text().splitlines()
+    child, steps = _child_steps()
+    inputs = {
+        "child's steps first": [steps + run],
+        "child's steps last": [run + steps],
+        "child's steps in the input before": [steps, run],
+        "child's steps in the input after": [run, steps],
+    }[order]
+    paths = []
+    for n, lines in enumerate(inputs):
+        paths.append(tmp_path / f"{n}.jsonl")
+        paths[-1].write_text("\n".join(lines) + "\n")
+    opened = [(str(p), open(p, "rb")) for p in paths]  # noqa: SIM115 - closed below
+    try:
+        report = stream_usage(opened)
+    finally:
+        for _, f in opened:
+            f.close()
+    assert not [n for n in report.notes if "not in this stream" in n], report.notes
+    assert child in {row.session_id for row in report.rows}  # its steps were counted
+    with open(SAMPLES / "task" / "stream.jsonl", "rb") as f:  # and without them, it is said
+        alone = stream_usage([("run", f)]).notes
+    assert [n for n in alone if "not in this stream" in n]
+
+
 def test_the_table_shows_times_in_the_zone_asked_for():
     """Issue 20 §8: --tz was accepted and ignored for the times a table shows."""
     db = str(SAMPLES / "task" / "opencode.db")

@@ -274,12 +274,10 @@ class Normalizer(Counters):
         self._session_turns = {}
         self.enter_message(None)
 
-    def _next_turn(self) -> int:
-        key = self._session or ""
-        turn = self._session_turns.get(key, 0) + 1
-        self._session_turns[key] = turn
-        self.turns += 1
-        return turn
+    def stepped_sessions(self) -> Any:
+        """The sessions of this run (since ``reset``) that finished a step, each one a
+        ``usage`` event (``""`` for steps of no session): a view, not a copy."""
+        return self._session_turns.keys()
 
     # --------------------------------------------------------------------- emitting
 
@@ -499,7 +497,7 @@ class Normalizer(Counters):
         self._directory = cwd if type(cwd) is str else None
 
     def _step_finish(self, part: Part, prov: Provenance) -> list[Event]:
-        # Once per model step of every source: ``_first_sighting`` and ``_next_turn``
+        # Once per model step of every source: ``_first_sighting`` and the turn count
         # written out, the same steps without two calls.
         self.step_open = False
         part_id = part.id

@@ -384,6 +384,15 @@ class _Unread:
         self.stepped: set[Any] = set()
         self.undone: list[float] = []  # the costs of steps marked ``reverted``
 
+    def stepped_in(self, sessions: Any, *, more_inputs: bool) -> None:
+        """The sessions an input of a raw stream had steps of (its normalizer's): all of them
+        while a later input may spawn them; at the last, only the subagents spawned (what
+        ``notes`` asks), so a stream of many sessions does not hold them twice."""
+        if more_inputs:
+            self.stepped.update(sessions)
+        else:
+            self.stepped.update(child for child in self.spawned if child in sessions)
+
     def step(self, event: Any) -> None:
         """A step counted: one a pending /undo undid is noted (``reports.undone``)."""
         if event.reverted is True:
@@ -513,10 +522,13 @@ def _step_start(line: bytes, session: str | None) -> tuple[int | None, str | Non
     return (record.timestamp if type(record.timestamp) is int else None), session
 
 
-def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Step]:
+def _usage_events(
+    name: str, stream: BinaryIO, unread: _Unread, *, more_inputs: bool = False
+) -> Iterator[_Step]:
     """The steps of a raw stream, normalized JSONL, a captured server event stream or an
     export document (the last, with no usage, when a step was left open); what cannot be
-    read is counted in ``unread``."""
+    read is counted in ``unread`` (``more_inputs``: others follow, which may spawn the
+    sessions this one has steps of)."""
     from ..core.normalizer import Normalizer
     from ..events import Orchestration, Unknown, Usage, Warning
     from ..pipeline.normalize import (
@@ -589,8 +601,7 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
                 if normalizer.step_open and b'"step_start"' in line:  # a step opened
                     start = _step_start(line, normalizer.session_id) or start
                 for event in events:
-                    if isinstance(event, Usage):
-                        unread.stepped.add(event.session_id)
+                    if isinstance(event, Usage):  # its session is among stepped_sessions
                         started = None
                         if start is not None and start[1] == event.session_id:
                             started = start[0]
@@ -602,6 +613,7 @@ def _usage_events(name: str, stream: BinaryIO, unread: _Unread) -> Iterator[_Ste
                 if not normalizer.step_open:  # finished (or its finish seen before)
                     start = None
     if normalized is False:
+        unread.stepped_in(normalizer.stepped_sessions(), more_inputs=more_inputs)
         unread.lines += normalizer.counts.get(Warning, 0) - warned
         if normalizer.step_open:
             time, session = start if start is not None else (None, normalizer.session_id)
@@ -653,8 +665,9 @@ class StreamUsage:
         groups: dict[str, UsageRow] = {}
         first_time: dict[str, int] = {}  # group → its first step's time
         unread = _Unread()
-        for name, stream in self.inputs:
-            for step in _usage_events(name, stream, unread):
+        last = len(self.inputs) - 1
+        for index, (name, stream) in enumerate(self.inputs):
+            for step in _usage_events(name, stream, unread, more_inputs=index < last):
                 event = step.usage
                 if event is None:  # a step that started and never finished
                     if by in ("turn", "step"):
