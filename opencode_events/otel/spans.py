@@ -175,8 +175,7 @@ def gen_ai_tokens(usage: Usage) -> tuple[int, int]:
 
 class ToolTimes(Normalizer):
     """The normalizer, also noting each tool call's own start and end (``state.time``) as
-    it maps the call, by part id, and an inference's (``time.created``/``completed``) where
-    a source reports usage per message (server events); a span takes them from here."""
+    it maps the call, by part id; a span takes them from here."""
 
     def __init__(
         self,
@@ -197,15 +196,6 @@ class ToolTimes(Normalizer):
                 start, end = times.start, times.end
                 if _is_time(start) and _is_time(end) and end >= start:
                     self.times[key] = (start, end)
-        return events
-
-    def message_usage(self, info: Any, prov: Provenance) -> list[Event]:
-        events = super().message_usage(info, prov)
-        times = info.time
-        if events and times is not None and isinstance(info.id, str):
-            start, end = times.created, times.completed
-            if _is_time(start) and _is_time(end) and end >= start:
-                self.times[info.id] = (start, end)
         return events
 
 
@@ -235,7 +225,7 @@ class SessionTrace:
     """One session's spans as its events come (``add``); ``TraceBuilder.finish`` completes
     them. A step's ``chat`` span runs from where the step began — the step before it ended,
     or the prompt it answers was written, or else its message's first event — to its
-    step-finish (a server event's inference: its message's own creation and completion)."""
+    step-finish, from every source alike."""
 
     def __init__(self, session_id: str, times: dict[str, tuple[Any, Any]] | None = None) -> None:
         self.session_id = session_id
@@ -286,8 +276,7 @@ class SessionTrace:
     def _chat_for(self, key: str, message_id: str | None, end: int | float) -> _Chat:
         chat = self.chats.get(key)
         if chat is None:
-            exact = self.times.pop(message_id, None) if message_id else None
-            start, stop = exact if exact is not None else (self._step_start(message_id, end), end)
+            start, stop = self._step_start(message_id, end), end
             span = SpanData(
                 span_id=span_id_of("chat", f"{self.session_id}/{key}"),
                 name="chat",
