@@ -713,6 +713,35 @@ def test_a_file_that_grows_meanwhile_is_read_as_the_first_reading_saw_it(monkeyp
     assert spans_and_counters(file_export(path)) == expected
 
 
+def test_the_commands_unbuffered_inputs_are_read_twice_from_where_they_stand(
+    monkeypatch, own_events_of_task, child_first
+):
+    """``otel -i`` opens its inputs unbuffered (``InputFile``: no ``tell`` nor ``seek``), and
+    standard input may be a file already partly read: both are read again by descriptor."""
+    from opencode_events.cli.streams import open_inputs
+
+    def export_of(paths: list[Path], skip: int = 0) -> tuple[dict, list]:
+        opened = open_inputs(tuple(str(p) for p in paths))
+        bodies: list[bytes] = []
+        try:
+            os.lseek(opened[0][1].fileno(), skip, os.SEEK_SET)
+            builder = TraceBuilder()
+            export(stream_sessions(opened, builder), builder, lambda s, b: bodies.append(b))
+        finally:
+            for _, stream in opened:
+                stream.close()
+        return spans_and_counters([json.loads(b) for b in bodies])
+
+    paths = [child_first, own_events_of_task]
+    first_line = len(child_first.read_bytes().split(b"\n")[0]) + 1
+    for skip in (0, first_line):
+        monkeypatch.setattr(otel_export, "TWO_PASSES_BYTES", 1 << 60)
+        once = export_of(paths, skip)
+        monkeypatch.setattr(otel_export, "TWO_PASSES_BYTES", 0)
+        assert export_of(paths, skip) == once
+        assert once[0]
+
+
 def test_only_regular_files_are_read_twice(tmp_path):
     path = tmp_path / "run.jsonl"
     path.write_bytes((SAMPLES / "text" / "stream.jsonl").read_bytes())
