@@ -575,6 +575,22 @@ class Trickle:
         self._file.close()
 
 
+def trickled(paths: list[Path], piece: int, two_passes: int) -> tuple[dict, list]:
+    """The export of ``paths`` read ``piece`` bytes at a time, once or twice."""
+    before = otel_export.TWO_PASSES_BYTES
+    otel_export.TWO_PASSES_BYTES = two_passes
+    inputs = [(str(p), Trickle(p, piece)) for p in paths]
+    bodies: list[bytes] = []
+    try:
+        builder = TraceBuilder()
+        export(stream_sessions(inputs, builder), builder, lambda s, b: bodies.append(b))
+    finally:
+        otel_export.TWO_PASSES_BYTES = before
+        for _, stream in inputs:
+            stream.close()
+    return spans_and_counters([json.loads(b) for b in bodies])
+
+
 RUNS = ["text", "parallel_tools", "task", "mcp", "bash_fail", "reasoning", "apply_patch"]
 
 
@@ -608,40 +624,9 @@ def test_any_interleaving_of_runs_read_twice_gives_the_same_spans(
         paths.append(folder / f"{i}.jsonl")
         paths[-1].write_text("".join(line + "\n" for line in mixed[a:b]))
 
-    def exported(two_passes: int) -> tuple[dict, list]:
-        before = otel_export.TWO_PASSES_BYTES
-        otel_export.TWO_PASSES_BYTES = two_passes
-        inputs = [(str(p), Trickle(p, piece)) for p in paths]
-        bodies: list[bytes] = []
-        try:
-            builder = TraceBuilder()
-            sessions = stream_sessions(inputs, builder)
-            export(sessions, builder, lambda s, b: bodies.append(b))
-        finally:
-            otel_export.TWO_PASSES_BYTES = before
-            for _, stream in inputs:
-                stream.close()
-        return spans_and_counters([json.loads(b) for b in bodies])
-
-    once = exported(1 << 60)
+    once = trickled(paths, piece, 1 << 60)
     assert once[0]
-    assert exported(0) == once
-
-
-def trickled(paths: list[Path], piece: int, two_passes: int) -> tuple[dict, list]:
-    """The export of ``paths`` read ``piece`` bytes at a time, once or twice."""
-    before = otel_export.TWO_PASSES_BYTES
-    otel_export.TWO_PASSES_BYTES = two_passes
-    inputs = [(str(p), Trickle(p, piece)) for p in paths]
-    bodies: list[bytes] = []
-    try:
-        builder = TraceBuilder()
-        export(stream_sessions(inputs, builder), builder, lambda s, b: bodies.append(b))
-    finally:
-        otel_export.TWO_PASSES_BYTES = before
-        for _, stream in inputs:
-            stream.close()
-    return spans_and_counters([json.loads(b) for b in bodies])
+    assert trickled(paths, piece, 0) == once
 
 
 def _event(kind: str, session: str, **fields) -> str:

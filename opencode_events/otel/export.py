@@ -20,6 +20,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
+from ..core.normalizer import Normalizer
 from ..errors import InputError
 from ..events import Event, Orchestration, Warning
 from ..paths import OtlpEnvironment, otlp_environment
@@ -38,7 +39,6 @@ __all__ = [
     "store_sessions",
     "stream_sessions",
     "plan_sessions",
-    "Plan",
     "TWO_PASSES_BYTES",
     "export",
     "store_builder",
@@ -150,8 +150,8 @@ def store_sessions(
 class SpanCollector:
     """A writer of normalized events that files each under its session's trace (as a tee
     beside another writer: ``attach --otel``), and gives the finished sessions at the end;
-    or, given the inputs' ``Plan`` (``follow_plan``), each as soon as it is complete
-    (``completed``)."""
+    or, given when each session of the inputs is complete (``follow_plan``), each as soon
+    as it is (``completed``)."""
 
     def __init__(self, builder: TraceBuilder) -> None:
         self.builder = builder
@@ -159,14 +159,15 @@ class SpanCollector:
         self.warnings = 0
         self.events = 0  # events written so far, every one counted as the plan counts them
         self.most_held = 0  # the most sessions held at once (for tests)
-        self._plan: Plan | None = None
+        # (events after which it is complete, place first seen, session), by the first
+        self._plan: list[tuple[int, int, str]] | None = None
         self._next = 0  # the plan's next session to finish
         self._finished: set[str] = set()  # sessions the plan finished (none come back)
         self._names = "the input"
 
-    def follow_plan(self, plan: Plan, names: Sequence[str] = ()) -> None:
-        """Finish each session as soon as ``plan`` (of the inputs ``names``) says it is
-        complete."""
+    def follow_plan(self, plan: list[tuple[int, int, str]], names: Sequence[str] = ()) -> None:
+        """Finish each session as soon as ``plan`` (``plan_sessions``' of the inputs
+        ``names``) says it is complete."""
         self._plan = plan
         self._names = ", ".join(names) or "the input"
 
@@ -196,11 +197,10 @@ class SpanCollector:
     def completed(self, resources: Resources | None = None) -> Iterator[Finished]:
         """The sessions the plan says are complete once the events written so far are in,
         finished (and let go); those of one batch in the order first seen."""
-        plan = self._plan
-        if plan is None:
+        order = self._plan
+        if order is None:
             return
         done: list[tuple[int, str]] = []
-        order = plan.order
         while self._next < len(order) and order[self._next][0] < self.events:
             done.append(order[self._next][1:])
             self._next += 1
@@ -295,36 +295,21 @@ def stream_sessions(
     yield from collector.finished(resources)
 
 
-class Plan:
-    """What a first reading of the inputs tells (``plan_sessions``): ``order``, each session
-    as (the count of events after which it is complete, its place first seen, its id), by
-    the first."""
-
-    def __init__(self, order: list[tuple[int, int, str]]) -> None:
-        self.order = order
-
-
-class _Unkept(dict):  # type: ignore[type-arg]
-    """A ``ToolTimes.times`` that keeps nothing: the first reading wants no span."""
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        pass
-
-
 def plan_sessions(
     inputs: Sequence[tuple[str, BinaryIO]], builder: TraceBuilder
-) -> tuple[Plan, list[int]]:
-    """Read the inputs once through the normalizer the spans are made with (so the events are
-    the same, counted the same), keeping for each session only where its last event is and
+) -> tuple[list[tuple[int, int, str]], list[int]]:
+    """Each session as (the count of events after which it is complete, its place first
+    seen, its id), by the first, and the bytes read of each input. The inputs are read once
+    through the mapping the spans are made with (``ToolTimes`` is the normalizer's events,
+    the calls' times noted besides: the same events, counted the same), keeping for each
+    session only where its last event is and
     which calls spawn it. A session is complete after its last event and after every call
     that spawns it or a session above it (those place it: its trace is its top session's,
     its span hangs from the call); the first call to spawn a session names its parent
-    (``SpanCollector.write`` notes the calls so). Also returns the bytes read of each
-    input."""
+    (``SpanCollector.write`` notes the calls so)."""
     from ..pipeline.normalize import event_batches
 
-    normalizer = ToolTimes()
-    normalizer.times = _Unkept()
+    normalizer = Normalizer()
     last: dict[str, int] = {}  # in the order first seen
     calls: dict[str, tuple[str, int]] = {}  # child → (its first spawner, the last call's count)
     count = 0
@@ -356,7 +341,7 @@ def plan_sessions(
             seen.add(current)
         order.append((at, place, sid))
     order.sort()
-    return Plan(order), lengths
+    return order, lengths
 
 
 def _starts_of_files(inputs: Sequence[tuple[str, BinaryIO]]) -> list[int] | None:
