@@ -356,6 +356,34 @@ def test_tool_spans_have_the_calls_own_times():
     )
 
 
+def test_calls_of_two_sessions_sharing_a_part_id_keep_their_own_times(tmp_path):
+    """Times are noted per session and part: a copy of a session under another id (as a
+    fork copies, or a test generator does) does not lend its calls' times to the first."""
+    (line,) = [
+        json.loads(text)
+        for text in (SAMPLES / "parallel_tools" / "stream.jsonl").read_text().splitlines()
+        if '"callID":"call_p_grep"' in text
+    ]
+
+    def copy(session: str, shift: int) -> str:
+        record = json.loads(json.dumps(line))
+        record["sessionID"] = record["part"]["sessionID"] = session
+        times = record["part"]["state"]["time"]
+        times["start"], times["end"] = times["start"] + shift, times["end"] + 2 * shift
+        return json.dumps(record)
+
+    path = tmp_path / "two.jsonl"
+    path.write_text(copy("ses_A", 0) + "\n" + copy("ses_B", 5000) + "\n")
+    spans = {s["spanId"]: s for s in all_spans(file_export(path))}
+    part, times = line["part"]["id"], line["part"]["state"]["time"]
+    for session, shift in [("ses_A", 0), ("ses_B", 5000)]:
+        span = spans[span_id_of("tool", f"{session}/{part}")]
+        assert (int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])) == (
+            (times["start"] + shift) * 1_000_000,
+            (times["end"] + 2 * shift) * 1_000_000,
+        )
+
+
 @pytest.mark.parametrize("name", ["task", "parallel_tools", "compaction", "mcp"])
 def test_every_span_lies_within_its_session(name):
     """Inferences and calls lie within their session's span. A subagent's session is the

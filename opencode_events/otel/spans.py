@@ -175,7 +175,8 @@ def gen_ai_tokens(usage: Usage) -> tuple[int, int]:
 
 class ToolTimes(Normalizer):
     """The normalizer, also noting each tool call's own start and end (``state.time``) as
-    it maps the call, by part id; a span takes them from here."""
+    it maps the call, by session and part id (a copy of a session under another id keeps
+    its part ids); a span takes them from here."""
 
     def __init__(
         self,
@@ -184,18 +185,18 @@ class ToolTimes(Normalizer):
         mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
     ) -> None:
         super().__init__(keep_raw=keep_raw, mcp_servers=mcp_servers)
-        self.times: dict[str, tuple[int | float, int | float]] = {}
+        self.times: dict[tuple[Any, str], tuple[int | float, int | float]] = {}
 
     def _tool(self, part: Any, prov: Provenance) -> list[Event]:
         events = super()._tool(part, prov)
         if events:
             state = part.state
             times = state.time if state is not None else None
-            key = prov.part_id or part.id
-            if times is not None and isinstance(key, str):
+            part_id = prov.part_id or part.id
+            if times is not None and isinstance(part_id, str):
                 start, end = times.start, times.end
                 if _is_time(start) and _is_time(end) and end >= start:
-                    self.times[key] = (start, end)
+                    self.times[events[0].session_id, part_id] = (start, end)
         return events
 
 
@@ -227,7 +228,9 @@ class SessionTrace:
     or the prompt it answers was written, or else its message's first event — to its
     step-finish, from every source alike."""
 
-    def __init__(self, session_id: str, times: dict[str, tuple[Any, Any]] | None = None) -> None:
+    def __init__(
+        self, session_id: str, times: dict[tuple[Any, str], tuple[Any, Any]] | None = None
+    ) -> None:
         self.session_id = session_id
         self.times = times if times is not None else {}
         self.first: int | float | None = None
@@ -354,7 +357,7 @@ class SessionTrace:
         key = event.part_id or (f"call/{event.call_id}" if event.call_id else f"seq/{event.seq}")
         if key in self.tools:  # one call, several events (a patch's files)
             return
-        exact = self.times.pop(event.part_id, None) if event.part_id else None
+        exact = self.times.pop((event.session_id, event.part_id), None) if event.part_id else None
         if exact is not None:
             start, end = exact
         else:  # our own events read again: their time, and how long the call took
@@ -493,7 +496,7 @@ class TraceBuilder:
         self.spawned_by = spawned_by
         self.mcp_servers = mcp_servers
         self.counters = Counters()
-        self.times: dict[str, tuple[Any, Any]] = {}  # filled by a ToolTimes normalizer
+        self.times: dict[tuple[Any, str], tuple[Any, Any]] = {}  # filled by a ToolTimes normalizer
         self.skip_messages: set[str] = set()  # a fork's copied history: not its own spans
         self.counted: set[str] | None = None  # sessions counted already (when followed)
         self._servers: dict[str | None, Sequence[str]] = {}
