@@ -3,6 +3,7 @@ real pseudo-terminal (80 columns, q quits, the store written while it watches)."
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from opencode_events.reports.sessions import summarize
 from opencode_events.reports.top import TopBoard, week_start
@@ -209,3 +211,36 @@ def test_a_busy_session_says_what_it_runs_and_a_silent_one_turns_stale() -> None
     top.refresh(last + 11 * 60_000)  # nothing written since: the clock alone decides
     (row,) = top.board().rows
     assert (row.state, row.running) == ("stale", None) and top.reads == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("missing.db", "error: no OpenCode database at missing.db\n"),
+        (
+            "README.md",
+            "error: README.md is not a readable SQLite database (file is not a database)\n",
+        ),
+    ],
+)
+def test_once_on_a_store_it_cannot_read_is_an_error(name, message) -> None:
+    done = subprocess.run(
+        [*CLI, "top", "--db", name, "--once"], capture_output=True, timeout=30, cwd=ROOT
+    )
+    assert (done.returncode, done.stdout, done.stderr.decode()) == (2, b"", message)
+
+
+def test_the_live_view_says_why_it_cannot_read_the_store(tmp_path: Path) -> None:
+    from opencode_events.output.tables import top_screen
+
+    path = tmp_path / "opencode.db"
+    path.write_bytes(b"not a database, but a file" * 100)
+    top = TopBoard(path)
+    top.refresh(force=True)
+    board = top.board()
+    assert not board.readable and "is not a readable SQLite database" in (board.problem or "")
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(top_screen(board, 0, width=80))
+    text = console.export_text()
+    assert "store not readable: " in text and "(file is not a database)" in text
+    assert "no sessions" not in text and all(len(line) <= 80 for line in text.splitlines())

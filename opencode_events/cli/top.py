@@ -3,7 +3,8 @@
 Owns the terminal: the alternate screen (``output.pretty.FullScreen``), keys read one at a
 time (``q`` quits, as does Ctrl-C), a redraw every ``--interval`` seconds (the clock and the
 running times tick) and a look at the store at each tick that costs two ``stat`` calls while
-nothing changes. Off a terminal, ``--once`` prints one screen and exits.
+nothing changes. Off a terminal, ``--once`` prints one screen and exits; a store it cannot
+read is then an error (exit 2), as for every report, where the live view waits for it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 
 import click
 
+from ..errors import InputError
 from .io import db_option, time_zone, tz_option
 
 __all__ = ["top"]
@@ -47,7 +49,9 @@ def top(db_path: str | None, interval: float, tz: str | None, once: bool) -> Non
     width, height = _terminal_size()
     board = TopBoard(path, limit=max(1, height - 4), tz=zone)
     if once or not (sys.stdin.isatty() and sys.stdout.isatty()):
-        board.refresh()
+        board.refresh(force=True)  # one look: the store is opened whatever the watch says
+        if not board.readable:
+            raise InputError(board.problem or f"cannot read {path}")
         _print_once(top_screen(board.board(), time.time() * 1000, width=width))
         return
     from ..output.pretty import FullScreen

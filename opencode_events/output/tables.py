@@ -621,8 +621,6 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
     header.append("opencode-events top", "bold")
     header.append(f"  today {money(board.today)}  this week {money(board.week)}", "bold yellow")
     header.append(f"  {busy} busy  {clock}", "dim")
-    if not board.readable:
-        header.append("  (store not readable now)", "red")
     table = Table(expand=True, box=None, header_style="bold", pad_edge=False, show_edge=False)
     any_running = any(r.running for r in board.rows)
     table.add_column("state", no_wrap=True, width=5)
@@ -661,7 +659,7 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
             ),
         ]
         table.add_row(*cells)
-    if not board.rows:
+    if not board.rows and board.readable:
         table.add_row("", Text(f"no sessions in {visible(board.path)} yet", style="dim"))
     keys = Text("q quits · tokens and cost with subagents' (+)", style="dim")
     marks = []  # on a line of their own: each fits 80 columns
@@ -670,7 +668,10 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
     if any(getattr(row, "forked", False) for row in rows):
         marks.append("* a fork: with the history it copied")
     notes = [Text(mark, style="dim", no_wrap=True, overflow="ellipsis") for mark in marks]
-    return Group(header, Text(""), table, Text(""), keys, *notes)
+    # A store it cannot read: why, under the header (wrapped, never cut), the last rows kept.
+    problem = Text(f"store not readable: {visible(getattr(board, 'problem', None) or '')}", "red")
+    top = [header, problem] if not board.readable else [header]
+    return Group(*top, Text(""), table, Text(""), keys, *notes)
 
 
 def print_renderable(renderable: Any, *, out: TextIO, width: int | None = None) -> None:

@@ -73,6 +73,7 @@ class Board(Struct, kw_only=True):
     week: float
     path: str
     readable: bool = True  # False: the store is missing or could not be read at the last look
+    problem: str | None = None  # why, then: the error line a report would give
 
 
 def _tokens(session: Any) -> int:
@@ -123,6 +124,7 @@ class TopBoard:
         self.reads = 0  # looks at the store that opened it (for tests and the bench)
         self.rows_read = 0  # message and part rows read, all looks together
         self.readable = True  # False after a look that could not read the store
+        self.problem: str | None = None  # why it could not (the InputError's message)
         self._reset()
 
     def _reset(self) -> None:
@@ -152,11 +154,11 @@ class TopBoard:
         try:
             with Store(self.path) as store:
                 self._read(store, now, new_day, force)
-        except InputError:
-            self.readable = False
+        except InputError as exc:
+            self.readable, self.problem = False, str(exc)
             self.watch.forget()
             return False
-        self.readable = True
+        self.readable, self.problem = True, None
         self.reads += 1
         return True
 
@@ -370,6 +372,7 @@ class TopBoard:
             week=summed_cost(self._week, 2),
             path=os.fspath(self.path),
             readable=self.readable,
+            problem=self.problem,
         )
 
 
