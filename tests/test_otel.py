@@ -1019,6 +1019,25 @@ def test_cli_writes_json_lines_to_stdout():
         check(line)
 
 
+@pytest.mark.parametrize(
+    ("args", "note"),
+    [
+        # cron: stdin is no terminal, and empty
+        (
+            [],
+            "note: no session in stdin; for stored sessions give --last, SESSION, --since or --all",
+        ),
+        (
+            ["--db", str(SAMPLES / "task" / "opencode.db"), "--since", "2100-01-01"],
+            "note: no session chosen (none active in that window?): nothing exported",
+        ),
+    ],
+)
+def test_cli_says_when_it_had_nothing_to_export(args, note):
+    result = run(["otel", *args])
+    assert (result.returncode, result.stdout, result.stderr.decode()) == (0, b"", note + "\n")
+
+
 def test_cli_reads_a_pipe_and_writes_a_file(tmp_path):
     out = tmp_path / "traces.jsonl"
     stream = (SAMPLES / "parallel_tools" / "stream.jsonl").read_bytes()

@@ -1023,6 +1023,23 @@ NOTE_TASK_SUBAGENT = (
 )
 
 
+def test_a_stream_of_many_runs_names_a_few_of_the_sessions_that_spawned_subagents():
+    """One note line, whatever the log: three commands' worth of sessions, then how many."""
+    run = (SAMPLES / "task" / "stream.jsonl").read_bytes()
+    parent, child = b"ses_dd8083e0bffePGJlLQX9qavHXI", b"ses_dd8083865ffeA7oVLDszN0gOOR"
+    runs = b"".join(
+        run.replace(parent, b"ses_parent%04d" % i).replace(child, b"ses_child%04d" % i)
+        for i in range(50)
+    )
+    (note,) = usage(stdin=runs)["notes"]
+    assert note == (
+        "50 subagent sessions not in this stream; their cost is in the store: "
+        "`opencode-events usage --session ses_parent0000 --session ses_parent0001 "
+        "--session ses_parent0002 …` (50 sessions started them; `--since` or `--all` reads "
+        "them all)"
+    )
+
+
 def _export_with_a_broken_message(raw: bytes) -> bytes:
     doc = json.loads(raw)
     assistant = next(m for m in doc["messages"] if m["info"]["role"] == "assistant")

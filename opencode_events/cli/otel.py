@@ -212,6 +212,15 @@ def otel(
                 store_sessions(store, ids, builder), builder, store_files(store), parallel
             )
     report_otel(summary, destination)
+    if not summary.sessions:  # said, as `usage` says it: cron's stdin is empty, not a terminal
+        where = "stdin" if from_stream and not files else "the input" if from_stream else None
+        click.echo(
+            f"note: no session in {where}; for stored sessions give --last, SESSION, "
+            "--since or --all"
+            if where
+            else "note: no session chosen (none active in that window?): nothing exported",
+            err=True,
+        )
 
 
 def _servers() -> Any:

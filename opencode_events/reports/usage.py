@@ -369,6 +369,9 @@ class _NormalizedLine(Struct):
 _FIGURE_TYPES = frozenset({"step_finish", "step-finish", "message", "message.updated"})
 
 
+_NAMED = 3  # parent sessions a note names at most
+
+
 class _Unread:
     """What a stream's usage could not count: lines that are not JSON (``warning`` events),
     records of usage whose shape cannot be read (``unknown`` events of those types), export
@@ -438,12 +441,17 @@ class _Unread:
         unseen = [child for child in self.spawned if child not in self.stepped]
         if unseen:
             parents = [p for p in dict.fromkeys(self.spawned[c] for c in unseen) if p]
-            where = " ".join(f"--session {p}" for p in parents) or "--session ID"
+            where = " ".join(f"--session {p}" for p in parents[:_NAMED]) or "--session ID"
+            command = f"`opencode-events usage {where}`"
+            if len(parents) > _NAMED:  # a note stays a line: a long log may spawn thousands
+                command = (
+                    f"`opencode-events usage {where} …` ({len(parents)} sessions started "
+                    "them; `--since` or `--all` reads them all)"
+                )
             several = len(unseen) > 1
             notes.append(
                 f"{len(unseen)} subagent session{'s' if several else ''} not in this stream; "
-                f"{'their' if several else 'its'} cost is in the store: "
-                f"`opencode-events usage {where}`"
+                f"{'their' if several else 'its'} cost is in the store: {command}"
             )
         return notes
 
