@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -195,6 +195,42 @@ def test_an_empty_store_report_has_the_total_of_a_full_one(tmp_path: Path, by: s
     counts = {"inferences", "tool_calls"} & set(full)
     assert {k: empty["total"][k] for k in counts} == dict.fromkeys(counts, 0)
     assert set(empty["total"]) == {k for k in full if not k.startswith("subagent_")}
+
+
+@pytest.mark.parametrize(
+    ("by", "date_of"),
+    [
+        ("week", lambda day: "{}-W{:02d}".format(*date.fromisoformat(day).isocalendar()[:2])),
+        ("month", lambda day: day[:7]),
+    ],
+)
+def test_stream_weeks_and_months_are_its_days_grouped(by, date_of):
+    """Steps a week or a year apart (every sample's steps, moved), by week and month: each
+    row sums the days that fall in it, named as the store names them."""
+    day_ms = 86_400_000
+    lines = []
+    for n, name in enumerate(["text", "fork", "parallel_tools", "reasoning", "bash_fail"]):
+        for line in (SAMPLES / name / "stream.jsonl").read_bytes().splitlines():
+            record = json.loads(line)
+            record["timestamp"] += n * (8 if n % 2 else 400) * day_ms
+            if isinstance(record.get("part", {}).get("time"), dict):
+                for key in record["part"]["time"]:
+                    record["part"]["time"][key] += n * (8 if n % 2 else 400) * day_ms
+            lines.append(json.dumps(record).encode())
+    data = b"\n".join(lines) + b"\n"
+    days = usage("--by", "day", "--tz", "UTC", stdin=data)
+    grouped = usage("--by", by, "--tz", "UTC", stdin=data)
+    expected: dict[str, dict] = {}
+    for row in days["rows"]:
+        into = expected.setdefault(date_of(row["day"]), {by: date_of(row["day"])})
+        for name, value in row.items():
+            if name != "day":
+                into[name] = into.get(name, 0) + value
+    assert len(expected) >= 3
+    assert [{k: pytest.approx(v) for k, v in row.items()} for row in expected.values()] == [
+        {k: v for k, v in row.items()} for row in grouped["rows"]
+    ]
+    assert grouped["total"] == days["total"]
 
 
 def test_stream_cannot_group_by_model():

@@ -90,7 +90,7 @@ TOKEN_FIELDS = (
 _ALWAYS = frozenset({*TOKEN_FIELDS, "cost"})
 # From this many sessions on, one scan of the whole message table beats per-session lookups.
 WHOLE_TABLE_SESSIONS = 200
-BY_STREAM = ("turn", "step", "session", "day")
+BY_STREAM = ("turn", "step", "session", "day", "week", "month")
 BY_STORE = ("turn", "step", "session", "model", "agent", "day", "week", "month", "project")
 # Groupings that, with no session chosen, cover every session (as ccusage's reports do);
 # turn and step, one session's story, cover the last one.
@@ -190,6 +190,8 @@ _LABELS: dict[tuple[bool, str], tuple[str, ...]] = {  # (from the store, --by) â
     (False, "step"): ("session_id", "turn", "started", "reason"),
     (False, "session"): ("session_id", "inferences"),
     (False, "day"): ("day", "inferences"),
+    (False, "week"): ("week", "inferences"),
+    (False, "month"): ("month", "inferences"),
 }
 # A folded row's share from subagents, in the names ``sessions`` gives it.
 _SUBAGENT_FIELDS = (
@@ -703,7 +705,7 @@ class StreamUsage:
                     self._totaller.add(row)
                     yield row
                     continue
-                key = session or "" if by == "session" else _day(when, tz) or ""
+                key = session or "" if by == "session" else _date_key(by, _day(when, tz))
                 if row.started is not None and row.started < first_time.get(key, row.started + 1):
                     first_time[key] = row.started
                 group = groups.get(key)
@@ -711,18 +713,30 @@ class StreamUsage:
                     group = groups[key] = UsageRow(
                         session_id=session if by == "session" else None,
                         day=key if by == "day" else None,
+                        week=key if by == "week" else None,
+                        month=key if by == "month" else None,
                         inferences=0,
                     )
                 group.add(row)
                 group.inferences = (group.inferences or 0) + 1
         self.notes = unread.notes()
         self._undone = unread.undone
-        if by in ("session", "day"):  # sessions oldest first, as from the store
+        if by not in ("turn", "step"):  # sessions and dates oldest first, as from the store
             for key in sorted(groups, key=lambda k: (first_time.get(k, 0), k)):
                 row = groups[key]
                 row.cost = summed_cost(row.cost, _figures_in(row))
                 self._totaller.add(row)
                 yield row
+
+
+def _date_key(by: str, day: str | None) -> str:
+    """A stream step's group by date: its day, or the ISO week or month the day is in (as
+    the store's groupings name them); "" for a step with no time."""
+    if not day:
+        return ""
+    if by == "week":
+        return _week_of(day)
+    return day[:7] if by == "month" else day
 
 
 # ----------------------------------------------------------------------------- store
