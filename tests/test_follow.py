@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -407,6 +408,30 @@ def test_import_follow_waits_for_the_store_and_ends_when_the_session_is_idle(
     events = [json.loads(line) for line in out.splitlines()]
     assert events[-1]["kind"] == "metrics"
     assert comparable(events) == comparable(imported(src))
+
+
+def test_following_an_idle_session_says_it_waits(tmp_path: Path) -> None:
+    """The history, then a line on stderr that it waits (not a silent hang), until Ctrl-C."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    follow = subprocess.Popen(
+        [*CLI, "import", "--follow", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=ROOT,
+    )
+    try:
+        line = follow.stderr.readline().decode()  # type: ignore[union-attr]
+        assert line.startswith("opencode-events: ses_") and "is idle" in line
+        assert "waiting for it to work and be idle again (Ctrl-C to stop)" in line
+        assert follow.poll() is None  # still following
+    finally:
+        follow.send_signal(signal.SIGINT)
+        out, _ = follow.communicate(timeout=30)
+    assert follow.returncode == 130
+    kinds = [json.loads(event)["kind"] for event in out.splitlines()]
+    assert "message" in kinds and "usage" in kinds
 
 
 def test_max_cost_exits_3_when_crossed(tmp_path: Path) -> None:

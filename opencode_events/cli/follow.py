@@ -80,6 +80,10 @@ def follow_import(
             until_idle=not forever,
             max_cost=max_cost,
             stale_after=stale_after_ms(),
+            waiting=lambda roots: _note(
+                f"{', '.join(roots)} is idle: its history is written; waiting for it to work "
+                "and be idle again (Ctrl-C to stop)"
+            ),
         )
         writer.write(follower.finish())
         if not no_metrics:

@@ -50,12 +50,16 @@ def follow_store(
     clock: Callable[[], float] = time.time,
     stale_after: int | None = None,
     stop: Callable[[], bool] | None = None,
+    waiting: Callable[[list[str]], None] | None = None,
 ) -> FollowEnd | None:
-    """Follow until the sessions are done (the reason), or ``stop()`` says so (None)."""
+    """Follow until the sessions are done (the reason), or ``stop()`` says so (None).
+    ``waiting`` is told the sessions once, when the first look finds them followed until
+    idle but not at work (they will be waited on until they work and are idle again)."""
     watch = watch or StoreWatch(path)
     existed = os.path.exists(path)
     follower.live_from_start = not existed
     opened_once = False
+    told = waiting is None or not until_idle
     failures = 0  # reads that failed in a row
     while True:
         if watch.changed():
@@ -79,6 +83,10 @@ def follow_store(
             if events:
                 writer.write(events)
                 writer.end_batch()
+            if not told and opened_once:
+                told = True
+                if not follower.seen_at_work and follower.roots:
+                    waiting(list(follower.roots))  # type: ignore[misc]  # told: it is set
             if max_cost is not None and follower.total_cost > max_cost:
                 return FollowEnd.OVER_BUDGET
         if until_idle and follower.seen_at_work:
