@@ -69,6 +69,20 @@ def test_an_unreadable_until_is_a_usage_error(text):
         assert result.stderr.startswith(b"error: Invalid value for --until: cannot read")
 
 
+@pytest.mark.parametrize("form", ["json", "table"])  # json: the quick path; table: click's
+@pytest.mark.parametrize("command", ["usage", "sessions"])
+def test_a_window_that_ends_before_it_begins_is_a_usage_error(command, form):
+    db = str(SAMPLES / "task" / "opencode.db")
+    args = ["--since", "2026-12-01", "--until", "2026-11-01", "--format", form]
+    result = run(command, "--db", db, *args)
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert result.stderr.decode().startswith(
+        "error: --since 2026-12-01 is after --until 2026-11-01: no time between them"
+    )
+    same_day = run(command, "--db", db, "--since", "2026-11-30", "--until", "2026-11-30")
+    assert same_day.returncode == 0, same_day.stderr  # a day is a window of its own
+
+
 def _message_times(sample: str) -> list[int]:
     db = SAMPLES / sample / "opencode.db"
     conn = sqlite3.connect(f"file:{db}?immutable=1", uri=True)

@@ -49,6 +49,7 @@ __all__ = [
     "since_ms",
     "until_ms",
     "until_option",
+    "window_ms",
     "open_store",
     "report_cache",
     "csv_raw_option",
@@ -133,6 +134,17 @@ def until_ms(until: str | None, tz: Any = None) -> int | None:
     from ..core.timeutil import parse_until
 
     return _when_ms(until, tz, parse_until, "--until")
+
+
+def window_ms(
+    since: str | None, until: str | None, tz: Any = None
+) -> tuple[int | None, int | None]:
+    """``--since`` and ``--until`` as epoch ms (``since_ms``, ``until_ms``); a window that
+    ends before it begins is a usage error, not an empty report."""
+    start, end = since_ms(since, tz), until_ms(until, tz)
+    if start is not None and end is not None and start > end:
+        raise click.UsageError(f"--since {since} is after --until {until}: no time between them")
+    return start, end
 
 
 def _parse_tags(ctx: Any, param: Any, values: tuple[str, ...]) -> dict[str, str] | None:

@@ -491,6 +491,8 @@ def usage_written(request: UsageRequest) -> bool:
         end = None if request.until is None else parse_until(request.until, tz=zone)
     except ValueError:
         return False
+    if start is not None and end is not None and start > end:
+        return False  # click says what is wrong (``io.window_ms``)
     write_usage(stored_usage_of(request, zone, start, end), fmt, out, csv_raw=request.csv_raw)
     return True
 
@@ -586,6 +588,8 @@ def sessions_written(request: SessionsRequest) -> bool:
         end = None if request.until is None else parse_until(request.until)
     except ValueError:
         return False
+    if start is not None and end is not None and start > end:
+        return False  # click says what is wrong (``io.window_ms``)
     with open_store_noting(request.db_path) as store:
         refuse_stdout_read(store_files(store))
         write_stored_sessions(

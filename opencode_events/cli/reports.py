@@ -26,11 +26,10 @@ from .io import (
     report_format_options,
     report_output,
     selection_options,
-    since_ms,
     time_zone,
     tz_option,
-    until_ms,
     until_option,
+    window_ms,
 )
 from .quick import USAGE_GROUPINGS, write_stored_sessions
 
@@ -64,7 +63,7 @@ def sessions(
     from ..reports.sessions import sessions_report
     from ..store.open import store_files
 
-    since_time, until_time = since_ms(since), until_ms(until)
+    since_time, until_time = window_ms(since, until)
     out = report_output()
     fmt = report_format(fmt, as_json, out)
     choices = dict(
@@ -150,8 +149,7 @@ def usage(
     if all_sessions and (session_ids or last or since):
         raise click.UsageError("--all already reads every session; leave out the others")
     from_store = chose_stored or (not inputs and sys.stdin is not None and sys.stdin.isatty())
-    start = since_ms(since, zone)  # once: "2h" is read against the clock
-    end = until_ms(until, zone)
+    start, end = window_ms(since, until, zone)  # once: "2h" is read against the clock
     try:
         if from_store:
             chosen_sessions = UsageRequest(
