@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -1736,6 +1737,26 @@ def test_usage_markdown_on_the_command_line_dates_in_iso_8601(tmp_path: Path):
     )
     rows = result.stdout.decode().splitlines()[2:-1]
     assert rows and all(row.split(" | ")[2].endswith("Z") for row in rows)
+
+
+@pytest.mark.parametrize("by", ["turn", "step", "session", "day"])
+def test_usage_markdown_aligns_every_number_right(by):
+    """Counts, durations, tokens and costs to the right; names, ids and times to the left."""
+    db = str(SAMPLES / "task" / "opencode.db")
+    result = subprocess.run(
+        CLI + ["--db", db, "--all", "--by", by, "--format", "markdown"],
+        capture_output=True,
+        check=True,
+    )
+    head, rule, first, *_ = result.stdout.decode().splitlines()
+    names = [cell.strip() for cell in head.strip("|").split("|")]
+    aligns = rule.strip("|").split("|")
+    values = [cell.strip() for cell in first.strip("|").split("|")]
+    for name, align, value in zip(names, aligns, values, strict=True):
+        if re.fullmatch(r"[\d.]+", value):
+            assert align == "---:", (by, name, value)
+        elif value:
+            assert align == "---", (by, name, value)
 
 
 # ------------------------------------------------------------------ GitHub Actions

@@ -262,7 +262,13 @@ class UsageReport(Struct, kw_only=True):
             if "started" in row:
                 row["started"] = _iso(row["started"])
         total = {**self.total.as_dict(), columns[0]: "**total**"}
-        return columns, [*rows, total], [*TOKEN_FIELDS, "cost"]
+        return columns, [*rows, total], [c for c in columns if c in _NUMERIC]
+
+
+# The columns a Markdown table aligns right: counts, durations, tokens and costs.
+_NUMERIC = frozenset(
+    (*TOKEN_FIELDS, "cost", "turn", "inferences", "tool_calls", "duration_ms", *_SUBAGENT_FIELDS)
+)
 
 
 def _iso(ms: Any) -> Any:
