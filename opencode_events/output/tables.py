@@ -668,9 +668,10 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
     if any(getattr(row, "forked", False) for row in rows):
         marks.append("* a fork: with the history it copied")
     notes = [Text(mark, style="dim", no_wrap=True, overflow="ellipsis") for mark in marks]
-    # A store it cannot read: why, under the header (wrapped, never cut), the last rows kept.
-    problem = Text(f"store not readable: {visible(getattr(board, 'problem', None) or '')}", "red")
-    top = [header, problem] if not board.readable else [header]
+    top = [header]
+    if not board.readable:  # why, under the header (wrapped, never cut); the last rows kept
+        why = visible(getattr(board, "problem", None) or "")
+        top.append(Text(f"store not readable: {why}", "red"))
     return Group(*top, Text(""), table, Text(""), keys, *notes)
 
 
