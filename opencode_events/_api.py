@@ -11,9 +11,10 @@ promise (pinned by tests/test_api.py); the modules behind them may move.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
-from datetime import datetime, tzinfo
+from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any, BinaryIO
 
 import msgspec
@@ -63,6 +64,18 @@ class _Lines:
         return b""
 
 
+class _Available:
+    """A buffered binary file read as a raw one is: each read returns what has come
+    (``read1``), where ``read(n)`` would wait for ``n`` bytes or the end, and a pipe
+    written line by line would give nothing until its writer is done."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        return self._stream.read1(size)  # type: ignore[no-any-return]
+
+
 def _open(source: Source) -> tuple[str, Any, bool]:
     """(name, binary stream, whether we opened it and must close it)."""
     if isinstance(source, str | os.PathLike):
@@ -73,9 +86,15 @@ def _open(source: Source) -> tuple[str, Any, bool]:
             raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     if isinstance(source, bytes | bytearray | str):
         raise TypeError("iter_events takes a path, a binary file or an iterable of byte lines")
+    if isinstance(source, io.TextIOBase):
+        raise TypeError(
+            "iter_events reads bytes: open the file in binary mode ('rb'), or give "
+            "sys.stdin.buffer for stdin"
+        )
     if hasattr(source, "read"):
         name = getattr(source, "name", None)
-        return name if isinstance(name, str) else "-", source, False
+        name = name if isinstance(name, str) else "-"
+        return name, _Available(source) if hasattr(source, "read1") else source, False
     return "-", _Lines(source), False
 
 
@@ -88,10 +107,17 @@ def iter_events(
     of byte lines; its format (a run stream, server-event text, export documents, our own
     JSONL) is detected from its first line. ``raw`` attaches each source record; ``metrics``
     ends with the ``Metrics`` event; ``deltas`` keeps server events' text deltas. Events come
-    as each block of input is read, so a live pipe is followed as it is written.
+    as each block of input is read, so a live pipe is followed as it is written. A path that
+    cannot be read raises ``InputError`` here, before any event.
     """
-    name, stream, owned = _open(source)
-    normalizer = Normalizer(keep_raw=raw)
+    opened = _open(source)
+    return _events_of(opened, Normalizer(keep_raw=raw), metrics=metrics, deltas=deltas)
+
+
+def _events_of(
+    opened: tuple[str, Any, bool], normalizer: Normalizer, *, metrics: bool, deltas: bool
+) -> Iterator[Event]:
+    name, stream, owned = opened
     try:
         for events in event_batches([(name, stream)], normalizer, deltas=deltas):
             yield from events
@@ -217,13 +243,21 @@ def open_store(path: str | os.PathLike[str] | None = None) -> Any:
     return open_(os.fspath(path) if path is not None else None)
 
 
-def _since_ms(since: str | int | float | datetime | None, tz: tzinfo | None = None) -> int | None:
+When = str | int | float | date | datetime | None
+
+
+def _since_ms(since: When, tz: tzinfo | None = None) -> int | None:
     if since is None:
         return None
     if isinstance(since, datetime):
         return int(since.timestamp() * 1000)
+    if isinstance(since, date):  # its first moment, in ``tz`` (else local time)
+        start = datetime.combine(since, time(), tz)
+        return int((start if tz is not None else start.astimezone()).timestamp() * 1000)
     if isinstance(since, int | float):
         return int(since)
+    if not isinstance(since, str):
+        raise TypeError(f"a time is a str, epoch ms, a date or a datetime, not {since!r}")
     from .core.timeutil import parse_since
 
     try:
@@ -232,10 +266,15 @@ def _since_ms(since: str | int | float | datetime | None, tz: tzinfo | None = No
         raise InputError(str(exc)) from None
 
 
-def _until_ms(until: str | int | float | datetime | None, tz: tzinfo | None = None) -> int | None:
-    """``until`` as its last epoch ms: a date string means through the end of that day."""
+def _until_ms(until: When, tz: tzinfo | None = None) -> int | None:
+    """``until`` as its last epoch ms: a date (or date string) means through the end of
+    that day."""
     if until is None or isinstance(until, datetime | int | float):
         return _since_ms(until, tz)
+    if isinstance(until, date):
+        return _since_ms(until + timedelta(days=1), tz) - 1  # type: ignore[operator]
+    if not isinstance(until, str):
+        raise TypeError(f"a time is a str, epoch ms, a date or a datetime, not {until!r}")
     from .core.timeutil import parse_until
 
     try:
@@ -255,6 +294,8 @@ def _selected(
 ) -> list[str]:
     ids = [sessions] if isinstance(sessions, str) else list(sessions)
     if all_sessions:
+        if ids or since is not None:  # as the command line refuses --all with them
+            raise ValueError("all_sessions reads every session: give no sessions or since")
         return select_sessions(store, all_sessions=True)
     return select_sessions(store, ids, since_ms=_since_ms(since, tz), children=children)
 
@@ -272,10 +313,17 @@ def stored_events(
     """The events of stored sessions, as ``opencode-events import`` writes them (in one
     process): ``sessions`` ids or prefixes (default: the most recent top-level session),
     ``all_sessions``, ``since`` (``"2h"``, an ISO date, epoch ms or a ``datetime``),
-    ``children`` (each session's subagents after it)."""
+    ``children`` (each session's subagents after it). The sessions are chosen by the call
+    itself: one it cannot find raises ``InputError`` before any event."""
+    ids = _selected(store, sessions, all_sessions=all_sessions, since=since, children=children)
+    return _stored_events_of(store, ids, raw=raw, metrics=metrics)
+
+
+def _stored_events_of(
+    store: SessionStore, ids: list[str], *, raw: bool, metrics: bool
+) -> Iterator[Event]:
     from .sources.transcript import map_session
 
-    ids = _selected(store, sessions, all_sessions=all_sessions, since=since, children=children)
     normalizer = Normalizer(keep_raw=raw)
     normalizer.several_sessions = len(set(ids)) > 1
     normalizer.parents = parents_of(store)
@@ -330,7 +378,7 @@ def usage_report(
     since: str | int | datetime | None = None,
     by: str = "turn",
     fold: bool = True,
-    tz: tzinfo | None = None,
+    tz: tzinfo | str | None = None,
     cache: bool = False,
     until: str | int | datetime | None = None,
 ) -> UsageReport:
@@ -340,13 +388,26 @@ def usage_report(
     step, session, model, agent or day; ``fold`` subagents into the turn that ran them).
     ``.rows``, ``.total``, ``.notes`` and ``.document()``. A ``by`` the source cannot
     group by raises ``GroupingError``. ``until``: of a store, only the inferences made by
-    then (a date: through that day, in ``tz``), as ``--until``. ``cache``: use the report
-    cache for a store, as the command does."""
+    then (a date: through that day, in ``tz``), as ``--until``. ``tz``: a ``tzinfo`` or an
+    IANA name (``"Europe/Paris"``; default: local time). ``cache``: use the report cache
+    for a store, as the command does."""
     from .reports.usage import stored_usage, stream_usage
 
     if (source is None) == (store is None):
         raise TypeError("usage_report takes a source or a store, not both or neither")
+    if isinstance(tz, str):
+        from .core.timeutil import zone_named
+
+        tz = zone_named(tz)  # an unknown name: ValueError
     if store is None:
+        chosen = [
+            name
+            for name, value in (("sessions", sessions), ("all_sessions", all_sessions))
+            + (("since", since), ("until", until), ("cache", cache))
+            if value
+        ]
+        if chosen:  # they choose stored sessions: a stream has no others to choose
+            raise TypeError(f"usage_report of a source takes no {', '.join(chosen)}")
         name, stream, owned = _open(source)  # type: ignore[arg-type]
         try:
             return stream_usage([(name, stream)], by=by, tz=tz)
@@ -376,7 +437,7 @@ def context_report(
     the report cache, as the command does."""
     from .reports.context import context_report as report
 
-    (session_id,) = select_sessions(store, [session] if session else [])[:1]
+    (session_id,) = select_sessions(store, [session] if session is not None else [])[:1]
     return report(store, session_id, cache=_cache(store, cache))
 
 

@@ -60,6 +60,18 @@ def summed_cost(value: float, figures: int) -> float:
     return value if figures <= 1 else float(f"{value:.{SUM_DIGITS}g}")
 
 
+# ``raw``, the source record as read (JSON bytes), or None when not kept. Annotated ``Raw``
+# alone, None its default: msgspec cannot decode a ``Raw`` inside a union, and every line
+# this tool writes must decode again as ``AnyEvent``.
+RawRecord = Raw
+
+
+def _builtin_raw(value: Any) -> Any:
+    if isinstance(value, Raw):
+        return msgspec.json.decode(value)
+    raise NotImplementedError(f"cannot convert {type(value).__name__}")
+
+
 class Event(Struct, kw_only=True, omit_defaults=True, tag_field="kind", gc=False):
     """Fields every event carries: position, session and provenance."""
 
@@ -83,6 +95,11 @@ class Event(Struct, kw_only=True, omit_defaults=True, tag_field="kind", gc=False
         """The event's kind, as written in its ``kind`` field (``"usage"``, ``"read"``, …)."""
         return self.__struct_config__.tag  # type: ignore[return-value]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The event as its JSON line's object, ``raw`` decoded too (which
+        ``msgspec.to_builtins`` cannot do alone: it refuses a ``Raw``)."""
+        return msgspec.to_builtins(self, enc_hook=_builtin_raw)  # type: ignore[no-any-return]
+
 
 class ToolEvent(Event, kw_only=True, omit_defaults=True, tag_field="kind"):
     """Fields of every event made from a tool call. ``success`` is always written."""
@@ -99,18 +116,18 @@ class ToolEvent(Event, kw_only=True, omit_defaults=True, tag_field="kind"):
 class Message(Event, tag="message", kw_only=True):
     text: str
     summary: bool | None = None  # True: a compaction's summary (OpenCode's summary message)
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Reasoning(Event, tag="reasoning", kw_only=True):
     text: str
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Prompt(Event, tag="prompt", kw_only=True):
     text: str
     synthetic: bool | None = None  # True: text OpenCode wrote as the user's, not typed
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Read(ToolEvent, tag="read", kw_only=True):
@@ -118,7 +135,7 @@ class Read(ToolEvent, tag="read", kw_only=True):
     command: str | None = None  # a read recognised in a bash command: the command line …
     exit_code: int | None = None  # … and how it ended
     interrupted: str | None = None  # "timeout" or "abort": bash killed it (exit_code null)
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Write(ToolEvent, tag="write", kw_only=True):
@@ -128,7 +145,7 @@ class Write(ToolEvent, tag="write", kw_only=True):
     command: str | None = None  # from bash, as on Read
     exit_code: int | None = None
     interrupted: str | None = None
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Search(ToolEvent, tag="search", kw_only=True):
@@ -139,14 +156,14 @@ class Search(ToolEvent, tag="search", kw_only=True):
     command: str | None = None  # from bash, as on Read
     exit_code: int | None = None
     interrupted: str | None = None
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Command(ToolEvent, tag="command", kw_only=True):
     command: str | None = None
     exit_code: int | None = None
     interrupted: str | None = None  # "timeout" or "abort": bash killed it (exit_code null)
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Orchestration(ToolEvent, tag="orchestration", kw_only=True):
@@ -156,12 +173,12 @@ class Orchestration(ToolEvent, tag="orchestration", kw_only=True):
     # True: a background task (OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS): the call returns
     # once the subagent is launched, so its status says it started, not that it finished
     background: bool | None = None
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Skill(ToolEvent, tag="skill", kw_only=True):
     name: str | None = None
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Usage(Event, tag="usage", kw_only=True):
@@ -184,13 +201,13 @@ class Usage(Event, tag="usage", kw_only=True):
     cache_write_tokens: int
     total_tokens: int
     cost: float
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Error(Event, tag="error", kw_only=True):
     name: str | None = None
     message: str | None = None
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Permission(Event, tag="permission", kw_only=True):
@@ -198,7 +215,7 @@ class Permission(Event, tag="permission", kw_only=True):
     permission: str | None = None
     patterns: list[str] | None = None
     reply: str | None = None
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Question(Event, tag="question", kw_only=True):
@@ -211,13 +228,13 @@ class Question(Event, tag="question", kw_only=True):
     questions: list[str] | None = None  # each question's text, in order
     answers: list[list[str]] | None = None  # the labels chosen, one list per question
     reply: str | None = None  # "answer" or "reject"; None on the ask
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Compaction(Event, tag="compaction", kw_only=True):
     auto: bool | None = None
     overflow: bool | None = None  # True: the provider refused the context as too long
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Attachment(Event, tag="attachment", kw_only=True):
@@ -231,7 +248,7 @@ class Attachment(Event, tag="attachment", kw_only=True):
     # how it was picked (OpenCode's ``source.type``): "file", "symbol" (an @symbol of the
     # LSP) or "resource" (an MCP resource); ``source`` is every event's input file
     origin: str | None = None
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Subtask(Event, tag="subtask", kw_only=True):
@@ -244,14 +261,14 @@ class Subtask(Event, tag="subtask", kw_only=True):
     prompt: str | None = None
     model: str | None = None
     provider: str | None = None
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Mention(Event, tag="mention", kw_only=True):
     """An ``@agent`` in a prompt (OpenCode's ``agent`` part): the user asked for it."""
 
     agent: str | None = None
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Patch(Event, tag="patch", kw_only=True):
@@ -260,7 +277,7 @@ class Patch(Event, tag="patch", kw_only=True):
 
     files: list[str]
     hash: str | None = None  # the snapshot before the step (what a revert goes back to)
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Retry(Event, tag="retry", kw_only=True):
@@ -270,13 +287,13 @@ class Retry(Event, tag="retry", kw_only=True):
     message: str | None = None  # why, as OpenCode tells the user
     next: int | float | None = None  # when the next attempt starts (epoch ms)
     reason: str | None = None  # OpenCode's ``action.reason`` (free_tier_limit, …), if any
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Delta(Event, tag="delta", kw_only=True):
     field: str | None = None
     delta: str = ""
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Warning(Event, tag="warning", kw_only=True):  # noqa: A001 - the kind's own name
@@ -306,7 +323,7 @@ class Unknown(Event, tag="unknown", kw_only=True):
     query: str | None = None  # websearch (and the older codesearch): what was searched for
     questions: list[str] | None = None  # question: each question's text
     answers: list[list[str]] | None = None  # question: the labels chosen, per question
-    raw: Raw | None = None
+    raw: RawRecord = None
 
 
 class Metrics(Event, tag="metrics", kw_only=True):

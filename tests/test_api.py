@@ -4,10 +4,15 @@ what its command gives, checked against the goldens of the real captures in samp
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import os
 import re
 import subprocess
 import sys
+import threading
+import time
+from datetime import UTC, date
 from pathlib import Path
 
 import msgspec
@@ -51,7 +56,13 @@ PROMISED = [
     "Usage",
     "Error",
     "Permission",
+    "Question",
     "Compaction",
+    "Attachment",
+    "Subtask",
+    "Mention",
+    "Patch",
+    "Retry",
     "Delta",
     "Warning",
     "Unknown",
@@ -146,11 +157,66 @@ def test_iter_events_options():
 
 def test_iter_events_refuses_what_it_cannot_read(tmp_path: Path):
     with pytest.raises(opencode_events.InputError, match="cannot read"):
-        list(opencode_events.iter_events(tmp_path / "missing.jsonl"))
+        opencode_events.iter_events(tmp_path / "missing.jsonl")  # the call, not the first event
     with pytest.raises(TypeError, match="bytes"):
         list(opencode_events.iter_events(["a text line, not bytes"]))
+    for text in (open(SAMPLES / "bash_ok" / "stream.jsonl"), io.StringIO("{}\n")):  # noqa: SIM115
+        with text, pytest.raises(TypeError, match=r"binary mode \('rb'\)"):
+            opencode_events.iter_events(text)
     with pytest.raises(opencode_events.InputError, match="SQLite database"):
         list(opencode_events.iter_events(SAMPLES / "task" / "opencode.db"))
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+def test_iter_events_follows_a_pipe_as_it_is_written(buffered: bool):
+    """A reply at a time, each read as it comes, from Popen's default (buffered) stdout as
+    from an unbuffered one: no event waits for the writer to end."""
+    lines = (SAMPLES / "bash_ok" / "stream.jsonl").read_bytes().splitlines(keepends=True)
+    read, write = os.pipe()
+    reader = os.fdopen(read, "rb", buffering=-1 if buffered else 0)
+    writer = os.fdopen(write, "wb", buffering=0)
+    seen: list[tuple[str, int]] = []
+    written = [0]
+
+    def slowly() -> None:
+        for line in lines:
+            writer.write(line)
+            written[0] += 1
+            time.sleep(0.05)
+        writer.close()
+
+    feeder = threading.Thread(target=slowly)
+    feeder.start()
+    with reader:
+        for event in opencode_events.iter_events(reader):
+            seen.append((event.kind, written[0]))
+    feeder.join()
+    assert [kind for kind, _ in seen] == [
+        json.loads(line)["kind"] for line in (GOLDEN / "bash_ok.jsonl").read_bytes().splitlines()
+    ]
+    assert seen[0][1] < len(lines)  # the first event came before the last line was written
+
+
+def test_events_convert_to_dicts_and_decode_back_as_any_event():
+    """``to_dict`` is the JSON line's object, ``raw`` too (``msgspec.to_builtins`` cannot
+    turn a ``Raw`` into one), and every line decodes back into its own class."""
+    for name in ("mcp", "code_mode", "serve_permission", "bash_ok"):
+        source = next((SAMPLES / name).glob("*.jsonl"), None) or SAMPLES / name / "events.sse"
+        for event in opencode_events.iter_events(source, raw=True):
+            line = msgspec.json.encode(event)
+            assert event.to_dict() == json.loads(line)
+            back = msgspec.json.decode(line, type=opencode_events.AnyEvent)
+            assert type(back) is type(event) and msgspec.json.encode(back) == line
+
+
+def test_every_kind_of_event_has_its_public_class():
+    import typing
+
+    from opencode_events.events import ANY_EVENT
+
+    for cls in typing.get_args(ANY_EVENT):
+        assert getattr(opencode_events, cls.__name__) is cls
+        assert cls.__name__ in opencode_events.__all__
 
 
 def test_a_bad_line_is_a_warning_not_an_exception():
@@ -302,6 +368,36 @@ def test_usage_of_a_stream_and_its_groupings():
         opencode_events.usage_report(source, by="model")
     with pytest.raises(TypeError):
         opencode_events.usage_report()
+    for stored_only in ({"since": "2h"}, {"all_sessions": True}, {"sessions": "ses_x"}):
+        with pytest.raises(TypeError, match="of a source takes no"):
+            opencode_events.usage_report(source, **stored_only)
+
+
+def test_times_and_zones_as_python_gives_them():
+    """A zone by its name, a ``date`` as a day (``since`` from its start, ``until`` through
+    its end), as the strings the command line takes give them."""
+    db = SAMPLES / "task" / "opencode.db"
+    with opencode_events.open_store(db) as store:
+        by_name = opencode_events.usage_report(store=store, all_sessions=True, by="day", tz="UTC")
+        by_zone = opencode_events.usage_report(store=store, all_sessions=True, by="day", tz=UTC)
+        assert by_name.document() == by_zone.document()
+        day = date(2026, 11, 29)
+        as_dates = opencode_events.usage_report(
+            store=store, all_sessions=True, by="day", tz="UTC", since=day, until=day
+        )
+        as_text = opencode_events.usage_report(
+            store=store,
+            all_sessions=True,
+            by="day",
+            tz="UTC",
+            since="2026-11-29",
+            until="2026-11-29",
+        )
+        assert as_dates.document() == as_text.document() and as_dates.rows
+        with pytest.raises(ValueError, match="unknown time zone"):
+            opencode_events.usage_report(store=store, tz="Mars/Olympus")
+        with pytest.raises(TypeError, match="a time is"):
+            opencode_events.usage_report(store=store, since=[2026])
 
 
 def test_stored_events_select_as_import_does():
@@ -317,6 +413,12 @@ def test_stored_events_select_as_import_does():
         opencode_events.open_store(db) as store,
     ):
         list(opencode_events.stored_events(store, "ses_nothing_like_it"))
+    with opencode_events.open_store(db) as store:  # as the command line refuses --all with them
+        for chosen in ({"since": "2h"}, {"sessions": parent}):
+            with pytest.raises(ValueError, match="all_sessions reads every session"):
+                opencode_events.stored_events(store, all_sessions=True, **chosen)
+        with pytest.raises(opencode_events.InputError, match="empty session id"):
+            opencode_events.context_report(store, "")
 
 
 def test_open_store_refuses_what_is_no_store(tmp_path: Path):
@@ -344,6 +446,7 @@ def test_every_promised_name_is_documented():
     missing = [n for n in PROMISED if n != "__version__" and f"`{n}" not in text]
     kinds = {"Reasoning", "Prompt", "Search", "Orchestration", "Skill", "Error", "Permission"}
     kinds |= {"Compaction", "Delta", "Warning", "Unknown", "Read", "Write", "Command"}
+    kinds |= {"Question", "Attachment", "Subtask", "Mention", "Patch", "Retry"}
     assert [n for n in missing if n not in kinds] == []
 
 
