@@ -392,6 +392,31 @@ def test_text_of_an_unfinished_message_is_written_at_the_end() -> None:
     assert [(e["kind"], e["text"]) for e in events] == [("message", "cut off"), ("reasoning", "hm")]
 
 
+@pytest.mark.parametrize("deltas", [False, True])
+@pytest.mark.parametrize(
+    ("cut", "expected"),
+    [
+        # serve_text: reasoning, then text, each sent in deltas after an empty update
+        (64, []),  # nothing yet: an empty part is no event
+        (65, [("reasoning", "Thinking over ")]),
+        (66, [("reasoning", "Thinking over SSE.")]),
+        (69, [("reasoning", "Thinking over SSE."), ("message", "Hello ")]),
+        (70, [("reasoning", "Thinking over SSE."), ("message", "Hello over SSE.")]),
+    ],
+)
+def test_a_reply_cut_off_keeps_the_text_its_deltas_carried(cut, expected, deltas) -> None:
+    """OpenCode 1.18 sends a part's text only in deltas until the part ends: a capture cut
+    before that ends with the text the deltas brought (the last update's, then theirs)."""
+    frames = (SAMPLES / "serve_text" / "events.sse").read_text().split("\n\n")
+    events, _ = read("\n\n".join(frames[:cut]) + "\n\n", deltas=deltas)
+    texts = [(e["kind"], e["text"]) for e in events if e["kind"] in ("reasoning", "message")]
+    assert texts == expected
+    whole, _ = read((SAMPLES / "serve_text" / "events.sse").read_text(), deltas=deltas)
+    assert [e for e in whole if e["kind"] in ("reasoning", "message")][-1]["text"] == (
+        "Hello over SSE."
+    )
+
+
 def test_user_role_learned_after_the_part() -> None:
     events, _ = read(part("text", msg="msg_u", text="hi") + message("user", "msg_u"))
     assert kinds(events) == ["prompt"]

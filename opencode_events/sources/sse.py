@@ -232,6 +232,9 @@ class SseReader:
         self._done = _Memory()  # part ids and "m:"+message ids already emitted
         self._roles = _Memory()  # message id -> role
         self._pending: dict[str, tuple[Part, Provenance]] = {}  # incomplete text parts
+        # Their text since their last update: OpenCode 1.18 sends a reply's text only in
+        # ``message.part.delta`` until the part ends, so a reply cut off is written from here.
+        self._grown: dict[str, list[str]] = {}
         self._running: dict[str, tuple[Part, Provenance]] = {}  # tool calls not ended yet
         self._messages = _Memory()  # message id -> its latest MessageInfo (labels, cwd)
         self._questions = _Memory()  # question id -> (call id, message id) of its tool call
@@ -278,6 +281,8 @@ class SseReader:
         parts whose message never completed (an interrupted reply) as they last were."""
         events = self._dispatch()
         pending, self._pending = self._pending, {}
+        for part_id, (part, _prov) in pending.items():
+            self._with_deltas(part_id, part)
         if self.open_calls_at_end:
             pending.update(self._running)  # a call cut off (OpenCode killed), as it last was
         self._running = {}
@@ -529,9 +534,11 @@ class SseReader:
             if part.time is not None and part.time.end is not None:
                 if part_id is not None:
                     self._pending.pop(part_id, None)
+                    self._grown.pop(part_id, None)
                 return self._emit(part, prov, role=role)
             if part_id is not None and part_id not in self._done:
                 self._pending[part_id] = (part, prov)
+                self._grown.pop(part_id, None)  # this update holds the text so far
             return []
         return self._emit(part, prov)
 
@@ -553,6 +560,7 @@ class SseReader:
         events: list[Event] = []
         for part_id in [k for k, (p, _) in self._pending.items() if p.messageID == message_id]:
             part, prov = self._pending.pop(part_id)
+            self._with_deltas(part_id, part)
             if part_id not in self._done:
                 self.normalizer.enter_session(prov.session_id)
                 events += self._emit(part, prov, role=role)
@@ -608,10 +616,24 @@ class SseReader:
             info.id = message_id
             self._messages.put(message_id, info)
 
+    def _with_deltas(self, part_id: str, part: Part) -> None:
+        """A part never updated complete: its last update's text and the deltas after it."""
+        grown = self._grown.pop(part_id, None)
+        if grown:
+            part.text = (part.text if isinstance(part.text, str) else "") + "".join(grown)
+
     def _part_delta(self, props: bytes, prov: Provenance) -> list[Event]:
+        view = _PART_DELTA.decode(props)
+        part_id, delta = view.partID, view.delta
+        if (
+            view.field == "text"
+            and type(delta) is str
+            and type(part_id) is str
+            and (part_id in self._pending)
+        ):
+            self._grown.setdefault(part_id, []).append(delta)
         if not self.deltas:
             return []
-        view = _PART_DELTA.decode(props)
         if not self._enter(view.sessionID, prov):
             return []
         delta = view.delta
