@@ -179,8 +179,8 @@ def test_span_counts_follow_the_events(name):
         by_op[op] = by_op.get(op, 0) + 1
     sessions = store_rows(name, "SELECT count(*) FROM session")[0][0]
     copied = forked_copies(name)
-    calls = {
-        (e["session_id"], e["part_id"])
+    calls = {  # a call code mode's script made shares its execute call's part: one each
+        (e["session_id"], e["part_id"], e.get("via") and e["call_id"])
         for e in events
         if e.get("tool") is not None and e["message_id"] not in copied
     }
@@ -329,6 +329,36 @@ def test_failed_tools_and_inferences_are_errors_with_their_type():
     assert event["name"] == "exception" and attrs(event)["exception.type"] == "APIError"
     (session,) = [s for s in spans if s["name"].startswith("invoke_agent")]
     assert session["status"]["code"] == 2 and attrs(session)["error.type"] == "APIError"
+
+
+def test_calls_a_code_mode_script_made_are_spans_under_its_execute_call():
+    spans = all_spans(store_export("code_mode")[0])
+    tools = {attrs(s)["gen_ai.tool.call.id"]: s for s in spans if s["name"].startswith("execute")}
+    execute = tools.pop("call_exec")
+    assert set(tools) == {"call_exec/1", "call_exec/2"}
+    for call in tools.values():
+        assert call["parentSpanId"] == execute["spanId"]
+        assert attrs(call)["opencode.tool.via"] == "execute"
+        assert (call["startTimeUnixNano"], call["endTimeUnixNano"]) == (
+            execute["startTimeUnixNano"],
+            execute["endTimeUnixNano"],
+        )
+    assert tools["call_exec/2"]["status"]["code"] == 2  # my-tools_v1_reject failed
+    assert "status" not in tools["call_exec/1"] and "status" not in execute
+
+
+def test_a_call_of_a_tool_that_does_not_exist_is_an_error_span():
+    """The one rule of a failed call (``call_failed``), as sessions and metrics count it."""
+    spans = all_spans(store_export("invalid_tool")[0])
+    (call,) = [s for s in spans if s["name"] == "execute_tool invalid"]
+    assert call["status"]["code"] == 2 and attrs(call)["error.type"] == "invalid_tool"
+
+
+def test_a_command_killed_by_opencode_says_so():
+    spans = all_spans(store_export("bash_timeout")[0])
+    (bash,) = [s for s in spans if s["name"] == "execute_tool bash"]
+    assert attrs(bash)["opencode.command.interrupted"] == "timeout"
+    assert "status" not in bash  # a bad exit, not a failed call (docs/otel.md)
 
 
 def test_mcp_calls_name_their_server(tmp_path, monkeypatch):

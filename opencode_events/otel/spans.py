@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from ..core.mapping import event_failed
 from ..core.normalizer import Normalizer, Provenance
 from ..events import (
     Compaction,
@@ -355,10 +356,17 @@ class SessionTrace:
 
     def _tool(self, event: Any) -> None:
         key = event.part_id or (f"call/{event.call_id}" if event.call_id else f"seq/{event.seq}")
+        # A call code mode's script made (``via``) shares the execute call's part: a span of
+        # its own under that call's, over its time (OpenCode keeps no times of its own).
+        within = self.tools.get(key) if getattr(event, "via", None) and event.call_id else None
+        if within is not None:
+            key = f"{key}/{event.call_id}"
         if key in self.tools:  # one call, several events (a patch's files)
             return
         exact = self.times.pop((event.session_id, event.part_id), None) if event.part_id else None
-        if exact is not None:
+        if within is not None:
+            start = end = 0  # its span takes the execute call's times, below
+        elif exact is not None:
             start, end = exact
         else:  # our own events read again: their time, and how long the call took
             start = event.time if event.time is not None else (self.last or 0)
@@ -380,6 +388,11 @@ class SessionTrace:
         exit_code = getattr(event, "exit_code", None)
         if type(exit_code) is int:
             attributes["process.exit.code"] = exit_code
+        interrupted = getattr(event, "interrupted", None)
+        if interrupted:  # OpenCode killed the command ("timeout", "abort"): a bad exit
+            attributes["opencode.command.interrupted"] = interrupted
+        if within is not None:
+            attributes["opencode.tool.via"] = event.via
         server = _mcp_server(tool, self.mcp_servers)
         if server is not None:
             attributes["gen_ai.tool.type"] = "extension"
@@ -393,10 +406,14 @@ class SessionTrace:
             end_ns=_ns(end),
             attributes=attributes,
         )
-        if event.success is False:
+        if within is not None:
+            span.parent_span_id = within.span_id
+            span.start_ns, span.end_ns = within.start_ns, within.end_ns
+        if event_failed(event):  # the one rule: OpenCode says it failed, or no such tool
+            failed_as = "invalid_tool" if event.success is not False else event.status
             span.status = STATUS_ERROR
-            span.status_message = event.error or event.status or "error"
-            attributes["error.type"] = event.status or "error"
+            span.status_message = event.error or failed_as or "error"
+            attributes["error.type"] = failed_as or "error"
         if type(event) is Orchestration:
             child = event.child_session_id
             if event.agent:
@@ -626,7 +643,7 @@ class TraceBuilder:
         children.sort(key=_start_then_id)
         for span in children:
             span.trace_id = trace_id
-            span.parent_span_id = session_span.span_id
+            span.parent_span_id = span.parent_span_id or session_span.span_id
             if span.start_ns < session_span.start_ns:
                 session_span.start_ns = span.start_ns
             if span.end_ns > session_span.end_ns:
