@@ -87,6 +87,10 @@ class Event(Struct, kw_only=True, omit_defaults=True, tag_field="kind", gc=False
     # True: made from a message or part the session's pending revert undid (OpenCode keeps
     # them stored until the next prompt, which deletes them; its views hide them).
     reverted: bool | None = None
+    # True: made from a message a fork copied (``import``): OpenCode copies the history
+    # under new ids, with the original times, so the copy is older than its session; its
+    # cost is the original's, which ``usage`` counts once.
+    copied: bool | None = None
     # ``--tag KEY=VALUE`` stamps (a machine, a CI job), written last on every event.
     tags: dict[str, str] | None = None
 

@@ -90,8 +90,9 @@ def comparable(events: list[dict[str, Any]]) -> list[str]:
         if event["kind"] == "metrics":
             continue
         # (``reverted``: an undo comes after the events it undid, so the log has no mark;
-        # import reads the session's revert)
-        drop = {"seq", "time", "line", "raw", "reverted"}
+        # import reads the session's revert. ``copied``: import's mark of a fork's copied
+        # history, from the session's row; docs/live.md lists both)
+        drop = {"seq", "time", "line", "raw", "reverted", "copied"}
         event = {k: v for k, v in event.items() if k not in drop}
         if event["kind"] == "usage":
             event.pop("part_id", None)

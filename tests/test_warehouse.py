@@ -124,7 +124,8 @@ def test_usage_events_name_the_directory_where_the_source_does(source, named):
 
 # ------------------------------------------------------------------ DuckDB
 
-SCENARIOS = ["task", "parallel_tools", "mcp", "bash_fail", "compaction", "skill"]
+# fork: its copied history is marked `copied`, and left out as `usage` leaves it out
+SCENARIOS = ["task", "parallel_tools", "mcp", "bash_fail", "compaction", "skill", "fork"]
 
 
 def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
@@ -148,7 +149,8 @@ def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
         (machine, session): (cost, tokens, inferences)
         for machine, session, cost, tokens, inferences in con.execute(
             "SELECT tags->>'machine', coalesce(parent_session_id, session_id), sum(cost), "
-            "sum(total_tokens), count(*) FROM events WHERE kind = 'usage' GROUP BY ALL"
+            "sum(total_tokens), count(*) FROM events "
+            "WHERE kind = 'usage' AND copied IS NOT TRUE GROUP BY ALL"
         ).fetchall()
     }
     expected = {}
@@ -172,7 +174,8 @@ def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
     # By project: the events' directory, as `usage --by project` groups each database.
     by_directory = dict(
         con.execute(
-            "SELECT directory, sum(cost) FROM events WHERE kind = 'usage' GROUP BY ALL"
+            "SELECT directory, sum(cost) FROM events "
+            "WHERE kind = 'usage' AND copied IS NOT TRUE GROUP BY ALL"
         ).fetchall()
     )
     projects: dict[str, float] = {}
@@ -186,6 +189,33 @@ def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
     assert by_directory.keys() == projects.keys()
     for directory, cost in projects.items():
         assert by_directory[directory] == pytest.approx(cost, rel=1e-12), directory
+
+
+def test_a_forks_copied_history_is_marked_copied_in_import_and_export(tmp_path: Path):
+    """A message older than its own session is a fork's copy: its events say `copied`,
+    from the store (the real fork capture) and from an export document (whose session
+    began after its first turn, as a fork's does)."""
+    imported = [
+        json.loads(line)
+        for line in run("import", "--db", str(SAMPLES / "fork" / "opencode.db"), "--all")
+        .stdout.decode()
+        .splitlines()
+    ]
+    fork = "ses_dd805feb3ffeRYmW0nRsUneOP2"
+    marked = [e for e in imported if e.get("copied")]
+    assert {e["session_id"] for e in marked} == {fork}
+    assert [e["kind"] for e in marked] == ["prompt", "message", "usage"]
+    first_own = next(e for e in imported if e["session_id"] == fork and not e.get("copied"))
+    assert first_own["kind"] == "prompt" and first_own["text"] == "forked follow-up"
+
+    doc = json.loads((SAMPLES / "fork" / "export.json").read_text())
+    turns = doc["messages"]
+    doc["info"]["time"]["created"] = turns[-1]["info"]["time"]["created"]  # the last is its own
+    path = tmp_path / "fork.json"
+    path.write_text(json.dumps(doc))
+    events = [json.loads(line) for line in run("normalize", str(path)).stdout.splitlines()]
+    copies = {e["message_id"] for e in events if e.get("copied")}
+    assert copies == {m["info"]["id"] for m in turns[:-1]}
 
 
 def test_the_duckdb_columns_cover_every_field_of_the_schema():

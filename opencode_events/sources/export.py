@@ -250,6 +250,9 @@ def _document_events(
         normalizer.parents[session_id] = parent  # a subagent's export names who ran it
     mapper = TranscriptMapper(normalizer, source=source)
     revert = RevertPoint.of(bytes(session.revert)) if session.revert else None
+    # A fork's copied history: messages created before the session was (as ``import``).
+    began = session.time.get("created") if isinstance(session.time, dict) else None
+    began = began if type(began) is int else None
     events: list[Event] = []
     for raw_message in document.messages or ():  # UNSET is false
         try:
@@ -264,6 +267,7 @@ def _document_events(
         except (msgspec.DecodeError, RecursionError):
             ids = _Ids()
         message_id = _str(ids.id)
+        first = len(events)  # this message's events, from here
         undone = revert is not None and revert.message(message_id)
         created = ids.time.get("created") if isinstance(ids.time, dict) else None
         completed = ids.time.get("completed") if isinstance(ids.time, dict) else None
@@ -298,6 +302,9 @@ def _document_events(
             time=last,
         )
         events.extend(mark_reverted(found) if undone else found)
+        if began is not None and type(created) is int and created < began:
+            for event in events[first:]:
+                event.copied = True
     return events
 
 

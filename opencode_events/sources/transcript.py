@@ -147,6 +147,7 @@ def session_events(
     messages: Iterable[Any],
     parts: Iterable[Any],
     revert: RevertPoint | None = None,
+    copied_before: int | None = None,
 ) -> Iterator[list[Event]]:
     """Events of one stored session from its message rows and part rows (both in order),
     in lists of whole messages' events, each list ``BATCH_EVENTS`` long or more but the last.
@@ -159,7 +160,9 @@ def session_events(
     This is the import's hot loop (once per part of the database): it decodes a part
     before building anything and returns early for parts that map to nothing; every
     other case goes through the same ``TranscriptMapper``/``Normalizer`` calls as the
-    other readers. ``revert``: the session's pending undo, whose events are marked.
+    other readers. ``revert``: the session's pending undo, whose events are marked;
+    ``copied_before``: a fork's creation time, before which its messages are the history it
+    copied (their events marked ``copied``).
     """
     mapper = TranscriptMapper(normalizer)
     map_part = mapper.part
@@ -245,6 +248,9 @@ def session_events(
                     info, data, session_id=session_id, message_id=message_id, time=created
                 )
                 events += mark_reverted(found) if undone else found
+            if copied_before is not None and type(created) is int and created < copied_before:
+                for event in events[done:]:  # this message's events: a fork's copy
+                    event.copied = True
             if len(events) >= BATCH_EVENTS:
                 yield events
                 events = []
@@ -272,5 +278,7 @@ def map_session(
     normalizer.totals.cost = 0.0
     reverts = getattr(store, "reverted_sessions", None)  # a store that knows of none: none
     revert = RevertPoint.of(reverts().get(session_id)) if reverts is not None else None
-    yield from session_events(normalizer, session_id, messages, parts, revert)
+    forks = getattr(store, "forked_sessions", None)  # a store of no forks (legacy): none
+    copied_before = forks().get(session_id) if forks is not None else None
+    yield from session_events(normalizer, session_id, messages, parts, revert, copied_before)
     costs.append(normalizer.totals.cost)

@@ -210,6 +210,7 @@ class Store:
         self._tmp: str | None = None
         self._loops: frozenset[Any] | None = None
         self._reverts: dict[str, str | bytes] | None = None
+        self._forked: dict[str, int] | None = None  # fork → its creation (``forked_sessions``)
         self._totals: dict[str, dict[str, Any]] | None = None
         self._session_columns = _SESSION_COLUMNS
         self.totals_from_messages = False
@@ -237,6 +238,7 @@ class Store:
         clone._tmp = None
         clone._loops = self._loops
         clone._reverts = self._reverts
+        clone._forked = self._forked
         clone._totals = self._totals
         clone._session_columns = self._session_columns
         clone.totals_from_messages = self.totals_from_messages
@@ -1121,6 +1123,20 @@ class Store:
             yield from self._query(sql)
         else:
             yield from self._in_chunks(sql + " WHERE s.id IN ({})", session_ids)
+
+    def forked_sessions(self) -> dict[str, int]:
+        """Fork id → when it was created, for the sessions holding messages older than
+        themselves (the history a fork copied); read once per store, from the index alone."""
+        if self._forked is None:
+            # EXISTS, not DISTINCT over the join: a scan of the session table and one index
+            # probe a session (11-20 ms for 10,000 sessions, where DISTINCT took 150)
+            sql = (
+                "SELECT s.id, s.time_created FROM session s WHERE EXISTS (SELECT 1 FROM "
+                "message m WHERE m.session_id = s.id AND m.time_created < s.time_created)"
+            )
+            rows = self._query(sql)  # a damaged time (text) is no time: no fork known by it
+            self._forked = {sid: created for sid, created in rows if type(created) is int}
+        return self._forked
 
     def forks(self, session_ids: Sequence[str] | None = None) -> set[str]:
         """The sessions (of ``session_ids``; None: all) holding messages older than
