@@ -919,6 +919,17 @@ def test_key_value_lists_as_the_sdks_read_them(text, expected):
             {"traces": "https://o/otlp/v1/traces", "metrics": "https://o/otlp/v1/metrics"},
         ),
         (None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/x"}, {"traces": "http://t/x"}),
+        # --endpoint given a signal's own URL: its base, not /v1/traces/v1/traces
+        (
+            "http://c:4318/otlp/v1/traces",
+            {},
+            {"traces": "http://c:4318/otlp/v1/traces", "metrics": "http://c:4318/otlp/v1/metrics"},
+        ),
+        (
+            "http://c:4318/v1/metrics/",
+            {},
+            {"traces": "http://c:4318/v1/traces", "metrics": "http://c:4318/v1/metrics"},
+        ),
     ],
 )
 def test_endpoints_as_the_exporters_build_them(base, env, expected):
@@ -1068,6 +1079,14 @@ def test_cli_says_when_it_had_nothing_to_export(args, note):
     assert (result.returncode, result.stdout, result.stderr.decode()) == (0, b"", note + "\n")
 
 
+def test_cli_takes_a_file_or_an_endpoint_not_both(tmp_path):
+    out = tmp_path / "spans.jsonl"
+    db = str(SAMPLES / "task" / "opencode.db")
+    result = run(["otel", "--db", db, "-o", str(out), "--endpoint", "http://127.0.0.1:9"])
+    assert result.returncode == 2 and not out.exists()
+    assert b"give -o FILE or --endpoint URL, not both" in result.stderr
+
+
 def test_cli_reads_a_pipe_and_writes_a_file(tmp_path):
     out = tmp_path / "traces.jsonl"
     stream = (SAMPLES / "parallel_tools" / "stream.jsonl").read_bytes()
@@ -1212,7 +1231,7 @@ def test_run_otel_sends_the_run_when_it_ends(tmp_path):
     assert [r[0] for r in state.requests] == ["/v1/traces", "/v1/metrics"]
     sent = spans_of(json.loads(state.requests[0][2]))
     assert [s["spanId"] for s in sent] == [s["spanId"] for s in all_spans(file_export(stream))]
-    assert b"otel: 1 sessions, 7 spans in 2 requests to " in result.stderr
+    assert b"otel: 1 session, 7 spans in 2 requests to " in result.stderr
 
 
 def test_run_otel_to_a_file(tmp_path):

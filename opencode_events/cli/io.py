@@ -255,11 +255,17 @@ def otel_destination(
     from ..paths import otlp_environment
 
     env = otlp_environment() if env is None else env
+    if output is not None and endpoint:
+        raise click.UsageError("give -o FILE or --endpoint URL, not both")
     if output is not None or not (
         endpoint or env.endpoint or env.traces_endpoint or env.metrics_endpoint
     ):
         return FileDestination(open_output(output, reads=reads))
     return HttpDestination(endpoint, headers, compression=compression, retries=retries, env=env)
+
+
+def _counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def report_otel(summary: Any, destination: Any) -> None:
@@ -268,8 +274,8 @@ def report_otel(summary: Any, destination: Any) -> None:
         click.echo(f"warning: {note}", err=True)
     if destination.where is not None:
         click.echo(
-            f"otel: {summary.sessions} sessions, {summary.spans} spans "
-            f"in {summary.bodies} requests to {destination.where}",
+            f"otel: {_counted(summary.sessions, 'session')}, {_counted(summary.spans, 'span')} "
+            f"in {_counted(summary.bodies, 'request')} to {destination.where}",
             err=True,
         )
 

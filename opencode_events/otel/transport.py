@@ -63,11 +63,17 @@ class PartialSuccess:
 def endpoints_from(base: str | None, env: OtlpEnvironment | None = None) -> dict[str, str]:
     """Each signal's URL: ``base`` (``--endpoint``, else ``OTEL_EXPORTER_OTLP_ENDPOINT``)
     with ``/v1/traces`` or ``/v1/metrics`` appended, or the signal's own
-    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``…_METRICS_ENDPOINT``, used as it is."""
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``…_METRICS_ENDPOINT``, used as it is. A
+    ``base`` that already ends with a signal's path is taken for the base before it."""
     own_urls = {
         "traces": env.traces_endpoint if env else None,
         "metrics": env.metrics_endpoint if env else None,
     }
+    if base:  # ``--endpoint`` given a signal's own URL: its base (it takes both signals)
+        stripped = base.strip().rstrip("/")
+        for path in SIGNAL_PATHS.values():
+            if stripped.endswith(path):
+                base = stripped[: -len(path)]
     out: dict[str, str] = {}
     for signal, path in SIGNAL_PATHS.items():
         own = None if base else own_urls[signal]
