@@ -171,8 +171,10 @@ def usage(
                 _write_usage_as_read(streamed, chosen, csv_raw=csv_raw)
                 return
             report = streamed.report(list(streamed.rows()))
-    except GroupingError as exc:
-        raise click.UsageError(str(exc)) from None
+    except GroupingError as exc:  # the library's words; the command's name its options
+        stored = "(use --db/--session/--last/--all)"
+        message = f"--by {by} needs the store {stored}" if "needs the store" in str(exc) else exc
+        raise click.UsageError(str(message)) from None
     if github:
         _to_github(report)
     out = report_output()

@@ -655,7 +655,10 @@ class StreamUsage:
         self, inputs: Sequence[tuple[str, BinaryIO]], *, by: str = "turn", tz: tzinfo | None = None
     ) -> None:
         if by not in BY_STREAM:
-            raise GroupingError(f"--by {by} needs the store (use --db/--session/--last/--all)")
+            raise GroupingError(
+                f"grouping by {by} needs the store: a stream's steps group by "
+                f"{', '.join(BY_STREAM)}"
+            )
         self.inputs, self.by, self.tz = inputs, by, tz
         self.columns = report_columns(by, stored=False)
         self.notes: list[str] = []
@@ -1127,7 +1130,7 @@ def store_usage(
     ``cache`` (``ReportCache.open(store)``): the report cache; the report is the same
     with or without it."""
     if by not in BY_STORE:
-        raise GroupingError(f"unknown --by {by}")
+        raise GroupingError(f"unknown grouping {by!r}: one of {', '.join(BY_STORE)}")
     if cache is not None and now_ms is None:
         request = [
             cache_digest(list(session_ids)),
@@ -2633,7 +2636,7 @@ def stored_usage(
     request = [by, fold, _zone(tz), since_ms, stale_after_ms(), until_ms]
     if all_sessions and cache is not None:
         if by not in BY_STORE:
-            raise GroupingError(f"unknown --by {by}")
+            raise GroupingError(f"unknown grouping {by!r}: one of {', '.join(BY_STORE)}")
         kept = cache.recall("usage-all", request, UsageReport)
         if kept is not None:
             return kept
