@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from msgspec import Raw
 
+import opencode_events
 from opencode_events import iter_events
 from opencode_events.events import (
     Attachment,
@@ -663,14 +664,26 @@ def test_the_footer_and_the_closing_line_count_calls_alike():
 
 def test_the_footer_says_a_subagents_figures_come_at_the_end():
     """samples/task: the stream holds the parent's steps only; the footer counts those and
-    says a subagent ran, whose figures the closing line of `run` folds in (+sub)."""
-    out = io.BytesIO()
-    writer = PrettyWriter(out, width=160, color=False, live=True)
+    says a subagent ran, whose figures the closing line of `run` folds in (+sub). Where
+    nothing will fold them in (`import --follow`, `normalize` of a stream) it says they are
+    not counted, and once the subagent's own events come (`--children`), nothing."""
     events = list(iter_events(SAMPLES / "task" / "stream.jsonl"))
-    writer.write(events[:-1])
-    writer.end_batch()
-    footer = writer._footer().plain
-    assert "steps 2 · tool calls 1 · +1 subagent at the end · $0.0158" in footer, footer
+    expected = {
+        True: "steps 2 · tool calls 1 · +1 subagent at the end · $0.0158",
+        False: "steps 2 · tool calls 1 · +1 subagent not counted here · $0.0158",
+    }
+    for at_end, words in expected.items():
+        writer = PrettyWriter(
+            io.BytesIO(), width=160, color=False, live=True, subagents_at_end=at_end
+        )
+        writer.write(events[:-1])
+        writer.end_batch()
+        assert words in writer._footer().plain, writer._footer().plain
+    with opencode_events.open_store(SAMPLES / "task" / "opencode.db") as store:
+        both = list(opencode_events.stored_events(store, children=True, metrics=False))
+    writer = PrettyWriter(io.BytesIO(), width=160, color=False, live=True)
+    writer.write(both)
+    assert "subagent" not in writer._footer().plain  # its steps are among the counted
     plain = PrettyWriter(io.BytesIO(), width=160, color=False, live=True)
     plain.write(list(iter_events(SAMPLES / "bash_ok" / "stream.jsonl"))[:-1])
     assert "subagent" not in plain._footer().plain

@@ -35,12 +35,14 @@ READ_TIMEOUT = 35.0  # the server sends a heartbeat every 10 s; silence this lon
 _FORMATS = click.Choice(["jsonl", "pretty"])
 
 
-def _writer(fmt: str | None, out: BinaryIO, *, full: bool = False) -> Any:
+def _writer(
+    fmt: str | None, out: BinaryIO, *, full: bool = False, subagents_at_end: bool = False
+) -> Any:
     from ..output.jsonl import make_writer
 
     if fmt is None:
         fmt = "pretty" if out.isatty() else "jsonl"
-    return make_writer(fmt, out, buffered=False, full=full)
+    return make_writer(fmt, out, buffered=False, full=full, subagents_at_end=subagents_at_end)
 
 
 def _note(message: str) -> None:
@@ -599,7 +601,8 @@ def run_opencode(
             copy = open(tee, "wb")  # noqa: SIM115 - closed below
         except OSError as exc:
             raise InputError(f"cannot write {tee}: {exc.strerror or exc}") from None
-    writer = _writer(fmt, out, full=full)
+    # Its subagents' figures come from the store at the end (``_with_subagents``), if any.
+    writer = _writer(fmt, out, full=full, subagents_at_end=spend is not None)
     _starting(writer, binary)
     argv = [binary, "run", "--format", "json", *opencode_args]
     try:

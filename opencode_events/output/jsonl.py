@@ -81,12 +81,15 @@ def make_writer(
     buffered: bool = False,
     tags: dict[str, str] | None = None,
     full: bool = False,
+    subagents_at_end: bool = False,
 ) -> Any:
-    """``jsonl`` → JsonlWriter; ``pretty`` → pretty.PrettyWriter, imported only then (rich)."""
+    """``jsonl`` → JsonlWriter; ``pretty`` → pretty.PrettyWriter, imported only then (rich);
+    ``subagents_at_end``: its closing metrics will bring the subagents' figures (``run``)."""
     if fmt == "pretty":
-        from .pretty import PrettyWriter
+        from .pretty import MAX_LINES, PrettyWriter
 
-        return PrettyWriter(out, max_lines=None) if full else PrettyWriter(out)
+        lines = None if full else MAX_LINES
+        return PrettyWriter(out, max_lines=lines, subagents_at_end=subagents_at_end)
     if _is_terminal(out):  # JSON Lines asked for on a terminal: shown, never obeyed
         from .rows import TerminalText
 

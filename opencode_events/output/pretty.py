@@ -160,6 +160,7 @@ class _Tally:
         "failed",
         "bad_exits",
         "subagents",
+        "sessions",
         "input",
         "output",
         "reasoning",
@@ -177,6 +178,7 @@ class _Tally:
         # Subagent sessions the run started: the stream holds none of their steps, which
         # `run` reads from the store at the end (the closing line's +sub)
         self.subagents: set[Any] = set()
+        self.sessions: set[Any] = set()  # whose events came (a subagent's, with --children)
         self.input = self.output = self.reasoning = self.cache_read = self.cache_write = 0
         self.total = 0
         self.cost = 0.0
@@ -198,10 +200,14 @@ class PrettyWriter:
         color: bool | None = None,
         live: bool | None = None,
         max_lines: int | None = MAX_LINES,
+        subagents_at_end: bool = False,
     ) -> None:
         from rich.console import Console
 
         self._max_lines = max_lines  # of a message's text; None: all of it (--full)
+        # The closing metrics will bring the subagents' figures (``run`` reads them from the
+        # store): the footer says they come at the end, not that they are missing.
+        self._subagents_at_end = subagents_at_end
 
         if out is None or out is getattr(sys.stdout, "buffer", None):
             out = sys.stdout
@@ -318,8 +324,12 @@ class PrettyWriter:
         outcomes = _outcomes(len(t.failed), len(t.bad_exits))
         if outcomes:
             text.append(outcomes, "red")
-        if t.subagents:  # their figures are not in the stream: said, not left out silently
+        # Subagents whose steps are not in these figures: said, not left out silently
+        if t.subagents and self._subagents_at_end:
             text.append(f" · +{_count(len(t.subagents), 'subagent')} at the end", "dim")
+        elif t.subagents - t.sessions:  # none of its events came (no --children, a stream)
+            unseen = len(t.subagents - t.sessions)
+            text.append(f" · +{_count(unseen, 'subagent')} not counted here", "dim")
         text.append(" · ", "dim")
         text.append(f"${t.cost:.4f}", "bold")  # before the breakdown, which a narrow line cuts
         text.append(" · tokens ", "dim")
@@ -416,6 +426,7 @@ class PrettyWriter:
             text = Text(no_wrap=True, overflow="ellipsis", style="dim")
             text.append(visible(f"? {'unknown':<{_LABEL_WIDTH}}{event.type or ''}"))
             return text
+        tally.sessions.add(event.session_id)
         if isinstance(event, Orchestration) and event.child_session_id:
             tally.subagents.add(event.child_session_id)
         tool = getattr(event, "tool", None)
