@@ -83,8 +83,8 @@ def at_once(db: Path) -> list[dict[str, Any]]:
 
 def comparable(events: list[dict[str, Any]]) -> list[str]:
     """What the server's events and the stored rows both say, as a multiset: not the
-    times or numbering, and usage without its step-finish part (it comes from the reply).
-    Followed events come in the order things ended, `import`'s in the stored order."""
+    times or numbering. Followed events come in the order things ended, `import`'s in the
+    stored order."""
     out = []
     for event in events:
         if event["kind"] == "metrics":
@@ -94,8 +94,6 @@ def comparable(events: list[dict[str, Any]]) -> list[str]:
         # history, from the session's row; docs/live.md lists both)
         drop = {"seq", "time", "line", "raw", "reverted", "copied"}
         event = {k: v for k, v in event.items() if k not in drop}
-        if event["kind"] == "usage":
-            event.pop("part_id", None)
         out.append(json.dumps(event, sort_keys=True))
     return sorted(out)
 

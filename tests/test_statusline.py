@@ -181,6 +181,23 @@ def test_every_field_renders_and_the_help_names_the_default() -> None:
     assert f"'{DEFAULT_FORMAT}'" in FORMAT_HELP
 
 
+def test_counts_take_a_numbers_format_spec_and_an_unknown_one_is_blank() -> None:
+    with Store(SAMPLES / "task" / "opencode.db") as store:
+        glance = take_glance(store, now_ms=_last_write(SAMPLES / "task" / "opencode.db"))
+    assert render("{subagents:02d} {context_tokens:,}", glance) == "01 4,400"
+    glance.context_tokens = None  # no inference yet
+    assert render("[{context_tokens:,}] [{context_tokens:>6}]", glance) == "[] []"
+
+
+def test_the_help_and_the_readme_name_every_field() -> None:
+    from opencode_events.cli.statusline import statusline
+
+    readme = (ROOT / "README.md").read_text()
+    for name in FIELDS:
+        assert f"{{{name}}}" in (statusline.help or ""), name
+        assert f"`{{{name}}}`" in readme, name
+
+
 # --------------------------------------------------------------------- the command
 
 

@@ -49,6 +49,11 @@ def _note(message: str) -> None:
     click.echo(f"opencode-events: {message}", err=True)
 
 
+def _their_part(cost: float, subagents: int) -> str:
+    """ " with its subagents ($0.0048 in 1)" of a spend note, or nothing when none ran."""
+    return f" with its subagents (${cost:.4f} in {subagents})" if subagents else ""
+
+
 # --------------------------------------------------------------------------- attach
 
 
@@ -483,7 +488,7 @@ class _Abort:
                 f"with HTTP {status}"
             )
         _note(
-            f"{root} cost ${total:.4f} with its subagents (${share:.4f} in {below}), "
+            f"{root} cost ${total:.4f}{_their_part(share, below)}, "
             f"over --max-cost ${self.max_cost:g}; aborted it"
         )
 
@@ -662,10 +667,11 @@ def run_opencode(
     if otel is not None:  # the run is over (also after a Ctrl-C passed on to OpenCode)
         otel.send()
     if limit is not None and limit.crossed:
+        assert spend is not None  # a limit is only set with a store to read it from
+        theirs = _their_part(spend.subagent_cost, spend.subagents)
         _note(
-            f"{spend.session_id} cost ${spend.total:.4f} with its subagents "  # type: ignore[union-attr]
-            f"(${spend.subagent_cost:.4f} in {spend.subagents}), over --max-cost ${max_cost:g}; "  # type: ignore[union-attr]
-            "OpenCode was stopped"
+            f"{spend.session_id} cost ${spend.total:.4f}{theirs}, "
+            f"over --max-cost ${max_cost:g}; OpenCode was stopped"
         )
         raise SystemExit(ExitStatus.OVER_BUDGET)
     raise SystemExit(128 - code if code < 0 else code)

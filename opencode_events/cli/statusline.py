@@ -43,7 +43,8 @@ def statusline(
 
     The current session is the top-level session at work now, or last (--session: that
     one). Fields of --format: {cost} {own_cost} {subagent_cost} {subagents} {today}
-    {context} {context_tokens} {state} {session} {short_id} {title}.
+    {context} {context_tokens} {state} {session} {short_id} {title} {undone} {fork},
+    with a format spec if you like ({title:.20}, {subagents:02d}, {context_tokens:,}).
     """
     from .quick import Refused, StatuslineRequest, statusline_line
 

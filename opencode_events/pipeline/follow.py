@@ -83,12 +83,12 @@ def follow_store(
             if events:
                 writer.write(events)
                 writer.end_batch()
+            if max_cost is not None and follower.total_cost > max_cost:
+                return FollowEnd.OVER_BUDGET
             if not told and opened_once:
                 told = True
                 if not follower.seen_at_work and follower.roots:
                     waiting(list(follower.roots))  # type: ignore[misc]  # told: it is set
-            if max_cost is not None and follower.total_cost > max_cost:
-                return FollowEnd.OVER_BUDGET
         if until_idle and follower.seen_at_work:
             state = follower.state(clock() * 1000, stale_after)
             if state != BUSY:

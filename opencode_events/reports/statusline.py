@@ -262,16 +262,24 @@ def _tokens(value: int | None) -> str:
     return f"{value / 1_000_000:.2f}M"
 
 
-def values(glance: Glance) -> dict[str, str]:
-    """Every template field (``FIELDS``) of ``glance``, written for people."""
+class _Unknown:
+    """A number not known (no inference yet): blank, whatever its format spec."""
+
+    def __format__(self, spec: str) -> str:
+        return ""
+
+
+def values(glance: Glance) -> dict[str, Any]:
+    """Every template field (``FIELDS``) of ``glance``, written for people; the counts are
+    numbers, so that a number's format spec suits them (``{subagents:02d}``)."""
     return {
         "cost": _money(glance.cost),
         "own_cost": _money(glance.own_cost),
         "subagent_cost": _money(glance.subagent_cost),
-        "subagents": str(glance.subagents),
+        "subagents": glance.subagents,
         "today": _money(glance.today),
         "context": _tokens(glance.context_tokens),
-        "context_tokens": "" if glance.context_tokens is None else str(glance.context_tokens),
+        "context_tokens": _Unknown() if glance.context_tokens is None else glance.context_tokens,
         "state": glance.state,
         "session": glance.session_id,
         "short_id": glance.session_id[:12],
