@@ -364,8 +364,8 @@ def test_usage_of_a_stream_and_its_groupings():
     source = SAMPLES / "bash_ok" / "stream.jsonl"
     report = opencode_events.usage_report(source)
     assert report.document() == _cli_json("usage", str(source), "--format", "json")
-    with pytest.raises(opencode_events.GroupingError, match="grouping by model needs the store"):
-        opencode_events.usage_report(source, by="model")  # in the library's words, not --by
+    with pytest.raises(opencode_events.GroupingError, match="grouping by project needs the store"):
+        opencode_events.usage_report(source, by="project")  # in the library's words, not --by
     with pytest.raises(TypeError):
         opencode_events.usage_report()
     for stored_only in ({"since": "2h"}, {"all_sessions": True}, {"sessions": "ses_x"}):

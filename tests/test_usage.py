@@ -234,9 +234,34 @@ def test_stream_weeks_and_months_are_its_days_grouped(by, date_of):
     assert grouped["total"] == days["total"]
 
 
-def test_stream_cannot_group_by_model():
-    result = subprocess.run(CLI + ["--by", "model"], input=b"", capture_output=True)
+def test_stream_cannot_group_by_project():
+    result = subprocess.run(CLI + ["--by", "project"], input=b"", capture_output=True)
     assert result.returncode == 2 and b"needs the store" in result.stderr
+
+
+@pytest.mark.parametrize("by", ["model", "agent"])
+@pytest.mark.parametrize(
+    "name, source",
+    [
+        ("text", "export.json"),
+        ("parallel_tools", "export.json"),
+        ("compaction", "export.json"),
+        ("serve_text", "events.sse"),
+        ("compaction", "events.sse"),
+    ],
+)
+def test_a_stream_that_names_its_models_groups_by_them_as_the_store(name, source, by):
+    """An export document and server events name each reply's model and agent: grouped
+    by them, their rows are the store's rows of the same session."""
+    streamed = usage(str(SAMPLES / name / source), "--by", by)
+    stored = usage("--db", str(SAMPLES / name / "opencode.db"), "--all", "--by", by)
+    assert streamed["rows"] == stored["rows"] and streamed["rows"]
+    assert "?" not in {row[by] for row in streamed["rows"]}
+
+
+def test_a_run_streams_steps_name_no_model():
+    rows = usage(str(SAMPLES / "text" / "stream.jsonl"), "--by", "model")["rows"]
+    assert [row["model"] for row in rows] == ["?"]
 
 
 # ---------------------------------------------------------------------------- store

@@ -136,8 +136,8 @@ def usage(
     JSONL, a captured server event stream or an `opencode export` document), one row per
     step (one model call). From the store (--db, --session, --last, --since, --all;
     also the default when stdin is a terminal), one row per turn with subagents folded
-    in, or --by step, session, model, agent, day, week, month or project (a stream: --by
-    step, session, day, week or month).
+    in, or --by step, session, model, agent, day, week, month or project (a stream: all
+    but project).
     """
     from ..reports.usage import GroupingError, StreamUsage, covers_every_session
     from .quick import UsageRequest, stored_usage_of, write_usage

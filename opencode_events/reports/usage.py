@@ -90,7 +90,7 @@ TOKEN_FIELDS = (
 _ALWAYS = frozenset({*TOKEN_FIELDS, "cost"})
 # From this many sessions on, one scan of the whole message table beats per-session lookups.
 WHOLE_TABLE_SESSIONS = 200
-BY_STREAM = ("turn", "step", "session", "day", "week", "month")
+BY_STREAM = ("turn", "step", "session", "model", "agent", "day", "week", "month")
 BY_STORE = ("turn", "step", "session", "model", "agent", "day", "week", "month", "project")
 # Groupings that, with no session chosen, cover every session (as ccusage's reports do);
 # turn and step, one session's story, cover the last one.
@@ -192,6 +192,8 @@ _LABELS: dict[tuple[bool, str], tuple[str, ...]] = {  # (from the store, --by) â
     (False, "day"): ("day", "inferences"),
     (False, "week"): ("week", "inferences"),
     (False, "month"): ("month", "inferences"),
+    (False, "model"): ("model", "inferences"),
+    (False, "agent"): ("agent", "inferences"),
 }
 # A folded row's share from subagents, in the names ``sessions`` gives it.
 _SUBAGENT_FIELDS = (
@@ -714,7 +716,12 @@ class StreamUsage:
                     self._totaller.add(row)
                     yield row
                     continue
-                key = session or "" if by == "session" else _date_key(by, _day(when, tz))
+                if by == "session":
+                    key = session or ""
+                elif by in ("model", "agent"):  # as the store names them; "?" unnamed
+                    key = _labelled(by, event)
+                else:
+                    key = _date_key(by, _day(when, tz))
                 if row.started is not None and row.started < first_time.get(key, row.started + 1):
                     first_time[key] = row.started
                 group = groups.get(key)
@@ -724,18 +731,36 @@ class StreamUsage:
                         day=key if by == "day" else None,
                         week=key if by == "week" else None,
                         month=key if by == "month" else None,
+                        model=key if by == "model" else None,
+                        agent=key if by == "agent" else None,
                         inferences=0,
                     )
                 group.add(row)
                 group.inferences = (group.inferences or 0) + 1
         self.notes = unread.notes()
         self._undone = unread.undone
-        if by not in ("turn", "step"):  # sessions and dates oldest first, as from the store
-            for key in sorted(groups, key=lambda k: (first_time.get(k, 0), k)):
-                row = groups[key]
+        if by not in ("turn", "step"):
+            for row in groups.values():
                 row.cost = summed_cost(row.cost, _figures_in(row))
+            if by in ("model", "agent"):  # the costliest first, as from the store
+                ordered = sorted(groups.values(), key=_sort_key(by))
+            else:  # sessions and dates oldest first, as from the store
+                ordered = [
+                    groups[k] for k in sorted(groups, key=lambda k: (first_time.get(k, 0), k))
+                ]
+            for row in ordered:
                 self._totaller.add(row)
                 yield row
+
+
+def _labelled(by: str, event: Any) -> str:
+    """A stream step's model (``provider/model``, as ``_model_name`` names a stored one) or
+    agent; ``?`` where its source names none (a run stream's steps)."""
+    if by == "agent":
+        return event.agent if isinstance(event.agent, str) and event.agent else "?"
+    model = event.model if isinstance(event.model, str) and event.model else "?"
+    provider = event.provider if isinstance(event.provider, str) and event.provider else None
+    return f"{provider}/{model}" if provider else model
 
 
 def _date_key(by: str, day: str | None) -> str:
