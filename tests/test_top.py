@@ -244,3 +244,35 @@ def test_the_live_view_says_why_it_cannot_read_the_store(tmp_path: Path) -> None
     text = console.export_text()
     assert "store not readable: " in text and "(file is not a database)" in text
     assert "no sessions" not in text and all(len(line) <= 80 for line in text.splitlines())
+
+
+def test_at_80_columns_a_busy_board_keeps_the_session_ids() -> None:
+    """With the `doing` column, the session's id kept its first 3 characters at 80 columns:
+    the agent column goes instead, and the model is cut shorter."""
+    from opencode_events.output.tables import top_screen
+    from opencode_events.reports.top import Board, BoardRow
+
+    busy = BoardRow(
+        session_id="ses_dba32f00aaaa",
+        title="Fix the failing tests in the parser",
+        agent="build",
+        model="claude-sonnet-4-5",
+        state="busy",
+        running="bash",
+        running_since=0,
+        turns=3,
+        tokens=48_200,
+        context_tokens=18_200,
+        cost=0.0623,
+        subagents=1,
+    )
+    idle = BoardRow(session_id="ses_dd805feb0000", agent="build", model="gpt-5", state="idle")
+    board = Board(rows=[busy, idle], today=1.24, week=18.2, path="x")
+    for width, agent_shown in ((80, False), (100, True)):
+        console = Console(width=width, record=True, file=io.StringIO())
+        console.print(top_screen(board, 12_000, width=width))
+        lines = console.export_text().splitlines()
+        assert all(len(line) <= width for line in lines), lines
+        (row,) = [line for line in lines if line.startswith("busy")]
+        assert "dba32f00" in row and "bash 12.0s" in row and "$0.0623+" in row, row
+        assert ("agent" in lines[2]) is agent_shown, lines[2]

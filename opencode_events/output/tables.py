@@ -623,10 +623,14 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
     header.append(f"  {busy} busy  {clock}", "dim")
     table = Table(expand=True, box=None, header_style="bold", pad_edge=False, show_edge=False)
     any_running = any(r.running for r in board.rows)
+    # With what a busy session runs, a narrow screen has no room left for the session's id
+    # (it got 3 characters at 80 columns): the agent goes, the model is cut shorter.
+    narrow = any_running and width < 96
     table.add_column("state", no_wrap=True, width=5)
     table.add_column("session", no_wrap=True, overflow="ellipsis", ratio=1, min_width=14)
-    table.add_column("agent", no_wrap=True, overflow="ellipsis", max_width=8)
-    table.add_column("model", no_wrap=True, overflow="ellipsis", max_width=16)
+    if not narrow:
+        table.add_column("agent", no_wrap=True, overflow="ellipsis", max_width=8)
+    table.add_column("model", no_wrap=True, overflow="ellipsis", max_width=12 if narrow else 16)
     if any_running:
         table.add_column("doing", no_wrap=True, overflow="ellipsis", max_width=16)
     for name in ("turns", "tokens", "ctx", "cost"):
@@ -637,7 +641,7 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
         cells: list[Any] = [
             Text(row.state, style=styles.get(row.state)),
             Text(f"{row.session_id[4:12]} {visible(row.title or '')}".rstrip()),
-            Text(visible(row.agent or "")),
+            *([] if narrow else [Text(visible(row.agent or ""))]),
             Text(visible(row.model or "")),
         ]
         if any_running:
