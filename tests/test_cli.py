@@ -112,10 +112,10 @@ def test_directory_input_is_an_error(tmp_path: Path):
         ["normalize", "--no-such-flag"],
         ["sessions", "--since", "whenever"],
         ["usage", "--tz", "Nowhere/Else", "--by", "day"],
-        ["usage", "--by", "model"],
+        ["usage", "--by", "project"],
         ["no-such-command"],
     ],
-    ids=["unknown-option", "bad-since", "bad-tz", "stream-by-model", "unknown-command"],
+    ids=["unknown-option", "bad-since", "bad-tz", "stream-by-project", "unknown-command"],
 )
 def test_bad_usage_is_one_error_line_and_exit_2(args):
     result = run(args)
