@@ -400,12 +400,14 @@ def usage_report(
 
         tz = zone_named(tz)  # an unknown name: ValueError
     if store is None:
-        chosen = [
-            name
-            for name, value in (("sessions", sessions), ("all_sessions", all_sessions))
-            + (("since", since), ("until", until), ("cache", cache))
-            if value
-        ]
+        stored_only = {
+            "sessions": sessions,
+            "all_sessions": all_sessions,
+            "since": since,
+            "until": until,
+            "cache": cache,
+        }
+        chosen = [name for name, value in stored_only.items() if value]
         if chosen:  # they choose stored sessions: a stream has no others to choose
             raise TypeError(f"usage_report of a source takes no {', '.join(chosen)}")
         name, stream, owned = _open(source)  # type: ignore[arg-type]

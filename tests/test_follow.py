@@ -384,19 +384,24 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _import_follow(db: Path) -> subprocess.Popen[bytes]:
+    """`import --follow --db DB` started, its stdout and stderr piped."""
+    return subprocess.Popen(
+        [*CLI, "import", "--follow", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=ROOT,
+    )
+
+
 def test_import_follow_waits_for_the_store_and_ends_when_the_session_is_idle(
     tmp_path: Path,
 ) -> None:
     src = SAMPLES / "bash_ok" / "opencode.db"
     dst = tmp_path / "data" / "opencode.db"
     dst.parent.mkdir()
-    follow = subprocess.Popen(
-        [*CLI, "import", "--follow", "--db", str(dst)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
-        cwd=ROOT,
-    )
+    follow = _import_follow(dst)
     writer = replay(src, dst, "--wait", "0.5", delay=0.02)
     try:
         out, err = follow.communicate(timeout=60)
@@ -413,13 +418,7 @@ def test_following_an_idle_session_says_it_waits(tmp_path: Path) -> None:
     """The history, then a line on stderr that it waits (not a silent hang), until Ctrl-C."""
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
-    follow = subprocess.Popen(
-        [*CLI, "import", "--follow", "--db", str(db)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
-        cwd=ROOT,
-    )
+    follow = _import_follow(db)
     try:
         line = follow.stderr.readline().decode()  # type: ignore[union-attr]
         assert line.startswith("opencode-events: ses_") and "is idle" in line

@@ -141,8 +141,10 @@ def window_ms(
 ) -> tuple[int | None, int | None]:
     """``--since`` and ``--until`` as epoch ms (``since_ms``, ``until_ms``); a window that
     ends before it begins is a usage error, not an empty report."""
+    from ..core.timeutil import window_reversed
+
     start, end = since_ms(since, tz), until_ms(until, tz)
-    if start is not None and end is not None and start > end:
+    if window_reversed(start, end):
         raise click.UsageError(f"--since {since} is after --until {until}: no time between them")
     return start, end
 

@@ -213,14 +213,14 @@ def otel(
             )
     report_otel(summary, destination)
     if not summary.sessions:  # said, as `usage` says it: cron's stdin is empty, not a terminal
-        where = "stdin" if from_stream and not files else "the input" if from_stream else None
-        click.echo(
-            f"note: no session in {where}; for stored sessions give --last, SESSION, "
-            "--since or --all"
-            if where
-            else "note: no session chosen (none active in that window?): nothing exported",
-            err=True,
-        )
+        if from_stream:
+            where = "the input" if files else "stdin"
+            note = (
+                f"no session in {where}; for stored sessions give --last, SESSION, --since or --all"
+            )
+        else:
+            note = "no session chosen (none active in that window?): nothing exported"
+        click.echo(f"note: {note}", err=True)
 
 
 def _servers() -> Any:

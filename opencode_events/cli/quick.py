@@ -478,7 +478,7 @@ def usage_written(request: UsageRequest) -> bool:
     """The ``usage`` command for ``request``, written to stdout; False (nothing written,
     nothing read) when click is to say what is wrong (a zone or a time it cannot read) or
     to draw the table (no format, on a terminal)."""
-    from ..core.timeutil import parse_since, parse_until, zone_named
+    from ..core.timeutil import parse_since, parse_until, window_reversed, zone_named
     from .streams import report_output
 
     out = report_output()
@@ -491,7 +491,7 @@ def usage_written(request: UsageRequest) -> bool:
         end = None if request.until is None else parse_until(request.until, tz=zone)
     except ValueError:
         return False
-    if start is not None and end is not None and start > end:
+    if window_reversed(start, end):
         return False  # click says what is wrong (``io.window_ms``)
     write_usage(stored_usage_of(request, zone, start, end), fmt, out, csv_raw=request.csv_raw)
     return True
@@ -575,7 +575,7 @@ def sessions_written(request: SessionsRequest) -> bool:
     """The ``sessions`` command for ``request``, written to stdout; False (nothing written,
     nothing read) when click is to say what is wrong (a time it cannot read) or to draw the
     table (no format, on a terminal)."""
-    from ..core.timeutil import parse_since, parse_until
+    from ..core.timeutil import parse_since, parse_until, window_reversed
     from ..store.open import store_files
     from .streams import refuse_stdout_read, report_output
 
@@ -588,7 +588,7 @@ def sessions_written(request: SessionsRequest) -> bool:
         end = None if request.until is None else parse_until(request.until)
     except ValueError:
         return False
-    if start is not None and end is not None and start > end:
+    if window_reversed(start, end):
         return False  # click says what is wrong (``io.window_ms``)
     with open_store_noting(request.db_path) as store:
         refuse_stdout_read(store_files(store))

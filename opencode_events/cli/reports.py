@@ -139,7 +139,7 @@ def usage(
     in, or --by step, session, model, agent, day, week, month or project (a stream: all
     but project).
     """
-    from ..reports.usage import GroupingError, StreamUsage, covers_every_session
+    from ..reports.usage import BY_STREAM, GroupingError, StreamUsage, covers_every_session
     from .quick import UsageRequest, stored_usage_of, write_usage
 
     zone = time_zone(tz)
@@ -172,9 +172,11 @@ def usage(
                 return
             report = streamed.report(list(streamed.rows()))
     except GroupingError as exc:  # the library's words; the command's name its options
-        stored = "(use --db/--session/--last/--all)"
-        message = f"--by {by} needs the store {stored}" if "needs the store" in str(exc) else exc
-        raise click.UsageError(str(message)) from None
+        if not from_store and by not in BY_STREAM:
+            raise click.UsageError(
+                f"--by {by} needs the store (use --db/--session/--last/--all)"
+            ) from None
+        raise click.UsageError(str(exc)) from None
     if github:
         _to_github(report)
     out = report_output()

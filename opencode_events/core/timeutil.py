@@ -96,6 +96,11 @@ def parse_until(text: str, *, now: float | None = None, tz: tzinfo | None = None
     return parse_since(following.isoformat(), tz=tz) - 1
 
 
+def window_reversed(start: int | None, end: int | None) -> bool:
+    """Whether a ``--since``/``--until`` window ends before it begins (names no time)."""
+    return start is not None and end is not None and start > end
+
+
 def format_time(ms: int | float | None, tz: tzinfo | None = None) -> str:
     if not isinstance(ms, int | float) or isinstance(ms, bool):
         return "-"

@@ -23,7 +23,7 @@ from ..core.normalizer import Normalizer, Provenance
 from ..core.views import NO_RAW, later, number, repair_lone_surrogates
 from ..events import Event
 from .stream import StreamReader
-from .transcript import TranscriptMapper, mark_reverted
+from .transcript import TranscriptMapper, mark_copied, mark_reverted
 
 __all__ = ["export_events"]
 
@@ -302,9 +302,7 @@ def _document_events(
             time=last,
         )
         events.extend(mark_reverted(found) if undone else found)
-        if began is not None and type(created) is int and created < began:
-            for event in events[first:]:
-                event.copied = True
+        mark_copied(events[first:], created, began)
     return events
 
 

@@ -625,18 +625,13 @@ class SseReader:
     def _part_delta(self, props: bytes, prov: Provenance) -> list[Event]:
         view = _PART_DELTA.decode(props)
         part_id, delta = view.partID, view.delta
-        if (
-            view.field == "text"
-            and type(delta) is str
-            and type(part_id) is str
-            and (part_id in self._pending)
-        ):
+        open_part = type(part_id) is str and part_id in self._pending
+        if open_part and view.field == "text" and type(delta) is str:  # its text so far
             self._grown.setdefault(part_id, []).append(delta)
         if not self.deltas:
             return []
         if not self._enter(view.sessionID, prov):
             return []
-        delta = view.delta
         if not isinstance(delta, str):
             return self.normalizer.unknown(prov, type_="message.part.delta")
         prov.message_id, prov.part_id = _str(view.messageID), _str(view.partID)

@@ -141,6 +141,14 @@ def mark_reverted(events: list[Event]) -> list[Event]:
     return events
 
 
+def mark_copied(events: list[Event], created: Any, began: int | None) -> None:
+    """Mark one message's ``events`` ``copied`` when it was created before its session
+    ``began``: the history a fork copied (OpenCode keeps the original times)."""
+    if began is not None and type(created) is int and created < began:
+        for event in events:
+            event.copied = True
+
+
 def session_events(
     normalizer: Normalizer,
     session_id: str,
@@ -248,9 +256,8 @@ def session_events(
                     info, data, session_id=session_id, message_id=message_id, time=created
                 )
                 events += mark_reverted(found) if undone else found
-            if copied_before is not None and type(created) is int and created < copied_before:
-                for event in events[done:]:  # this message's events: a fork's copy
-                    event.copied = True
+            if copied_before is not None:  # a fork: this message's events may be its copy
+                mark_copied(events[done:], created, copied_before)
             if len(events) >= BATCH_EVENTS:
                 yield events
                 events = []
