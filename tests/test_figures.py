@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opencode_events.core.figures import Figures, cost_value, read_figures, token_count
+from opencode_events.core.figures import (
+    Figures,
+    cost_value,
+    model_label,
+    read_figures,
+    token_count,
+)
 from opencode_events.core.mapping import usage_event
 from opencode_events.core.views import MESSAGE_DECODER, Tokens
 
@@ -101,3 +107,21 @@ def test_every_reader_follows_the_rule(tokens, cost):
         expected.total,
         expected.cost,
     )
+
+
+LABELS = [
+    # (providerID, modelID, how every report names the model)
+    ("openai", "gpt-5", "openai/gpt-5"),
+    (None, "gpt-5", "gpt-5"),
+    ("", "gpt-5", "gpt-5"),
+    (7, "gpt-5", "gpt-5"),  # a provider that is no string is not named
+    ("openai", "", "?"),
+    ("openai", None, "?"),
+    ("openai", 7, "?"),
+]
+
+
+@pytest.mark.parametrize("provider, model, expected", LABELS)
+def test_a_model_is_named_one_way(provider, model, expected):
+    assert model_label(provider, model) == expected
+    assert model_label(provider, model, missing=None) == (None if expected == "?" else expected)

@@ -626,6 +626,8 @@ _ODD_ROWS = [
     (None, None, _with("cost", None)),
     (None, None, _with("cost", None, drop=True)),
     (None, None, _with("role", "system")),
+    (None, None, _with("modelID", "")),  # no model named: "?", as a stream's step
+    (None, None, _with("providerID", None, drop=True)),
     (None, None, " " + _WHOLE),
     (None, None, ""),
     (None, None, '{"time":{"created":1},"role":"user","agent":"build"}'),

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from .views import Tokens
 
-__all__ = ["Figures", "ZERO", "read_figures", "token_count", "cost_value"]
+__all__ = ["Figures", "ZERO", "read_figures", "token_count", "cost_value", "model_label"]
 
 
 class Figures(NamedTuple):
@@ -96,3 +96,16 @@ def read_figures(tokens: Tokens | None, cost: Any) -> Figures:
     if type(cost) is not float or not _finite(cost):
         cost = cost_value(cost)
     return _new(Figures, (input_, output, reasoning, cache_read, cache_write, total, cost))
+
+
+def model_label(provider: Any, model: Any, missing: str | None = "?") -> str | None:
+    """A reply's model as every report names it: ``provider/model`` (OpenCode's own ids),
+    the model alone where no provider is named, ``missing`` where no model is (not a string,
+    or empty).
+
+    >>> model_label("openai", "gpt-5"), model_label(None, "gpt-5"), model_label("openai", "")
+    ('openai/gpt-5', 'gpt-5', '?')
+    """
+    if not isinstance(model, str) or not model:
+        return missing
+    return f"{provider}/{model}" if isinstance(provider, str) and provider else model

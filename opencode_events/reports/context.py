@@ -72,7 +72,7 @@ import msgspec
 from msgspec import Raw, Struct
 
 from .. import paths
-from ..core.figures import cost_value, read_figures
+from ..core.figures import cost_value, model_label, read_figures
 from ..core.views import (
     LedgerMessageView,
     LedgerPart,
@@ -393,9 +393,7 @@ class SessionLedger(Struct, kw_only=True):
 
 
 def _model_name(message: LedgerMessage) -> str | None:
-    if message.model_id is None:
-        return None
-    return f"{message.provider_id}/{message.model_id}" if message.provider_id else message.model_id
+    return model_label(message.provider_id, message.model_id, missing=None)
 
 
 def _merge(pieces: Iterable[Addition]) -> dict[str, int]:

@@ -39,7 +39,7 @@ import msgspec
 from msgspec import Struct
 
 from ..core.activity import stale_after_ms
-from ..core.figures import read_figures
+from ..core.figures import model_label, read_figures
 from ..core.timeutil import zone_key
 from ..core.views import (
     PART_DECODER,
@@ -754,13 +754,11 @@ class StreamUsage:
 
 
 def _labelled(by: str, event: Any) -> str:
-    """A stream step's model (``provider/model``, as ``_model_name`` names a stored one) or
+    """A stream step's model (``provider/model``, as ``model_label`` names a stored one) or
     agent; ``?`` where its source names none (a run stream's steps)."""
     if by == "agent":
         return event.agent if isinstance(event.agent, str) and event.agent else "?"
-    model = event.model if isinstance(event.model, str) and event.model else "?"
-    provider = event.provider if isinstance(event.provider, str) and event.provider else None
-    return f"{provider}/{model}" if provider else model
+    return model_label(event.provider, event.model)
 
 
 def _date_key(by: str, day: str | None) -> str:
@@ -1825,7 +1823,7 @@ def _step_row(sid: str, mid: str, created: Any, full: UsageMessage) -> UsageRow:
     figures.started = created if type(created) is int else None
     figures.session_id = sid
     figures.message_id = mid if type(mid) is str else None  # a damaged id (NULL, a blob): none
-    figures.model = _model_name(full) if isinstance(full.modelID, str) else None
+    figures.model = model_label(full.providerID, full.modelID, missing=None)
     figures.agent = full.agent if isinstance(full.agent, str) else None
     figures.reason = full.finish if isinstance(full.finish, str) else None
     completed = full.time.completed if full.time else None
@@ -2466,10 +2464,8 @@ def _add_message(acc: list[Any], info: Any, created: Any) -> None:
 
 
 def _model_name(info: UsageMessage) -> str:
-    """``provider/model`` as OpenCode names a model (``--by model`` and ``--by step`` alike)."""
-    provider = info.providerID if isinstance(info.providerID, str) else None
-    model = info.modelID if isinstance(info.modelID, str) else "?"
-    return f"{provider}/{model}" if provider else model
+    """``provider/model`` (``--by model`` and ``--by step`` alike: ``model_label``)."""
+    return model_label(info.providerID, info.modelID)  # type: ignore[return-value]
 
 
 def _group_key(
