@@ -1649,3 +1649,27 @@ def test_session_rows_share_the_strings_that_repeat():
         assert first.directory == second.directory and first.version == second.version
         assert first.directory is second.directory and first.version is second.version
         assert rows == [store._session_row(tuple(row)) for row in rows]
+
+
+@pytest.mark.parametrize("damaged", [None, "'1795967025485x'", "1795967025485.5"])
+def test_one_rule_tells_a_fork(tmp_path: Path, damaged: str | None):
+    """A fork holds messages older than itself; a session time that is no integer tells
+    nothing: every reader of the rule (the sessions' ``forked``, the copies ``usage``
+    leaves out, ``import``'s ``copied``) asks the same question and gets the same answer."""
+    db = copy_sample("fork", tmp_path)
+    conn = sqlite3.connect(db)
+    (fork,) = conn.execute("SELECT id FROM session WHERE title LIKE '%(fork #%'").fetchone()
+    if damaged is not None:
+        conn.execute(f"UPDATE session SET time_created = {damaged} WHERE id = ?", (fork,))
+    conn.commit()
+    conn.close()
+    expected = {fork} if damaged is None else set()
+    with Store(str(db)) as store:
+        assert store.forks() == expected
+        assert store.forks([fork]) == expected
+        assert set(store.forked_sessions()) == expected
+        assert {row[0] for row in store.messages_older_than_session()} == expected
+    listed = json.loads(run("sessions", "--db", str(db), "--all", "--format", "json").stdout)
+    assert {row["id"] for row in listed if row["forked"]} == expected
+    copied = [e for e in jsonl(run("import", "--db", str(db), "--all").stdout) if e.get("copied")]
+    assert {e["session_id"] for e in copied} == expected
