@@ -13,16 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from opencode_events.store.rows import wrote_json_files
 from tests.stores import with_a_parent_loop
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "opencode_events"]
 
 
-def rows(db: Path, query: str) -> list[tuple]:
+def rows(db: Path, query: str, *params: object) -> list[tuple]:
     conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
     try:
-        return conn.execute(query).fetchall()
+        return conn.execute(query, params).fetchall()
     finally:
         conn.close()
 
@@ -281,6 +282,49 @@ def test_the_session_in_both_is_read_from_the_database():
     ] == [d["id"] for d in steps]
     assert mixed[-1]["turns"] == len(stored_steps) + len(steps) == 4
     assert mixed[-1]["cost"] == pytest.approx(sum(d["cost"] for d in stored_steps + steps))
+
+
+@pytest.mark.parametrize("version, wrote", [
+    ("1.1.65", True), ("0.15.3", True), ("1.2.0", False), ("1.2.27", False),
+    ("1.18.33", False), ("2.0", False), ("local", False), ("1", False), ("", False), (None, False),
+])  # fmt: skip
+def test_the_versions_that_kept_sessions_in_files(version, wrote):
+    assert wrote_json_files(version) is wrote
+
+
+def test_a_moved_in_session_is_dated_as_its_data_say_wherever_it_is_read(tmp_path: Path):
+    """OpenCode 1.2 moved the 1.1.65 session into its database and stamped each part row
+    with the moment it did: read from either database or from the files alone, its events
+    are dated from their data (a part's start, a step at its message's completion), and
+    are the same events."""
+    in_db = {sid for (sid,) in rows(MIXED / "opencode.db", "SELECT id FROM session")}
+    (both,) = sorted(in_db & _file_session_ids(MIXED))
+    files_only = tmp_path / "files"
+    shutil.copytree(MIXED / "storage", files_only / "storage")
+    readers = [MIXED / "opencode.db", MIXED / "older" / "opencode.db", files_only]
+    read = [
+        [
+            {k: v for k, v in e.items() if k not in ("seq", "raw")}
+            for e in _json_lines(run("import", both, "--db", str(db)).stdout)
+        ]
+        for db in readers
+    ]
+    (message,) = [e for e in read[0] if e["kind"] == "message"]
+    (usage,) = [e for e in read[0] if e["kind"] == "usage"]
+    (prompt,) = [e for e in read[0] if e["kind"] == "prompt"]
+    part = json.loads(next(d for (d,) in rows(
+        MIXED / "opencode.db", "SELECT data FROM part WHERE id = ?", message["part_id"]
+    )))  # fmt: skip
+    info = json.loads(next(d for (d,) in rows(
+        MIXED / "opencode.db", "SELECT data FROM message WHERE id = ?", usage["message_id"]
+    )))  # fmt: skip
+    stamped = {t for (t,) in rows(MIXED / "opencode.db", "SELECT time_created FROM part")}
+    assert message["time"] == part["time"]["start"] and message["time"] not in stamped
+    assert usage["time"] == info["time"]["completed"]
+    assert prompt["time"] == json.loads(next(d for (d,) in rows(
+        MIXED / "opencode.db", "SELECT data FROM message WHERE id = ?", prompt["message_id"]
+    )))["time"]["created"]  # fmt: skip
+    assert read[0] == read[1] == read[2]
 
 
 def test_a_database_named_as_a_file_is_that_file_alone():

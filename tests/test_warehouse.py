@@ -208,6 +208,15 @@ def test_a_forks_copied_history_is_marked_copied_in_import_and_export(tmp_path: 
     first_own = next(e for e in imported if e["session_id"] == fork and not e.get("copied"))
     assert first_own["kind"] == "prompt" and first_own["text"] == "forked follow-up"
 
+    # Each copy is dated as the turn it copies, from its data (which the copy keeps; its
+    # part rows are stamped when the fork was made, 1.5 s later here): within the few ms
+    # a row's time and its data's differ by.
+    original = [
+        e for e in imported if e.get("session_id") not in (fork, None) and not e.get("copied")
+    ]
+    assert [e["kind"] for e in original] == [e["kind"] for e in marked]
+    assert all(abs(c["time"] - o["time"]) < 100 for c, o in zip(marked, original, strict=True))
+
     doc = json.loads((SAMPLES / "fork" / "export.json").read_text())
     turns = doc["messages"]
     doc["info"]["time"]["created"] = turns[-1]["info"]["time"]["created"]  # the last is its own

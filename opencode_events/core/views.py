@@ -37,6 +37,7 @@ __all__ = [
     "MESSAGE_HEAD_DECODER",
     "ANY_DECODER",
     "json_type_name",
+    "written_at",
 ]
 
 NO_RAW = Raw()
@@ -204,6 +205,22 @@ def later(first: Any, second: Any) -> Any:
     if number(second) is None:
         return first
     return second if number(first) is None or second > first else first
+
+
+def written_at(kind: Any, start: Any, tool_start: Any, completed: Any) -> int | float | None:
+    """When a part was written, as near as its own data tells, for a part that has no row
+    time of its own (an export document, the legacy files, a session moved or copied into
+    the database): a step-finish when its message was completed, else its ``time.start``
+    (``start``), a tool's ``state.time.start`` (``tool_start``); None when it tells none.
+
+    >>> written_at("text", 10, None, 99), written_at("step-finish", None, None, 99)
+    (10, 99)
+    """
+    if kind == "step-finish" and number(completed) is not None:
+        return completed
+    if number(start) is not None:
+        return start
+    return number(tool_start)
 
 
 def json_type_name(value: Any) -> str:

@@ -20,7 +20,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 from ..core.mapping import RevertPoint
 from ..core.normalizer import Normalizer, Provenance
-from ..core.views import NO_RAW, later, number, repair_lone_surrogates
+from ..core.views import NO_RAW, later, repair_lone_surrogates, written_at
 from ..events import Event
 from .stream import StreamReader
 from .transcript import TranscriptMapper, mark_copied, mark_reverted
@@ -320,13 +320,15 @@ def _part_ids(part: Raw) -> _PartIds:
 
 
 def _started(part: _PartIds, completed: Any) -> int | float | None:
-    """When the part was written, as near as the document tells (it has no row times): its
-    ``time.start``, a tool's ``state.time.start``, a step-finish's message completion; None
-    when it has none."""
-    if part.type == "step-finish" and number(completed) is not None:
-        return completed
-    for times in (part.time, part.state.time if part.state is not None else None):
-        start = number(times.get("start")) if isinstance(times, dict) else None
-        if start is not None:
-            return start
-    return None
+    """When the part was written, as near as the document tells (it has no row times:
+    ``written_at``)."""
+    times = part.time if isinstance(part.time, dict) else None
+    state = (
+        part.state.time if part.state is not None and isinstance(part.state.time, dict) else None
+    )
+    return written_at(
+        part.type,
+        times.get("start") if times is not None else None,
+        state.get("start") if state is not None else None,
+        completed,
+    )

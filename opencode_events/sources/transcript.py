@@ -30,6 +30,7 @@ from ..core.views import (
     decode_repairing,
     later,
     without_lone_surrogates,
+    written_at,
 )
 from ..errors import InputError
 from ..events import Event
@@ -156,6 +157,7 @@ def session_events(
     parts: Iterable[Any],
     revert: RevertPoint | None = None,
     copied_before: int | None = None,
+    untimed: bool = False,
 ) -> Iterator[list[Event]]:
     """Events of one stored session from its message rows and part rows (both in order),
     in lists of whole messages' events, each list ``BATCH_EVENTS`` long or more but the last.
@@ -186,6 +188,11 @@ def session_events(
         pending = next(part_iter, None)
         for message_id, _, created, data in messages:
             done = len(events)
+            # A part's time: its row's, or (``by_data``) the export's rule, never back in time.
+            by_data = untimed or (
+                copied_before is not None and type(created) is int and created < copied_before
+            )
+            last = created
             undone = revert is not None and revert.message(message_id)
             if not entered:
                 normalizer.enter_session(session_id)
@@ -204,6 +211,7 @@ def session_events(
                 )
                 events += mark_reverted(found) if undone else found
             role = info.role if info is not None and type(info.role) is str else None
+            completed = info.time.completed if by_data and info and info.time else None
             while pending is not None and pending[1] == message_id:
                 part_id, _, _, part_time, part_data = pending
                 pending = next(part_iter, None)
@@ -221,7 +229,7 @@ def session_events(
                         session_id=session_id,
                         message_id=message_id,
                         part_id=part_id,
-                        time=part_time,
+                        time=last if by_data else part_time,
                         role=role,
                     )
                     if found:
@@ -236,7 +244,18 @@ def session_events(
                     continue
                 if part.id is None:
                     part.id = part_id  # store rows keep the id in a column, not in data
-                if type(part_time) is not int and type(part_time) is not float:
+                if by_data:
+                    state = part.state
+                    part_time = last = later(
+                        last,
+                        written_at(
+                            kind,
+                            part.time.start if part.time is not None else None,
+                            state.time.start if state is not None and state.time else None,
+                            completed,
+                        ),
+                    )
+                elif type(part_time) is not int and type(part_time) is not float:
                     part_time = None  # a damaged time_created
                 found = normalize_part(
                     part,
@@ -287,5 +306,8 @@ def map_session(
     revert = RevertPoint.of(reverts().get(session_id)) if reverts is not None else None
     forks = getattr(store, "forked_sessions", None)  # a store of no forks (legacy): none
     copied_before = forks().get(session_id) if forks is not None else None
-    yield from session_events(normalizer, session_id, messages, parts, revert, copied_before)
+    untimed = session_id in store.sessions_with_untimed_parts()
+    yield from session_events(
+        normalizer, session_id, messages, parts, revert, copied_before, untimed
+    )
     costs.append(normalizer.totals.cost)

@@ -13,6 +13,7 @@ assistant messages' (which is how OpenCode computed them then). Files are only r
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -180,6 +181,15 @@ class LegacyStore:
         """session id → its pending revert (JSON), for the sessions that have one."""
         return {i: row.revert for i, (row, _) in self._sessions.items() if row.revert}
 
+    def sessions_with_untimed_parts(self) -> frozenset[str]:
+        """Every session: a part file holds no write time (``Store``'s rule: its parts are
+        dated from their data, as an export's are)."""
+        return self._every_session
+
+    @functools.cached_property
+    def _every_session(self) -> frozenset[str]:
+        return frozenset(self._sessions)
+
     def find_sessions(self, prefix: str) -> list[str]:
         return sorted(sid for sid in self._sessions if sid == prefix or sid.startswith(prefix))
 
@@ -312,6 +322,13 @@ class MixedStore:
     def reverted_sessions(self) -> dict[str, str | bytes]:
         found = {k: v for k, v in self.files.reverted_sessions().items() if k in self._from_files}
         return {**found, **self.database.reverted_sessions()}
+
+    def sessions_with_untimed_parts(self) -> frozenset[str]:
+        return self._untimed
+
+    @functools.cached_property
+    def _untimed(self) -> frozenset[str]:
+        return frozenset(self._from_files) | self.database.sessions_with_untimed_parts()
 
     def find_sessions(self, prefix: str) -> list[str]:
         files = [sid for sid in self.files.find_sessions(prefix) if sid in self._from_files]

@@ -30,6 +30,7 @@ __all__ = [
     "loop_members",
     "is_top_level",
     "parents_of",
+    "wrote_json_files",
     "offers_fast_scans",
 ]
 
@@ -70,6 +71,23 @@ class PartRow(NamedTuple):
     session_id: str
     time_created: int | None
     data: bytes
+
+
+def wrote_json_files(version: Any) -> bool:
+    """Whether a session's ``version`` is an OpenCode that kept its sessions in JSON files
+    (before 1.2, which moved them into the database): "1.1.65" is, "1.2.27" is not, nor
+    is a version that is no ``major.minor`` number ("local", None).
+
+    >>> wrote_json_files("1.1.65"), wrote_json_files("1.2.0"), wrote_json_files("dev")
+    (True, False, False)
+    """
+    if type(version) is not str:
+        return False
+    major, _, rest = version.partition(".")
+    minor = rest.partition(".")[0]
+    if not (major.isdigit() and minor.isdigit()):
+        return False
+    return (int(major), int(minor)) < (1, 2)
 
 
 def descendants(roots: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
@@ -144,6 +162,8 @@ class SessionStore(Protocol):
     def messages(self, session_id: str) -> Iterator[MessageRow]: ...
 
     def parts(self, session_id: str) -> Iterator[PartRow]: ...
+
+    def sessions_with_untimed_parts(self) -> frozenset[str]: ...
 
 
 @runtime_checkable

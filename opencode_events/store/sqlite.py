@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .rows import MessageRow, PartRow, SessionRow, loop_members
+from .rows import MessageRow, PartRow, SessionRow, loop_members, wrote_json_files
 
 __all__ = ["Store", "REQUIRED_TABLES", "SQLITE_ERRORS", "sqlite_reason"]
 
@@ -211,6 +211,7 @@ class Store:
         self._loops: frozenset[Any] | None = None
         self._reverts: dict[str, str | bytes] | None = None
         self._forked: dict[str, int] | None = None  # fork → its creation (``forked_sessions``)
+        self._untimed: frozenset[str] | None = None  # ``sessions_with_untimed_parts``
         self._totals: dict[str, dict[str, Any]] | None = None
         self._session_columns = _SESSION_COLUMNS
         self.totals_from_messages = False
@@ -239,6 +240,7 @@ class Store:
         clone._loops = self._loops
         clone._reverts = self._reverts
         clone._forked = self._forked
+        clone._untimed = self._untimed
         clone._totals = self._totals
         clone._session_columns = self._session_columns
         clone.totals_from_messages = self.totals_from_messages
@@ -829,6 +831,20 @@ class Store:
             else:
                 self._reverts = {}
         return self._reverts
+
+    def sessions_with_untimed_parts(self) -> frozenset[str]:
+        """Sessions whose part rows hold no write time of their own: those OpenCode moved
+        in from its JSON files (1.2's migration; a session keeps the version that wrote it,
+        one before 1.2) stamped every part row with the moment it ran. Their parts are
+        dated from their data, as an export's are. Read once per store."""
+        if self._untimed is None:
+            found: set[str] = set()
+            if "version" in self._session_columns.split(", "):
+                for sid, version in self._query("SELECT id, version FROM session"):
+                    if type(sid) is str and wrote_json_files(version):
+                        found.add(sid)
+            self._untimed = frozenset(found)
+        return self._untimed
 
     def children(self) -> dict[str, list[str]]:
         """parent id → child session ids, oldest first (a parent link on a loop is not one)."""
