@@ -34,6 +34,8 @@ from opencode_events.cli.main import cli
 from opencode_events.errors import InputError
 from opencode_events.output import rows
 from opencode_events.reports import cache as report_cache
+from opencode_events.reports import sessions as sessions_module
+from opencode_events.reports import usage as usage_module
 from opencode_events.reports.cache import ReportCache
 from opencode_events.reports.context import context_report
 from opencode_events.reports.sessions import SESSION_COLUMNS, sessions_report, write_sessions
@@ -357,14 +359,20 @@ STEPS = st.lists(
 )
 
 
+@pytest.mark.parametrize("whole_table", [None, 3], ids=["few sessions", "whole tables"])
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(STEPS)
-def test_every_report_equals_a_recomputation(tmp_path_factory, monkeypatch, steps) -> None:
+def test_every_report_equals_a_recomputation(
+    tmp_path_factory, monkeypatch, whole_table, steps
+) -> None:
     # Every ledger that may be kept aside is (by a forked child, ``ReportCache.aside``), as
     # on a large database: the next step reads what the child wrote.
     monkeypatch.setattr(report_cache, "ASIDE_ENTRIES", 0)
+    if whole_table is not None:  # as on a large database: the whole tables are read
+        monkeypatch.setattr(sessions_module, "WHOLE_TABLE_SESSIONS", whole_table)
+        monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", whole_table)
     tmp = tmp_path_factory.mktemp("cache")
     db, spare, root = tmp / "opencode.db", tmp / "spare.db", tmp / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
@@ -916,8 +924,6 @@ def test_a_report_that_is_not_kept_gets_no_rendition(tmp_path, monkeypatch) -> N
     neither are its bytes."""
     import types
 
-    from opencode_events.reports import sessions as sessions_module
-
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "sigint" / "opencode.db", db)  # a run killed mid-reply
     with sqlite3.connect(db) as conn:
@@ -1047,8 +1053,6 @@ def test_a_closed_pipe_while_sending_is_a_broken_pipe(tmp_path):
 
 
 def sessions_module_request() -> list:
-    from opencode_events.reports import sessions as sessions_module
-
     return sessions_module._request(None, None, False, True, None)
 
 

@@ -703,7 +703,10 @@ def summarize(
         counts = [(_count_tool_parts(store, scope) if scope is None or scope else {}, {})]
     servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
     if cache is not None:
-        entries = _ledger_entries(counts, summaries, kept if scan is None else {})
+        # Counts of the whole tables hold every session, those the ledger kept too: the
+        # kept entries stand only beside counts of the sessions it did not keep.
+        whole = scan is not None or scope is None
+        entries = _ledger_entries(counts, summaries, {} if whole else kept)
         for sid, summary in summaries.items():  # every summary counted from the ledger
             entry = entries[sid]
             summary.turns, summary.inferences = entry.turns, entry.inferences
