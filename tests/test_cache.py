@@ -3,13 +3,14 @@ without the cache gives, whatever happened to the database or to the cache in be
 
 The property test draws a sequence of store changes made of real captured rows (samples/):
 new sessions, new messages and parts, updates in place, deletes, forks, a file swapped for
-another database, each written the way OpenCode writes (with its event log moving) or the
-way another program would (without it), interleaved with reports. Every report equals a
-cache-less recomputation, and the database is byte-identical before and after each report.
+another database, OpenCode's own migrations (rows rewritten without an event), each written
+the way OpenCode writes (with its event log moving) or the way another program would
+(without it), interleaved with reports. Every report equals a cache-less recomputation, and
+the database is byte-identical before and after each report.
 
 One blind spot is documented (store/changes.py, docs/cache.md) and not drawn: between two
-reports, a write by another program to a session OpenCode also wrote to. A step here is
-either OpenCode's writes or another program's.
+reports, a write by another program while OpenCode wrote too. A step here is either
+OpenCode's writes or another program's.
 """
 
 from __future__ import annotations
@@ -157,7 +158,9 @@ def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare
         (created,) = conn.execute(
             "SELECT max(time_created) FROM message WHERE session_id = ?", (target,)
         ).fetchone()
-        _copy_session(conn, conn, target, logged=True, fork_of_time=(created or 0) + 1)
+        new = _copy_session(conn, conn, target, logged=logged, fork_of_time=(created or 0) + 1)
+        if not logged:
+            conn.execute("DELETE FROM event_sequence WHERE aggregate_id = ?", (new,))
     elif kind == "new_message":
         rows = _rows(src, "SELECT id, time_created, time_updated, data FROM message ORDER BY rowid")
         mid, created, updated, data = rows[pick % len(rows)]
@@ -212,6 +215,19 @@ def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare
                 )
             if logged:
                 _log(conn, target, "message.updated.1")
+    elif kind == "migrate":  # an OpenCode upgrade's migration: rows rewritten, no event
+        messages = _rows(conn, "SELECT id, data FROM message WHERE session_id = ?", (target,))
+        if messages:
+            mid, data = messages[pick % len(messages)]
+            value = msgspec.json.decode(data)
+            if isinstance(value, dict):
+                value["cost"] = (value.get("cost") or 0) + 0.5
+                conn.execute(
+                    "UPDATE message SET data = ? WHERE id = ?", (msgspec.json.encode(value), mid)
+                )
+        conn.execute(
+            "INSERT INTO migration (id, time_completed) VALUES (?, ?)", (_fresh("mig"), pick)
+        )
     elif kind == "delete_message":
         messages = _rows(conn, "SELECT id FROM message WHERE session_id = ?", (target,))
         if messages:
@@ -344,6 +360,7 @@ CHANGES = st.tuples(
             "swap",
             "revert",
             "unrevert",
+            "migrate",
         ]
     ),
     st.booleans(),  # written by OpenCode (its log moves) or by another program
@@ -361,7 +378,7 @@ STEPS = st.lists(
 
 @pytest.mark.parametrize("whole_table", [None, 3], ids=["few sessions", "whole tables"])
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(STEPS)
 def test_every_report_equals_a_recomputation(
@@ -506,6 +523,68 @@ def test_a_repeat_reads_no_rows_and_a_change_reads_only_its_session(tmp_path) ->
         cache = ReportCache.open(store, root=root)
         sessions_report(store, all_sessions=True, cache=cache)
         assert cache.hits == 1  # the parent from the ledger; the subagent read again
+
+
+@pytest.mark.parametrize("then", ["opencode_wrote", "opencode_migrated", "another_program"])
+def test_sessions_from_before_the_event_log_are_kept_while_only_opencode_writes(
+    tmp_path, then
+) -> None:
+    """A long-used database holds sessions written before the event log (no stamp). While
+    only OpenCode writes (its log moves), one that is still unstamped is unchanged: OpenCode
+    writing to it gives it a stamp. A migration of OpenCode's own (a new row in its
+    migration table) or another program's write trusts nothing."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    conn = sqlite3.connect(db)
+    for name in ("fork", "mcp", "reasoning"):
+        src = sources[name]
+        _copy_session(conn, src, _sessions(src)[0], logged=False)
+    conn.execute("DELETE FROM event_sequence")  # every session from before the log
+    conn.commit()
+    unstamped = len(_sessions(conn))
+    conn.close()
+    _report(db, 0, root)
+    conn = sqlite3.connect(db)
+    src = sources["bash_fail"]
+    sid = _copy_session(conn, src, _sessions(src)[0], logged=then != "another_program")
+    if then == "opencode_migrated":
+        conn.execute("INSERT INTO migration (id, time_completed) VALUES ('next', 1)")
+    conn.commit()
+    conn.close()
+    for memo in root.rglob("memo-*"):
+        memo.unlink()  # the next report is made from the ledger
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        report = sessions_report(store, all_sessions=True, cache=cache)
+        assert cache.hits == (unstamped if then == "opencode_wrote" else 0)
+        assert sid in {s.id for s in report.sessions}
+    assert _report(db, 0, root) == _report(db, 0, None)
+    for src in sources.values():
+        src.close()
+
+
+def test_a_write_another_report_saw_is_not_hidden_by_a_later_one_of_opencodes(tmp_path):
+    """Another program's write to a session (no event), seen by one report; then OpenCode
+    writes to another session: a report kept from before both is not brought up to date
+    from the stamps (the first write moved none) but read again."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    _report(db, 1, root)  # top-level sessions: kept, with the stamps as they were
+    conn = sqlite3.connect(db)  # another program deletes the subagent's last reply
+    (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
+    (last,) = conn.execute(
+        "SELECT id FROM message WHERE session_id = ? ORDER BY time_created DESC", (child,)
+    ).fetchone()
+    conn.execute("DELETE FROM part WHERE message_id = ?", (last,))
+    conn.execute("DELETE FROM message WHERE id = ?", (last,))
+    conn.commit()
+    conn.close()
+    sources = {"task": sqlite3.connect(SAMPLES / "task" / "opencode.db")}
+    assert _report(db, 0, root) == _report(db, 0, None)  # sees the write: a new epoch
+    _change(db, ("new_session", True, 0, "task"), sources, tmp_path / "x")
+    assert _report(db, 1, root) == _report(db, 1, None)
+    sources["task"].close()
 
 
 @pytest.mark.parametrize("change", ["child_reply", "new_child", "parent_reply", "text_time"])

@@ -14,8 +14,8 @@ per database path, never beside the database, which is never written. What:
   the report (``rendered``). Only a report kept as a memo in this run gets one.
 - **ledgers**: per session, what a report needs of its messages and parts, under the
   session's stamp (OpenCode's change counter, ``event_sequence.seq``). A session whose
-  stamp is unchanged is not read again; one without a stamp is trusted only while the
-  whole database's fingerprint holds. A large one may be kept by a forked child while the
+  stamp is unchanged is not read again, nor one still without a stamp, while only OpenCode
+  wrote (``store.changes``). A large one may be kept by a forked child while the
   report is made (``aside``); the report waits for it before it returns (``settle``).
 
 Every file starts with a header naming this format, the tool's version and the database;
@@ -77,7 +77,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-FORMAT = 2  # 2: invalid calls among tool_failures; forked, subagent_tool_failures
+FORMAT = 3  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch
 MEMOS = 16  # whole reports kept per database
 DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
@@ -253,7 +253,44 @@ class ReportCache:
             if root is None:
                 return None
         database = str(Path(store.path).absolute())
-        return cls(root / database_identity(store), database, state, stamps)
+        cache = cls(root / database_identity(store), database, state, stamps)
+        cache._observe()
+        return cache
+
+    def _observe(self) -> None:
+        """Add the *epoch* to the fingerprint: a name for the stretch of the database's
+        history in which only OpenCode wrote, as far as any report saw. The state the last
+        report saw is kept (``seen``); one since which the database changed and the event
+        log did not move was written by another program, and starts a new epoch. What is
+        kept under another epoch is trusted only for the very state it was made of: a
+        report made before another program's write, which a later report saw, is never
+        brought up to date from the stamps (the write moved none)."""
+        state = self.fingerprint
+        seen = self._read("seen")
+        then = seen.fingerprint if seen is not None else None
+        if type(then) is list and len(then) == len(state) + 1:
+            epoch = then[-1]
+            if then[:-1] == state:
+                self.fingerprint = [*state, epoch]
+                return
+            if log_moved(then[:-1], state):
+                self.fingerprint = [*state, epoch]
+                self._write("seen", b"\xc0")
+                return
+        # Never seen (or the record damaged), or another program wrote: a new epoch.
+        self.fingerprint = [*state, os.urandom(8).hex()]
+        self._write("seen", b"\xc0")
+
+    def _only_opencode_since(self, then: Any) -> bool:
+        """Whether only OpenCode wrote since the state ``then`` (a kept file's fingerprint):
+        the same epoch, and the event log moved (``store.changes.log_moved``)."""
+        now = self.fingerprint
+        return (
+            type(then) is list
+            and len(then) == len(now)
+            and then[-1] == now[-1]
+            and log_moved(then[:-1], now[:-1])
+        )
 
     # ------------------------------------------------------------------ files
 
@@ -476,7 +513,7 @@ class ReportCache:
         ``checks``: for a report that reads only what changed since (the stamps in its
         basis tell which sessions). None when there is none, or none kept with a basis."""
         found = self._memo(kind, request, still_true)
-        if found is None or not log_moved(found[0].fingerprint, self.fingerprint):
+        if found is None or not self._only_opencode_since(found[0].fingerprint):
             return None
         memo = found[1]
         try:
@@ -492,8 +529,8 @@ class ReportCache:
     # ------------------------------------------------------------------ ledgers
 
     def ledger(self, kind: str, request: Any, type_: type[T]) -> dict[str, T]:
-        """The entries of ledger ``kind`` still true of the database: a stamped session's
-        whose stamp is unchanged, an unstamped one's while the fingerprint holds."""
+        """The entries of ledger ``kind`` still true of the database: a session's whose
+        stamp is unchanged (or still none), while only OpenCode wrote."""
         name = f"ledger-{_digest([kind, request])}"
         if name in self._ledgers:  # read once per run
             return self._ledgers[name]
@@ -505,7 +542,7 @@ class ReportCache:
         if header is None:
             return {}
         whole = header.fingerprint == self.fingerprint
-        if not whole and not log_moved(header.fingerprint, self.fingerprint):
+        if not whole and not self._only_opencode_since(header.fingerprint):
             # The database changed but OpenCode's event log did not: a write that bypassed
             # it (another program), which no stamp would show. Nothing is trusted.
             return {}
@@ -521,8 +558,9 @@ class ReportCache:
         stamps = self.stamps
         kept: dict[str, T] = {}
         for sid, (stamp, entry) in entries.items():
-            now = stamps.get(sid)
-            if now == stamp if stamp is not None else now is None and whole:
+            # Only OpenCode wrote (or nothing): an unstamped session it wrote to has a
+            # stamp now, so one still without is as unchanged as a stamp that held.
+            if stamps.get(sid) == stamp:
                 kept[sid] = entry
         self.hits = len(kept)
         return kept

@@ -1175,8 +1175,9 @@ def _brought_up_to_date(
 ) -> SessionsReport | None:
     """The last report of every session, its families whose sessions changed since read
     again: the report a full reading would give, at the cost of what changed. None (read
-    everything) unless only OpenCode wrote since (``ReportCache.previous``), every session
-    has a stamp, none was removed or moved to another parent, no parent links loop, every
+    everything) unless only OpenCode wrote since (``ReportCache.previous``: a session whose
+    stamp, or lack of one, held is unchanged), none was removed or moved to another
+    parent, no parent links loop, every
     ``time_updated`` is an integer (the order is then the rows' sorted), and fewer than
     ``WHOLE_TABLE_SESSIONS`` changed. ``still_true``: whether the MCP servers the last
     report consulted are configured so still.
@@ -1195,7 +1196,7 @@ def _brought_up_to_date(
     stamps = cache.stamps
     if (
         len(parents_then) > len(parents)
-        or any(type(sid) is not str or sid not in stamps for sid in parents)
+        or any(type(sid) is not str for sid in parents)
         or store.loop_members()
         or not store.plainly_ordered()
     ):
@@ -1204,7 +1205,7 @@ def _brought_up_to_date(
     changed = [
         sid
         for sid, parent in parents.items()
-        if stamps_then.get(sid) != stamps[sid] or parents_then.get(sid, missing) != parent
+        if stamps_then.get(sid) != stamps.get(sid) or parents_then.get(sid, missing) != parent
     ]
     if len(changed) >= WHOLE_TABLE_SESSIONS or any(sid not in parents for sid in parents_then):
         return None  # many changed (the whole-table read is quicker), or one was removed

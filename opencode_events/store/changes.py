@@ -17,11 +17,13 @@ Two keys, from coarse to fine:
   removed) through its append-only event log in the same transaction, and
   ``event_sequence.seq`` is the number of the session's latest event: it moves on every
   change and never comes back. A session with no sequence row (written before the log
-  existed, or by another program) has no stamp: it is trusted only while the fingerprint
-  holds. A database that changed while its log did not (``log_moved``) was written by
-  another program: then no stamp is trusted. Written by OpenCode and another program
-  between two reports, a change by the other one to a logged session is not seen:
-  ``--no-cache`` recomputes.
+  existed, or by another program) has no stamp, and keeps none until OpenCode writes to it:
+  an unstamped session still unstamped is unchanged, as a stamp that did not move. A
+  database that changed while its log did not (``log_moved``) was written by another
+  program, or migrated by OpenCode (a new row in its migration tables): then no stamp, and
+  no session without one, is trusted. Written by OpenCode and another program
+  between two reports, a change by the other one to a session OpenCode did not write to
+  is not seen (OpenCode's moves the log, which hides it): ``--no-cache`` recomputes.
 
 ::
 
@@ -89,6 +91,8 @@ def log_moved(before: Any, after: Any) -> bool:
     trusted."""
     try:
         old, new = before[3], after[3]
+        if old[7] != new[7]:  # OpenCode migrated its schema or data: rows rewritten unlogged
+            return False
         # Forward only: a new event row, or more events in the sequences. A log that only
         # lost rows (a deleted session's) shows no write of OpenCode's.
         return _above(new[3], old[3]) or _above(new[6], old[6])

@@ -82,6 +82,11 @@ _MESSAGE_ID = operator.itemgetter(1)  # a PartRow's message id
 _PART_ID = operator.itemgetter(0)
 
 
+# Where OpenCode records the migrations it ran (1.2's drizzle table, then its own), and the
+# data migrations: a new row in any is a rewrite that its event log does not show.
+_MIGRATION_TABLES = ("__drizzle_migrations", "migration", "data_migration")
+
+
 def _in_order(rows: list[tuple[Any, ...]], position: dict[Any, int]) -> bool:
     """Whether part rows already come in the import's order: by their message's position,
     then by id (strictly: ids are unique), with no part of a message outside ``position``."""
@@ -700,6 +705,17 @@ class Store:
         edges.append(self.session_count())
         if self._has_table("event_sequence"):
             edges.extend(next(self._query("SELECT count(*), total(seq) FROM event_sequence")))
+        else:
+            edges.extend([None, None])
+        # OpenCode's schema and data migrations: writes of its own that bypass the event log.
+        edges.append(
+            [
+                next(self._query(f"SELECT count(*) FROM {table}"))[0]
+                if self._has_table(table)
+                else None
+                for table in _MIGRATION_TABLES
+            ]
+        )
         return edges
 
     def event_sequences(self) -> dict[str, int]:
