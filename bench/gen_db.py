@@ -166,6 +166,9 @@ class MessageT:
     assistant: bool
     priced: bool  # carries a "cost","tokens" block to redraw
     user: bool = False  # a turn: the user's prompt
+    # An assistant message whose usage block is written otherwise (1.1's key order) stays
+    # as captured: its figures, which the session's columns count as OpenCode's do.
+    captured: Captured | None = None
 
 
 @dataclass
@@ -231,11 +234,21 @@ def load_units() -> list[SessionT]:
                 if sid != s["id"]:
                     continue
                 tpl = compile_template(data, tmin, tmax)
-                role = json.loads(data).get("role")
+                doc = json.loads(data)
+                role = doc.get("role")
                 priced = any(isinstance(p, tuple) and p[0] == USAGE_M for p in tpl.pieces)
+                captured = Captured(doc) if role == "assistant" and not priced else None
                 msgs.append(
                     MessageT(
-                        mid, sid, created, updated, tpl, role == "assistant", priced, role == "user"
+                        mid,
+                        sid,
+                        created,
+                        updated,
+                        tpl,
+                        role == "assistant",
+                        priced,
+                        role == "user",
+                        captured,
                     )
                 )
             prts = []
@@ -430,6 +443,20 @@ class Usage:
 ZERO = None  # marker: a message whose usage block stays as captured
 
 
+class Captured:
+    """A captured assistant message's own figures (``Totals.add`` reads them as a Usage)."""
+
+    __slots__ = ("input", "output", "reasoning", "cache_read", "cache_write", "cost")
+
+    def __init__(self, doc: dict) -> None:
+        tokens = doc.get("tokens") or {}
+        cache = tokens.get("cache") or {}
+        self.cost = float(doc.get("cost") or 0.0)
+        self.input, self.output = tokens.get("input", 0), tokens.get("output", 0)
+        self.reasoning = tokens.get("reasoning", 0)
+        self.cache_read, self.cache_write = cache.get("read", 0), cache.get("write", 0)
+
+
 class Totals:
     __slots__ = ("cost", "input", "output", "reasoning", "cache_read", "cache_write", "updated")
 
@@ -438,7 +465,7 @@ class Totals:
         self.input = self.output = self.reasoning = self.cache_read = self.cache_write = 0
         self.updated = 0
 
-    def add(self, u: Usage) -> None:
+    def add(self, u: Usage | Captured) -> None:
         self.cost += u.cost
         self.input += u.input
         self.output += u.output
@@ -678,6 +705,8 @@ class Generator:
                 usage = Usage(rng, s.model, s.context, m.id in big_messages)
                 usages[m.id] = usage
                 s.totals.add(usage)
+            elif m.captured is not None:
+                s.totals.add(m.captured)
             data = render(m.data, idmap, delta, dir_, model, provider, usage)
             row = (idmap[m.id], s.id, m.time_created + delta, m.time_updated + delta, data)
             w.message(row)

@@ -51,6 +51,23 @@ def _generate(tmp_path: Path, *options: str) -> tuple[Path, dict]:
     return out, json.loads(out.with_suffix(".json").read_text())
 
 
+def test_gen_db_session_columns_are_their_messages_sums(tmp_path):
+    """As OpenCode keeps them: a session's cost and tokens are the sums of its assistant
+    messages', those cloned as captured (1.1's key order, not redrawn) included."""
+    out, _ = _generate(tmp_path, "--sessions", "300", "--parts", "30000")
+    with sqlite3.connect(out) as conn:
+        rows = conn.execute(
+            "SELECT s.id, s.cost, s.tokens_output, total(json_extract(m.data, '$.cost')), "
+            "total(json_extract(m.data, '$.tokens.output')) FROM session s JOIN message m "
+            "ON m.session_id = s.id AND json_extract(m.data, '$.role') = 'assistant' "
+            "GROUP BY s.id"
+        ).fetchall()
+    assert rows
+    for sid, cost, output, message_cost, message_output in rows:
+        assert cost == pytest.approx(message_cost, rel=1e-9, abs=1e-12), sid
+        assert output == message_output, sid
+
+
 def test_gen_db_interleaved_rows_are_in_write_order(tmp_path):
     # As a live OpenCode writes them: by time across sessions, a fork's copies when forked.
     out, meta = _generate(tmp_path, "--shape", "field", "--longest-turns", "30")
