@@ -601,6 +601,20 @@ def test_import_selection():
             select_sessions(store, ["ses_"])
 
 
+def test_import_takes_a_session_as_usage_does():
+    """`import --session ID` (repeatable) names sessions as `usage --session` does, and as
+    SESSION names them."""
+    path = SAMPLES / "fork" / "opencode.db"
+    original, fork = (r[0] for r in sql(path, "SELECT id FROM session ORDER BY time_created"))
+    db = str(path)
+    by_argument = run("import", "--db", db, original[:16], fork[:16])
+    by_option = run("import", "--db", db, "--session", original[:16], "--session", fork[:16])
+    mixed = run("import", "--db", db, original[:16], "--session", fork[:16])
+    assert by_argument.returncode == 0 and by_argument.stdout
+    assert by_option.stdout == mixed.stdout == by_argument.stdout
+    assert {e.get("session_id") for e in jsonl(by_option.stdout)} == {original, fork, None}
+
+
 def test_import_unknown_session_is_an_error():
     result = run("import", "--db", str(SAMPLES / "text" / "opencode.db"), "ses_nope")
     assert result.returncode == 2 and result.stderr == (

@@ -95,6 +95,13 @@ def normalize(
 @click.command(name="import")
 @click.argument("sessions", nargs=-1, metavar="[SESSION]...")
 @db_option
+@click.option(
+    "--session",
+    "session_ids",
+    multiple=True,
+    metavar="ID",
+    help="A stored session (id or prefix), as SESSION and as usage takes it; repeatable.",
+)
 @selection_options
 @click.option("--children", is_flag=True, help="Also each session's subagent sessions.")
 @click.option(
@@ -124,6 +131,7 @@ def normalize(
 def import_(
     sessions: tuple[str, ...],
     db_path: str | None,
+    session_ids: tuple[str, ...],
     last: bool,
     since: str | None,
     all_sessions: bool,
@@ -146,6 +154,7 @@ def import_(
     """
     from pathlib import Path
 
+    sessions = (*sessions, *session_ids)
     if (forever or max_cost is not None) and not follow:
         raise click.UsageError("--forever and --max-cost go with --follow")
     if follow:
