@@ -8,6 +8,7 @@ stay, the rows are drawn as records."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -344,3 +345,41 @@ def test_the_headers_say_turn_for_a_prompt_and_step_for_a_model_call():
     context = _draw("context", "task", 240)
     assert context.splitlines()[0].strip().startswith("Steps (model calls")
     assert _grid(context.split("Context of")[0])[0][0] == "step"
+
+
+def test_the_sessions_table_draws_a_screenful_and_says_there_is_more(tmp_path: Path):
+    """Without --limit, the table draws the 50 sessions with the newest activity and says
+    how to see the rest (drawing 25,000 took 12 s); --limit and the other formats give
+    as many as asked, or all."""
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        cols = [c[1] for c in conn.execute("PRAGMA table_info(session)")]
+        (row,) = conn.execute("SELECT * FROM session").fetchall()
+        for n in range(59):  # 60 top-level sessions, one a minute
+            values = dict(zip(cols, row, strict=True))
+            values["id"] = f"ses_zz{n:024d}"
+            values["time_updated"] = row[cols.index("time_updated")] + 60_000 * (n + 1)
+            conn.execute(
+                f"INSERT INTO session ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                [values[c] for c in cols],
+            )
+
+    def listed(*args: str) -> tuple[list[str], str]:
+        result = _cli("sessions", "--db", str(db), "--format", "table", *args, columns="240")
+        assert result.returncode == 0, result.stderr
+        text = result.stdout.decode()
+        return re.findall(r"ses_\w+", text), text
+
+    ids, text = listed()
+    assert len(ids) == 50 and ids[0] == "ses_zz" + "58".zfill(24)  # the newest first
+    assert "more not shown: --limit N for more" in text
+    ids, text = listed("--limit", "55")
+    assert len(ids) == 55 and "more not shown" not in text
+    ids, text = listed("--limit", "60")
+    assert len(ids) == 60 and "more not shown" not in text
+    whole = _cli("sessions", "--db", str(db), "--format", "json", columns=None)
+    assert len(json.loads(whole.stdout)) == 60

@@ -390,10 +390,16 @@ def _prefix_width(ids: Any, least: int = 12) -> int:
 
 
 def sessions_table(
-    summaries: Sequence[Any], *, out: TextIO, width: int | None = None, fold: bool = True
+    summaries: Sequence[Any],
+    *,
+    out: TextIO,
+    width: int | None = None,
+    fold: bool = True,
+    more: bool = False,
 ) -> None:
     """``sessions``' table: with ``fold`` (as the report was made), every figure but turns
-    includes the subagents' (the caption says so, ``+sub``), else each session's own."""
+    includes the subagents' (the caption says so, ``+sub``), else each session's own.
+    ``more``: the summaries are the first of more (the caption says how to see them)."""
     from ..core.timeutil import format_time
 
     def tools(s: Any) -> str:
@@ -446,6 +452,11 @@ def sessions_table(
         caption += (
             f" · * {forks} fork(s): figures include the history copied from the original,"
             " as OpenCode's totals do (usage counts it once)"
+        )
+    if more:
+        caption = (
+            f"the {len(summaries)} with the newest activity; more not shown: --limit N for "
+            f"more, --format csv or json for all\n{caption}"
         )
     draw_table(
         columns,
