@@ -372,6 +372,21 @@ def test_a_list_written_in_pieces_is_the_list_written_whole(items, batch):
 
     assert b"".join(json_list_pieces(items, batch)) == write_json(items)
     assert b"".join(jsonl_pieces(items, batch)) == write_jsonl(items)
+    assert b"".join(jsonl_pieces(iter(items), batch)) == write_jsonl(items)  # as they come
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_JSON_VALUES, max_size=12),
+    st.dictionaries(st.text(), _JSON_VALUES, max_size=3),
+    st.integers(min_value=1, max_value=5),
+)
+def test_a_document_written_in_pieces_is_the_document_written_whole(items, rest, batch):
+    from opencode_events.output.rows import json_pieces, write_json
+
+    rest.pop("rows", None)
+    whole = write_json({"rows": items, **rest})
+    assert b"".join(json_pieces("rows", iter(items), lambda: rest, batch)) == whole
 
 
 def test_sessions_written_in_pieces_are_the_sessions_written_whole():

@@ -24,7 +24,7 @@ words.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -458,19 +458,57 @@ def write_usage(report: Any, fmt: str, out: Any, *, csv_raw: bool = False) -> No
     from ..output import rows as formats
     from .exits import echo_error
 
-    if fmt == "json":
-        out.write(formats.write_json(report.document()))
-    elif fmt in ("csv", "jsonl"):
-        rows = [row.as_dict() for row in report.rows]
-        if fmt == "csv":
-            out.write(formats.write_csv(rows, report.columns, raw=csv_raw))
-        else:
-            out.write(formats.write_jsonl(rows))
-        out.flush()  # the rows first, then the notes after them
-        for note in report.notes:  # where a person running the command sees it
-            echo_error(f"note: {note}")
-    else:
+    if fmt == "markdown":
         out.write(formats.report_markdown(report))
+        out.flush()
+        return
+    write_usage_rows(
+        (row.as_dict() for row in report.rows),
+        lambda: report,
+        fmt,
+        out,
+        csv_raw=csv_raw,
+        note=lambda text: echo_error(f"note: {text}"),
+    )
+
+
+def write_usage_rows(
+    rows: Iterable[dict[str, Any]],
+    ended: Callable[[], Any],
+    fmt: str,
+    out: Any,
+    *,
+    csv_raw: bool = False,
+    note: Callable[[str], Any],
+) -> None:
+    """``usage``'s rows as JSON, JSON Lines or CSV, written as they come (a thousand at a
+    time: 268,000 steps are never held as dicts, nor their JSON whole); ``ended()``, asked
+    after the rows, gives the report's ``total``, ``notes`` and ``columns``. JSON's total
+    and notes follow its rows; those of CSV and JSON Lines, which have no place for one,
+    go to ``note`` (stderr) after the rows."""
+    from ..output import rows as formats
+
+    if fmt == "json":
+
+        def rest() -> dict[str, Any]:
+            report = ended()
+            doc: dict[str, Any] = {"total": report.total.as_dict()}
+            if report.notes:
+                doc["notes"] = list(report.notes)
+            return doc
+
+        for piece in formats.json_pieces("rows", rows, rest):
+            out.write(piece)
+    else:
+        if fmt == "jsonl":
+            pieces = formats.jsonl_pieces(rows)
+        else:
+            pieces = formats.csv_pieces(rows, ended().columns, raw=csv_raw)
+        for piece in pieces:
+            out.write(piece)
+        out.flush()  # the rows first, then the notes after them
+        for text in ended().notes:  # where a person running the command sees it
+            note(text)
     out.flush()
 
 

@@ -235,29 +235,13 @@ def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False) -> None
     """A stream's usage as JSON, JSON Lines or CSV, each row written as it is read (memory
     stays flat over any length of stream); the total and notes after the rows (JSON Lines
     and CSV: the rows alone, the notes on stderr)."""
-    from ..output import rows as formats
+    from .quick import write_usage_rows
 
-    out = report_output()
-    rows = (row.as_dict() for row in usage.rows())
-    if fmt == "json":
-
-        def rest() -> dict[str, Any]:
-            doc: dict[str, Any] = {"total": usage.total.as_dict()}
-            if usage.notes:
-                doc["notes"] = list(usage.notes)
-            return doc
-
-        for piece in formats.json_pieces("rows", rows, rest):
-            out.write(piece)
-    else:
-        if fmt == "jsonl":
-            for row in rows:
-                out.write(formats.write_jsonl([row]))
-        else:
-            for piece in formats.csv_pieces(rows, usage.columns, raw=csv_raw):
-                out.write(piece)
-        out.flush()  # the rows first, then the notes after them
-        # CSV has no place for a note; it goes where a person running the command sees it.
-        for note in usage.notes:
-            click.echo(f"note: {note}", err=True)
-    out.flush()
+    write_usage_rows(
+        (row.as_dict() for row in usage.rows()),
+        lambda: usage,
+        fmt,
+        report_output(),
+        csv_raw=csv_raw,
+        note=lambda text: click.echo(f"note: {text}", err=True),
+    )

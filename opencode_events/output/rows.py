@@ -15,6 +15,7 @@ characters (ESC, BEL, an OSC 52 clipboard write…) are shown as their Unicode p
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import Decimal
@@ -115,15 +116,17 @@ def write_json(document: Any) -> bytes:
 
 
 def json_pieces(
-    key: str, items: Iterable[Any], rest: Callable[[], dict[str, Any]]
+    key: str, items: Iterable[Any], rest: Callable[[], dict[str, Any]], batch: int = 1000
 ) -> Iterator[bytes]:
     """``write_json({key: [*items], **rest()})`` in pieces, an item at a time (``rest`` is
     asked once the items are done), the same bytes: a long report is written as it is made."""
     head = _ENCODER.encode(key)
     any_item = False
-    for item in items:
-        item_json = msgspec.json.format(_ENCODER.encode(item), indent=2)
-        yield (b",\n" if any_item else b"{\n  " + head + b": [\n") + _indented(item_json, 4, True)
+    for chunk in batched(items, batch):  # a thousand items encoded at a time
+        indented = msgspec.json.format(_ENCODER.encode(chunk), indent=2)
+        # "[\n  {…},\n  {…}\n]": the items between the brackets, two spaces deeper here
+        inner = _indented(indented[2:-2], 2, True)
+        yield (b",\n" if any_item else b"{\n  " + head + b": [\n") + inner
         any_item = True
     yield b"\n  ]" if any_item else b"{\n  " + head + b": []"
     for name, value in rest().items():
@@ -148,10 +151,18 @@ def json_list_pieces(items: Sequence[Any], batch: int = LIST_BATCH) -> Iterator[
     yield b"\n]\n"
 
 
-def jsonl_pieces(rows: Sequence[Any], batch: int = LIST_BATCH) -> Iterator[bytes]:
-    """``write_jsonl(rows)`` in pieces of ``batch`` rows, the same bytes."""
-    for start in range(0, len(rows), batch):
-        yield write_jsonl(rows[start : start + batch])
+def jsonl_pieces(rows: Iterable[Any], batch: int = LIST_BATCH) -> Iterator[bytes]:
+    """``write_jsonl(rows)`` in pieces of ``batch`` rows, the same bytes; ``rows`` may be
+    made as they are written."""
+    for chunk in batched(rows, batch):
+        yield write_jsonl(chunk)
+
+
+def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` in lists of ``size`` (the last shorter), taken as they come."""
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
 
 
 def _indented(data: bytes, by: int, first: bool) -> bytes:
