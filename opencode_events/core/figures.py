@@ -108,4 +108,14 @@ def model_label(provider: Any, model: Any, missing: str | None = "?") -> str | N
     """
     if not isinstance(model, str) or not model:
         return missing
-    return f"{provider}/{model}" if isinstance(provider, str) and provider else model
+    if not isinstance(provider, str) or not provider:
+        return model
+    label = _LABELS.get((provider, model))
+    if label is None:  # one string a model, not one a row (a report of every step holds many)
+        if len(_LABELS) >= 4096:
+            _LABELS.clear()
+        label = _LABELS[provider, model] = f"{provider}/{model}"
+    return label
+
+
+_LABELS: dict[tuple[str, str], str] = {}
