@@ -327,6 +327,27 @@ def test_a_moved_in_session_is_dated_as_its_data_say_wherever_it_is_read(tmp_pat
     assert read[0] == read[1] == read[2]
 
 
+def test_a_moved_in_session_with_a_damaged_time_has_no_time_of_text(tmp_path: Path):
+    """A moved-in session is dated from its data; where a message's row time is damaged
+    (text) and its parts name no time of their own, its events have none: never the text."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(MIXED / "opencode.db", db)
+    in_db = {sid for (sid,) in rows(db, "SELECT id FROM session")}
+    (both,) = sorted(in_db & _file_session_ids(MIXED))
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE message SET time_created = 'abc' WHERE session_id = ?", (both,))
+    for pid, data in conn.execute("SELECT id, data FROM part WHERE session_id = ?", (both,)):
+        doc = json.loads(data)
+        doc.pop("time", None)
+        conn.execute("UPDATE part SET data = ? WHERE id = ?", (json.dumps(doc), pid))
+    conn.commit()
+    conn.close()
+    events = _json_lines(run("import", both, "--db", str(db)).stdout)
+    assert {e["kind"] for e in events} >= {"prompt", "message", "usage"}
+    for event in events:
+        assert event.get("time") is None or type(event["time"]) in (int, float), event
+
+
 def test_a_database_named_as_a_file_is_that_file_alone():
     result = run("sessions", "--format", "jsonl", "--db", str(MIXED / "opencode.db"))
     assert result.returncode == 0 and result.stderr == b""

@@ -29,6 +29,7 @@ from ..core.views import (
     MessageInfo,
     decode_repairing,
     later,
+    number,
     without_lone_surrogates,
     written_at,
 )
@@ -192,7 +193,7 @@ def session_events(
             by_data = untimed or (
                 copied_before is not None and type(created) is int and created < copied_before
             )
-            last = created
+            last = created if number(created) is not None else None  # a damaged time: none
             undone = revert is not None and revert.message(message_id)
             if not entered:
                 normalizer.enter_session(session_id)
