@@ -587,6 +587,45 @@ def test_a_write_another_report_saw_is_not_hidden_by_a_later_one_of_opencodes(tm
     sources["task"].close()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX locks")
+def test_reports_record_the_state_they_see_one_at_a_time(tmp_path, monkeypatch) -> None:
+    """The state a report saw is read and recorded under the folder's lock: a report that
+    cannot have it (another run stopped while holding it) records nothing and keeps what
+    it makes under an epoch of its own, never trusted again; once the lock is free, the
+    record goes on."""
+    import fcntl
+
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    expected = _report(db, 0, None)
+    assert _report(db, 0, root) == expected
+    (seen,) = root.rglob("seen")
+    recorded = seen.read_bytes()
+    monkeypatch.setattr(report_cache, "_LOCK_WAIT", 0.05)
+    fd = os.open(seen.with_name(".seen.lock"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another run, holding it
+    try:
+        pid = os.fork()
+        if pid == 0:  # a process of its own: flock is per open file, not per process
+            try:
+                with open_store(db) as store:
+                    cache = ReportCache.open(store, root=root)
+                    ok = (
+                        cache is not None
+                        and cache.fingerprint[-1]
+                        != (report_cache._HEADER.decode(recorded).fingerprint[-1])
+                    )
+                    ok = ok and _report(db, 0, root) == expected
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        os.close(fd)
+    assert seen.read_bytes() == recorded  # nothing recorded while the lock was held
+    assert _report(db, 0, root) == expected
+
+
 @pytest.mark.parametrize("change", ["child_reply", "new_child", "parent_reply", "text_time"])
 def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatch, change):
     """The last report brought up to date: the changed session and its parent summarized

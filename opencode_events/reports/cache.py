@@ -21,7 +21,8 @@ per database path, never beside the database, which is never written. What:
 Every file starts with a header naming this format, the tool's version and the database;
 a file that is damaged, truncated, foreign or of another version is ignored (and replaced
 by the next write), never trusted. Files are written whole to a temporary name and renamed,
-so two runs at once never leave a torn file (the last one wins; both were right). The size
+so two runs at once never leave a torn file (the last one wins; both were right; the
+state last seen, ``seen``, is read and written under a lock, one run at a time). The size
 is bounded: at most ``MEMOS`` memos and as many renditions per database and ``DATABASES``
 databases, the least recently used go first; a ledger holds only the sessions the database
 still has.
@@ -47,6 +48,7 @@ import gc
 import io
 import itertools
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -241,31 +243,41 @@ class ReportCache:
         legacy layout) or when the keys cannot be read."""
         if not hasattr(store, "change_edges"):
             return None
-        try:
-            state = fingerprint(store)
-            stamps = session_stamps(store)
-        except Exception:  # a store that cannot answer is simply not cached
-            return None
         if root is None:
             from ..paths import report_cache_dir
 
             root = report_cache_dir()
             if root is None:
                 return None
+        folder = root / database_identity(store)
         database = str(Path(store.path).absolute())
-        cache = cls(root / database_identity(store), database, state, stamps)
-        cache._observe()
+        try:
+            # One report at a time reads the database's state and records it (``seen``), so
+            # that the states recorded follow one another as the database's did.
+            with _one_at_a_time(folder) as alone:
+                cache = cls(folder, database, fingerprint(store), {})
+                cache._observe(record=alone)
+            cache.stamps = session_stamps(store)  # after the fingerprint: never newer
+        except Exception:  # a store that cannot answer is simply not cached
+            return None
         return cache
 
-    def _observe(self) -> None:
+    def _observe(self, *, record: bool = True) -> None:
         """Add the *epoch* to the fingerprint: a name for the stretch of the database's
         history in which only OpenCode wrote, as far as any report saw. The state the last
         report saw is kept (``seen``); one since which the database changed and the event
         log did not move was written by another program, and starts a new epoch. What is
         kept under another epoch is trusted only for the very state it was made of: a
         report made before another program's write, which a later report saw, is never
-        brought up to date from the stamps (the write moved none)."""
+        brought up to date from the stamps (the write moved none).
+
+        Not ``record``: the state could not be read and recorded alone (another run held
+        the lock too long): an epoch of this run's own, recorded nowhere, so nothing it
+        keeps is ever trusted again."""
         state = self.fingerprint
+        if not record:
+            self.fingerprint = [*state, os.urandom(8).hex()]
+            return
         seen = self._read("seen")
         then = seen.fingerprint if seen is not None else None
         if type(then) is list and len(then) == len(state) + 1:
@@ -823,6 +835,44 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+@contextlib.contextmanager
+def _one_at_a_time(folder: Path) -> Iterator[bool]:
+    """Hold the cache folder's lock (``.seen.lock``, POSIX ``flock``) for the block: True
+    when held, or when no lock can be taken here at all (no ``fcntl``, a folder that
+    cannot be written: the state is recorded as well as it can be); False when another run
+    held it for more than ``_LOCK_WAIT`` seconds (stopped, say): this run then records
+    nothing."""
+    try:
+        import fcntl
+
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / ".seen.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except (ImportError, OSError):
+        yield True
+        return
+    try:
+        waited = 0.0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if waited >= _LOCK_WAIT:
+                    yield False
+                    return
+                time.sleep(0.005)
+                waited += 0.005
+            except OSError:  # a file system without locks
+                yield True
+                return
+        yield True
+    finally:
+        os.close(fd)  # and the lock with it
+
+
+_LOCK_WAIT = 2.0  # seconds; a report holds the lock for a few milliseconds
 
 
 def _mtime(path: Path) -> float:
