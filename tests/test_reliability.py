@@ -496,3 +496,30 @@ def test_no_control_character_reaches_a_terminal_from_any_format(tmp_path: Path,
     if "--format" in args:  # no styles of ours at all in the formats for programs
         assert "\x1b" not in text
     assert "\x1b" not in shown.replace("\x1b(B", "")
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_a_streams_usage_rows_go_out_as_each_is_read(monkeypatch, fmt):
+    """`import --follow | usage`: each row of a stream is written before the next is read
+    (a stored report's go out a thousand at a time)."""
+    import io
+
+    from opencode_events.cli import reports as cli_reports
+    from opencode_events.reports.usage import UsageRow
+
+    out = io.BytesIO()
+    monkeypatch.setattr(cli_reports, "report_output", lambda: out)
+    seen_before: list[bytes] = []
+
+    class Stream:
+        columns = ["session_id", "cost"]
+        notes: list[str] = []
+        total = UsageRow(cost=3.0)
+
+        def rows(self):
+            for n in range(3):
+                seen_before.append(out.getvalue())
+                yield UsageRow(session_id=f"ses_{n}", cost=1.0)
+
+    cli_reports._write_usage_as_read(Stream(), fmt)
+    assert [b.count(b"ses_") for b in seen_before] == [0, 1, 2]

@@ -480,9 +480,11 @@ def write_usage_rows(
     *,
     csv_raw: bool = False,
     note: Callable[[str], Any],
+    batch: int = 1000,
 ) -> None:
-    """``usage``'s rows as JSON, JSON Lines or CSV, written as they come (a thousand at a
-    time: 268,000 steps are never held as dicts, nor their JSON whole); ``ended()``, asked
+    """``usage``'s rows as JSON, JSON Lines or CSV, written as they come, ``batch`` at a
+    time (268,000 steps are never held as dicts, nor their JSON whole; a stream's rows,
+    one at a time, go out as each is read; CSV's 1,024 at a time); ``ended()``, asked
     after the rows, gives the report's ``total``, ``notes`` and ``columns``. JSON's total
     and notes follow its rows; those of CSV and JSON Lines, which have no place for one,
     go to ``note`` (stderr) after the rows."""
@@ -497,11 +499,11 @@ def write_usage_rows(
                 doc["notes"] = list(report.notes)
             return doc
 
-        for piece in formats.json_pieces("rows", rows, rest):
+        for piece in formats.json_pieces("rows", rows, rest, batch):
             out.write(piece)
     else:
         if fmt == "jsonl":
-            pieces = formats.jsonl_pieces(rows)
+            pieces = formats.jsonl_pieces(rows, batch)
         else:
             pieces = formats.csv_pieces(rows, ended().columns, raw=csv_raw)
         for piece in pieces:

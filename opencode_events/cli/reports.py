@@ -244,4 +244,5 @@ def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False) -> None
         report_output(),
         csv_raw=csv_raw,
         note=lambda text: click.echo(f"note: {text}", err=True),
+        batch=1,  # each row as it is read: a followed session's rows as they come
     )
