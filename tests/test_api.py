@@ -337,6 +337,35 @@ def test_stored_events_give_what_import_writes(db: Path, golden: Path):
         assert encoded(events) == golden.read_bytes()
 
 
+def test_a_store_with_the_protocols_methods_alone_is_read():
+    """``SessionStore`` is a promise: a store of another program offering its methods alone
+    (none of the optional ones: pending undos, forks, parts without times) is read."""
+
+    class Minimal:
+        def __init__(self, inner):
+            self.inner, self.path = inner, inner.path
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def close(self):
+            return None
+
+        def __getattr__(self, name):
+            if name in ("reverted_sessions", "forked_sessions", "sessions_with_untimed_parts"):
+                raise AttributeError(name)
+            if name not in {n for n in dir(opencode_events.SessionStore) if not n.startswith("_")}:
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+    with opencode_events.open_store(SAMPLES / "task" / "opencode.db") as store:
+        whole = encoded(opencode_events.stored_events(store, all_sessions=True))
+        assert encoded(opencode_events.stored_events(Minimal(store), all_sessions=True)) == whole
+
+
 def _cli_json(*args: str) -> object:
     result = subprocess.run([*CLI, *args], capture_output=True, check=True)
     return json.loads(result.stdout)

@@ -307,7 +307,8 @@ def map_session(
     revert = RevertPoint.of(reverts().get(session_id)) if reverts is not None else None
     forks = getattr(store, "forked_sessions", None)  # a store of no forks (legacy): none
     copied_before = forks().get(session_id) if forks is not None else None
-    untimed = session_id in store.sessions_with_untimed_parts()
+    untimed_of = getattr(store, "sessions_with_untimed_parts", None)  # optional: a store's own
+    untimed = untimed_of is not None and session_id in untimed_of()
     yield from session_events(
         normalizer, session_id, messages, parts, revert, copied_before, untimed
     )

@@ -163,7 +163,8 @@ class SessionStore(Protocol):
 
     def parts(self, session_id: str) -> Iterator[PartRow]: ...
 
-    def sessions_with_untimed_parts(self) -> frozenset[str]: ...
+    # Optional (the stores here have them; a store of another program need not):
+    # ``reverted_sessions``, ``forked_sessions`` and ``sessions_with_untimed_parts``.
 
 
 @runtime_checkable
