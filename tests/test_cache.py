@@ -590,9 +590,9 @@ def test_a_write_another_report_saw_is_not_hidden_by_a_later_one_of_opencodes(tm
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX locks")
 def test_reports_record_the_state_they_see_one_at_a_time(tmp_path, monkeypatch) -> None:
     """The state a report saw is read and recorded under the folder's lock: a report that
-    cannot have it (another run stopped while holding it) records nothing and keeps what
-    it makes under an epoch of its own, never trusted again; once the lock is free, the
-    record goes on."""
+    cannot have it (another run stopped while holding it) is right, and records and keeps
+    nothing (what it kept could never be trusted); once the lock is free, the record goes
+    on."""
     import fcntl
 
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
@@ -601,6 +601,9 @@ def test_reports_record_the_state_they_see_one_at_a_time(tmp_path, monkeypatch) 
     assert _report(db, 0, root) == expected
     (seen,) = root.rglob("seen")
     recorded = seen.read_bytes()
+    for memo in seen.parent.glob("memo-*"):  # the run would keep one again, but for its epoch
+        memo.unlink()
+    kept = sorted(p.name for p in seen.parent.iterdir())
     monkeypatch.setattr(report_cache, "_LOCK_WAIT", 0.05)
     fd = os.open(seen.with_name(".seen.lock"), os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # another run, holding it
@@ -623,6 +626,7 @@ def test_reports_record_the_state_they_see_one_at_a_time(tmp_path, monkeypatch) 
     finally:
         os.close(fd)
     assert seen.read_bytes() == recorded  # nothing recorded while the lock was held
+    assert sorted(p.name for p in seen.parent.iterdir()) == kept  # nor anything kept
     assert _report(db, 0, root) == expected
 
 

@@ -236,6 +236,7 @@ class ReportCache:
         self._memos: dict[str, _Header | None] = {}
         self._kept: dict[str, Any] = {}  # memos kept or found sound in this run: their checks
         self._aside: list[int] = []  # forked children writing a ledger (``settle``)
+        self._keeps = True  # False: this run writes nothing (``_observe``)
 
     @classmethod
     def open(cls, store: Any, *, root: Path | None = None) -> ReportCache | None:
@@ -272,11 +273,12 @@ class ReportCache:
         brought up to date from the stamps (the write moved none).
 
         Not ``record``: the state could not be read and recorded alone (another run held
-        the lock too long): an epoch of this run's own, recorded nowhere, so nothing it
-        keeps is ever trusted again."""
+        the lock too long): an epoch of this run's own, recorded nowhere, and nothing
+        written (what it kept could never be trusted, and would push out what can)."""
         state = self.fingerprint
         if not record:
             self.fingerprint = [*state, os.urandom(8).hex()]
+            self._keeps = False
             return
         seen = self._read("seen")
         then = seen.fingerprint if seen is not None else None
@@ -349,6 +351,8 @@ class ReportCache:
         """Write ``name`` whole (a temporary file renamed over it): ``pieces``, then the
         bytes of ``tail`` copied out of their file; failures are ignored: a cache that
         cannot be written only costs the next run its time."""
+        if not self._keeps:
+            return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = _new_file(self.folder)
@@ -842,32 +846,35 @@ def _one_at_a_time(folder: Path) -> Iterator[bool]:
     """Hold the cache folder's lock (``.seen.lock``, POSIX ``flock``) for the block: True
     when held, or when no lock can be taken here at all (no ``fcntl``, a folder that
     cannot be written: the state is recorded as well as it can be); False when another run
-    held it for more than ``_LOCK_WAIT`` seconds (stopped, say): this run then records
-    nothing."""
+    held it for more than ``_LOCK_WAIT`` seconds (stopped, say): this run then keeps
+    nothing. The folder is touched, so that one in use is never the least recently used
+    (``_trim`` removes those, lock file and all)."""
     try:
         import fcntl
 
         folder.mkdir(parents=True, exist_ok=True)
+        os.utime(folder)
         fd = os.open(folder / ".seen.lock", os.O_RDWR | os.O_CREAT, 0o600)
     except (ImportError, OSError):
+        fd = None
+    if fd is None:
         yield True
         return
     try:
-        waited = 0.0
-        while True:
+        held: bool | None = None
+        deadline = time.monotonic() + _LOCK_WAIT
+        while held is None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                held = True
             except BlockingIOError:
-                if waited >= _LOCK_WAIT:
-                    yield False
-                    return
-                time.sleep(0.005)
-                waited += 0.005
-            except OSError:  # a file system without locks
-                yield True
-                return
-        yield True
+                if time.monotonic() >= deadline:
+                    held = False
+                else:
+                    time.sleep(0.005)
+            except OSError:  # a file system without locks: as well as it can be
+                held = True
+        yield held
     finally:
         os.close(fd)  # and the lock with it
 
