@@ -4,6 +4,7 @@ never a traceback, never output that is not valid UTF-8 JSON (issue 23)."""
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -498,16 +499,18 @@ def test_no_control_character_reaches_a_terminal_from_any_format(tmp_path: Path,
     assert "\x1b" not in shown.replace("\x1b(B", "")
 
 
-@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+@pytest.mark.parametrize("fmt", ["json", "jsonl", "csv"])
 def test_a_streams_usage_rows_go_out_as_each_is_read(monkeypatch, fmt):
-    """`import --follow | usage`: each row of a stream is written before the next is read
-    (a stored report's go out a thousand at a time)."""
+    """`import --follow | usage`: each row of a stream is written, and flushed through the
+    buffer stdout has, before the next is read (a stored report's go out a thousand at a
+    time)."""
     import io
 
     from opencode_events.cli import reports as cli_reports
     from opencode_events.reports.usage import UsageRow
 
-    out = io.BytesIO()
+    sink = io.BytesIO()
+    out = io.BufferedWriter(sink, buffer_size=1 << 16)  # as sys.stdout.buffer is
     monkeypatch.setattr(cli_reports, "report_output", lambda: out)
     seen_before: list[bytes] = []
 
@@ -518,8 +521,23 @@ def test_a_streams_usage_rows_go_out_as_each_is_read(monkeypatch, fmt):
 
         def rows(self):
             for n in range(3):
-                seen_before.append(out.getvalue())
+                seen_before.append(sink.getvalue())
                 yield UsageRow(session_id=f"ses_{n}", cost=1.0)
 
     cli_reports._write_usage_as_read(Stream(), fmt)
     assert [b.count(b"ses_") for b in seen_before] == [0, 1, 2]
+
+
+def test_a_pipe_may_grow_and_a_regular_file_not(tmp_path):
+    from opencode_events.cli.reports import may_grow
+
+    path = tmp_path / "stream.jsonl"
+    path.write_bytes(b"{}\n")
+    read, write = os.pipe()
+    try:
+        with open(path, "rb") as file, open(read, "rb", closefd=False) as pipe:
+            assert not may_grow(file) and may_grow(pipe)
+        assert may_grow(object())  # one that cannot say: as a pipe
+    finally:
+        os.close(read)
+        os.close(write)

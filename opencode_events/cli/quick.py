@@ -483,8 +483,9 @@ def write_usage_rows(
     batch: int = 1000,
 ) -> None:
     """``usage``'s rows as JSON, JSON Lines or CSV, written as they come, ``batch`` at a
-    time (268,000 steps are never held as dicts, nor their JSON whole; a stream's rows,
-    one at a time, go out as each is read; CSV's 1,024 at a time); ``ended()``, asked
+    time (268,000 steps are never held as dicts, nor their JSON whole; with ``batch`` 1, a
+    stream's, each row goes out, flushed, as it is read: `import --follow | usage`);
+    ``ended()``, asked
     after the rows, gives the report's ``total``, ``notes`` and ``columns``. JSON's total
     and notes follow its rows; those of CSV and JSON Lines, which have no place for one,
     go to ``note`` (stderr) after the rows."""
@@ -501,13 +502,18 @@ def write_usage_rows(
 
         for piece in formats.json_pieces("rows", rows, rest, batch):
             out.write(piece)
+            if batch == 1:
+                out.flush()
     else:
         if fmt == "jsonl":
             pieces = formats.jsonl_pieces(rows, batch)
         else:
-            pieces = formats.csv_pieces(rows, ended().columns, raw=csv_raw)
+            every = 1 if batch == 1 else 1024
+            pieces = formats.csv_pieces(rows, ended().columns, raw=csv_raw, every=every)
         for piece in pieces:
             out.write(piece)
+            if batch == 1:
+                out.flush()
         out.flush()  # the rows first, then the notes after them
         for text in ended().notes:  # where a person running the command sees it
             note(text)

@@ -180,7 +180,8 @@ def usage(
             streamed = StreamUsage(opened, by=by, tz=zone)
             chosen = report_format(fmt, as_json, sys.stdout)
             if chosen in ("json", "jsonl", "csv") and not github:  # --github: the whole report
-                _write_usage_as_read(streamed, chosen, csv_raw=csv_raw)
+                live = any(may_grow(file) for _name, file in opened)
+                _write_usage_as_read(streamed, chosen, csv_raw=csv_raw, live=live)
                 return
             report = streamed.report(list(streamed.rows()))
     except GroupingError as exc:  # the library's words; the command's name its options
@@ -231,10 +232,12 @@ def _to_github(report: Any) -> None:
         raise OutputError(exc.errno or 0, exc.strerror or str(exc), exc.filename) from None
 
 
-def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False) -> None:
+def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False, live: bool = True) -> None:
     """A stream's usage as JSON, JSON Lines or CSV, each row written as it is read (memory
     stays flat over any length of stream); the total and notes after the rows (JSON Lines
-    and CSV: the rows alone, the notes on stderr)."""
+    and CSV: the rows alone, the notes on stderr). ``live``: the input may still grow (a
+    pipe: `import --follow | usage`): each row is flushed as it is read; from files, a
+    thousand at a time."""
     from .quick import write_usage_rows
 
     write_usage_rows(
@@ -244,5 +247,17 @@ def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False) -> None
         report_output(),
         csv_raw=csv_raw,
         note=lambda text: click.echo(f"note: {text}", err=True),
-        batch=1,  # each row as it is read: a followed session's rows as they come
+        batch=1 if live else 1000,
     )
+
+
+def may_grow(file: Any) -> bool:
+    """Whether an input may still grow while it is read: anything but a regular file (a
+    pipe, a terminal, a socket), or one that cannot say."""
+    import os
+    import stat
+
+    try:
+        return not stat.S_ISREG(os.fstat(file.fileno()).st_mode)
+    except (OSError, AttributeError, ValueError):
+        return True
