@@ -135,6 +135,16 @@ def _logged(conn: sqlite3.Connection, sid: str) -> bool:
     return bool(_rows(conn, "SELECT 1 FROM event_sequence WHERE aggregate_id = ?", (sid,)))
 
 
+def _picked_message(conn: sqlite3.Connection, sid: str, pick: int) -> tuple[str, object] | None:
+    """The ``pick``-th message of session ``sid`` (wrapping round): its id and its decoded
+    data; None when the session has none."""
+    messages = _rows(conn, "SELECT id, data FROM message WHERE session_id = ?", (sid,))
+    if not messages:
+        return None
+    mid, data = messages[pick % len(messages)]
+    return mid, msgspec.json.decode(data)
+
+
 def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare: Path) -> None:
     """Apply one drawn change to the database at ``db``."""
     kind, logged, pick, source = step
@@ -194,10 +204,9 @@ def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare
             if logged:
                 _log(conn, target, "message.part.updated.1")
     elif kind == "update_message":
-        messages = _rows(conn, "SELECT id, data FROM message WHERE session_id = ?", (target,))
-        if messages:
-            mid, data = messages[pick % len(messages)]
-            value = msgspec.json.decode(data)
+        picked = _picked_message(conn, target, pick)
+        if picked:
+            mid, value = picked
             if isinstance(value, dict):
                 value["cost"] = (value.get("cost") or 0) + 0.125
                 tokens = value.get("tokens")
@@ -216,10 +225,9 @@ def _change(db: Path, step: tuple, sources: dict[str, sqlite3.Connection], spare
             if logged:
                 _log(conn, target, "message.updated.1")
     elif kind == "migrate":  # an OpenCode upgrade's migration: rows rewritten, no event
-        messages = _rows(conn, "SELECT id, data FROM message WHERE session_id = ?", (target,))
-        if messages:
-            mid, data = messages[pick % len(messages)]
-            value = msgspec.json.decode(data)
+        picked = _picked_message(conn, target, pick)
+        if picked:
+            mid, value = picked
             if isinstance(value, dict):
                 value["cost"] = (value.get("cost") or 0) + 0.5
                 conn.execute(

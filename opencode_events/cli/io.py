@@ -266,18 +266,16 @@ def otel_destination(
     return HttpDestination(endpoint, headers, compression=compression, retries=retries, env=env)
 
 
-def _counted(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def report_otel(summary: Any, destination: Any) -> None:
     """The backend's notes (partial successes), and for a backend what it was sent."""
+    from ..output.rows import counted
+
     for note in summary.partial:
         click.echo(f"warning: {note}", err=True)
     if destination.where is not None:
         click.echo(
-            f"otel: {_counted(summary.sessions, 'session')}, {_counted(summary.spans, 'span')} "
-            f"in {_counted(summary.bodies, 'request')} to {destination.where}",
+            f"otel: {counted(summary.sessions, 'session')}, {counted(summary.spans, 'span')} "
+            f"in {counted(summary.bodies, 'request')} to {destination.where}",
             err=True,
         )
 

@@ -480,17 +480,17 @@ def write_usage_rows(
     *,
     csv_raw: bool = False,
     note: Callable[[str], Any],
-    batch: int = 1000,
+    batch: int | None = None,
 ) -> None:
     """``usage``'s rows as JSON, JSON Lines or CSV, written as they come, ``batch`` at a
-    time (268,000 steps are never held as dicts, nor their JSON whole; with ``batch`` 1, a
-    stream's, each row goes out, flushed, as it is read: `import --follow | usage`);
-    ``ended()``, asked
-    after the rows, gives the report's ``total``, ``notes`` and ``columns``. JSON's total
-    and notes follow its rows; those of CSV and JSON Lines, which have no place for one,
-    go to ``note`` (stderr) after the rows."""
+    time (default ``LIST_BATCH``: 268,000 steps are never held as dicts, nor their JSON
+    whole; with 1, a stream's, each row goes out, flushed, as it is read: `import --follow
+    | usage`). ``ended()``, asked after the rows, gives the report's ``total``, ``notes``
+    and ``columns``. JSON's total and notes follow its rows; those of CSV and JSON Lines,
+    which have no place for one, go to ``note`` (stderr) after the rows."""
     from ..output import rows as formats
 
+    batch = batch or formats.LIST_BATCH
     if fmt == "json":
 
         def rest() -> dict[str, Any]:
@@ -500,24 +500,19 @@ def write_usage_rows(
                 doc["notes"] = list(report.notes)
             return doc
 
-        for piece in formats.json_pieces("rows", rows, rest, batch):
-            out.write(piece)
-            if batch == 1:
-                out.flush()
+        pieces = formats.json_pieces("rows", rows, rest, batch)
+    elif fmt == "jsonl":
+        pieces = formats.jsonl_pieces(rows, batch)
     else:
-        if fmt == "jsonl":
-            pieces = formats.jsonl_pieces(rows, batch)
-        else:
-            every = 1 if batch == 1 else 1024
-            pieces = formats.csv_pieces(rows, ended().columns, raw=csv_raw, every=every)
-        for piece in pieces:
-            out.write(piece)
-            if batch == 1:
-                out.flush()
-        out.flush()  # the rows first, then the notes after them
+        pieces = formats.csv_pieces(rows, ended().columns, raw=csv_raw, every=batch)
+    for piece in pieces:
+        out.write(piece)
+        if batch == 1:
+            out.flush()
+    out.flush()  # the rows first, then any notes after them
+    if fmt != "json":
         for text in ended().notes:  # where a person running the command sees it
             note(text)
-    out.flush()
 
 
 def usage_written(request: UsageRequest) -> bool:

@@ -247,7 +247,7 @@ def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False, live: b
         report_output(),
         csv_raw=csv_raw,
         note=lambda text: click.echo(f"note: {text}", err=True),
-        batch=1 if live else 1000,
+        batch=1 if live else None,
     )
 
 

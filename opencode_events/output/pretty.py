@@ -49,7 +49,7 @@ from ..events import (
     Warning,
     Write,
 )
-from .rows import visible
+from .rows import counted, visible
 
 __all__ = ["PrettyWriter", "FullScreen", "format_duration", "format_tokens"]
 
@@ -326,10 +326,10 @@ class PrettyWriter:
             text.append(outcomes, "red")
         # Subagents whose steps are not in these figures: said, not left out silently
         if t.subagents and self._subagents_at_end:
-            text.append(f" · +{_count(len(t.subagents), 'subagent')} at the end", "dim")
+            text.append(f" · +{counted(len(t.subagents), 'subagent')} at the end", "dim")
         elif t.subagents - t.sessions:  # none of its events came (no --children, a stream)
             unseen = len(t.subagents - t.sessions)
-            text.append(f" · +{_count(unseen, 'subagent')} not counted here", "dim")
+            text.append(f" · +{counted(unseen, 'subagent')} not counted here", "dim")
         text.append(" · ", "dim")
         text.append(f"${t.cost:.4f}", "bold")  # before the breakdown, which a narrow line cuts
         text.append(" · tokens ", "dim")
@@ -559,24 +559,24 @@ class PrettyWriter:
             calls = event.tool_calls + (event.subagent_tool_calls or 0)
             tokens = event.total_tokens + (event.subagent_tokens or 0)
             text.append(
-                f"── {_count(steps, 'step')} · {_count(calls, 'tool call')}{failed}"
+                f"── {counted(steps, 'step')} · {counted(calls, 'tool call')}{failed}"
                 f" · {format_tokens(tokens)} tokens · ${event.total_cost:.4f} +sub"
-                f" ({_count(subagents, 'subagent')}: "
-                f"{_count(event.subagent_inferences, 'step')}, ${event.subagent_cost or 0:.4f})"
+                f" ({counted(subagents, 'subagent')}: "
+                f"{counted(event.subagent_inferences, 'step')}, ${event.subagent_cost or 0:.4f})"
             )
         else:
             text.append(
-                f"── {_count(event.turns, 'step')} · {_count(event.tool_calls, 'tool call')}"
+                f"── {counted(event.turns, 'step')} · {counted(event.tool_calls, 'tool call')}"
                 f"{failed} · {format_tokens(event.total_tokens)} tokens · ${event.cost:.4f}"
             )
         if subagents and event.subagent_inferences is None:  # no counts from the store
             text.append(
                 f" + ${event.subagent_cost or 0:.4f} in "
-                f"{_count(subagents, 'subagent')} = ${event.total_cost:.4f}"
+                f"{counted(subagents, 'subagent')} = ${event.total_cost:.4f}"
             )
         problems = event.counts.get("error", 0) + event.counts.get("warning", 0)
         if problems:
-            text.append(f" · {_count(problems, 'problem')}", "red")
+            text.append(f" · {counted(problems, 'problem')}", "red")
         return text
 
 
@@ -585,10 +585,6 @@ def _cwd() -> str:
         return os.getcwd()
     except OSError:
         return ""
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def _rel(path: str | None, cwd: str) -> str:

@@ -27,6 +27,7 @@ __all__ = [
     "to_builtins",
     "write_json",
     "json_pieces",
+    "counted",
     "json_list_pieces",
     "write_jsonl",
     "jsonl_pieces",
@@ -115,14 +116,18 @@ def write_json(document: Any) -> bytes:
     return msgspec.json.format(_ENCODER.encode(document), indent=2) + b"\n"
 
 
+LIST_BATCH = 1000  # items encoded at a time by the writers in pieces below
+
+
 def json_pieces(
-    key: str, items: Iterable[Any], rest: Callable[[], dict[str, Any]], batch: int = 1000
+    key: str, items: Iterable[Any], rest: Callable[[], dict[str, Any]], batch: int = LIST_BATCH
 ) -> Iterator[bytes]:
-    """``write_json({key: [*items], **rest()})`` in pieces, an item at a time (``rest`` is
-    asked once the items are done), the same bytes: a long report is written as it is made."""
+    """``write_json({key: [*items], **rest()})`` in pieces of ``batch`` items, taken as they
+    come (``rest`` is asked once the items are done), the same bytes: a long report is
+    written as it is made."""
     head = _ENCODER.encode(key)
     any_item = False
-    for chunk in batched(items, batch):  # a thousand items encoded at a time
+    for chunk in batched(items, batch):
         indented = msgspec.json.format(_ENCODER.encode(chunk), indent=2)
         # "[\n  {…},\n  {…}\n]": the items between the brackets, two spaces deeper here
         inner = _indented(indented[2:-2], 2, True)
@@ -133,9 +138,6 @@ def json_pieces(
         value_json = msgspec.json.format(_ENCODER.encode(value), indent=2)
         yield b",\n  " + _ENCODER.encode(name) + b": " + _indented(value_json, 2, False)
     yield b"\n}\n"
-
-
-LIST_BATCH = 1000  # items encoded at a time by the list writers below
 
 
 def json_list_pieces(items: Sequence[Any], batch: int = LIST_BATCH) -> Iterator[bytes]:
@@ -156,6 +158,11 @@ def jsonl_pieces(rows: Iterable[Any], batch: int = LIST_BATCH) -> Iterator[bytes
     made as they are written."""
     for chunk in batched(rows, batch):
         yield write_jsonl(chunk)
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` and its noun, plural but for one: "1 session", "1,200 spans"."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

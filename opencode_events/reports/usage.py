@@ -2463,11 +2463,6 @@ def _add_message(acc: list[Any], info: Any, created: Any) -> None:
             acc[8] = created
 
 
-def _model_name(info: UsageMessage) -> str:
-    """``provider/model`` (``--by model`` and ``--by step`` alike: ``model_label``)."""
-    return model_label(info.providerID, info.modelID)  # type: ignore[return-value]
-
-
 def _group_key(
     by: str, top: str, info: UsageMessage, started: Any, day_of: _DayOf, sid: str = ""
 ) -> Any:
@@ -2476,7 +2471,7 @@ def _group_key(
     if by in _BY_DAYS:
         return (sid, day_of(started))
     if by == "model":
-        return (sid, _model_name(info))
+        return (sid, model_label(info.providerID, info.modelID))
     if by == "agent":
         if isinstance(info.agent, str):
             return (sid, info.agent)

@@ -23,7 +23,7 @@ from ..core.normalizer import Normalizer, Provenance
 from ..core.views import NO_RAW, later, repair_lone_surrogates, written_at
 from ..events import Event
 from .stream import StreamReader
-from .transcript import TranscriptMapper, mark_copied, mark_reverted
+from .transcript import TranscriptMapper, is_copy, mark_copied, mark_reverted
 
 __all__ = ["export_events"]
 
@@ -302,7 +302,8 @@ def _document_events(
             time=last,
         )
         events.extend(mark_reverted(found) if undone else found)
-        mark_copied(events[first:], created, began)
+        if is_copy(created, began):
+            mark_copied(events[first:])
     return events
 
 

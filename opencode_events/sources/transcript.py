@@ -143,12 +143,16 @@ def mark_reverted(events: list[Event]) -> list[Event]:
     return events
 
 
-def mark_copied(events: list[Event], created: Any, began: int | None) -> None:
-    """Mark one message's ``events`` ``copied`` when it was created before its session
-    ``began``: the history a fork copied (OpenCode keeps the original times)."""
-    if began is not None and type(created) is int and created < began:
-        for event in events:
-            event.copied = True
+def is_copy(created: Any, began: int | None) -> bool:
+    """Whether a message created then is in the history a fork copied: created before its
+    session ``began`` (OpenCode keeps the original times; None: no fork)."""
+    return began is not None and type(created) is int and created < began
+
+
+def mark_copied(events: list[Event]) -> None:
+    """Mark one copied message's events (``is_copy``) ``copied``."""
+    for event in events:
+        event.copied = True
 
 
 def session_events(
@@ -189,10 +193,9 @@ def session_events(
         pending = next(part_iter, None)
         for message_id, _, created, data in messages:
             done = len(events)
+            copy = is_copy(created, copied_before)
             # A part's time: its row's, or (``by_data``) the export's rule, never back in time.
-            by_data = untimed or (
-                copied_before is not None and type(created) is int and created < copied_before
-            )
+            by_data = untimed or copy
             last = created if number(created) is not None else None  # a damaged time: none
             undone = revert is not None and revert.message(message_id)
             if not entered:
@@ -276,8 +279,8 @@ def session_events(
                     info, data, session_id=session_id, message_id=message_id, time=created
                 )
                 events += mark_reverted(found) if undone else found
-            if copied_before is not None:  # a fork: this message's events may be its copy
-                mark_copied(events[done:], created, copied_before)
+            if copy:
+                mark_copied(events[done:])
             if len(events) >= BATCH_EVENTS:
                 yield events
                 events = []

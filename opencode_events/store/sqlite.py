@@ -1140,18 +1140,16 @@ class Store:
     # What makes a session a fork (OpenCode copies the history under new ids, with the
     # original times): messages created before the session was. A session time that is no
     # integer (damaged: text, a real) tells nothing, so no fork is known by it.
+    _COPY = (
+        "m.session_id = s.id AND m.time_created < s.time_created "
+        "AND typeof(s.time_created) = 'integer'"
+    )
     # CROSS JOIN keeps SQLite to this order: the session table, then the
     # (session_id, time_created) index, so only the copies are read, not every message.
-    _OLDER_THAN_SESSION = (
-        "FROM session s CROSS JOIN message m ON m.session_id = s.id "
-        "AND m.time_created < s.time_created AND typeof(s.time_created) = 'integer'"
-    )
+    _OLDER_THAN_SESSION = f"FROM session s CROSS JOIN message m ON {_COPY}"
     # The same rule as a test of each session: EXISTS, not DISTINCT over the join (a scan
     # of the session table and one index probe a session: 11-20 ms for 10,000 sessions).
-    _FORKS = (
-        "FROM session s WHERE typeof(s.time_created) = 'integer' AND EXISTS (SELECT 1 FROM "
-        "message m WHERE m.session_id = s.id AND m.time_created < s.time_created)"
-    )
+    _FORKS = f"FROM session s WHERE EXISTS (SELECT 1 FROM message m WHERE {_COPY})"
 
     def messages_older_than_session(
         self, session_ids: Sequence[str] | None = None
