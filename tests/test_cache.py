@@ -15,6 +15,7 @@ OpenCode's writes or another program's.
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import json
@@ -32,6 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opencode_events.cli.main import cli
+from opencode_events.cli.quick import NOTES_APART, usage_pieces
 from opencode_events.errors import InputError
 from opencode_events.output import rows
 from opencode_events.reports import cache as report_cache
@@ -40,7 +42,7 @@ from opencode_events.reports import usage as usage_module
 from opencode_events.reports.cache import ReportCache
 from opencode_events.reports.context import context_report
 from opencode_events.reports.sessions import SESSION_COLUMNS, sessions_report, write_sessions
-from opencode_events.reports.usage import stored_usage
+from opencode_events.reports.usage import stored_usage, write_stored_usage
 from opencode_events.store.open import open_store, select_sessions
 from tests.filebytes import digests
 from tests.processes import children_of_this_process
@@ -313,6 +315,8 @@ REPORTS = (
     ("context", {}),
     ("sessions as json", {"all_sessions": True}),  # as the command writes it (renditions)
     ("sessions as csv", {"since_ms": SINCE}),
+    ("usage as jsonl", {"all_sessions": True, "by": "step"}),  # with notes apart
+    ("usage as json", {"by": "model", "until_ms": SINCE}),
 )
 EVERY_DAY = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))  # asked every step
 
@@ -330,6 +334,16 @@ def _written(store, form: str, cache: ReportCache | None, **options) -> bytes:
     return out.getvalue()
 
 
+def _usage_written(store, fmt: str, cache: ReportCache | None, **options) -> bytes:
+    """What ``usage --format FMT`` writes (``write_stored_usage``): its bytes, then the
+    notes it says on stderr."""
+    out, said = io.BytesIO(), []
+    apart = said.extend if fmt in NOTES_APART else None
+    render = functools.partial(usage_pieces, fmt=fmt)
+    write_stored_usage(store, fmt, render, out, cache=cache, apart=apart, **options)
+    return out.getvalue() + b"".join(f"\nnote: {text}".encode() for text in said)
+
+
 def _report(db: Path, which: int, cache_root: Path | None) -> bytes:
     """The report's JSON, or its one error (a database left with no session to report)."""
     try:
@@ -345,6 +359,8 @@ def _report_or_raise(db: Path, which: int, cache_root: Path | None) -> bytes:
         if kind.startswith("sessions as "):
             form = kind.removeprefix("sessions as ")
             return _written(store, form, cache, **options)
+        if kind.startswith("usage as "):
+            return _usage_written(store, kind.removeprefix("usage as "), cache, **options)
         if kind == "sessions":
             report = sessions_report(store, cache=cache, **options)
             return msgspec.json.encode(report.document())

@@ -482,11 +482,31 @@ def _both_paths_alike(argv: list[str], tmp_path: Path) -> subprocess.CompletedPr
         ["usage", "--db", FORK_DB, "--since", "whenever", "-j"],
         ["usage", "--db", FORK_DB, "--until", "whenever", "--all", "-j"],
         ["usage", "--db", FORK_DB, "--all", "--no-cache"],  # JSON, stdout not a terminal
+        # every session, its notes on stderr: a repeat copies the rows and says them again
+        ["usage", "--db", FORK_DB, "--all", "--by", "step", "--format", "jsonl"],
+        ["usage", "--db", FORK_DB, "--all", "--format", "csv"],
+        ["usage", "--db", FORK_DB, "--all", "--by", "week", "--format", "csv", "--csv-raw"],
     ],
     ids=lambda a: " ".join(a[3:]) or "plain",
 )
 def test_usage_both_paths_write_the_same_and_exit_the_same(argv, tmp_path):
     _both_paths_alike(argv, tmp_path)
+
+
+def test_a_usage_repeat_says_its_notes_after_its_rows_from_the_cache(tmp_path):
+    """A repeat of every session's usage is copied from the report cache: the same rows,
+    then the same notes on stderr, with no report made (no memo decoded: none is read)."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    argv = [sys.executable, "-m", "opencode_events", "usage", "--db", FORK_DB, "--all"]
+    argv += ["--by", "step", "--format", "jsonl"]
+    first = subprocess.run(argv, capture_output=True, timeout=60, env=env, check=True)
+    assert first.stderr.startswith(b"note: ") and b"forked cop" in first.stderr
+    (memo,) = tmp_path.rglob("memo-*")  # one memo of the report, and its rendition
+    assert len(list(tmp_path.rglob("render-*"))) == 1
+    memo.write_bytes(b"not a memo")  # a repeat that read it would make the report again
+    repeat = subprocess.run(argv, capture_output=True, timeout=60, env=env, check=True)
+    assert (repeat.stdout, repeat.stderr) == (first.stdout, first.stderr)
+    assert memo.read_bytes() == b"not a memo"
 
 
 # `sessions`: a repeat is copied from the report cache in milliseconds, so click (and the

@@ -47,6 +47,8 @@ __all__ = [
     "write_stored_sessions",
     "stored_usage_of",
     "write_usage",
+    "write_stored_usage",
+    "usage_pieces",
     "open_store_noting",
     "report_cache",
     "REPORT_FORMATS",
@@ -455,21 +457,77 @@ def stored_usage_of(
 def write_usage(report: Any, fmt: str, out: Any, *, csv_raw: bool = False) -> None:
     """A ``usage`` report as JSON, JSON Lines, CSV or Markdown; the notes of CSV and JSON
     Lines, which have no place for one, go to stderr after the rows."""
-    from ..output import rows as formats
+    for piece in usage_pieces(report, fmt, csv_raw=csv_raw):
+        out.write(piece)
+    out.flush()
+    if fmt in NOTES_APART:
+        _say_notes(report.notes)
+
+
+# The formats with no place for a report's notes: said on stderr, after the rows.
+NOTES_APART = ("jsonl", "csv")
+
+
+def _say_notes(notes: Iterable[str]) -> None:
     from .exits import echo_error
 
+    for text in notes:  # where a person running the command sees it
+        echo_error(f"note: {text}")
+
+
+def usage_pieces(report: Any, fmt: str, *, csv_raw: bool = False) -> Iterator[bytes]:
+    """A ``usage`` report's bytes in JSON, JSON Lines, CSV or Markdown, in pieces (a
+    thousand rows at a time: 268,000 steps are never held as dicts, nor their JSON whole);
+    the notes of JSON Lines and CSV left out (``NOTES_APART``)."""
+    from ..output import rows as formats
+
     if fmt == "markdown":
-        out.write(formats.report_markdown(report))
+        return iter([formats.report_markdown(report)])
+    rows = (row.as_dict() for row in report.rows)
+    return _row_pieces(rows, lambda: report, fmt, csv_raw=csv_raw)
+
+
+def write_stored_usage(
+    request: UsageRequest, tz: Any, since_ms: int | None, until_ms: int | None, fmt: str, out: Any
+) -> None:
+    """The ``usage`` report of the sessions ``request`` chooses (``stored_usage_of``) in
+    ``fmt`` (any but the table) to ``out``, its notes on stderr where the format has no
+    place for them; a report of every session kept in and answered from the report cache
+    as written (``reports.usage.write_stored_usage``)."""
+    from ..reports.usage import write_stored_usage as write_report
+    from ..store.open import store_files
+    from .streams import refuse_stdout_read
+
+    form = f"{fmt}-raw" if fmt == "csv" and request.csv_raw else fmt
+    with open_store_noting(request.db_path) as store:
+        refuse_stdout_read(store_files(store))
+        write_report(
+            store,
+            form,
+            lambda report: usage_pieces(report, fmt, csv_raw=request.csv_raw),
+            out,
+            cache=report_cache(store, request.no_cache),
+            apart=_said_after(out) if fmt in NOTES_APART else None,
+            session_ids=request.session_ids,
+            last=request.last,
+            since_ms=since_ms,
+            until_ms=until_ms,
+            all_sessions=request.all_sessions,
+            by=request.by,
+            fold=request.fold,
+            tz=tz,
+        )
+    out.flush()
+
+
+def _said_after(out: Any) -> Callable[[list[str]], None]:
+    """The notes said on stderr once what ``out`` holds went out: after the rows."""
+
+    def say(notes: list[str]) -> None:
         out.flush()
-        return
-    write_usage_rows(
-        (row.as_dict() for row in report.rows),
-        lambda: report,
-        fmt,
-        out,
-        csv_raw=csv_raw,
-        note=lambda text: echo_error(f"note: {text}"),
-    )
+        _say_notes(notes)
+
+    return say
 
 
 def write_usage_rows(
@@ -483,11 +541,30 @@ def write_usage_rows(
     batch: int | None = None,
 ) -> None:
     """``usage``'s rows as JSON, JSON Lines or CSV, written as they come, ``batch`` at a
-    time (default ``LIST_BATCH``: 268,000 steps are never held as dicts, nor their JSON
-    whole; with 1, a stream's, each row goes out, flushed, as it is read: `import --follow
-    | usage`). ``ended()``, asked after the rows, gives the report's ``total``, ``notes``
-    and ``columns``. JSON's total and notes follow its rows; those of CSV and JSON Lines,
-    which have no place for one, go to ``note`` (stderr) after the rows."""
+    time (default ``LIST_BATCH``; with 1, a stream's, each row goes out, flushed, as it is
+    read: `import --follow | usage`). ``ended()``, asked after the rows, gives the report's
+    ``total``, ``notes`` and ``columns``. JSON's total and notes follow its rows; those of
+    CSV and JSON Lines, which have no place for one, go to ``note`` (stderr) after the
+    rows."""
+    for piece in _row_pieces(rows, ended, fmt, csv_raw=csv_raw, batch=batch):
+        out.write(piece)
+        if batch == 1:
+            out.flush()
+    out.flush()  # the rows first, then any notes after them
+    if fmt in NOTES_APART:
+        for text in ended().notes:
+            note(text)
+
+
+def _row_pieces(
+    rows: Iterable[dict[str, Any]],
+    ended: Callable[[], Any],
+    fmt: str,
+    *,
+    csv_raw: bool = False,
+    batch: int | None = None,
+) -> Iterator[bytes]:
+    """``write_usage_rows``'s bytes, ``batch`` rows at a time (default ``LIST_BATCH``)."""
     from ..output import rows as formats
 
     batch = batch or formats.LIST_BATCH
@@ -500,19 +577,10 @@ def write_usage_rows(
                 doc["notes"] = list(report.notes)
             return doc
 
-        pieces = formats.json_pieces("rows", rows, rest, batch)
-    elif fmt == "jsonl":
-        pieces = formats.jsonl_pieces(rows, batch)
-    else:
-        pieces = formats.csv_pieces(rows, ended().columns, raw=csv_raw, every=batch)
-    for piece in pieces:
-        out.write(piece)
-        if batch == 1:
-            out.flush()
-    out.flush()  # the rows first, then any notes after them
-    if fmt != "json":
-        for text in ended().notes:  # where a person running the command sees it
-            note(text)
+        return formats.json_pieces("rows", rows, rest, batch)
+    if fmt == "jsonl":
+        return formats.jsonl_pieces(rows, batch)
+    return formats.csv_pieces(rows, ended().columns, raw=csv_raw, every=batch)
 
 
 def usage_written(request: UsageRequest) -> bool:
@@ -534,7 +602,7 @@ def usage_written(request: UsageRequest) -> bool:
         return False
     if window_reversed(start, end):
         return False  # click says what is wrong (``io.window_ms``)
-    write_usage(stored_usage_of(request, zone, start, end), fmt, out, csv_raw=request.csv_raw)
+    write_stored_usage(request, zone, start, end, fmt, out)
     return True
 
 

@@ -152,7 +152,7 @@ def usage(
     but project).
     """
     from ..reports.usage import BY_STREAM, GroupingError, StreamUsage, covers_every_session
-    from .quick import UsageRequest, stored_usage_of, write_usage
+    from .quick import UsageRequest, stored_usage_of, write_stored_usage, write_usage
 
     zone = time_zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or until or all_sessions)
@@ -172,7 +172,12 @@ def usage(
                 by=by,
                 fold=fold,
                 no_cache=no_cache,
+                csv_raw=csv_raw,
             )
+            chosen = report_format(fmt, as_json, sys.stdout)
+            if chosen != "table" and not github:  # as written, kept in the report cache
+                write_stored_usage(chosen_sessions, zone, start, end, chosen, report_output())
+                return
             report = stored_usage_of(chosen_sessions, zone, start, end)
         else:
             opened = open_inputs(inputs)

@@ -38,6 +38,7 @@ still has.
     spool = cache.rendering("sessions", request, "json")  # or piece by piece, as written
     kept = cache.rendered("sessions", request, "json")   # the next run: None, or
     kept.write_to(sys.stdout.buffer)                      # the bytes, copied out
+    kept.notes                                            # and what was said apart
 """
 
 from __future__ import annotations
@@ -127,6 +128,9 @@ class _Rendition(msgspec.Struct, array_like=True):
     form: str
     checks: Any  # the memo's
     length: int  # of the bytes after the head
+    # The report's notes where its form says them apart from these bytes (JSON Lines and
+    # CSV: on stderr), to be said again with them.
+    notes: list[str] = []
 
 
 _RENDITION = msgspec.msgpack.Decoder(_Rendition)
@@ -144,10 +148,12 @@ class Rendition:
     here. ``write_to`` copies them out and closes the file: to a file descriptor of its own
     (standard output as a file or a pipe) by ``os.sendfile``, in the kernel; else in
     pieces of a megabyte through one buffer. 100,000 sessions' JSON is 110 MB: read into
-    new bytes a megabyte at a time it cost a repeat about 0.1 s of page faults."""
+    new bytes a megabyte at a time it cost a repeat about 0.1 s of page faults. ``notes``:
+    what was kept to be said apart from the bytes (``RenditionSpool.keep``)."""
 
-    def __init__(self, file: BinaryIO, offset: int, length: int) -> None:
+    def __init__(self, file: BinaryIO, offset: int, length: int, notes: Sequence[str] = ()) -> None:
         self._file, self._offset, self.length = file, offset, length
+        self.notes = list(notes)
 
     def write_to(self, out: BinaryIO) -> None:
         try:
@@ -491,21 +497,27 @@ class ReportCache:
         except BaseException:
             file.close()
             raise
-        return Rendition(file, 8 + length, kept.length)
+        return Rendition(file, 8 + length, kept.length, kept.notes)
 
     def keep_rendered(
-        self, kind: str, request: Any, form: str, data: bytes | Sequence[bytes]
+        self,
+        kind: str,
+        request: Any,
+        form: str,
+        data: bytes | Sequence[bytes],
+        notes: Sequence[str] = (),
     ) -> None:
         """Keep ``data`` (bytes, or pieces of them), the report of ``request`` as ``form``
         names it (one name, one way of writing it), beside its memo: only when that memo
         was kept (``remember``) or found sound (``recall``) in this run, so a report that
-        is not kept (a reply in flight) is never answered from here either."""
+        is not kept (a reply in flight) is never answered from here either. ``notes``: what
+        the form says apart from ``data`` (``Rendition.notes``)."""
         spool = self.rendering(kind, request, form)
         if spool is None:
             return
         for piece in [data] if isinstance(data, bytes) else data:
             spool.add(piece)
-        spool.keep()
+        spool.keep(notes)
 
     def rendering(self, kind: str, request: Any, form: str) -> RenditionSpool | None:
         """A spool for the report of ``request`` as ``form`` names it, to be given its bytes
@@ -750,12 +762,15 @@ class RenditionSpool:
         if self._length > _LARGEST:  # a runaway, not a real report: not kept
             self.discard()
 
-    def keep(self) -> None:
+    def keep(self, notes: Sequence[str] = ()) -> None:
+        """Keep the bytes given, and ``notes``, said apart from them (``Rendition.notes``)."""
         if self._fd < 0:
             return
         try:
             cache = self._cache
-            rendition = _Rendition(self._request, self._form, self._checks, self._length)
+            rendition = _Rendition(
+                self._request, self._form, self._checks, self._length, list(notes)
+            )
             head = cache._head() + _ENCODER.encode(rendition)
             name = _rendition_name(self._kind, self._request, self._form)
             spooled = Rendition(
