@@ -383,3 +383,24 @@ def test_the_sessions_table_draws_a_screenful_and_says_there_is_more(tmp_path: P
     assert len(ids) == 60 and "more not shown" not in text
     whole = _cli("sessions", "--db", str(db), "--format", "json", columns=None)
     assert len(json.loads(whole.stdout)) == 60
+
+
+def test_a_usage_table_draws_its_last_rows_and_the_total_of_all(monkeypatch):
+    """A table of more rows than ``TABLE_ROWS`` draws the last ones (the latest: days in
+    order), says how many it left out and how to get every row, and totals them all."""
+    from opencode_events.reports.usage import UsageReport, UsageRow, _total
+
+    monkeypatch.setattr(tables, "TABLE_ROWS", 4)
+    days = [f"2026-11-{day:02}" for day in range(1, 7)]
+    rows = [UsageRow(day=day, inferences=1, input_tokens=10, cost=0.5) for day in days]
+    out = io.StringIO()
+    report = UsageReport(by="day", rows=rows, total=_total(rows), stored=True)
+    tables.usage_table(report, out=out, store=True, width=160)
+    headers, body = _grid(out.getvalue())
+    assert [row[0] for row in body] == [*days[2:], "total"]
+    assert body[-1][headers.index("input")] == "60" and body[-1][headers.index("steps")] == "6"
+    assert "the last 4 of 6 rows; the total is of all" in " ".join(out.getvalue().split())
+    out = io.StringIO()  # no more than that: every row, and nothing said
+    report = UsageReport(by="day", rows=rows[:4], total=_total(rows[:4]), stored=True)
+    tables.usage_table(report, out=out, store=True, width=160)
+    assert len(_grid(out.getvalue())[1]) == 5 and "the last" not in out.getvalue()
