@@ -783,3 +783,46 @@ def test_summaries_made_of_rows_let_go_are_the_same():
     assert handed == []
     assert let_go == kept
     assert [summary.id for summary in let_go] == [row.id for row in rows]
+
+
+@pytest.mark.parametrize("front", [False, True], ids=["pad-last", "pad-first"])
+def test_usage_turns_count_odd_parts_as_sessions_does(tmp_path: Path, monkeypatch, front: bool):
+    """``usage --by turn`` decodes each part of a turn whole: every odd part, as it is and
+    made large, in a turn's reply gives the tool calls decoding it whole gives, which
+    ``sessions`` counts too but for a large part that starts the way OpenCode writes a tool
+    part (taken at its head's word there)."""
+    from opencode_events.reports.usage import store_usage
+
+    monkeypatch.setenv("OPENCODE_EVENTS_STALE_AFTER", str(10**12))
+    rows = [p.values[0] for p in PARTS]
+    rows += [_padded(row, front) for row in rows]
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "mcp" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    (template,) = conn.execute("SELECT id FROM session LIMIT 1").fetchone()
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(session)")]
+    copy = ", ".join("?" if c == "id" else c for c in columns)
+    for n, data in enumerate(rows):
+        sid, user, reply = f"ses_odd{n:04d}", f"msg_odd{n:04d}a", f"msg_odd{n:04d}b"
+        conn.execute(
+            f"INSERT INTO session SELECT {copy} FROM session WHERE id = ?", (sid, template)
+        )
+        prompt = '{"role":"user","time":{"created":1}}'
+        answer = json.dumps({"role": "assistant", "parentID": user, "time": {"created": 2}})
+        conn.execute("INSERT INTO message VALUES (?, ?, 1, 1, ?)", (user, sid, prompt))
+        conn.execute("INSERT INTO message VALUES (?, ?, 2, 2, ?)", (reply, sid, answer))
+        conn.execute(
+            "INSERT INTO part VALUES (?, ?, ?, 2, 2, ?)", (f"prt_odd{n:04d}", reply, sid, data)
+        )
+    conn.commit()
+    conn.close()
+    counted = summaries(db, monkeypatch, "per-session")
+    with Store(db) as store:
+        for n, data in enumerate(rows):
+            sid = f"ses_odd{n:04d}"
+            report = store_usage(store, [sid], by="turn")
+            calls = sum(row.tool_calls or 0 for row in report.rows)
+            assert calls == expected_tools([data])[0], data
+            large = len(data.encode() if isinstance(data, str) else data) >= 256
+            if not (large and _usual_head(data)):
+                assert calls == counted[sid]["tool_calls"], data
