@@ -13,7 +13,9 @@ in alternating blocks (``store_bench.paired``):
   moved), so every timed run has 1 % of the sessions to read again (≥ 10× ccusage);
 - **1 % changed, older sessions unlogged**: the same on a copy whose sessions predate the
   event log (no sequence rows, as a long-used database's older sessions: gen_db.py writes
-  none), where OpenCode's writes give the changed sessions their first stamps.
+  none), where OpenCode's writes give the changed sessions their first stamps;
+- **usage by turn** (``usage --all``, ours alone: ccusage has no report like it): cold,
+  repeat and 1 % changed, and the last against its cold run.
 
 Every report is checked against ``--no-cache`` on the same state. Prints a Markdown table and
 writes bench/out/cache-results.json.
@@ -92,6 +94,12 @@ class Writer:
             if row is None:
                 continue
             mid, created, data = row
+            # after the session began, as a reply is: a fork's last message may be a copy,
+            # older than the fork (OpenCode writes nothing else before its session)
+            (began,) = conn.execute(
+                "SELECT time_created FROM session WHERE id = ?", (sid,)
+            ).fetchone()
+            created = max(created, began)
             self.n += 1
             new = f"msg_bench{self.run}{self.n:08d}"
             conn.execute(
@@ -140,6 +148,35 @@ def alternate(ours, peer: list[str], peer_env: dict) -> dict:
         "peer_s": round(min(best_theirs), 2),
         "ratio": round(min(best_theirs) / min(best_mine), 1),
         "ratio_by_block": [round(min(pairs), 1), round(max(pairs), 1)],
+    }
+
+
+def _turns(db: Path, writer: Writer, cache_home: Path, env: dict) -> dict:
+    """``usage --all`` by turn, which ccusage has no report like: ours alone, best of a
+    block each (cold: the cache emptied; repeat; 1 % of the sessions changed before each
+    run, untimed), and whether the report brought up to date is the one --no-cache gives."""
+    cmd = sb.our_cmd("usage", "--db", str(db), "--all", "--format", "json")
+    runs = sb.BLOCK_RUNS
+
+    def best(prepare) -> tuple[float, int]:
+        found = []
+        for _ in range(runs):
+            prepare()
+            found.append(sb.measure(cmd, env=env))
+        return min(r[0] for r in found), max(r[1] for r in found)
+
+    cold = best(lambda: shutil.rmtree(cache_home, ignore_errors=True))
+    repeat = best(lambda: None)
+    changed = best(writer.change)
+    writer.change()
+    same = sb.capture(cmd, env=env) == sb.capture([*cmd, "--no-cache"], env=env)
+    return {
+        "cold_s": round(cold[0], 3),
+        "repeat_s": round(repeat[0], 3),
+        "changed_1pct_s": round(changed[0], 3),
+        "changed_rss": changed[1],
+        "changed_vs_cold": round(cold[0] / changed[0], 1),
+        "same_as_no_cache": same,
     }
 
 
@@ -211,6 +248,7 @@ def main() -> None:
             [*old_cmd, "--no-cache"], env=env
         )
         results[name] = figures
+    results["usage by turn"] = turns = _turns(db, writer, cache_home, env)
     shutil.rmtree(cache_home, ignore_errors=True)
     unlogged.unlink(missing_ok=True)  # 3 GB, made again next time
     (sb.OUT / "cache-results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -228,6 +266,12 @@ def main() -> None:
             )
         same = results[name]["same_as_no_cache"]
         print(f"| {name} same as --no-cache | {same} | | | equal | {'ok' if same else 'WRONG'} |")
+    print(
+        f"| usage --all (by turn) cold / repeat / 1 % changed | {turns['cold_s']:.3f} / "
+        f"{turns['repeat_s']:.3f} / {turns['changed_1pct_s']:.3f} s | (no such report) | "
+        f"{turns['changed_vs_cold']}× its cold run | — | "
+        f"{'same as --no-cache' if turns['same_as_no_cache'] else 'WRONG'} |"
+    )
     print(json.dumps(results, indent=2))
 
 

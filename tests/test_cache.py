@@ -297,6 +297,7 @@ REPORTS = (
     ("sessions", {"limit": 2}),
     ("sessions", {"all_sessions": True, "fold": False}),
     ("usage", {"all_sessions": True, "by": "turn", "fold": False}),
+    ("usage", {"all_sessions": True, "by": "turn"}),  # brought up to date, family by family
     ("usage", {"all_sessions": True, "by": "day"}),
     ("usage", {"all_sessions": True, "by": "session"}),
     ("usage", {"all_sessions": True, "by": "model"}),
@@ -319,6 +320,7 @@ REPORTS = (
     ("usage as json", {"by": "model", "until_ms": SINCE}),
 )
 EVERY_DAY = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))  # asked every step
+EVERY_TURN = REPORTS.index(("usage", {"all_sessions": True, "by": "turn"}))  # and so is this
 
 
 RENDER = {
@@ -430,7 +432,7 @@ def test_every_report_equals_a_recomputation(
             for kind, _logged, pick, source in changes:
                 _change(db, (kind, logged, pick, source), sources, spare)
             before = _digest(db)
-            for which in [*reports, 0, EVERY_DAY]:
+            for which in [*reports, 0, EVERY_DAY, EVERY_TURN]:
                 cached = _report(db, which, root)
                 assert cached == _report(db, which, None), REPORTS[which]
                 assert _report(db, which, root) == cached  # the repeat, from the memo
@@ -693,6 +695,133 @@ def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatc
     assert [_report(db, which, root) for which in (0, 1)] == expected
     for src in sources.values():
         src.close()
+
+
+@pytest.mark.parametrize(
+    "change", ["child_reply", "parent_reply", "new_child", "new_session", "fork", "other_program"]
+)
+def test_turns_of_a_change_read_only_its_family(tmp_path, monkeypatch, change):
+    """``usage --all`` (by turn, subagents folded) brought up to date: the changed session's
+    family (its top-level session and every subagent below it) read again, no other
+    session, and the fork rule (which reads every message) not run again; the report the
+    one a full reading gives. A fork made, or a write OpenCode did not log, and every
+    session is read again."""
+    db, spare, root = tmp_path / "opencode.db", tmp_path / "spare.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    conn = sqlite3.connect(db)
+    for name in ("mcp", "reasoning"):
+        _copy_session(conn, sources[name], _sessions(sources[name])[0], logged=True)
+    conn.commit()
+    (child, parent) = conn.execute(
+        "SELECT id, parent_id FROM session WHERE parent_id IS NOT NULL"
+    ).fetchone()
+    conn.close()
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "turn"}))
+    _report(db, which, root)
+    ids = _sessions(sqlite3.connect(db))
+    step = {
+        "child_reply": ("update_message", True, ids.index(child), "task"),
+        "parent_reply": ("update_message", True, ids.index(parent), "task"),
+        "new_child": ("new_child", True, ids.index(parent), "reasoning"),
+        "new_session": ("new_session", True, 0, "compaction"),
+        "fork": ("fork", True, ids.index(parent), "task"),
+        "other_program": ("update_message", False, ids.index(child), "task"),
+    }[change]
+    _change(db, step, sources, spare)
+    expected = _report(db, which, None)
+    read, rule_run = [], []
+    turns, copies = usage_module._session_turns, usage_module._forked_copies
+    monkeypatch.setattr(
+        usage_module,
+        "_session_turns",
+        lambda store, sid, *a: read.append(sid) or turns(store, sid, *a),
+    )
+    monkeypatch.setattr(
+        usage_module, "_forked_copies", lambda *a, **k: rule_run.append(1) or copies(*a, **k)
+    )
+    assert _report(db, which, root) == expected
+    after = _sessions(sqlite3.connect(db))
+    if change in ("fork", "other_program"):
+        assert rule_run and set(read) == set(after)  # read again, every one
+    elif change == "new_session":
+        assert not rule_run and read == [after[-1]]
+    else:
+        family = {parent, child} | ({after[-1]} if change == "new_child" else set())
+        assert not rule_run and set(read) == family
+    for src in sources.values():
+        src.close()
+
+
+@pytest.mark.parametrize("change", ["original_reply", "fork_reply", "original_gone"])
+def test_turns_keep_the_fork_rule_by_session(tmp_path, monkeypatch, change):
+    """samples/fork: a fork whose copied history has its originals in another session. The
+    fork rule's findings are kept by session: a reply in either reads its family alone,
+    and an original deleted reads the fork's family too (its copy is counted now), with
+    the rule (which reads every message) not run again; the report the one a full
+    reading gives."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    task = sqlite3.connect(SAMPLES / "task" / "opencode.db")
+    conn = sqlite3.connect(db)
+    _copy_session(conn, task, _sessions(task)[0], logged=True)
+    conn.commit()
+    task.close()
+    fork, original = _rows(  # the fork holds messages older than itself
+        conn,
+        "SELECT s.id, (SELECT o.id FROM session o WHERE o.id != s.id AND o.id LIKE 'ses_dd80%') "
+        "FROM session s WHERE EXISTS (SELECT 1 FROM message m WHERE m.session_id = s.id "
+        "AND m.time_created < s.time_created)",
+    )[0]
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "turn"}))
+    first = _report(db, which, root)
+    assert b"forked cop" in first
+    if change == "original_gone":
+        (mid,) = conn.execute(
+            "SELECT id FROM message WHERE session_id = ? AND data LIKE '%\"assistant\"%'",
+            (original,),
+        ).fetchone()
+        conn.execute("DELETE FROM part WHERE message_id = ?", (mid,))
+        conn.execute("DELETE FROM message WHERE id = ?", (mid,))
+        _log(conn, original, "message.removed.1")
+    else:
+        target = original if change == "original_reply" else fork
+        mid, created, data = conn.execute(
+            "SELECT id, time_created, data FROM message WHERE session_id = ? "
+            "ORDER BY time_created DESC LIMIT 1",
+            (target,),
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (_fresh("msg"), target, created + 60_000, created + 60_000, data),
+        )
+        _log(conn, target, "message.updated.1")
+    conn.commit()
+    conn.close()
+    expected = _report(db, which, None)
+    read, rule_run = [], []
+    turns, copies = usage_module._session_turns, usage_module._forked_copies
+    monkeypatch.setattr(
+        usage_module,
+        "_session_turns",
+        lambda store, sid, *a: read.append(sid) or turns(store, sid, *a),
+    )
+    monkeypatch.setattr(
+        usage_module, "_forked_copies", lambda *a, **k: rule_run.append(1) or copies(*a, **k)
+    )
+    assert _report(db, which, root) == expected
+    assert not rule_run
+    assert (
+        set(read)
+        == {
+            "original_reply": {original},
+            "fork_reply": {fork},
+            "original_gone": {original, fork},
+        }[change]
+    )
+    if change == "original_gone":
+        assert expected != first
 
 
 def test_the_cache_lives_under_xdg_cache_home_and_no_cache_skips_it(tmp_path) -> None:

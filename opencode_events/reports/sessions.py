@@ -47,7 +47,7 @@ from ..core.views import (
 from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import Pending, in_forked_child, share_ranges, worker_connection
-from ..store.rows import SessionRow, ToolPartHeads, descendants, offers_fast_scans
+from ..store.rows import SessionRow, ToolPartHeads, ancestry, descendants, offers_fast_scans
 from ..store.sqlite import Store
 from .cache import ReportCache
 from .mcp import mcp_server_of
@@ -1209,7 +1209,7 @@ def _brought_up_to_date(
     ]
     if len(changed) >= WHOLE_TABLE_SESSIONS or any(sid not in parents for sid in parents_then):
         return None  # many changed (the whole-table read is quicker), or one was removed
-    chains = [_ancestry(sid, parents) for sid in changed]
+    chains = [ancestry(sid, parents) for sid in changed]
     ids = {sid for chain in chains for sid in chain} if all_sessions else {c[-1] for c in chains}
     rows = [row for row in map(store.session, ids) if row is not None]
     servers: dict[str | None, Sequence[str]] = {}
@@ -1226,18 +1226,6 @@ def _brought_up_to_date(
         servers.setdefault(directory, names)  # the kept summaries consulted these
     _remember(cache, request, report, servers, parents)
     return report
-
-
-def _ancestry(sid: str, parents: dict[Any, Any]) -> list[str]:
-    """``sid`` and the sessions above it, up to its top-level one (last), as ``Store`` tells
-    a top-level session: no parent, itself as parent, or a parent the store does not have."""
-    chain = [sid]
-    while True:
-        parent = parents.get(sid)
-        if parent is None or parent not in parents or parent in chain:
-            return chain
-        chain.append(parent)
-        sid = parent
 
 
 def _after(created: Any, until: int) -> bool:

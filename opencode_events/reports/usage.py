@@ -54,7 +54,7 @@ from ..errors import GroupingError, InputError
 from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import in_forked_child, share_ranges, worker_connection
-from ..store.rows import descendants, offers_fast_scans
+from ..store.rows import ancestry, descendants, offers_fast_scans
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 from .cache import UNENCODABLE, ReportCache, Spill, cache_digest
 
@@ -983,31 +983,78 @@ def _session_total(store: Any, session_id: str) -> UsageRow:
     return total
 
 
+# A fork's copy of a message, as the fork rule keeps it: its id, whether it is an inference
+# (an assistant message), its cost, its fingerprint, and its row's time_created.
+Copy = tuple[str, bool, float, bytes, Any]
+
+
+class _Copies(NamedTuple):
+    """A fork's copied history among a report's sessions (``_forked_copies``)."""
+
+    ids: set[str]  # the copies whose original is there too: not counted again
+    inferences: int  # how many of them are inferences
+    cost: float  # the cost they carry
+    candidates: dict[str, list[Copy]]  # session → the messages older than it (maybe copies)
+    originals: dict[str, list[bytes]]  # session → the fingerprints it holds an original of
+
+    @property
+    def note(self) -> str | None:
+        if not self.inferences:
+            return None
+        return (
+            f"{self.inferences} forked cop{'y' if self.inferences == 1 else 'ies'} of earlier "
+            f"inferences not counted again (${self.cost:.4f})"
+        )
+
+
 def _forked_copies(
     store: Any, sessions: set[str], since: int | None, until: int | None = None
-) -> tuple[set[str], int, float]:
-    """Ids of messages of ``sessions`` that are a fork's copy of a message of theirs too
+) -> _Copies:
+    """The messages of ``sessions`` that are a fork's copy of a message of theirs too
     (older than their own session, same content and times as another; with ``since``, of
-    those created since then), how many of them are inferences (assistant messages), and
-    the cost they carry."""
-    candidates: dict[bytes, list[tuple[str, bool, float]]] = {}
-    times: set[Any] = set()
-    copy_ids: set[str] = set()
-    for sid, mid, created, data in _older_than_session(store):
+    those created since then), how many of them are inferences (assistant messages), the
+    cost they carry, and which sessions hold such copies and their originals."""
+    candidates = _copy_candidates(_older_than_session(store), sessions, since, until)
+    originals = (
+        _originals_in(_message_rows(store, None), sessions, candidates) if candidates else {}
+    )
+    return _copies_counted(candidates, originals)
+
+
+def _copy_candidates(
+    rows: Iterable[tuple[str, str, Any, bytes]],
+    sessions: set[str],
+    since: int | None = None,
+    until: int | None = None,
+) -> dict[str, list[Copy]]:
+    """Of messages older than their session (``rows``), those of ``sessions`` in the
+    window, by session: each a copy if an original is found (``_originals_in``)."""
+    found: dict[str, list[Copy]] = {}
+    for sid, mid, created, data in rows:
         if sid not in sessions or not _within(created, since, until, timeless=True):
             continue
         try:
             info = _read_message(data)
         except _UNREADABLE:
             continue
-        copy = (mid, info.role == "assistant", _figures(info).cost)
-        candidates.setdefault(_fingerprint(info), []).append(copy)
-        times.add(created)
-        copy_ids.add(mid)
-    if not candidates:
-        return set(), 0, 0.0
-    originals: set[bytes] = set()
-    for sid, mid, created, data in _message_rows(store, None):
+        copy = (mid, info.role == "assistant", _figures(info).cost, _fingerprint(info), created)
+        found.setdefault(sid, []).append(copy)
+    return found
+
+
+def _originals_in(
+    rows: Iterable[tuple[str, str, Any, bytes]],
+    sessions: set[str],
+    candidates: dict[str, list[Copy]],
+) -> dict[str, list[bytes]]:
+    """Which of ``candidates`` each session of ``sessions`` holds an original of, among
+    ``rows`` (messages): one at a copy's time, not a candidate itself, of the same
+    fingerprint."""
+    prints = {copy[3] for copies in candidates.values() for copy in copies}
+    times = {copy[4] for copies in candidates.values() for copy in copies}
+    copy_ids = {copy[0] for copies in candidates.values() for copy in copies}
+    found: dict[str, set[bytes]] = {}
+    for sid, mid, created, data in rows:
         if created not in times or mid in copy_ids or sid not in sessions:
             continue
         try:
@@ -1015,18 +1062,48 @@ def _forked_copies(
         except _UNREADABLE:
             continue
         fingerprint = _fingerprint(info)
-        if fingerprint in candidates:
-            originals.add(fingerprint)
-    copies = [copy for fp in originals for copy in candidates[fp]]
-    inferences = sum(1 for _, assistant, _ in copies if assistant)
-    return {mid for mid, _, _ in copies}, inferences, sum(cost for _, _, cost in copies)
+        if fingerprint in prints:
+            found.setdefault(sid, set()).add(fingerprint)
+    return {sid: sorted(prints) for sid, prints in found.items()}
+
+
+def _copies_counted(
+    candidates: dict[str, list[Copy]], originals: dict[str, list[bytes]]
+) -> _Copies:
+    """The candidates whose original is held somewhere: the copies not counted again."""
+    present = {fingerprint for held in originals.values() for fingerprint in held}
+    copies = [copy for held in candidates.values() for copy in held if copy[3] in present]
+    return _Copies(
+        {copy[0] for copy in copies},
+        sum(1 for copy in copies if copy[1]),
+        math.fsum(copy[2] for copy in copies),  # exact: the note reads the same in any order
+        candidates,
+        originals,
+    )
 
 
 def forked_copy_ids(store: Any, session_ids: Iterable[str]) -> set[str]:
     """The message ids of ``session_ids`` that are a fork's copied history (the same rule
     ``usage`` uses not to count them twice): for ``otel``, whose traces hold each inference
     once, in the session where it happened."""
-    return _forked_copies(store, set(session_ids), None)[0]
+    return _forked_copies(store, set(session_ids), None).ids
+
+
+class _TurnFacts:
+    """What a report by turn of every session was made of beyond its rows (``_turn_report``
+    fills it in), kept as its memo's basis so that the next report reads only the families
+    that changed (``_turns_brought_up_to_date``)."""
+
+    def __init__(self) -> None:
+        self.copies: _Copies | None = None  # the fork rule's findings (None: not applied)
+        # every row a chosen session's (no subagent listed apart), no note but the fork
+        # rule's, no row unread: a report made of its families' rows alone, in order
+        self.by_family = True
+
+    def basis(self, stamps: dict[str, Any], parents: dict[Any, Any]) -> list[Any] | None:
+        if not self.by_family or self.copies is None:
+            return None
+        return [stamps, parents, self.copies.candidates, self.copies.originals]
 
 
 def _turn_report(
@@ -1038,22 +1115,29 @@ def _turn_report(
     dedupe: bool = False,
     since: int | None = None,
     until: int | None = None,
+    facts: _TurnFacts | None = None,
+    skip: set[str] | None = None,
 ) -> tuple[list[UsageRow], list[str]]:
+    """The rows by turn of ``session_ids`` (and of the subagents folded into them, or
+    listed apart), and the report's notes. With ``dedupe``, a fork's copies of messages
+    also in the report are left out (the fork rule: ``_forked_copies``, said in a note);
+    ``skip``: those copies as found already (no rule applied, no note)."""
     rows: list[UsageRow] = []
     notes: list[str] = []
     # The user messages copied are skipped too (they open no turn of their own); the note
     # counts inferences, as the grouped reports' note does. An original counts when it is in
     # the report (a session chosen, or a subagent of one).
-    skip, inferences, skipped_cost = (
-        _forked_copies(store, {*session_ids, *descendants(session_ids, tree)}, since, until)
-        if dedupe
-        else (set(), 0, 0.0)
-    )
-    if inferences:
-        notes.append(
-            f"{inferences} forked cop{'y' if inferences == 1 else 'ies'} of earlier "
-            f"inferences not counted again (${skipped_cost:.4f})"
+    if skip is None:
+        copies = (
+            _forked_copies(store, {*session_ids, *descendants(session_ids, tree)}, since, until)
+            if dedupe
+            else None
         )
+        skip = copies.ids if copies is not None else set()
+        if copies is not None and copies.note is not None:
+            notes.append(copies.note)
+        if facts is not None:
+            facts.copies = copies
     unread = [0]
     queue = list(session_ids)
     done: set[str] = set()  # listed, or folded into a turn
@@ -1125,7 +1209,121 @@ def _turn_report(
             rows.append(row)
     if unread[0]:
         notes.append(_unread_rows_note(unread[0]))
+    if facts is not None:
+        chosen = set(session_ids)
+        fork_notes = facts.copies is not None and facts.copies.note is not None
+        facts.by_family = len(notes) == fork_notes and all(row.session_id in chosen for row in rows)
     return rows, notes
+
+
+def _turns_brought_up_to_date(
+    store: Any, cache: ReportCache, memo: tuple[str, list[Any]]
+) -> UsageReport | None:
+    """The last report by turn of every session (all time, folded), the families whose
+    sessions changed since read again: the report a full reading would give, at the cost
+    of what changed. None (read everything) unless only OpenCode wrote since (a session
+    whose stamp held is unchanged: ``ReportCache.previous``), the last report was made of
+    its families' rows alone (``_TurnFacts``), none was removed or moved to another parent,
+    no parent links loop, fewer than ``WHOLE_TABLE_SESSIONS`` changed, and no changed
+    session copies a history the last report did not know (a new fork, whose originals may
+    be anywhere: the fork rule reads every message).
+
+    A family's rows depend on its own sessions (its subagents fold into its turns) and on
+    the fork rule: which of its messages are copies whose original is held somewhere. The
+    rule's findings are kept by session (the copies each holds, the originals each holds),
+    so the changed sessions' are found again from their own rows, and a family whose
+    copies are counted otherwise since (an original gone, or come) is read again too;
+    every other family's rows are the last report's, in the order of the sessions."""
+    found = cache.previous(*memo, UsageReport)
+    if found is None:
+        return None
+    before, basis, _checks = found
+    try:
+        stamps_then, parents_then, candidates_then, originals_then = msgspec.convert(
+            basis, tuple[dict, dict, dict[str, list[Copy]], dict[str, list[bytes]]]
+        )
+    except (msgspec.ValidationError, TypeError):
+        return None
+    parents = store.session_parents()
+    stamps = cache.stamps
+    if (
+        len(parents_then) > len(parents)
+        or any(type(sid) is not str for sid in parents)
+        or store.loop_members()
+    ):
+        return None
+    missing = object()
+    changed = [
+        sid
+        for sid, parent in parents.items()
+        if stamps_then.get(sid) != stamps.get(sid) or parents_then.get(sid, missing) != parent
+    ]
+    if len(changed) >= WHOLE_TABLE_SESSIONS or any(sid not in parents for sid in parents_then):
+        return None
+    from ..store.open import every_session
+
+    ids = every_session(store, top_level=True)
+    tree = store.children()
+    tops = set(ids)
+    families = {ancestry(sid, parents)[-1] for sid in changed}
+    if len(ids) < 2 or not families <= tops:
+        return None
+    read_again = [*families, *descendants(list(families), tree)]
+    # The fork rule, from the changed families' own rows and what the rest held then.
+    report_sessions = {*ids, *descendants(ids, tree)}
+    fresh = _copy_candidates(store.messages_older_than_session(read_again), report_sessions)
+    try:  # a time kept that is no SQLite value (a damaged cache) cannot be compared
+        known = {(copy[3], copy[4]) for held in candidates_then.values() for copy in held}
+        if any((copy[3], copy[4]) not in known for held in fresh.values() for copy in held):
+            return None  # a new copy of history: its original may be in any session
+        again = set(read_again)
+        candidates = {sid: held for sid, held in candidates_then.items() if sid not in again}
+        candidates.update(fresh)
+        originals = {sid: held for sid, held in originals_then.items() if sid not in again}
+        if candidates:
+            rows = itertools.chain.from_iterable(store.message_batches(read_again))
+            originals.update(_originals_in(rows, report_sessions, candidates))
+        copies = _copies_counted(candidates, originals)
+        counted_then = _copies_counted(candidates_then, originals_then).ids
+    except TypeError:
+        return None
+    moved = counted_then ^ copies.ids  # copies counted otherwise now
+    for sid, held in candidates.items():
+        if sid not in again and any(copy[0] in moved for copy in held):
+            families.add(ancestry(sid, parents)[-1])
+    if not families <= tops:
+        return None
+    order = [sid for sid in ids if sid in families]
+    facts = _TurnFacts()
+    fresh_rows, notes = _turn_report(
+        store, order, fold=True, tree=tree, facts=facts, skip=copies.ids
+    )
+    if notes or not facts.by_family:
+        return None
+    kept: dict[Any, list[UsageRow]] = {}
+    for row in before.rows:
+        kept.setdefault(row.session_id, []).append(row)
+    if not set(kept) <= tops:
+        return None
+    _judge_staleness(store, fresh_rows, tree, None)
+    by_session: dict[Any, list[UsageRow]] = {}
+    for row in fresh_rows:
+        by_session.setdefault(row.session_id, []).append(row)
+    rows_now = [
+        row for sid in ids for row in (by_session if sid in families else kept).get(sid, ())
+    ]
+    report = UsageReport(
+        by="turn",
+        rows=rows_now,
+        total=_total(rows_now),
+        notes=[copies.note] if copies.note is not None else [],
+        stored=True,
+    )
+    _say_undone(store, report, ids, tree, None, None, cache)
+    if not any(row.in_flight for row in rows_now):
+        facts.copies = copies
+        cache.remember(*memo, report, None, facts.basis(stamps, parents))
+    return report
 
 
 def _unread_rows_note(rows: int) -> str:
@@ -1148,6 +1346,7 @@ def store_usage(
     cache: ReportCache | None = None,
     until_ms: int | None = None,
     memo: bool = True,
+    facts: _TurnFacts | None = None,
 ) -> UsageReport:
     """Usage of stored sessions (``session_ids`` top-level, in order); with ``since_ms``,
     of their inferences created at or after it (and the subagents those spawned). A row in
@@ -1162,7 +1361,15 @@ def store_usage(
     if cache is not None and now_ms is None and not memo:
         try:
             return _store_usage(
-                store, session_ids, by, fold, tz, cross_session, (since_ms, until_ms), cache
+                store,
+                session_ids,
+                by,
+                fold,
+                tz,
+                cross_session,
+                (since_ms, until_ms),
+                cache,
+                facts=facts,
             )
         finally:
             cache.settle()  # the ledger written aside is in place
@@ -1189,7 +1396,9 @@ def store_usage(
             cache.settle()  # the ledger written aside is in place
         return report
     window = (since_ms, until_ms)
-    return _store_usage(store, session_ids, by, fold, tz, cross_session, window, None, now_ms)
+    return _store_usage(
+        store, session_ids, by, fold, tz, cross_session, window, None, now_ms, facts=facts
+    )
 
 
 def _store_usage(
@@ -1202,6 +1411,8 @@ def _store_usage(
     window: tuple[int | None, int | None],
     cache: ReportCache | None,
     now_ms: float | None = None,
+    *,
+    facts: _TurnFacts | None = None,
 ) -> UsageReport:
     since_ms, until_ms = window
     tree = store.children()
@@ -1217,6 +1428,7 @@ def _store_usage(
             dedupe=cross_session,
             since=since_ms,
             until=until_ms,
+            facts=facts,
         )
         _judge_staleness(store, rows, tree, now_ms)
         report = UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
@@ -2692,10 +2904,19 @@ def stored_usage(
         tz=tz,
         until_ms=until_ms,
     )
+    # Every session's turns of all time, folded: kept with what brings them up to date.
+    facts = (
+        _TurnFacts()
+        if memo is not None and by == "turn" and fold and since_ms is None and until_ms is None
+        else None
+    )
     if memo is not None and cache is not None:
         kept = cache.recall(*memo, UsageReport)
         if kept is not None:
             return kept
+        brought = _turns_brought_up_to_date(store, cache, memo) if facts is not None else None
+        if brought is not None:
+            return brought
     if memo is not None:
         ids = every_session(store, top_level=True)
     elif until_ms is not None and not session_ids and not last:
@@ -2716,9 +2937,12 @@ def stored_usage(
         cache=cache,
         until_ms=until_ms,
         memo=memo is None,  # one memo of the report: that of every session
+        facts=facts,
     )
     if memo is not None and cache is not None and not any(row.in_flight for row in report.rows):
-        cache.remember(*memo, report)
+        # The stamps as read before any row: never newer than the report.
+        basis = facts.basis(cache.stamps, store.session_parents()) if facts is not None else None
+        cache.remember(*memo, report, None, basis)
     return report
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "MessageRow",
     "PartRow",
     "descendants",
+    "ancestry",
     "loop_members",
     "is_top_level",
     "parents_of",
@@ -102,6 +103,18 @@ def descendants(roots: Sequence[str], tree: dict[str, list[str]]) -> list[str]:
                 found.append(child)
                 stack.append(child)
     return found
+
+
+def ancestry(sid: str, parents: dict[Any, Any]) -> list[str]:
+    """``sid`` and the sessions above it, up to its top-level one (last), as ``Store`` tells
+    a top-level session: no parent, itself as parent, or a parent the store does not have."""
+    chain = [sid]
+    while True:
+        parent = parents.get(sid)
+        if parent is None or parent not in parents or parent in chain:
+            return chain
+        chain.append(parent)
+        sid = parent
 
 
 def loop_members(parents: Mapping[Any, Any]) -> frozenset[Any]:
