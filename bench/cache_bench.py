@@ -14,8 +14,8 @@ in alternating blocks (``store_bench.paired``):
 - **1 % changed, older sessions unlogged**: the same on a copy whose sessions predate the
   event log (no sequence rows, as a long-used database's older sessions: gen_db.py writes
   none), where OpenCode's writes give the changed sessions their first stamps;
-- **usage by turn** (``usage --all``, ours alone: ccusage has no report like it): cold,
-  repeat and 1 % changed, and the last against its cold run.
+- **usage by turn and by step** (``usage --all``, ours alone: ccusage has no report like
+  them): cold, repeat and 1 % changed, and the last against its cold run.
 
 Every report is checked against ``--no-cache`` on the same state. Prints a Markdown table and
 writes bench/out/cache-results.json.
@@ -151,11 +151,12 @@ def alternate(ours, peer: list[str], peer_env: dict) -> dict:
     }
 
 
-def _turns(db: Path, writer: Writer, cache_home: Path, env: dict) -> dict:
-    """``usage --all`` by turn, which ccusage has no report like: ours alone, best of a
-    block each (cold: the cache emptied; repeat; 1 % of the sessions changed before each
-    run, untimed), and whether the report brought up to date is the one --no-cache gives."""
-    cmd = sb.our_cmd("usage", "--db", str(db), "--all", "--format", "json")
+def _own(db: Path, writer: Writer, cache_home: Path, env: dict, by: str) -> dict:
+    """``usage --all --by BY`` (turn, step), which ccusage has no report like: ours alone,
+    best of a block each (cold: the cache emptied; repeat; 1 % of the sessions changed
+    before each run, untimed), and whether the report brought up to date is the one
+    --no-cache gives."""
+    cmd = sb.our_cmd("usage", "--db", str(db), "--all", "--by", by, "--format", "json")
     runs = sb.BLOCK_RUNS
 
     def best(prepare) -> tuple[float, int]:
@@ -248,7 +249,8 @@ def main() -> None:
             [*old_cmd, "--no-cache"], env=env
         )
         results[name] = figures
-    results["usage by turn"] = turns = _turns(db, writer, cache_home, env)
+    results["usage by turn"] = _own(db, writer, cache_home, env, "turn")
+    results["usage by step"] = _own(db, writer, cache_home, env, "step")
     shutil.rmtree(cache_home, ignore_errors=True)
     unlogged.unlink(missing_ok=True)  # 3 GB, made again next time
     (sb.OUT / "cache-results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -266,12 +268,14 @@ def main() -> None:
             )
         same = results[name]["same_as_no_cache"]
         print(f"| {name} same as --no-cache | {same} | | | equal | {'ok' if same else 'WRONG'} |")
-    print(
-        f"| usage --all (by turn) cold / repeat / 1 % changed | {turns['cold_s']:.3f} / "
-        f"{turns['repeat_s']:.3f} / {turns['changed_1pct_s']:.3f} s | (no such report) | "
-        f"{turns['changed_vs_cold']}× its cold run | — | "
-        f"{'same as --no-cache' if turns['same_as_no_cache'] else 'WRONG'} |"
-    )
+    for by in ("turn", "step"):
+        own = results[f"usage by {by}"]
+        print(
+            f"| usage --all --by {by} cold / repeat / 1 % changed | {own['cold_s']:.3f} / "
+            f"{own['repeat_s']:.3f} / {own['changed_1pct_s']:.3f} s | (no such report) | "
+            f"{own['changed_vs_cold']}× its cold run | — | "
+            f"{'same as --no-cache' if own['same_as_no_cache'] else 'WRONG'} |"
+        )
     print(json.dumps(results, indent=2))
 
 

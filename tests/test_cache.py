@@ -320,7 +320,8 @@ REPORTS = (
     ("usage as json", {"by": "model", "until_ms": SINCE}),
 )
 EVERY_DAY = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))  # asked every step
-EVERY_TURN = REPORTS.index(("usage", {"all_sessions": True, "by": "turn"}))  # and so is this
+EVERY_TURN = REPORTS.index(("usage", {"all_sessions": True, "by": "turn"}))  # and these two
+EVERY_STEP = REPORTS.index(("usage", {"all_sessions": True, "by": "step"}))
 
 
 RENDER = {
@@ -432,7 +433,7 @@ def test_every_report_equals_a_recomputation(
             for kind, _logged, pick, source in changes:
                 _change(db, (kind, logged, pick, source), sources, spare)
             before = _digest(db)
-            for which in [*reports, 0, EVERY_DAY, EVERY_TURN]:
+            for which in [*reports, 0, EVERY_DAY, EVERY_TURN, EVERY_STEP]:
                 cached = _report(db, which, root)
                 assert cached == _report(db, which, None), REPORTS[which]
                 assert _report(db, which, root) == cached  # the repeat, from the memo
@@ -822,6 +823,80 @@ def test_turns_keep_the_fork_rule_by_session(tmp_path, monkeypatch, change):
     )
     if change == "original_gone":
         assert expected != first
+
+
+@pytest.mark.parametrize(
+    "change", ["child_reply", "new_session", "original_gone", "fork", "other_program"]
+)
+def test_steps_of_a_change_read_only_its_session(tmp_path, monkeypatch, change):
+    """``usage --all --by step`` brought up to date: the changed session's steps read
+    again (a step names the session it was made in: no family), and a fork's whose copy
+    is counted otherwise since; the fork rule not run again; the report the one a full
+    reading gives. A fork made, or a write OpenCode did not log: everything read again."""
+    db, spare, root = tmp_path / "opencode.db", tmp_path / "spare.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    conn = sqlite3.connect(db)
+    (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
+    copied = {  # samples/fork: a fork, and the session whose history it copied
+        sid: _copy_session(conn, sources["fork"], sid, logged=True)
+        for sid in _sessions(sources["fork"])
+    }
+    conn.commit()
+    (fork,) = conn.execute(
+        "SELECT s.id FROM session s WHERE EXISTS (SELECT 1 FROM message m WHERE "
+        "m.session_id = s.id AND m.time_created < s.time_created)"
+    ).fetchone()
+    (original,) = set(copied.values()) - {fork}
+    conn.close()
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "step"}))
+    _report(db, which, root)
+    ids = _sessions(sqlite3.connect(db))
+    step = {
+        "child_reply": ("update_message", True, ids.index(child), "task"),
+        "new_session": ("new_session", True, 0, "compaction"),
+        "original_gone": ("delete_message", True, 1, "task"),
+        "fork": ("fork", True, ids.index(child), "task"),
+        "other_program": ("update_message", False, ids.index(child), "task"),
+    }[change]
+    if change == "original_gone":  # the original's reply, which the fork holds a copy of
+        conn = sqlite3.connect(db)
+        (reply,) = conn.execute(
+            "SELECT id FROM message WHERE session_id = ? AND data LIKE '%\"assistant\"%'",
+            (original,),
+        ).fetchone()
+        conn.execute("DELETE FROM part WHERE message_id = ?", (reply,))
+        conn.execute("DELETE FROM message WHERE id = ?", (reply,))
+        _log(conn, original, "message.removed.1")
+        conn.commit()
+        conn.close()
+    else:
+        _change(db, step, sources, spare)
+    expected = _report(db, which, None)
+    read, rule_run = [], []
+    rows, copies = usage_module._message_rows, usage_module._forked_copies
+    monkeypatch.setattr(
+        usage_module,
+        "_message_rows",
+        lambda store, sids: read.append(None if sids is None else set(sids)) or rows(store, sids),
+    )
+    monkeypatch.setattr(
+        usage_module, "_forked_copies", lambda *a, **k: rule_run.append(1) or copies(*a, **k)
+    )
+    assert _report(db, which, root) == expected
+    after = _sessions(sqlite3.connect(db))
+    if change in ("fork", "other_program"):
+        assert rule_run  # everything read again, the rule with it
+    else:
+        new = {after[-1]} if change == "new_session" else set()
+        read_again = {
+            "child_reply": {child},
+            "new_session": new,
+            "original_gone": {original, fork},
+        }[change]
+        assert not rule_run and read == [read_again]
+    for src in sources.values():
+        src.close()
 
 
 def test_the_cache_lives_under_xdg_cache_home_and_no_cache_skips_it(tmp_path) -> None:

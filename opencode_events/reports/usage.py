@@ -1090,9 +1090,10 @@ def forked_copy_ids(store: Any, session_ids: Iterable[str]) -> set[str]:
 
 
 class _TurnFacts:
-    """What a report by turn of every session was made of beyond its rows (``_turn_report``
-    fills it in), kept as its memo's basis so that the next report reads only the families
-    that changed (``_turns_brought_up_to_date``)."""
+    """What a report by turn (or step) of every session was made of beyond its rows
+    (``_turn_report``, ``_store_usage`` fill it in), kept as its memo's basis so that the
+    next report reads only what changed (``_turns_brought_up_to_date``,
+    ``_steps_brought_up_to_date``)."""
 
     def __init__(self) -> None:
         self.copies: _Copies | None = None  # the fork rule's findings (None: not applied)
@@ -1216,24 +1217,25 @@ def _turn_report(
     return rows, notes
 
 
-def _turns_brought_up_to_date(
-    store: Any, cache: ReportCache, memo: tuple[str, list[Any]]
-) -> UsageReport | None:
-    """The last report by turn of every session (all time, folded), the families whose
-    sessions changed since read again: the report a full reading would give, at the cost
-    of what changed. None (read everything) unless only OpenCode wrote since (a session
-    whose stamp held is unchanged: ``ReportCache.previous``), the last report was made of
-    its families' rows alone (``_TurnFacts``), none was removed or moved to another parent,
-    no parent links loop, fewer than ``WHOLE_TABLE_SESSIONS`` changed, and no changed
-    session copies a history the last report did not know (a new fork, whose originals may
-    be anywhere: the fork rule reads every message).
+class _Since(NamedTuple):
+    """What changed since a report of every session was kept (``_changed_since``)."""
 
-    A family's rows depend on its own sessions (its subagents fold into its turns) and on
-    the fork rule: which of its messages are copies whose original is held somewhere. The
-    rule's findings are kept by session (the copies each holds, the originals each holds),
-    so the changed sessions' are found again from their own rows, and a family whose
-    copies are counted otherwise since (an original gone, or come) is read again too;
-    every other family's rows are the last report's, in the order of the sessions."""
+    before: UsageReport
+    stamps: dict[str, Any]
+    parents: dict[Any, Any]
+    changed: list[str]  # sessions whose stamp or parent moved, or new ones
+    ids: list[str]  # every top-level session now, oldest first
+    tree: dict[str, list[str]]
+    candidates: dict[str, list[Copy]]  # the fork rule's findings then (``_Copies``)
+    originals: dict[str, list[bytes]]
+
+
+def _changed_since(store: Any, cache: ReportCache, memo: tuple[str, list[Any]]) -> _Since | None:
+    """The report kept under ``memo`` in an earlier state and what changed since, when it
+    can be brought up to date: only OpenCode wrote since (a session whose stamp held is
+    unchanged: ``ReportCache.previous``), it was kept with its basis (``_TurnFacts``), no
+    session was removed or moved to another parent, no parent links loop, and fewer than
+    ``WHOLE_TABLE_SESSIONS`` changed; else None."""
     found = cache.previous(*memo, UsageReport)
     if found is None:
         return None
@@ -1263,34 +1265,74 @@ def _turns_brought_up_to_date(
     from ..store.open import every_session
 
     ids = every_session(store, top_level=True)
-    tree = store.children()
-    tops = set(ids)
-    families = {ancestry(sid, parents)[-1] for sid in changed}
-    if len(ids) < 2 or not families <= tops:
+    if len(ids) < 2:  # the fork rule applies across sessions: one alone was read whole
         return None
-    read_again = [*families, *descendants(list(families), tree)]
-    # The fork rule, from the changed families' own rows and what the rest held then.
-    report_sessions = {*ids, *descendants(ids, tree)}
+    tree = store.children()
+    return _Since(before, stamps, parents, changed, ids, tree, candidates_then, originals_then)
+
+
+def _fork_rule_now(
+    store: Any, since: _Since, read_again: Sequence[str]
+) -> tuple[_Copies, set[str]] | None:
+    """The fork rule's findings now (``_Copies``), from those kept and the rows of the
+    sessions ``read_again`` (every changed one among them), and the copies counted
+    otherwise than before (an original gone, or come): None when one of them holds a
+    copy of history the kept findings do not know (a new fork: its originals may be in
+    any session, and finding them reads every message)."""
+    report_sessions = {*since.ids, *descendants(since.ids, since.tree)}
     fresh = _copy_candidates(store.messages_older_than_session(read_again), report_sessions)
+    then = since.candidates
     try:  # a time kept that is no SQLite value (a damaged cache) cannot be compared
-        known = {(copy[3], copy[4]) for held in candidates_then.values() for copy in held}
+        known = {(copy[3], copy[4]) for held in then.values() for copy in held}
         if any((copy[3], copy[4]) not in known for held in fresh.values() for copy in held):
-            return None  # a new copy of history: its original may be in any session
+            return None
         again = set(read_again)
-        candidates = {sid: held for sid, held in candidates_then.items() if sid not in again}
+        candidates = {sid: held for sid, held in then.items() if sid not in again}
         candidates.update(fresh)
-        originals = {sid: held for sid, held in originals_then.items() if sid not in again}
+        originals = {sid: held for sid, held in since.originals.items() if sid not in again}
         if candidates:
             rows = itertools.chain.from_iterable(store.message_batches(read_again))
             originals.update(_originals_in(rows, report_sessions, candidates))
         copies = _copies_counted(candidates, originals)
-        counted_then = _copies_counted(candidates_then, originals_then).ids
+        counted_then = _copies_counted(then, since.originals).ids
     except TypeError:
         return None
-    moved = counted_then ^ copies.ids  # copies counted otherwise now
-    for sid, held in candidates.items():
-        if sid not in again and any(copy[0] in moved for copy in held):
-            families.add(ancestry(sid, parents)[-1])
+    return copies, counted_then ^ copies.ids
+
+
+def _moved_sessions(copies: _Copies, moved: set[str]) -> set[str]:
+    """The sessions holding a copy counted otherwise now."""
+    return {sid for sid, held in copies.candidates.items() if any(c[0] in moved for c in held)}
+
+
+def _turns_brought_up_to_date(
+    store: Any, cache: ReportCache, memo: tuple[str, list[Any]]
+) -> UsageReport | None:
+    """The last report by turn of every session (all time, folded), the families whose
+    sessions changed since read again: the report a full reading would give, at the cost
+    of what changed. None (read everything) when ``_changed_since`` or ``_fork_rule_now``
+    says so, or when the last report was not made of its families' rows alone (a subagent
+    listed apart, rows that could not be read: ``_TurnFacts``).
+
+    A family's rows depend on its own sessions (its subagents fold into its turns) and on
+    the fork rule: which of its messages are copies whose original is held somewhere. The
+    rule's findings are kept by session (the copies each holds, the originals each holds),
+    so the changed sessions' are found again from their own rows, and a family whose
+    copies are counted otherwise since (an original gone, or come) is read again too;
+    every other family's rows are the last report's, in the order of the sessions."""
+    since = _changed_since(store, cache, memo)
+    if since is None:
+        return None
+    ids, tree, parents = since.ids, since.tree, since.parents
+    tops = set(ids)
+    families = {ancestry(sid, parents)[-1] for sid in since.changed}
+    if not families <= tops:
+        return None
+    rule = _fork_rule_now(store, since, [*families, *descendants(list(families), tree)])
+    if rule is None:
+        return None
+    copies, moved = rule
+    families |= {ancestry(sid, parents)[-1] for sid in _moved_sessions(copies, moved)}
     if not families <= tops:
         return None
     order = [sid for sid in ids if sid in families]
@@ -1301,7 +1343,7 @@ def _turns_brought_up_to_date(
     if notes or not facts.by_family:
         return None
     kept: dict[Any, list[UsageRow]] = {}
-    for row in before.rows:
+    for row in since.before.rows:
         kept.setdefault(row.session_id, []).append(row)
     if not set(kept) <= tops:
         return None
@@ -1309,20 +1351,78 @@ def _turns_brought_up_to_date(
     by_session: dict[Any, list[UsageRow]] = {}
     for row in fresh_rows:
         by_session.setdefault(row.session_id, []).append(row)
-    rows_now = [
-        row for sid in ids for row in (by_session if sid in families else kept).get(sid, ())
-    ]
+    rows = [row for sid in ids for row in (by_session if sid in families else kept).get(sid, ())]
+    return _kept_up_to_date(store, cache, memo, "turn", rows, copies, since)
+
+
+def _steps_brought_up_to_date(
+    store: Any, cache: ReportCache, memo: tuple[str, list[Any]]
+) -> UsageReport | None:
+    """The last report by step of every session (all time), the steps of the sessions
+    that changed since read again: the report a full reading would give, at the cost of
+    what changed. None (read everything) when ``_changed_since`` or ``_fork_rule_now``
+    says so, or when a step of a session read again has no usable message id or cannot
+    be read (the full reading's note counts those of every session).
+
+    A step's row depends on its own message and on the fork rule alone (a step is no
+    family's: it names the session it was made in): so a changed session's steps, and
+    those of a session whose copies are counted otherwise since, are read again, and
+    every other step is the last report's, in the order of their times."""
+    since = _changed_since(store, cache, memo)
+    if since is None:
+        return None
+    rule = _fork_rule_now(store, since, since.changed)
+    if rule is None:
+        return None
+    copies, moved = rule
+    again = {*since.changed, *_moved_sessions(copies, moved)}
+    candidates = [copy for held in copies.candidates.values() for copy in held]
+    scan = _Scan(
+        "step",
+        {sid: sid for sid in again},
+        {copy[0] for copy in candidates},
+        {copy[4] for copy in candidates},
+        copy_prints={copy[3] for copy in candidates},
+    )
+    day_of = _DayOf(None)
+    scan.run(_message_rows(store, sorted(again)), day_of)
+    scan.finish(day_of)
+    if scan.unread:
+        return None
+    fresh = [row for mid, _key, _print, row in scan.ready if mid not in copies.ids]
+    for row in fresh:
+        row.cost = summed_cost(row.cost, _figures_in(row))
+    rows = [row for row in since.before.rows if row.session_id not in again] + fresh
+    if any(type(row.message_id) is not str for row in rows):
+        return None  # the full reading's order of rows without one is the table's
+    rows.sort(key=lambda r: (r.started or 0, r.message_id))
+    _judge_staleness(store, fresh, since.tree, None)
+    return _kept_up_to_date(store, cache, memo, "step", rows, copies, since)
+
+
+def _kept_up_to_date(
+    store: Any,
+    cache: ReportCache,
+    memo: tuple[str, list[Any]],
+    by: str,
+    rows: list[UsageRow],
+    copies: _Copies,
+    since: _Since,
+) -> UsageReport:
+    """The report brought up to date of ``rows``: its total, its notes (the fork rule's,
+    what pending undos undid), kept with its basis as a full reading keeps it."""
     report = UsageReport(
-        by="turn",
-        rows=rows_now,
-        total=_total(rows_now),
+        by=by,
+        rows=rows,
+        total=_total(rows),
         notes=[copies.note] if copies.note is not None else [],
         stored=True,
     )
-    _say_undone(store, report, ids, tree, None, None, cache)
-    if not any(row.in_flight for row in rows_now):
+    _say_undone(store, report, since.ids, since.tree, None, None, cache)
+    if not any(row.in_flight for row in rows):
+        facts = _TurnFacts()
         facts.copies = copies
-        cache.remember(*memo, report, None, facts.basis(stamps, parents))
+        cache.remember(*memo, report, None, facts.basis(since.stamps, since.parents))
     return report
 
 
@@ -1446,6 +1546,13 @@ def _store_usage(
         until=until_ms,
         cache=cache,
     )
+    if facts is not None and by == "step" and cross_session:
+        # The fork rule's findings by session, for the next report to be brought up to
+        # date from (``_steps_brought_up_to_date``): read once more, and kept only where
+        # they say what the steps' reading said.
+        copies = _forked_copies(store, {*session_ids, *descendants(session_ids, tree)}, None)
+        facts.copies = copies
+        facts.by_family = report.notes == ([copies.note] if copies.note is not None else [])
     _judge_staleness(store, report.rows, tree, now_ms)
     _say_undone(store, report, session_ids, tree, since_ms, until_ms, cache)
     return report
@@ -2904,19 +3011,19 @@ def stored_usage(
         tz=tz,
         until_ms=until_ms,
     )
-    # Every session's turns of all time, folded: kept with what brings them up to date.
-    facts = (
-        _TurnFacts()
-        if memo is not None and by == "turn" and fold and since_ms is None and until_ms is None
-        else None
-    )
+    # Every session's turns (folded) or steps of all time: kept with what brings them up to
+    # date (``_turns_brought_up_to_date``, ``_steps_brought_up_to_date``).
+    all_time = memo is not None and since_ms is None and until_ms is None
+    facts = _TurnFacts() if all_time and ((by == "turn" and fold) or by == "step") else None
     if memo is not None and cache is not None:
         kept = cache.recall(*memo, UsageReport)
         if kept is not None:
             return kept
-        brought = _turns_brought_up_to_date(store, cache, memo) if facts is not None else None
-        if brought is not None:
-            return brought
+        if facts is not None:
+            bring = _turns_brought_up_to_date if by == "turn" else _steps_brought_up_to_date
+            brought = bring(store, cache, memo)
+            if brought is not None:
+                return brought
     if memo is not None:
         ids = every_session(store, top_level=True)
     elif until_ms is not None and not session_ids and not last:
