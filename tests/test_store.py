@@ -1687,3 +1687,28 @@ def test_one_rule_tells_a_fork(tmp_path: Path, damaged: str | None):
     assert {row["id"] for row in listed if row["forked"]} == expected
     copied = [e for e in jsonl(run("import", "--db", str(db), "--all").stdout) if e.get("copied")]
     assert {e["session_id"] for e in copied} == expected
+
+
+@pytest.mark.parametrize("case", ["samples", "loop", "equal_times", "text_time", "empty"])
+def test_the_newest_session_is_the_first_of_the_list(tmp_path: Path, case: str):
+    """``Store.newest_session`` (what a plain ``usage`` reads: one row, not every
+    session's) names the first top-level one of ``Store.sessions()``: on every capture, a
+    loop of parent links, sessions active at the same ms, a damaged text time, none."""
+    dbs = sorted(SAMPLES.glob("*/opencode.db")) if case == "samples" else [tmp_path / "x.db"]
+    if case == "loop":
+        with_a_parent_loop(dbs[0])
+    elif case != "samples":
+        shutil.copyfile(SAMPLES / "task" / "opencode.db", dbs[0])
+        conn = sqlite3.connect(dbs[0])
+        change = {
+            "equal_times": "UPDATE session SET time_updated = 1795966880000",
+            "text_time": "UPDATE session SET time_updated = 'soon' WHERE parent_id IS NULL",
+            "empty": "DELETE FROM session",
+        }[case]
+        conn.execute(change)
+        conn.commit()
+        conn.close()
+    for db in dbs:
+        with Store(db) as store:
+            listed = store.sessions(top_level=True)
+            assert store.newest_session() == (listed[0].id if listed else None), db
