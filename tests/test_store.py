@@ -1712,3 +1712,19 @@ def test_the_newest_session_is_the_first_of_the_list(tmp_path: Path, case: str):
         with Store(db) as store:
             listed = store.sessions(top_level=True)
             assert store.newest_session() == (listed[0].id if listed else None), db
+
+
+@pytest.mark.parametrize("sample", ["task", "fork", "parallel_tools", "legacy_mixed"])
+def test_sessions_with_a_limit_are_the_first_of_all(sample: str):
+    """``sessions --limit N`` reads N rows out of the store, not every session's: they are
+    the first N of the whole list, top-level or not, in a database and in older files."""
+    from opencode_events.reports.sessions import sessions_report
+    from opencode_events.store.open import open_store
+
+    with open_store(str(SAMPLES / sample)) as store:
+        for top_level in (True, False):
+            listed = store.sessions(top_level=top_level)
+            for limit in (1, 2, len(listed) + 1):
+                assert store.sessions(top_level=top_level, limit=limit) == listed[:limit]
+        whole = sessions_report(store, all_sessions=True).sessions
+        assert sessions_report(store, all_sessions=True, limit=2).sessions == whole[:2]

@@ -1051,8 +1051,12 @@ def sessions_report(
     whole = all_sessions and since_ms is None and until_ms is None and limit is None
     ledger = cache.ledger("sessions", _LEDGER_REQUEST, SessionCounts) if cache else {}
     scan = start_whole_scan(store) if whole and not ledger else None
-    try:
-        rows = store.sessions(since_ms=since_ms, top_level=not all_sessions)
+    try:  # with a limit, only those rows are read (unless --until filters them first)
+        rows = store.sessions(
+            since_ms=since_ms,
+            top_level=not all_sessions,
+            limit=limit if until_ms is None else None,
+        )
     except BaseException:
         if scan is not None:
             scan.cancel()

@@ -164,14 +164,16 @@ class LegacyStore:
             revert=bytes(info.revert) if info.revert else None,
         )
 
-    def sessions(self, *, since_ms: int | None = None, top_level: bool = False) -> list[SessionRow]:
+    def sessions(
+        self, *, since_ms: int | None = None, top_level: bool = False, limit: int | None = None
+    ) -> list[SessionRow]:
         rows = [row for row, _ in self._sessions.values()]
         if since_ms is not None:
             rows = [r for r in rows if r.time_updated >= since_ms]
         if top_level:
             loops = self.loop_members()
             rows = [r for r in rows if is_top_level(r, self._sessions.__contains__, loops)]
-        return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)
+        return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)[:limit]
 
     def session(self, session_id: str) -> SessionRow | None:
         found = self._sessions.get(session_id)
@@ -306,7 +308,9 @@ class MixedStore:
     def _file_rows(self, rows: list[SessionRow]) -> list[SessionRow]:
         return [r for r in rows if r.id in self._from_files]
 
-    def sessions(self, *, since_ms: int | None = None, top_level: bool = False) -> list[SessionRow]:
+    def sessions(
+        self, *, since_ms: int | None = None, top_level: bool = False, limit: int | None = None
+    ) -> list[SessionRow]:
         rows = self.database.sessions(since_ms=since_ms) + self._file_rows(
             self.files.sessions(since_ms=since_ms)
         )
@@ -314,7 +318,7 @@ class MixedStore:
             loops = self.loop_members()
             known = {r.id for r in self.database.sessions()} | self._from_files
             rows = [r for r in rows if is_top_level(r, known.__contains__, loops)]
-        return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)
+        return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)[:limit]
 
     def session(self, session_id: str) -> SessionRow | None:
         return self._store_of(session_id).session(session_id)

@@ -440,8 +440,10 @@ class Store:
         except SQLITE_ERRORS as exc:
             raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
 
-    def sessions(self, *, since_ms: int | None = None, top_level: bool = False) -> list[SessionRow]:
-        """Sessions, newest activity first."""
+    def sessions(
+        self, *, since_ms: int | None = None, top_level: bool = False, limit: int | None = None
+    ) -> list[SessionRow]:
+        """Sessions, newest activity first (at most ``limit``: the rest are not read)."""
         where, params = [], []
         if since_ms is not None:
             where.append("time_updated >= ?")
@@ -454,6 +456,9 @@ class Store:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY time_updated DESC, id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
         # A directory, version, agent or model is the same text in many sessions: one string
         # each, not one a row (a list of 100,000 sessions holds 30 MB less).
         shared: dict[str, str] = {}
