@@ -2673,24 +2673,45 @@ def _scan_rowids(
 ) -> None:
     """``scan`` over the messages with rowid in [low, high), in rowid order: chunk by chunk
     when the grouping allows (a chunk that needs a closer look is read row by row), else
-    row by row. ``conn``: sqlite3's, or (chunks only) apsw's, whose ``errors`` are named."""
+    row by row; with a window (``--since``, ``--until``), only its rows (``_window``).
+    ``conn``: sqlite3's, or (chunks only) apsw's, whose ``errors`` are named."""
+    window, bounds = _window(scan)
+    rows_sql = _ROWS_SQL + window
     if not scan.chunked:
-        cursor = conn.execute(_ROWS_SQL, (low, high))
+        cursor = conn.execute(rows_sql, (low, high, *bounds))
         scan.run(itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(4096), [])), day_of)
         return
+    chunk_sql = _CHUNK_SQL + window
     for start in range(low, high, _CHUNK_ROWIDS):
         end = min(start + _CHUNK_ROWIDS, high)
         try:
-            n, *arrays = conn.execute(_CHUNK_SQL, (start, end)).fetchone()
+            n, *arrays = conn.execute(chunk_sql, (start, end, *bounds)).fetchone()
         except (sqlite3.Error, *errors):  # e.g. a blob JSON cannot hold: the rows will tell
             n = None
         shared = [] if n == 0 else None if n is None else scan.chunk(n, *arrays, day_of)
         if shared is None:
-            scan.run(conn.execute(_ROWS_SQL, (start, end)).fetchall(), day_of)
+            scan.run(conn.execute(rows_sql, (start, end, *bounds)).fetchall(), day_of)
         elif shared:  # the rows at a forked copy's times, with their ids
             marks = ", ".join("?" * len(shared))
-            sql = f"{_ROWS_SQL} AND time_created IN ({marks}) ORDER BY rowid"
-            scan.run(conn.execute(sql, (start, end, *shared)).fetchall(), day_of)
+            sql = f"{rows_sql} AND time_created IN ({marks}) ORDER BY rowid"
+            scan.run(conn.execute(sql, (start, end, *bounds, *shared)).fetchall(), day_of)
+
+
+def _window(scan: _Scan) -> tuple[str, tuple[int, ...]]:
+    """The scan's window (``--since``, ``--until``) as SQL to add to its queries, and its
+    bounds: the rows ``run`` would skip (a time before or after it; a message without a
+    usable time is in it, ``_before``, ``_after``) never leave SQLite. SQLite still reads
+    every row (no index on the time alone), but a week of a 30 GB database is decoded, not
+    its whole history: ``usage --by day --since 7d`` of the 10x bench database, 2.35 s →
+    0.92 s."""
+    clause, bounds = "", ()
+    if scan.since is not _EVER:
+        clause += " AND NOT (typeof(time_created) IN ('integer', 'real') AND time_created < ?)"
+        bounds += (scan.since,)
+    if scan.until is not _NEVER:
+        clause += " AND NOT (typeof(time_created) IN ('integer', 'real') AND time_created > ?)"
+        bounds += (scan.until,)
+    return clause, bounds
 
 
 # Message rowids per range when this process reads the table alone: each range is
