@@ -24,6 +24,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -830,14 +831,17 @@ def test_turns_keep_the_fork_rule_by_session(tmp_path, monkeypatch, change):
 )
 def test_steps_of_a_change_read_only_its_session(tmp_path, monkeypatch, change):
     """``usage --all --by step`` brought up to date: the changed session's steps read
-    again (a step names the session it was made in: no family), and a fork's whose copy
-    is counted otherwise since; the fork rule not run again; the report the one a full
+    again (a step names the session it was made in), those of the sessions above it
+    (whether a reply in flight is stale depends on the writes below it), and a fork's
+    whose copy is counted otherwise since; the fork rule not run again; the report the one a full
     reading gives. A fork made, or a write OpenCode did not log: everything read again."""
     db, spare, root = tmp_path / "opencode.db", tmp_path / "spare.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
     conn = sqlite3.connect(db)
-    (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
+    (child, parent) = conn.execute(
+        "SELECT id, parent_id FROM session WHERE parent_id IS NOT NULL"
+    ).fetchone()
     copied = {  # samples/fork: a fork, and the session whose history it copied
         sid: _copy_session(conn, sources["fork"], sid, logged=True)
         for sid in _sessions(sources["fork"])
@@ -890,11 +894,110 @@ def test_steps_of_a_change_read_only_its_session(tmp_path, monkeypatch, change):
     else:
         new = {after[-1]} if change == "new_session" else set()
         read_again = {
-            "child_reply": {child},
+            "child_reply": {child, parent},  # above it too: the stale rule looks below
             "new_session": new,
             "original_gone": {original, fork},
         }[change]
         assert not rule_run and read == [read_again]
+    for src in sources.values():
+        src.close()
+
+
+FORK_A = "ses_dd8060a99ffe0TE5VY4h7s0VFE"  # samples/fork: the session whose history …
+FORK_B = "ses_dd805feb3ffeRYmW0nRsUneOP2"  # … its fork copied
+TASK_PARENT = "ses_dd8083e0bffePGJlLQX9qavHXI"  # samples/task: a session and its subagent
+TASK_CHILD = "ses_dd8083865ffeA7oVLDszN0gOOR"
+
+
+def _set_data(conn: sqlite3.Connection, mid: str, change) -> None:
+    (data,) = conn.execute("SELECT data FROM message WHERE id = ?", (mid,)).fetchone()
+    value = json.loads(data)
+    change(value)
+    conn.execute("UPDATE message SET data = ? WHERE id = ?", (json.dumps(value), mid))
+
+
+def _reviewed_case(case: str, db: Path, sources: dict) -> tuple:
+    """The database before, and the change after the first reports, of a case a review
+    found (each the way OpenCode writes: rows, an event, the session's sequence moved)."""
+    base = "task" if case in ("moved", "stale_parent") else "fork"
+    shutil.copyfile(SAMPLES / base / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    if base == "task":  # a second top-level session: the fork rule applies across them
+        _copy_session(conn, sources["fork"], FORK_A, logged=True)
+    if case == "stale_parent":  # the parent's reply never completed, long ago: stale
+        _set_data(conn, "msg_227f7c4a8001avsgah5KoyTwVh", lambda m: m["time"].pop("completed"))
+        _log(conn, TASK_PARENT, "message.updated.1")
+    elif case == "null_id":  # a third session, one of its replies with no id
+        copy = _copy_session(conn, sources["task"], TASK_PARENT, logged=True)
+        (mid,) = conn.execute(
+            "SELECT id FROM message WHERE session_id = ? AND data LIKE '%\"assistant\"%' "
+            "ORDER BY time_created LIMIT 1",
+            (copy,),
+        ).fetchone()
+        conn.execute("UPDATE message SET id = NULL WHERE id = ?", (mid,))
+    elif case == "user_cost":  # the fork's copied prompt made to carry a cost: no original
+        _set_data(conn, "msg_227fa0158001gD8qqZaKI7lHtT", lambda m: m.update(cost=1.5))
+        _log(conn, FORK_B, "message.updated.1")
+    conn.commit()
+    conn.close()
+
+    def change() -> None:
+        conn = sqlite3.connect(db)
+        if case == "moved":  # the subagent made a session of its own
+            conn.execute("UPDATE session SET parent_id = NULL WHERE id = ?", (TASK_CHILD,))
+            _log(conn, TASK_CHILD, "session.updated.1")
+        elif case == "stale_parent":  # the subagent writes: its parent's reply is busy again
+            now = int(time.time() * 1000)
+            (data,) = conn.execute(
+                "SELECT data FROM message WHERE id = 'msg_227f7c8f7001OXfLjuw3j3Gs4M'"
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (_fresh("msg"), TASK_CHILD, now, now, data),
+            )
+            _log(conn, TASK_CHILD, "message.updated.1")
+        elif case == "original_time":  # the original's row time moved, its data not
+            conn.execute(
+                "UPDATE message SET time_created = time_created + 1 "
+                "WHERE id = 'msg_227f9f85a001dZJWbfbFIKBn0X'"
+            )
+            _log(conn, FORK_A, "message.updated.1")
+        elif case == "null_id":  # the fork's copied reply loses its id
+            conn.execute("UPDATE message SET id = NULL WHERE id = 'msg_227fa015e001iJeVak1FbzC8Rx'")
+            _log(conn, FORK_B, "message.updated.1")
+        elif case == "user_cost":  # an original of the copied prompt comes
+            (data,) = conn.execute(
+                "SELECT data FROM message WHERE id = 'msg_227fa0158001gD8qqZaKI7lHtT'"
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+                "VALUES (?, ?, 1795967022500, 1795967022500, ?)",
+                (_fresh("msg"), FORK_A, data),
+            )
+            _log(conn, FORK_A, "message.updated.1")
+        conn.commit()
+        conn.close()
+
+    return change
+
+
+@pytest.mark.parametrize("case", ["moved", "stale_parent", "original_time", "null_id", "user_cost"])
+def test_what_a_review_found_is_read_again(tmp_path, case):
+    """Cases a review of the turn and step reports brought up to date found wrong: a
+    subagent moved to another parent (its old parent's figures change: `sessions` too);
+    a parent's stale reply made busy again by its subagent's write; an original whose row
+    time moved (a copy or an original is a row at a copy's time, in every reading); replies
+    with no id (no copy); a copied prompt carrying a cost (the note counts inferences')."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    change = _reviewed_case(case, db, sources)
+    reports = [EVERY_TURN, EVERY_STEP, 0, 1]
+    for which in reports:
+        assert _report(db, which, root) == _report(db, which, None), REPORTS[which]
+    change()
+    for which in reports:
+        assert _report(db, which, root) == _report(db, which, None), REPORTS[which]
     for src in sources.values():
         src.close()
 

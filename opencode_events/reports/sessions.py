@@ -1206,13 +1206,13 @@ def _brought_up_to_date(
     ):
         return None
     missing = object()
+    if any(parents.get(sid, missing) != parent for sid, parent in parents_then.items()):
+        return None  # removed, or moved to another parent: its old parent's figures changed
     changed = [
-        sid
-        for sid, parent in parents.items()
-        if stamps_then.get(sid) != stamps.get(sid) or parents_then.get(sid, missing) != parent
+        sid for sid in parents if stamps_then.get(sid) != stamps.get(sid) or sid not in parents_then
     ]
-    if len(changed) >= WHOLE_TABLE_SESSIONS or any(sid not in parents for sid in parents_then):
-        return None  # many changed (the whole-table read is quicker), or one was removed
+    if len(changed) >= WHOLE_TABLE_SESSIONS:
+        return None  # many changed: the whole-table read is quicker
     chains = [ancestry(sid, parents) for sid in changed]
     ids = {sid for chain in chains for sid in chain} if all_sessions else {c[-1] for c in chains}
     rows = [row for row in map(store.session, ids) if row is not None]

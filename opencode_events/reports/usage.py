@@ -993,7 +993,7 @@ class _Copies(NamedTuple):
 
     ids: set[str]  # the copies whose original is there too: not counted again
     inferences: int  # how many of them are inferences
-    cost: float  # the cost they carry
+    cost: float  # the cost those inferences carry
     candidates: dict[str, list[Copy]]  # session → the messages older than it (maybe copies)
     originals: dict[str, list[bytes]]  # session → the fingerprints it holds an original of
 
@@ -1031,6 +1031,8 @@ def _copy_candidates(
     window, by session: each a copy if an original is found (``_originals_in``)."""
     found: dict[str, list[Copy]] = {}
     for sid, mid, created, data in rows:
+        if type(mid) is not str:  # a damaged id (NULL, a blob) names no copy
+            continue
         if sid not in sessions or not _within(created, since, until, timeless=True):
             continue
         try:
@@ -1073,10 +1075,11 @@ def _copies_counted(
     """The candidates whose original is held somewhere: the copies not counted again."""
     present = {fingerprint for held in originals.values() for fingerprint in held}
     copies = [copy for held in candidates.values() for copy in held if copy[3] in present]
+    inferences = [copy for copy in copies if copy[1]]
     return _Copies(
         {copy[0] for copy in copies},
-        sum(1 for copy in copies if copy[1]),
-        math.fsum(copy[2] for copy in copies),  # exact: the note reads the same in any order
+        len(inferences),
+        math.fsum(copy[2] for copy in inferences),  # exact: the same in any order
         candidates,
         originals,
     )
@@ -1255,12 +1258,12 @@ def _changed_since(store: Any, cache: ReportCache, memo: tuple[str, list[Any]]) 
     ):
         return None
     missing = object()
+    if any(parents.get(sid, missing) != parent for sid, parent in parents_then.items()):
+        return None  # removed, or moved to another parent: its old family changed too
     changed = [
-        sid
-        for sid, parent in parents.items()
-        if stamps_then.get(sid) != stamps.get(sid) or parents_then.get(sid, missing) != parent
+        sid for sid in parents if stamps_then.get(sid) != stamps.get(sid) or sid not in parents_then
     ]
-    if len(changed) >= WHOLE_TABLE_SESSIONS or any(sid not in parents for sid in parents_then):
+    if len(changed) >= WHOLE_TABLE_SESSIONS:
         return None
     from ..store.open import every_session
 
@@ -1375,7 +1378,12 @@ def _steps_brought_up_to_date(
     if rule is None:
         return None
     copies, moved = rule
-    again = {*since.changed, *_moved_sessions(copies, moved)}
+    # and every session above a changed one: whether its reply in flight is stale depends
+    # on the writes below it too (``_judge_staleness``)
+    again = {
+        *(above for sid in since.changed for above in ancestry(sid, since.parents)),
+        *_moved_sessions(copies, moved),
+    }
     candidates = [copy for held in copies.candidates.values() for copy in held]
     scan = _Scan(
         "step",
@@ -1920,6 +1928,8 @@ def _forked_copies_of(store: Any, kept: dict[str, SessionDays]) -> Iterator[tupl
         _older_than_session(store) if unread is None else store.messages_older_than_session(unread)
     )
     for _sid, mid, created, data in rows:
+        if type(mid) is not str:  # a damaged id (NULL, a blob) names no copy
+            continue
         try:
             info = _read_message(data)
         except _UNREADABLE:
@@ -2527,8 +2537,9 @@ class _Scan:
         """The slow rows, in order, as (message id, group key, fingerprint, figures): a
         ``--by step`` row, or else the message's sums as a group of one (``_add_message``:
         the same figures as the mapping's rule). The fingerprint is left out (``b""``) when
-        there are no forked copies to match, or the message is not whole enough to be one."""
-        by, owner, copy_ids = self.by, self.owner, self.copy_ids
+        there are no forked copies to match, the row is not at a copy's time, or the
+        message is not whole enough to be one."""
+        by, owner, copy_ids, copy_times = self.by, self.owner, self.copy_ids, self.copy_times
         ready = []
         for sid, mid, created, data in self.slow:
             try:
@@ -2548,7 +2559,8 @@ class _Scan:
                     ready.append((mid, key, b"", sums))
                 continue
             key = _group_key(by, owner[sid], full, created, day_of, sid)
-            fingerprint = _fingerprint(full) if copy_ids else b""
+            # A copy or an original is a row at a copy's time (``_originals_in``'s rule).
+            fingerprint = _fingerprint(full) if copy_ids and created in copy_times else b""
             if by == "step":
                 figures: Any = _step_row(sid, mid, created, full)
             else:
