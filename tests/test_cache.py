@@ -919,7 +919,7 @@ def _set_data(conn: sqlite3.Connection, mid: str, change) -> None:
 def _reviewed_case(case: str, db: Path, sources: dict) -> tuple:
     """The database before, and the change after the first reports, of a case a review
     found (each the way OpenCode writes: rows, an event, the session's sequence moved)."""
-    base = "task" if case in ("moved", "stale_parent") else "fork"
+    base = "task" if case in ("moved", "stale_parent", "parent_came") else "fork"
     shutil.copyfile(SAMPLES / base / "opencode.db", db)
     conn = sqlite3.connect(db)
     if base == "task":  # a second top-level session: the fork rule applies across them
@@ -938,6 +938,9 @@ def _reviewed_case(case: str, db: Path, sources: dict) -> tuple:
     elif case == "user_cost":  # the fork's copied prompt made to carry a cost: no original
         _set_data(conn, "msg_227fa0158001gD8qqZaKI7lHtT", lambda m: m.update(cost=1.5))
         _log(conn, FORK_B, "message.updated.1")
+    elif case == "parent_came":  # the subagent's parent missing: a top-level session
+        conn.execute("UPDATE session SET parent_id = 'ses_ghost' WHERE id = ?", (TASK_CHILD,))
+        _log(conn, TASK_CHILD, "session.updated.1")
     conn.commit()
     conn.close()
 
@@ -966,6 +969,18 @@ def _reviewed_case(case: str, db: Path, sources: dict) -> tuple:
         elif case == "null_id":  # the fork's copied reply loses its id
             conn.execute("UPDATE message SET id = NULL WHERE id = 'msg_227fa015e001iJeVak1FbzC8Rx'")
             _log(conn, FORK_B, "message.updated.1")
+        elif case == "parent_came":  # a session of that id comes: the subagent is below it
+            new = _copy_session(conn, sources["fork"], FORK_A, logged=True)
+            for table, column in (
+                ("session", "id"),
+                ("message", "session_id"),
+                ("part", "session_id"),
+                ("event_sequence", "aggregate_id"),
+                ("event", "aggregate_id"),
+            ):
+                conn.execute(
+                    f"UPDATE {table} SET {column} = 'ses_ghost' WHERE {column} = ?", (new,)
+                )
         elif case == "user_cost":  # an original of the copied prompt comes
             (data,) = conn.execute(
                 "SELECT data FROM message WHERE id = 'msg_227fa0158001gD8qqZaKI7lHtT'"
@@ -982,10 +997,13 @@ def _reviewed_case(case: str, db: Path, sources: dict) -> tuple:
     return change
 
 
-@pytest.mark.parametrize("case", ["moved", "stale_parent", "original_time", "null_id", "user_cost"])
+@pytest.mark.parametrize(
+    "case", ["moved", "stale_parent", "original_time", "null_id", "user_cost", "parent_came"]
+)
 def test_what_a_review_found_is_read_again(tmp_path, case):
-    """Cases a review of the turn and step reports brought up to date found wrong: a
-    subagent moved to another parent (its old parent's figures change: `sessions` too);
+    """Cases reviews of the reports brought up to date found wrong: a subagent moved to
+    another parent (its old parent's figures change: `sessions` too), or whose missing
+    parent comes (it is no longer top-level);
     a parent's stale reply made busy again by its subagent's write; an original whose row
     time moved (a copy or an original is a row at a copy's time, in every reading); replies
     with no id (no copy); a copied prompt carrying a cost (the note counts inferences')."""
@@ -1000,6 +1018,28 @@ def test_what_a_review_found_is_read_again(tmp_path, case):
         assert _report(db, which, root) == _report(db, which, None), REPORTS[which]
     for src in sources.values():
         src.close()
+
+
+def test_a_held_reply_with_no_id_is_no_copy(tmp_path):
+    """A reply with no id at a fork copy's time is held in the day ledger (its fingerprint
+    is the copy's): read back from the ledger, it is no copy either (a NULL id once made
+    every such row a copy, skipped)."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+        "SELECT NULL, session_id, time_created, time_updated, data FROM message "
+        "WHERE id = 'msg_227fa015e001iJeVak1FbzC8Rx'"
+    )
+    conn.commit()
+    conn.close()
+    for which in (EVERY_DAY, REPORTS.index(("usage", {"all_sessions": True, "by": "session"}))):
+        expected = _report(db, which, None)
+        assert _report(db, which, root) == expected
+        for memo in root.rglob("memo-*"):  # the next report from the ledger
+            memo.unlink()
+        assert _report(db, which, root) == expected, REPORTS[which]
 
 
 def test_the_cache_lives_under_xdg_cache_home_and_no_cache_skips_it(tmp_path) -> None:

@@ -1728,3 +1728,36 @@ def test_sessions_with_a_limit_are_the_first_of_all(sample: str):
                 assert store.sessions(top_level=top_level, limit=limit) == listed[:limit]
         whole = sessions_report(store, all_sessions=True).sessions
         assert sessions_report(store, all_sessions=True, limit=2).sessions == whole[:2]
+
+
+def test_the_last_session_may_have_a_damaged_id(tmp_path: Path):
+    """A plain ``usage`` (the last session) reads one row: one whose id is NULL is still a
+    session (its report is empty), not "no sessions"."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE session SET id = NULL WHERE parent_id IS NULL")
+    conn.commit()
+    conn.close()
+    with Store(db) as store:
+        assert select_sessions(store, []) == [store.sessions(top_level=True)[0].id]
+    assert run("usage", "--db", str(db), "--format", "json").returncode == 0
+
+
+def test_a_limit_beyond_sqlite_lists_every_session(tmp_path: Path):
+    """``--limit`` has no upper bound: one past what SQLite's LIMIT holds lists them all."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    every = run("sessions", "--db", str(db), "--all", "--format", "json", "--no-cache")
+    huge = run(
+        "sessions",
+        "--db",
+        str(db),
+        "--all",
+        "--format",
+        "json",
+        "--no-cache",
+        "--limit",
+        str(1 << 70),
+    )
+    assert (huge.returncode, huge.stdout, huge.stderr) == (0, every.stdout, every.stderr)

@@ -47,7 +47,14 @@ from ..core.views import (
 from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import Pending, in_forked_child, share_ranges, worker_connection
-from ..store.rows import SessionRow, ToolPartHeads, ancestry, descendants, offers_fast_scans
+from ..store.rows import (
+    SessionRow,
+    ToolPartHeads,
+    ancestry,
+    descendants,
+    offers_fast_scans,
+    parent_came,
+)
 from ..store.sqlite import Store
 from .cache import ReportCache
 from .mcp import mcp_server_of
@@ -1208,6 +1215,8 @@ def _brought_up_to_date(
     missing = object()
     if any(parents.get(sid, missing) != parent for sid, parent in parents_then.items()):
         return None  # removed, or moved to another parent: its old parent's figures changed
+    if parent_came(parents, parents_then):
+        return None  # a top-level session (its parent missing) is below that parent now
     changed = [
         sid for sid in parents if stamps_then.get(sid) != stamps.get(sid) or sid not in parents_then
     ]

@@ -54,7 +54,7 @@ from ..errors import GroupingError, InputError
 from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import in_forked_child, share_ranges, worker_connection
-from ..store.rows import ancestry, descendants, offers_fast_scans
+from ..store.rows import ancestry, descendants, offers_fast_scans, parent_came
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 from .cache import UNENCODABLE, ReportCache, Spill, cache_digest
 
@@ -1260,6 +1260,8 @@ def _changed_since(store: Any, cache: ReportCache, memo: tuple[str, list[Any]]) 
     missing = object()
     if any(parents.get(sid, missing) != parent for sid, parent in parents_then.items()):
         return None  # removed, or moved to another parent: its old family changed too
+    if parent_came(parents, parents_then):
+        return None  # a top-level session (its parent missing) is below that parent now
     changed = [
         sid for sid in parents if stamps_then.get(sid) != stamps.get(sid) or sid not in parents_then
     ]
@@ -1920,7 +1922,7 @@ def _forked_copies_of(store: Any, kept: dict[str, SessionDays]) -> Iterator[tupl
                 unread.append(sid)
                 continue
             for mid, _day, fingerprint, sums in entry.held:
-                if fingerprint and sums[8] < start:
+                if fingerprint and sums[8] < start and type(mid) is str:  # an id names a copy
                     yield mid, sums[8], fingerprint
         if not unread:
             return

@@ -173,7 +173,8 @@ class LegacyStore:
         if top_level:
             loops = self.loop_members()
             rows = [r for r in rows if is_top_level(r, self._sessions.__contains__, loops)]
-        return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)[:limit]
+        rows.sort(key=lambda r: (r.time_updated, r.id), reverse=True)
+        return rows if limit is None or limit < 0 else rows[:limit]
 
     def session(self, session_id: str) -> SessionRow | None:
         found = self._sessions.get(session_id)
@@ -318,7 +319,8 @@ class MixedStore:
             loops = self.loop_members()
             known = {r.id for r in self.database.sessions()} | self._from_files
             rows = [r for r in rows if is_top_level(r, known.__contains__, loops)]
-        return sorted(rows, key=lambda r: (r.time_updated, r.id), reverse=True)[:limit]
+        rows.sort(key=lambda r: (r.time_updated, r.id), reverse=True)
+        return rows if limit is None or limit < 0 else rows[:limit]
 
     def session(self, session_id: str) -> SessionRow | None:
         return self._store_of(session_id).session(session_id)

@@ -92,10 +92,11 @@ def select_sessions(
         recent = store.sessions(since_ms=since_ms, top_level=True)
         chosen += [r.id for r in sorted(recent, key=lambda r: (r.time_created, r.id))]
     if last or (not ids and since_ms is None):
-        newest = _newest_session(store)
-        if newest is None:
+        # the first row alone (a row with a damaged id is a session all the same)
+        newest = store.sessions(top_level=True, limit=1)
+        if not newest:
             raise InputError(f"no sessions in {store.path}")
-        chosen.append(newest)
+        chosen.append(newest[0].id)
     unique = list(dict.fromkeys(chosen))
     if not children:
         return unique
@@ -105,16 +106,6 @@ def select_sessions(
         expanded.append(sid)
         expanded.extend(descendants([sid], tree))
     return list(dict.fromkeys(expanded))
-
-
-def _newest_session(store: Any) -> str | None:
-    """The top-level session with the newest activity (a store that cannot ask for it
-    alone lists them all)."""
-    ask = getattr(store, "newest_session", None)
-    if ask is not None:
-        return ask()
-    newest = store.sessions(top_level=True)
-    return newest[0].id if newest else None
 
 
 def open_store(

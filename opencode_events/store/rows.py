@@ -28,6 +28,7 @@ __all__ = [
     "PartRow",
     "descendants",
     "ancestry",
+    "parent_came",
     "loop_members",
     "is_top_level",
     "parents_of",
@@ -115,6 +116,17 @@ def ancestry(sid: str, parents: dict[Any, Any]) -> list[str]:
             return chain
         chain.append(parent)
         sid = parent
+
+
+def parent_came(parents: Mapping[Any, Any], parents_then: Mapping[Any, Any]) -> bool:
+    """Whether a session of ``parents_then`` (session → parent, as it was) has its parent
+    among the sessions come since (``parents``, as it is): it was top-level, its parent
+    missing, and now is below it (``ancestry``)."""
+    return any(
+        parent in parents and parent not in parents_then
+        for sid, parent in parents.items()
+        if sid in parents_then
+    )
 
 
 def loop_members(parents: Mapping[Any, Any]) -> frozenset[Any]:
