@@ -699,6 +699,23 @@ def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatc
         src.close()
 
 
+def _turn_reads(monkeypatch) -> tuple[list[str], list[int]]:
+    """The sessions whose turns are read from here on, and a mark each time the fork rule
+    (which reads every message) runs."""
+    read: list[str] = []
+    rule_run: list[int] = []
+    turns, copies = usage_module._session_turns, usage_module._forked_copies
+    monkeypatch.setattr(
+        usage_module,
+        "_session_turns",
+        lambda store, sid, *a: read.append(sid) or turns(store, sid, *a),
+    )
+    monkeypatch.setattr(
+        usage_module, "_forked_copies", lambda *a, **k: rule_run.append(1) or copies(*a, **k)
+    )
+    return read, rule_run
+
+
 @pytest.mark.parametrize(
     "change", ["child_reply", "parent_reply", "new_child", "new_session", "fork", "other_program"]
 )
@@ -732,16 +749,7 @@ def test_turns_of_a_change_read_only_its_family(tmp_path, monkeypatch, change):
     }[change]
     _change(db, step, sources, spare)
     expected = _report(db, which, None)
-    read, rule_run = [], []
-    turns, copies = usage_module._session_turns, usage_module._forked_copies
-    monkeypatch.setattr(
-        usage_module,
-        "_session_turns",
-        lambda store, sid, *a: read.append(sid) or turns(store, sid, *a),
-    )
-    monkeypatch.setattr(
-        usage_module, "_forked_copies", lambda *a, **k: rule_run.append(1) or copies(*a, **k)
-    )
+    read, rule_run = _turn_reads(monkeypatch)
     assert _report(db, which, root) == expected
     after = _sessions(sqlite3.connect(db))
     if change in ("fork", "other_program"):
@@ -802,16 +810,7 @@ def test_turns_keep_the_fork_rule_by_session(tmp_path, monkeypatch, change):
     conn.commit()
     conn.close()
     expected = _report(db, which, None)
-    read, rule_run = [], []
-    turns, copies = usage_module._session_turns, usage_module._forked_copies
-    monkeypatch.setattr(
-        usage_module,
-        "_session_turns",
-        lambda store, sid, *a: read.append(sid) or turns(store, sid, *a),
-    )
-    monkeypatch.setattr(
-        usage_module, "_forked_copies", lambda *a, **k: rule_run.append(1) or copies(*a, **k)
-    )
+    read, rule_run = _turn_reads(monkeypatch)
     assert _report(db, which, root) == expected
     assert not rule_run
     assert (

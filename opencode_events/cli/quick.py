@@ -442,16 +442,25 @@ def stored_usage_of(
         refuse_stdout_read(store_files(store))
         return stored_usage(
             store,
-            request.session_ids,
-            last=request.last,
-            since_ms=since_ms,
-            until_ms=until_ms,
-            all_sessions=request.all_sessions,
-            by=request.by,
-            fold=request.fold,
-            tz=tz,
             cache=report_cache(store, request.no_cache),
+            **_usage_choices(request, tz, since_ms, until_ms),
         )
+
+
+def _usage_choices(
+    request: UsageRequest, tz: Any, since_ms: int | None, until_ms: int | None
+) -> dict[str, Any]:
+    """``stored_usage``'s choices as ``request`` names them, its zone and window read."""
+    return {
+        "session_ids": request.session_ids,
+        "last": request.last,
+        "since_ms": since_ms,
+        "until_ms": until_ms,
+        "all_sessions": request.all_sessions,
+        "by": request.by,
+        "fold": request.fold,
+        "tz": tz,
+    }
 
 
 def write_usage(report: Any, fmt: str, out: Any, *, csv_raw: bool = False) -> None:
@@ -508,14 +517,7 @@ def write_stored_usage(
             out,
             cache=report_cache(store, request.no_cache),
             apart=_said_after(out) if fmt in NOTES_APART else None,
-            session_ids=request.session_ids,
-            last=request.last,
-            since_ms=since_ms,
-            until_ms=until_ms,
-            all_sessions=request.all_sessions,
-            by=request.by,
-            fold=request.fold,
-            tz=tz,
+            **_usage_choices(request, tz, since_ms, until_ms),
         )
     out.flush()
 

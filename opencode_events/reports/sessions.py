@@ -53,7 +53,7 @@ from ..store.rows import (
     ancestry,
     descendants,
     offers_fast_scans,
-    parent_came,
+    sessions_changed,
 )
 from ..store.sqlite import Store
 from .cache import ReportCache
@@ -1204,22 +1204,9 @@ def _brought_up_to_date(
         return None
     stamps_then, parents_then = basis
     parents = store.session_parents()
-    stamps = cache.stamps
-    if (
-        len(parents_then) > len(parents)
-        or any(type(sid) is not str for sid in parents)
-        or store.loop_members()
-        or not store.plainly_ordered()
-    ):
+    changed = sessions_changed(parents_then, stamps_then, parents, cache.stamps)
+    if changed is None or store.loop_members() or not store.plainly_ordered():
         return None
-    missing = object()
-    if any(parents.get(sid, missing) != parent for sid, parent in parents_then.items()):
-        return None  # removed, or moved to another parent: its old parent's figures changed
-    if parent_came(parents, parents_then):
-        return None  # a top-level session (its parent missing) is below that parent now
-    changed = [
-        sid for sid in parents if stamps_then.get(sid) != stamps.get(sid) or sid not in parents_then
-    ]
     if len(changed) >= WHOLE_TABLE_SESSIONS:
         return None  # many changed: the whole-table read is quicker
     chains = [ancestry(sid, parents) for sid in changed]

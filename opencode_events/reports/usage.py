@@ -54,7 +54,7 @@ from ..errors import GroupingError, InputError
 from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import in_forked_child, share_ranges, worker_connection
-from ..store.rows import ancestry, descendants, offers_fast_scans, parent_came
+from ..store.rows import ancestry, descendants, offers_fast_scans, sessions_changed
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 from .cache import UNENCODABLE, ReportCache, Spill, cache_digest
 
@@ -1236,9 +1236,9 @@ class _Since(NamedTuple):
 def _changed_since(store: Any, cache: ReportCache, memo: tuple[str, list[Any]]) -> _Since | None:
     """The report kept under ``memo`` in an earlier state and what changed since, when it
     can be brought up to date: only OpenCode wrote since (a session whose stamp held is
-    unchanged: ``ReportCache.previous``), it was kept with its basis (``_TurnFacts``), no
-    session was removed or moved to another parent, no parent links loop, and fewer than
-    ``WHOLE_TABLE_SESSIONS`` changed; else None."""
+    unchanged: ``ReportCache.previous``), it was kept with its basis (``_TurnFacts``), the
+    stamps and parents tell what changed (``sessions_changed``), no parent links loop, and
+    fewer than ``WHOLE_TABLE_SESSIONS`` changed; else None."""
     found = cache.previous(*memo, UsageReport)
     if found is None:
         return None
@@ -1251,21 +1251,8 @@ def _changed_since(store: Any, cache: ReportCache, memo: tuple[str, list[Any]]) 
         return None
     parents = store.session_parents()
     stamps = cache.stamps
-    if (
-        len(parents_then) > len(parents)
-        or any(type(sid) is not str for sid in parents)
-        or store.loop_members()
-    ):
-        return None
-    missing = object()
-    if any(parents.get(sid, missing) != parent for sid, parent in parents_then.items()):
-        return None  # removed, or moved to another parent: its old family changed too
-    if parent_came(parents, parents_then):
-        return None  # a top-level session (its parent missing) is below that parent now
-    changed = [
-        sid for sid in parents if stamps_then.get(sid) != stamps.get(sid) or sid not in parents_then
-    ]
-    if len(changed) >= WHOLE_TABLE_SESSIONS:
+    changed = sessions_changed(parents_then, stamps_then, parents, stamps)
+    if changed is None or store.loop_members() or len(changed) >= WHOLE_TABLE_SESSIONS:
         return None
     from ..store.open import every_session
 

@@ -28,7 +28,7 @@ __all__ = [
     "PartRow",
     "descendants",
     "ancestry",
-    "parent_came",
+    "sessions_changed",
     "loop_members",
     "is_top_level",
     "parents_of",
@@ -118,15 +118,33 @@ def ancestry(sid: str, parents: dict[Any, Any]) -> list[str]:
         sid = parent
 
 
-def parent_came(parents: Mapping[Any, Any], parents_then: Mapping[Any, Any]) -> bool:
-    """Whether a session of ``parents_then`` (session → parent, as it was) has its parent
-    among the sessions come since (``parents``, as it is): it was top-level, its parent
-    missing, and now is below it (``ancestry``)."""
-    return any(
-        parent in parents and parent not in parents_then
-        for sid, parent in parents.items()
-        if sid in parents_then
-    )
+def sessions_changed(
+    parents_then: Mapping[Any, Any],
+    stamps_then: Mapping[Any, Any],
+    parents: Mapping[Any, Any],
+    stamps: Mapping[Any, Any],
+) -> list[str] | None:
+    """The sessions whose stamp moved since a report was kept (``parents_then``,
+    ``stamps_then``: session → parent, → stamp, as they were), and those come since, from
+    ``parents`` and ``stamps`` as they are; None when that cannot tell what the report
+    needs read again: a session removed, or moved to another parent (its old parent's
+    figures changed), one that was top-level because its parent was missing and is below
+    that parent now (``ancestry``), or an id that is no text."""
+    missing = object()
+    if (
+        len(parents_then) > len(parents)
+        or any(type(sid) is not str for sid in parents)
+        or any(parents.get(sid, missing) != parent for sid, parent in parents_then.items())
+        or any(
+            parent in parents and parent not in parents_then
+            for sid, parent in parents.items()
+            if sid in parents_then
+        )
+    ):
+        return None
+    return [
+        sid for sid in parents if stamps_then.get(sid) != stamps.get(sid) or sid not in parents_then
+    ]
 
 
 def loop_members(parents: Mapping[Any, Any]) -> frozenset[Any]:
