@@ -316,6 +316,7 @@ REPORTS = (
     ("sessions", {"until_ms": SINCE}),
     ("context", {}),
     ("sessions as json", {"all_sessions": True}),  # as the command writes it (renditions)
+    ("sessions as json", {"fold": False}),  # made and written a session at a time
     ("sessions as csv", {"since_ms": SINCE}),
     ("usage as jsonl", {"all_sessions": True, "by": "step"}),  # with notes apart
     ("usage as json", {"by": "model", "until_ms": SINCE}),
@@ -326,15 +327,15 @@ EVERY_STEP = REPORTS.index(("usage", {"all_sessions": True, "by": "step"}))
 
 
 RENDER = {
-    "json": lambda report: rows.write_json(report.sessions),
-    "csv": lambda report: rows.write_csv(rows.to_builtins(report.sessions), SESSION_COLUMNS),
+    "json": lambda summaries: rows.json_list_pieces(summaries),  # as the command writes it
+    "csv": lambda summaries: rows.write_csv(rows.to_builtins(summaries), SESSION_COLUMNS),
 }
 
 
 def _written(store, form: str, cache: ReportCache | None, **options) -> bytes:
     """What ``sessions --format FORM`` writes (``write_sessions``)."""
     out = io.BytesIO()
-    write_sessions(store, form, RENDER[form], out, cache=cache, **options)
+    write_sessions(store, form, RENDER[form], out, cache=cache, each=form == "json", **options)
     return out.getvalue()
 
 
@@ -449,6 +450,91 @@ def test_every_report_equals_a_recomputation(
     finally:
         for conn in sources.values():
             conn.close()
+
+
+ODDITIES = st.tuples(
+    st.sampled_from(["loop", "orphan", "self", "relink", "in_flight"]), st.integers(0, 1000)
+)
+
+
+def _odd(db: Path, kind: str, pick: int) -> None:
+    """Make the database odd in one way OpenCode never writes (parent links), or in one it
+    does (a reply in flight)."""
+    conn = sqlite3.connect(db)
+    ids = [sid for (sid,) in _rows(conn, "SELECT id FROM session ORDER BY id")]
+    one, other = ids[pick % len(ids)], ids[(pick // 7 + 1) % len(ids)]
+    if kind == "loop":
+        conn.execute("UPDATE session SET parent_id = ? WHERE id = ?", (other, one))
+        conn.execute("UPDATE session SET parent_id = ? WHERE id = ?", (one, other))
+    elif kind == "orphan":
+        conn.execute("UPDATE session SET parent_id = 'ses_gone' WHERE id = ?", (one,))
+    elif kind == "self":
+        conn.execute("UPDATE session SET parent_id = id WHERE id = ?", (one,))
+    elif kind == "relink":
+        conn.execute("UPDATE session SET parent_id = ? WHERE id = ?", (other, one))
+    else:
+        replies = _rows(conn, "SELECT rowid FROM message WHERE data LIKE '%\"assistant\"%'")
+        if replies:
+            conn.execute(
+                "UPDATE message SET data = json_remove(data, '$.time.completed') WHERE rowid = ?",
+                replies[pick % len(replies)],
+            )
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("whole_table", [None, 3], ids=["few sessions", "whole tables"])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(CHANGES, max_size=4), st.lists(ODDITIES, max_size=3), st.booleans())
+def test_every_session_made_one_at_a_time_is_what_summarize_gives(
+    tmp_path_factory, monkeypatch, whole_table, changes, oddities, busy
+) -> None:
+    """A report of every session made a session at a time (``each_summary``, which holds
+    only counts and the subagents' own figures) gives the summaries ``summarize`` gives of
+    the same rows held at once: top-level or all, folded or not, with subagents, forks,
+    undone replies, MCP calls, replies in flight and parent links that loop, point at
+    themselves or at no session."""
+    if whole_table is not None:
+        monkeypatch.setattr(sessions_module, "WHOLE_TABLE_SESSIONS", whole_table)
+    tmp = tmp_path_factory.mktemp("each")
+    db, spare = tmp / "opencode.db", tmp / "spare.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    try:
+        conn = sqlite3.connect(db)
+        for src in sources.values():
+            _copy_session(conn, src, _sessions(src)[0], logged=True)
+        conn.commit()
+        conn.close()
+        for change in changes:
+            _change(db, change, sources, spare)
+        for kind, pick in oddities:
+            _odd(db, kind, pick)
+    finally:
+        for conn in sources.values():
+            conn.close()
+    servers = ("my-tools", "other")  # the mcp capture's server, and one never called
+    with open_store(db) as store:
+        latest = max(row.time_updated for row in store.sessions())
+        now = latest + (1000 if busy else 10**9)  # a reply in flight: busy, or stale
+        for all_sessions, fold in itertools.product((True, False), (True, False)):
+            made = sessions_module.each_summary(
+                store,
+                all_sessions=all_sessions,
+                fold=fold,
+                mcp_servers=lambda directory: servers,
+                now_ms=now,
+            )
+            listed = sessions_module.summarize(
+                store,
+                store.sessions(top_level=not all_sessions),
+                fold=fold,
+                mcp_servers=lambda directory: servers,
+                now_ms=now,
+            )
+            assert msgspec.to_builtins(list(made)) == msgspec.to_builtins(listed)
 
 
 def _warm(tmp_path: Path) -> tuple[Path, Path]:
@@ -1199,6 +1285,34 @@ def test_a_memo_written_in_pieces_is_the_memos_one_encoding(tmp_path) -> None:
         assert cache.recall("usage", request, dict, lambda checks: True) == value
 
 
+def test_a_memo_spooled_item_by_item_is_the_memo_remember_writes(tmp_path, monkeypatch) -> None:
+    """A report of every session made one at a time is kept as a memo spooled summary by
+    summary (``memo_spool``): the same file ``remember`` writes of the whole report, which
+    ``recall`` reads back."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    monkeypatch.setattr(report_cache, "_PIECE", 700)  # several pieces of the spool
+    request = ["every", None, list(range(20))]
+    basis = [{"ses_1": 12}, {"ses_2": "ses_1"}]
+    checks = [["/work", ["tools"]]]
+    with open_store(db) as store:
+        report = sessions_report(store, all_sessions=True)
+        assert len(report.sessions) > 1
+        cache = ReportCache.open(store, root=root)
+        assert cache is not None
+        cache.remember("sessions", request, report, checks, basis)
+        (memo,) = root.glob("*/memo-*")
+        whole = memo.read_bytes()
+        memo.unlink()
+        spool = cache.memo_spool("sessions", request, "sessions")
+        for summary in report.sessions:
+            spool.add_item(summary)
+        spool.keep(checks, basis)
+        assert memo.read_bytes() == whole
+        kept = cache.recall("sessions", request, type(report), lambda consulted: True)
+        assert kept == report
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     sizes=st.lists(st.integers(0, 40), max_size=4),
@@ -1283,7 +1397,7 @@ def test_a_spool_that_cannot_write_keeps_nothing_and_the_report_goes_out(
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     with open_store(db) as store:
-        expected = RENDER["json"](sessions_report(store))
+        expected = b"".join(RENDER["json"](sessions_report(store).sessions))
     real_write = os.write
 
     def full(fd, data):
@@ -1407,7 +1521,7 @@ def test_a_repeat_is_copied_from_its_rendition_until_something_changes(
     renamed = _rendered(db, root)
     assert len(recalled) == 2 and b"renamed" in renamed
     with open_store(db) as store:
-        assert renamed == RENDER["json"](sessions_report(store))
+        assert renamed == b"".join(RENDER["json"](sessions_report(store).sessions))
 
 
 def test_a_report_that_is_not_kept_gets_no_rendition(tmp_path, monkeypatch) -> None:

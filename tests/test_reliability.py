@@ -372,6 +372,7 @@ def test_a_list_written_in_pieces_is_the_list_written_whole(items, batch):
     )
 
     assert b"".join(json_list_pieces(items, batch)) == write_json(items)
+    assert b"".join(json_list_pieces(iter(items), batch)) == write_json(items)  # as they come
     assert b"".join(jsonl_pieces(items, batch)) == write_jsonl(items)
     assert b"".join(jsonl_pieces(iter(items), batch)) == write_jsonl(items)  # as they come
 

@@ -1230,7 +1230,8 @@ def test_session_ids_with_damaged_ids(tmp_path: Path):
 @pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one core: no workers")
 @pytest.mark.parametrize("scenario", ["task", "mcp"])
 def test_a_scan_started_before_the_rows_gives_the_same_sessions(monkeypatch, scenario: str):
-    """`sessions --all` starts the whole-table scan before it reads the session rows."""
+    """`sessions --all` starts the whole-table scan before it reads the session rows (and
+    a report of a few sessions, or of every one made a session at a time, takes one)."""
     import msgspec
 
     import opencode_events.reports.sessions as summary_module
@@ -1240,9 +1241,12 @@ def test_a_scan_started_before_the_rows_gives_the_same_sessions(monkeypatch, sce
         plain = msgspec.to_builtins(summary_module.summarize(store, rows, fold=False))
         monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
         monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
-        scan = summary_module.start_whole_scan(store)
+        scan = summary_module._start_scan(store)
         assert scan is not None
         early = msgspec.to_builtins(summary_module.summarize(store, rows, scan=scan, fold=False))
+        scan = summary_module._start_scan(store)
+        made = summary_module.each_summary(store, all_sessions=True, scan=scan, fold=False)
+        assert msgspec.to_builtins(list(made)) == early
     assert early == plain
     assert sum(r["tool_calls"] for r in early) > 0
 

@@ -662,17 +662,19 @@ def write_stored_sessions(
 
     form = f"{fmt}-raw" if fmt == "csv" and csv_raw else fmt
     render = functools.partial(_render_sessions, fmt=fmt, fold=choices["fold"], csv_raw=csv_raw)
-    write_sessions(store, form, render, out, cache=cache, **choices)
+    # JSON and JSON Lines are written as the summaries are made: never all held at once.
+    each = fmt in ("json", "jsonl")
+    write_sessions(store, form, render, out, cache=cache, each=each, **choices)
     out.flush()
 
 
-def _render_sessions(report: Any, *, fmt: str, fold: bool, csv_raw: bool) -> Any:
-    """The ``sessions`` report as ``--format`` writes it (all but the table): its bytes,
-    or pieces of them (JSON and JSON Lines, a thousand sessions at a time)."""
+def _render_sessions(summaries: Any, *, fmt: str, fold: bool, csv_raw: bool) -> Any:
+    """The ``sessions`` summaries as ``--format`` writes them (all but the table): their
+    bytes, or pieces of them (JSON and JSON Lines, a thousand sessions at a time, taken
+    as they come)."""
     from ..output import rows as formats
     from ..reports.sessions import SESSION_COLUMNS
 
-    summaries = report.sessions
     if fmt == "json":  # msgspec encodes the summaries as they are: no dicts in between
         return formats.json_list_pieces(summaries)
     if fmt == "jsonl":

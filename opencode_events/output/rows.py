@@ -140,17 +140,17 @@ def json_pieces(
     yield b"\n}\n"
 
 
-def json_list_pieces(items: Sequence[Any], batch: int = LIST_BATCH) -> Iterator[bytes]:
+def json_list_pieces(items: Iterable[Any], batch: int = LIST_BATCH) -> Iterator[bytes]:
     """``write_json(list(items))`` in pieces of ``batch`` items, the same bytes: a long list
-    (100,000 sessions: 110 MB) is never held compact and indented at once, nor whole."""
-    if not items:
-        yield write_json([])
-        return
-    for start in range(0, len(items), batch):
-        indented = msgspec.json.format(_ENCODER.encode(items[start : start + batch]), indent=2)
+    (100,000 sessions: 110 MB) is never held compact and indented at once, nor whole;
+    ``items`` may be made as they are written."""
+    started = False
+    for chunk in batched(items, batch):
+        indented = msgspec.json.format(_ENCODER.encode(chunk), indent=2)
         # "[\n  {…},\n  {…}\n]": the items between the brackets, as in the whole list.
-        yield (b",\n" if start else b"[\n") + indented[2:-2]
-    yield b"\n]\n"
+        yield (b",\n" if started else b"[\n") + indented[2:-2]
+        started = True
+    yield b"\n]\n" if started else write_json([])
 
 
 def jsonl_pieces(rows: Iterable[Any], batch: int = LIST_BATCH) -> Iterator[bytes]:

@@ -69,6 +69,7 @@ from ..workers import worker_count
 __all__ = [
     "ReportCache",
     "Rendition",
+    "MemoSpool",
     "RenditionSpool",
     "cache_digest",
     "MEMOS",
@@ -353,10 +354,12 @@ class ReportCache:
         pieces = [body] if isinstance(body, bytes) else body
         self._replace(name, itertools.chain([self._head()], pieces))
 
-    def _replace(self, name: str, pieces: Iterable[bytes], tail: Rendition | None = None) -> None:
+    def _replace(
+        self, name: str, pieces: Iterable[bytes], tail: Rendition | None = None, end: bytes = b""
+    ) -> None:
         """Write ``name`` whole (a temporary file renamed over it): ``pieces``, then the
-        bytes of ``tail`` copied out of their file; failures are ignored: a cache that
-        cannot be written only costs the next run its time."""
+        bytes of ``tail`` copied out of their file, then ``end``; failures are ignored: a
+        cache that cannot be written only costs the next run its time."""
         if not self._keeps:
             return
         try:
@@ -371,6 +374,7 @@ class ReportCache:
                             raise _TooLarge
                     if tail is not None:
                         tail.write_to(file)
+                    file.write(end)
                 os.replace(tmp, self.folder / name)
             except BaseException:
                 with _quietly():
@@ -519,15 +523,24 @@ class ReportCache:
             spool.add(piece)
         spool.keep(notes)
 
-    def rendering(self, kind: str, request: Any, form: str) -> RenditionSpool | None:
+    def rendering(
+        self, kind: str, request: Any, form: str, *, ahead: bool = False
+    ) -> RenditionSpool | None:
         """A spool for the report of ``request`` as ``form`` names it, to be given its bytes
         as they are written elsewhere (``RenditionSpool.add``) and kept at the end
         (``keep``), so that the whole of it is never held: as ``keep_rendered``, only when
-        its memo was kept or found sound in this run (else None)."""
+        its memo was kept or found sound in this run (else None). ``ahead``: the memo is
+        yet to be kept (``memo_spool``): the spool is given and asks at ``keep``."""
         checks = self._kept.get(_memo_name(kind, request), _NOT_KEPT)
-        if checks is _NOT_KEPT:
+        if checks is _NOT_KEPT and not ahead:
             return None
         return RenditionSpool(self, kind, request, form, checks)
+
+    def memo_spool(self, kind: str, request: Any, field: str) -> MemoSpool:
+        """A spool for the memo of ``request``, a report that is a struct of one field
+        ``field``, a list, whose items are made one at a time (``MemoSpool.add_item``): the
+        memo ``remember`` would keep of the whole, never held whole."""
+        return MemoSpool(self, kind, request, field)
 
     def previous(
         self,
@@ -729,16 +742,13 @@ class Spill:
         self.close()
 
 
-class RenditionSpool:
-    """A rendition on its way to the cache: its bytes go to a file of no name in the
-    cache's folder as they come (``add``); ``keep`` writes its file, the head and then the
-    bytes copied as a kept rendition is (``Rendition.write_to``: by ``sendfile``, in the
-    kernel), ``discard`` (or being dropped) leaves nothing. A spool that cannot write stops
-    keeping, silently: the report itself goes out all the same."""
+class _Spool:
+    """Bytes on their way to the cache: to a file of no name in the cache's folder as they
+    come (``add``); ``discard`` (or being dropped) leaves nothing. A spool that cannot
+    write stops keeping, silently: the report itself goes out all the same."""
 
-    def __init__(self, cache: ReportCache, kind: str, request: Any, form: str, checks: Any):
-        self._cache, self._kind, self._request, self._form = cache, kind, request, form
-        self._checks = checks
+    def __init__(self, cache: ReportCache) -> None:
+        self._cache = cache
         self._length = 0
         self._fd = -1
         try:
@@ -748,7 +758,7 @@ class RenditionSpool:
         except OSError:
             self.discard()
 
-    def add(self, piece: bytes) -> None:
+    def add(self, piece: bytes | bytearray) -> None:
         if self._fd < 0:
             return
         try:
@@ -762,23 +772,9 @@ class RenditionSpool:
         if self._length > _LARGEST:  # a runaway, not a real report: not kept
             self.discard()
 
-    def keep(self, notes: Sequence[str] = ()) -> None:
-        """Keep the bytes given, and ``notes``, said apart from them (``Rendition.notes``)."""
-        if self._fd < 0:
-            return
-        try:
-            cache = self._cache
-            rendition = _Rendition(
-                self._request, self._form, self._checks, self._length, list(notes)
-            )
-            head = cache._head() + _ENCODER.encode(rendition)
-            name = _rendition_name(self._kind, self._request, self._form)
-            spooled = Rendition(
-                os.fdopen(self._fd, "rb", buffering=0, closefd=False), 0, self._length
-            )
-            cache._replace(name, [len(head).to_bytes(8, "big"), head], spooled)
-        finally:
-            self.discard()
+    def _spooled(self) -> Rendition:
+        """The bytes given so far, to be copied out of the spool's file."""
+        return Rendition(os.fdopen(self._fd, "rb", buffering=0, closefd=False), 0, self._length)
 
     def discard(self) -> None:
         if self._fd >= 0:
@@ -788,6 +784,84 @@ class RenditionSpool:
 
     def __del__(self) -> None:
         self.discard()
+
+
+class RenditionSpool(_Spool):
+    """A rendition on its way to the cache (``ReportCache.rendering``): ``keep`` writes its
+    file, the head and then the bytes copied as a kept rendition is (``Rendition.write_to``:
+    by ``sendfile``, in the kernel)."""
+
+    def __init__(self, cache: ReportCache, kind: str, request: Any, form: str, checks: Any):
+        super().__init__(cache)
+        self._kind, self._request, self._form = kind, request, form
+        self._checks = checks
+
+    def keep(self, notes: Sequence[str] = ()) -> None:
+        """Keep the bytes given, and ``notes``, said apart from them (``Rendition.notes``)."""
+        if self._fd < 0:
+            return
+        try:
+            cache, checks = self._cache, self._checks
+            if checks is _NOT_KEPT:  # a spool given ahead: its memo must be kept by now
+                checks = cache._kept.get(_memo_name(self._kind, self._request), _NOT_KEPT)
+                if checks is _NOT_KEPT:
+                    return
+            rendition = _Rendition(self._request, self._form, checks, self._length, list(notes))
+            head = cache._head() + _ENCODER.encode(rendition)
+            name = _rendition_name(self._kind, self._request, self._form)
+            cache._replace(name, [len(head).to_bytes(8, "big"), head], self._spooled())
+        finally:
+            self.discard()
+
+
+class MemoSpool(_Spool):
+    """A memo on its way to the cache (``ReportCache.memo_spool``): the report's list items
+    are encoded as they come (``add_item``); ``keep`` writes the memo ``remember`` would
+    write of the whole report, its items copied out of the spool."""
+
+    def __init__(self, cache: ReportCache, kind: str, request: Any, field: str) -> None:
+        super().__init__(cache)
+        self._kind, self._request, self._field = kind, request, field
+        self._count = 0
+        self._buffer = bytearray()
+
+    def add_item(self, item: Any) -> None:
+        if self._fd < 0:
+            return
+        try:
+            _ENCODER.encode_into(item, self._buffer, -1)
+        except UNENCODABLE:
+            self.discard()
+            return
+        self._count += 1
+        if len(self._buffer) >= _PIECE:
+            self.add(self._buffer)
+            self._buffer.clear()
+
+    def keep(self, checks: Any = None, basis: Any = None) -> None:
+        """Keep the memo of the items given, with ``checks`` and ``basis`` (``remember``'s)."""
+        if self._buffer:
+            self.add(self._buffer)
+            self._buffer.clear()
+        if self._fd < 0:
+            return
+        try:
+            cache = self._cache
+            try:
+                start = bytearray(_ENCODER.encode((self._request, checks)))
+                end = _ENCODER.encode(basis)
+            except UNENCODABLE:
+                return
+            start[0] += 2  # fixarray of 2 (0x92) → of 4: the value and the basis follow
+            # The report: a map of its one field, the list of the items.
+            value = b"\x81" + _ENCODER.encode(self._field) + _array_head(self._count)
+            name = _memo_name(self._kind, self._request)
+            cache._memos.pop(name, None)
+            cache._kept[name] = checks
+            pieces = [cache._head(), bytes(start), value]
+            cache._replace(name, pieces, self._spooled(), end)
+        finally:
+            self.discard()
 
 
 _LIST_PIECE = 1000  # items of a long list encoded at a time (a report's sessions, say)

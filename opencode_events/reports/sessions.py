@@ -32,7 +32,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import msgspec
 from msgspec import Struct
@@ -59,9 +59,17 @@ from ..store.sqlite import Store
 from .cache import ReportCache
 from .mcp import mcp_server_of
 from .spend import written_spend
-from .undone import undone_figures
+from .undone import pending_reverts, undone_figures
 
-__all__ = ["SESSION_COLUMNS", "SessionSummary", "SessionsReport", "sessions_report", "summarize"]
+__all__ = [
+    "SESSION_COLUMNS",
+    "SessionSummary",
+    "SessionsReport",
+    "each_summary",
+    "sessions_report",
+    "streams_every_session",
+    "summarize",
+]
 
 
 _MESSAGE = msgspec.json.Decoder(TurnMessage)
@@ -343,14 +351,6 @@ def _count_script(counts: ToolCounts, sid: str, data: bytes | None) -> None:
 MessageCounts = dict[str, list[Any]]  # session → [turns, inferences, in flight]
 
 
-def start_whole_scan(store: Any) -> Pending | None:
-    """Start the whole-table scan of a large database before its session rows are read
-    (for ``summarize(..., scan=…)`` of every session); None where it would not be used."""
-    if not offers_fast_scans(store) or store.session_count() < WHOLE_TABLE_SESSIONS:
-        return None
-    return _start_scan(store)
-
-
 def _start_scan(store: Any) -> Pending | None:
     """The tool calls and message counts (a list of ``(ToolCounts, MessageCounts)``) of the
     whole (large) database, from one process per core taking small rowid ranges of the
@@ -558,17 +558,21 @@ def _count_messages(
 ) -> None:
     """Turns, inferences and in-flight of every summary, from the messages."""
     if scope is None and offers_fast_scans(store):
-        uri, rowid_ranges = store.uri, store.rowid_ranges
-        counts: MessageCounts = {}
-        with worker_connection(uri, "message") as conn:
-            for low, high in rowid_ranges("message", 1):
-                _count_message_range(conn, low, high, counts)
-        _apply_messages(summaries, counts)
+        _apply_messages(summaries, _whole_message_counts(store))
         return
     for sid, _mid, _created, data in _message_rows(store, scope):
         summary = summaries.get(sid)
         if summary is not None:
             _count_message(summary, data)
+
+
+def _whole_message_counts(store: Any) -> MessageCounts:
+    """Turns, inferences and in-flight of every session, from the whole message table."""
+    counts: MessageCounts = {}
+    with worker_connection(store.uri, "message") as conn:
+        for low, high in store.rowid_ranges("message", 1):
+            _count_message_range(conn, low, high, counts)
+    return counts
 
 
 def _apply_messages(summaries: dict[str, SessionSummary], counts: MessageCounts) -> None:
@@ -673,7 +677,7 @@ def summarize(
 ) -> list[SessionSummary]:
     """Summaries of ``rows`` (in their order); descendants are read to fold them in
     (``fold``; else only their part is given, ``subagent_*``).
-    ``scan``: a whole-table scan the caller started already (``start_whole_scan``);
+    ``scan``: a whole-table scan the caller started already (``_start_scan``);
     ``now_ms`` (default: the clock) tells a stale reply from one in flight; ``cache``: the
     report cache, whose ledger spares the sessions that did not change; ``servers`` is
     given the MCP servers consulted per directory. ``let_go``: ``rows`` is a list of the
@@ -741,6 +745,100 @@ def summarize(
     return [summaries[sid] for sid in order]
 
 
+def streams_every_session(store: Any) -> bool:
+    """Whether a report of every session of ``store`` is made one session at a time, in
+    its order (``each_summary``): a database's (not the legacy layout's)."""
+    return offers_fast_scans(store) and hasattr(store, "each_session")
+
+
+def each_summary(
+    store: Any,
+    *,
+    all_sessions: bool = False,
+    fold: bool = True,
+    mcp_servers: Callable[[str | None], Sequence[str]] = lambda directory: (),
+    scan: Pending | None = None,
+    now_ms: float | None = None,
+    cache: ReportCache | None = None,
+    servers: dict[str | None, Sequence[str]] | None = None,
+) -> Iterator[SessionSummary]:
+    """The summaries of every session (``all_sessions``; else every top-level one), each
+    made as it is asked for, in the store's order (newest activity first): ``summarize``
+    of ``store.sessions(top_level=not all_sessions)``, the same summaries, holding only
+    what a session's summary needs of the others — each session's counts (the ledger's
+    entries) and the own figures of every subagent, for the fold — not every summary
+    (100,000 sessions: about 1 KB each). The arguments are ``summarize``'s; ``servers``
+    is complete once the last summary is made, and the ledger then kept."""
+    kept = cache.ledger("sessions", _LEDGER_REQUEST, SessionCounts) if cache else {}
+    if scan is None and not kept:  # its workers read while this process reads the sessions
+        scan = _start_scan(store)
+    try:
+        tree = store.children()
+        forks = store.forks(None)
+        undone = undone_figures(store, pending_reverts(store), cache=cache)
+    except BaseException:
+        if scan is not None:
+            scan.cancel()
+        raise
+    entries = _every_entries(store, kept, scan)
+    servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
+    db_path = os.path.abspath(store.path)
+
+    def counted(row: SessionRow) -> SessionSummary:
+        summary = _base(row, db_path)
+        entry = entries.get(row.id)
+        if entry is None:  # nothing of it in the tables
+            entry = entries[row.id] = SessionCounts(0, 0, False, [])
+        summary.turns, summary.inferences = entry.turns, entry.inferences
+        summary.in_flight = entry.in_flight
+        _add_kept_tools(summary, entry.tools, mcp_servers, servers_in)
+        if row.id in forks:
+            summary.forked = True
+        found = undone.get(row.id)
+        if found is not None:
+            summary.undone_inferences, summary.undone_cost = found.inferences, found.cost
+        return summary
+
+    # The own figures of every session below another, for the sessions above it.
+    owns = {row.id: _own(counted(row)) for row in store.each_session(subagents=True)}
+    now = time.time() * 1000 if now_ms is None else now_ms
+    for row in store.each_session(top_level=not all_sessions):
+        summary = counted(row)
+        if summary.in_flight:
+            _judge_staleness(store, [summary], now, tree, entries)
+        children = tree.get(row.id)
+        below = [owns[d] for d in descendants([row.id], tree) if d in owns] if children else []
+        _fold_one(summary, _own(summary), below, children, fold)
+        yield summary
+    if servers is not None:
+        servers.update(servers_in)
+    if cache is not None:
+        cache.keep_ledger("sessions", _LEDGER_REQUEST, entries)
+
+
+def _every_entries(
+    store: Any, kept: dict[str, SessionCounts], scan: Pending | None
+) -> dict[str, SessionCounts]:
+    """Every session's counts from messages and parts (those of a session with none may be
+    missing): the ledger's ``kept`` entries and the sessions it does not hold, read by
+    session when they are few, else the whole tables (by ``scan``, when given)."""
+    if scan is None and kept:
+        unread = [sid for sid in store.session_parents() if sid not in kept]
+        if len(unread) < WHOLE_TABLE_SESSIONS:
+            counters = {sid: _MessageCounter() for sid in unread}
+            tools: ToolCounts = {}
+            if unread:
+                _count_messages(store, unread, counters)  # type: ignore[arg-type]
+                tools = _count_tool_parts(store, unread)
+            return _ledger_entries([(tools, {})], counters, kept)  # type: ignore[arg-type]
+    if scan is None:
+        scan = _start_scan(store)
+    counts = scan.each() if scan is not None else _counted_here(store)
+    if counts is None:  # no part rows: the messages alone
+        counts = [({}, _whole_message_counts(store))]
+    return _ledger_entries(counts, {}, {})
+
+
 _TOKENS = (
     "input_tokens",
     "output_tokens",
@@ -751,65 +849,100 @@ _TOKENS = (
 )
 
 
+class _Own(NamedTuple):
+    """A session's own figures, as the fold adds them to the sessions above it (read
+    before any is folded)."""
+
+    inferences: int
+    tool_calls: int
+    tool_failures: int
+    tokens: tuple[int, ...]  # in ``_TOKENS``' order
+    cost: float  # as stored
+    mcp_calls: dict[str, int]
+    undone_inferences: int
+    undone_cost: float
+
+
+_OWN_TOKENS = operator.attrgetter(*_TOKENS)
+
+
+def _own(summary: SessionSummary) -> _Own:
+    return _Own(
+        summary.inferences,
+        summary.tool_calls,
+        summary.tool_failures,
+        _OWN_TOKENS(summary),
+        summary.cost,
+        summary.mcp_calls,
+        summary.undone_inferences,
+        summary.undone_cost,
+    )
+
+
 def _fold(
     summaries: dict[str, SessionSummary],
     tree: dict[str, list[str]],
     wanted: Sequence[str],
     fold: bool,
 ) -> None:
-    """Each wanted summary's ``subagent_*`` (its descendants' own figures, each session
-    once), its costs written by the one rule for a session's spend (``spend``, so that they
-    read as ``usage``, ``statusline`` and ``top`` give them), and with ``fold`` every figure
-    but ``turns`` with its descendants' added. The summaries hold own figures till then."""
-    stored = {sid: summary.cost for sid, summary in summaries.items()}
-    own = {sid: summary.inferences for sid, summary in summaries.items()}
-    folded: dict[str, tuple[Any, ...]] = {}  # the figures to add, read before any is changed
+    """``_fold_one`` of each wanted summary, with its descendants among ``summaries``. The
+    summaries hold own figures till then."""
+    owns = {sid: _own(summary) for sid, summary in summaries.items()}
     for sid in dict.fromkeys(wanted):
-        summary = summaries[sid]
         children = tree.get(sid)
-        summary.children = list(children) if children else []
         # Most sessions have nothing below them: no walk of the tree for those.
-        below = [d for d in descendants([sid], tree) if d in summaries] if children else []
-        summary.cost = written_spend([stored[sid]], [own[sid]])
-        if not below:
-            summary.total_cost = summary.cost
-            continue
-        subs = [summaries[d] for d in below]
-        summary.subagent_sessions = len(below)
-        summary.subagent_inferences = sum(own[d] for d in below)
-        summary.subagent_tool_calls = sum(s.tool_calls for s in subs)
-        summary.subagent_tool_failures = sum(s.tool_failures for s in subs)
-        summary.subagent_tokens = sum(s.total_tokens for s in subs)
-        summary.subagent_cost = written_spend([stored[d] for d in below], [own[d] for d in below])
-        family = [sid, *below]
-        summary.total_cost = written_spend([stored[d] for d in family], [own[d] for d in family])
-        if fold:
-            mcp: dict[str, int] = {}
-            for s in subs:
-                for server, calls in s.mcp_calls.items():
-                    mcp[server] = mcp.get(server, 0) + calls
-            tokens = [sum(getattr(s, name) for s in subs) for name in _TOKENS]
-            undone = [(s.undone_inferences, s.undone_cost) for s in (summary, *subs)]
-            undone = [pair for pair in undone if pair[0]]  # read before any is changed
-            folded[sid] = (tokens, mcp, undone)
-    for sid, (tokens, mcp, undone) in folded.items():
-        summary = summaries[sid]
-        if undone:  # what a pending undo undid, in this session or below: folded too
-            summary.undone_inferences = sum(n for n, _cost in undone)
-            summary.undone_cost = summed_cost(
-                sum(cost for _n, cost in undone), summary.undone_inferences
-            )
-        summary.inferences += summary.subagent_inferences
-        summary.tool_calls += summary.subagent_tool_calls
-        summary.tool_failures += summary.subagent_tool_failures
-        for name, value in zip(_TOKENS, tokens, strict=True):
-            setattr(summary, name, getattr(summary, name) + value)
-        if mcp:
-            calls = dict(summary.mcp_calls)
-            for server, n in mcp.items():
-                calls[server] = calls.get(server, 0) + n
-            summary.mcp_calls = calls
-        summary.cost = summary.total_cost
+        below = [owns[d] for d in descendants([sid], tree) if d in owns] if children else []
+        _fold_one(summaries[sid], owns[sid], below, children, fold)
+
+
+def _fold_one(
+    summary: SessionSummary,
+    own: _Own,
+    below: Sequence[_Own],
+    children: Sequence[str] | None,
+    fold: bool,
+) -> None:
+    """A summary's ``children`` and ``subagent_*`` (``below``: its descendants' own figures,
+    each session once), its costs written by the one rule for a session's spend (``spend``,
+    so that they read as ``usage``, ``statusline`` and ``top`` give them), and with
+    ``fold`` every figure but ``turns`` with its descendants' added. ``own``: its own
+    figures."""
+    summary.children = list(children) if children else []
+    summary.cost = written_spend([own.cost], [own.inferences])
+    if not below:
+        summary.total_cost = summary.cost
+        return
+    summary.subagent_sessions = len(below)
+    summary.subagent_inferences = sum(o.inferences for o in below)
+    summary.subagent_tool_calls = sum(o.tool_calls for o in below)
+    summary.subagent_tool_failures = sum(o.tool_failures for o in below)
+    summary.subagent_tokens = sum(o.tokens[-1] for o in below)  # total_tokens
+    summary.subagent_cost = written_spend([o.cost for o in below], [o.inferences for o in below])
+    family = [own, *below]
+    summary.total_cost = written_spend([o.cost for o in family], [o.inferences for o in family])
+    if not fold:
+        return
+    undone = [(o.undone_inferences, o.undone_cost) for o in family if o.undone_inferences]
+    if undone:  # what a pending undo undid, in this session or below: folded too
+        summary.undone_inferences = sum(n for n, _cost in undone)
+        summary.undone_cost = summed_cost(
+            sum(cost for _n, cost in undone), summary.undone_inferences
+        )
+    summary.inferences += summary.subagent_inferences
+    summary.tool_calls += summary.subagent_tool_calls
+    summary.tool_failures += summary.subagent_tool_failures
+    for index, name in enumerate(_TOKENS):
+        setattr(summary, name, getattr(summary, name) + sum(o.tokens[index] for o in below))
+    mcp: dict[str, int] = {}
+    for o in below:
+        for server, calls in o.mcp_calls.items():
+            mcp[server] = mcp.get(server, 0) + calls
+    if mcp:
+        calls = dict(summary.mcp_calls)
+        for server, n in mcp.items():
+            calls[server] = calls.get(server, 0) + n
+        summary.mcp_calls = calls
+    summary.cost = summary.total_cost
 
 
 # --------------------------------------------------------------------------- the ledger
@@ -1043,70 +1176,87 @@ def sessions_report(
     request = _request(since_ms, limit, all_sessions, fold, until_ms)
     every = since_ms is None and until_ms is None and limit is None
     if cache is not None:
-        still_true = _still_configured(mcp_servers)
-        kept = cache.recall("sessions", request, SessionsReport, still_true)
+        kept = _kept_report(store, cache, request, every, all_sessions, fold, mcp_servers)
         if kept is not None:
             return kept
-        if every:
-            brought = _brought_up_to_date(
-                store, cache, request, all_sessions, mcp_servers, still_true, fold=fold
-            )
-            if brought is not None:
-                return brought
-    # Every session of a large database: the workers start reading the tables while this
-    # process reads the session rows (unless the cache holds them).
-    whole = all_sessions and since_ms is None and until_ms is None and limit is None
-    ledger = cache.ledger("sessions", _LEDGER_REQUEST, SessionCounts) if cache else {}
-    scan = start_whole_scan(store) if whole and not ledger else None
-    try:  # with a limit, only those rows are read (unless --until filters them first)
+    servers: dict[str | None, Sequence[str]] = {}
+    if every and streams_every_session(store):
+        made = each_summary(
+            store,
+            all_sessions=all_sessions,
+            fold=fold,
+            mcp_servers=mcp_servers,
+            cache=cache,
+            servers=servers,
+        )
+        report = SessionsReport(sessions=list(made))
+    else:  # with a limit, only those rows are read (unless --until filters them first)
         rows = store.sessions(
             since_ms=since_ms,
             top_level=not all_sessions,
             limit=limit if until_ms is None else None,
         )
-    except BaseException:
-        if scan is not None:
-            scan.cancel()
-        raise
-    if until_ms is not None:
-        rows = [row for row in rows if not _after(row.time_created, until_ms)]
-    if limit is not None:
-        rows = rows[:limit]
-    servers: dict[str | None, Sequence[str]] = {}
-    report = SessionsReport(
-        sessions=summarize(
-            store,
-            rows,
-            mcp_servers=mcp_servers,
-            scan=scan,
-            cache=cache,
-            servers=servers,
-            fold=fold,
-            let_go=True,  # ``rows`` is this function's own, and not used again
+        if until_ms is not None:
+            rows = [row for row in rows if not _after(row.time_created, until_ms)]
+        if limit is not None:
+            rows = rows[:limit]
+        report = SessionsReport(
+            sessions=summarize(
+                store,
+                rows,
+                mcp_servers=mcp_servers,
+                cache=cache,
+                servers=servers,
+                fold=fold,
+                let_go=True,  # ``rows`` is this function's own, and not used again
+            )
         )
-    )
     if cache is not None:
         _remember(cache, request, report, servers, store.session_parents() if every else None)
     return report
 
 
+def _kept_report(
+    store: Any,
+    cache: ReportCache,
+    request: list[Any],
+    every: bool,
+    all_sessions: bool,
+    fold: bool,
+    mcp_servers: Callable[[str | None], Sequence[str]],
+) -> SessionsReport | None:
+    """The report the cache holds for ``request`` (of every session: the last one brought
+    up to date, when it can be); None when it must be made."""
+    still_true = _still_configured(mcp_servers)
+    kept = cache.recall("sessions", request, SessionsReport, still_true)
+    if kept is not None or not every:
+        return kept
+    return _brought_up_to_date(
+        store, cache, request, all_sessions, mcp_servers, still_true, fold=fold
+    )
+
+
 def write_sessions(
     store: Any,
     form: str,
-    render: Callable[[SessionsReport], bytes | Iterable[bytes]],
+    render: Callable[[Iterable[SessionSummary]], bytes | Iterable[bytes]],
     out: BinaryIO,
     *,
     mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
     cache: ReportCache | None = None,
+    each: bool = False,
     **choices: Any,
 ) -> None:
-    """Write ``render(sessions_report(store, …))`` (bytes, or pieces of them, each written
-    as it comes) to ``out``; ``choices`` are the report's (``since_ms``, ``limit``,
-    ``all_sessions``, ``fold``, ``until_ms``). With ``cache``, the
-    bytes are kept beside the report's memo under ``form``, which must name ``render``
-    exactly (``"json"``, say): a repeat of an unchanged database copies them from the
-    cache's file, without decoding the report, writing it again or holding it whole (for
-    10,000 sessions, most of a repeat's time; for 100,000, 110 MB of JSON)."""
+    """Write ``render`` of the summaries of ``sessions_report(store, …)`` (bytes, or pieces
+    of them, each written as it comes) to ``out``; ``choices`` are the report's
+    (``since_ms``, ``limit``, ``all_sessions``, ``fold``, ``until_ms``). ``each``: ``render``
+    takes the summaries as they are made (an iterator), so that a report of every session
+    is written one session at a time and never held (``each_summary``; 100,000 sessions
+    hold about 110 MB as summaries). With ``cache``, the bytes are kept beside the
+    report's memo under ``form``, which must name ``render`` exactly (``"json"``, say): a
+    repeat of an unchanged database copies them from the cache's file, without decoding
+    the report, writing it again or holding it whole (for 10,000 sessions, most of a
+    repeat's time; for 100,000, 110 MB of JSON)."""
     if mcp_servers is None:
         from .mcp import mcp_server_names as mcp_servers
     request = _request(**choices)
@@ -1115,20 +1265,78 @@ def write_sessions(
         if kept is not None:
             kept.write_to(out)
             return
-    report = sessions_report(store, mcp_servers=mcp_servers, cache=cache, **choices)
-    rendered = render(report)
-    # Each piece goes to the cache's spool as it goes out: the JSON is never held whole.
+    every = all(choices.get(name) is None for name in ("since_ms", "until_ms", "limit"))
+    if not (each and every and streams_every_session(store)):
+        report = sessions_report(store, mcp_servers=mcp_servers, cache=cache, **choices)
+        _write_kept(render(report.sessions), out, cache, request, form)
+        return
+    all_sessions, fold = choices.get("all_sessions", False), choices.get("fold", True)
+    if cache is not None:
+        found = _kept_report(store, cache, request, True, all_sessions, fold, mcp_servers)
+        if found is not None:
+            _write_kept(render(found.sessions), out, cache, request, form)
+            return
+    servers: dict[str | None, Sequence[str]] = {}
+    made = each_summary(
+        store,
+        all_sessions=all_sessions,
+        fold=fold,
+        mcp_servers=mcp_servers,
+        cache=cache,
+        servers=servers,
+    )
+    if cache is None:
+        _write_kept(render(made), out, None, request, form)
+        return
+    # The memo and the rendition are spooled as the summaries are made and written, and
+    # kept once the last is: what ``sessions_report`` and ``_write_kept`` keep of a list.
+    memo = cache.memo_spool("sessions", request, "sessions")
+    busy = False
+
+    def kept_as_made() -> Iterator[SessionSummary]:
+        nonlocal busy
+        for summary in made:
+            busy = busy or summary.state == BUSY
+            memo.add_item(summary)
+            yield summary
+
+    spool = cache.rendering("sessions", request, form, ahead=True)
+    try:
+        _write_pieces(render(kept_as_made()), out, spool)
+        if not busy:  # as ``_remember`` keeps a report
+            memo.keep(_checks(servers), [cache.stamps, store.session_parents()])
+            if spool is not None:
+                spool.keep()
+    finally:
+        memo.discard()
+        if spool is not None:
+            spool.discard()
+
+
+def _write_kept(
+    rendered: bytes | Iterable[bytes],
+    out: BinaryIO,
+    cache: ReportCache | None,
+    request: list[Any],
+    form: str,
+) -> None:
+    """Write ``rendered`` to ``out``, and keep it beside the report's memo (when kept)."""
     spool = cache.rendering("sessions", request, form) if cache is not None else None
     try:
-        for piece in [rendered] if isinstance(rendered, bytes) else rendered:
-            out.write(piece)
-            if spool is not None:
-                spool.add(piece)
+        _write_pieces(rendered, out, spool)
         if spool is not None:
             spool.keep()
     finally:
         if spool is not None:
             spool.discard()
+
+
+def _write_pieces(rendered: bytes | Iterable[bytes], out: BinaryIO, spool: Any) -> None:
+    """Each piece to ``out`` and to the cache's spool as it goes: never held whole."""
+    for piece in [rendered] if isinstance(rendered, bytes) else rendered:
+        out.write(piece)
+        if spool is not None:
+            spool.add(piece)
 
 
 def _request(
@@ -1168,10 +1376,15 @@ def _remember(
     would turn stale with the clock alone: such a report is not kept."""
     if any(s.state == BUSY for s in report.sessions):
         return
-    checks = [[directory, list(names)] for directory, names in servers.items()]
+    checks = _checks(servers)
     # The stamps as read before any row: never newer than the report.
     basis = None if parents is None else [cache.stamps, parents]
     cache.remember("sessions", request, report, checks, basis)
+
+
+def _checks(servers: dict[str | None, Sequence[str]]) -> list[list[Any]]:
+    """What a report consulted of the MCP configuration, as its memo keeps it."""
+    return [[directory, list(names)] for directory, names in servers.items()]
 
 
 def _brought_up_to_date(

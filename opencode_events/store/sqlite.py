@@ -444,6 +444,19 @@ class Store:
         self, *, since_ms: int | None = None, top_level: bool = False, limit: int | None = None
     ) -> list[SessionRow]:
         """Sessions, newest activity first (at most ``limit``: the rest are not read)."""
+        return list(self.each_session(since_ms=since_ms, top_level=top_level, limit=limit))
+
+    def each_session(
+        self,
+        *,
+        since_ms: int | None = None,
+        top_level: bool = False,
+        limit: int | None = None,
+        subagents: bool = False,
+    ) -> Iterator[SessionRow]:
+        """``sessions()`` one row at a time, as they are read: a report of 100,000 sessions
+        need not hold their rows. ``subagents``: only the sessions with a parent link
+        (``children`` names them), in no particular order."""
         where, params = [], []
         if since_ms is not None:
             where.append("time_updated >= ?")
@@ -452,18 +465,25 @@ class Store:
             clause, loop_ids = self._top_level()
             where.append(clause)
             params += loop_ids
+        if subagents:
+            where.append("parent_id IS NOT NULL AND parent_id != id")
         sql = f"SELECT {self._session_columns} FROM session"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY time_updated DESC, id DESC"
+        if not subagents:
+            sql += " ORDER BY time_updated DESC, id DESC"
         if limit is not None and 0 <= limit < 1 << 63:  # what SQLite's LIMIT holds
             sql += " LIMIT ?"
             params.append(limit)
         # A directory, version, agent or model is the same text in many sessions: one string
         # each, not one a row (a list of 100,000 sessions holds 30 MB less).
         shared: dict[str, str] = {}
-        rows = [self._session_row(row, shared) for row in self._query(sql, params)]
-        return self._with_totals(rows) if self.totals_from_messages else rows
+        totals = self._message_totals() if self.totals_from_messages else None
+        for cells in self._query(sql, params):
+            row = self._session_row(cells, shared)
+            if totals is not None and row.id in totals:  # an older schema's totals
+                row = row._replace(**totals[row.id])
+            yield row
 
     def _with_totals(self, rows: list[SessionRow]) -> list[SessionRow]:
         """Rows of an older schema with their totals summed from their messages."""
