@@ -42,7 +42,13 @@ from opencode_events.reports import sessions as sessions_module
 from opencode_events.reports import usage as usage_module
 from opencode_events.reports.cache import ReportCache
 from opencode_events.reports.context import context_report
-from opencode_events.reports.sessions import SESSION_COLUMNS, sessions_report, write_sessions
+from opencode_events.reports.sessions import (
+    SESSION_COLUMNS,
+    SessionsReport,
+    SessionSummary,
+    sessions_report,
+    write_sessions,
+)
 from opencode_events.reports.usage import stored_usage, write_stored_usage
 from opencode_events.store.open import open_store, select_sessions
 from tests.filebytes import digests
@@ -1285,13 +1291,17 @@ def test_a_memo_written_in_pieces_is_the_memos_one_encoding(tmp_path) -> None:
         assert cache.recall("usage", request, dict, lambda checks: True) == value
 
 
-def test_a_memo_spooled_item_by_item_is_the_memo_remember_writes(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("piece", [700, 1 << 20], ids=["many groups", "one group"])
+def test_a_memo_spooled_item_by_item_reads_back_a_group_at_a_time(
+    tmp_path, monkeypatch, piece
+) -> None:
     """A report of every session made one at a time is kept as a memo spooled summary by
-    summary (``memo_spool``): the same file ``remember`` writes of the whole report, which
-    ``recall`` reads back."""
+    summary (``memo_spool``): its value is byte for byte what ``remember`` writes of the
+    whole report (``recall`` reads it), with the groups it was written in, by which
+    ``recall_each`` and ``previous_each`` read it back a group at a time."""
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    monkeypatch.setattr(report_cache, "_PIECE", 700)  # several pieces of the spool
+    monkeypatch.setattr(report_cache, "_PIECE", piece)
     request = ["every", None, list(range(20))]
     basis = [{"ses_1": 12}, {"ses_2": "ses_1"}]
     checks = [["/work", ["tools"]]]
@@ -1300,17 +1310,63 @@ def test_a_memo_spooled_item_by_item_is_the_memo_remember_writes(tmp_path, monke
         assert len(report.sessions) > 1
         cache = ReportCache.open(store, root=root)
         assert cache is not None
-        cache.remember("sessions", request, report, checks, basis)
-        (memo,) = root.glob("*/memo-*")
-        whole = memo.read_bytes()
-        memo.unlink()
-        spool = cache.memo_spool("sessions", request, "sessions")
+        spool = cache.memo_spool("sessions", request, "sessions", SessionSummary)
         for summary in report.sessions:
             spool.add_item(summary)
         spool.keep(checks, basis)
-        assert memo.read_bytes() == whole
-        kept = cache.recall("sessions", request, type(report), lambda consulted: True)
-        assert kept == report
+        (memo,) = root.glob("*/memo-*")
+        kept = report_cache._MEMO.decode(report_cache._HEADER.decode(memo.read_bytes()).body)
+        assert bytes(kept.value) == report_cache._ENCODER.encode(report)
+        assert msgspec.msgpack.decode(kept.basis) == basis and kept.checks == checks
+        assert sum(count for count, _size in kept.groups) == len(report.sessions)
+        assert len(kept.groups) > 1 if piece == 700 else len(kept.groups) == 1
+        assert cache.recall("sessions", request, SessionsReport, lambda c: True) == report
+        args = ("sessions", request, SessionsReport, "sessions", SessionSummary, lambda c: True)
+        assert list(cache.recall_each(*args)) == report.sessions
+        monkeypatch.setattr(cache, "_only_opencode_since", lambda then: True)  # as if it had
+        items, then, consulted = cache.previous_each(*args)
+        assert list(items) == report.sessions and then == basis and consulted == checks
+
+
+def test_an_item_that_would_not_read_back_keeps_no_memo(tmp_path, monkeypatch) -> None:
+    """A summary its memo could not give back (a damaged row's id that is no text) keeps
+    no memo: the report is made again next time. A memo whose group fails to read after
+    all (changed in place: never by a run of ours) is an error, and the memo is let go."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    request = ["every"]
+    args = ("sessions", request, SessionsReport, "sessions", SessionSummary, lambda c: True)
+    with open_store(db) as store:
+        report = sessions_report(store, all_sessions=True)
+        odd = msgspec.structs.replace(report.sessions[0], id=None)
+        cache = ReportCache.open(store, root=root)
+        assert cache is not None
+        spool = cache.memo_spool("sessions", request, "sessions", SessionSummary)
+        for summary in [*report.sessions, odd]:
+            spool.add_item(summary)
+        spool.keep(None, None)
+        assert not list(root.glob("*/memo-*"))
+        assert cache.recall_each(*args) is None
+        monkeypatch.setattr(report_cache.MemoSpool, "_flush", _unchecked_flush)
+        spool = cache.memo_spool("sessions", request, "sessions", SessionSummary)
+        for summary in [*report.sessions, odd]:
+            spool.add_item(summary)
+        spool.keep(None, None)
+        (memo,) = root.glob("*/memo-*")
+        items = cache.recall_each(*args)
+        assert items is not None
+        with pytest.raises(InputError, match="damaged while read"):
+            list(items)
+        assert not memo.exists()
+
+
+def _unchecked_flush(self) -> None:
+    """``MemoSpool._flush`` without its check: a group that will not read back."""
+    if self._count and self._fd >= 0:
+        self._groups.append((self._count, len(self._buffer)))
+        self.add(self._buffer)
+        self._buffer.clear()
+        self._count = 0
 
 
 @settings(max_examples=60, deadline=None)
@@ -1501,14 +1557,17 @@ def test_a_repeat_is_copied_from_its_rendition_until_something_changes(
     shutil.copyfile(SAMPLES / "mcp" / "opencode.db", db)
     first = _rendered(db, root)
     assert len(list(root.glob("*/render-*"))) == 1
-    real_recall = ReportCache.recall
     recalled = []
 
-    def recall(self, *args, **kwargs):
-        recalled.append(args[0])
-        return real_recall(self, *args, **kwargs)
+    def spied(real):  # the memo asked for, whole (``recall``) or as it goes (``recall_each``)
+        def recall(self, *args, **kwargs):
+            recalled.append(args[0])
+            return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(ReportCache, "recall", recall)
+        return recall
+
+    monkeypatch.setattr(ReportCache, "recall", spied(ReportCache.recall))
+    monkeypatch.setattr(ReportCache, "recall_each", spied(ReportCache.recall_each))
     assert _rendered(db, root) == first and recalled == []  # from the rendition alone
     changed = _rendered(db, root, servers=["my-tools_v1"])  # the report consulted them
     assert recalled == ["sessions"] and changed != first

@@ -81,7 +81,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-FORMAT = 3  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch
+FORMAT = 4  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
+# 4: a memo's groups
 MEMOS = 16  # whole reports kept per database
 DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
@@ -119,6 +120,10 @@ class _Memo(msgspec.Struct, array_like=True):
     # What a report needs to bring this one up to date (``previous``): e.g. each session's
     # stamp then. None: it is kept only for a database in the same state.
     basis: msgspec.Raw = msgspec.Raw(b"\xc0")  # nil; decoded only when asked (``previous``)
+    # How a report's list spooled item by item (``MemoSpool``) lies in ``value``: the items
+    # and bytes of each group, read back a group at a time (``recall_each``). Empty: the
+    # value is decoded whole.
+    groups: list[tuple[int, int]] = []
 
 
 _MEMO = msgspec.msgpack.Decoder(_Memo)
@@ -449,12 +454,13 @@ class ReportCache:
         # The encoding of _Memo(request, checks, value, basis), written in its pieces: a
         # large report's encoding is not copied once more into the memo's.
         start = bytearray(_ENCODER.encode((request, checks)))
-        start[0] += 2  # fixarray of 2 (0x92) → of 4: the value and the basis follow
+        start[0] += 3  # fixarray of 2 (0x92) → of 5: the value, basis and groups follow
 
         def pieces() -> Iterator[bytes]:  # each encoded as the last is written
             yield bytes(start)
             yield from _encoded_in_pieces(value)
             yield _ENCODER.encode(basis)
+            yield _ENCODER.encode([])  # no groups: decoded whole
 
         name = _memo_name(kind, request)
         self._memos.pop(name, None)
@@ -536,11 +542,97 @@ class ReportCache:
             return None
         return RenditionSpool(self, kind, request, form, checks)
 
-    def memo_spool(self, kind: str, request: Any, field: str) -> MemoSpool:
+    def memo_spool(self, kind: str, request: Any, field: str, item_type: type) -> MemoSpool:
         """A spool for the memo of ``request``, a report that is a struct of one field
-        ``field``, a list, whose items are made one at a time (``MemoSpool.add_item``): the
-        memo ``remember`` would keep of the whole, never held whole."""
-        return MemoSpool(self, kind, request, field)
+        ``field``, a list of ``item_type``, whose items are made one at a time
+        (``MemoSpool.add_item``): the memo ``remember`` would keep of the whole, never held
+        whole, and read back a group at a time (``recall_each``, ``previous_each``)."""
+        return MemoSpool(self, kind, request, field, item_type)
+
+    def recall_each(
+        self,
+        kind: str,
+        request: Any,
+        type_: type,
+        field: str,
+        item_type: type,
+        still_true: Callable[[Any], bool] = lambda checks: checks is None,
+    ) -> Iterator[Any] | None:
+        """``recall``'s report (a ``type_``) as the items of its list ``field``, decoded a
+        group at a time as they are asked for where its memo was spooled (``memo_spool``):
+        never all held at once."""
+        found = self._memo(kind, request, still_true)
+        if found is None or found[0].fingerprint != self.fingerprint:
+            return None
+        items = self._each_item(kind, request, found[1], type_, field, item_type)
+        if items is not None:
+            self._kept[_memo_name(kind, request)] = found[1].checks
+        return items
+
+    def previous_each(
+        self,
+        kind: str,
+        request: Any,
+        type_: type,
+        field: str,
+        item_type: type,
+        still_true: Callable[[Any], bool] = lambda checks: checks is None,
+    ) -> tuple[Iterator[Any], Any, Any] | None:
+        """``previous``, its report given as ``recall_each`` gives one."""
+        found = self._memo(kind, request, still_true)
+        if found is None or not self._only_opencode_since(found[0].fingerprint):
+            return None
+        memo = found[1]
+        try:
+            with _collector_paused():
+                basis = msgspec.msgpack.decode(memo.basis)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            return None
+        if basis is None:
+            return None
+        items = self._each_item(kind, request, memo, type_, field, item_type)
+        return None if items is None else (items, basis, memo.checks)
+
+    def _each_item(
+        self, kind: str, request: Any, memo: _Memo, type_: type, field: str, item_type: type
+    ) -> Iterator[Any] | None:
+        """The items of the list ``field`` of the report in ``memo``: a group at a time
+        where it has groups, else from the whole decoded; None when they cannot be read.
+        Each group was decoded once as it was kept (``MemoSpool``), and the groups'
+        lengths are checked here: one that fails after all (a file changed in place, never
+        by a run of ours) is an ``InputError``, and the memo is let go."""
+        if not memo.groups:
+            try:
+                with _collector_paused():
+                    value = msgspec.msgpack.decode(memo.value, type=type_)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+                return None
+            return iter(getattr(value, field))
+        view = memoryview(memo.value)
+        head = _list_head(field, sum(count for count, _size in memo.groups))
+        if bytes(view[: len(head)]) != head or len(view) != len(head) + sum(
+            size for _count, size in memo.groups
+        ):
+            return None
+        decoder = msgspec.msgpack.Decoder(list[item_type])  # type: ignore[valid-type]
+        path = self.folder / _memo_name(kind, request)
+
+        def each() -> Iterator[Any]:
+            at = len(head)
+            for count, size in memo.groups:
+                try:
+                    with _collector_paused():
+                        items = decoder.decode(_array_head(count) + view[at : at + size])
+                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+                    with _quietly():
+                        path.unlink()
+                    raise InputError(
+                        f"the report cache {path} was damaged while read: run again"
+                    ) from exc
+                at += size
+                yield from items
+
+        return each()
 
     def previous(
         self,
@@ -819,10 +911,14 @@ class MemoSpool(_Spool):
     are encoded as they come (``add_item``); ``keep`` writes the memo ``remember`` would
     write of the whole report, its items copied out of the spool."""
 
-    def __init__(self, cache: ReportCache, kind: str, request: Any, field: str) -> None:
+    def __init__(
+        self, cache: ReportCache, kind: str, request: Any, field: str, item_type: type
+    ) -> None:
         super().__init__(cache)
         self._kind, self._request, self._field = kind, request, field
-        self._count = 0
+        self._decoder = msgspec.msgpack.Decoder(list[item_type])  # type: ignore[valid-type]
+        self._groups: list[tuple[int, int]] = []
+        self._count = 0  # items in the buffer
         self._buffer = bytearray()
 
     def add_item(self, item: Any) -> None:
@@ -835,26 +931,39 @@ class MemoSpool(_Spool):
             return
         self._count += 1
         if len(self._buffer) >= _PIECE:
-            self.add(self._buffer)
-            self._buffer.clear()
+            self._flush()
+
+    def _flush(self) -> None:
+        """The buffer's items, a group, to the spool: decoded first as they will be read
+        back (an item that would not read back, a damaged row's text, say, and nothing is
+        kept: the report is then made again next time, as with a memo that fails)."""
+        if not self._count or self._fd < 0:
+            return
+        try:
+            with _collector_paused():
+                self._decoder.decode(_array_head(self._count) + self._buffer)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            self.discard()
+            return
+        self._groups.append((self._count, len(self._buffer)))
+        self.add(self._buffer)
+        self._buffer.clear()
+        self._count = 0
 
     def keep(self, checks: Any = None, basis: Any = None) -> None:
         """Keep the memo of the items given, with ``checks`` and ``basis`` (``remember``'s)."""
-        if self._buffer:
-            self.add(self._buffer)
-            self._buffer.clear()
+        self._flush()
         if self._fd < 0:
             return
         try:
             cache = self._cache
             try:
                 start = bytearray(_ENCODER.encode((self._request, checks)))
-                end = _ENCODER.encode(basis)
+                end = _ENCODER.encode(basis) + _ENCODER.encode(self._groups)
             except UNENCODABLE:
                 return
-            start[0] += 2  # fixarray of 2 (0x92) → of 4: the value and the basis follow
-            # The report: a map of its one field, the list of the items.
-            value = b"\x81" + _ENCODER.encode(self._field) + _array_head(self._count)
+            start[0] += 3  # fixarray of 2 (0x92) → of 5: the value, basis and groups follow
+            value = _list_head(self._field, sum(count for count, _size in self._groups))
             name = _memo_name(self._kind, self._request)
             cache._memos.pop(name, None)
             cache._kept[name] = checks
@@ -893,6 +1002,12 @@ def _encoded_in_pieces(value: Any) -> Iterator[bytes]:
     for field, name in zip(value.__struct_fields__, fields, strict=True):
         yield _ENCODER.encode(name)
         yield from _encoded_in_pieces(getattr(value, field))
+
+
+def _list_head(field: str, length: int) -> bytes:
+    """The encoding of a struct of one field ``field``, a list of ``length`` items, up to
+    its items (a ``MemoSpool``'s report)."""
+    return b"\x81" + _ENCODER.encode(field) + _array_head(length)
 
 
 def _array_head(length: int) -> bytes:

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import operator
 import os
@@ -802,18 +803,20 @@ def each_summary(
     # The own figures of every session below another, for the sessions above it.
     owns = {row.id: _own(counted(row)) for row in store.each_session(subagents=True)}
     now = time.time() * 1000 if now_ms is None else now_ms
-    for row in store.each_session(top_level=not all_sessions):
-        summary = counted(row)
-        if summary.in_flight:
-            _judge_staleness(store, [summary], now, tree, entries)
-        children = tree.get(row.id)
-        below = [owns[d] for d in descendants([row.id], tree) if d in owns] if children else []
-        _fold_one(summary, _own(summary), below, children, fold)
-        yield summary
-    if servers is not None:
-        servers.update(servers_in)
-    if cache is not None:
-        cache.keep_ledger("sessions", _LEDGER_REQUEST, entries)
+    try:
+        for row in store.each_session(top_level=not all_sessions):
+            summary = counted(row)
+            if summary.in_flight:
+                _judge_staleness(store, [summary], now, tree, entries)
+            children = tree.get(row.id)
+            below = [owns[d] for d in descendants([row.id], tree) if d in owns] if children else []
+            _fold_one(summary, _own(summary), below, children, fold)
+            yield summary
+        if servers is not None:
+            servers.update(servers_in)
+    finally:  # the counts are whole before the first summary: kept even if output stops
+        if cache is not None:
+            cache.keep_ledger("sessions", _LEDGER_REQUEST, entries)
 
 
 def _every_entries(
@@ -1271,10 +1274,18 @@ def write_sessions(
         _write_kept(render(report.sessions), out, cache, request, form)
         return
     all_sessions, fold = choices.get("all_sessions", False), choices.get("fold", True)
-    if cache is not None:
-        found = _kept_report(store, cache, request, True, all_sessions, fold, mcp_servers)
-        if found is not None:
-            _write_kept(render(found.sessions), out, cache, request, form)
+    if cache is not None:  # the memo, or the last one brought up to date, read as it goes
+        still_true = _still_configured(mcp_servers)
+        kept = cache.recall_each(
+            "sessions", request, SessionsReport, "sessions", SessionSummary, still_true
+        )
+        if kept is not None:
+            _write_kept(render(kept), out, cache, request, form)
+            return
+        brought = _bring_up(store, cache, request, all_sessions, mcp_servers, still_true, fold)
+        if brought is not None:
+            summaries, servers, parents = brought
+            _write_made(summaries, render, out, cache, request, form, servers, lambda: parents)
             return
     servers: dict[str | None, Sequence[str]] = {}
     made = each_summary(
@@ -1285,17 +1296,33 @@ def write_sessions(
         cache=cache,
         servers=servers,
     )
+    _write_made(made, render, out, cache, request, form, servers, store.session_parents)
+
+
+def _write_made(
+    summaries: Iterator[SessionSummary],
+    render: Callable[[Iterable[SessionSummary]], bytes | Iterable[bytes]],
+    out: BinaryIO,
+    cache: ReportCache | None,
+    request: list[Any],
+    form: str,
+    servers: dict[str | None, Sequence[str]],
+    parents: Callable[[], dict[Any, Any]],
+) -> None:
+    """Write ``render(summaries)``, the summaries of every session as they are made; with
+    ``cache``, the memo and the rendition are spooled as they go and kept once the last
+    is written (``servers``, the MCP servers consulted, complete by then; ``parents``
+    gives each session's parent for the memo's basis): what ``_remember`` and
+    ``_write_kept`` keep of a report held whole."""
     if cache is None:
-        _write_kept(render(made), out, None, request, form)
+        _write_kept(render(summaries), out, None, request, form)
         return
-    # The memo and the rendition are spooled as the summaries are made and written, and
-    # kept once the last is: what ``sessions_report`` and ``_write_kept`` keep of a list.
-    memo = cache.memo_spool("sessions", request, "sessions")
+    memo = cache.memo_spool("sessions", request, "sessions", SessionSummary)
     busy = False
 
     def kept_as_made() -> Iterator[SessionSummary]:
         nonlocal busy
-        for summary in made:
+        for summary in summaries:
             busy = busy or summary.state == BUSY
             memo.add_item(summary)
             yield summary
@@ -1304,7 +1331,7 @@ def write_sessions(
     try:
         _write_pieces(render(kept_as_made()), out, spool)
         if not busy:  # as ``_remember`` keeps a report
-            memo.keep(_checks(servers), [cache.stamps, store.session_parents()])
+            memo.keep(_checks(servers), [cache.stamps, parents()])
             if spool is not None:
                 spool.keep()
     finally:
@@ -1397,19 +1424,46 @@ def _brought_up_to_date(
     *,
     fold: bool = True,
 ) -> SessionsReport | None:
+    """``_bring_up``'s report, held and kept as the memo of ``request``."""
+    made = _bring_up(store, cache, request, all_sessions, mcp_servers, still_true, fold)
+    if made is None:
+        return None
+    summaries, servers, parents = made
+    report = SessionsReport(sessions=list(summaries))
+    _remember(cache, request, report, servers, parents)
+    return report
+
+
+_ACTIVITY = operator.attrgetter("time_updated", "id")  # the store's order, newest first
+
+
+def _bring_up(
+    store: Store,
+    cache: ReportCache,
+    request: list[Any],
+    all_sessions: bool,
+    mcp_servers: Callable[[str | None], Sequence[str]],
+    still_true: Callable[[Any], bool],
+    fold: bool,
+) -> tuple[Iterator[SessionSummary], dict[str | None, Sequence[str]], dict[Any, Any]] | None:
     """The last report of every session, its families whose sessions changed since read
-    again: the report a full reading would give, at the cost of what changed. None (read
-    everything) unless only OpenCode wrote since (``ReportCache.previous``: a session whose
-    stamp, or lack of one, held is unchanged), none was removed or moved to another
-    parent, no parent links loop, every
-    ``time_updated`` is an integer (the order is then the rows' sorted), and fewer than
-    ``WHOLE_TABLE_SESSIONS`` changed. ``still_true``: whether the MCP servers the last
-    report consulted are configured so still.
+    again: the summaries a full reading would give, at the cost of what changed, each of
+    the last report's read from its memo as it is asked for (``recall_each``: never all
+    held where the memo was spooled), with the MCP servers they consulted (complete when
+    they are) and each session's parent now (the memo's basis). None (read everything)
+    unless only OpenCode wrote since (``ReportCache.previous``: a session whose stamp, or
+    lack of one, held is unchanged), none was removed or moved to another parent, no
+    parent links loop, every id is a string and every ``time_updated`` an integer (the
+    order is then the rows' sorted), and fewer than ``WHOLE_TABLE_SESSIONS`` changed.
+    ``still_true``: whether the MCP servers the last report consulted are configured so
+    still.
 
     A session's summary depends on its own rows and on those of the sessions below it (the
     fold, the stale rule), never on those above: so a changed session and every session
     above it are summarized again, and every other summary is the last report's."""
-    found = cache.previous("sessions", request, SessionsReport, still_true)
+    found = cache.previous_each(
+        "sessions", request, SessionsReport, "sessions", SessionSummary, still_true
+    )
     if found is None:
         return None
     before, basis, checks = found
@@ -1422,6 +1476,8 @@ def _brought_up_to_date(
         return None
     if len(changed) >= WHOLE_TABLE_SESSIONS:
         return None  # many changed: the whole-table read is quicker
+    if any(type(sid) is not str for sid in parents):
+        return None  # the merge below compares ids
     chains = [ancestry(sid, parents) for sid in changed]
     ids = {sid for chain in chains for sid in chain} if all_sessions else {c[-1] for c in chains}
     rows = [row for row in map(store.session, ids) if row is not None]
@@ -1429,16 +1485,12 @@ def _brought_up_to_date(
     # Read from the database, not the ledger: these are few, and the ledger (every
     # session's counts) would cost more to read and write again than they do to read.
     fresh = summarize(store, rows, mcp_servers=mcp_servers, servers=servers, fold=fold)
-    sessions = [s for s in before.sessions if s.id not in ids] + fresh
-    try:  # the store's order: newest activity first (``Store.sessions``)
-        sessions.sort(key=lambda s: (s.time_updated, s.id), reverse=True)
-    except TypeError:
-        return None
-    report = SessionsReport(sessions=sessions)
+    fresh.sort(key=_ACTIVITY, reverse=True)
     for directory, names in checks or ():
         servers.setdefault(directory, names)  # the kept summaries consulted these
-    _remember(cache, request, report, servers, parents)
-    return report
+    # Both in the store's order (the last report's was): merged as they come.
+    kept = (summary for summary in before if summary.id not in ids)
+    return heapq.merge(kept, fresh, key=_ACTIVITY, reverse=True), servers, parents
 
 
 def _after(created: Any, until: int) -> bool:
