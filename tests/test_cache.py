@@ -1360,6 +1360,49 @@ def test_an_item_that_would_not_read_back_keeps_no_memo(tmp_path, monkeypatch) -
         assert not memo.exists()
 
 
+@pytest.mark.parametrize("changed", [1, 2], ids=["brought up to date", "made again"])
+def test_a_report_of_every_session_holds_no_memo_or_ledger_it_does_not_use(
+    tmp_path, monkeypatch, changed
+) -> None:
+    """While a report of every session is written, the memo it brings up to date is read
+    as it goes, and a memo or a ledger it read and does not use (too many sessions
+    changed: the whole tables are read) is not held: at 100,000 sessions each is about
+    80 MB. The report is the one ``--no-cache`` gives."""
+    monkeypatch.setattr(sessions_module, "WHOLE_TABLE_SESSIONS", 2)
+    db, root, spare = tmp_path / "opencode.db", tmp_path / "cache", tmp_path / "spare.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with open_store(db) as store:
+        _written(store, "json", ReportCache.open(store, root=root), all_sessions=True)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    for pick in range(changed):  # OpenCode's writes, to as many sessions
+        _change(db, ("new_message", True, pick, "task"), sources, spare)
+    for conn in sources.values():
+        conn.close()
+    request = sessions_module._request(all_sessions=True)
+    memo = report_cache._memo_name("sessions", request)
+    ledger = f"ledger-{report_cache._digest(['sessions', sessions_module._LEDGER_REQUEST])}"
+    held = []
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+
+        def render(summaries):
+            def each():
+                for summary in summaries:
+                    held.append((cache._memos.get(memo) is not None, ledger in cache._ledgers))
+                    yield summary
+
+            return rows.json_list_pieces(each())
+
+        out = io.BytesIO()
+        write_sessions(store, "json", render, out, cache=cache, each=True, all_sessions=True)
+        expected = _written(store, "json", None, all_sessions=True)
+    assert out.getvalue() == expected and len(held) > 1
+    if changed == 1:  # read from the memo as it goes: held till the last summary
+        assert all(memo_held for memo_held, _ledger_held in held)
+    else:
+        assert not any(memo_held or ledger_held for memo_held, ledger_held in held)
+
+
 def _unchecked_flush(self) -> None:
     """``MemoSpool._flush`` without its check: a group that will not read back."""
     if self._count and self._fd >= 0:

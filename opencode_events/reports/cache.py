@@ -659,6 +659,13 @@ class ReportCache:
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
             return None
 
+    def let_go(self, kind: str, request: Any) -> None:
+        """Let go of the memo and ledger of ``request`` read in this run (their files
+        stay): a report that will not use them need not hold them while it is made (at
+        100,000 sessions, about 80 MB each)."""
+        self._memos.pop(_memo_name(kind, request), None)
+        self._ledgers.pop(f"ledger-{_digest([kind, request])}", None)
+
     # ------------------------------------------------------------------ ledgers
 
     def ledger(self, kind: str, request: Any, type_: type[T]) -> dict[str, T]:

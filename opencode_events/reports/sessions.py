@@ -782,6 +782,9 @@ def each_summary(
             scan.cancel()
         raise
     entries = _every_entries(store, kept, scan)
+    kept = {}  # what is still true of it is in ``entries`` (a whole scan: none of it)
+    if cache is not None:
+        cache.let_go("sessions", _LEDGER_REQUEST)
     servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
     db_path = os.path.abspath(store.path)
 
@@ -1287,6 +1290,7 @@ def write_sessions(
             summaries, servers, parents = brought
             _write_made(summaries, render, out, cache, request, form, servers, lambda: parents)
             return
+        cache.let_go("sessions", request)  # the memo: made again, not read
     servers: dict[str | None, Sequence[str]] = {}
     made = each_summary(
         store,
