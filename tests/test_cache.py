@@ -467,7 +467,7 @@ def _odd(db: Path, kind: str, pick: int) -> None:
     """Make the database odd in one way OpenCode never writes (parent links), or in one it
     does (a reply in flight)."""
     conn = sqlite3.connect(db)
-    ids = [sid for (sid,) in _rows(conn, "SELECT id FROM session ORDER BY id")]
+    ids = [sid for (sid,) in _rows(conn, "SELECT id FROM session ORDER BY id")] or ["none"]
     one, other = ids[pick % len(ids)], ids[(pick // 7 + 1) % len(ids)]
     if kind == "loop":
         conn.execute("UPDATE session SET parent_id = ? WHERE id = ?", (other, one))
@@ -523,7 +523,7 @@ def test_every_session_made_one_at_a_time_is_what_summarize_gives(
             conn.close()
     servers = ("my-tools", "other")  # the mcp capture's server, and one never called
     with open_store(db) as store:
-        latest = max(row.time_updated for row in store.sessions())
+        latest = max((row.time_updated for row in store.sessions()), default=0)
         now = latest + (1000 if busy else 10**9)  # a reply in flight: busy, or stale
         for all_sessions, fold in itertools.product((True, False), (True, False)):
             made = sessions_module.each_summary(
