@@ -1296,9 +1296,10 @@ def test_a_memo_spooled_item_by_item_reads_back_a_group_at_a_time(
     tmp_path, monkeypatch, piece
 ) -> None:
     """A report of every session made one at a time is kept as a memo spooled summary by
-    summary (``memo_spool``): its value is byte for byte what ``remember`` writes of the
-    whole report (``recall`` reads it), with the groups it was written in, by which
-    ``recall_each`` and ``previous_each`` read it back a group at a time."""
+    summary (``memo_spool``): its value, the head and the items after it, is byte for byte
+    what ``remember`` writes of the whole report (``recall`` reads it), with the groups it
+    was written in, by which ``recall_each`` and ``previous_each`` read it back from the
+    file a group at a time."""
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     monkeypatch.setattr(report_cache, "_PIECE", piece)
@@ -1315,8 +1316,11 @@ def test_a_memo_spooled_item_by_item_reads_back_a_group_at_a_time(
             spool.add_item(summary)
         spool.keep(checks, basis)
         (memo,) = root.glob("*/memo-*")
-        kept = report_cache._MEMO.decode(report_cache._HEADER.decode(memo.read_bytes()).body)
-        assert bytes(kept.value) == report_cache._ENCODER.encode(report)
+        data = memo.read_bytes()  # the head's length, the head, then the items
+        length = int.from_bytes(data[:8], "big")
+        kept = report_cache._MEMO.decode(report_cache._HEADER.decode(data[8 : 8 + length]).body)
+        head = msgspec.msgpack.decode(kept.value, type=bytes)
+        assert head + data[8 + length :] == report_cache._ENCODER.encode(report)
         assert msgspec.msgpack.decode(kept.basis) == basis and kept.checks == checks
         assert sum(count for count, _size in kept.groups) == len(report.sessions)
         assert len(kept.groups) > 1 if piece == 700 else len(kept.groups) == 1
@@ -1326,6 +1330,31 @@ def test_a_memo_spooled_item_by_item_reads_back_a_group_at_a_time(
         monkeypatch.setattr(cache, "_only_opencode_since", lambda then: True)  # as if it had
         items, then, consulted = cache.previous_each(*args)
         assert list(items) == report.sessions and then == basis and consulted == checks
+
+
+def test_a_spooled_memo_of_nothing_or_cut_short(tmp_path) -> None:
+    """A spooled memo of no sessions reads back as none; one cut short, or added to, is
+    not read at all (its items' length is its groups')."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    args = ("sessions", ["x"], SessionsReport, "sessions", SessionSummary, lambda c: True)
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        cache.memo_spool("sessions", ["x"], "sessions", SessionSummary).keep(None, None)
+        assert list(ReportCache.open(store, root=root).recall_each(*args)) == []
+        empty = ReportCache.open(store, root=root).recall("sessions", ["x"], SessionsReport)
+        assert empty == SessionsReport(sessions=[])
+        spool = cache.memo_spool("sessions", ["x"], "sessions", SessionSummary)
+        for summary in sessions_report(store, all_sessions=True).sessions:
+            spool.add_item(summary)
+        spool.keep(None, None)
+        (memo,) = root.glob("*/memo-*")
+        whole = memo.read_bytes()
+        for damaged in (whole[:-1], whole + b"\x00"):
+            memo.write_bytes(damaged)
+            again = ReportCache.open(store, root=root)
+            assert again.recall_each(*args) is None
+            assert again.recall("sessions", ["x"], SessionsReport) is None
 
 
 def test_an_item_that_would_not_read_back_keeps_no_memo(tmp_path, monkeypatch) -> None:

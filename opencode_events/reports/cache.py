@@ -144,6 +144,20 @@ _HEAD_LARGEST = 1 << 24  # a rendition's head: a request and the MCP servers con
 _COPY_PIECE = 1 << 20
 
 
+class _Items:
+    """Where a spooled memo's items lie in its file (opened when its head was checked, so
+    a run that replaces the file meanwhile changes nothing here): read by offset."""
+
+    def __init__(self, file: BinaryIO, offset: int, size: int) -> None:
+        self.file, self.offset, self.size = file, offset, size
+
+    def read(self, at: int, length: int) -> bytes:
+        piece = os.pread(self.file.fileno(), length, at)
+        if len(piece) != length:
+            raise OSError(errno.EIO, "a memo was cut short while read")
+        return piece
+
+
 class _Unsound(Exception):
     """A rendition that is not to be trusted (damaged, foreign, or of another state)."""
 
@@ -245,7 +259,7 @@ class ReportCache:
         self.stamps = stamps
         self.hits = 0  # ledger entries reused (tests read it)
         self._ledgers: dict[str, Any] = {}
-        self._memos: dict[str, _Header | None] = {}
+        self._memos: dict[str, tuple[_Header, _Items | None] | None] = {}
         self._kept: dict[str, Any] = {}  # memos kept or found sound in this run: their checks
         self._aside: list[int] = []  # forked children writing a ledger (``settle``)
         self._keeps = True  # False: this run writes nothing (``_observe``)
@@ -328,6 +342,33 @@ class ReportCache:
             return None
         return self._sound(data)
 
+    def _read_memo(self, name: str) -> tuple[_Header, _Items | None] | None:
+        """A memo's header, and where a spooled memo's items lie (``MemoSpool``): such a
+        file is the length of its head (8 bytes), the head, then the items, read a group
+        at a time and never whole; any other memo is its header alone, read whole."""
+        try:
+            file = open(self.folder / name, "rb", buffering=0)  # noqa: SIM115 - _Items'
+        except OSError:
+            return None
+        try:
+            first = file.read(8)
+            if len(first) == 8 and first[0] == 0:  # a head's length: no header starts so
+                length = int.from_bytes(first, "big")
+                header = self._sound(file.read(length)) if 0 < length <= _LARGEST else None
+                if header is None:
+                    raise _Unsound
+                return header, _Items(file, 8 + length, os.fstat(file.fileno()).st_size)
+            data = first + file.read(_LARGEST + 1)
+        except (_Unsound, OSError):
+            file.close()
+            return None
+        except BaseException:
+            file.close()
+            raise
+        file.close()
+        header = self._sound(data)
+        return None if header is None else (header, None)
+
     def _sound(self, data: bytes) -> _Header | None:
         """The header ``data`` holds, when it is whole, of this format, this version and
         this database; else None."""
@@ -409,23 +450,37 @@ class ReportCache:
 
     def _memo(
         self, kind: str, request: Any, still_true: Callable[[Any], bool]
-    ) -> tuple[_Header, _Memo] | None:
+    ) -> tuple[_Header, _Memo, _Items | None] | None:
         """The memo kept for ``request`` (its file read once per run: ``recall``, then
         ``previous``), when it is sound, for this request, and ``still_true`` of what it
-        consulted besides the database; its fingerprint is for the caller to judge."""
+        consulted besides the database, with where its items lie if it was spooled; its
+        fingerprint is for the caller to judge."""
         name = _memo_name(kind, request)
         if name not in self._memos:
-            self._memos[name] = self._read(name)
-        header = self._memos[name]
-        if header is None:
+            self._memos[name] = self._read_memo(name)
+        found = self._memos[name]
+        if found is None:
             return None
+        header, items = found
         try:
             memo = _MEMO.decode(header.body)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
             return None
         if memo.request != request or not still_true(memo.checks):
             return None
-        return header, memo
+        if items is None and memo.groups:
+            return None  # groups without their items
+        if items is not None and items.size != items.offset + sum(s for _n, s in memo.groups):
+            return None  # items cut short, or added to
+        return header, memo, items
+
+    @staticmethod
+    def _value(memo: _Memo, items: _Items | None) -> bytes | msgspec.Raw:
+        """A memo's value whole: a spooled one's head and items joined."""
+        if items is None:
+            return memo.value
+        head = msgspec.msgpack.decode(memo.value, type=bytes)
+        return head + items.read(items.offset, items.size - items.offset)
 
     def recall(
         self,
@@ -442,8 +497,8 @@ class ReportCache:
             return None
         try:
             with _collector_paused():
-                value = msgspec.msgpack.decode(found[1].value, type=type_)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+                value = msgspec.msgpack.decode(self._value(found[1], found[2]), type=type_)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError, OSError):
             return None
         self._kept[_memo_name(kind, request)] = found[1].checks
         return value
@@ -564,7 +619,7 @@ class ReportCache:
         found = self._memo(kind, request, still_true)
         if found is None or found[0].fingerprint != self.fingerprint:
             return None
-        items = self._each_item(kind, request, found[1], type_, field, item_type)
+        items = self._each_item(kind, request, found[1], found[2], type_, field, item_type)
         if items is not None:
             self._kept[_memo_name(kind, request)] = found[1].checks
         return items
@@ -590,47 +645,61 @@ class ReportCache:
             return None
         if basis is None:
             return None
-        items = self._each_item(kind, request, memo, type_, field, item_type)
+        items = self._each_item(kind, request, memo, found[2], type_, field, item_type)
         return None if items is None else (items, basis, memo.checks)
 
     def _each_item(
-        self, kind: str, request: Any, memo: _Memo, type_: type, field: str, item_type: type
+        self,
+        kind: str,
+        request: Any,
+        memo: _Memo,
+        items: _Items | None,
+        type_: type,
+        field: str,
+        item_type: type,
     ) -> Iterator[Any] | None:
-        """The items of the list ``field`` of the report in ``memo``: a group at a time
-        where it has groups, else from the whole decoded; None when they cannot be read.
-        Each group was decoded once as it was kept (``MemoSpool``), and the groups'
-        lengths are checked here: one that fails after all (a file changed in place, never
-        by a run of ours) is an ``InputError``, and the memo is let go."""
-        if not memo.groups:
+        """The items of the list ``field`` of the report in ``memo``: read from its file a
+        group at a time where it was spooled (``items``), else from the whole decoded; None
+        when they cannot be read. Each group was decoded once as it was kept
+        (``MemoSpool``), and the groups' lengths are checked (``_memo``): one that fails
+        after all (a file changed in place, never by a run of ours) is an ``InputError``,
+        and the memo is let go."""
+        if items is None:
             try:
                 with _collector_paused():
                     value = msgspec.msgpack.decode(memo.value, type=type_)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
                 return None
             return iter(getattr(value, field))
-        view = memoryview(memo.value)
-        head = _list_head(field, sum(count for count, _size in memo.groups))
-        if bytes(view[: len(head)]) != head or len(view) != len(head) + sum(
-            size for _count, size in memo.groups
-        ):
+        try:
+            head = msgspec.msgpack.decode(memo.value, type=bytes)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        if head != _list_head(field, sum(count for count, _size in memo.groups)):
             return None
         decoder = msgspec.msgpack.Decoder(list[item_type])  # type: ignore[valid-type]
         path = self.folder / _memo_name(kind, request)
 
         def each() -> Iterator[Any]:
-            at = len(head)
+            at = items.offset
             for count, size in memo.groups:
                 try:
+                    group = _array_head(count) + items.read(at, size)
                     with _collector_paused():
-                        items = decoder.decode(_array_head(count) + view[at : at + size])
-                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+                        decoded = decoder.decode(group)
+                except (
+                    msgspec.DecodeError,
+                    msgspec.ValidationError,
+                    RecursionError,
+                    OSError,
+                ) as exc:
                     with _quietly():
                         path.unlink()
                     raise InputError(
                         f"the report cache {path} was damaged while read: run again"
                     ) from exc
                 at += size
-                yield from items
+                yield from decoded
 
         return each()
 
@@ -654,9 +723,9 @@ class ReportCache:
                 basis = msgspec.msgpack.decode(memo.basis)
                 if basis is None:
                     return None
-                value = msgspec.msgpack.decode(memo.value, type=type_)
+                value = msgspec.msgpack.decode(self._value(memo, found[2]), type=type_)
             return value, basis, memo.checks
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError, OSError):
             return None
 
     def let_go(self, kind: str, request: Any) -> None:
@@ -970,12 +1039,16 @@ class MemoSpool(_Spool):
             except UNENCODABLE:
                 return
             start[0] += 3  # fixarray of 2 (0x92) → of 5: the value, basis and groups follow
-            value = _list_head(self._field, sum(count for count, _size in self._groups))
+            # The value's head, as bytes (its items follow the whole head, in the file:
+            # ``_read_memo``), so that the head is whole without them.
+            value = _ENCODER.encode(
+                _list_head(self._field, sum(count for count, _size in self._groups))
+            )
+            head = cache._head() + bytes(start) + value + end
             name = _memo_name(self._kind, self._request)
             cache._memos.pop(name, None)
             cache._kept[name] = checks
-            pieces = [cache._head(), bytes(start), value]
-            cache._replace(name, pieces, self._spooled(), end)
+            cache._replace(name, [len(head).to_bytes(8, "big"), head], self._spooled())
         finally:
             self.discard()
 
