@@ -1432,6 +1432,30 @@ def test_a_report_of_every_session_holds_no_memo_or_ledger_it_does_not_use(
         assert not any(memo_held or ledger_held for memo_held, ledger_held in held)
 
 
+@pytest.mark.parametrize(
+    ("sessions", "count", "by_session"),
+    [
+        (10_000, 199, True),
+        (10_000, 200, False),  # the bench database: 200 and more, the whole tables
+        (100_000, 1_999, True),  # 30 GB: 2 % of the sessions read by the index
+        (100_000, 2_000, False),
+        (50, 199, True),
+    ],
+)
+def test_changed_sessions_are_read_by_session_up_to_two_percent(
+    monkeypatch, sessions, count, by_session
+) -> None:
+    """How many changed sessions are read one by one rather than the whole tables: fewer
+    than 200, or than 2 % of a larger database's."""
+
+    class Counted:
+        def session_count(self) -> int:
+            return sessions
+
+    monkeypatch.setattr(sessions_module, "offers_fast_scans", lambda store: True)
+    assert sessions_module._by_session(count, Counted()) is by_session
+
+
 def _unchecked_flush(self) -> None:
     """``MemoSpool._flush`` without its check: a group that will not read back."""
     if self._count and self._fd >= 0:

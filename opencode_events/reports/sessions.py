@@ -213,8 +213,22 @@ _TOOL_HEAD_ESCAPED = re.compile(
 ToolCounts = dict[tuple[str, Any, bool], int]  # (session, tool, failed) → calls
 
 _PARALLEL_MIN_PARTS = 200_000  # part rows; below this a worker's start costs more
-# From this many sessions on, one scan of the whole table beats per-session index lookups.
+# From this many sessions on, one scan of the whole table beats per-session index lookups
+# (on the 10,000-session bench database; on a larger one, see ``_by_session``).
 WHOLE_TABLE_SESSIONS = 200
+# ... and from this share of the database's sessions on, on a larger one.
+WHOLE_TABLE_SHARE = 50  # 2 %
+
+
+def _by_session(count: int, store: Any) -> bool:
+    """Whether the rows of ``count`` sessions are read session by session (by the index)
+    rather than the whole tables: fewer than ``WHOLE_TABLE_SESSIONS`` of them, or fewer than
+    2 % of the database's sessions. The whole tables cost what the database holds, a
+    session's rows what it holds: 1,000 changed sessions of 100,000 (30 GB) are read in
+    about a second, the whole tables in ten."""
+    if count < WHOLE_TABLE_SESSIONS:
+        return True
+    return offers_fast_scans(store) and count < store.session_count() // WHOLE_TABLE_SHARE
 
 
 def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
@@ -688,7 +702,7 @@ def summarize(
     # A whole large table is read by one process per core, started first: they read while
     # this one looks up the sessions (and are stopped if that fails).
     kept = cache.ledger("sessions", _LEDGER_REQUEST, SessionCounts) if cache else {}
-    if scan is None and len(rows) >= WHOLE_TABLE_SESSIONS and not kept:
+    if scan is None and not kept and not _by_session(len(rows), store):
         scan = _start_scan(store)
     try:
         tree, summaries, scope = _sessions_below(store, rows)
@@ -700,7 +714,7 @@ def summarize(
         rows.clear()  # type: ignore[attr-defined]  # a list (``let_go``)
     if kept and scan is None:  # read only the sessions the cache does not hold
         unread = [sid for sid in summaries if sid not in kept]
-        scope = unread if len(unread) < WHOLE_TABLE_SESSIONS else None
+        scope = unread if _by_session(len(unread), store) else None
     if scan is None and scope is None:
         scan = _start_scan(store)
     counts: Iterable[tuple[ToolCounts, MessageCounts]] | None = None
@@ -830,7 +844,7 @@ def _every_entries(
     session when they are few, else the whole tables (by ``scan``, when given)."""
     if scan is None and kept:
         unread = [sid for sid in store.session_parents() if sid not in kept]
-        if len(unread) < WHOLE_TABLE_SESSIONS:
+        if _by_session(len(unread), store):
             counters = {sid: _MessageCounter() for sid in unread}
             tools: ToolCounts = {}
             if unread:
@@ -1101,7 +1115,7 @@ def _sessions_below(
     db_path = os.path.abspath(store.path)  # a path that names the session from anywhere
     summaries = {sid: _base(row, db_path) for sid, row in known.items()}
     ids = list(summaries)
-    return tree, summaries, None if len(ids) >= WHOLE_TABLE_SESSIONS else ids
+    return tree, summaries, ids if _by_session(len(ids), store) else None
 
 
 # The CSV columns of ``sessions``, in order.
@@ -1458,7 +1472,8 @@ def _bring_up(
     unless only OpenCode wrote since (``ReportCache.previous``: a session whose stamp, or
     lack of one, held is unchanged), none was removed or moved to another parent, no
     parent links loop, every id is a string and every ``time_updated`` an integer (the
-    order is then the rows' sorted), and fewer than ``WHOLE_TABLE_SESSIONS`` changed.
+    order is then the rows' sorted), and few enough changed to read them by session
+    (``_by_session``).
     ``still_true``: whether the MCP servers the last report consulted are configured so
     still.
 
@@ -1478,7 +1493,7 @@ def _bring_up(
     changed = sessions_changed(parents_then, stamps_then, parents, cache.stamps)
     if changed is None or store.loop_members() or not store.plainly_ordered():
         return None
-    if len(changed) >= WHOLE_TABLE_SESSIONS:
+    if not _by_session(len(changed), store):
         return None  # many changed: the whole-table read is quicker
     if any(type(sid) is not str for sid in parents):
         return None  # the merge below compares ids
