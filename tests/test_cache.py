@@ -121,6 +121,17 @@ def _copy_session(
     return new
 
 
+def _remove_reply(conn: sqlite3.Connection, session: str) -> None:
+    """Delete a session's first reply and its parts, as OpenCode logs a removal."""
+    (reply,) = conn.execute(
+        "SELECT id FROM message WHERE session_id = ? AND data LIKE '%\"assistant\"%'",
+        (session,),
+    ).fetchone()
+    conn.execute("DELETE FROM part WHERE message_id = ?", (reply,))
+    conn.execute("DELETE FROM message WHERE id = ?", (reply,))
+    _log(conn, session, "message.removed.1")
+
+
 def _log(conn: sqlite3.Connection, sid: str, kind: str) -> None:
     """What OpenCode writes beside every change: an event, and the session's sequence."""
     row = conn.execute("SELECT seq FROM event_sequence WHERE aggregate_id = ?", (sid,)).fetchone()
@@ -879,13 +890,7 @@ def test_turns_keep_the_fork_rule_by_session(tmp_path, monkeypatch, change):
     first = _report(db, which, root)
     assert b"forked cop" in first
     if change == "original_gone":
-        (mid,) = conn.execute(
-            "SELECT id FROM message WHERE session_id = ? AND data LIKE '%\"assistant\"%'",
-            (original,),
-        ).fetchone()
-        conn.execute("DELETE FROM part WHERE message_id = ?", (mid,))
-        conn.execute("DELETE FROM message WHERE id = ?", (mid,))
-        _log(conn, original, "message.removed.1")
+        _remove_reply(conn, original)
     else:
         target = original if change == "original_reply" else fork
         mid, created, data = conn.execute(
@@ -956,13 +961,7 @@ def test_steps_of_a_change_read_only_its_session(tmp_path, monkeypatch, change):
     }[change]
     if change == "original_gone":  # the original's reply, which the fork holds a copy of
         conn = sqlite3.connect(db)
-        (reply,) = conn.execute(
-            "SELECT id FROM message WHERE session_id = ? AND data LIKE '%\"assistant\"%'",
-            (original,),
-        ).fetchone()
-        conn.execute("DELETE FROM part WHERE message_id = ?", (reply,))
-        conn.execute("DELETE FROM message WHERE id = ?", (reply,))
-        _log(conn, original, "message.removed.1")
+        _remove_reply(conn, original)
         conn.commit()
         conn.close()
     else:

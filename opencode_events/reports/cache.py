@@ -152,10 +152,7 @@ class _Items:
         self.file, self.offset, self.size = file, offset, size
 
     def read(self, at: int, length: int) -> bytes:
-        piece = os.pread(self.file.fileno(), length, at)
-        if len(piece) != length:
-            raise OSError(errno.EIO, "a memo was cut short while read")
-        return piece
+        return _read_at(self.file.fileno(), length, at, "a memo")
 
 
 class _Unsound(Exception):
@@ -474,6 +471,28 @@ class ReportCache:
             return None  # items cut short, or added to
         return header, memo, items
 
+    def _memo_now(
+        self, kind: str, request: Any, still_true: Callable[[Any], bool]
+    ) -> tuple[_Header, _Memo, _Items | None] | None:
+        """``_memo``, when kept of the database in the state it is in now."""
+        found = self._memo(kind, request, still_true)
+        return found if found is not None and found[0].fingerprint == self.fingerprint else None
+
+    def _memo_since(
+        self, kind: str, request: Any, still_true: Callable[[Any], bool]
+    ) -> tuple[_Memo, _Items | None, Any] | None:
+        """``_memo`` and its basis, when kept of an earlier state that only OpenCode's own
+        writes (its event log moved) led from, with a basis."""
+        found = self._memo(kind, request, still_true)
+        if found is None or not self._only_opencode_since(found[0].fingerprint):
+            return None
+        try:
+            with _collector_paused():
+                basis = msgspec.msgpack.decode(found[1].basis)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            return None
+        return None if basis is None else (found[1], found[2], basis)
+
     @staticmethod
     def _value(memo: _Memo, items: _Items | None) -> bytes | msgspec.Raw:
         """A memo's value whole: a spooled one's head and items joined."""
@@ -492,8 +511,8 @@ class ReportCache:
         """The report kept for ``request`` of a database in the state it is in now, or
         None. ``still_true`` is asked whether what was kept beside it (``checks``: what
         else the report consulted, e.g. a config file's servers) still holds."""
-        found = self._memo(kind, request, still_true)
-        if found is None or found[0].fingerprint != self.fingerprint:
+        found = self._memo_now(kind, request, still_true)
+        if found is None:
             return None
         try:
             with _collector_paused():
@@ -616,8 +635,8 @@ class ReportCache:
         """``recall``'s report (a ``type_``) as the items of its list ``field``, decoded a
         group at a time as they are asked for where its memo was spooled (``memo_spool``):
         never all held at once."""
-        found = self._memo(kind, request, still_true)
-        if found is None or found[0].fingerprint != self.fingerprint:
+        found = self._memo_now(kind, request, still_true)
+        if found is None:
             return None
         items = self._each_item(kind, request, found[1], found[2], type_, field, item_type)
         if items is not None:
@@ -634,18 +653,11 @@ class ReportCache:
         still_true: Callable[[Any], bool] = lambda checks: checks is None,
     ) -> tuple[Iterator[Any], Any, Any] | None:
         """``previous``, its report given as ``recall_each`` gives one."""
-        found = self._memo(kind, request, still_true)
-        if found is None or not self._only_opencode_since(found[0].fingerprint):
+        found = self._memo_since(kind, request, still_true)
+        if found is None:
             return None
-        memo = found[1]
-        try:
-            with _collector_paused():
-                basis = msgspec.msgpack.decode(memo.basis)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
-            return None
-        if basis is None:
-            return None
-        items = self._each_item(kind, request, memo, found[2], type_, field, item_type)
+        memo, kept, basis = found
+        items = self._each_item(kind, request, memo, kept, type_, field, item_type)
         return None if items is None else (items, basis, memo.checks)
 
     def _each_item(
@@ -714,16 +726,13 @@ class ReportCache:
         OpenCode's own writes (its event log moved) led from, with its ``basis`` and
         ``checks``: for a report that reads only what changed since (the stamps in its
         basis tell which sessions). None when there is none, or none kept with a basis."""
-        found = self._memo(kind, request, still_true)
-        if found is None or not self._only_opencode_since(found[0].fingerprint):
+        found = self._memo_since(kind, request, still_true)
+        if found is None:
             return None
-        memo = found[1]
+        memo, items, basis = found
         try:
             with _collector_paused():
-                basis = msgspec.msgpack.decode(memo.basis)
-                if basis is None:
-                    return None
-                value = msgspec.msgpack.decode(self._value(memo, found[2]), type=type_)
+                value = msgspec.msgpack.decode(self._value(memo, items), type=type_)
             return value, basis, memo.checks
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError, OSError):
             return None
@@ -799,13 +808,9 @@ class ReportCache:
         except ImportError:
             return None
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd, path = _new_file(self.folder, os.O_RDWR)
+            return Spill(_unnamed_file(self.folder))
         except OSError:
             return None
-        with _quietly():
-            os.unlink(path)  # nothing is left behind whatever happens to this run
-        return Spill(fd)
 
     def aside(self, keep: Callable[[], None], sessions: int) -> None:
         """Run ``keep`` (which keeps a ledger of ``sessions`` sessions) in a forked child
@@ -895,10 +900,7 @@ class Spill:
 
     def get(self, offset: int, length: int) -> bytes:
         """The ``length`` bytes put at ``offset`` (``OSError`` if they are not all there)."""
-        piece = os.pread(self.fd, length, offset)
-        if len(piece) != length:
-            raise OSError(errno.EIO, "a spilled piece was cut short")
-        return piece
+        return _read_at(self.fd, length, offset, "a spilled piece")
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -918,13 +920,10 @@ class _Spool:
     def __init__(self, cache: ReportCache) -> None:
         self._cache = cache
         self._length = 0
-        self._fd = -1
         try:
-            cache.folder.mkdir(parents=True, exist_ok=True)
-            self._fd, path = _new_file(cache.folder, os.O_RDWR)
-            os.unlink(path)  # nothing is left behind whatever happens to this run
+            self._fd = _unnamed_file(cache.folder)
         except OSError:
-            self.discard()
+            self._fd = -1
 
     def add(self, piece: bytes | bytearray) -> None:
         if self._fd < 0:
@@ -1097,6 +1096,25 @@ def _array_head(length: int) -> bytes:
     if length < 1 << 16:
         return b"\xdc" + length.to_bytes(2, "big")
     return b"\xdd" + length.to_bytes(4, "big")
+
+
+def _unnamed_file(folder: Path) -> int:
+    """A new file of this user's alone in ``folder`` (made if need be), open for reading
+    and writing, its name already gone: nothing is left behind whatever happens to the run
+    (``OSError`` when none can be made)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, path = _new_file(folder, os.O_RDWR)
+    with _quietly():
+        os.unlink(path)
+    return fd
+
+
+def _read_at(fd: int, length: int, at: int, what: str) -> bytes:
+    """The ``length`` bytes at ``at`` of ``fd`` (``OSError`` if they are not all there)."""
+    piece = os.pread(fd, length, at)
+    if len(piece) != length:
+        raise OSError(errno.EIO, f"{what} was cut short while read")
+    return piece
 
 
 def _new_file(folder: Path, access: int = os.O_WRONLY) -> tuple[int, Path]:

@@ -1197,13 +1197,75 @@ def sessions_report(
     if mcp_servers is None:
         from .mcp import mcp_server_names as mcp_servers
     request = _request(since_ms, limit, all_sessions, fold, until_ms)
-    every = since_ms is None and until_ms is None and limit is None
+    if since_ms is None and until_ms is None and limit is None:
+        summaries, servers, parents = _every_session(
+            store, cache, request, all_sessions, fold, mcp_servers
+        )
+        report = SessionsReport(sessions=list(summaries))
+        if cache is not None and parents is not None:
+            _remember(cache, request, report, servers, parents())
+        return report
     if cache is not None:
-        kept = _kept_report(store, cache, request, every, all_sessions, fold, mcp_servers)
+        kept = cache.recall("sessions", request, SessionsReport, _still_configured(mcp_servers))
         if kept is not None:
             return kept
+    # With a limit, only those rows are read (unless --until filters them first).
+    rows = store.sessions(
+        since_ms=since_ms,
+        top_level=not all_sessions,
+        limit=limit if until_ms is None else None,
+    )
+    if until_ms is not None:
+        rows = [row for row in rows if not _after(row.time_created, until_ms)]
+    if limit is not None:
+        rows = rows[:limit]
     servers: dict[str | None, Sequence[str]] = {}
-    if every and streams_every_session(store):
+    report = SessionsReport(
+        sessions=summarize(
+            store,
+            rows,
+            mcp_servers=mcp_servers,
+            cache=cache,
+            servers=servers,
+            fold=fold,
+            let_go=True,  # ``rows`` is this function's own, and not used again
+        )
+    )
+    if cache is not None:
+        _remember(cache, request, report, servers, None)
+    return report
+
+
+def _every_session(
+    store: Any,
+    cache: ReportCache | None,
+    request: list[Any],
+    all_sessions: bool,
+    fold: bool,
+    mcp_servers: Callable[[str | None], Sequence[str]],
+) -> tuple[
+    Iterator[SessionSummary], dict[str | None, Sequence[str]], Callable[[], dict[Any, Any]] | None
+]:
+    """The summaries of every session (or every top-level one), each as it is asked for:
+    read from the memo of the database as it is now, the last report brought up to date
+    (``_bring_up``), or made (``each_summary``; the legacy layout's, ``summarize`` of its
+    rows). With the MCP servers they consulted (whole once the last is made) and, unless
+    they are the memo's already, what gives each session's parent for the basis of the memo
+    they are to be kept as."""
+    if cache is not None:  # the memo, or the last one brought up to date, read as it goes
+        still_true = _still_configured(mcp_servers)
+        kept = cache.recall_each(
+            "sessions", request, SessionsReport, "sessions", SessionSummary, still_true
+        )
+        if kept is not None:
+            return kept, {}, None
+        brought = _bring_up(store, cache, request, all_sessions, mcp_servers, still_true, fold)
+        if brought is not None:
+            summaries, servers, parents = brought
+            return summaries, servers, lambda: parents
+        cache.let_go("sessions", request)  # the memo: made again, not read
+    servers: dict[str | None, Sequence[str]] = {}
+    if streams_every_session(store):
         made = each_summary(
             store,
             all_sessions=all_sessions,
@@ -1212,51 +1274,19 @@ def sessions_report(
             cache=cache,
             servers=servers,
         )
-        report = SessionsReport(sessions=list(made))
-    else:  # with a limit, only those rows are read (unless --until filters them first)
-        rows = store.sessions(
-            since_ms=since_ms,
-            top_level=not all_sessions,
-            limit=limit if until_ms is None else None,
+    else:
+        rows = store.sessions(top_level=not all_sessions)
+        listed = summarize(
+            store,
+            rows,
+            mcp_servers=mcp_servers,
+            cache=cache,
+            servers=servers,
+            fold=fold,
+            let_go=True,
         )
-        if until_ms is not None:
-            rows = [row for row in rows if not _after(row.time_created, until_ms)]
-        if limit is not None:
-            rows = rows[:limit]
-        report = SessionsReport(
-            sessions=summarize(
-                store,
-                rows,
-                mcp_servers=mcp_servers,
-                cache=cache,
-                servers=servers,
-                fold=fold,
-                let_go=True,  # ``rows`` is this function's own, and not used again
-            )
-        )
-    if cache is not None:
-        _remember(cache, request, report, servers, store.session_parents() if every else None)
-    return report
-
-
-def _kept_report(
-    store: Any,
-    cache: ReportCache,
-    request: list[Any],
-    every: bool,
-    all_sessions: bool,
-    fold: bool,
-    mcp_servers: Callable[[str | None], Sequence[str]],
-) -> SessionsReport | None:
-    """The report the cache holds for ``request`` (of every session: the last one brought
-    up to date, when it can be); None when it must be made."""
-    still_true = _still_configured(mcp_servers)
-    kept = cache.recall("sessions", request, SessionsReport, still_true)
-    if kept is not None or not every:
-        return kept
-    return _brought_up_to_date(
-        store, cache, request, all_sessions, mcp_servers, still_true, fold=fold
-    )
+        made = iter(listed)
+    return made, servers, lambda: store.session_parents()  # asked only to keep a memo
 
 
 def write_sessions(
@@ -1289,35 +1319,18 @@ def write_sessions(
             kept.write_to(out)
             return
     every = all(choices.get(name) is None for name in ("since_ms", "until_ms", "limit"))
-    if not (each and every and streams_every_session(store)):
+    if not (each and every):
         report = sessions_report(store, mcp_servers=mcp_servers, cache=cache, **choices)
         _write_kept(render(report.sessions), out, cache, request, form)
         return
     all_sessions, fold = choices.get("all_sessions", False), choices.get("fold", True)
-    if cache is not None:  # the memo, or the last one brought up to date, read as it goes
-        still_true = _still_configured(mcp_servers)
-        kept = cache.recall_each(
-            "sessions", request, SessionsReport, "sessions", SessionSummary, still_true
-        )
-        if kept is not None:
-            _write_kept(render(kept), out, cache, request, form)
-            return
-        brought = _bring_up(store, cache, request, all_sessions, mcp_servers, still_true, fold)
-        if brought is not None:
-            summaries, servers, parents = brought
-            _write_made(summaries, render, out, cache, request, form, servers, lambda: parents)
-            return
-        cache.let_go("sessions", request)  # the memo: made again, not read
-    servers: dict[str | None, Sequence[str]] = {}
-    made = each_summary(
-        store,
-        all_sessions=all_sessions,
-        fold=fold,
-        mcp_servers=mcp_servers,
-        cache=cache,
-        servers=servers,
+    summaries, servers, parents = _every_session(
+        store, cache, request, all_sessions, fold, mcp_servers
     )
-    _write_made(made, render, out, cache, request, form, servers, store.session_parents)
+    if parents is None:  # the memo's, as kept
+        _write_kept(render(summaries), out, cache, request, form)
+    else:
+        _write_made(summaries, render, out, cache, request, form, servers, parents)
 
 
 def _write_made(
@@ -1420,7 +1433,7 @@ def _remember(
     """Keep ``report`` as the memo of ``request``, with what it consulted of the MCP
     configuration; a report of every session (``parents``: each session's parent) also with
     its *basis*, each session's stamp and parent, from which the next report reads only the
-    sessions that changed and those above them (``_brought_up_to_date``). A busy session
+    sessions that changed and those above them (``_bring_up``). A busy session
     would turn stale with the clock alone: such a report is not kept."""
     if any(s.state == BUSY for s in report.sessions):
         return
@@ -1433,26 +1446,6 @@ def _remember(
 def _checks(servers: dict[str | None, Sequence[str]]) -> list[list[Any]]:
     """What a report consulted of the MCP configuration, as its memo keeps it."""
     return [[directory, list(names)] for directory, names in servers.items()]
-
-
-def _brought_up_to_date(
-    store: Store,
-    cache: ReportCache,
-    request: list[Any],
-    all_sessions: bool,
-    mcp_servers: Callable[[str | None], Sequence[str]],
-    still_true: Callable[[Any], bool],
-    *,
-    fold: bool = True,
-) -> SessionsReport | None:
-    """``_bring_up``'s report, held and kept as the memo of ``request``."""
-    made = _bring_up(store, cache, request, all_sessions, mcp_servers, still_true, fold)
-    if made is None:
-        return None
-    summaries, servers, parents = made
-    report = SessionsReport(sessions=list(summaries))
-    _remember(cache, request, report, servers, parents)
-    return report
 
 
 _ACTIVITY = operator.attrgetter("time_updated", "id")  # the store's order, newest first
