@@ -13,8 +13,10 @@ import subprocess
 import sys
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -790,7 +792,7 @@ def test_the_ledger_workers_keep_is_the_one_this_process_keeps(
 
     expected = report(None)
     assert "forked" in expected["notes"][0]
-    kept: dict[str, bytes] = {}
+    kept: dict[str, Any] = {}
     ways = (("here", 10**12, 50_000), ("here in ranges", 10**12, 7), ("workers", 0, 50_000))
     for how, least_rows, here_rowids in ways:
         monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", least_rows)
@@ -798,8 +800,11 @@ def test_the_ledger_workers_keep_is_the_one_this_process_keeps(
         root = tmp_path / how
         assert report(root) == expected
         (ledger,) = root.rglob("ledger-*")
-        # the entries as written (the header names the database's state, its epoch too)
-        kept[how] = bytes(report_cache._HEADER.decode(ledger.read_bytes()).body)
+        # the entries as written (the header names the database's state, its epoch too),
+        # each session's bytes; the map's order is the order the parts were read in
+        body = report_cache._HEADER.decode(ledger.read_bytes()).body
+        request, entries = msgspec.msgpack.decode(body, type=tuple[Any, dict[str, msgspec.Raw]])
+        kept[how] = (request, {sid: bytes(entry) for sid, entry in entries.items()})
         for memo in root.rglob("memo-*"):
             memo.unlink()
         assert report(root) == expected  # from the ledger alone

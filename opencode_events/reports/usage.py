@@ -25,6 +25,7 @@ people), which writes them in ISO 8601 UTC.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import re
@@ -1988,38 +1989,78 @@ def _within_only(
     return whole
 
 
+class _EncodedPart(NamedTuple):
+    """The ledger entries of the sessions one part of the table holds (``_Scan.finish``
+    encodes them where the part was read): the sessions in the order their entries lie,
+    each entry's length, and the entries' bytes (``data``), or where they begin in the
+    scan's ``Spill`` (``start``). Two references a session: a large database's entries
+    wait on disk, not as objects."""
+
+    sids: list[str]
+    sizes: array[int]
+    start: int
+    data: bytes | None
+
+    def read(self, spill: Spill | None, at: int = 0, size: int | None = None) -> bytes:
+        """The entries' bytes, or ``size`` of them from ``at``."""
+        if size is None:
+            size = sum(self.sizes) - at
+        if self.data is not None:
+            return self.data[at : at + size]
+        return spill.get(self.start + at, size)  # type: ignore[union-attr]
+
+
 def _keep_days(
     cache: ReportCache,
     request: list[Any],
-    entries: dict[str, list[bytes | tuple[int, int]]],
+    parts: list[_EncodedPart],
     spill: Spill | None,
     read: dict[str, str],
     kept: dict[str, SessionDays],
     irregular: set[str],
 ) -> None:
     """Keep in the ledger every session just ``read`` (but the ``irregular`` ones, with a
-    row that is not a message), its ``entries`` (encoded by the scan, one per part of the
-    table it has rows in, their bytes or where they are in ``spill``: kept as they are,
-    or joined), and the ``kept``."""
-    # The entries go into the ledger one by one (``keep_ledger``): a large database's
-    # ledger is never held whole.
-    fresh = [sid for sid in read if sid not in irregular and sid not in kept]
+    row that is not a message), its entry from the ``parts`` of the table it has rows in
+    (kept as it is when in one, else joined), and the ``kept``."""
 
-    def piece(part: bytes | tuple[int, int]) -> bytes:
-        return part if type(part) is bytes else spill.get(*part)  # type: ignore[union-attr,misc]
+    # The entries go into the ledger one by one (``keep_ledger``), a part's bytes read at a
+    # time: a large database's ledger is never held whole.
+    def fresh(sid: str) -> bool:
+        return sid in read and sid not in irregular and sid not in kept
+
+    seen: set[str] = set()
+    # Sessions with rows in more than one part: where each of their entries lies (the
+    # part, the offset in it, the length), joined once every part is read.
+    spread: dict[str, list[tuple[int, int, int]]] = {}
+    for part in parts:
+        for sid in part.sids:
+            if sid in seen:
+                spread[sid] = []
+            seen.add(sid)
 
     def pieces() -> Iterator[tuple[str, Any]]:
-        for sid in fresh:
-            parts = entries.get(sid)
-            if parts is None:  # read, and nothing to keep: kept as such
+        for index, part in enumerate(parts):
+            data = part.read(spill)
+            at = 0
+            for sid, size in zip(part.sids, part.sizes, strict=True):
+                entry, at = data[at : at + size], at + size
+                if not fresh(sid):
+                    continue
+                found = spread.get(sid)
+                if found is None:
+                    yield sid, msgspec.Raw(entry)
+                else:
+                    found.append((index, at - size, size))
+        for sid, found in spread.items():
+            if fresh(sid):
+                yield sid, _joined([parts[i].read(spill, at, size) for i, at, size in found])
+        for sid in read:
+            if sid not in seen and fresh(sid):  # read, and nothing to keep: kept as such
                 yield sid, _NOTHING
-            elif len(parts) == 1:
-                yield sid, msgspec.Raw(piece(parts[0]))
-            else:
-                yield sid, _joined([piece(part) for part in parts])
         yield from kept.items()
 
-    cache.keep_ledger("usage-days", request, pieces(), len(fresh) + len(kept))
+    count = sum(1 for sid in read if fresh(sid)) + len(kept)
+    cache.keep_ledger("usage-days", request, pieces(), count)
 
 
 _NOTHING = SessionDays([])
@@ -2306,12 +2347,12 @@ class _Scan:
         # beside what is read from them (forks copy whole histories: many such rows).
         self.ready: list[tuple[str, Any, bytes, Any]] = []
         # With ``ledger``, what the ledger keeps of each session read, encoded where it was
-        # read (``finish``: in the worker that read it), one entry per part of the table
-        # the session has rows in (``_keep_days`` joins them): its bytes, or with ``spill``
-        # where they are in it (offset, length), so that the sessions' entries wait on disk.
+        # read (``finish``: in the worker that read it), the entries of each part of the
+        # table together (``_keep_days`` joins a session's from several): their bytes, or
+        # with ``spill`` where they are in it, so that the sessions' entries wait on disk.
         self.ledger = ledger
         self.spill = spill
-        self.entries: dict[str, list[bytes | tuple[int, int]]] = {}
+        self.entries: list[_EncodedPart] = []
         self.finished = False  # ``finish`` done: the groups may be the report's now
 
     @property
@@ -2594,18 +2635,15 @@ class _Scan:
             self._encode(encoded, sid, SessionDays(found, held.pop(sid, [])))
         for sid, rows in held.items():
             self._encode(encoded, sid, SessionDays([], rows))
-        if self.spill is not None and encoded:
-            try:  # the part's entries in one piece: where each is in the spill
-                start = self.spill.put(b"".join(encoded.values()))
-            except OSError:
-                pass  # kept as bytes
-            else:
-                for sid, entry in encoded.items():
-                    self.entries[sid] = [(start, len(entry))]
-                    start += len(entry)
-                return
-        for sid, entry in encoded.items():
-            self.entries[sid] = [entry]
+        if not encoded:
+            return
+        data: bytes | None = b"".join(encoded.values())
+        start = -1
+        if self.spill is not None:
+            with contextlib.suppress(OSError):  # else kept as bytes
+                start, data = self.spill.put(data), None  # type: ignore[arg-type]
+        sizes = array("q", map(len, encoded.values()))
+        self.entries.append(_EncodedPart(list(encoded), sizes, start, data))
 
     def _encode(self, encoded: dict[str, bytes], sid: str, entry: SessionDays) -> None:
         try:
@@ -2651,12 +2689,10 @@ class _Scan:
                 self.groups[key] = acc
                 continue
             _merge_sums(mine, acc)
-        for sid, parts in other.entries.items():
-            found = self.entries.get(sid)
-            if found is None:
-                self.entries[sid] = parts
-            else:
-                found += parts
+        owner = self.owner
+        for part in other.entries:  # a session's id as the report holds it, not a copy
+            part.sids[:] = [top if (top := owner.get(sid)) == sid else sid for sid in part.sids]
+        self.entries += other.entries
         self.slow.extend(other.slow)
         self.ready.extend(other.ready)
         self.originals |= other.originals
