@@ -2023,6 +2023,34 @@ def test_a_chunk_with_a_message_of_another_key_order_is_summed_as_rows_are() -> 
     assert sums(quick) == sums(slow) and sums(quick)
 
 
+_FIGURE = st.one_of(st.integers(0, 1 << 20), st.integers(), st.floats())
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    counts=st.lists(_FIGURE, min_size=6, max_size=6),
+    cost=st.floats(),
+    created=st.one_of(st.none(), st.integers(-(1 << 63), (1 << 63) - 1)),
+)
+def test_a_forked_copys_figures_read_back_as_they_were_packed(counts, cost, created) -> None:
+    """A forked copy's sums wait for the end of the scan in 64 bytes (``_packed``): read
+    back (``_unpacked``) they are what ``_add_message`` made, NaN and infinite costs, no
+    time and odd counts (no integer, beyond 64 bits: left as they are) alike."""
+    from opencode_events.reports import usage as U
+
+    sums = U._new_sums(created)
+    sums[:6] = counts
+    sums[6].append(cost)
+    sums[7] = 1
+    if created is not None:
+        sums[9].append(created)
+    as_made = repr(sums)
+    packed = U._packed(sums)
+    plain = all(type(n) is int and -(1 << 63) <= n < 1 << 63 for n in counts)
+    assert (type(packed) is bytes) == (plain and created != U._EVER)
+    assert repr(U._unpacked(packed)) == as_made
+
+
 def test_a_scan_by_date_alone_keeps_one_group_a_day() -> None:
     """Without a ledger to write, ``--by day`` sums every session's messages of a day
     together (memory that does not grow with sessions); a ledger keeps them apart. The

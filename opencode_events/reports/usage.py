@@ -30,6 +30,7 @@ import itertools
 import math
 import re
 import sqlite3
+import struct
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime, tzinfo
@@ -1792,7 +1793,8 @@ def _grouped(
 
     notes: list[str] = []
     skipped, skipped_costs = 0, []  # summed exactly: the note reads the same in any order
-    for fingerprint, key, figures in copies:
+    for fingerprint, key, held in itertools.chain(copies, scan.copies):
+        figures = _unpacked(held)  # one at a time: a large database has many
         if fingerprint in originals:
             skipped += 1
             skipped_costs.extend([figures.cost] if by == "step" else figures[6])
@@ -2346,6 +2348,9 @@ class _Scan:
         # ``slow`` decoded by ``prepare``, as ``run`` goes: a row's bytes are not held
         # beside what is read from them (forks copy whole histories: many such rows).
         self.ready: list[tuple[str, Any, bytes, Any]] = []
+        # The forked copies ``ready`` gave up where the groups need no session (``_add_ready``):
+        # (fingerprint, group key, figures packed). A large database has many such rows.
+        self.copies: list[tuple[bytes, Any, bytes | list[Any]]] = []
         # With ``ledger``, what the ledger keeps of each session read, encoded where it was
         # read (``finish``: in the worker that read it), the entries of each part of the
         # table together (``_keep_days`` joins a session's from several): their bytes, or
@@ -2669,14 +2674,14 @@ class _Scan:
 
     def _add_ready(self, rows: list[tuple[str, Any, bytes, Any]], groups: dict) -> None:
         """``rows`` (``prepare``'s) summed into ``groups`` under no session, as a scan with no
-        ledger sums them, but for the forked copies: they wait in ``ready`` for the end
+        ledger sums them, but for the forked copies: they wait in ``copies`` for the end
         (whether their original is anywhere in the table), a copy's fingerprint noted when
         another row has it."""
         copy_ids, copy_prints = self.copy_ids, self.copy_prints
         for row in rows:
             mid, (_sid, group), fingerprint, figures = row
-            if mid in copy_ids:
-                self.ready.append(row)
+            if mid in copy_ids:  # under no session too, its figures packed
+                self.copies.append((fingerprint, ("", group), _packed(figures)))
                 continue
             if fingerprint in copy_prints:
                 self.originals.add(fingerprint)
@@ -2695,6 +2700,7 @@ class _Scan:
         self.entries += other.entries
         self.slow.extend(other.slow)
         self.ready.extend(other.ready)
+        self.copies.extend(other.copies)
         self.originals |= other.originals
         self.unread += other.unread
         self.irregular |= other.irregular
@@ -2927,6 +2933,35 @@ def _bounded(costs: array[float]) -> array[float]:
     if rest != 0.0:
         return costs
     return array("d", (-term for term in terms))
+
+
+_ONE_INFERENCE = struct.Struct("<6qdq")  # the six counts, the cost, the time (or _EVER)
+
+
+def _packed(sums: list[Any]) -> bytes | list[Any]:
+    """One inference's sums (``_add_message``) in 64 bytes, or as they are when they are
+    anything else (odd figures: a count that is no integer, or beyond 64 bits): a forked
+    copy's, held until the end of the scan, in a fifth of the memory."""
+    counts, costs, times = sums[:6], sums[6], sums[9]
+    if sums[7] != 1 or len(costs) != 1 or len(times) > 1 or any(type(n) is not int for n in counts):
+        return sums
+    time = times[0] if times else _EVER
+    if sums[8] != (times[0] if times else None) or (times and time == _EVER):
+        return sums
+    try:
+        return _ONE_INFERENCE.pack(*counts, costs[0], time)
+    except struct.error:
+        return sums
+
+
+def _unpacked(figures: bytes | list[Any]) -> list[Any]:
+    """``_packed``'s sums as ``_add_message`` made them."""
+    if type(figures) is not bytes:
+        return figures  # type: ignore[return-value]
+    *counts, cost, time = _ONE_INFERENCE.unpack(figures)
+    if time == _EVER:
+        return [*counts, array("d", (cost,)), 1, None, array("q")]
+    return [*counts, array("d", (cost,)), 1, time, array("q", (time,))]
 
 
 def _merge_sums(acc: list[Any], sums: list[Any]) -> None:
