@@ -2053,8 +2053,9 @@ def test_a_forked_copys_figures_read_back_as_they_were_packed(counts, cost, crea
 
 def test_a_scan_by_date_alone_keeps_one_group_a_day() -> None:
     """Without a ledger to write, ``--by day`` sums every session's messages of a day
-    together (memory that does not grow with sessions); a ledger keeps them apart. The
-    sums are the same either way, and the times of inferences are kept only for a ledger."""
+    together (memory that does not grow with sessions); a ledger keeps them apart, as
+    ``--by session`` does. The sums are the same either way, and the times of inferences
+    are kept only for a ledger."""
     import math
 
     from opencode_events.reports import usage as U
@@ -2065,8 +2066,13 @@ def test_a_scan_by_date_alone_keeps_one_group_a_day() -> None:
     owner = {sid: sid for sid in sids}
     args = (4, json.dumps(sids).encode(), json.dumps(times).encode(), b"\n".join([data] * 4), 1)
     lean = U._Scan("day", owner, set(), set(), per_session=False)
-    kept = U._Scan("day", owner, set(), set())
+    kept = U._Scan("day", owner, set(), set(), ledger=True)
+    apart = U._Scan("session", owner, set(), set())
     assert lean.chunk(*args, U._DayOf(None)) == [] == kept.chunk(*args, U._DayOf(None))
+    assert apart.chunk(*args, U._DayOf(None)) == []
+    assert sorted(apart.groups) == sorted(kept.groups)
+    assert all(acc[:9] == kept.groups[key][:9] for key, acc in apart.groups.items())
+    assert not any(acc[9] for acc in apart.groups.values())
     assert sorted(lean.groups) == [("", "1970-01-01"), ("", "1970-01-02")]
     assert sorted(kept.groups) == [
         ("ses_a", "1970-01-01"),
@@ -2196,10 +2202,47 @@ def test_a_chunk_decoded_in_one_call_is_summed_as_its_rows_are(rows: list[str]) 
             for key, acc in scan.groups.items()
         }
 
-    quick, slow = U._Scan("day", owner, set(), set()), U._Scan("day", owner, set(), set())
+    # a ledger's scans: the inferences' times are compared too
+    quick, slow = (U._Scan("day", owner, set(), set(), ledger=True) for _ in range(2))
     if quick.chunk(n, *arrays, U._DayOf(None)) is None:
         quick.run(listed, U._DayOf(None))  # what _scan_rowids does then
     slow.run(listed, U._DayOf(None))
     assert sums(quick) == sums(slow)
     assert (quick.unread, quick.irregular) == (slow.unread, slow.irregular)
     assert arrays[-1] == (1 if all(r.startswith("{") and r.endswith("}") for r in rows) else 0)
+
+
+def test_a_sessions_subagent_cost_is_written_as_a_sum_of_its_inferences(tmp_path: Path):
+    """``--by session``: a row's subagent cost is its subagents' inferences' costs summed and
+    written as a sum of that many (``summed_cost``), however the scan held them (a group's
+    costs are put in a few terms of the same exact sum as a part of the table is done)."""
+    import math
+
+    from opencode_events.events import summed_cost
+    from opencode_events.reports.usage import stored_usage
+    from opencode_events.store.sqlite import Store
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    costs = [0.123456789012345, 0.1, 0.2]
+    conn = sqlite3.connect(db)
+    ids = [
+        mid
+        for (mid,) in conn.execute(
+            "SELECT m.id FROM message m JOIN session s ON s.id = m.session_id "
+            "WHERE s.parent_id IS NOT NULL AND json_extract(m.data, '$.role') = 'assistant' "
+            "ORDER BY m.rowid"
+        )
+    ]
+    assert len(ids) == len(costs)
+    for mid, cost in zip(ids, costs, strict=True):
+        conn.execute(
+            "UPDATE message SET data = json_set(data, '$.cost', ?) WHERE id = ?", (cost, mid)
+        )
+    conn.commit()
+    conn.close()
+    with Store(db) as store:
+        report = stored_usage(store, all_sessions=True, by="session")
+    (row,) = [r for r in report.rows if r.subagent_cost is not None]
+    assert row.subagent_inferences == len(costs)
+    assert row.subagent_cost == summed_cost(math.fsum(costs), len(costs)) != math.fsum(costs)

@@ -1830,7 +1830,8 @@ def _grouped(
                 sessions, inferences, tokens, costs = share
                 row.subagent_sessions, row.subagent_inferences = len(sessions), inferences
                 row.subagent_tokens = tokens
-                row.subagent_cost = summed_cost(math.fsum(costs), len(costs))
+                # as many of OpenCode's costs as inferences (``costs`` may be fewer terms)
+                row.subagent_cost = summed_cost(math.fsum(costs), inferences)
     return UsageReport(by=by, rows=result, total=_total(result), notes=notes, stored=True)
 
 
@@ -2499,7 +2500,7 @@ class _Scan:
         # messages come in a row and go back to its list when another group starts: the same
         # additions in the same order as ``_add_message``. A group is a session's day.
         owner, groups, days, since = self.owner, self.groups, day_of.cache, self.since
-        until, keyed = self.until, self.per_session
+        until, keyed, timed = self.until, self.per_session, self.ledger
         bucket = acc = current = None
         day: Any = None
         s0 = s1 = s2 = s3 = s4 = s5 = s7 = 0
@@ -2544,7 +2545,7 @@ class _Scan:
             s4 += cw
             s5 += total if total is not None else i + o + r + cr + cw
             costs.append(message.cost)
-            if keyed:  # a ledger's (fork copies are looked for at these times)
+            if timed:  # a ledger's (fork copies are looked for at these times)
                 times.append(ms)
             s7 += 1
             if first is None or ms < first:
@@ -2618,8 +2619,19 @@ class _Scan:
         self.finished = True
         if self.ledger:
             self._encode_entries()
+        self._lighten()
         if self.per_session and self.by in _COLLAPSIBLE:
             self._collapse()
+
+    def _lighten(self) -> None:
+        # What the report needs of a part's groups: their sums and first times. Each group's
+        # costs are put in a few terms of the same exact sum, and its times let go (a ledger's
+        # entries, encoded before, keep them all): a group per session and day holds a few
+        # doubles, not two numbers per inference.
+        for acc in self.groups.values():
+            acc[6] = _bounded(acc[6], 1)
+            if acc[9]:
+                acc[9] = array("q")
 
     def _encode_entries(self) -> None:
         held: dict[str, list[Any]] = {}
@@ -2912,14 +2924,15 @@ def _new_sums(first: Any) -> list[Any]:
 _COMPACT_AT = 1 << 12  # costs a group holds before they are put in fewer terms
 
 
-def _bounded(costs: array[float]) -> array[float]:
+def _bounded(costs: array[float], most: int | None = None) -> array[float]:
     """``costs``, or when there are many of them, a few doubles whose exact sum is theirs,
     so that ``math.fsum`` of those and any more costs is the ``fsum`` of all: a day's
     thousands of inferences are summed exactly in constant memory. Each term is the
     correctly rounded remainder of the exact sum once the terms before it are taken
     away, until nothing remains (a sum of doubles is a multiple of the least of them, so
-    this ends); costs that are not all finite are left as they are."""
-    if len(costs) <= _COMPACT_AT:
+    this ends); costs that are not all finite are left as they are. ``most``: the costs
+    left as they are (default ``_COMPACT_AT``)."""
+    if len(costs) <= (_COMPACT_AT if most is None else most):
         return costs
     terms: list[float] = []
     try:
