@@ -2619,6 +2619,9 @@ class _Scan:
         self.finished = True
         if self.ledger:
             self._encode_entries()
+        if self.by in _SHARED:  # the slow rows summed now under their session, but the copies
+            ready, self.ready = self.ready, []
+            self._add_ready(ready, self.groups, keyed=True)
         self._lighten()
         if self.per_session and self.by in _COLLAPSIBLE:
             self._collapse()
@@ -2684,20 +2687,23 @@ class _Scan:
         self._add_ready(ready, groups)
         self.groups = groups
 
-    def _add_ready(self, rows: list[tuple[str, Any, bytes, Any]], groups: dict) -> None:
-        """``rows`` (``prepare``'s) summed into ``groups`` under no session, as a scan with no
-        ledger sums them, but for the forked copies: they wait in ``copies`` for the end
-        (whether their original is anywhere in the table), a copy's fingerprint noted when
-        another row has it."""
+    def _add_ready(
+        self, rows: list[tuple[str, Any, bytes, Any]], groups: dict, *, keyed: bool = False
+    ) -> None:
+        """``rows`` (``prepare``'s) summed into ``groups`` under no session (``keyed``: under
+        theirs), as a scan with no ledger sums them, but for the forked copies: they wait
+        in ``copies`` for the end (whether their original is anywhere in the table), their
+        figures packed; a copy's fingerprint is noted when another row has it."""
         copy_ids, copy_prints = self.copy_ids, self.copy_prints
         for row in rows:
-            mid, (_sid, group), fingerprint, figures = row
-            if mid in copy_ids:  # under no session too, its figures packed
-                self.copies.append((fingerprint, ("", group), _packed(figures)))
+            mid, (sid, group), fingerprint, figures = row
+            key = (sid, group) if keyed else ("", group)
+            if mid in copy_ids:
+                self.copies.append((fingerprint, key, _packed(figures)))
                 continue
             if fingerprint in copy_prints:
                 self.originals.add(fingerprint)
-            _add_sums(groups, ("", group), figures)
+            _add_sums(groups, key, figures)
 
     def merge(self, other: _Scan) -> None:
         for key, acc in other.groups.items():
