@@ -106,8 +106,11 @@ _BY_DATES = ("day", "week", "month")  # a report's rows are dates alone
 _COLLAPSIBLE = (*_BY_DATES, "model", "agent")  # groupings whose rows name no session
 
 
-class UsageRow(Struct, kw_only=True, omit_defaults=True):
+class UsageRow(Struct, kw_only=True, omit_defaults=True, gc=False):
     """One row of a usage table; which label fields are set depends on ``--by``."""
+
+    # gc=False: a row holds numbers and strings alone (no cycle), and a report of every
+    # step holds millions of rows, which the collector would walk again and again.
 
     turn: int | None = None
     session_id: str | None = None
@@ -1810,7 +1813,10 @@ def _grouped(
     if scan.unread:
         notes.append(_unread_rows_note(scan.unread))
     if by == "step":
-        steps.sort(key=lambda r: (r.started or 0, r.message_id or ""))
+        # By time, then id: two stable sorts, whose keys are the rows' own values, not a
+        # tuple made for each of millions of rows.
+        steps.sort(key=lambda r: r.message_id or "")
+        steps.sort(key=lambda r: r.started or 0)
         result = steps
     else:
         directories = _directories(store, session_ids) if by == "project" else {}
@@ -2191,15 +2197,20 @@ def _fold_days(
     return folded
 
 
-def _step_row(sid: str, mid: str, created: Any, full: UsageMessage) -> UsageRow:
-    """One inference as a ``--by step`` row."""
+def _step_row(
+    sid: str, mid: str, created: Any, full: UsageMessage, labels: dict[str, str] | None = None
+) -> UsageRow:
+    """One inference as a ``--by step`` row; ``labels``: the strings rows have in common
+    (a session's id, a model, an agent, a reason), one copy of each for all of them."""
+    shared = (lambda text: text) if labels is None else (lambda text: labels.setdefault(text, text))
     figures = _figures(full)
     figures.started = created if type(created) is int else None
-    figures.session_id = sid
+    figures.session_id = shared(sid) if type(sid) is str else sid
     figures.message_id = mid if type(mid) is str else None  # a damaged id (NULL, a blob): none
-    figures.model = model_label(full.providerID, full.modelID, missing=None)
-    figures.agent = full.agent if isinstance(full.agent, str) else None
-    figures.reason = full.finish if isinstance(full.finish, str) else None
+    model = model_label(full.providerID, full.modelID, missing=None)
+    figures.model = None if model is None else shared(model)
+    figures.agent = shared(full.agent) if isinstance(full.agent, str) else None
+    figures.reason = shared(full.finish) if isinstance(full.finish, str) else None
     completed = full.time.completed if full.time else None
     if type(completed) is int and figures.started is not None:
         figures.duration_ms = completed - figures.started
@@ -2352,6 +2363,7 @@ class _Scan:
         # The forked copies ``ready`` gave up where the groups need no session (``_add_ready``):
         # (fingerprint, group key, figures packed). A large database has many such rows.
         self.copies: list[tuple[bytes, Any, bytes | list[Any]]] = []
+        self.labels: dict[str, str] = {}  # the strings ``--by step`` rows share (``_step_row``)
         # With ``ledger``, what the ledger keeps of each session read, encoded where it was
         # read (``finish``: in the worker that read it), the entries of each part of the
         # table together (``_keep_days`` joins a session's from several): their bytes, or
@@ -2598,7 +2610,7 @@ class _Scan:
             # A copy or an original is a row at a copy's time (``_originals_in``'s rule).
             fingerprint = _fingerprint(full) if copy_ids and created in copy_times else b""
             if by == "step":
-                figures: Any = _step_row(sid, mid, created, full)
+                figures: Any = _step_row(sid, mid, created, full, self.labels)
             else:
                 figures = _new_sums(None)
                 _add_message(figures, full, created)
@@ -2854,6 +2866,7 @@ def _handed_back(scan: _Scan, day_of: _DayOf) -> _Scan:
     scan.finish(day_of)
     scan.owner = {}  # the parent has it; don't send it back
     scan.spill = None  # nor its file (a copy in the parent would close the parent's)
+    scan.labels = {}  # the rows hold them
     scan.copy_ids, scan.copy_times, scan.copy_prints = set(), set(), set()
     return scan
 
