@@ -2634,9 +2634,10 @@ class _Scan:
         if self.by in _SHARED:  # the slow rows summed now under their session, but the copies
             ready, self.ready = self.ready, []
             self._add_ready(ready, self.groups, keyed=True)
-        self._lighten()
         if self.per_session and self.by in _COLLAPSIBLE:
-            self._collapse()
+            self._collapse()  # into a few groups under no session: nothing to lighten
+        else:
+            self._lighten()
 
     def _lighten(self) -> None:
         # What the report needs of a part's groups: their sums and first times. Each group's
