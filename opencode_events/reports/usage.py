@@ -2198,19 +2198,19 @@ def _fold_days(
 
 
 def _step_row(
-    sid: str, mid: str, created: Any, full: UsageMessage, labels: dict[str, str] | None = None
+    sid: str, mid: str, created: Any, full: UsageMessage, labels: dict[str, str]
 ) -> UsageRow:
     """One inference as a ``--by step`` row; ``labels``: the strings rows have in common
     (a session's id, a model, an agent, a reason), one copy of each for all of them."""
-    shared = (lambda text: text) if labels is None else (lambda text: labels.setdefault(text, text))
+    shared = labels.setdefault
     figures = _figures(full)
     figures.started = created if type(created) is int else None
-    figures.session_id = shared(sid) if type(sid) is str else sid
+    figures.session_id = shared(sid, sid) if type(sid) is str else sid
     figures.message_id = mid if type(mid) is str else None  # a damaged id (NULL, a blob): none
     model = model_label(full.providerID, full.modelID, missing=None)
-    figures.model = None if model is None else shared(model)
-    figures.agent = shared(full.agent) if isinstance(full.agent, str) else None
-    figures.reason = shared(full.finish) if isinstance(full.finish, str) else None
+    figures.model = None if model is None else shared(model, model)
+    figures.agent = shared(full.agent, full.agent) if isinstance(full.agent, str) else None
+    figures.reason = shared(full.finish, full.finish) if isinstance(full.finish, str) else None
     completed = full.time.completed if full.time else None
     if type(completed) is int and figures.started is not None:
         figures.duration_ms = completed - figures.started
@@ -2978,11 +2978,11 @@ def _packed(sums: list[Any]) -> bytes | list[Any]:
     counts, costs, times = sums[:6], sums[6], sums[9]
     if sums[7] != 1 or len(costs) != 1 or len(times) > 1 or any(type(n) is not int for n in counts):
         return sums
-    time = times[0] if times else _EVER
-    if sums[8] != (times[0] if times else None) or (times and time == _EVER):
+    time = times[0] if times else None
+    if sums[8] != time or time == _EVER:  # _EVER stands for no time
         return sums
     try:
-        return _ONE_INFERENCE.pack(*counts, costs[0], time)
+        return _ONE_INFERENCE.pack(*counts, costs[0], _EVER if time is None else time)
     except struct.error:
         return sums
 
