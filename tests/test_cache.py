@@ -336,6 +336,8 @@ REPORTS = (
     ("sessions as json", {"fold": False}),  # made and written a session at a time
     ("sessions as csv", {"since_ms": SINCE}),
     ("usage as jsonl", {"all_sessions": True, "by": "step"}),  # with notes apart
+    ("usage as json", {"all_sessions": True, "by": "turn"}),  # written a session at a time
+    ("usage as csv", {"all_sessions": True, "by": "turn", "fold": False}),
     ("usage as json", {"by": "model", "until_ms": SINCE}),
 )
 EVERY_DAY = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))  # asked every step
@@ -862,6 +864,66 @@ def test_turns_of_a_change_read_only_its_family(tmp_path, monkeypatch, change):
     else:
         family = {parent, child} | ({after[-1]} if change == "new_child" else set())
         assert not rule_run and set(read) == family
+    for src in sources.values():
+        src.close()
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["no cache", "cache"])
+def test_turns_of_every_session_go_out_as_they_are_made(tmp_path, monkeypatch, cached):
+    """``usage --all`` by turn writes each session's rows as soon as they are made (and,
+    with the cache, spools them to its memo), never holding the report: the first row is
+    out before the last session is read. The report is the one held whole gives, and with
+    the cache its repeat (a row at a time from the memo) and its repeat after a change
+    (brought up to date, the kept rows read as they go) too."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    conn = sqlite3.connect(db)
+    for src in sources.values():
+        _copy_session(conn, src, _sessions(src)[0], logged=True)
+    conn.commit()
+    conn.close()
+    monkeypatch.setattr(rows, "LIST_BATCH", 1)
+    choices = {"all_sessions": True, "by": "turn"}
+
+    def written() -> tuple[bytes, list[int]]:
+        read, _rule_run = _turn_reads(monkeypatch)
+        out, marks = io.BytesIO(), []
+
+        class Out:
+            def write(self, piece: bytes) -> None:
+                marks.append(len(read))
+                out.write(piece)
+
+        with open_store(db) as store:
+            cache = ReportCache.open(store, root=root) if cached else None
+            render = functools.partial(usage_pieces, fmt="jsonl")
+            write_stored_usage(store, "jsonl", render, Out(), cache=cache, **choices)
+        return out.getvalue(), [*marks, len(read)]
+
+    with open_store(db) as store:
+        whole = stored_usage(store, **choices)
+    expected = b"".join(usage_pieces(whole, "jsonl"))
+    assert len(whole.rows) > 3
+    first, marks = written()
+    assert first == expected
+    assert marks[0] < marks[-1]  # a row out before every session was read
+    monkeypatch.undo()
+    if not cached:
+        return
+    (memo,) = root.glob("*/memo-*")
+    data = memo.read_bytes()  # the head's length, the head, then the rows
+    head = report_cache._HEADER.decode(data[8 : 8 + int.from_bytes(data[:8], "big")])
+    assert report_cache._MEMO.decode(head.body).groups  # spooled row by row
+    for rendition in root.glob("*/render-*"):
+        rendition.unlink()  # the repeat reads the memo's rows, not its bytes
+    assert written()[0] == expected
+    _change(db, ("update_message", True, 0, "task"), sources, tmp_path / "spare.db")
+    with open_store(db) as store:
+        expected = b"".join(usage_pieces(stored_usage(store, **choices), "jsonl"))
+    again, again_marks = written()
+    assert again == expected
+    assert 0 < again_marks[-1] < marks[-1]  # brought up to date: the changed family read
     for src in sources.values():
         src.close()
 

@@ -81,8 +81,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-FORMAT = 4  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
-# 4: a memo's groups
+FORMAT = 5  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
+# 4: a memo's groups; 5: a report by turn of every session spooled row by row
 MEMOS = 16  # whole reports kept per database
 DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
@@ -622,6 +622,24 @@ class ReportCache:
         (``MemoSpool.add_item``): the memo ``remember`` would keep of the whole, never held
         whole, and read back a group at a time (``recall_each``, ``previous_each``)."""
         return MemoSpool(self, kind, request, field, item_type)
+
+    def recalled_basis(
+        self,
+        kind: str,
+        request: Any,
+        still_true: Callable[[Any], bool] = lambda checks: checks is None,
+    ) -> Any:
+        """The basis kept with the memo ``recall`` (or ``recall_each``) answers from, for
+        the database in the state it is in now (a report spooled item by item keeps there
+        what follows its items, say); None when there is no such memo, or no basis."""
+        found = self._memo_now(kind, request, still_true)
+        if found is None:
+            return None
+        try:
+            with _collector_paused():
+                return msgspec.msgpack.decode(found[1].basis)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            return None
 
     def recall_each(
         self,

@@ -25,6 +25,7 @@ people), which writes them in ISO 8601 UTC.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import math
@@ -1099,7 +1100,7 @@ def forked_copy_ids(store: Any, session_ids: Iterable[str]) -> set[str]:
 
 class _TurnFacts:
     """What a report by turn (or step) of every session was made of beyond its rows
-    (``_turn_report``, ``_store_usage`` fill it in), kept as its memo's basis so that the
+    (``_each_turn_row``, ``_store_usage`` fill it in), kept as its memo's basis so that the
     next report reads only what changed (``_turns_brought_up_to_date``,
     ``_steps_brought_up_to_date``)."""
 
@@ -1126,13 +1127,49 @@ def _turn_report(
     until: int | None = None,
     facts: _TurnFacts | None = None,
     skip: set[str] | None = None,
+    now_ms: float | None = None,
 ) -> tuple[list[UsageRow], list[str]]:
-    """The rows by turn of ``session_ids`` (and of the subagents folded into them, or
-    listed apart), and the report's notes. With ``dedupe``, a fork's copies of messages
-    also in the report are left out (the fork rule: ``_forked_copies``, said in a note);
-    ``skip``: those copies as found already (no rule applied, no note)."""
-    rows: list[UsageRow] = []
+    """``_each_turn_row``'s rows, held, and the report's notes."""
     notes: list[str] = []
+    rows = list(
+        _each_turn_row(
+            store,
+            session_ids,
+            notes,
+            fold=fold,
+            tree=tree,
+            dedupe=dedupe,
+            since=since,
+            until=until,
+            facts=facts,
+            skip=skip,
+            now_ms=now_ms,
+        )
+    )
+    return rows, notes
+
+
+def _each_turn_row(
+    store: Any,
+    session_ids: Sequence[str],
+    notes: list[str],
+    *,
+    fold: bool,
+    tree: dict[str, list[str]],
+    dedupe: bool = False,
+    since: int | None = None,
+    until: int | None = None,
+    facts: _TurnFacts | None = None,
+    skip: set[str] | None = None,
+    now_ms: float | None = None,
+) -> Iterator[UsageRow]:
+    """The rows by turn of ``session_ids`` (and of the subagents folded into them, or
+    listed apart), a session's once its subagents are folded in and its rows in flight
+    judged (stale at ``now_ms``: ``_judge_staleness``), so that a report of every session
+    is never held; the report's notes are added to ``notes`` (whole once the last row is
+    given). With ``dedupe``, a fork's copies of messages also in the report are left out
+    (the fork rule: ``_forked_copies``, said in a note); ``skip``: those copies as found
+    already (no rule applied, no note)."""
     # The user messages copied are skipped too (they open no turn of their own); the note
     # counts inferences, as the grouped reports' note does. An original counts when it is in
     # the report (a session chosen, or a subagent of one).
@@ -1147,11 +1184,15 @@ def _turn_report(
             notes.append(copies.note)
         if facts is not None:
             facts.copies = copies
+    fork_notes = len(notes)
+    chosen = set(session_ids)
+    apart = False  # a row of a session not chosen (a subagent listed apart)
     unread = [0]
-    queue = list(session_ids)
+    queue = collections.deque(session_ids)
     done: set[str] = set()  # listed, or folded into a turn
+    states: dict[str, str] = {}  # each session's state, asked once (``_judge_staleness``)
     while queue:
-        session_id = queue.pop(0)
+        session_id = queue.popleft()
         if session_id in done:
             continue
         done.add(session_id)
@@ -1208,6 +1249,7 @@ def _turn_report(
             row.subagent_cost = (row.subagent_cost or 0.0) + share.cost
             turn.folded += figures
             done.update(folded)  # counted here: never a row of its own as well
+        rows = []
         for turn in turns:
             row = turn.row
             own = (row.inferences or 0) - (row.subagent_inferences or 0)
@@ -1216,19 +1258,18 @@ def _turn_report(
                 row.subagent_cost = summed_cost(row.subagent_cost, turn.folded)
             row.session_id = session_id  # one session or several: whose a row is
             rows.append(row)
+        apart = apart or (bool(rows) and session_id not in chosen)
+        _judge_staleness(store, rows, tree, now_ms, states)
+        yield from rows
     if unread[0]:
         notes.append(_unread_rows_note(unread[0]))
     if facts is not None:
-        chosen = set(session_ids)
-        fork_notes = facts.copies is not None and facts.copies.note is not None
-        facts.by_family = len(notes) == fork_notes and all(row.session_id in chosen for row in rows)
-    return rows, notes
+        facts.by_family = len(notes) == fork_notes and not apart
 
 
 class _Since(NamedTuple):
     """What changed since a report of every session was kept (``_changed_since``)."""
 
-    before: UsageReport
     stamps: dict[str, Any]
     parents: dict[Any, Any]
     changed: list[str]  # sessions whose stamp or parent moved, or new ones
@@ -1238,16 +1279,12 @@ class _Since(NamedTuple):
     originals: dict[str, list[bytes]]
 
 
-def _changed_since(store: Any, cache: ReportCache, memo: tuple[str, list[Any]]) -> _Since | None:
-    """The report kept under ``memo`` in an earlier state and what changed since, when it
-    can be brought up to date: only OpenCode wrote since (a session whose stamp held is
-    unchanged: ``ReportCache.previous``), it was kept with its basis (``_TurnFacts``), the
-    stamps and parents tell what changed (``sessions_changed``), no parent links loop, and
-    fewer than ``WHOLE_TABLE_SESSIONS`` changed; else None."""
-    found = cache.previous(*memo, UsageReport)
-    if found is None:
-        return None
-    before, basis, _checks = found
+def _changed_since(store: Any, cache: ReportCache, basis: Any) -> _Since | None:
+    """What changed since a report of every session was kept in an earlier state with
+    ``basis`` (``_TurnFacts.basis``), when it can be brought up to date: the stamps and
+    parents tell what changed (``sessions_changed``), no parent links loop, and fewer than
+    ``WHOLE_TABLE_SESSIONS`` changed; else None. (Only OpenCode wrote since, and a session
+    whose stamp held is unchanged: ``ReportCache.previous``, which gave ``basis``.)"""
     try:
         stamps_then, parents_then, candidates_then, originals_then = msgspec.convert(
             basis, tuple[dict, dict, dict[str, list[Copy]], dict[str, list[bytes]]]
@@ -1265,7 +1302,7 @@ def _changed_since(store: Any, cache: ReportCache, memo: tuple[str, list[Any]]) 
     if len(ids) < 2:  # the fork rule applies across sessions: one alone was read whole
         return None
     tree = store.children()
-    return _Since(before, stamps, parents, changed, ids, tree, candidates_then, originals_then)
+    return _Since(stamps, parents, changed, ids, tree, candidates_then, originals_then)
 
 
 def _fork_rule_now(
@@ -1304,12 +1341,13 @@ def _moved_sessions(copies: _Copies, moved: set[str]) -> set[str]:
 
 def _turns_brought_up_to_date(
     store: Any, cache: ReportCache, memo: tuple[str, list[Any]]
-) -> UsageReport | None:
+) -> _RowsAsMade | None:
     """The last report by turn of every session (all time, folded), the families whose
     sessions changed since read again: the report a full reading would give, at the cost
-    of what changed. None (read everything) when ``_changed_since`` or ``_fork_rule_now``
-    says so, or when the last report was not made of its families' rows alone (a subagent
-    listed apart, rows that could not be read: ``_TurnFacts``).
+    of what changed, the last report's rows read from its memo as they are asked for
+    (never all held). None (read everything) when ``_changed_since`` or
+    ``_fork_rule_now`` says so, or when the last report was not made of its families' rows
+    alone (a subagent listed apart, rows that could not be read: ``_TurnFacts``).
 
     A family's rows depend on its own sessions (its subagents fold into its turns) and on
     the fork rule: which of its messages are copies whose original is held somewhere. The
@@ -1317,7 +1355,14 @@ def _turns_brought_up_to_date(
     so the changed sessions' are found again from their own rows, and a family whose
     copies are counted otherwise since (an original gone, or come) is read again too;
     every other family's rows are the last report's, in the order of the sessions."""
-    since = _changed_since(store, cache, memo)
+    found = cache.previous_each(*memo, _TurnsMemo, "rows", UsageRow)
+    if found is None:
+        return None
+    before, basis, _checks = found
+    then = _turns_basis(basis)
+    if then is None or then[2] is None:
+        return None
+    since = _changed_since(store, cache, then[2])
     if since is None:
         return None
     ids, tree, parents = since.ids, since.tree, since.parents
@@ -1339,17 +1384,44 @@ def _turns_brought_up_to_date(
     )
     if notes or not facts.by_family:
         return None
-    kept: dict[Any, list[UsageRow]] = {}
-    for row in since.before.rows:
-        kept.setdefault(row.session_id, []).append(row)
-    if not set(kept) <= tops:
-        return None
-    _judge_staleness(store, fresh_rows, tree, None)
-    by_session: dict[Any, list[UsageRow]] = {}
+    fresh: dict[Any, list[UsageRow]] = {}
     for row in fresh_rows:
-        by_session.setdefault(row.session_id, []).append(row)
-    rows = [row for sid in ids for row in (by_session if sid in families else kept).get(sid, ())]
-    return _kept_up_to_date(store, cache, memo, "turn", rows, copies, since)
+        fresh.setdefault(row.session_id, []).append(row)
+    facts.copies = copies
+    return _turns_as_made(
+        _rows_merged(ids, families, fresh, before, cache.folder),
+        [copies.note] if copies.note is not None else [],
+        store,
+        cache,
+        memo,
+        (since.ids, since.tree, None, None),
+        lambda: facts.basis(since.stamps, since.parents),
+    )
+
+
+def _rows_merged(
+    ids: Sequence[str],
+    families: set[str],
+    fresh: dict[Any, list[UsageRow]],
+    kept: Iterator[UsageRow],
+    folder: Any,
+) -> Iterator[UsageRow]:
+    """The rows of every top-level session ``ids``, in their order: those of ``families``
+    from ``fresh``, every other's as ``kept`` (the last report's, in the same order) gives
+    them. A kept row of no session of ``ids``, or out of their order, is a memo damaged or
+    not ours (an ``InputError``: it is let go, and the next run reads everything)."""
+    row = next(kept, None)
+    for sid in ids:
+        while row is not None and row.session_id == sid:
+            if sid not in families:
+                yield row
+            row = next(kept, None)
+        if sid in families:
+            yield from fresh.get(sid, ())
+    if row is not None:
+        raise InputError(
+            f"the report cache in {folder} holds a report of other sessions: run again"
+        )
 
 
 def _steps_brought_up_to_date(
@@ -1365,9 +1437,11 @@ def _steps_brought_up_to_date(
     family's: it names the session it was made in): so a changed session's steps, and
     those of a session whose copies are counted otherwise since, are read again, and
     every other step is the last report's, in the order of their times."""
-    since = _changed_since(store, cache, memo)
-    if since is None:
+    found = cache.previous(*memo, UsageReport)
+    since = None if found is None else _changed_since(store, cache, found[1])
+    if found is None or since is None:
         return None
+    before = found[0]
     rule = _fork_rule_now(store, since, since.changed)
     if rule is None:
         return None
@@ -1394,27 +1468,26 @@ def _steps_brought_up_to_date(
     fresh = [row for mid, _key, _print, row in scan.ready if mid not in copies.ids]
     for row in fresh:
         row.cost = summed_cost(row.cost, _figures_in(row))
-    rows = [row for row in since.before.rows if row.session_id not in again] + fresh
+    rows = [row for row in before.rows if row.session_id not in again] + fresh
     if any(type(row.message_id) is not str for row in rows):
         return None  # the full reading's order of rows without one is the table's
     rows.sort(key=lambda r: (r.started or 0, r.message_id))
     _judge_staleness(store, fresh, since.tree, None)
-    return _kept_up_to_date(store, cache, memo, "step", rows, copies, since)
+    return _kept_up_to_date(store, cache, memo, rows, copies, since)
 
 
 def _kept_up_to_date(
     store: Any,
     cache: ReportCache,
     memo: tuple[str, list[Any]],
-    by: str,
     rows: list[UsageRow],
     copies: _Copies,
     since: _Since,
 ) -> UsageReport:
-    """The report brought up to date of ``rows``: its total, its notes (the fork rule's,
-    what pending undos undid), kept with its basis as a full reading keeps it."""
+    """The report by step brought up to date of ``rows``: its total, its notes (the fork
+    rule's, what pending undos undid), kept with its basis as a full reading keeps it."""
     report = UsageReport(
-        by=by,
+        by="step",
         rows=rows,
         total=_total(rows),
         notes=[copies.note] if copies.note is not None else [],
@@ -1426,6 +1499,170 @@ def _kept_up_to_date(
         facts.copies = copies
         cache.remember(*memo, report, None, facts.basis(since.stamps, since.parents))
     return report
+
+
+class _TurnsMemo(Struct):
+    """The memo of a report by turn of every session: its rows, spooled as they are made
+    (``ReportCache.memo_spool``) and read back as they are asked for (``recall_each``);
+    its total and notes are the first two items of its basis (``_turns_basis``)."""
+
+    rows: list[UsageRow]
+
+
+def _turns_basis(basis: Any) -> tuple[UsageRow, list[str], Any] | None:
+    """A ``_TurnsMemo``'s basis read: (total, notes, ``_TurnFacts.basis`` or None); None
+    when it is not one (a damaged or foreign memo)."""
+    try:
+        total, notes, since = msgspec.convert(basis, tuple[UsageRow, list[str], Any])
+    except (msgspec.ValidationError, TypeError):
+        return None
+    return total, notes, since
+
+
+class _RowsAsMade:
+    """A usage report whose rows are given as they are made or read (``rows``, an
+    iterator, once), so that a report of every session is never held: its ``total`` and
+    ``notes`` are whole once the last row was given (asked before, they drain the rest).
+    ``usage_pieces`` writes it as it writes a ``UsageReport``; ``whole`` is that report."""
+
+    stored = True
+
+    def __init__(self, by: str, rows: Iterator[UsageRow], tail: Callable[[], UsageReport]) -> None:
+        self.by = by
+        self.rows = rows
+        self._tail = tail
+
+    @property
+    def columns(self) -> list[str]:
+        return report_columns(self.by, stored=True)
+
+    def _ended(self) -> UsageReport:
+        for _row in self.rows:  # what was not asked for is made all the same
+            pass
+        return self._tail()
+
+    @property
+    def total(self) -> UsageRow:
+        return self._ended().total
+
+    @property
+    def notes(self) -> list[str]:
+        return self._ended().notes
+
+    def whole(self) -> UsageReport:
+        rows = list(self.rows)
+        tail = self._tail()
+        return UsageReport(by=self.by, rows=rows, total=tail.total, notes=tail.notes, stored=True)
+
+    def markdown_table(self) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+        return self.whole().markdown_table()
+
+    def close(self) -> None:
+        """Stop making rows (a memo on its way to the cache is then not kept)."""
+        close = getattr(self.rows, "close", None)
+        if close is not None:
+            close()
+
+
+def _turns_of_every_session(
+    store: Any,
+    cache: ReportCache | None,
+    memo: tuple[str, list[Any]],
+    *,
+    fold: bool,
+    since_ms: int | None,
+    until_ms: int | None,
+) -> _RowsAsMade:
+    """The report by turn of every top-level session (``stored_usage``'s with none
+    chosen), its rows as they are asked for: read from its memo (the database as it is
+    now), the last report brought up to date (all time, folded:
+    ``_turns_brought_up_to_date``), or made (``_each_turn_row``). With ``cache``, a report
+    made is spooled to its memo as its rows go, and kept once the last has gone (not with
+    a reply in flight, which turns stale with the clock alone). A row is about 0.7 KB
+    held: at 100,000 sessions, held whole, a report by turn took about 1 GB."""
+    from ..store.open import every_session
+
+    if cache is not None:
+        then = _turns_basis(cache.recalled_basis(*memo))
+        kept = None if then is None else cache.recall_each(*memo, _TurnsMemo, "rows", UsageRow)
+        if then is not None and kept is not None:
+            tail = UsageReport(by="turn", rows=[], total=then[0], notes=then[1], stored=True)
+            return _RowsAsMade("turn", kept, lambda: tail)
+        if fold and since_ms is None and until_ms is None:
+            brought = _turns_brought_up_to_date(store, cache, memo)
+            if brought is not None:
+                return brought
+        cache.let_go(*memo)  # made again, not read
+    tree = store.children()
+    ids = every_session(store, top_level=True)
+    if fold:
+        ids = _outermost(ids, tree)
+    all_time = fold and since_ms is None and until_ms is None
+    facts = _TurnFacts() if all_time else None
+    notes: list[str] = []
+    rows = _each_turn_row(
+        store,
+        ids,
+        notes,
+        fold=fold,
+        tree=tree,
+        dedupe=len(ids) > 1,
+        since=since_ms,
+        until=until_ms,
+        facts=facts,
+    )
+
+    def basis() -> Any:
+        # The stamps as read before any row: never newer than the report.
+        return (
+            None
+            if facts is None or cache is None
+            else facts.basis(cache.stamps, store.session_parents())
+        )
+
+    return _turns_as_made(rows, notes, store, cache, memo, (ids, tree, since_ms, until_ms), basis)
+
+
+def _turns_as_made(
+    rows: Iterator[UsageRow],
+    notes: list[str],
+    store: Any,
+    cache: ReportCache | None,
+    memo: tuple[str, list[Any]],
+    undone: tuple[Sequence[str], dict[str, list[str]], int | None, int | None],
+    basis: Callable[[], Any],
+) -> _RowsAsMade:
+    """``rows`` (whose notes ``notes`` is once they are given) as a report made as it
+    goes: totalled as they pass, what pending undos undid said at the end (``_say_undone``
+    of the sessions, tree and window ``undone``), and, with ``cache``, spooled to the memo
+    of ``memo`` and kept with ``basis()`` when no reply is in flight."""
+    tail: list[UsageReport] = []
+
+    def each() -> Iterator[UsageRow]:
+        totaller = _Totaller()
+        busy = False
+        spool = cache.memo_spool(*memo, "rows", UsageRow) if cache is not None else None
+        try:
+            for row in rows:
+                totaller.add(row)
+                busy = busy or bool(row.in_flight)
+                if spool is not None:
+                    spool.add_item(row)
+                yield row
+            report = UsageReport(
+                by="turn", rows=[], total=totaller.total(), notes=list(notes), stored=True
+            )
+            _say_undone(store, report, *undone, cache)
+            tail.append(report)
+            if cache is not None:
+                cache.settle()  # a ledger written aside (pending undos') is in place
+            if spool is not None and not busy:
+                spool.keep(None, [report.total, report.notes, basis()])
+        finally:
+            if spool is not None:
+                spool.discard()
+
+    return _RowsAsMade("turn", each(), lambda: tail[0])
 
 
 def _unread_rows_note(rows: int) -> str:
@@ -1531,8 +1768,8 @@ def _store_usage(
             since=since_ms,
             until=until_ms,
             facts=facts,
+            now_ms=now_ms,
         )
-        _judge_staleness(store, rows, tree, now_ms)
         report = UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
         _say_undone(store, report, session_ids, tree, since_ms, until_ms, cache)
         return report
@@ -1623,13 +1860,19 @@ def _say_undone(
 
 
 def _judge_staleness(
-    store: Any, rows: Sequence[UsageRow], tree: dict[str, list[str]], now_ms: float | None
+    store: Any,
+    rows: Sequence[UsageRow],
+    tree: dict[str, list[str]],
+    now_ms: float | None,
+    states: dict[str, str] | None = None,
 ) -> None:
     """Rows in flight of a session that is stale are ``stale``, not in flight: a reply a
-    killed OpenCode left (``reports.stale``, the rule of ``sessions``)."""
+    killed OpenCode left (``reports.stale``, the rule of ``sessions``). ``states``: each
+    session's state as judged already (rows given a session at a time)."""
     from .stale import stored_state
 
-    states: dict[str, str] = {}
+    if states is None:
+        states = {}
     for row in rows:
         sid = row.session_id
         if not row.in_flight or not isinstance(sid, str):
@@ -3140,14 +3383,18 @@ def stored_usage(
     # Every session's turns (folded) or steps of all time: kept with what brings them up to
     # date (``_turns_brought_up_to_date``, ``_steps_brought_up_to_date``).
     all_time = memo is not None and since_ms is None and until_ms is None
-    facts = _TurnFacts() if all_time and ((by == "turn" and fold) or by == "step") else None
+    facts = _TurnFacts() if all_time and by == "step" else None
+    if memo is not None and by == "turn":  # made a row at a time, and spooled so
+        made = _turns_of_every_session(
+            store, cache, memo, fold=fold, since_ms=since_ms, until_ms=until_ms
+        )
+        return made.whole()
     if memo is not None and cache is not None:
         kept = cache.recall(*memo, UsageReport)
         if kept is not None:
             return kept
         if facts is not None:
-            bring = _turns_brought_up_to_date if by == "turn" else _steps_brought_up_to_date
-            brought = bring(store, cache, memo)
+            brought = _steps_brought_up_to_date(store, cache, memo)
             if brought is not None:
                 return brought
     if memo is not None:
@@ -3197,7 +3444,8 @@ def write_stored_usage(
     the bytes out of the cache's file and says the notes kept with them, without decoding
     the report or writing it again (for ``--by step`` of 10,000 sessions, 1.0 s and 318 MB
     otherwise)."""
-    memo = None if cache is None else every_session_memo(**choices)
+    choices = {"by": "turn", **choices}  # ``stored_usage``'s default
+    memo = every_session_memo(**choices)
     if cache is not None and memo is not None:
         kept = cache.rendered(*memo, form)
         if kept is not None:
@@ -3205,11 +3453,41 @@ def write_stored_usage(
             if apart is not None and kept.notes:
                 apart(kept.notes)
             return
+    if memo is not None and choices["by"] == "turn":
+        # A report by turn of every session: each row written (and spooled to the memo)
+        # as it is made or read, never all held (``_turns_of_every_session``).
+        made = _turns_of_every_session(
+            store,
+            cache,
+            memo,
+            fold=choices.get("fold", True),
+            since_ms=choices.get("since_ms"),
+            until_ms=choices.get("until_ms"),
+        )
+        spool = cache.rendering(*memo, form, ahead=True) if cache is not None else None
+        try:
+            _write_rendered(render(made), made, out, spool, apart)  # type: ignore[arg-type]
+        finally:
+            made.close()
+        return
     report = stored_usage(store, cache=cache, **choices)
     # Each piece goes to the cache's spool as it goes out: the output is never held whole.
     spool = cache.rendering(*memo, form) if cache is not None and memo is not None else None
+    _write_rendered(render(report), report, out, spool, apart)
+
+
+def _write_rendered(
+    pieces: Iterable[bytes],
+    report: UsageReport | _RowsAsMade,
+    out: BinaryIO,
+    spool: Any,
+    apart: Callable[[list[str]], Any] | None,
+) -> None:
+    """Write ``pieces`` (of ``report``) to ``out``, each to the cache's ``spool`` (a
+    ``RenditionSpool``, or None) as it goes, then the report's notes to ``apart``; the
+    rendition kept with them once all went out."""
     try:
-        for piece in render(report):
+        for piece in pieces:
             out.write(piece)
             if spool is not None:
                 spool.add(piece)
