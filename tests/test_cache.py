@@ -38,6 +38,7 @@ from opencode_events.cli.quick import NOTES_APART, usage_pieces
 from opencode_events.errors import InputError
 from opencode_events.output import rows
 from opencode_events.reports import cache as report_cache
+from opencode_events.reports import runs as runs_module
 from opencode_events.reports import sessions as sessions_module
 from opencode_events.reports import usage as usage_module
 from opencode_events.reports.cache import ReportCache
@@ -438,6 +439,10 @@ def test_every_report_equals_a_recomputation(
     if whole_table is not None:  # as on a large database: the whole tables are read
         monkeypatch.setattr(sessions_module, "WHOLE_TABLE_SESSIONS", whole_table)
         monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", whole_table)
+        # and the steps set aside in sorted runs of a few, merged a few at a time
+        monkeypatch.setattr(usage_module, "_STEP_RUN", 3)
+        monkeypatch.setattr(runs_module, "FAN_IN", 2)
+        monkeypatch.setattr(runs_module, "GROUP", 2)
     tmp = tmp_path_factory.mktemp("cache")
     db, spare, root = tmp / "opencode.db", tmp / "spare.db", tmp / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
@@ -457,6 +462,10 @@ def test_every_report_equals_a_recomputation(
             for which in [*reports, 0, EVERY_DAY, EVERY_TURN, EVERY_STEP]:
                 cached = _report(db, which, root)
                 assert cached == _report(db, which, None), REPORTS[which]
+                if whole_table is not None and REPORTS[which][1].get("by") == "step":
+                    with monkeypatch.context() as held:  # every step held, sorted at once
+                        held.setattr(usage_module, "_STEP_RUN", 10**9)
+                        assert _report(db, which, None) == cached, REPORTS[which]
                 assert _report(db, which, root) == cached  # the repeat, from the memo
                 memos = {memo: memo.read_bytes() for memo in root.rglob("memo-*")}
                 for memo in memos:  # and from the ledgers alone

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import heapq
 import itertools
 import math
 import re
@@ -60,6 +61,7 @@ from ..store.ranges import in_forked_child, share_ranges, worker_connection
 from ..store.rows import ancestry, descendants, offers_fast_scans, sessions_changed
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 from .cache import UNENCODABLE, ReportCache, Spill, cache_digest
+from .runs import SortedRuns
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
 # which a TypeError reports).
@@ -1355,11 +1357,11 @@ def _turns_brought_up_to_date(
     so the changed sessions' are found again from their own rows, and a family whose
     copies are counted otherwise since (an original gone, or come) is read again too;
     every other family's rows are the last report's, in the order of the sessions."""
-    found = cache.previous_each(*memo, _TurnsMemo, "rows", UsageRow)
+    found = cache.previous_each(*memo, _RowsMemo, "rows", UsageRow)
     if found is None:
         return None
     before, basis, _checks = found
-    then = _turns_basis(basis)
+    then = _rows_basis(basis)
     if then is None or then[2] is None:
         return None
     since = _changed_since(store, cache, then[2])
@@ -1388,7 +1390,8 @@ def _turns_brought_up_to_date(
     for row in fresh_rows:
         fresh.setdefault(row.session_id, []).append(row)
     facts.copies = copies
-    return _turns_as_made(
+    return _rows_as_made(
+        "turn",
         _rows_merged(ids, families, fresh, before, cache.folder),
         [copies.note] if copies.note is not None else [],
         store,
@@ -1426,22 +1429,25 @@ def _rows_merged(
 
 def _steps_brought_up_to_date(
     store: Any, cache: ReportCache, memo: tuple[str, list[Any]]
-) -> UsageReport | None:
+) -> _RowsAsMade | None:
     """The last report by step of every session (all time), the steps of the sessions
     that changed since read again: the report a full reading would give, at the cost of
-    what changed. None (read everything) when ``_changed_since`` or ``_fork_rule_now``
-    says so, or when a step of a session read again has no usable message id or cannot
-    be read (the full reading's note counts those of every session).
+    what changed, the last report's rows read from its memo as they are asked for (never
+    all held). None (read everything) when ``_changed_since`` or ``_fork_rule_now`` says
+    so, or when a step of a session read again has no usable message id or cannot be
+    read (the full reading's note counts those of every session).
 
     A step's row depends on its own message and on the fork rule alone (a step is no
     family's: it names the session it was made in): so a changed session's steps, and
     those of a session whose copies are counted otherwise since, are read again, and
     every other step is the last report's, in the order of their times."""
-    found = cache.previous(*memo, UsageReport)
-    since = None if found is None else _changed_since(store, cache, found[1])
-    if found is None or since is None:
+    found = cache.previous_each(*memo, _RowsMemo, "rows", UsageRow)
+    then = None if found is None else _rows_basis(found[1])
+    if found is None or then is None or then[2] is None:
         return None
-    before = found[0]
+    since = _changed_since(store, cache, then[2])
+    if since is None:
+        return None
     rule = _fork_rule_now(store, since, since.changed)
     if rule is None:
         return None
@@ -1466,51 +1472,41 @@ def _steps_brought_up_to_date(
     if scan.unread:
         return None
     fresh = [row for mid, _key, _print, row in scan.ready if mid not in copies.ids]
+    if any(type(row.message_id) is not str for row in fresh):
+        return None  # the full reading's order of rows without one is the table's
     for row in fresh:
         row.cost = summed_cost(row.cost, _figures_in(row))
-    rows = [row for row in before.rows if row.session_id not in again] + fresh
-    if any(type(row.message_id) is not str for row in rows):
-        return None  # the full reading's order of rows without one is the table's
-    rows.sort(key=lambda r: (r.started or 0, r.message_id))
+    _in_step_order(fresh)
     _judge_staleness(store, fresh, since.tree, None)
-    return _kept_up_to_date(store, cache, memo, rows, copies, since)
-
-
-def _kept_up_to_date(
-    store: Any,
-    cache: ReportCache,
-    memo: tuple[str, list[Any]],
-    rows: list[UsageRow],
-    copies: _Copies,
-    since: _Since,
-) -> UsageReport:
-    """The report by step brought up to date of ``rows``: its total, its notes (the fork
-    rule's, what pending undos undid), kept with its basis as a full reading keeps it."""
-    report = UsageReport(
-        by="step",
-        rows=rows,
-        total=_total(rows),
-        notes=[copies.note] if copies.note is not None else [],
-        stored=True,
+    # Both in the report's order (the last report's rows all have an id: ``_Named``).
+    kept = (row for row in found[0] if row.session_id not in again)
+    undone = _undone_in(store, since.ids, since.tree, None, None, cache)
+    facts = _TurnFacts()
+    facts.copies = copies
+    return _rows_as_made(
+        "step",
+        _steps_marked(heapq.merge(kept, fresh, key=_step_order), undone),
+        [copies.note] if copies.note is not None else [],
+        store,
+        cache,
+        memo,
+        (since.ids, since.tree, None, None),
+        lambda: facts.basis(since.stamps, since.parents),
+        undone,
     )
-    _say_undone(store, report, since.ids, since.tree, None, None, cache)
-    if not any(row.in_flight for row in rows):
-        facts = _TurnFacts()
-        facts.copies = copies
-        cache.remember(*memo, report, None, facts.basis(since.stamps, since.parents))
-    return report
 
 
-class _TurnsMemo(Struct):
-    """The memo of a report by turn of every session: its rows, spooled as they are made
-    (``ReportCache.memo_spool``) and read back as they are asked for (``recall_each``);
-    its total and notes are the first two items of its basis (``_turns_basis``)."""
+class _RowsMemo(Struct):
+    """The memo of a report by turn or step of every session: its rows, spooled as they
+    are made (``ReportCache.memo_spool``) and read back as they are asked for
+    (``recall_each``); its total and notes are the first two items of its basis
+    (``_rows_basis``), and what brings it up to date the third."""
 
     rows: list[UsageRow]
 
 
-def _turns_basis(basis: Any) -> tuple[UsageRow, list[str], Any] | None:
-    """A ``_TurnsMemo``'s basis read: (total, notes, ``_TurnFacts.basis`` or None); None
+def _rows_basis(basis: Any) -> tuple[UsageRow, list[str], Any] | None:
+    """A ``_RowsMemo``'s basis read: (total, notes, ``_TurnFacts.basis`` or None); None
     when it is not one (a damaged or foreign memo)."""
     try:
         total, notes, since = msgspec.convert(basis, tuple[UsageRow, list[str], Any])
@@ -1564,12 +1560,27 @@ class _RowsAsMade:
             close()
 
 
+def _kept_rows(
+    cache: ReportCache | None, by: str, memo: tuple[str, list[Any]]
+) -> _RowsAsMade | None:
+    """The report kept under ``memo`` of the database as it is now, its rows read from the
+    memo as they are asked for; None when there is none."""
+    if cache is None:
+        return None
+    then = _rows_basis(cache.recalled_basis(*memo))
+    kept = None if then is None else cache.recall_each(*memo, _RowsMemo, "rows", UsageRow)
+    if then is None or kept is None:
+        return None
+    tail = UsageReport(by=by, rows=[], total=then[0], notes=then[1], stored=True)
+    return _RowsAsMade(by, kept, lambda: tail)
+
+
 def _turns_of_every_session(
     store: Any,
     cache: ReportCache | None,
     memo: tuple[str, list[Any]],
-    *,
     fold: bool,
+    tz: tzinfo | None,
     since_ms: int | None,
     until_ms: int | None,
 ) -> _RowsAsMade:
@@ -1579,15 +1590,14 @@ def _turns_of_every_session(
     ``_turns_brought_up_to_date``), or made (``_each_turn_row``). With ``cache``, a report
     made is spooled to its memo as its rows go, and kept once the last has gone (not with
     a reply in flight, which turns stale with the clock alone). A row is about 0.7 KB
-    held: at 100,000 sessions, held whole, a report by turn took about 1 GB."""
+    held: at 100,000 sessions, held whole, a report by turn took about 1 GB. (``tz``:
+    turns have no dates.)"""
     from ..store.open import every_session
 
+    kept = _kept_rows(cache, "turn", memo)
+    if kept is not None:
+        return kept
     if cache is not None:
-        then = _turns_basis(cache.recalled_basis(*memo))
-        kept = None if then is None else cache.recall_each(*memo, _TurnsMemo, "rows", UsageRow)
-        if then is not None and kept is not None:
-            tail = UsageReport(by="turn", rows=[], total=then[0], notes=then[1], stored=True)
-            return _RowsAsMade("turn", kept, lambda: tail)
         if fold and since_ms is None and until_ms is None:
             brought = _turns_brought_up_to_date(store, cache, memo)
             if brought is not None:
@@ -1614,28 +1624,132 @@ def _turns_of_every_session(
 
     def basis() -> Any:
         # The stamps as read before any row: never newer than the report.
-        return (
-            None
-            if facts is None or cache is None
-            else facts.basis(cache.stamps, store.session_parents())
-        )
+        if facts is None or cache is None:
+            return None
+        return facts.basis(cache.stamps, store.session_parents())
 
-    return _turns_as_made(rows, notes, store, cache, memo, (ids, tree, since_ms, until_ms), basis)
+    window = (ids, tree, since_ms, until_ms)
+    return _rows_as_made("turn", rows, notes, store, cache, memo, window, basis)
 
 
-def _turns_as_made(
+def _steps_of_every_session(
+    store: Any,
+    cache: ReportCache | None,
+    memo: tuple[str, list[Any]],
+    fold: bool,
+    tz: tzinfo | None,
+    since_ms: int | None,
+    until_ms: int | None,
+) -> _RowsAsMade:
+    """The report by step of every top-level session (and every subagent: a step names
+    the session it was made in), its rows as they are asked for: read from its memo, the
+    last report brought up to date (all time: ``_steps_brought_up_to_date``), or made
+    (``_grouped``: every inference read, set aside in sorted runs, and merged in order).
+    With ``cache``, spooled to the memo as ``_turns_of_every_session`` spools its rows.
+    A row is about 0.7 KB held: at 100,000 sessions, held whole, a report by step took
+    1.8 GB."""
+    from ..store.open import every_session
+
+    kept = _kept_rows(cache, "step", memo)
+    if kept is not None:
+        return kept
+    if cache is not None:
+        if since_ms is None and until_ms is None:
+            brought = _steps_brought_up_to_date(store, cache, memo)
+            if brought is not None:
+                return brought
+        cache.let_go(*memo)  # made again, not read
+    tree = store.children()
+    ids = every_session(store, top_level=True)
+    if fold:
+        ids = _outermost(ids, tree)
+    dedupe = len(ids) > 1
+    # What pending undos undid, found before the rows: each row says so as it goes.
+    undone = _undone_in(store, ids, tree, since_ms, until_ms, cache)
+    made: _StepRows = _grouped(  # type: ignore[assignment]  # by step: always
+        store,
+        ids,
+        by="step",
+        fold=fold,
+        tz=tz,
+        tree=tree,
+        dedupe=dedupe,
+        since=since_ms,
+        until=until_ms,
+        cache=cache,
+    )
+    notes = list(made.notes)
+    named = _Named()
+
+    def basis() -> Any:
+        # The fork rule's findings by session, for the next report to be brought up to
+        # date from: read once more, and kept only where they say what the steps'
+        # reading said, and where every step has an id (the order of those without one
+        # is the table's).
+        if since_ms is not None or until_ms is not None or cache is None or not named.all:
+            return None
+        facts = _TurnFacts()
+        if dedupe:
+            copies = _forked_copies(store, {*ids, *descendants(ids, tree)}, None)
+            facts.copies = copies
+            facts.by_family = notes == ([copies.note] if copies.note is not None else [])
+        return facts.basis(cache.stamps, store.session_parents())
+
+    rows = _steps_marked(named.each(_steps_judged(made.rows, store, tree)), undone)
+    window = (ids, tree, since_ms, until_ms)
+    return _rows_as_made("step", rows, notes, store, cache, memo, window, basis, undone)
+
+
+class _Named:
+    """Whether every row given through ``each`` had a message id (a string)."""
+
+    def __init__(self) -> None:
+        self.all = True
+
+    def each(self, rows: Iterable[UsageRow]) -> Iterator[UsageRow]:
+        for row in rows:
+            if type(row.message_id) is not str:
+                self.all = False
+            yield row
+
+
+def _steps_judged(
+    rows: Iterable[UsageRow], store: Any, tree: dict[str, list[str]]
+) -> Iterator[UsageRow]:
+    """``rows``, those in flight of a stale session judged so (``_judge_staleness``)."""
+    states: dict[str, str] = {}
+    for row in rows:
+        if row.in_flight:
+            _judge_staleness(store, (row,), tree, None, states)
+        yield row
+
+
+def _steps_marked(rows: Iterable[UsageRow], undone: dict[str, Any]) -> Iterator[UsageRow]:
+    """``rows``, those a pending undo undid marked so (``_mark_undone``) as they go."""
+    if not undone:
+        yield from rows
+        return
+    for row in rows:
+        _mark_undone((row,), undone)
+        yield row
+
+
+def _rows_as_made(
+    by: str,
     rows: Iterator[UsageRow],
     notes: list[str],
     store: Any,
     cache: ReportCache | None,
     memo: tuple[str, list[Any]],
-    undone: tuple[Sequence[str], dict[str, list[str]], int | None, int | None],
+    window: tuple[Sequence[str], dict[str, list[str]], int | None, int | None],
     basis: Callable[[], Any],
+    undone: dict[str, Any] | None = None,
 ) -> _RowsAsMade:
     """``rows`` (whose notes ``notes`` is once they are given) as a report made as it
     goes: totalled as they pass, what pending undos undid said at the end (``_say_undone``
-    of the sessions, tree and window ``undone``), and, with ``cache``, spooled to the memo
-    of ``memo`` and kept with ``basis()`` when no reply is in flight."""
+    of the sessions, tree and window ``window``; ``undone``: found already), and, with
+    ``cache``, spooled to the memo of ``memo`` and kept with ``basis()`` when no reply
+    is in flight."""
     tail: list[UsageReport] = []
 
     def each() -> Iterator[UsageRow]:
@@ -1650,9 +1764,9 @@ def _turns_as_made(
                     spool.add_item(row)
                 yield row
             report = UsageReport(
-                by="turn", rows=[], total=totaller.total(), notes=list(notes), stored=True
+                by=by, rows=[], total=totaller.total(), notes=list(notes), stored=True
             )
-            _say_undone(store, report, *undone, cache)
+            _say_undone(store, report, *window, cache, undone=undone)
             tail.append(report)
             if cache is not None:
                 cache.settle()  # a ledger written aside (pending undos') is in place
@@ -1661,8 +1775,18 @@ def _turns_as_made(
         finally:
             if spool is not None:
                 spool.discard()
+            close = getattr(rows, "close", None)
+            if close is not None:
+                close()  # a merge's runs let go at once
 
-    return _RowsAsMade("turn", each(), lambda: tail[0])
+    return _RowsAsMade(by, each(), lambda: tail[0])
+
+
+# The reports of every session made, and written, a row at a time.
+_ROW_AT_A_TIME: dict[str, Callable[..., _RowsAsMade]] = {
+    "turn": _turns_of_every_session,
+    "step": _steps_of_every_session,
+}
 
 
 def _unread_rows_note(rows: int) -> str:
@@ -1685,7 +1809,6 @@ def store_usage(
     cache: ReportCache | None = None,
     until_ms: int | None = None,
     memo: bool = True,
-    facts: _TurnFacts | None = None,
 ) -> UsageReport:
     """Usage of stored sessions (``session_ids`` top-level, in order); with ``since_ms``,
     of their inferences created at or after it (and the subagents those spawned). A row in
@@ -1708,7 +1831,6 @@ def store_usage(
                 cross_session,
                 (since_ms, until_ms),
                 cache,
-                facts=facts,
             )
         finally:
             cache.settle()  # the ledger written aside is in place
@@ -1735,9 +1857,7 @@ def store_usage(
             cache.settle()  # the ledger written aside is in place
         return report
     window = (since_ms, until_ms)
-    return _store_usage(
-        store, session_ids, by, fold, tz, cross_session, window, None, now_ms, facts=facts
-    )
+    return _store_usage(store, session_ids, by, fold, tz, cross_session, window, None, now_ms)
 
 
 def _store_usage(
@@ -1750,8 +1870,6 @@ def _store_usage(
     window: tuple[int | None, int | None],
     cache: ReportCache | None,
     now_ms: float | None = None,
-    *,
-    facts: _TurnFacts | None = None,
 ) -> UsageReport:
     since_ms, until_ms = window
     tree = store.children()
@@ -1767,7 +1885,6 @@ def _store_usage(
             dedupe=cross_session,
             since=since_ms,
             until=until_ms,
-            facts=facts,
             now_ms=now_ms,
         )
         report = UsageReport(by=by, rows=rows, total=_total(rows), notes=notes, stored=True)
@@ -1785,13 +1902,9 @@ def _store_usage(
         until=until_ms,
         cache=cache,
     )
-    if facts is not None and by == "step" and cross_session:
-        # The fork rule's findings by session, for the next report to be brought up to
-        # date from (``_steps_brought_up_to_date``): read once more, and kept only where
-        # they say what the steps' reading said.
-        copies = _forked_copies(store, {*session_ids, *descendants(session_ids, tree)}, None)
-        facts.copies = copies
-        facts.by_family = report.notes == ([copies.note] if copies.note is not None else [])
+    if isinstance(report, _StepRows):
+        rows = list(report.rows)
+        report = UsageReport(by=by, rows=rows, total=_total(rows), notes=report.notes, stored=True)
     _judge_staleness(store, report.rows, tree, now_ms)
     _say_undone(store, report, session_ids, tree, since_ms, until_ms, cache)
     return report
@@ -1805,43 +1918,27 @@ def _say_undone(
     since_ms: int | None,
     until_ms: int | None = None,
     cache: ReportCache | None = None,
+    *,
+    undone: dict[str, Any] | None = None,
 ) -> None:
     """What pending undos undid among the report's sessions (subagents included), which
     the report counts as OpenCode does: a note, the total's ``undone_*`` fields, and those
-    of each ``--by session`` row (a subagent's in the row it folds into)."""
-    from .undone import note, pending_reverts, undone_figures
+    of each ``--by session`` and ``--by step`` row (a subagent's in the row it folds
+    into). ``undone``: ``_undone_in``'s findings, when found already."""
+    from .undone import note
 
-    reverts = pending_reverts(store)
-    if not reverts:  # the usual case: nothing more is read
-        return
-    parent = {child: sid for sid, children in tree.items() for child in children}
-    chosen = set(session_ids)
-
-    def in_report(sid: str) -> bool:  # the session or one above it was chosen
-        seen = set()
-        while sid not in chosen and sid in parent and sid not in seen:
-            seen.add(sid)
-            sid = parent[sid]
-        return sid in chosen
-
-    family = {sid for sid in reverts if in_report(sid)}
-    undone = (
-        undone_figures(store, family, since_ms=since_ms, until_ms=until_ms, cache=cache)
-        if family
-        else {}
-    )
+    if undone is None:
+        undone = _undone_in(store, session_ids, tree, since_ms, until_ms, cache)
     if not undone:
         return
+    parent = {child: sid for sid, children in tree.items() for child in children}
     found = list(undone.values())
     steps = sum(u.inferences for u in found)
     report.total.undone_inferences = steps
     report.total.undone_cost = summed_cost(sum(u.cost for u in found), steps)
     report.notes = [*report.notes, note(found) or ""]
     if report.by == "step":
-        ids = {mid for u in found for mid in u.message_ids}
-        for row in report.rows:
-            if row.message_id in ids:
-                row.undone_inferences, row.undone_cost = 1, row.cost
+        _mark_undone(report.rows, undone)
         return
     if report.by != "session":
         return
@@ -1857,6 +1954,45 @@ def _say_undone(
             row.undone_cost = summed_cost(
                 (row.undone_cost or 0.0) + figures.cost, row.undone_inferences
             )
+
+
+def _mark_undone(rows: Iterable[UsageRow], undone: dict[str, Any]) -> None:
+    """The ``--by step`` rows of inferences a pending undo undid say so."""
+    ids = {mid for u in undone.values() for mid in u.message_ids}
+    for row in rows:
+        if row.message_id in ids:
+            row.undone_inferences, row.undone_cost = 1, row.cost
+
+
+def _undone_in(
+    store: Any,
+    session_ids: Sequence[str],
+    tree: dict[str, list[str]],
+    since_ms: int | None,
+    until_ms: int | None,
+    cache: ReportCache | None,
+) -> dict[str, Any]:
+    """What pending undos undid (``undone_figures``) in ``session_ids`` and the sessions
+    below them: {} in the usual case, where nothing more is read."""
+    from .undone import pending_reverts, undone_figures
+
+    reverts = pending_reverts(store)
+    if not reverts:
+        return {}
+    parent = {child: sid for sid, children in tree.items() for child in children}
+    chosen = set(session_ids)
+
+    def in_report(sid: str) -> bool:  # the session or one above it was chosen
+        seen = set()
+        while sid not in chosen and sid in parent and sid not in seen:
+            seen.add(sid)
+            sid = parent[sid]
+        return sid in chosen
+
+    family = {sid for sid in reverts if in_report(sid)}
+    if not family:
+        return {}
+    return undone_figures(store, family, since_ms=since_ms, until_ms=until_ms, cache=cache)
 
 
 def _judge_staleness(
@@ -1933,9 +2069,10 @@ def _grouped(
     since: int | None = None,
     cache: ReportCache | None = None,
     until: int | None = None,
-) -> UsageReport:
+) -> UsageReport | _StepRows:
     """Rows by step, session, model, agent or day, from assistant messages alone (by day
-    or session, with ``cache``, from the ledger's sessions that did not change).
+    or session, with ``cache``, from the ledger's sessions that did not change). By step,
+    the rows as they are asked for, in order (``_StepRows``: sorted runs merged).
 
     One pass over the message rows; figures are summed into plain lists, since this loop
     runs once per message of the database. Rows that need more (steps, forked copies and
@@ -1999,6 +2136,8 @@ def _grouped(
         ledger=keeps,
         spill=spill,
     )
+    if by == "step":
+        scan.runs = SortedRuns(UsageRow, _step_order, None if cache is None else str(cache.folder))
     if everything and by != "step" and _parallel_scan(store, scan, day_of):
         pass  # the workers' sums and slow rows are in ``scan``
     elif everything and _scan_here(store, scan, day_of):
@@ -2039,8 +2178,12 @@ def _grouped(
 
     notes: list[str] = []
     skipped, skipped_costs = 0, []  # summed exactly: the note reads the same in any order
-    for fingerprint, key, held in itertools.chain(copies, scan.copies):
-        figures = _unpacked(held)  # one at a time: a large database has many
+    # By step, the copies set aside with a run first (``_set_steps_aside``): in the order
+    # they were read.
+    waiting = (scan.copies, copies) if by == "step" else (copies, scan.copies)
+    unpacked = _unpacked_step if by == "step" else _unpacked
+    for fingerprint, key, held in itertools.chain(*waiting):
+        figures = unpacked(held)  # one at a time: a large database has many
         if fingerprint in originals:
             skipped += 1
             skipped_costs.extend([figures.cost] if by == "step" else figures[6])
@@ -2056,20 +2199,16 @@ def _grouped(
     if scan.unread:
         notes.append(_unread_rows_note(scan.unread))
     if by == "step":
-        # By time, then id: two stable sorts, whose keys are the rows' own values, not a
-        # tuple made for each of millions of rows.
-        steps.sort(key=lambda r: r.message_id or "")
-        steps.sort(key=lambda r: r.started or 0)
-        result = steps
-    else:
-        directories = _directories(store, session_ids) if by == "project" else {}
-        windowed = since is not None or until is not None
-        shares = _subagent_shares(groups, kept, owner, windowed) if by in _SHARED else {}
-        if by == "project":  # a project's share: its top sessions' shares together
-            shares = _by_project(shares, directories)
-        groups = _fold_days(groups, by, owner, kept, directories)  # into the report's groups
-        result = [_group_row(by, key, groups[key]) for key in groups]
-        result.sort(key=_sort_key(by))
+        _in_step_order(steps)
+        return _StepRows(_steps_merged(scan.runs, steps), notes)  # type: ignore[arg-type]
+    directories = _directories(store, session_ids) if by == "project" else {}
+    windowed = since is not None or until is not None
+    shares = _subagent_shares(groups, kept, owner, windowed) if by in _SHARED else {}
+    if by == "project":  # a project's share: its top sessions' shares together
+        shares = _by_project(shares, directories)
+    groups = _fold_days(groups, by, owner, kept, directories)  # into the report's groups
+    result = [_group_row(by, key, groups[key]) for key in groups]
+    result.sort(key=_sort_key(by))
     for row in result:
         row.cost = summed_cost(row.cost, _figures_in(row))
     if by in _SHARED:
@@ -2082,6 +2221,41 @@ def _grouped(
                 # as many of OpenCode's costs as inferences (``costs`` may be fewer terms)
                 row.subagent_cost = summed_cost(math.fsum(costs), inferences)
     return UsageReport(by=by, rows=result, total=_total(result), notes=notes, stored=True)
+
+
+_STEP_RUN = 20_000  # steps sorted and set aside at a time (about 15 MB held)
+
+
+def _step_order(row: UsageRow) -> tuple[int, str]:
+    """A ``--by step`` row's place: by time, then id (one without either first)."""
+    return (row.started or 0, row.message_id or "")
+
+
+def _in_step_order(steps: list[UsageRow]) -> None:
+    # Two stable sorts, whose keys are the rows' own values, not a tuple made for each row:
+    # the order ``_step_order`` gives.
+    steps.sort(key=lambda r: r.message_id or "")
+    steps.sort(key=lambda r: r.started or 0)
+
+
+class _StepRows(NamedTuple):
+    """A report by step as ``_grouped`` makes it: its rows as they are asked for, in order,
+    and its notes."""
+
+    rows: Iterator[UsageRow]
+    notes: list[str]
+
+
+def _steps_merged(runs: SortedRuns, last: list[UsageRow]) -> Iterator[UsageRow]:
+    """The rows of ``runs`` and then of ``last`` (in order), merged, each row's cost
+    rounded as OpenCode's costs it adds up are (``summed_cost``); the runs' file let go
+    at the end (or when the rows are no longer asked for)."""
+    try:
+        for row in runs.merged(last):
+            row.cost = summed_cost(row.cost, _figures_in(row))
+            yield row
+    finally:
+        runs.close()
 
 
 def _by_project(
@@ -2607,6 +2781,9 @@ class _Scan:
         # (fingerprint, group key, figures packed). A large database has many such rows.
         self.copies: list[tuple[bytes, Any, bytes | list[Any]]] = []
         self.labels: dict[str, str] = {}  # the strings ``--by step`` rows share (``_step_row``)
+        # By step, the rows read so far set aside in time order every ``_STEP_RUN`` of them
+        # (``_set_steps_aside``): a report of every step is never held.
+        self.runs: SortedRuns | None = None
         # With ``ledger``, what the ledger keeps of each session read, encoded where it was
         # read (``finish``: in the worker that read it), the entries of each part of the
         # table together (``_keep_days`` joins a session's from several): their bytes, or
@@ -2821,8 +2998,29 @@ class _Scan:
         self.slow.clear()
         if self.per_session:
             self.ready += ready
+            if self.runs is not None and len(self.ready) >= _STEP_RUN:
+                self._set_steps_aside()
             return
         self._add_ready(ready, self.groups)
+
+    def _set_steps_aside(self) -> None:
+        """By step, the rows ``ready`` holds in the report's order, as a run of ``runs``;
+        the forked copies among them wait in ``copies`` for the end (whether their
+        original is anywhere in the table), and a copy's fingerprint is noted when another
+        row has it, as ``_grouped`` does with the rows left in ``ready``."""
+        ready, self.ready = self.ready, []
+        copy_ids, copy_prints = self.copy_ids, self.copy_prints
+        steps = []
+        for mid, key, fingerprint, row in ready:
+            if mid in copy_ids:
+                self.copies.append((fingerprint, key, _packed_step(row)))
+                continue
+            if copy_ids and fingerprint in copy_prints:
+                self.originals.add(fingerprint)
+            steps.append(row)
+        _in_step_order(steps)
+        self.runs.add(steps)  # type: ignore[union-attr]
+        self.labels.clear()  # shared by the rows set aside: the next rows share their own
 
     def prepare(self, day_of: _DayOf) -> list[tuple[str, Any, bytes, Any]]:
         """The slow rows, in order, as (message id, group key, fingerprint, figures): a
@@ -3230,6 +3428,24 @@ def _packed(sums: list[Any]) -> bytes | list[Any]:
         return sums
 
 
+def _packed_step(row: UsageRow) -> bytes | UsageRow:
+    """A ``--by step`` row of a forked copy, held until the end of the scan, in a fifth of
+    the memory: encoded (as it is when it cannot be)."""
+    try:
+        return _STEP_ENCODER.encode(row)
+    except UNENCODABLE:
+        return row
+
+
+def _unpacked_step(held: bytes | UsageRow) -> UsageRow:
+    """``_packed_step``'s row as it was."""
+    return _STEP_DECODER.decode(held) if type(held) is bytes else held  # type: ignore[return-value]
+
+
+_STEP_ENCODER = msgspec.msgpack.Encoder()
+_STEP_DECODER = msgspec.msgpack.Decoder(UsageRow)
+
+
 def _unpacked(figures: bytes | list[Any]) -> list[Any]:
     """``_packed``'s sums as ``_add_message`` made them."""
     if type(figures) is not bytes:
@@ -3380,23 +3596,13 @@ def stored_usage(
         tz=tz,
         until_ms=until_ms,
     )
-    # Every session's turns (folded) or steps of all time: kept with what brings them up to
-    # date (``_turns_brought_up_to_date``, ``_steps_brought_up_to_date``).
-    all_time = memo is not None and since_ms is None and until_ms is None
-    facts = _TurnFacts() if all_time and by == "step" else None
-    if memo is not None and by == "turn":  # made a row at a time, and spooled so
-        made = _turns_of_every_session(
-            store, cache, memo, fold=fold, since_ms=since_ms, until_ms=until_ms
-        )
+    if memo is not None and by in _ROW_AT_A_TIME:  # made a row at a time, and spooled so
+        made = _ROW_AT_A_TIME[by](store, cache, memo, fold, tz, since_ms, until_ms)
         return made.whole()
     if memo is not None and cache is not None:
         kept = cache.recall(*memo, UsageReport)
         if kept is not None:
             return kept
-        if facts is not None:
-            brought = _steps_brought_up_to_date(store, cache, memo)
-            if brought is not None:
-                return brought
     if memo is not None:
         ids = every_session(store, top_level=True)
     elif until_ms is not None and not session_ids and not last:
@@ -3417,12 +3623,9 @@ def stored_usage(
         cache=cache,
         until_ms=until_ms,
         memo=memo is None,  # one memo of the report: that of every session
-        facts=facts,
     )
     if memo is not None and cache is not None and not any(row.in_flight for row in report.rows):
-        # The stamps as read before any row: never newer than the report.
-        basis = facts.basis(cache.stamps, store.session_parents()) if facts is not None else None
-        cache.remember(*memo, report, None, basis)
+        cache.remember(*memo, report)
     return report
 
 
@@ -3453,16 +3656,17 @@ def write_stored_usage(
             if apart is not None and kept.notes:
                 apart(kept.notes)
             return
-    if memo is not None and choices["by"] == "turn":
-        # A report by turn of every session: each row written (and spooled to the memo)
-        # as it is made or read, never all held (``_turns_of_every_session``).
-        made = _turns_of_every_session(
+    if memo is not None and choices["by"] in _ROW_AT_A_TIME:
+        # A report by turn or step of every session: each row written (and spooled to the
+        # memo) as it is made or read, never all held.
+        made = _ROW_AT_A_TIME[choices["by"]](
             store,
             cache,
             memo,
-            fold=choices.get("fold", True),
-            since_ms=choices.get("since_ms"),
-            until_ms=choices.get("until_ms"),
+            choices.get("fold", True),
+            choices.get("tz"),
+            choices.get("since_ms"),
+            choices.get("until_ms"),
         )
         spool = cache.rendering(*memo, form, ahead=True) if cache is not None else None
         try:

@@ -1,0 +1,109 @@
+"""``reports.runs``: rows put in order through sorted runs set aside in a file, as one
+stable sort of them all would put them, whatever the runs, their sizes and the rows."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opencode_events.reports import runs as runs_module
+from opencode_events.reports.runs import SortedRuns
+from opencode_events.reports.usage import UsageRow
+
+
+def _order(row: UsageRow) -> tuple[int, str]:
+    return (row.started or 0, row.message_id or "")
+
+
+ROWS = st.builds(
+    UsageRow,
+    started=st.none() | st.integers(0, 5),  # few values: many ties
+    message_id=st.none() | st.sampled_from(["a", "b", "msg_1"]),
+    session_id=st.text(max_size=3),  # a lone surrogate now and then: never encoded
+    input_tokens=st.integers(-(2**70), 2**70),  # beyond 64 bits now and then: the same
+    cost=st.floats(allow_nan=False),
+)
+
+
+def _runs_of(rows: list[UsageRow], cuts: list[int]) -> list[list[UsageRow]]:
+    """``rows`` cut where ``cuts`` say, each run sorted stably."""
+    runs, start = [], 0
+    for cut in sorted({c % (len(rows) + 1) for c in cuts}) + [len(rows)]:
+        runs.append(sorted(rows[start:cut], key=_order))
+        start = cut
+    return runs
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(ROWS, max_size=40),
+    st.lists(st.integers(0, 40), max_size=12),
+    st.integers(2, 4),
+    st.integers(1, 3),
+    st.lists(ROWS, max_size=5),
+)
+def test_merged_runs_are_one_stable_sort(rows, cuts, fan_in, group, last) -> None:
+    """Any rows, cut into runs of any sizes (each in order), set aside a few at a time and
+    merged a few runs at a time, come back as one stable sort of them all (the last rows
+    given at the merge after every run's), each as it was."""
+    for i, row in enumerate([*rows, *last]):
+        row.tool_calls = i  # which row is which, to tell ties apart
+    old = runs_module.FAN_IN, runs_module.GROUP
+    runs_module.FAN_IN, runs_module.GROUP = fan_in, group
+    try:
+        runs = SortedRuns(UsageRow, _order)
+        for run in _runs_of(rows, cuts):
+            runs.add(run)
+        last = sorted(last, key=_order)
+        merged = list(runs.merged(last))
+        runs.close()
+    finally:
+        runs_module.FAN_IN, runs_module.GROUP = old
+    assert merged == sorted([*rows, *last], key=_order)
+    assert [r.tool_calls for r in merged] == [
+        r.tool_calls for r in sorted([*rows, *last], key=_order)
+    ]
+
+
+def test_runs_go_to_a_file_of_no_name_and_come_back_a_group_at_a_time(tmp_path) -> None:
+    """The runs are written to a file in the folder given, with no name (nothing is left
+    behind), and merged a group of each run at a time: never all held."""
+    rows = [UsageRow(started=i % 97, message_id=f"m{i}") for i in range(6400)]
+    runs = SortedRuns(UsageRow, _order, str(tmp_path / "runs"))
+    for start in range(0, 6400, 200):
+        runs.add(sorted(rows[start : start + 200], key=_order))
+    assert list((tmp_path / "runs").iterdir()) == []  # made, and its name gone
+    assert len(runs) == 2  # thirty-two runs: each sixteen merged into one as they came
+    merged = runs.merged()
+    first = next(merged)
+    assert first == UsageRow(started=0, message_id="m0")
+    assert [first, *merged] == sorted(rows, key=_order)
+    runs.close()
+
+
+def test_a_run_that_cannot_be_written_is_held(monkeypatch) -> None:
+    """A full disk (or no file at all): the runs are held in memory, the rows the same."""
+    rows = [UsageRow(started=i % 7, message_id=f"m{i}") for i in range(100)]
+
+    def full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    monkeypatch.setattr(runs_module, "FAN_IN", 2)
+    runs = SortedRuns(UsageRow, _order)
+    for start in range(0, 100, 10):
+        runs.add(sorted(rows[start : start + 10], key=_order))
+    assert list(runs.merged()) == sorted(rows, key=_order)
+    runs.close()
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_no_run_or_one(count) -> None:
+    runs = SortedRuns(UsageRow, _order)
+    rows = [UsageRow(started=2), UsageRow(started=1)][:count]
+    runs.add(rows)
+    assert list(runs.merged([UsageRow(started=3)])) == [*rows, UsageRow(started=3)]
+    runs.close()
