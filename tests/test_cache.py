@@ -51,7 +51,7 @@ from opencode_events.reports.sessions import (
     write_sessions,
 )
 from opencode_events.reports.usage import stored_usage, write_stored_usage
-from opencode_events.store.open import open_store, select_sessions
+from opencode_events.store.open import every_session, open_store, select_sessions
 from tests.filebytes import digests
 from tests.processes import children_of_this_process
 
@@ -563,6 +563,69 @@ def test_every_session_made_one_at_a_time_is_what_summarize_gives(
                 now_ms=now,
             )
             assert msgspec.to_builtins(list(made)) == msgspec.to_builtins(listed)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(CHANGES, max_size=4), st.lists(ODDITIES, max_size=3), st.booleans(), st.booleans())
+def test_turns_read_by_workers_are_those_read_in_one_process(
+    tmp_path_factory, monkeypatch, changes, oddities, windowed, orphan
+) -> None:
+    """``usage --all`` by turn with its sessions read by forked workers, a slice each
+    (``_family_slice``), gives the report one process gives: the same rows in the same
+    order, the same notes in the same order (subagents listed apart, with no turn to fold
+    into or not folded, read after every slice), folded or not, all time or since a time,
+    with forks, undone replies, replies in flight and parent links that loop or point at
+    no session."""
+    monkeypatch.setattr(usage_module, "_PARALLEL_MIN_SESSIONS", 2)
+    tmp = tmp_path_factory.mktemp("turns")
+    db, spare = tmp / "opencode.db", tmp / "spare.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    try:
+        conn = sqlite3.connect(db)
+        for src in sources.values():
+            _copy_session(conn, src, _sessions(src)[0], logged=True)
+        conn.commit()
+        conn.close()
+        for change in changes:
+            _change(db, change, sources, spare)
+        for kind, pick in oddities:
+            _odd(db, kind, pick)
+        if orphan:  # a subagent whose parent has no turn to fold it into: listed apart
+            conn = sqlite3.connect(db)
+            first = conn.execute("SELECT id FROM session ORDER BY time_created LIMIT 1")
+            empty = conn.execute("SELECT * FROM session WHERE id = ?", first.fetchone())
+            row = dict(zip([c[0] for c in empty.description], empty.fetchone(), strict=True))
+            row.update(id="ses_0empty", parent_id=None)
+            conn.execute(
+                f"INSERT INTO session ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                list(row.values()),
+            )
+            last = conn.execute("SELECT id FROM session ORDER BY time_created DESC LIMIT 1")
+            conn.execute(
+                "UPDATE session SET parent_id = 'ses_0empty' WHERE id = ?", last.fetchone()
+            )
+            conn.commit()
+            conn.close()
+    finally:
+        for conn in sources.values():
+            conn.close()
+    sliced = []
+    share = usage_module.share_slices
+    monkeypatch.setattr(usage_module, "share_slices", lambda *a: sliced.append(a[1]) or share(*a))
+    since = SINCE if windowed else None
+    for fold in (True, False):
+        reports = []
+        for workers in ("1", "2"):
+            monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", workers)
+            with open_store(db) as store:
+                report = stored_usage(store, all_sessions=True, fold=fold, since_ms=since)
+                tops = len(every_session(store, top_level=True))
+            reports.append(msgspec.json.encode(report.document()))
+        assert reports[0] == reports[1]
+    assert sliced or tops < 2  # the workers' path was taken (with two sessions to share)
 
 
 def _warm(tmp_path: Path) -> tuple[Path, Path]:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from opencode_events.errors import InputError
-from opencode_events.store.ranges import SHARES, in_forked_child, share_ranges
+from opencode_events.store.ranges import SHARES, in_forked_child, share_ranges, share_slices
 from tests.processes import children_of_this_process
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no workers")
@@ -201,3 +201,35 @@ def test_each_hands_out_a_result_while_later_ranges_are_still_read(tmp_path, her
         lows.append(low)
     assert lows == [low for low, _ in _shared_ranges(table)]
     assert time.monotonic() - started < 10  # the last range did not wait out its 20 s
+
+
+# ---------------------------------------------------------------- share_slices
+
+
+def _slice_taken_by(uri: str, low: int, high: int, items: list[int]) -> tuple[int, list[int]]:
+    time.sleep(0.01)  # long enough that every process gets some slices
+    return os.getpid(), items[low:high]
+
+
+@pytest.mark.parametrize("count", [2, 7, 255, 1000])
+def test_slices_of_a_list_are_read_once_each_in_order(monkeypatch, count) -> None:
+    """``share_slices``: the caller's list cut into at most 255 slices, taken by forked
+    children and this process alike, each item in exactly one slice, the results in
+    order."""
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "2")
+    items = list(range(count))
+    pending = share_slices(_Table(0), count, _slice_taken_by, items)
+    assert pending is not None
+    results = pending()
+    assert [item for _pid, part in results for item in part] == items
+    assert len(results) == min(count, 255) and all(part for _pid, part in results)
+    if count >= 255:
+        assert len({pid for pid, _part in results}) == 2  # a child took some
+    assert not children_of_this_process()  # every child reaped
+
+
+def test_no_slices_for_one_worker_or_one_item(monkeypatch) -> None:
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "1")
+    assert share_slices(_Table(0), 100, _slice_taken_by, list(range(100))) is None
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "2")
+    assert share_slices(_Table(0), 1, _slice_taken_by, [0]) is None

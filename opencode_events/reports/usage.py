@@ -57,7 +57,7 @@ from ..core.views import (
 from ..errors import GroupingError, InputError
 from ..events import summed_cost
 from ..store import fastscan
-from ..store.ranges import in_forked_child, share_ranges, worker_connection
+from ..store.ranges import in_forked_child, share_ranges, share_slices, worker_connection
 from ..store.rows import ancestry, descendants, offers_fast_scans, sessions_changed
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 from .cache import UNENCODABLE, ReportCache, Spill, cache_digest
@@ -1164,6 +1164,7 @@ def _each_turn_row(
     facts: _TurnFacts | None = None,
     skip: set[str] | None = None,
     now_ms: float | None = None,
+    parallel: bool = False,
 ) -> Iterator[UsageRow]:
     """The rows by turn of ``session_ids`` (and of the subagents folded into them, or
     listed apart), a session's once its subagents are folded in and its rows in flight
@@ -1171,7 +1172,9 @@ def _each_turn_row(
     is never held; the report's notes are added to ``notes`` (whole once the last row is
     given). With ``dedupe``, a fork's copies of messages also in the report are left out
     (the fork rule: ``_forked_copies``, said in a note); ``skip``: those copies as found
-    already (no rule applied, no note)."""
+    already (no rule applied, no note). ``parallel`` (``session_ids`` each once): many
+    sessions are read by worker processes too, a slice of them each (``_family_slice``),
+    the rows the same and in the same order."""
     # The user messages copied are skipped too (they open no turn of their own); the note
     # counts inferences, as the grouped reports' note does. An original counts when it is in
     # the report (a session chosen, or a subagent of one).
@@ -1188,15 +1191,91 @@ def _each_turn_row(
             facts.copies = copies
     fork_notes = len(notes)
     chosen = set(session_ids)
+    families = _Families(store, tree, skip, fold, since, until, now_ms)
     apart = False  # a row of a session not chosen (a subagent listed apart)
     unread = [0]
     queue = collections.deque(session_ids)
+    pending = None
+    if parallel and len(session_ids) >= _PARALLEL_MIN_SESSIONS:
+        pending = share_slices(store, len(session_ids), _family_slice, families, session_ids)
+    if pending is not None:
+        # The slices' rows in order; the subagents a slice lists apart are read after
+        # every slice, in the order they were found, as the queue below reads them.
+        queue.clear()
+        for rows, slice_notes, slice_unread, listed_apart in pending.each():
+            notes.extend(slice_notes)
+            unread[0] += slice_unread
+            queue.extend(listed_apart)
+            yield from rows
     done: set[str] = set()  # listed, or folded into a turn
-    states: dict[str, str] = {}  # each session's state, asked once (``_judge_staleness``)
     while queue:
         session_id = queue.popleft()
         if session_id in done:
             continue
+        rows = families.rows_of(session_id, queue, done, notes, unread)
+        apart = apart or (bool(rows) and session_id not in chosen)
+        yield from rows
+    if unread[0]:
+        notes.append(_unread_rows_note(unread[0]))
+    if facts is not None:
+        facts.by_family = len(notes) == fork_notes and not apart
+
+
+_PARALLEL_MIN_SESSIONS = 2_000  # below this a worker's start costs more than it saves
+
+
+def _family_slice(
+    uri: str, low: int, high: int, families: _Families, session_ids: Sequence[str]
+) -> tuple[list[UsageRow], list[str], int, list[str]]:
+    """A worker of ``_each_turn_row``: the rows of the sessions ``session_ids[low:high]``
+    (those chosen: none below another), with the notes they gave, how many message rows
+    could not be read, and the subagents to list apart (read after every slice). A forked
+    child reads on its own connection."""
+    if in_forked_child() and not families.reopened:
+        families.store = families.store.reopen()
+        families.reopened = True
+    rows: list[UsageRow] = []
+    notes: list[str] = []
+    unread = [0]
+    listed_apart: list[str] = []
+    done: set[str] = set()
+    for session_id in session_ids[low:high]:
+        rows += families.rows_of(session_id, listed_apart, done, notes, unread)
+    return rows, notes, unread[0], listed_apart
+
+
+class _Families:
+    """What reading a session's turns, its subagents folded in, needs (``rows_of``): the
+    same for every session of a report."""
+
+    def __init__(
+        self,
+        store: Any,
+        tree: dict[str, list[str]],
+        skip: set[str],
+        fold: bool,
+        since: int | None,
+        until: int | None,
+        now_ms: float | None,
+    ) -> None:
+        self.store, self.tree, self.skip, self.fold = store, tree, skip, fold
+        self.since, self.until, self.now_ms = since, until, now_ms
+        self.states: dict[str, str] = {}  # each session's state, judged once
+        self.reopened = False  # a worker's own connection (``_family_slice``)
+
+    def rows_of(
+        self,
+        session_id: str,
+        queue: collections.deque[str] | list[str],
+        done: set[str],
+        notes: list[str],
+        unread: list[int],
+    ) -> list[UsageRow]:
+        """The rows of ``session_id``'s turns, each subagent below it folded into the turn
+        that started it (its sessions added to ``done``), or, not folded, added to
+        ``queue``; notes to ``notes``, rows that cannot be read counted in ``unread``."""
+        store, tree, skip, fold = self.store, self.tree, self.skip, self.fold
+        since, until = self.since, self.until
         done.add(session_id)
         turns, spawned, spawned_before = _session_turns(
             store, session_id, skip, unread, since, until
@@ -1260,13 +1339,8 @@ def _each_turn_row(
                 row.subagent_cost = summed_cost(row.subagent_cost, turn.folded)
             row.session_id = session_id  # one session or several: whose a row is
             rows.append(row)
-        apart = apart or (bool(rows) and session_id not in chosen)
-        _judge_staleness(store, rows, tree, now_ms, states)
-        yield from rows
-    if unread[0]:
-        notes.append(_unread_rows_note(unread[0]))
-    if facts is not None:
-        facts.by_family = len(notes) == fork_notes and not apart
+        _judge_staleness(store, rows, tree, self.now_ms, self.states)
+        return rows
 
 
 class _Since(NamedTuple):
@@ -1620,6 +1694,7 @@ def _turns_of_every_session(
         since=since_ms,
         until=until_ms,
         facts=facts,
+        parallel=True,  # every session: each id once
     )
 
     def basis() -> Any:

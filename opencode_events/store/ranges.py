@@ -34,7 +34,14 @@ from ..workers import failure_report, raise_failure, worker_count
 from .rows import RowidRanges
 from .sqlite import SQLITE_ERRORS, sqlite_reason
 
-__all__ = ["Pending", "SHARES", "in_forked_child", "share_ranges", "worker_connection"]
+__all__ = [
+    "Pending",
+    "SHARES",
+    "in_forked_child",
+    "share_ranges",
+    "share_slices",
+    "worker_connection",
+]
 
 _in_forked_child = False  # set in a child ``share_ranges`` forked
 
@@ -101,6 +108,23 @@ def share_ranges(
     if len(ranges) < 2 or ranges[-1][1] - ranges[0][0] < min_rows:
         return None
     sharing = _Sharing(uri, ranges, worker, args, workers - 1 if here else workers, here)
+    return Pending(sharing.each, sharing.stop)
+
+
+def share_slices(store: Any, count: int, worker: Callable[..., Any], *args: Any) -> Pending | None:
+    """``share_ranges`` over ``count`` items of the caller's own (a list, which a forked
+    child holds as this process does) instead of a table's rows: ``worker(uri, low, high,
+    *args)`` over index ranges [low, high), as many as can be numbered (255) so that
+    each result, held while it is handed out, is a small part of the whole; results in
+    order. None where it is not possible (no ``fork``, one worker, a store not on disk)."""
+    uri = store.uri if isinstance(store, RowidRanges) else None
+    workers = worker_count()
+    if uri is None or workers < 2 or not hasattr(os, "fork") or count < 2:
+        return None
+    pieces = min(count, 255)
+    bounds = [count * i // pieces for i in range(pieces + 1)]
+    ranges = list(zip(bounds, bounds[1:], strict=False))
+    sharing = _Sharing(uri, ranges, worker, args, workers - 1, True)
     return Pending(sharing.each, sharing.stop)
 
 
