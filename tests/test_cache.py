@@ -614,7 +614,9 @@ def test_turns_read_by_workers_are_those_read_in_one_process(
             conn.close()
     sliced = []
     share = usage_module.share_slices
-    monkeypatch.setattr(usage_module, "share_slices", lambda *a: sliced.append(a[1]) or share(*a))
+    monkeypatch.setattr(
+        usage_module, "share_slices", lambda *a, **k: sliced.append(a[1]) or share(*a, **k)
+    )
     since = SINCE if windowed else None
     for fold in (True, False):
         reports = []

@@ -787,10 +787,10 @@ def test_summaries_made_of_rows_let_go_are_the_same():
 
 @pytest.mark.parametrize("front", [False, True], ids=["pad-last", "pad-first"])
 def test_usage_turns_count_odd_parts_as_sessions_does(tmp_path: Path, monkeypatch, front: bool):
-    """``usage --by turn`` decodes each part of a turn whole: every odd part, as it is and
-    made large, in a turn's reply gives the tool calls decoding it whole gives, which
-    ``sessions`` counts too but for a large part that starts the way OpenCode writes a tool
-    part (taken at its head's word there)."""
+    """``usage --by turn`` counts a turn's tool calls as ``sessions`` counts them: every odd
+    part, as it is and made large, in a turn's reply gives the calls ``sessions`` gives,
+    which are those decoding it whole gives but for a large part that starts the way
+    OpenCode writes a tool part (taken at its head's word: docs/store.md's one limit)."""
     from opencode_events.reports.usage import store_usage
 
     monkeypatch.setenv("OPENCODE_EVENTS_STALE_AFTER", str(10**12))
@@ -822,7 +822,22 @@ def test_usage_turns_count_odd_parts_as_sessions_does(tmp_path: Path, monkeypatc
             sid = f"ses_odd{n:04d}"
             report = store_usage(store, [sid], by="turn")
             calls = sum(row.tool_calls or 0 for row in report.rows)
-            assert calls == expected_tools([data])[0], data
+            assert calls == counted[sid]["tool_calls"], data
             large = len(data.encode() if isinstance(data, str) else data) >= 256
             if not (large and _usual_head(data)):
-                assert calls == counted[sid]["tool_calls"], data
+                assert calls == expected_tools([data])[0], data
+    # and read by workers (apsw's SQLite: a part over fastscan.BIG bytes read only as far
+    # as its head), every session at once: the same calls
+    from opencode_events.reports import usage as usage_module
+    from opencode_events.reports.usage import stored_usage
+
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "2")
+    monkeypatch.setattr(usage_module, "_PARALLEL_MIN_SESSIONS", 2)
+    with Store(db) as store:
+        report = stored_usage(store, all_sessions=True)
+    by_session: dict[str, int] = {}
+    for row in report.rows:
+        by_session[row.session_id] = by_session.get(row.session_id, 0) + (row.tool_calls or 0)
+    for n, data in enumerate(rows):
+        sid = f"ses_odd{n:04d}"
+        assert by_session.get(sid, 0) == counted[sid]["tool_calls"], data

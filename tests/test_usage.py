@@ -2246,3 +2246,81 @@ def test_a_sessions_subagent_cost_is_written_as_a_sum_of_its_inferences(tmp_path
     (row,) = [r for r in report.rows if r.subagent_cost is not None]
     assert row.subagent_inferences == len(costs)
     assert row.subagent_cost == summed_cost(math.fsum(costs), len(costs)) != math.fsum(costs)
+
+
+def _with_large_parts(tmp_path: Path) -> Path:
+    """samples/task and a session of four other captures, with large parts (beyond a
+    page: their output on overflow pages): bash calls whose output is 10 KB, read calls of
+    10 KB cut short (no JSON past their head), the task call with 10 KB more in its
+    metadata (it names the subagent's session), and a prompt of 10 KB."""
+    from tests.test_cache import _copy_session, _sessions
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    pad = "x" * 10_000
+    conn = sqlite3.connect(db)
+    for name in ("parallel_tools", "mcp", "bash_fail", "reasoning"):
+        src = sqlite3.connect(SAMPLES / name / "opencode.db")
+        _copy_session(conn, src, _sessions(src)[0], logged=True)
+        src.close()
+    conn.execute(
+        "UPDATE part SET data = json_set(data, '$.state.output', ?) "
+        """WHERE data LIKE '{"type":"tool","tool":"bash",%'""",
+        (pad,),
+    )
+    conn.execute(
+        "UPDATE part SET data = substr(json_set(data, '$.state.output', ?), 1, 5000) "
+        """WHERE data LIKE '{"type":"tool","tool":"read",%'""",
+        (pad,),
+    )
+    conn.execute(
+        "UPDATE part SET data = json_set(data, '$.state.metadata.pad', ?) "
+        """WHERE data LIKE '{"type":"tool","tool":"task",%'""",
+        (pad,),
+    )
+    conn.execute(
+        "UPDATE part SET data = json_set(data, '$.text', json_extract(data, '$.text') || ?) "
+        """WHERE rowid = (SELECT min(rowid) FROM part WHERE data LIKE '{"type":"text",%')""",
+        (" " + pad,),
+    )
+    conn.commit()
+    conn.close()
+    return db
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_large_tool_part_counts_by_its_head_as_sessions_counts_it(tmp_path, monkeypatch, workers):
+    """A tool part of 256 bytes or more that starts as OpenCode writes one is a call by its
+    head (its output, most of the data, never decoded; in a worker, never read: apsw's
+    blob handle reads its first page), as ``sessions`` counts it, a part cut short after
+    its head included (docs/store.md's one limit); a subagent's call and code mode's are
+    read whole. One process or workers: the same report, and the same calls as
+    ``sessions``."""
+    from opencode_events.reports import usage as usage_module
+    from opencode_events.reports.sessions import sessions_report
+    from opencode_events.reports.usage import stored_usage
+    from opencode_events.store.open import open_store
+
+    db = _with_large_parts(tmp_path)
+    cut = sql(db, """SELECT count(*) FROM part WHERE data LIKE '{"type":"tool","tool":"read",%'""")
+    assert (
+        cut[0][0]
+        and not sql(db, "SELECT json_valid(data) FROM part WHERE length(data) = 5000")[0][0]
+    )
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", workers)
+    monkeypatch.setattr(usage_module, "_PARALLEL_MIN_SESSIONS", 2)
+    shared = []
+    share = usage_module.share_slices
+    monkeypatch.setattr(
+        usage_module, "share_slices", lambda *a, **k: shared.append(share(*a, **k)) or shared[-1]
+    )
+    with open_store(db) as store:
+        report = stored_usage(store, all_sessions=True)
+        sessions = sessions_report(store)
+    assert (shared[0] is not None) is (workers == "2")  # read by workers, or by this process
+    calls = sum(row.tool_calls or 0 for row in report.rows)
+    assert calls == sum(s.tool_calls for s in sessions.sessions)
+    tool_parts = sql(db, """SELECT count(*) FROM part WHERE data LIKE '{"type":"tool",%'""")
+    assert calls >= tool_parts[0][0]  # every tool part a call (code mode's: and its script's)
+    assert sum(row.subagent_sessions or 0 for row in report.rows) == 1  # the task call's
+    assert any(row.prompt and row.prompt.startswith("please") for row in report.rows)

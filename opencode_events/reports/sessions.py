@@ -210,6 +210,17 @@ _TOOL_HEAD_ESCAPED = re.compile(
     % (_LOOSE, _LOOSE, _LOOSE, _LOOSE, _LOOSE)
 )
 
+
+def tool_of_head(head: bytes) -> bytes | None:
+    """The tool's name in the head of a part (its first 256 bytes) that starts as OpenCode
+    writes a tool part (``_TOOL_HEAD``, its call id first or second: printable ASCII
+    strings without escapes); None for any other head. The rule by which a large part is
+    counted as a call from its head alone (docs/store.md)."""
+    end = Store._TOOL_HEAD_BYTES  # the head's, however much of the part is given
+    match = _TOOL_HEAD.match(head, 0, end) or _TOOL_HEAD_CALL_FIRST.match(head, 0, end)
+    return None if match is None else match[1]
+
+
 ToolCounts = dict[tuple[str, Any, bool], int]  # (session, tool, failed) → calls
 
 _PARALLEL_MIN_PARTS = 200_000  # part rows; below this a worker's start costs more

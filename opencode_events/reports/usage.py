@@ -875,7 +875,8 @@ def _session_turns(
     their calls started are named apart), and so are the turns that opened before it and
     have no inference left. With ``until``, the same of inferences created after it (and of
     the turns opened after it)."""
-    from ..core.mapping import script_calls, spawned_session
+    from ..core.mapping import ORCHESTRATION_TOOLS, script_calls, spawned_session
+    from .sessions import tool_of_head
 
     turns: list[_Turn] = []
     by_message: dict[str, _Turn] = {}
@@ -931,12 +932,44 @@ def _session_turns(
                 turn.row.reason = info.finish if isinstance(info.finish, str) else None
     spawned: dict[str, _Turn] = {}
     spawned_before: set[str] = set()
-    for part in store.parts(session_id):
-        turn = by_message.get(part.message_id)
-        if turn is None and part.message_id not in early:
+    heads = getattr(store, "part_heads", None)
+    for _part_id, message_id, large, _created, data in (
+        heads(session_id) if heads is not None else _part_tuples(store.parts(session_id))
+    ):
+        turn = by_message.get(message_id)
+        if turn is None and message_id not in early:
             continue
+        tool = None
+        if heads is not None and type(data) is bytes and (large is not None or len(data) >= _HEAD):
+            tool = tool_of_head(data)
+        if tool is not None:
+            # A tool part as OpenCode writes it is one call by its head, as `sessions` counts
+            # it (docs/store.md's rule and its one limit): its output, most of the data, is
+            # never decoded; code mode's is read whole for its script's calls, a subagent's
+            # for the session it started.
+            if turn is not None:
+                turn.row.tool_calls = (turn.row.tool_calls or 0) + 1
+            if tool != b"execute" and tool.decode("ascii").lower() not in ORCHESTRATION_TOOLS:
+                continue
+            try:
+                view = decode_repairing(
+                    PART_DECODER, data if large is None else store.part_data(large)
+                )[0]
+            except _UNREADABLE:
+                continue
+            if tool == b"execute" and turn is not None:
+                turn.row.tool_calls = (turn.row.tool_calls or 0) + len(script_calls(view))
+            child = spawned_session(view)
+            if child:
+                if turn is None:  # a part of an inference before --since
+                    spawned_before.add(child)
+                else:
+                    spawned.setdefault(child, turn)
+            continue
+        if large is not None:  # a large part that its head does not settle: read whole
+            data = store.part_data(large)
         try:
-            view = decode_repairing(PART_DECODER, part.data)[0]
+            view = decode_repairing(PART_DECODER, data)[0]
         except _UNREADABLE:
             continue
         if turn is None:  # a part of an inference before --since
@@ -954,7 +987,7 @@ def _session_turns(
                 spawned.setdefault(child, turn)  # a resumed subagent (task_id) stays with its first
         elif (
             view.type == "text"
-            and part.message_id == turn.user_id
+            and message_id == turn.user_id
             and turn.row.prompt is None
             and isinstance(view.text, str)
             and not view.synthetic
@@ -968,6 +1001,15 @@ def _session_turns(
         # a turn with nothing in the window shows only if it opened in it
         turns = [t for t in turns if t.row.inferences or _within(t.opened, since, until)]
     return _SessionTurns(turns, spawned, spawned_before)
+
+
+def _part_tuples(parts: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
+    """``PartRow``s as ``Store.part_heads`` gives its rows (no rowid: every data whole)."""
+    for part in parts:
+        yield part.id, part.message_id, None, part.time_created, part.data
+
+
+_HEAD = 256  # bytes: a part this long or longer is judged by its head (``Store.part_heads``)
 
 
 def _first_words(text: str, limit: int = 48) -> str:
@@ -1197,7 +1239,9 @@ def _each_turn_row(
     queue = collections.deque(session_ids)
     pending = None
     if parallel and len(session_ids) >= _PARALLEL_MIN_SESSIONS:
-        pending = share_slices(store, len(session_ids), _family_slice, families, session_ids)
+        pending = share_slices(
+            store, len(session_ids), _family_slice, families, session_ids, here=False
+        )
     if pending is not None:
         # The slices' rows in order; the subagents a slice lists apart are read after
         # every slice, in the order they were found, as the queue below reads them.
@@ -1206,7 +1250,7 @@ def _each_turn_row(
             notes.extend(slice_notes)
             unread[0] += slice_unread
             queue.extend(listed_apart)
-            yield from rows
+            yield from _ROWS_DECODER.decode(rows) if type(rows) is bytes else rows
     done: set[str] = set()  # listed, or folded into a turn
     while queue:
         session_id = queue.popleft()
@@ -1226,13 +1270,15 @@ _PARALLEL_MIN_SESSIONS = 2_000  # below this a worker's start costs more than it
 
 def _family_slice(
     uri: str, low: int, high: int, families: _Families, session_ids: Sequence[str]
-) -> tuple[list[UsageRow], list[str], int, list[str]]:
+) -> tuple[bytes | list[UsageRow], list[str], int, list[str]]:
     """A worker of ``_each_turn_row``: the rows of the sessions ``session_ids[low:high]``
     (those chosen: none below another), with the notes they gave, how many message rows
     could not be read, and the subagents to list apart (read after every slice). A forked
     child reads on its own connection."""
     if in_forked_child() and not families.reopened:
-        families.store = families.store.reopen()
+        # apsw's SQLite where it can be used: a large part's head is read from its first
+        # page, its output never (``Store.part_heads``)
+        families.store = families.store.reopen(fastscan.sqlite3_like)
         families.reopened = True
     rows: list[UsageRow] = []
     notes: list[str] = []
@@ -1241,7 +1287,10 @@ def _family_slice(
     done: set[str] = set()
     for session_id in session_ids[low:high]:
         rows += families.rows_of(session_id, listed_apart, done, notes, unread)
-    return rows, notes, unread[0], listed_apart
+    try:  # sent back encoded: read back many times faster than unpickled
+        return _STEP_ENCODER.encode(rows), notes, unread[0], listed_apart
+    except UNENCODABLE:  # a prompt's lone surrogate, say: as they are
+        return rows, notes, unread[0], listed_apart
 
 
 class _Families:
@@ -3519,6 +3568,7 @@ def _unpacked_step(held: bytes | UsageRow) -> UsageRow:
 
 _STEP_ENCODER = msgspec.msgpack.Encoder()
 _STEP_DECODER = msgspec.msgpack.Decoder(UsageRow)
+_ROWS_DECODER = msgspec.msgpack.Decoder(list[UsageRow])
 
 
 def _unpacked(figures: bytes | list[Any]) -> list[Any]:

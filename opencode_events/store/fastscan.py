@@ -38,7 +38,7 @@ from .sqlite import Store, sqlite_reason
 
 __all__ = ["BIG", "PartRange", "SqliteLike", "connect", "errors", "sqlite3_like"]
 
-BIG = 4000  # bytes: a larger value may have overflow pages (4,096-byte pages, OpenCode's)
+BIG = Store.BIG_VALUE  # bytes: a larger value may have overflow pages (4,096-byte pages)
 _MIN_VERSION = (3, 43)  # octet_length()
 
 
@@ -154,6 +154,24 @@ class SqliteLike:
 
     def __init__(self, conn: Any, error: type[BaseException]) -> None:
         self._conn, self._error = conn, error
+        self._blob: Any = None
+
+    def part_head(self, rowid: int) -> bytes:
+        """A part's first ``_TOOL_HEAD_BYTES`` (``Store.part_heads``), through one blob
+        handle moved from row to row: its overflow pages are never read. b"" for none."""
+        try:
+            if self._blob is None:
+                self._blob = self._conn.blob_open("main", "part", "data", rowid, False)
+            else:
+                self._blob.reopen(rowid)
+            return self._blob.read(Store._TOOL_HEAD_BYTES)  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - any refusal (a value of another type, a row gone)
+            if self._blob is not None:  # a handle whose reopen failed is of no more use
+                with contextlib.suppress(Exception):
+                    self._blob.close()
+                self._blob = None
+        row = self.execute(PartRange._HEAD, (rowid,)).fetchone()
+        return row[0] if row and type(row[0]) is bytes else b""
 
     def execute(self, sql: str, params: Any = ()) -> _Rows:
         try:
@@ -162,6 +180,9 @@ class SqliteLike:
             raise sqlite3.DatabaseError(str(exc)) from None
 
     def close(self) -> None:
+        if self._blob is not None:
+            with contextlib.suppress(Exception):
+                self._blob.close()
         self._conn.close()
 
 

@@ -111,12 +111,15 @@ def share_ranges(
     return Pending(sharing.each, sharing.stop)
 
 
-def share_slices(store: Any, count: int, worker: Callable[..., Any], *args: Any) -> Pending | None:
+def share_slices(
+    store: Any, count: int, worker: Callable[..., Any], *args: Any, here: bool = True
+) -> Pending | None:
     """``share_ranges`` over ``count`` items of the caller's own (a list, which a forked
     child holds as this process does) instead of a table's rows: ``worker(uri, low, high,
     *args)`` over index ranges [low, high), as many as can be numbered (255) so that
     each result, held while it is handed out, is a small part of the whole; results in
-    order. None where it is not possible (no ``fork``, one worker, a store not on disk)."""
+    order. None where it is not possible (no ``fork``, one worker, a store not on disk).
+    ``here=False``: only forked children take slices (one per worker)."""
     uri = store.uri if isinstance(store, RowidRanges) else None
     workers = worker_count()
     if uri is None or workers < 2 or not hasattr(os, "fork") or count < 2:
@@ -124,7 +127,7 @@ def share_slices(store: Any, count: int, worker: Callable[..., Any], *args: Any)
     pieces = min(count, 255)
     bounds = [count * i // pieces for i in range(pieces + 1)]
     ranges = list(zip(bounds, bounds[1:], strict=False))
-    sharing = _Sharing(uri, ranges, worker, args, workers - 1, True)
+    sharing = _Sharing(uri, ranges, worker, args, workers - 1 if here else workers, here)
     return Pending(sharing.each, sharing.stop)
 
 

@@ -978,6 +978,22 @@ class Store:
         self.bytes_read += sum(len(row.data) for row in rows if type(row.data) is bytes)
         return rows
 
+    def part_heads(self, session_id: str) -> Iterable[tuple[Any, ...]]:
+        """``part_rows``, but where the connection can tell a value's size without loading
+        it (apsw's SQLite, in a forked worker: ``fastscan.sqlite3_like``), a part longer
+        than ``BIG_VALUE`` bytes (a tool's output, mostly) comes as its first
+        ``_TOOL_HEAD_BYTES``, read from its first page, with its rowid in the third place
+        (for ``part_data``, when the caller needs the whole); every other row, with
+        ``sqlite3``'s connection every row, whole with None there. The same judgement of a
+        part by its head then holds either way (``tool_part_batches``' rule)."""
+        head = getattr(self.conn, "part_head", None)
+        if head is None:
+            return self._ordered_parts(session_id, None)
+        rows = self._ordered_parts(session_id, None, heads=True)
+        return (row if row[2] is None else (*row[:4], head(row[2])) for row in rows)
+
+    BIG_VALUE = 4000  # bytes: a larger value may have overflow pages (4,096-byte pages)
+
     def part_rows(self, session_id: str) -> Iterable[tuple[Any, ...]]:
         """``parts`` as plain tuples in ``PartRow``'s layout, the session id left None (the
         caller has it), for the import's hot loop.
@@ -999,14 +1015,25 @@ class Store:
         return messages, self._ordered_parts(session_id, [row[0] for row in messages])
 
     def _ordered_parts(
-        self, session_id: str, message_ids: list[Any] | None
+        self, session_id: str, message_ids: list[Any] | None, *, heads: bool = False
     ) -> Iterable[tuple[Any, ...]]:
-        gathered = self._gathered_parts(session_id, message_ids)
-        return self._joined_parts(session_id) if gathered is None else gathered
+        gathered = self._gathered_parts(session_id, message_ids, heads)
+        return self._joined_parts(session_id, heads) if gathered is None else gathered
 
-    def _joined_parts(self, session_id: str) -> Iterator[tuple[Any, ...]]:
+    def _part_columns(self, table: str, heads: bool) -> str:
+        """A part row's rowid (or NULL) and data, as ``part_rows`` or ``part_heads`` give
+        them (``table``: the part table's name in the query)."""
+        if not heads:
+            return f"NULL, {table}.time_created, CAST({table}.data AS BLOB)"
+        big = f"octet_length({table}.data) > {self.BIG_VALUE}"
+        return (
+            f"CASE WHEN {big} THEN {table}.rowid END, {table}.time_created, "
+            f"CASE WHEN {big} THEN NULL ELSE CAST({table}.data AS BLOB) END"
+        )
+
+    def _joined_parts(self, session_id: str, heads: bool = False) -> Iterator[tuple[Any, ...]]:
         for row in self._query(
-            "SELECT p.id, p.message_id, NULL, p.time_created, CAST(p.data AS BLOB) "
+            f"SELECT p.id, p.message_id, {self._part_columns('p', heads)} "
             "FROM message m CROSS JOIN part p ON p.message_id = m.id "
             "WHERE m.session_id = ? AND p.session_id = ? ORDER BY m.time_created, m.id, p.id",
             (session_id, session_id),
@@ -1018,12 +1045,12 @@ class Store:
     GATHER_LIMIT = 64 << 20
 
     def _gathered_parts(
-        self, session_id: str, message_ids: list[Any] | None
+        self, session_id: str, message_ids: list[Any] | None, heads: bool = False
     ) -> list[tuple[Any, ...]] | None:
         rows: list[tuple[Any, ...]] = []
         size, limit = 0, self.GATHER_LIMIT
         for batch in self._batches(
-            "SELECT id, message_id, NULL, time_created, CAST(data AS BLOB) FROM part "
+            f"SELECT id, message_id, {self._part_columns('part', heads)} FROM part "
             "WHERE session_id = ?",
             (session_id,),
             64,  # small batches: the size limit is checked after each
