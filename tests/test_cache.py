@@ -1982,3 +1982,29 @@ def test_a_large_ledger_is_kept_aside_and_in_place_when_the_report_returns(
         report = stored_usage(store, cache=cache, all_sessions=True, by="day")
         assert cache.hits == 1  # the parent from the ledger the child wrote
     assert msgspec.json.encode(report.document()) == _report(db, which, None)
+
+
+def test_kept_turns_out_of_the_sessions_order_are_a_damaged_memo(tmp_path) -> None:
+    """Rows of a report by turn brought up to date come from the memo in the order of the
+    sessions; a kept row of a session no longer there, or out of that order, is a memo
+    damaged or not ours: one error, and the memo deleted, so that the next run reads
+    everything instead of failing again."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    memo = ("usage-all", ["turn"])
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        assert cache is not None
+        spool = cache.memo_spool(*memo, "rows", usage_module.UsageRow)
+        spool.keep(None, [])
+        (path,) = root.glob("*/memo-*")
+        rows = [usage_module.UsageRow(session_id=sid) for sid in ("b", "a")]
+        merged = usage_module._rows_merged(["a", "b"], set(), {}, iter(rows), cache, memo)
+        assert next(merged).session_id == "b"  # a's row was looked for first: not there
+        with pytest.raises(InputError, match="run again"):
+            list(merged)
+        assert not path.exists()
+        in_order = usage_module._rows_merged(
+            ["a", "b"], {"b"}, {"b": [rows[0]]}, iter(rows[::-1]), cache, memo
+        )
+        assert [row.session_id for row in in_order] == ["a", "b"]

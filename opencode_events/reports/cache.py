@@ -755,6 +755,13 @@ class ReportCache:
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError, OSError):
             return None
 
+    def drop(self, kind: str, request: Any) -> None:
+        """Delete the memo of ``request`` (and let it go): one found damaged while it was
+        read, so that the next report is made again rather than fail again."""
+        self.let_go(kind, request)
+        with _quietly():
+            (self.folder / _memo_name(kind, request)).unlink()
+
     def let_go(self, kind: str, request: Any) -> None:
         """Let go of the memo and ledger of ``request`` read in this run (their files
         stay): a report that will not use them need not hold them while it is made (at

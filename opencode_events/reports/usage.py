@@ -1515,7 +1515,7 @@ def _turns_brought_up_to_date(
     facts.copies = copies
     return _rows_as_made(
         "turn",
-        _rows_merged(ids, families, fresh, before, cache.folder),
+        _rows_merged(ids, families, fresh, before, cache, memo),
         [copies.note] if copies.note is not None else [],
         store,
         cache,
@@ -1530,12 +1530,14 @@ def _rows_merged(
     families: set[str],
     fresh: dict[Any, list[UsageRow]],
     kept: Iterator[UsageRow],
-    folder: Any,
+    cache: ReportCache,
+    memo: tuple[str, list[Any]],
 ) -> Iterator[UsageRow]:
     """The rows of every top-level session ``ids``, in their order: those of ``families``
-    from ``fresh``, every other's as ``kept`` (the last report's, in the same order) gives
-    them. A kept row of no session of ``ids``, or out of their order, is a memo damaged or
-    not ours (an ``InputError``: it is let go, and the next run reads everything)."""
+    from ``fresh``, every other's as ``kept`` (the last report's, under ``memo``, in the
+    same order) gives them. A kept row of no session of ``ids``, or out of their order, is
+    a memo damaged or not ours: an ``InputError``, the memo deleted (``ReportCache.drop``),
+    so that the next run reads everything."""
     row = next(kept, None)
     for sid in ids:
         while row is not None and row.session_id == sid:
@@ -1545,8 +1547,9 @@ def _rows_merged(
         if sid in families:
             yield from fresh.get(sid, ())
     if row is not None:
+        cache.drop(*memo)
         raise InputError(
-            f"the report cache in {folder} holds a report of other sessions: run again"
+            f"the report cache in {cache.folder} held a report of other sessions: run again"
         )
 
 
