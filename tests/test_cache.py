@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -511,22 +512,9 @@ def _odd(db: Path, kind: str, pick: int) -> None:
     conn.close()
 
 
-@pytest.mark.parametrize("whole_table", [None, 3], ids=["few sessions", "whole tables"])
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(st.lists(CHANGES, max_size=4), st.lists(ODDITIES, max_size=3), st.booleans())
-def test_every_session_made_one_at_a_time_is_what_summarize_gives(
-    tmp_path_factory, monkeypatch, whole_table, changes, oddities, busy
-) -> None:
-    """A report of every session made a session at a time (``each_summary``, which holds
-    only counts and the subagents' own figures) gives the summaries ``summarize`` gives of
-    the same rows held at once: top-level or all, folded or not, with subagents, forks,
-    undone replies, MCP calls, replies in flight and parent links that loop, point at
-    themselves or at no session."""
-    if whole_table is not None:
-        monkeypatch.setattr(sessions_module, "WHOLE_TABLE_SESSIONS", whole_table)
-    tmp = tmp_path_factory.mktemp("each")
+def _odd_database(tmp: Path, changes: list[Any], oddities: list[Any]) -> Path:
+    """samples/task with a session of each capture copied in, ``changes`` made to it (as
+    ``CHANGES`` draws them), then ``oddities`` (``ODDITIES``)."""
     db, spare = tmp / "opencode.db", tmp / "spare.db"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
@@ -543,6 +531,25 @@ def test_every_session_made_one_at_a_time_is_what_summarize_gives(
     finally:
         for conn in sources.values():
             conn.close()
+    return db
+
+
+@pytest.mark.parametrize("whole_table", [None, 3], ids=["few sessions", "whole tables"])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(CHANGES, max_size=4), st.lists(ODDITIES, max_size=3), st.booleans())
+def test_every_session_made_one_at_a_time_is_what_summarize_gives(
+    tmp_path_factory, monkeypatch, whole_table, changes, oddities, busy
+) -> None:
+    """A report of every session made a session at a time (``each_summary``, which holds
+    only counts and the subagents' own figures) gives the summaries ``summarize`` gives of
+    the same rows held at once: top-level or all, folded or not, with subagents, forks,
+    undone replies, MCP calls, replies in flight and parent links that loop, point at
+    themselves or at no session."""
+    if whole_table is not None:
+        monkeypatch.setattr(sessions_module, "WHOLE_TABLE_SESSIONS", whole_table)
+    db = _odd_database(tmp_path_factory.mktemp("each"), changes, oddities)
     servers = ("my-tools", "other")  # the mcp capture's server, and one never called
     with open_store(db) as store:
         latest = max((row.time_updated for row in store.sessions()), default=0)
@@ -579,39 +586,21 @@ def test_turns_read_by_workers_are_those_read_in_one_process(
     with forks, undone replies, replies in flight and parent links that loop or point at
     no session."""
     monkeypatch.setattr(usage_module, "_PARALLEL_MIN_SESSIONS", 2)
-    tmp = tmp_path_factory.mktemp("turns")
-    db, spare = tmp / "opencode.db", tmp / "spare.db"
-    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
-    try:
+    db = _odd_database(tmp_path_factory.mktemp("turns"), changes, oddities)
+    if orphan:  # a subagent whose parent has no turn to fold it into: listed apart
         conn = sqlite3.connect(db)
-        for src in sources.values():
-            _copy_session(conn, src, _sessions(src)[0], logged=True)
+        first = conn.execute("SELECT id FROM session ORDER BY time_created LIMIT 1")
+        empty = conn.execute("SELECT * FROM session WHERE id = ?", first.fetchone())
+        row = dict(zip([c[0] for c in empty.description], empty.fetchone(), strict=True))
+        row.update(id="ses_0empty", parent_id=None)
+        conn.execute(
+            f"INSERT INTO session ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+            list(row.values()),
+        )
+        last = conn.execute("SELECT id FROM session ORDER BY time_created DESC LIMIT 1")
+        conn.execute("UPDATE session SET parent_id = 'ses_0empty' WHERE id = ?", last.fetchone())
         conn.commit()
         conn.close()
-        for change in changes:
-            _change(db, change, sources, spare)
-        for kind, pick in oddities:
-            _odd(db, kind, pick)
-        if orphan:  # a subagent whose parent has no turn to fold it into: listed apart
-            conn = sqlite3.connect(db)
-            first = conn.execute("SELECT id FROM session ORDER BY time_created LIMIT 1")
-            empty = conn.execute("SELECT * FROM session WHERE id = ?", first.fetchone())
-            row = dict(zip([c[0] for c in empty.description], empty.fetchone(), strict=True))
-            row.update(id="ses_0empty", parent_id=None)
-            conn.execute(
-                f"INSERT INTO session ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                list(row.values()),
-            )
-            last = conn.execute("SELECT id FROM session ORDER BY time_created DESC LIMIT 1")
-            conn.execute(
-                "UPDATE session SET parent_id = 'ses_0empty' WHERE id = ?", last.fetchone()
-            )
-            conn.commit()
-            conn.close()
-    finally:
-        for conn in sources.values():
-            conn.close()
     sliced = []
     share = usage_module.share_slices
     monkeypatch.setattr(

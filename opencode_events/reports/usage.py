@@ -1161,35 +1161,11 @@ class _TurnFacts:
 
 
 def _turn_report(
-    store: Any,
-    session_ids: Sequence[str],
-    *,
-    fold: bool,
-    tree: dict[str, list[str]],
-    dedupe: bool = False,
-    since: int | None = None,
-    until: int | None = None,
-    facts: _TurnFacts | None = None,
-    skip: set[str] | None = None,
-    now_ms: float | None = None,
+    store: Any, session_ids: Sequence[str], **options: Any
 ) -> tuple[list[UsageRow], list[str]]:
-    """``_each_turn_row``'s rows, held, and the report's notes."""
+    """``_each_turn_row``'s rows (``options``: its own), held, and the report's notes."""
     notes: list[str] = []
-    rows = list(
-        _each_turn_row(
-            store,
-            session_ids,
-            notes,
-            fold=fold,
-            tree=tree,
-            dedupe=dedupe,
-            since=since,
-            until=until,
-            facts=facts,
-            skip=skip,
-            now_ms=now_ms,
-        )
-    )
+    rows = list(_each_turn_row(store, session_ids, notes, **options))
     return rows, notes
 
 
@@ -1701,6 +1677,35 @@ def _kept_rows(
     return _RowsAsMade(by, kept, lambda: tail)
 
 
+def _recalled(
+    store: Any,
+    cache: ReportCache | None,
+    by: str,
+    memo: tuple[str, list[Any]],
+    bring: Callable[[Any, ReportCache, tuple[str, list[Any]]], _RowsAsMade | None] | None,
+) -> _RowsAsMade | None:
+    """The report kept under ``memo`` of the database as it is now (``_kept_rows``), else
+    the last one brought up to date by ``bring`` (None: it cannot be); None when neither,
+    the memo then let go (made again, not read)."""
+    kept = _kept_rows(cache, by, memo)
+    if kept is not None or cache is None:
+        return kept
+    brought = None if bring is None else bring(store, cache, memo)
+    if brought is None:
+        cache.let_go(*memo)
+    return brought
+
+
+def _tops(store: Any, fold: bool) -> tuple[dict[str, list[str]], list[str]]:
+    """The store's tree of sessions, and every top-level session (oldest first; folded,
+    none below another)."""
+    from ..store.open import every_session
+
+    tree = store.children()
+    ids = every_session(store, top_level=True)
+    return tree, _outermost(ids, tree) if fold else ids
+
+
 def _turns_of_every_session(
     store: Any,
     cache: ReportCache | None,
@@ -1718,22 +1723,12 @@ def _turns_of_every_session(
     a reply in flight, which turns stale with the clock alone). A row is about 0.7 KB
     held: at 100,000 sessions, held whole, a report by turn took about 1 GB. (``tz``:
     turns have no dates.)"""
-    from ..store.open import every_session
-
-    kept = _kept_rows(cache, "turn", memo)
-    if kept is not None:
-        return kept
-    if cache is not None:
-        if fold and since_ms is None and until_ms is None:
-            brought = _turns_brought_up_to_date(store, cache, memo)
-            if brought is not None:
-                return brought
-        cache.let_go(*memo)  # made again, not read
-    tree = store.children()
-    ids = every_session(store, top_level=True)
-    if fold:
-        ids = _outermost(ids, tree)
     all_time = fold and since_ms is None and until_ms is None
+    bring = _turns_brought_up_to_date if all_time else None
+    recalled = _recalled(store, cache, "turn", memo, bring)
+    if recalled is not None:
+        return recalled
+    tree, ids = _tops(store, fold)
     facts = _TurnFacts() if all_time else None
     notes: list[str] = []
     rows = _each_turn_row(
@@ -1775,21 +1770,12 @@ def _steps_of_every_session(
     With ``cache``, spooled to the memo as ``_turns_of_every_session`` spools its rows.
     A row is about 0.7 KB held: at 100,000 sessions, held whole, a report by step took
     1.8 GB."""
-    from ..store.open import every_session
-
-    kept = _kept_rows(cache, "step", memo)
-    if kept is not None:
-        return kept
-    if cache is not None:
-        if since_ms is None and until_ms is None:
-            brought = _steps_brought_up_to_date(store, cache, memo)
-            if brought is not None:
-                return brought
-        cache.let_go(*memo)  # made again, not read
-    tree = store.children()
-    ids = every_session(store, top_level=True)
-    if fold:
-        ids = _outermost(ids, tree)
+    all_time = since_ms is None and until_ms is None
+    bring = _steps_brought_up_to_date if all_time else None
+    recalled = _recalled(store, cache, "step", memo, bring)
+    if recalled is not None:
+        return recalled
+    tree, ids = _tops(store, fold)
     dedupe = len(ids) > 1
     # What pending undos undid, found before the rows: each row says so as it goes.
     undone = _undone_in(store, ids, tree, since_ms, until_ms, cache)
