@@ -2324,3 +2324,28 @@ def test_a_large_tool_part_counts_by_its_head_as_sessions_counts_it(tmp_path, mo
     assert calls >= tool_parts[0][0]  # every tool part a call (code mode's: and its script's)
     assert sum(row.subagent_sessions or 0 for row in report.rows) == 1  # the task call's
     assert any(row.prompt and row.prompt.startswith("please") for row in report.rows)
+
+
+def test_turns_of_damaged_rows_read_by_workers_are_one_processs(tmp_path, monkeypatch):
+    """A damaged row's odd value in a turn (a prompt created at ``true``, which the row
+    keeps as it is) does not read back from MessagePack as a row: a worker then hands its
+    rows over as they are, and the report is one process's."""
+    from opencode_events.reports import usage as usage_module
+    from opencode_events.reports.usage import stored_usage
+    from opencode_events.store.open import open_store
+
+    db = _with_large_parts(tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE message SET data = json_set(data, '$.time.created', json('true')) "
+            """WHERE rowid = (SELECT max(rowid) FROM message WHERE data LIKE '{"role":"user"%')"""
+        )
+    conn.close()
+    monkeypatch.setattr(usage_module, "_PARALLEL_MIN_SESSIONS", 2)
+    reports = []
+    for workers in ("1", "2"):
+        monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", workers)
+        with open_store(db) as store:
+            reports.append(msgspec.json.encode(stored_usage(store, all_sessions=True).document()))
+    assert reports[0] == reports[1]
+    assert b'"started":true' in reports[0]

@@ -33,12 +33,23 @@ from typing import Any
 
 import msgspec
 
+from ..errors import InputError
+
 __all__ = ["SortedRuns", "GROUP"]
 
 GROUP = 256  # rows encoded, and read back, at a time: what each run holds while merged
 FAN_IN = 16  # runs of one size merged into one: the runs merged at the end stay few
 
-_UNKEPT = (OSError, OverflowError, UnicodeError, msgspec.EncodeError)
+# What setting a run aside can raise: no file, a full disk, a row MessagePack cannot hold,
+# or one that would not read back as it was (a value of another type than the row's field).
+_UNKEPT = (
+    OSError,
+    OverflowError,
+    UnicodeError,
+    msgspec.EncodeError,
+    msgspec.DecodeError,
+    msgspec.ValidationError,
+)
 
 
 class SortedRuns:
@@ -76,7 +87,7 @@ class SortedRuns:
                 return  # rows held already (no file for them): merged at the end
             sources = [self._source(i) for i in range(first, len(self._runs))]
             try:
-                groups = self._written_from(heapq.merge(*sources, key=self._key))
+                groups = self._written_from(heapq.merge(*sources, key=self._key), checked=True)
             except _UNKEPT:
                 return  # left as they are: merged at the end all the same
             del self._runs[first:], self._held[first:], self._sizes[first:]
@@ -103,8 +114,10 @@ class SortedRuns:
     def _written(self, rows: list[Any]) -> list[tuple[int, int]]:
         return self._written_from(iter(rows))
 
-    def _written_from(self, rows: Iterator[Any]) -> list[tuple[int, int]]:
-        """``rows`` to the end of the file, ``GROUP`` at a time; where each group lies."""
+    def _written_from(self, rows: Iterator[Any], checked: bool = False) -> list[tuple[int, int]]:
+        """``rows`` to the end of the file, ``GROUP`` at a time; where each group lies. Each
+        group is decoded first as it will be read back, unless ``checked`` (rows read back
+        already): one that would not raises (the run is then held)."""
         if self._file is None:
             import tempfile
 
@@ -120,6 +133,8 @@ class SortedRuns:
             if not group:
                 break
             piece = self._encoder.encode(group)
+            if not checked:
+                self._decoder.decode(piece)
             view = memoryview(piece)
             offset = at
             while view:
@@ -133,9 +148,14 @@ class SortedRuns:
         fd = self._file.fileno()
         for offset, length in groups:
             data = os.pread(fd, length, offset)
-            if len(data) != length:
-                raise OSError(f"a sorted run was cut short ({len(data)} of {length} bytes)")
-            yield from self._decoder.decode(data)
+            try:
+                if len(data) != length:
+                    raise OSError(f"cut short ({len(data)} of {length} bytes)")
+                rows = self._decoder.decode(data)
+            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+                # only what changed the file under us: every group was read back when written
+                raise InputError(f"a sorted run set aside could not be read back: {exc}") from None
+            yield from rows
 
     def merged(self, *more: Iterable[Any]) -> Iterator[Any]:
         """Every run's rows and then ``more``'s (each in order), merged in ``key``'s order:

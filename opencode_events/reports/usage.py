@@ -1264,9 +1264,11 @@ def _family_slice(
     for session_id in session_ids[low:high]:
         rows += families.rows_of(session_id, listed_apart, done, notes, unread)
     try:  # sent back encoded: read back many times faster than unpickled
-        return _STEP_ENCODER.encode(rows), notes, unread[0], listed_apart
-    except UNENCODABLE:  # a prompt's lone surrogate, say: as they are
-        return rows, notes, unread[0], listed_apart
+        encoded = _STEP_ENCODER.encode(rows)
+        _ROWS_DECODER.decode(encoded)  # as the parent will (a damaged row's odd value)
+    except (*UNENCODABLE, msgspec.DecodeError, msgspec.ValidationError):
+        return rows, notes, unread[0], listed_apart  # a prompt's lone surrogate: as they are
+    return encoded, notes, unread[0], listed_apart
 
 
 class _Families:
@@ -3545,9 +3547,11 @@ def _packed_step(row: UsageRow) -> bytes | UsageRow:
     """A ``--by step`` row of a forked copy, held until the end of the scan, in a fifth of
     the memory: encoded (as it is when it cannot be)."""
     try:
-        return _STEP_ENCODER.encode(row)
-    except UNENCODABLE:
+        encoded = _STEP_ENCODER.encode(row)
+        _STEP_DECODER.decode(encoded)  # reads back (a damaged row's odd value may not)
+    except (*UNENCODABLE, msgspec.DecodeError, msgspec.ValidationError):
         return row
+    return encoded
 
 
 def _unpacked_step(held: bytes | UsageRow) -> UsageRow:

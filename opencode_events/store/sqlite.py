@@ -986,9 +986,16 @@ class Store:
         (for ``part_data``, when the caller needs the whole); every other row, with
         ``sqlite3``'s connection every row, whole with None there. The same judgement of a
         part by its head then holds either way (``tool_part_batches``' rule)."""
-        head = getattr(self.conn, "part_head", None)
-        if head is None:
+        read = getattr(self.conn, "part_head", None)
+        if read is None:
             return self._ordered_parts(session_id, None)
+
+        def head(rowid: int) -> bytes:
+            try:
+                return read(rowid)  # type: ignore[no-any-return]
+            except SQLITE_ERRORS as exc:
+                raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
+
         rows = self._ordered_parts(session_id, None, heads=True)
         return (row if row[2] is None else (*row[:4], head(row[2])) for row in rows)
 
