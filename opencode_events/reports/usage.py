@@ -1264,7 +1264,7 @@ def _family_slice(
     for session_id in session_ids[low:high]:
         rows += families.rows_of(session_id, listed_apart, done, notes, unread)
     try:  # sent back encoded: read back many times faster than unpickled
-        encoded = _STEP_ENCODER.encode(rows)
+        encoded = _ROW_ENCODER.encode(rows)
         _ROWS_DECODER.decode(encoded)  # as the parent will (a damaged row's odd value)
     except (*UNENCODABLE, msgspec.DecodeError, msgspec.ValidationError):
         return rows, notes, unread[0], listed_apart  # a prompt's lone surrogate: as they are
@@ -1840,12 +1840,15 @@ def _steps_judged(
 
 
 def _steps_marked(rows: Iterable[UsageRow], undone: dict[str, Any]) -> Iterator[UsageRow]:
-    """``rows``, those a pending undo undid marked so (``_mark_undone``) as they go."""
+    """``rows``, as they go, those of the inferences a pending undo undid (``undone``:
+    ``_undone_in``'s findings) saying so."""
     if not undone:
         yield from rows
         return
+    ids = {mid for u in undone.values() for mid in u.message_ids}
     for row in rows:
-        _mark_undone((row,), undone)
+        if row.message_id in ids:
+            row.undone_inferences, row.undone_cost = 1, row.cost
         yield row
 
 
@@ -2053,7 +2056,8 @@ def _say_undone(
     report.total.undone_cost = summed_cost(sum(u.cost for u in found), steps)
     report.notes = [*report.notes, note(found) or ""]
     if report.by == "step":
-        _mark_undone(report.rows, undone)
+        for _row in _steps_marked(report.rows, undone):
+            pass
         return
     if report.by != "session":
         return
@@ -2069,14 +2073,6 @@ def _say_undone(
             row.undone_cost = summed_cost(
                 (row.undone_cost or 0.0) + figures.cost, row.undone_inferences
             )
-
-
-def _mark_undone(rows: Iterable[UsageRow], undone: dict[str, Any]) -> None:
-    """The ``--by step`` rows of inferences a pending undo undid say so."""
-    ids = {mid for u in undone.values() for mid in u.message_ids}
-    for row in rows:
-        if row.message_id in ids:
-            row.undone_inferences, row.undone_cost = 1, row.cost
 
 
 def _undone_in(
@@ -2266,6 +2262,7 @@ def _grouped(
         scan.run(rows, day_of)
 
     scan.finish(day_of)
+    steps = scan.steps_left() if by == "step" else []  # and its copies in ``scan.copies``
     groups, ready = scan.groups, scan.ready
     if use_ledger:
         if keeps:  # kept by a forked child while the report is made (``store_usage`` waits)
@@ -2277,7 +2274,6 @@ def _grouped(
             for mid, day, fingerprint, sums in entry.held:
                 ready.append((mid, (sid, day), fingerprint, sums))
         owner = every_owner
-    steps: list[UsageRow] = []
     copies: list[tuple[bytes, Any, Any]] = []
     originals: set[bytes] = set(scan.originals)
     for mid, key, fingerprint, figures in ready:
@@ -2286,18 +2282,12 @@ def _grouped(
             continue
         if copy_ids and fingerprint in copy_prints:
             originals.add(fingerprint)
-        if by == "step":
-            steps.append(figures)
-        else:
-            _add_sums(groups, key, figures)
+        _add_sums(groups, key, figures)
 
     notes: list[str] = []
     skipped, skipped_costs = 0, []  # summed exactly: the note reads the same in any order
-    # By step, the copies set aside with a run first (``_set_steps_aside``): in the order
-    # they were read.
-    waiting = (scan.copies, copies) if by == "step" else (copies, scan.copies)
     unpacked = _unpacked_step if by == "step" else _unpacked
-    for fingerprint, key, held in itertools.chain(*waiting):
+    for fingerprint, key, held in itertools.chain(copies, scan.copies):
         figures = unpacked(held)  # one at a time: a large database has many
         if fingerprint in originals:
             skipped += 1
@@ -3119,10 +3109,17 @@ class _Scan:
         self._add_ready(ready, self.groups)
 
     def _set_steps_aside(self) -> None:
-        """By step, the rows ``ready`` holds in the report's order, as a run of ``runs``;
-        the forked copies among them wait in ``copies`` for the end (whether their
-        original is anywhere in the table), and a copy's fingerprint is noted when another
-        row has it, as ``_grouped`` does with the rows left in ``ready``."""
+        """By step, the rows ``ready`` holds (``steps_left``) in the report's order, as a
+        run of ``runs``."""
+        steps = self.steps_left()
+        _in_step_order(steps)
+        self.runs.add(steps)  # type: ignore[union-attr]
+        self.labels.clear()  # shared by the rows set aside: the next rows share their own
+
+    def steps_left(self) -> list[UsageRow]:
+        """By step, the rows ``ready`` holds that are no forked copy, in the order read, and
+        let go: the copies wait in ``copies`` for the end (whether their original is
+        anywhere in the table), a copy's fingerprint noted when another row has it."""
         ready, self.ready = self.ready, []
         copy_ids, copy_prints = self.copy_ids, self.copy_prints
         steps = []
@@ -3133,9 +3130,7 @@ class _Scan:
             if copy_ids and fingerprint in copy_prints:
                 self.originals.add(fingerprint)
             steps.append(row)
-        _in_step_order(steps)
-        self.runs.add(steps)  # type: ignore[union-attr]
-        self.labels.clear()  # shared by the rows set aside: the next rows share their own
+        return steps
 
     def prepare(self, day_of: _DayOf) -> list[tuple[str, Any, bytes, Any]]:
         """The slow rows, in order, as (message id, group key, fingerprint, figures): a
@@ -3547,8 +3542,8 @@ def _packed_step(row: UsageRow) -> bytes | UsageRow:
     """A ``--by step`` row of a forked copy, held until the end of the scan, in a fifth of
     the memory: encoded (as it is when it cannot be)."""
     try:
-        encoded = _STEP_ENCODER.encode(row)
-        _STEP_DECODER.decode(encoded)  # reads back (a damaged row's odd value may not)
+        encoded = _ROW_ENCODER.encode(row)
+        _ROW_DECODER.decode(encoded)  # reads back (a damaged row's odd value may not)
     except (*UNENCODABLE, msgspec.DecodeError, msgspec.ValidationError):
         return row
     return encoded
@@ -3556,11 +3551,11 @@ def _packed_step(row: UsageRow) -> bytes | UsageRow:
 
 def _unpacked_step(held: bytes | UsageRow) -> UsageRow:
     """``_packed_step``'s row as it was."""
-    return _STEP_DECODER.decode(held) if type(held) is bytes else held  # type: ignore[return-value]
+    return _ROW_DECODER.decode(held) if type(held) is bytes else held  # type: ignore[return-value]
 
 
-_STEP_ENCODER = msgspec.msgpack.Encoder()
-_STEP_DECODER = msgspec.msgpack.Decoder(UsageRow)
+_ROW_ENCODER = msgspec.msgpack.Encoder()
+_ROW_DECODER = msgspec.msgpack.Decoder(UsageRow)
 _ROWS_DECODER = msgspec.msgpack.Decoder(list[UsageRow])
 
 

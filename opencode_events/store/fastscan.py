@@ -106,37 +106,20 @@ class PartRange:
 
     def __init__(self, conn: Any, low: int, high: int) -> None:
         self.conn, self.low, self.high = conn, low, high
-        self._blob: Any = None
+        self._heads = _BlobHeads(conn, conn.execute)
 
     def tool_part_batches(self, scope: None) -> Iterator[list[tuple[Any, ...]]]:
         # The blob reads happen while the query's statement is open: one read transaction,
         # so a head comes from the same snapshot as its row.
         batch: list[tuple[Any, ...]] = []
         for rowid, sid, head in self.conn.execute(self._HEADS, (self.low, self.high)):
-            batch.append((rowid, sid, self._head(rowid) if head is None else head))
+            batch.append((rowid, sid, self._heads.read(rowid) if head is None else head))
             if len(batch) == 4096:
                 yield batch
                 batch = []
         if batch:
             yield batch
-        if self._blob is not None:
-            self._blob.close()
-            self._blob = None
-
-    def _head(self, rowid: int) -> bytes:
-        try:
-            if self._blob is None:
-                self._blob = self.conn.blob_open("main", "part", "data", rowid, False)
-            else:
-                self._blob.reopen(rowid)
-            return self._blob.read(Store._TOOL_HEAD_BYTES)
-        except Exception:  # noqa: BLE001 - any refusal (e.g. a value of another type): SQL
-            if self._blob is not None:  # a handle whose reopen failed is of no more use
-                with contextlib.suppress(Exception):
-                    self._blob.close()
-                self._blob = None
-        row = self.conn.execute(self._HEAD, (rowid,)).fetchone()
-        return row[0] if row and row[0] is not None else b""
+        self._heads.close()
 
     def part_data(self, rowid: int) -> bytes | None:
         row = self.conn.execute(Store._PART_DATA, (rowid,)).fetchone()
@@ -154,24 +137,11 @@ class SqliteLike:
 
     def __init__(self, conn: Any, error: type[BaseException]) -> None:
         self._conn, self._error = conn, error
-        self._blob: Any = None
+        self._heads = _BlobHeads(conn, self.execute)  # its fallback fails as sqlite3 does
 
     def part_head(self, rowid: int) -> bytes:
-        """A part's first ``_TOOL_HEAD_BYTES`` (``Store.part_heads``), through one blob
-        handle moved from row to row: its overflow pages are never read. b"" for none."""
-        try:
-            if self._blob is None:
-                self._blob = self._conn.blob_open("main", "part", "data", rowid, False)
-            else:
-                self._blob.reopen(rowid)
-            return self._blob.read(Store._TOOL_HEAD_BYTES)  # type: ignore[no-any-return]
-        except Exception:  # noqa: BLE001 - any refusal (a value of another type, a row gone)
-            if self._blob is not None:  # a handle whose reopen failed is of no more use
-                with contextlib.suppress(Exception):
-                    self._blob.close()
-                self._blob = None
-        row = self.execute(PartRange._HEAD, (rowid,)).fetchone()
-        return row[0] if row and type(row[0]) is bytes else b""
+        """A part's first ``_TOOL_HEAD_BYTES`` (``Store.part_heads``): ``_BlobHeads``."""
+        return self._heads.read(rowid)
 
     def execute(self, sql: str, params: Any = ()) -> _Rows:
         try:
@@ -180,10 +150,37 @@ class SqliteLike:
             raise sqlite3.DatabaseError(str(exc)) from None
 
     def close(self) -> None:
+        self._heads.close()
+        self._conn.close()
+
+
+class _BlobHeads:
+    """Parts' first ``_TOOL_HEAD_BYTES`` on an apsw connection, through one blob handle
+    moved from row to row: a large part's overflow pages are never read. A part the handle
+    refuses (a value of another type, a row gone) is cut in SQL by ``execute`` (the
+    caller's, whose errors it raises); b"" for none."""
+
+    def __init__(self, conn: Any, execute: Any) -> None:
+        self._conn, self._execute = conn, execute
+        self._blob: Any = None
+
+    def read(self, rowid: int) -> bytes:
+        try:
+            if self._blob is None:
+                self._blob = self._conn.blob_open("main", "part", "data", rowid, False)
+            else:
+                self._blob.reopen(rowid)
+            return self._blob.read(Store._TOOL_HEAD_BYTES)  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - any refusal: read in SQL
+            self.close()  # a handle whose reopen failed is of no more use
+        row = self._execute(PartRange._HEAD, (rowid,)).fetchone()
+        return row[0] if row and type(row[0]) is bytes else b""
+
+    def close(self) -> None:
         if self._blob is not None:
             with contextlib.suppress(Exception):
                 self._blob.close()
-        self._conn.close()
+            self._blob = None
 
 
 class _Rows:
