@@ -21,6 +21,16 @@ goes when the runs are closed, or with the process whatever happens to it.
     for row in runs.merged(last_rows):            # every row, in order
         ...
     runs.close()
+
+``RowSpool`` keeps rows in the order given in the same kind of file, to be read back
+after (a Markdown table names its columns only once every row was seen)::
+
+    spool = RowSpool(UsageRow)
+    for row in rows:
+        spool.add(row)
+    for row in spool:                             # the same rows, in the same order
+        ...
+    spool.close()
 """
 
 from __future__ import annotations
@@ -35,10 +45,11 @@ import msgspec
 
 from ..errors import InputError
 
-__all__ = ["SortedRuns", "GROUP"]
+__all__ = ["SortedRuns", "RowSpool", "GROUP"]
 
 GROUP = 256  # rows encoded, and read back, at a time: what each run holds while merged
 FAN_IN = 16  # runs of one size merged into one: the runs merged at the end stay few
+SPOOLED = 16 * GROUP  # rows a ``RowSpool`` holds before it sets them aside
 
 # What setting a run aside can raise: no file, a full disk, a row MessagePack cannot hold,
 # or one that would not read back as it was (a value of another type than the row's field).
@@ -52,72 +63,22 @@ _UNKEPT = (
 )
 
 
-class SortedRuns:
-    """Runs of rows of ``item_type``, each in the order of ``key``, merged on demand.
-    ``folder``: where the file of no name is made (default: the system's temporary
-    folder)."""
+class _GroupFile:
+    """Lists of rows of ``item_type`` written to a file of no name in ``folder`` (default:
+    the system's temporary folder), ``GROUP`` rows a MessagePack-encoded group, and read
+    back a group at a time: where ``SortedRuns`` and ``RowSpool`` keep their rows."""
 
-    def __init__(
-        self, item_type: type, key: Callable[[Any], Any], folder: str | None = None
-    ) -> None:
-        self._key = key
+    def __init__(self, item_type: type, folder: str | None) -> None:
         self._folder = folder
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(list[item_type])  # type: ignore[valid-type]
         self._file: Any = None
         self._end = 0
-        # each run: the (offset, length) of its groups in the file, or its rows held
-        self._runs: list[list[tuple[int, int]] | list[Any]] = []
-        self._held: list[bool] = []
-        self._sizes: list[int] = []  # each run's size: 0 as added, 1 for FAN_IN of those …
 
-    def __len__(self) -> int:
-        return len(self._runs)
-
-    def add(self, rows: list[Any]) -> None:
-        """Set ``rows`` aside as a run (they must be in ``key``'s order already)."""
-        if not rows:
-            return
-        self._append(rows, 0)
-        size = 0
-        while len(self._sizes) >= FAN_IN and all(s == size for s in self._sizes[-FAN_IN:]):
-            # the last FAN_IN runs, in the order they were added: one run of the next size
-            first = len(self._runs) - FAN_IN
-            if any(self._held[first:]):
-                return  # rows held already (no file for them): merged at the end
-            sources = [self._source(i) for i in range(first, len(self._runs))]
-            try:
-                groups = self._written_from(heapq.merge(*sources, key=self._key), checked=True)
-            except _UNKEPT:
-                return  # left as they are: merged at the end all the same
-            del self._runs[first:], self._held[first:], self._sizes[first:]
-            self._runs.append(groups)
-            self._held.append(False)
-            self._sizes.append(size + 1)
-            size += 1
-
-    def _append(self, rows: list[Any], size: int) -> None:
-        try:
-            groups = self._written(rows)
-        except _UNKEPT:
-            self._runs.append(rows)  # kept in memory: the same rows, in the same order
-            self._held.append(True)
-        else:
-            self._runs.append(groups)
-            self._held.append(False)
-        self._sizes.append(size)
-
-    def _source(self, index: int) -> Iterable[Any]:
-        run = self._runs[index]
-        return run if self._held[index] else self._read(run)  # type: ignore[arg-type]
-
-    def _written(self, rows: list[Any]) -> list[tuple[int, int]]:
-        return self._written_from(iter(rows))
-
-    def _written_from(self, rows: Iterator[Any], checked: bool = False) -> list[tuple[int, int]]:
+    def written(self, rows: Iterator[Any], checked: bool = False) -> list[tuple[int, int]]:
         """``rows`` to the end of the file, ``GROUP`` at a time; where each group lies. Each
         group is decoded first as it will be read back, unless ``checked`` (rows read back
-        already): one that would not raises (the run is then held)."""
+        already): one that would not raises (``_UNKEPT``: the caller then holds the rows)."""
         if self._file is None:
             import tempfile
 
@@ -141,10 +102,11 @@ class SortedRuns:
                 written = os.pwrite(fd, view, at)
                 view, at = view[written:], at + written
             groups.append((offset, len(piece)))
-        self._end = at  # a run cut short by an error is never listed: its bytes lie unused
+        self._end = at  # rows cut short by an error are never listed: their bytes lie unused
         return groups
 
-    def _read(self, groups: list[tuple[int, int]]) -> Iterator[Any]:
+    def read(self, groups: list[tuple[int, int]]) -> Iterator[Any]:
+        """The rows of ``groups`` (as ``written`` gave them), a group at a time."""
         fd = self._file.fileno()
         for offset, length in groups:
             data = os.pread(fd, length, offset)
@@ -154,8 +116,69 @@ class SortedRuns:
                 rows = self._decoder.decode(data)
             except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
                 # only what changed the file under us: every group was read back when written
-                raise InputError(f"a sorted run set aside could not be read back: {exc}") from None
+                raise InputError(f"rows set aside could not be read back: {exc}") from None
             yield from rows
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class SortedRuns:
+    """Runs of rows of ``item_type``, each in the order of ``key``, merged on demand.
+    ``folder``: where the file of no name is made (default: the system's temporary
+    folder)."""
+
+    def __init__(
+        self, item_type: type, key: Callable[[Any], Any], folder: str | None = None
+    ) -> None:
+        self._key = key
+        self._file = _GroupFile(item_type, folder)
+        # each run: the (offset, length) of its groups in the file, or its rows held
+        self._runs: list[list[tuple[int, int]] | list[Any]] = []
+        self._held: list[bool] = []
+        self._sizes: list[int] = []  # each run's size: 0 as added, 1 for FAN_IN of those …
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def add(self, rows: list[Any]) -> None:
+        """Set ``rows`` aside as a run (they must be in ``key``'s order already)."""
+        if not rows:
+            return
+        self._append(rows, 0)
+        size = 0
+        while len(self._sizes) >= FAN_IN and all(s == size for s in self._sizes[-FAN_IN:]):
+            # the last FAN_IN runs, in the order they were added: one run of the next size
+            first = len(self._runs) - FAN_IN
+            if any(self._held[first:]):
+                return  # rows held already (no file for them): merged at the end
+            sources = [self._source(i) for i in range(first, len(self._runs))]
+            try:
+                groups = self._file.written(heapq.merge(*sources, key=self._key), checked=True)
+            except _UNKEPT:
+                return  # left as they are: merged at the end all the same
+            del self._runs[first:], self._held[first:], self._sizes[first:]
+            self._runs.append(groups)
+            self._held.append(False)
+            self._sizes.append(size + 1)
+            size += 1
+
+    def _append(self, rows: list[Any], size: int) -> None:
+        try:
+            groups = self._file.written(iter(rows))
+        except _UNKEPT:
+            self._runs.append(rows)  # kept in memory: the same rows, in the same order
+            self._held.append(True)
+        else:
+            self._runs.append(groups)
+            self._held.append(False)
+        self._sizes.append(size)
+
+    def _source(self, index: int) -> Iterable[Any]:
+        run = self._runs[index]
+        return run if self._held[index] else self._file.read(run)  # type: ignore[arg-type]
 
     def merged(self, *more: Iterable[Any]) -> Iterator[Any]:
         """Every run's rows and then ``more``'s (each in order), merged in ``key``'s order:
@@ -168,9 +191,47 @@ class SortedRuns:
 
     def close(self) -> None:
         """Let the file go (the runs cannot be read after)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._file.close()
         self._runs.clear()
         self._held.clear()
         self._sizes.clear()
+
+
+class RowSpool:
+    """Rows of ``item_type`` kept in the order given (``add``), set aside ``SPOOLED`` at a
+    time in a file of no name in ``folder`` (default: the system's temporary folder), and
+    read back in that order (iterate, as often as asked) until ``close``. Rows that cannot
+    be set aside (no file, a full disk, a row MessagePack cannot hold) are held in memory
+    in their place: the same rows, in the same order."""
+
+    def __init__(self, item_type: type, folder: str | None = None) -> None:
+        self._file = _GroupFile(item_type, folder)
+        self._waiting: list[Any] = []
+        self._pieces: list[tuple[bool, Any]] = []  # (True, rows held) or (False, groups)
+        self.count = 0  # rows added
+
+    def add(self, row: Any) -> None:
+        self._waiting.append(row)
+        self.count += 1
+        if len(self._waiting) >= SPOOLED:
+            self._set_aside()
+
+    def _set_aside(self) -> None:
+        rows, self._waiting = self._waiting, []
+        if not rows:
+            return
+        try:
+            self._pieces.append((False, self._file.written(iter(rows))))
+        except _UNKEPT:
+            self._pieces.append((True, rows))
+
+    def __iter__(self) -> Iterator[Any]:
+        self._set_aside()
+        for held, piece in self._pieces:
+            yield from piece if held else self._file.read(piece)
+
+    def close(self) -> None:
+        """Let the file go (the rows cannot be read after)."""
+        self._file.close()
+        self._pieces.clear()
+        self._waiting.clear()
