@@ -51,7 +51,12 @@ from opencode_events.reports.sessions import (
     sessions_report,
     write_sessions,
 )
-from opencode_events.reports.usage import stored_usage, write_stored_usage
+from opencode_events.reports.usage import (
+    UsageReport,
+    stored_usage,
+    stored_usage_last,
+    write_stored_usage,
+)
 from opencode_events.store.open import every_session, open_store, select_sessions
 from tests.filebytes import digests
 from tests.processes import children_of_this_process
@@ -989,6 +994,83 @@ def test_turns_of_every_session_go_out_as_they_are_made(tmp_path, monkeypatch, c
     assert 0 < again_marks[-1] < marks[-1]  # brought up to date: the changed family read
     for src in sources.values():
         src.close()
+
+
+@pytest.mark.parametrize("by", ["turn", "step"])
+@pytest.mark.parametrize("cached", [False, True], ids=["no cache", "cache"])
+def test_a_table_or_markdown_of_every_session_never_holds_its_rows(
+    tmp_path, monkeypatch, by, cached
+):
+    """``usage --all`` by turn or step as a table (its last rows: ``stored_usage_last``)
+    or in Markdown (every row, its columns known only once all were seen: the rows set
+    aside in a file as they pass) is made a row at a time, as the other formats are: the
+    report held whole is never made. What is drawn is what the report held whole gives,
+    made, read back from the memo, or brought up to date after a change."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    conn = sqlite3.connect(db)
+    for src in sources.values():
+        _copy_session(conn, src, _sessions(src)[0], logged=True)
+    conn.commit()
+    conn.close()
+    choices = {"all_sessions": True, "by": by}
+
+    def expected() -> tuple[bytes, UsageReport]:
+        with open_store(db) as store:
+            whole = stored_usage(store, **choices)
+        return rows.report_markdown(whole), whole
+
+    def held(*_args):
+        raise AssertionError("the report was held whole")
+
+    def drawn() -> tuple[bytes, tuple[UsageReport, int], tuple[UsageReport, int]]:
+        with monkeypatch.context() as patched:
+            patched.setattr(usage_module._RowsAsMade, "whole", held)
+            patched.setattr(runs_module, "SPOOLED", 3)  # set aside a few rows at a time
+            patched.setattr(runs_module, "GROUP", 2)
+            with open_store(db) as store:
+                cache = ReportCache.open(store, root=root) if cached else None
+                markdown = _usage_written(store, "markdown", cache, **choices)
+                for rendition in root.glob("*/render-*"):
+                    rendition.unlink()  # the next report reads the memo's rows
+                last = stored_usage_last(store, 3, cache=cache, **choices)
+                every = stored_usage_last(store, 10_000, cache=cache, **choices)
+        return markdown, last, every
+
+    for step in range(2):
+        markdown, whole = expected()
+        assert len(whole.rows) > 3
+        for _repeat in range(2 if cached else 1):  # made, then read back from the memo
+            got, (last, count), (every, every_count) = drawn()
+            assert got == markdown
+            assert (last.rows, count) == (whole.rows[-3:], len(whole.rows))
+            assert (every.rows, every_count) == (whole.rows, len(whole.rows))
+            for report in (last, every):
+                assert (report.total, report.notes) == (whole.total, whole.notes)
+        if step == 0:
+            _change(db, ("update_message", True, 0, "task"), sources, tmp_path / "spare.db")
+    if cached:
+        assert list(root.glob("*/memo-*"))
+    for src in sources.values():
+        src.close()
+
+
+def test_the_table_of_more_rows_than_it_draws_says_how_many_it_has(tmp_path, monkeypatch):
+    """The table draws the last ``TABLE_ROWS`` rows and says of how many; its total is of
+    every row (the JSON's)."""
+    from opencode_events.output import tables
+
+    monkeypatch.setattr(tables, "TABLE_ROWS", 1)
+    db = SAMPLES / "fork" / "opencode.db"
+    args = ["usage", "--db", str(db), "--all", "--by", "step", "--no-cache"]
+    doc = json.loads(CliRunner().invoke(cli, [*args, "--format", "json"]).output)
+    result = CliRunner().invoke(cli, [*args, "--format", "table"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert len(doc["rows"]) > 1
+    said = " ".join(result.output.split())
+    assert f"the last 1 of {len(doc['rows'])} rows; the total is of all" in said
+    assert f"${doc['total']['cost']:.4f}" in said
 
 
 @pytest.mark.parametrize("change", ["original_reply", "fork_reply", "original_gone"])

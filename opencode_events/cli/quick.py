@@ -46,6 +46,7 @@ __all__ = [
     "sessions_written",
     "write_stored_sessions",
     "stored_usage_of",
+    "stored_usage_last_of",
     "write_usage",
     "write_stored_usage",
     "usage_pieces",
@@ -447,6 +448,25 @@ def stored_usage_of(
         )
 
 
+def stored_usage_last_of(
+    request: UsageRequest, tz: Any, since_ms: int | None, until_ms: int | None, keep: int
+) -> tuple[Any, int]:
+    """``stored_usage_of``'s report holding only its last ``keep`` rows (a table's), and
+    how many rows it has (``reports.usage.stored_usage_last``: never all held)."""
+    from ..reports.usage import stored_usage_last
+    from ..store.open import store_files
+    from .streams import refuse_stdout_read
+
+    with open_store_noting(request.db_path) as store:
+        refuse_stdout_read(store_files(store))
+        return stored_usage_last(
+            store,
+            keep,
+            cache=report_cache(store, request.no_cache),
+            **_usage_choices(request, tz, since_ms, until_ms),
+        )
+
+
 def _usage_choices(
     request: UsageRequest, tz: Any, since_ms: int | None, until_ms: int | None
 ) -> dict[str, Any]:
@@ -491,7 +511,7 @@ def usage_pieces(report: Any, fmt: str, *, csv_raw: bool = False) -> Iterator[by
     from ..output import rows as formats
 
     if fmt == "markdown":
-        return iter([formats.report_markdown(report)])
+        return formats.report_markdown_pieces(report)
     rows = (row.as_dict() for row in report.rows)
     return _row_pieces(rows, lambda: report, fmt, csv_raw=csv_raw)
 

@@ -152,7 +152,13 @@ def usage(
     but project).
     """
     from ..reports.usage import BY_STREAM, GroupingError, StreamUsage, covers_every_session
-    from .quick import UsageRequest, stored_usage_of, write_stored_usage, write_usage
+    from .quick import (
+        UsageRequest,
+        stored_usage_last_of,
+        stored_usage_of,
+        write_stored_usage,
+        write_usage,
+    )
 
     zone = time_zone(tz)
     chose_stored = bool(db_path or session_ids or last or since or until or all_sessions)
@@ -178,7 +184,15 @@ def usage(
             if chosen != "table" and not github:  # as written, kept in the report cache
                 write_stored_usage(chosen_sessions, zone, start, end, chosen, report_output())
                 return
-            report = stored_usage_of(chosen_sessions, zone, start, end)
+            if chosen == "table" and not github:  # the rows drawn: the last TABLE_ROWS
+                from ..output.tables import TABLE_ROWS
+
+                report, row_count = stored_usage_last_of(
+                    chosen_sessions, zone, start, end, TABLE_ROWS
+                )
+            else:
+                report = stored_usage_of(chosen_sessions, zone, start, end)
+                row_count = len(report.rows)
         else:
             opened = open_inputs(inputs)
             refuse_stdout_read(inputs or ("-",))
@@ -189,6 +203,7 @@ def usage(
                 _write_usage_as_read(streamed, chosen, csv_raw=csv_raw, live=live)
                 return
             report = streamed.report(list(streamed.rows()))
+            row_count = len(report.rows)
     except GroupingError as exc:  # the library's words; the command's name its options
         if not from_store and by not in BY_STREAM:
             raise click.UsageError(
@@ -211,7 +226,9 @@ def usage(
                 scope = "every session"
             elif not (session_ids or last) and start is None and end is None:
                 scope = "the last session (--all: every session)"
-        usage_table(report, out=sys.stdout, store=from_store, tz=zone, scope=scope)
+        usage_table(
+            report, out=sys.stdout, store=from_store, tz=zone, scope=scope, row_count=row_count
+        )
         return
     write_usage(report, fmt, out, csv_raw=csv_raw)
 

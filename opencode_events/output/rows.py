@@ -34,7 +34,9 @@ __all__ = [
     "write_csv",
     "csv_pieces",
     "write_markdown",
+    "markdown_pieces",
     "report_markdown",
+    "report_markdown_pieces",
     "sessions_markdown",
     "visible",
     "TerminalText",
@@ -221,22 +223,39 @@ def _csv_line(cells: Sequence[str]) -> str:
 
 
 def write_markdown(
-    rows: Sequence[dict[str, Any]],
+    rows: Iterable[dict[str, Any]],
     columns: Sequence[str],
     numeric: Sequence[str] = (),
     headers: dict[str, str] | None = None,
 ) -> bytes:
+    """A Markdown table of ``rows`` under ``columns`` (named as ``headers`` says), the
+    ``numeric`` ones aligned right."""
+    return b"".join(markdown_pieces(rows, columns, numeric, headers))
+
+
+def markdown_pieces(
+    rows: Iterable[dict[str, Any]],
+    columns: Sequence[str],
+    numeric: Sequence[str] = (),
+    headers: dict[str, str] | None = None,
+    every: int = LIST_BATCH,
+) -> Iterator[bytes]:
+    """``write_markdown``'s bytes, ``every`` rows at a time: the rows are never held."""
+
     def escape(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
     named = headers or {}
     lines = [
-        "| " + " | ".join(named.get(c, c) for c in columns) + " |",
-        "|" + "|".join("---:" if c in numeric else "---" for c in columns) + "|",
+        "| " + " | ".join(named.get(c, c) for c in columns) + " |\n",
+        "|" + "|".join("---:" if c in numeric else "---" for c in columns) + "|\n",
     ]
-    for row in rows:
-        lines.append("| " + " | ".join(escape(_cell(row.get(c))) for c in columns) + " |")
-    return ("\n".join(lines) + "\n").encode()
+    for n, row in enumerate(rows, 1):
+        lines.append("| " + " | ".join(escape(_cell(row.get(c))) for c in columns) + " |\n")
+        if n % every == 0:
+            yield "".join(lines).encode()
+            lines = []
+    yield "".join(lines).encode()
 
 
 # ``sessions --format markdown``: the table's columns under the table's names, for a PR.
@@ -326,7 +345,13 @@ _USAGE_HEADERS = {
 def report_markdown(report: Any) -> bytes:
     """A report's Markdown: its ``markdown_table()`` under the table's names, then its notes
     in italics."""
+    return b"".join(report_markdown_pieces(report))
+
+
+def report_markdown_pieces(report: Any) -> Iterator[bytes]:
+    """``report_markdown``'s bytes, a thousand rows at a time (a report whose rows come as
+    they are made is never held: ``reports.usage._RowsAsMade.markdown_table``)."""
     columns, rows, numeric = report.markdown_table()
     headers = _USAGE_HEADERS if report.stored else {**_USAGE_HEADERS, "turn": "step"}
-    table = write_markdown(rows, columns, numeric=numeric, headers=headers)
-    return table + "".join(f"\n_Note: {note}_\n" for note in report.notes).encode()
+    yield from markdown_pieces(rows, columns, numeric=numeric, headers=headers)
+    yield "".join(f"\n_Note: {note}_\n" for note in report.notes).encode()

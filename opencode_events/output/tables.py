@@ -498,22 +498,23 @@ def usage_table(
     width: int | None = None,
     tz: Any = None,
     scope: str | None = None,
+    row_count: int | None = None,
 ) -> None:
     """A usage report: label columns by ``--by``, then tokens by class and cost; times in
     ``tz`` (``--tz``; default: local time). ``scope``, the sessions it covers where the
     command line did not name them ("every session"), opens the caption. At most the last
     ``TABLE_ROWS`` rows are drawn (the latest: turns, steps, days and sessions come in
-    time order), the total of every row under them."""
+    time order), the total of every row under them. ``row_count``: how many rows the whole
+    report has, when ``report`` holds only its last ones (``stored_usage_last``)."""
     from ..core.timeutil import format_time as format_local
 
     def format_time(ms: Any) -> str:
         return format_local(ms, tz)
 
     by = report.by
-    rows = report.rows
-    earlier = max(0, len(rows) - TABLE_ROWS)
-    if earlier:
-        rows = rows[earlier:]
+    every = len(report.rows) if row_count is None else row_count
+    rows = report.rows[-TABLE_ROWS:]
+    earlier = every - len(rows)
     several_sessions = len({r.session_id for r in rows if r.session_id}) > 1 and by in (
         "turn",
         "step",
@@ -621,7 +622,7 @@ def usage_table(
     if earlier:
         said.insert(
             0,
-            f"the last {len(rows):,} of {len(report.rows):,} rows; the total is of all "
+            f"the last {len(rows):,} of {every:,} rows; the total is of all "
             "(--format csv, jsonl or json: every row)",
         )
     if any(r.subagent_cost is not None for r in rows):  # folded rows say which they are

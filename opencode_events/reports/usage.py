@@ -61,7 +61,7 @@ from ..store.ranges import in_forked_child, share_ranges, share_slices, worker_c
 from ..store.rows import ancestry, descendants, offers_fast_scans, sessions_changed
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 from .cache import UNENCODABLE, ReportCache, Spill, cache_digest
-from .runs import SortedRuns
+from .runs import RowSpool, SortedRuns
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
 # which a TypeError reports).
@@ -79,6 +79,7 @@ __all__ = [
     "stream_usage",
     "store_usage",
     "stored_usage",
+    "stored_usage_last",
     "write_stored_usage",
     "every_session_memo",
     "BY_STREAM",
@@ -267,14 +268,30 @@ class UsageReport(Struct, kw_only=True):
         ISO 8601 UTC, a **total** row last. ``output.rows.report_markdown`` writes it, with
         the notes after it."""
         rows = [row.as_dict() for row in self.rows]
-        columns = [c for c in self.columns if c in _ALWAYS or any(c in r for r in rows)]
-        if columns[0] in TOKEN_FIELDS:  # no label at all: an empty report
-            columns.insert(0, self.columns[0])
+        named: set[str] = set()
         for row in rows:
-            if "started" in row:
-                row["started"] = _iso(row["started"])
+            named.update(row)
+        columns = _markdown_columns(self.columns, named)
+        for row in rows:
+            _for_markdown(row)
         total = {**self.total.as_dict(), columns[0]: "**total**"}
         return columns, [*rows, total], [c for c in columns if c in _NUMERIC]
+
+
+def _markdown_columns(columns: list[str], named: set[str]) -> list[str]:
+    """A Markdown table's columns: those of ``columns`` some row names (``named``), and
+    the token fields and cost, which every row has."""
+    shown = [c for c in columns if c in _ALWAYS or c in named]
+    if shown[0] in TOKEN_FIELDS:  # no label at all: an empty report
+        shown.insert(0, columns[0])
+    return shown
+
+
+def _for_markdown(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` (``as_dict``'s) as a Markdown table shows it: ``started`` in ISO 8601 UTC."""
+    if "started" in row:
+        row["started"] = _iso(row["started"])
+    return row
 
 
 # The columns a Markdown table aligns right: counts, durations, tokens and costs.
@@ -1654,14 +1671,53 @@ class _RowsAsMade:
         tail = self._tail()
         return UsageReport(by=self.by, rows=rows, total=tail.total, notes=tail.notes, stored=True)
 
-    def markdown_table(self) -> tuple[list[str], list[dict[str, Any]], list[str]]:
-        return self.whole().markdown_table()
+    def last(self, keep: int) -> tuple[UsageReport, int]:
+        """The report holding only its last ``keep`` rows, and how many rows it has."""
+        held: collections.deque[UsageRow] = collections.deque(maxlen=keep)
+        count = 0
+        for row in self.rows:
+            held.append(row)
+            count += 1
+        tail = self._tail()
+        report = UsageReport(
+            by=self.by, rows=list(held), total=tail.total, notes=tail.notes, stored=True
+        )
+        return report, count
+
+    def markdown_table(self) -> tuple[list[str], Iterator[dict[str, Any]], list[str]]:
+        """``UsageReport.markdown_table``, its rows given as they are read back: the rows
+        are set aside in a file (``RowSpool``) as they are made, since the columns are
+        known only once every row was seen."""
+        spool = RowSpool(UsageRow)
+        unnamed = [c for c in self.columns if c not in _ALWAYS]  # no row has a value for
+        try:
+            for row in self.rows:
+                if unnamed:  # a few rows name every label: then the rest is not looked at
+                    unnamed = [c for c in unnamed if getattr(row, c) is None]
+                spool.add(row)
+            columns = _markdown_columns(self.columns, set(self.columns).difference(unnamed))
+            total = {**self.total.as_dict(), columns[0]: "**total**"}
+        except BaseException:
+            spool.close()
+            raise
+        return columns, _spooled_markdown(spool, total), [c for c in columns if c in _NUMERIC]
 
     def close(self) -> None:
         """Stop making rows (a memo on its way to the cache is then not kept)."""
         close = getattr(self.rows, "close", None)
         if close is not None:
             close()
+
+
+def _spooled_markdown(spool: RowSpool, total: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The rows of ``spool`` as a Markdown table shows them, then ``total``; the spool let
+    go at the end, or when the reader stops."""
+    try:
+        for row in spool:
+            yield _for_markdown(row.as_dict())
+        yield total
+    finally:
+        spool.close()
 
 
 def _kept_rows(
@@ -3740,6 +3796,38 @@ def stored_usage(
     if memo is not None and cache is not None and not any(row.in_flight for row in report.rows):
         cache.remember(*memo, report)
     return report
+
+
+def stored_usage_last(
+    store: Any, keep: int, *, cache: ReportCache | None = None, **choices: Any
+) -> tuple[UsageReport, int]:
+    """``stored_usage(store, cache=cache, **choices)`` holding only its last ``keep`` rows
+    (``keep`` ≥ 1: what a table draws), and how many rows the whole report has. A report
+    by turn or step of every session is made (or read back) a row at a time, never held:
+    at 100,000 sessions, millions of rows.
+
+        report, rows = stored_usage_last(store, 1000, all_sessions=True, by="step")
+    """
+    choices = {"by": "turn", **choices}  # ``stored_usage``'s default
+    memo = every_session_memo(**choices)
+    if memo is not None and choices["by"] in _ROW_AT_A_TIME:
+        made = _ROW_AT_A_TIME[choices["by"]](
+            store,
+            cache,
+            memo,
+            choices.get("fold", True),
+            choices.get("tz"),
+            choices.get("since_ms"),
+            choices.get("until_ms"),
+        )
+        try:
+            return made.last(keep)
+        finally:
+            made.close()
+    report = stored_usage(store, cache=cache, **choices)
+    count = len(report.rows)
+    del report.rows[: max(0, count - keep)]
+    return report, count
 
 
 def write_stored_usage(
