@@ -53,6 +53,8 @@ from opencode_events.reports.sessions import (
 )
 from opencode_events.reports.usage import (
     UsageReport,
+    UsageRow,
+    store_usage,
     stored_usage,
     stored_usage_last,
     write_stored_usage,
@@ -624,6 +626,77 @@ def test_turns_read_by_workers_are_those_read_in_one_process(
     assert sliced or tops < 2  # the workers' path was taken (with two sessions to share)
 
 
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(CHANGES, max_size=4),
+    st.lists(ODDITIES, max_size=3),
+    st.sampled_from(["turn", "step"]),
+    st.tuples(st.none() | st.floats(0, 1), st.none() | st.floats(0, 1)).filter(
+        lambda shares: shares != (None, None)
+    ),
+    st.booleans(),
+    st.sampled_from(["1", "2"]),
+)
+def test_a_window_by_turn_or_step_is_made_a_row_at_a_time_as_it_was_held(
+    tmp_path_factory, monkeypatch, changes, oddities, by, shares, fold, workers
+) -> None:
+    """``usage --since``/``--until`` by turn or step, no session named, is made a row at a
+    time (never held, read by workers as every session is) and gives the report its
+    sessions held whole gave (``store_usage`` of the sessions the window chose): the same
+    rows, total and notes in the same order, folded or not, with forks, undone replies,
+    replies in flight and parent links that loop or point at no session; and the same
+    again from the cache, made and read back."""
+    monkeypatch.setattr(usage_module, "_PARALLEL_MIN_SESSIONS", 2)
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", workers)
+    db = _odd_database(tmp_path_factory.mktemp("window"), changes, oddities)
+    root = tmp_path_factory.mktemp("cache")
+    # the window's ends: the times of messages of this database, at the shares drawn
+    conn = sqlite3.connect(db)
+    times = sorted(t for (t,) in conn.execute("SELECT time_created FROM message") if t)
+    conn.close()
+    if not times:
+        return
+    since, until = (
+        None if share is None else times[int(share * (len(times) - 1))] for share in shares
+    )
+    choices = {"by": by, "fold": fold, "since_ms": since, "until_ms": until}
+    with open_store(db) as store:
+        if until is None:  # those active since; with until, those of them begun by then
+            ids = select_sessions(store, since_ms=since)
+        else:
+            begun = sorted(
+                store.sessions(since_ms=since, top_level=True), key=lambda r: (r.time_created, r.id)
+            )
+            ids = [r.id for r in begun if r.time_created <= until]
+        held = store_usage(
+            store, ids, cross_session=len(ids) > 1, **{**choices, "fold": fold}
+        ).document()
+        with monkeypatch.context() as patched:
+            patched.setattr(usage_module._RowsAsMade, "whole", _never_whole)
+            made = [_usage_written(store, "json", None, **choices)]
+            cache = ReportCache.open(store, root=root)
+            made += [_usage_written(store, "json", cache, **choices) for _ in range(2)]
+    expected = b"".join(usage_pieces(UsageReport(**_report_fields(held, by)), "json"))
+    assert made == [expected] * 3
+
+
+def _never_whole(*_args):
+    raise AssertionError("the report was held whole")
+
+
+def _report_fields(document: dict[str, Any], by: str) -> dict[str, Any]:
+    """A ``UsageReport``'s fields from its JSON document."""
+    return {
+        "by": by,
+        "rows": [msgspec.convert(row, UsageRow) for row in document["rows"]],
+        "total": msgspec.convert(document["total"], UsageRow),
+        "notes": document.get("notes", []),
+        "stored": True,
+    }
+
+
 def _warm(tmp_path: Path) -> tuple[Path, Path]:
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
@@ -1021,12 +1094,9 @@ def test_a_table_or_markdown_of_every_session_never_holds_its_rows(
             whole = stored_usage(store, **choices)
         return rows.report_markdown(whole), whole
 
-    def held(*_args):
-        raise AssertionError("the report was held whole")
-
     def drawn() -> tuple[bytes, tuple[UsageReport, int], tuple[UsageReport, int]]:
         with monkeypatch.context() as patched:
-            patched.setattr(usage_module._RowsAsMade, "whole", held)
+            patched.setattr(usage_module._RowsAsMade, "whole", _never_whole)
             patched.setattr(runs_module, "SPOOLED", 3)  # set aside a few rows at a time
             patched.setattr(runs_module, "GROUP", 2)
             with open_store(db) as store:

@@ -1754,13 +1754,16 @@ def _recalled(
     return brought
 
 
-def _tops(store: Any, fold: bool) -> tuple[dict[str, list[str]], list[str]]:
-    """The store's tree of sessions, and every top-level session (oldest first; folded,
-    none below another)."""
+def _tops(
+    store: Any, fold: bool, chosen: Callable[[], list[str]] | None = None
+) -> tuple[dict[str, list[str]], list[str]]:
+    """The store's tree of sessions, and the top-level sessions reported: every one
+    (oldest first), or those ``chosen()`` lists (a window's, ``_window_sessions``);
+    folded, none below another."""
     from ..store.open import every_session
 
     tree = store.children()
-    ids = every_session(store, top_level=True)
+    ids = every_session(store, top_level=True) if chosen is None else chosen()
     return tree, _outermost(ids, tree) if fold else ids
 
 
@@ -1772,10 +1775,12 @@ def _turns_of_every_session(
     tz: tzinfo | None,
     since_ms: int | None,
     until_ms: int | None,
+    chosen: Callable[[], list[str]] | None = None,
 ) -> _RowsAsMade:
     """The report by turn of every top-level session (``stored_usage``'s with none
-    chosen), its rows as they are asked for: read from its memo (the database as it is
-    now), the last report brought up to date (all time, folded:
+    chosen; ``chosen``: of the sessions a window chose instead), its rows as they are
+    asked for: read from its memo (the database as it is now), the last report brought
+    up to date (all time, folded:
     ``_turns_brought_up_to_date``), or made (``_each_turn_row``). With ``cache``, a report
     made is spooled to its memo as its rows go, and kept once the last has gone (not with
     a reply in flight, which turns stale with the clock alone). A row is about 0.7 KB
@@ -1786,7 +1791,7 @@ def _turns_of_every_session(
     recalled = _recalled(store, cache, "turn", memo, bring)
     if recalled is not None:
         return recalled
-    tree, ids = _tops(store, fold)
+    tree, ids = _tops(store, fold, chosen)
     facts = _TurnFacts() if all_time else None
     notes: list[str] = []
     rows = _each_turn_row(
@@ -1820,9 +1825,11 @@ def _steps_of_every_session(
     tz: tzinfo | None,
     since_ms: int | None,
     until_ms: int | None,
+    chosen: Callable[[], list[str]] | None = None,
 ) -> _RowsAsMade:
     """The report by step of every top-level session (and every subagent: a step names
-    the session it was made in), its rows as they are asked for: read from its memo, the
+    the session it was made in; ``chosen``: of the sessions a window chose, and theirs),
+    its rows as they are asked for: read from its memo, the
     last report brought up to date (all time: ``_steps_brought_up_to_date``), or made
     (``_grouped``: every inference read, set aside in sorted runs, and merged in order).
     With ``cache``, spooled to the memo as ``_turns_of_every_session`` spools its rows.
@@ -1833,7 +1840,7 @@ def _steps_of_every_session(
     recalled = _recalled(store, cache, "step", memo, bring)
     if recalled is not None:
         return recalled
-    tree, ids = _tops(store, fold)
+    tree, ids = _tops(store, fold, chosen)
     dedupe = len(ids) > 1
     # What pending undos undid, found before the rows: each row says so as it goes.
     undone = _undone_in(store, ids, tree, since_ms, until_ms, cache)
@@ -3755,19 +3762,20 @@ def stored_usage(
 
     if by not in BY_STORE:
         raise GroupingError(f"unknown grouping {by!r}: one of {', '.join(BY_STORE)}")
-    memo = every_session_memo(
-        by,
-        session_ids,
-        last=last,
-        since_ms=since_ms,
-        all_sessions=all_sessions,
-        fold=fold,
-        tz=tz,
-        until_ms=until_ms,
-    )
-    if memo is not None and by in _ROW_AT_A_TIME:  # made a row at a time, and spooled so
-        made = _ROW_AT_A_TIME[by](store, cache, memo, fold, tz, since_ms, until_ms)
+    choices = {
+        "by": by,
+        "session_ids": session_ids,
+        "last": last,
+        "since_ms": since_ms,
+        "all_sessions": all_sessions,
+        "fold": fold,
+        "tz": tz,
+        "until_ms": until_ms,
+    }
+    made = _made_a_row_at_a_time(store, cache, _rows_memo(**choices), choices)
+    if made is not None:  # made a row at a time, and spooled so
         return made.whole()
+    memo = every_session_memo(**choices)
     if memo is not None and cache is not None:
         kept = cache.recall(*memo, UsageReport)
         if kept is not None:
@@ -3775,10 +3783,7 @@ def stored_usage(
     if memo is not None:
         ids = every_session(store, top_level=True)
     elif until_ms is not None and not session_ids and not last:
-        # The sessions active in the window: since then (or ever), begun by its end.
-        rows = store.sessions(since_ms=since_ms, top_level=True)
-        begun = [r for r in rows if not _after(r.time_created, until_ms)]
-        ids = [r.id for r in sorted(begun, key=lambda r: (r.time_created, r.id))]
+        ids = _window_sessions(store, since_ms, until_ms)
     else:
         ids = select_sessions(store, session_ids, last=last, since_ms=since_ms)
     report = store_usage(
@@ -3798,6 +3803,73 @@ def stored_usage(
     return report
 
 
+def _rows_memo(
+    by: str = "turn",
+    session_ids: Sequence[str] = (),
+    *,
+    last: bool = False,
+    since_ms: int | None = None,
+    all_sessions: bool = False,
+    fold: bool = True,
+    tz: tzinfo | None = None,
+    until_ms: int | None = None,
+) -> tuple[str, list[Any]] | None:
+    """The memo a report made a row at a time (by turn or step) is kept under: that of
+    every session (``every_session_memo``), or one of its own for the sessions a window
+    alone chose (``since_ms`` or ``until_ms``, no session named, not ``last``:
+    ``_window_sessions``); None for any other report, which is held whole."""
+    if by not in _ROW_AT_A_TIME:
+        return None
+    memo = every_session_memo(
+        by,
+        session_ids,
+        last=last,
+        since_ms=since_ms,
+        all_sessions=all_sessions,
+        fold=fold,
+        tz=tz,
+        until_ms=until_ms,
+    )
+    if memo is not None or session_ids or last or (since_ms is None and until_ms is None):
+        return memo
+    return "usage-window", [by, fold, _zone(tz), since_ms, stale_after_ms(), until_ms]
+
+
+def _made_a_row_at_a_time(
+    store: Any,
+    cache: ReportCache | None,
+    memo: tuple[str, list[Any]] | None,
+    choices: dict[str, Any],
+) -> _RowsAsMade | None:
+    """The report of ``choices`` (``stored_usage``'s) a row at a time, kept under ``memo``
+    (``_rows_memo``'s); None when there is no such memo."""
+    if memo is None:
+        return None
+    since_ms, until_ms = choices.get("since_ms"), choices.get("until_ms")
+    chosen = None
+    if memo[0] == "usage-window":
+
+        def chosen() -> list[str]:
+            return _window_sessions(store, since_ms, until_ms)
+
+    return _ROW_AT_A_TIME[choices.get("by", "turn")](
+        store, cache, memo, choices.get("fold", True), choices.get("tz"), since_ms, until_ms, chosen
+    )
+
+
+def _window_sessions(store: Any, since_ms: int | None, until_ms: int | None) -> list[str]:
+    """The top-level sessions a window alone chooses, oldest first: those active since
+    ``since_ms`` (``select_sessions``), and with ``until_ms`` those of them begun by its
+    end."""
+    from ..store.open import select_sessions
+
+    if until_ms is None:
+        return select_sessions(store, since_ms=since_ms)
+    rows = store.sessions(since_ms=since_ms, top_level=True)
+    begun = [r for r in rows if not _after(r.time_created, until_ms)]
+    return [r.id for r in sorted(begun, key=lambda r: (r.time_created, r.id))]
+
+
 def stored_usage_last(
     store: Any, keep: int, *, cache: ReportCache | None = None, **choices: Any
 ) -> tuple[UsageReport, int]:
@@ -3809,17 +3881,8 @@ def stored_usage_last(
         report, rows = stored_usage_last(store, 1000, all_sessions=True, by="step")
     """
     choices = {"by": "turn", **choices}  # ``stored_usage``'s default
-    memo = every_session_memo(**choices)
-    if memo is not None and choices["by"] in _ROW_AT_A_TIME:
-        made = _ROW_AT_A_TIME[choices["by"]](
-            store,
-            cache,
-            memo,
-            choices.get("fold", True),
-            choices.get("tz"),
-            choices.get("since_ms"),
-            choices.get("until_ms"),
-        )
+    made = _made_a_row_at_a_time(store, cache, _rows_memo(**choices), choices)
+    if made is not None:
         try:
             return made.last(keep)
         finally:
@@ -3849,7 +3912,8 @@ def write_stored_usage(
     the report or writing it again (for ``--by step`` of 10,000 sessions, 1.0 s and 318 MB
     otherwise)."""
     choices = {"by": "turn", **choices}  # ``stored_usage``'s default
-    memo = every_session_memo(**choices)
+    rows_memo = _rows_memo(**choices)
+    memo = rows_memo or every_session_memo(**choices)
     if cache is not None and memo is not None:
         kept = cache.rendered(*memo, form)
         if kept is not None:
@@ -3857,18 +3921,10 @@ def write_stored_usage(
             if apart is not None and kept.notes:
                 apart(kept.notes)
             return
-    if memo is not None and choices["by"] in _ROW_AT_A_TIME:
-        # A report by turn or step of every session: each row written (and spooled to the
-        # memo) as it is made or read, never all held.
-        made = _ROW_AT_A_TIME[choices["by"]](
-            store,
-            cache,
-            memo,
-            choices.get("fold", True),
-            choices.get("tz"),
-            choices.get("since_ms"),
-            choices.get("until_ms"),
-        )
+    made = _made_a_row_at_a_time(store, cache, rows_memo, choices)
+    if made is not None:
+        # A report by turn or step of every session, or of a window's: each row written
+        # (and spooled to the memo) as it is made or read, never all held.
         spool = cache.rendering(*memo, form, ahead=True) if cache is not None else None
         try:
             _write_rendered(render(made), made, out, spool, apart)  # type: ignore[arg-type]
