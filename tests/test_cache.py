@@ -60,6 +60,7 @@ from opencode_events.reports.usage import (
     write_stored_usage,
 )
 from opencode_events.store.open import every_session, open_store, select_sessions
+from opencode_events.store.ranges import share_ranges
 from tests.filebytes import digests
 from tests.processes import children_of_this_process
 
@@ -695,6 +696,50 @@ def _report_fields(document: dict[str, Any], by: str) -> dict[str, Any]:
         "notes": document.get("notes", []),
         "stored": True,
     }
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(CHANGES, max_size=4),
+    st.lists(ODDITIES, max_size=3),
+    st.sampled_from([(None, None), (SINCE, None), (None, SINCE)]),
+    st.integers(1, 4),
+    st.integers(2, 3),
+)
+def test_steps_read_by_workers_are_those_read_in_one_process(
+    tmp_path_factory, monkeypatch, changes, oddities, window, step_run, fan_in
+) -> None:
+    """``usage --all --by step`` with the message table read by forked workers, a range
+    each, every range's steps set aside in sorted runs in one shared file and the runs
+    adopted in range order (merged as they come), gives the report one process gives:
+    the same rows in the same order, the same notes, all time or in a window, with forks,
+    undone replies, replies in flight and parent links that loop or point at no
+    session."""
+    monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)  # the table read whole
+    monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr(usage_module, "_STEP_RUN", step_run)  # many runs a range
+    monkeypatch.setattr(runs_module, "FAN_IN", fan_in)  # and many merged as they come
+    monkeypatch.setattr(runs_module, "GROUP", 2)
+    db = _odd_database(tmp_path_factory.mktemp("steps"), changes, oddities)
+    shared = []
+
+    def share(*args, **kwargs):
+        pending = share_ranges(*args, **kwargs)
+        shared.append(pending is not None)
+        return pending
+
+    monkeypatch.setattr(usage_module, "share_ranges", share)
+    since, until = window
+    choices = {"all_sessions": True, "by": "step", "since_ms": since, "until_ms": until}
+    reports = []
+    for workers in ("1", "2"):
+        monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", workers)
+        with open_store(db) as store:
+            reports.append(_usage_written(store, "jsonl", None, **choices))
+    assert reports[0] == reports[1]
+    assert True in shared  # the workers' path was taken
 
 
 def _warm(tmp_path: Path) -> tuple[Path, Path]:

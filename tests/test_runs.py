@@ -166,3 +166,76 @@ def test_a_spool_changed_under_it_is_an_input_error(monkeypatch) -> None:
     with pytest.raises(InputError, match="could not be read back"):
         list(spool)
     spool.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(ROWS, max_size=40),
+    st.lists(st.integers(0, 40), max_size=6),
+    st.lists(st.integers(0, 40), max_size=12),
+    st.integers(2, 4),
+)
+def test_runs_set_aside_by_fresh_copies_and_adopted_in_order_merge_as_one(
+    rows, ranges, cuts, fan_in
+) -> None:
+    """Rows cut into ranges, each range's runs set aside by a ``fresh`` copy in the shared
+    file (as a worker does) and ``adopt``ed in range order (merged as they come), come
+    back as one stable sort of them all, as if every run had been added to one."""
+    for i, row in enumerate(rows):
+        row.tool_calls = i
+    old = runs_module.FAN_IN, runs_module.GROUP
+    runs_module.FAN_IN, runs_module.GROUP = fan_in, 2
+    try:
+        runs = SortedRuns(UsageRow, _order)
+        runs.share()
+        start = 0
+        for end in sorted({r % (len(rows) + 1) for r in ranges}) + [len(rows)]:
+            worker = runs.fresh()
+            for run in _runs_of(rows[start:end], cuts):
+                worker.add(run)
+            runs.adopt(worker.handed_over())
+            assert worker.handed_over() == []
+            start = end
+        merged = list(runs.merged())
+        runs.close()
+    finally:
+        runs_module.FAN_IN, runs_module.GROUP = old
+    assert [r.tool_calls for r in merged] == [r.tool_calls for r in sorted(rows, key=_order)]
+    assert merged == sorted(rows, key=_order)
+
+
+def test_runs_set_aside_in_a_forked_child_are_adopted(tmp_path) -> None:
+    """A child forked after ``share`` writes its runs to the same file of no name (each
+    group at its end, under a lock, while this process writes too); what it hands over
+    reads back here."""
+    import pickle
+
+    rows = [UsageRow(started=(i * 7919) % 1000, message_id=f"m{i}") for i in range(3000)]
+    runs = SortedRuns(UsageRow, _order, str(tmp_path / "runs"))
+    runs.share()
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its half of the rows, then what it set aside
+        code = 1
+        try:
+            os.close(reader)
+            child = runs.fresh()
+            for start in range(1500, 3000, 100):
+                child.add(sorted(rows[start : start + 100], key=_order))
+            with os.fdopen(writer, "wb") as out:
+                pickle.dump(child.handed_over(), out)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(writer)
+    here = runs.fresh()
+    for start in range(0, 1500, 100):  # written while the child writes
+        here.add(sorted(rows[start : start + 100], key=_order))
+    with os.fdopen(reader, "rb") as got:
+        theirs = pickle.load(got)
+    assert os.waitpid(pid, 0)[1] == 0
+    runs.adopt(here.handed_over())
+    runs.adopt(theirs)
+    assert list(runs.merged()) == sorted(rows, key=_order)
+    assert list((tmp_path / "runs").iterdir()) == []
+    runs.close()

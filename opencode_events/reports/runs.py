@@ -74,11 +74,17 @@ class _GroupFile:
         self._decoder = msgspec.msgpack.Decoder(list[item_type])  # type: ignore[valid-type]
         self._file: Any = None
         self._end = 0
+        self._shared = False
 
-    def written(self, rows: Iterator[Any], checked: bool = False) -> list[tuple[int, int]]:
-        """``rows`` to the end of the file, ``GROUP`` at a time; where each group lies. Each
-        group is decoded first as it will be read back, unless ``checked`` (rows read back
-        already): one that would not raises (``_UNKEPT``: the caller then holds the rows)."""
+    def share(self) -> None:
+        """Make the file now, to be written by this process and the children it forks
+        after (raises ``OSError`` when it cannot be made): each group is then appended at
+        the file's end under a lock (POSIX locks are a process's own, so they hold between
+        processes sharing one open file)."""
+        self._open()
+        self._shared = True
+
+    def _open(self) -> None:
         if self._file is None:
             import tempfile
 
@@ -86,8 +92,13 @@ class _GroupFile:
                 os.makedirs(self._folder, exist_ok=True)
             # closed by ``close``, or with the process: it has no name to leave behind
             self._file = tempfile.TemporaryFile(dir=self._folder)  # noqa: SIM115
+
+    def written(self, rows: Iterator[Any], checked: bool = False) -> list[tuple[int, int]]:
+        """``rows`` to the end of the file, ``GROUP`` at a time; where each group lies. Each
+        group is decoded first as it will be read back, unless ``checked`` (rows read back
+        already): one that would not raises (``_UNKEPT``: the caller then holds the rows)."""
+        self._open()
         groups = []
-        at = self._end
         fd = self._file.fileno()
         while True:
             group = list(itertools.islice(rows, GROUP))
@@ -96,14 +107,13 @@ class _GroupFile:
             piece = self._encoder.encode(group)
             if not checked:
                 self._decoder.decode(piece)
-            view = memoryview(piece)
-            offset = at
-            while view:
-                written = os.pwrite(fd, view, at)
-                view, at = view[written:], at + written
-            groups.append((offset, len(piece)))
-        self._end = at  # rows cut short by an error are never listed: their bytes lie unused
-        return groups
+            if self._shared:
+                groups.append((_appended(fd, piece), len(piece)))
+                continue
+            _write_at(fd, piece, self._end)
+            groups.append((self._end, len(piece)))
+            self._end += len(piece)
+        return groups  # rows cut short by an error are never listed: their bytes lie unused
 
     def read(self, groups: list[tuple[int, int]]) -> Iterator[Any]:
         """The rows of ``groups`` (as ``written`` gave them), a group at a time."""
@@ -125,6 +135,26 @@ class _GroupFile:
             self._file = None
 
 
+def _write_at(fd: int, piece: bytes, at: int) -> None:
+    view = memoryview(piece)
+    while view:
+        written = os.pwrite(fd, view, at)
+        view, at = view[written:], at + written
+
+
+def _appended(fd: int, piece: bytes) -> int:
+    """``piece`` written at the end of the file, under a lock; where it lies."""
+    import fcntl
+
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    try:
+        at = os.fstat(fd).st_size
+        _write_at(fd, piece, at)
+    finally:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+    return at
+
+
 class SortedRuns:
     """Runs of rows of ``item_type``, each in the order of ``key``, merged on demand.
     ``folder``: where the file of no name is made (default: the system's temporary
@@ -134,6 +164,7 @@ class SortedRuns:
         self, item_type: type, key: Callable[[Any], Any], folder: str | None = None
     ) -> None:
         self._key = key
+        self._item_type = item_type
         self._file = _GroupFile(item_type, folder)
         # each run: the (offset, length) of its groups in the file, or its rows held
         self._runs: list[list[tuple[int, int]] | list[Any]] = []
@@ -143,12 +174,45 @@ class SortedRuns:
     def __len__(self) -> int:
         return len(self._runs)
 
+    def share(self) -> None:
+        """Make the runs' file now, for the children this process forks after to set their
+        runs aside in too (``fresh``, ``handed_over``, ``adopt``); ``OSError`` when it
+        cannot be made."""
+        self._file.share()
+
+    def fresh(self) -> SortedRuns:
+        """Empty runs of the same rows and order, in the same file (``share``: a worker's,
+        whose runs this process ``adopt``s)."""
+        runs = SortedRuns(self._item_type, self._key)
+        runs._file = self._file
+        return runs
+
+    def handed_over(self) -> list[tuple[bool, Any, int]]:
+        """Every run, in order, as ``adopt`` takes them (where its groups lie in the shared
+        file, or its rows held, and its size), and none left here."""
+        runs = list(zip(self._held, self._runs, self._sizes, strict=True))
+        self._runs, self._held, self._sizes = [], [], []
+        return runs
+
+    def adopt(self, runs: list[tuple[bool, Any, int]]) -> None:
+        """Another's runs (``handed_over`` by a ``fresh`` copy of these, in this file) after
+        these, in their order: as if their rows had been added here."""
+        for held, run, size in runs:
+            self._runs.append(run)
+            self._held.append(held)
+            self._sizes.append(size)
+            self._fan_in(size)
+
     def add(self, rows: list[Any]) -> None:
         """Set ``rows`` aside as a run (they must be in ``key``'s order already)."""
         if not rows:
             return
         self._append(rows, 0)
-        size = 0
+        self._fan_in(0)
+
+    def _fan_in(self, size: int) -> None:
+        """The last ``FAN_IN`` runs, while they are all of ``size``, merged into one of the
+        next size."""
         while len(self._sizes) >= FAN_IN and all(s == size for s in self._sizes[-FAN_IN:]):
             # the last FAN_IN runs, in the order they were added: one run of the next size
             first = len(self._runs) - FAN_IN

@@ -2312,7 +2312,7 @@ def _grouped(
     )
     if by == "step":
         scan.runs = SortedRuns(UsageRow, _step_order, None if cache is None else str(cache.folder))
-    if everything and by != "step" and _parallel_scan(store, scan, day_of):
+    if everything and _runs_shared(scan) and _parallel_scan(store, scan, day_of):
         pass  # the workers' sums and slow rows are in ``scan``
     elif everything and _scan_here(store, scan, day_of):
         pass  # this process read the table chunk by chunk
@@ -2392,6 +2392,18 @@ def _grouped(
 
 
 _STEP_RUN = 20_000  # steps sorted and set aside at a time (about 15 MB held)
+
+
+def _runs_shared(scan: _Scan) -> bool:
+    """Whether workers can read for ``scan``: by step, once its runs' file is made for
+    them to set their runs aside in too (else the steps are read here)."""
+    if scan.runs is None:
+        return True
+    try:
+        scan.runs.share()
+    except OSError:
+        return False
+    return True
 
 
 def _step_order(row: UsageRow) -> tuple[int, str]:
@@ -2952,6 +2964,8 @@ class _Scan:
         # By step, the rows read so far set aside in time order every ``_STEP_RUN`` of them
         # (``_set_steps_aside``): a report of every step is never held.
         self.runs: SortedRuns | None = None
+        # A worker's runs, by step, handed back to the report's (``SortedRuns.adopt``).
+        self.step_runs: list[tuple[bool, Any, int]] = []
         # With ``ledger``, what the ledger keeps of each session read, encoded where it was
         # read (``finish``: in the worker that read it), the entries of each part of the
         # table together (``_keep_days`` joins a session's from several): their bytes, or
@@ -3339,6 +3353,8 @@ class _Scan:
                 self.groups[key] = acc
                 continue
             _merge_sums(mine, acc)
+        if other.step_runs:  # in range order: as one process would have set them aside
+            self.runs.adopt(other.step_runs)  # type: ignore[union-attr]
         owner = self.owner
         for part in other.entries:  # a session's id as the report holds it, not a copy
             part.sids[:] = [top if (top := owner.get(sid)) == sid else sid for sid in part.sids]
@@ -3461,8 +3477,9 @@ def _scan_range(uri: str, low: int, high: int, like: _Scan, day_of: _DayOf) -> _
 
 
 def _scan_like(like: _Scan) -> _Scan:
-    """A fresh scan of the report's kind, for one range of the table."""
-    return _Scan(
+    """A fresh scan of the report's kind, for one range of the table (by step, its runs
+    set aside in the report's shared file: ``SortedRuns.fresh``)."""
+    scan = _Scan(
         like.by,
         like.owner,
         like.copy_ids,
@@ -3474,11 +3491,19 @@ def _scan_like(like: _Scan) -> _Scan:
         ledger=like.ledger,
         spill=like.spill,
     )
+    if like.runs is not None:
+        scan.runs = like.runs.fresh()
+    return scan
 
 
 def _handed_back(scan: _Scan, day_of: _DayOf) -> _Scan:
     """A worker's scan made ready for its parent."""
     scan.finish(day_of)
+    if scan.runs is not None:  # by step: the range's last rows a run too, and the runs' places
+        steps = scan.steps_left()
+        _in_step_order(steps)
+        scan.runs.add(steps)
+        scan.step_runs, scan.runs = scan.runs.handed_over(), None
     scan.owner = {}  # the parent has it; don't send it back
     scan.spill = None  # nor its file (a copy in the parent would close the parent's)
     scan.labels = {}  # the rows hold them
