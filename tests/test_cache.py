@@ -634,8 +634,10 @@ def test_turns_read_by_workers_are_those_read_in_one_process(
     st.lists(CHANGES, max_size=4),
     st.lists(ODDITIES, max_size=3),
     st.sampled_from(["turn", "step"]),
-    st.tuples(st.none() | st.floats(0, 1), st.none() | st.floats(0, 1)).filter(
-        lambda shares: shares != (None, None)
+    st.one_of(  # since, until or both, as shares of the database's message times
+        st.tuples(st.floats(0, 1), st.none()),
+        st.tuples(st.none(), st.floats(0, 1)),
+        st.tuples(st.floats(0, 1), st.floats(0, 1)),
     ),
     st.booleans(),
     st.sampled_from(["1", "2"]),
@@ -648,7 +650,8 @@ def test_a_window_by_turn_or_step_is_made_a_row_at_a_time_as_it_was_held(
     sessions held whole gave (``store_usage`` of the sessions the window chose): the same
     rows, total and notes in the same order, folded or not, with forks, undone replies,
     replies in flight and parent links that loop or point at no session; and the same
-    again from the cache, made and read back."""
+    again from the cache, made and read back (its memo kept, no rendition: a window given
+    as ``7d`` names another time on every run), as Markdown and as a table's last rows."""
     monkeypatch.setattr(usage_module, "_PARALLEL_MIN_SESSIONS", 2)
     monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", workers)
     db = _odd_database(tmp_path_factory.mktemp("window"), changes, oddities)
@@ -679,8 +682,15 @@ def test_a_window_by_turn_or_step_is_made_a_row_at_a_time_as_it_was_held(
             made = [_usage_written(store, "json", None, **choices)]
             cache = ReportCache.open(store, root=root)
             made += [_usage_written(store, "json", cache, **choices) for _ in range(2)]
-    expected = b"".join(usage_pieces(UsageReport(**_report_fields(held, by)), "json"))
-    assert made == [expected] * 3
+            markdown = [_usage_written(store, "markdown", c, **choices) for c in (None, cache)]
+            last = [stored_usage_last(store, 2, cache=c, **choices) for c in (None, cache)]
+    whole = UsageReport(**_report_fields(held, by))
+    assert made == [b"".join(usage_pieces(whole, "json"))] * 3
+    assert markdown == [rows.report_markdown(whole)] * 2
+    for report, count in last:
+        assert (report.rows, count) == (whole.rows[-2:], len(whole.rows))
+        assert (report.total, report.notes) == (whole.total, whole.notes)
+    assert not list(root.glob("*/render-*"))  # a window's report keeps no rendition
 
 
 def _never_whole(*_args):

@@ -513,7 +513,7 @@ def usage_table(
 
     by = report.by
     every = len(report.rows) if row_count is None else row_count
-    rows = report.rows[-TABLE_ROWS:]
+    rows = report.rows[max(0, len(report.rows) - TABLE_ROWS) :]
     earlier = every - len(rows)
     several_sessions = len({r.session_id for r in rows if r.session_id}) > 1 and by in (
         "turn",

@@ -133,6 +133,7 @@ class _GroupFile:
         if self._file is not None:
             self._file.close()
             self._file = None
+            self._end = 0
 
 
 def _write_at(fd: int, piece: bytes, at: int) -> None:
@@ -272,11 +273,9 @@ class RowSpool:
         self._file = _GroupFile(item_type, folder)
         self._waiting: list[Any] = []
         self._pieces: list[tuple[bool, Any]] = []  # (True, rows held) or (False, groups)
-        self.count = 0  # rows added
 
     def add(self, row: Any) -> None:
         self._waiting.append(row)
-        self.count += 1
         if len(self._waiting) >= SPOOLED:
             self._set_aside()
 

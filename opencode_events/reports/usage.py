@@ -1644,10 +1644,17 @@ class _RowsAsMade:
 
     stored = True
 
-    def __init__(self, by: str, rows: Iterator[UsageRow], tail: Callable[[], UsageReport]) -> None:
+    def __init__(
+        self,
+        by: str,
+        rows: Iterator[UsageRow],
+        tail: Callable[[], UsageReport],
+        folder: str | None = None,
+    ) -> None:
         self.by = by
         self.rows = rows
         self._tail = tail
+        self.folder = folder  # where rows are set aside (the cache's; None: the system's)
 
     @property
     def columns(self) -> list[str]:
@@ -1688,8 +1695,8 @@ class _RowsAsMade:
         """``UsageReport.markdown_table``, its rows given as they are read back: the rows
         are set aside in a file (``RowSpool``) as they are made, since the columns are
         known only once every row was seen."""
-        spool = RowSpool(UsageRow)
-        unnamed = [c for c in self.columns if c not in _ALWAYS]  # no row has a value for
+        spool = RowSpool(UsageRow, self.folder)
+        unnamed = [c for c in self.columns if c not in _ALWAYS]  # the labels no row has yet
         try:
             for row in self.rows:
                 if unnamed:  # a few rows name every label: then the rest is not looked at
@@ -1732,7 +1739,7 @@ def _kept_rows(
     if then is None or kept is None:
         return None
     tail = UsageReport(by=by, rows=[], total=then[0], notes=then[1], stored=True)
-    return _RowsAsMade(by, kept, lambda: tail)
+    return _RowsAsMade(by, kept, lambda: tail, str(cache.folder))
 
 
 def _recalled(
@@ -1767,7 +1774,7 @@ def _tops(
     return tree, _outermost(ids, tree) if fold else ids
 
 
-def _turns_of_every_session(
+def _turns_as_made(
     store: Any,
     cache: ReportCache | None,
     memo: tuple[str, list[Any]],
@@ -1817,7 +1824,7 @@ def _turns_of_every_session(
     return _rows_as_made("turn", rows, notes, store, cache, memo, window, basis)
 
 
-def _steps_of_every_session(
+def _steps_as_made(
     store: Any,
     cache: ReportCache | None,
     memo: tuple[str, list[Any]],
@@ -1832,7 +1839,7 @@ def _steps_of_every_session(
     its rows as they are asked for: read from its memo, the
     last report brought up to date (all time: ``_steps_brought_up_to_date``), or made
     (``_grouped``: every inference read, set aside in sorted runs, and merged in order).
-    With ``cache``, spooled to the memo as ``_turns_of_every_session`` spools its rows.
+    With ``cache``, spooled to the memo as ``_turns_as_made`` spools its rows.
     A row is about 0.7 KB held: at 100,000 sessions, held whole, a report by step took
     1.8 GB."""
     all_time = since_ms is None and until_ms is None
@@ -1960,13 +1967,14 @@ def _rows_as_made(
             if close is not None:
                 close()  # a merge's runs let go at once
 
-    return _RowsAsMade(by, each(), lambda: tail[0])
+    return _RowsAsMade(by, each(), lambda: tail[0], None if cache is None else str(cache.folder))
 
 
-# The reports of every session made, and written, a row at a time.
+# The reports made, and written, a row at a time: by turn or step, of every session or of
+# the sessions a window alone chose (``_rows_memo``).
 _ROW_AT_A_TIME: dict[str, Callable[..., _RowsAsMade]] = {
-    "turn": _turns_of_every_session,
-    "step": _steps_of_every_session,
+    "turn": _turns_as_made,
+    "step": _steps_as_made,
 }
 
 
@@ -3782,7 +3790,8 @@ def stored_usage(
     session for a grouping of many (``covers_every_session``), else the last one. The
     inferences counted are those made in the window from ``since_ms`` to ``until_ms``.
     ``cache``: the report cache (``store_usage``; a report of every session is kept under
-    ``every_session_memo``)."""
+    ``every_session_memo``, one by turn or step of a window's under its window:
+    ``_rows_memo``)."""
     from ..store.open import every_session, select_sessions
 
     if by not in BY_STORE:
@@ -3797,7 +3806,7 @@ def stored_usage(
         "tz": tz,
         "until_ms": until_ms,
     }
-    made = _made_a_row_at_a_time(store, cache, _rows_memo(**choices), choices)
+    made = _made_a_row_at_a_time(store, cache, choices)
     if made is not None:  # made a row at a time, and spooled so
         return made.whole()
     memo = every_session_memo(**choices)
@@ -3861,13 +3870,11 @@ def _rows_memo(
 
 
 def _made_a_row_at_a_time(
-    store: Any,
-    cache: ReportCache | None,
-    memo: tuple[str, list[Any]] | None,
-    choices: dict[str, Any],
+    store: Any, cache: ReportCache | None, choices: dict[str, Any]
 ) -> _RowsAsMade | None:
-    """The report of ``choices`` (``stored_usage``'s) a row at a time, kept under ``memo``
-    (``_rows_memo``'s); None when there is no such memo."""
+    """The report of ``choices`` (``stored_usage``'s, ``by`` named) a row at a time, kept
+    under its memo (``_rows_memo``); None for a report that is not made so."""
+    memo = _rows_memo(**choices)
     if memo is None:
         return None
     since_ms, until_ms = choices.get("since_ms"), choices.get("until_ms")
@@ -3877,7 +3884,7 @@ def _made_a_row_at_a_time(
         def chosen() -> list[str]:
             return _window_sessions(store, since_ms, until_ms)
 
-    return _ROW_AT_A_TIME[choices.get("by", "turn")](
+    return _ROW_AT_A_TIME[choices["by"]](
         store, cache, memo, choices.get("fold", True), choices.get("tz"), since_ms, until_ms, chosen
     )
 
@@ -3899,14 +3906,14 @@ def stored_usage_last(
     store: Any, keep: int, *, cache: ReportCache | None = None, **choices: Any
 ) -> tuple[UsageReport, int]:
     """``stored_usage(store, cache=cache, **choices)`` holding only its last ``keep`` rows
-    (``keep`` ≥ 1: what a table draws), and how many rows the whole report has. A report
-    by turn or step of every session is made (or read back) a row at a time, never held:
-    at 100,000 sessions, millions of rows.
+    (``keep`` ≥ 0: what a table draws), and how many rows the whole report has. A report
+    by turn or step of every session, or of a window's, is made (or read back) a row at a
+    time, never held: at 100,000 sessions, millions of rows.
 
         report, rows = stored_usage_last(store, 1000, all_sessions=True, by="step")
     """
     choices = {"by": "turn", **choices}  # ``stored_usage``'s default
-    made = _made_a_row_at_a_time(store, cache, _rows_memo(**choices), choices)
+    made = _made_a_row_at_a_time(store, cache, choices)
     if made is not None:
         try:
             return made.last(keep)
@@ -3935,22 +3942,25 @@ def write_stored_usage(
     must name ``render`` (and ``apart``) exactly: a repeat of an unchanged database copies
     the bytes out of the cache's file and says the notes kept with them, without decoding
     the report or writing it again (for ``--by step`` of 10,000 sessions, 1.0 s and 318 MB
-    otherwise)."""
+    otherwise). A report by turn or step of every session or of a window's is written a
+    row at a time as it is made (``_made_a_row_at_a_time``), never held."""
     choices = {"by": "turn", **choices}  # ``stored_usage``'s default
-    rows_memo = _rows_memo(**choices)
-    memo = rows_memo or every_session_memo(**choices)
-    if cache is not None and memo is not None:
-        kept = cache.rendered(*memo, form)
-        if kept is not None:
-            kept.write_to(out)
-            if apart is not None and kept.notes:
-                apart(kept.notes)
-            return
-    made = _made_a_row_at_a_time(store, cache, rows_memo, choices)
+    # Only a report of every session keeps its rendition: a window's is asked again only
+    # if it was given as times, not as ``7d``, which names another time on every run.
+    memo = every_session_memo(**choices)
+    kept = cache.rendered(*memo, form) if cache is not None and memo is not None else None
+    if kept is not None:
+        kept.write_to(out)
+        if apart is not None and kept.notes:
+            apart(kept.notes)
+        return
+    made = _made_a_row_at_a_time(store, cache, choices)
     if made is not None:
         # A report by turn or step of every session, or of a window's: each row written
         # (and spooled to the memo) as it is made or read, never all held.
-        spool = cache.rendering(*memo, form, ahead=True) if cache is not None else None
+        spool = None
+        if cache is not None and memo is not None:
+            spool = cache.rendering(*memo, form, ahead=True)
         try:
             _write_rendered(render(made), made, out, spool, apart)  # type: ignore[arg-type]
         finally:
