@@ -2335,6 +2335,7 @@ def _grouped(
     scan.finish(day_of)
     steps = scan.steps_left() if by == "step" else []  # and its copies in ``scan.copies``
     groups, ready = scan.groups, scan.ready
+    scan.groups = {}  # emptied as they are folded into the report's (``_fold_days``)
     if use_ledger:
         if keeps:  # kept by a forked child while the report is made (``store_usage`` waits)
             found = (scan.entries, spill, owner, kept, scan.irregular)
@@ -2383,7 +2384,7 @@ def _grouped(
     if by == "project":  # a project's share: its top sessions' shares together
         shares = _by_project(shares, directories)
     groups = _fold_days(groups, by, owner, kept, directories)  # into the report's groups
-    result = [_group_row(by, key, groups[key]) for key in groups]
+    result = [_group_row(by, key, groups.pop(key)) for key in list(groups)]  # each let go
     result.sort(key=_sort_key(by))
     for row in result:
         row.cost = summed_cost(row.cost, _figures_in(row))
@@ -2722,8 +2723,9 @@ def _ints(packed: bytes) -> array[int]:
 
 def _directories(store: Any, session_ids: Sequence[str]) -> dict[str, str | None]:
     """Each session's directory, from its session row (one read of them all for many)."""
-    if len(session_ids) > 64:
-        return {row.id: row.directory for row in store.sessions()}
+    if len(session_ids) > 64:  # one at a time where the store can: never every row held
+        rows = store.each_session() if hasattr(store, "each_session") else store.sessions()
+        return {row.id: row.directory for row in rows}
     found: dict[str, str | None] = {}
     for sid in session_ids:
         row = store.session(sid)
@@ -2766,11 +2768,13 @@ def _fold_days(
 ) -> dict[Any, list[Any]]:
     """Groups by (session, day, model or agent) and the ``kept`` sessions' folded into the
     report's: by day, model or agent, or by the session each folds into (``owner``). A kept
-    group's costs are joined packed, and unpacked once per report group."""
+    group's costs are joined packed, and unpacked once per report group. ``groups`` is
+    emptied as it is folded (a report by session holds a group per session twice else)."""
     folded: dict[Any, list[Any]] = {}
     label = _fold_label(by, owner, directories)
     # The report's rows need each group's first time, not all its times.
-    for (sid, group), acc in groups.items():
+    for sid, group in list(groups):
+        acc = groups.pop((sid, group))
         key = label(sid, group)
         into = folded.get(key)
         if into is None:
@@ -2997,6 +3001,10 @@ class _Scan:
         since, until = self.since, self.until
         decoder = _FIGURES if by in _BY_DAYS else _MESSAGE
         decode = decoder.decode  # the first try inline: this loop runs once per message
+        # A group's times are the ledger's (its entries keep every inference's); without
+        # one, a group holds its figures and a few terms of its costs' sum, not two numbers
+        # per inference until the end (one process over a 30 GB table, by model or agent).
+        timed = self.ledger
         for sid, mid, created, data in rows:
             top = owner.get(sid)
             if top is None:
@@ -3037,7 +3045,9 @@ class _Scan:
             acc = groups.get(key)
             if acc is None:  # acc[8], the first time, only ever holds an integer
                 acc = groups[key] = _new_sums(None)
-            _add_message(acc, info, created)
+            _add_message(acc, info, created, timed)
+            if not timed and len(acc[6]) > _COMPACT_AT:  # no ledger keeps every cost
+                acc[6] = _bounded(acc[6])
         self.settle(day_of)
 
     def chunk(
@@ -3519,9 +3529,9 @@ def _handed_back(scan: _Scan, day_of: _DayOf) -> _Scan:
     return scan
 
 
-def _add_message(acc: list[Any], info: Any, created: Any) -> None:
+def _add_message(acc: list[Any], info: Any, created: Any, timed: bool = True) -> None:
     """Add one assistant message's figures (the one rule, ``figures``) to a group's
-    running sums."""
+    running sums; ``timed``: its time too (a ledger's entries keep every time)."""
     f = read_figures(info.tokens, info.cost)
     acc[0] += f.input
     acc[1] += f.output
@@ -3532,7 +3542,8 @@ def _add_message(acc: list[Any], info: Any, created: Any) -> None:
     acc[6].append(f.cost)
     acc[7] += 1
     if type(created) is int:
-        acc[9].append(created)
+        if timed:
+            acc[9].append(created)
         if acc[8] is None or created < acc[8]:
             acc[8] = created
 
