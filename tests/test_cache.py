@@ -1064,13 +1064,11 @@ def test_turns_of_a_change_read_only_its_family(tmp_path, monkeypatch, change):
         src.close()
 
 
-@pytest.mark.parametrize("cached", [False, True], ids=["no cache", "cache"])
-def test_turns_of_every_session_go_out_as_they_are_made(tmp_path, monkeypatch, cached):
-    """``usage --all`` by turn writes each session's rows as soon as they are made (and,
-    with the cache, spools them to its memo), never holding the report: the first row is
-    out before the last session is read. The report is the one held whole gives, and with
-    the cache its repeat (a row at a time from the memo) and its repeat after a change
-    (brought up to date, the kept rows read as they go) too."""
+def _a_session_of_each_capture(
+    tmp_path: Path,
+) -> tuple[Path, Path, dict[str, sqlite3.Connection]]:
+    """samples/task with the first session of each of ``SOURCES`` copied in (logged): the
+    database, a cache folder for it, and the captures' connections (to copy from again)."""
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
@@ -1079,6 +1077,17 @@ def test_turns_of_every_session_go_out_as_they_are_made(tmp_path, monkeypatch, c
         _copy_session(conn, src, _sessions(src)[0], logged=True)
     conn.commit()
     conn.close()
+    return db, root, sources
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["no cache", "cache"])
+def test_turns_of_every_session_go_out_as_they_are_made(tmp_path, monkeypatch, cached):
+    """``usage --all`` by turn writes each session's rows as soon as they are made (and,
+    with the cache, spools them to its memo), never holding the report: the first row is
+    out before the last session is read. The report is the one held whole gives, and with
+    the cache its repeat (a row at a time from the memo) and its repeat after a change
+    (brought up to date, the kept rows read as they go) too."""
+    db, root, sources = _a_session_of_each_capture(tmp_path)
     monkeypatch.setattr(rows, "LIST_BATCH", 1)
     choices = {"all_sessions": True, "by": "turn"}
 
@@ -1134,14 +1143,7 @@ def test_a_table_or_markdown_of_every_session_never_holds_its_rows(
     aside in a file as they pass) is made a row at a time, as the other formats are: the
     report held whole is never made. What is drawn is what the report held whole gives,
     made, read back from the memo, or brought up to date after a change."""
-    db, root = tmp_path / "opencode.db", tmp_path / "cache"
-    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
-    conn = sqlite3.connect(db)
-    for src in sources.values():
-        _copy_session(conn, src, _sessions(src)[0], logged=True)
-    conn.commit()
-    conn.close()
+    db, root, sources = _a_session_of_each_capture(tmp_path)
     choices = {"all_sessions": True, "by": by}
 
     def expected() -> tuple[bytes, UsageReport]:

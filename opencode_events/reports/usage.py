@@ -3848,36 +3848,29 @@ def stored_usage(
     return report
 
 
-def _rows_memo(
-    by: str = "turn",
-    session_ids: Sequence[str] = (),
-    *,
-    last: bool = False,
-    since_ms: int | None = None,
-    all_sessions: bool = False,
-    fold: bool = True,
-    tz: tzinfo | None = None,
-    until_ms: int | None = None,
-) -> tuple[str, list[Any]] | None:
-    """The memo a report made a row at a time (by turn or step) is kept under: that of
-    every session (``every_session_memo``), or one of its own for the sessions a window
-    alone chose (``since_ms`` or ``until_ms``, no session named, not ``last``:
-    ``_window_sessions``); None for any other report, which is held whole."""
+def _rows_memo(**choices: Any) -> tuple[str, list[Any]] | None:
+    """The memo a report made a row at a time (by turn or step) is kept under, for
+    ``stored_usage``'s ``choices``: that of every session (``every_session_memo``), or one
+    of its own for the sessions a window alone chose (``since_ms`` or ``until_ms``, no
+    session named, not ``last``: ``_window_sessions``); None for any other report, which
+    is held whole."""
+    by = choices.get("by", "turn")
     if by not in _ROW_AT_A_TIME:
         return None
-    memo = every_session_memo(
-        by,
-        session_ids,
-        last=last,
-        since_ms=since_ms,
-        all_sessions=all_sessions,
-        fold=fold,
-        tz=tz,
-        until_ms=until_ms,
-    )
-    if memo is not None or session_ids or last or (since_ms is None and until_ms is None):
+    memo = every_session_memo(**choices)
+    since_ms, until_ms = choices.get("since_ms"), choices.get("until_ms")
+    chosen = choices.get("session_ids") or choices.get("last")
+    if memo is not None or chosen or (since_ms is None and until_ms is None):
         return memo
-    return "usage-window", [by, fold, _zone(tz), since_ms, stale_after_ms(), until_ms]
+    zone = _zone(choices.get("tz"))
+    return "usage-window", [
+        by,
+        choices.get("fold", True),
+        zone,
+        since_ms,
+        stale_after_ms(),
+        until_ms,
+    ]
 
 
 def _made_a_row_at_a_time(
