@@ -185,18 +185,24 @@ def test_runs_set_aside_by_fresh_copies_and_adopted_in_order_merge_as_one(
     old = runs_module.FAN_IN, runs_module.GROUP
     runs_module.FAN_IN, runs_module.GROUP = fan_in, 2
     try:
-        runs = SortedRuns(UsageRow, _order)
+        runs, one = SortedRuns(UsageRow, _order), SortedRuns(UsageRow, _order)
         runs.share()
         start = 0
         for end in sorted({r % (len(rows) + 1) for r in ranges}) + [len(rows)]:
             worker = runs.fresh()
             for run in _runs_of(rows[start:end], cuts):
                 worker.add(run)
-            runs.adopt(worker.handed_over())
+                one.add(run)
+            handed = worker.handed_over()
+            assert {size for _held, _run, size in handed} <= {0}  # a copy merges none
+            runs.adopt(handed)
             assert worker.handed_over() == []
+            worker.close()  # a copy's close leaves the file to the runs it came from
             start = end
+        assert len(runs) == len(one)  # merged as they came, as if added here
         merged = list(runs.merged())
         runs.close()
+        one.close()
     finally:
         runs_module.FAN_IN, runs_module.GROUP = old
     assert [r.tool_calls for r in merged] == [r.tool_calls for r in sorted(rows, key=_order)]
@@ -238,3 +244,47 @@ def test_runs_set_aside_in_a_forked_child_are_adopted(tmp_path) -> None:
     assert list(runs.merged()) == sorted(rows, key=_order)
     assert list((tmp_path / "runs").iterdir()) == []
     runs.close()
+
+
+def test_runs_that_cannot_be_locked_are_not_shared(monkeypatch) -> None:
+    """A folder whose file system takes no lock (NFS without its lock daemon): ``share``
+    says so at once, and the runs are written as one process writes them."""
+    import fcntl
+
+    def no_lock(*_args):
+        raise OSError(37, "No locks available")
+
+    runs = SortedRuns(UsageRow, _order)
+    monkeypatch.setattr(fcntl, "lockf", no_lock)
+    with pytest.raises(OSError):
+        runs.share()
+    rows = [UsageRow(started=i % 5, message_id=f"m{i}") for i in range(600)]
+    for start in range(0, 600, 100):
+        runs.add(sorted(rows[start : start + 100], key=_order))
+    assert not any(runs._held)  # written, not held
+    assert list(runs.merged()) == sorted(rows, key=_order)
+    runs.close()
+
+
+def test_a_copy_hands_over_its_runs_unmerged_and_the_report_merges_them_as_added(
+    monkeypatch,
+) -> None:
+    """Ranges of many runs each: a worker's copy merges none (its runs are all of the
+    first size), so the report merges them as they come exactly as if each had been added
+    to it, and the runs left at the end stay few."""
+    monkeypatch.setattr(runs_module, "FAN_IN", 4)
+    rows = [UsageRow(started=(i * 31) % 97, message_id=f"m{i}") for i in range(2000)]
+    runs, one = SortedRuns(UsageRow, _order), SortedRuns(UsageRow, _order)
+    runs.share()
+    for start in range(0, 2000, 500):  # four ranges of ten runs
+        copy = runs.fresh()
+        for at in range(start, start + 500, 50):
+            copy.add(sorted(rows[at : at + 50], key=_order))
+            one.add(sorted(rows[at : at + 50], key=_order))
+        handed = copy.handed_over()
+        assert [size for _held, _run, size in handed] == [0] * 10
+        runs.adopt(handed)
+    assert len(runs) == len(one) == 4  # forty runs: four merged into one as they came
+    assert list(runs.merged()) == list(one.merged()) == sorted(rows, key=_order)
+    runs.close()
+    one.close()

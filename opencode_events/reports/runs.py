@@ -78,10 +78,16 @@ class _GroupFile:
 
     def share(self) -> None:
         """Make the file now, to be written by this process and the children it forks
-        after (raises ``OSError`` when it cannot be made): each group is then appended at
-        the file's end under a lock (POSIX locks are a process's own, so they hold between
-        processes sharing one open file)."""
+        after (raises ``OSError`` when it cannot be made, or locked: a folder on a file
+        system without locks): each group is then appended at the file's end under a lock
+        (POSIX locks are a process's own, so they hold between processes sharing one open
+        file)."""
+        import fcntl
+
         self._open()
+        fd = self._file.fileno()
+        fcntl.lockf(fd, fcntl.LOCK_EX)  # tried once here, not found failing group by group
+        fcntl.lockf(fd, fcntl.LOCK_UN)
         self._shared = True
 
     def _open(self) -> None:
@@ -167,6 +173,7 @@ class SortedRuns:
         self._key = key
         self._item_type = item_type
         self._file = _GroupFile(item_type, folder)
+        self._copy = False  # a ``fresh`` copy: neither merges its runs nor closes the file
         # each run: the (offset, length) of its groups in the file, or its rows held
         self._runs: list[list[tuple[int, int]] | list[Any]] = []
         self._held: list[bool] = []
@@ -183,9 +190,11 @@ class SortedRuns:
 
     def fresh(self) -> SortedRuns:
         """Empty runs of the same rows and order, in the same file (``share``: a worker's,
-        whose runs this process ``adopt``s)."""
+        whose runs this process ``adopt``s). A copy sets its runs aside as they are added,
+        unmerged, so that those it hands over are all of the first size, as added here;
+        its ``close`` leaves the file to the runs it was made from."""
         runs = SortedRuns(self._item_type, self._key)
-        runs._file = self._file
+        runs._file, runs._copy = self._file, True
         return runs
 
     def handed_over(self) -> list[tuple[bool, Any, int]]:
@@ -209,7 +218,8 @@ class SortedRuns:
         if not rows:
             return
         self._append(rows, 0)
-        self._fan_in(0)
+        if not self._copy:
+            self._fan_in(0)
 
     def _fan_in(self, size: int) -> None:
         """The last ``FAN_IN`` runs, while they are all of ``size``, merged into one of the
@@ -256,7 +266,8 @@ class SortedRuns:
 
     def close(self) -> None:
         """Let the file go (the runs cannot be read after)."""
-        self._file.close()
+        if not self._copy:
+            self._file.close()
         self._runs.clear()
         self._held.clear()
         self._sizes.clear()

@@ -60,6 +60,7 @@ from ..store import fastscan
 from ..store.ranges import in_forked_child, share_ranges, share_slices, worker_connection
 from ..store.rows import ancestry, descendants, offers_fast_scans, sessions_changed
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
+from ..workers import worker_count
 from .cache import UNENCODABLE, ReportCache, Spill, cache_digest
 from .runs import RowSpool, SortedRuns
 
@@ -2405,9 +2406,12 @@ _STEP_RUN = 20_000  # steps sorted and set aside at a time (about 15 MB held)
 
 def _runs_shared(scan: _Scan) -> bool:
     """Whether workers can read for ``scan``: by step, once its runs' file is made for
-    them to set their runs aside in too (else the steps are read here)."""
+    them to set their runs aside in too, and can be locked (else the steps are read
+    here, the file as it was)."""
     if scan.runs is None:
         return True
+    if worker_count() < 2:
+        return False  # one process: no file to share, no lock to take
     try:
         scan.runs.share()
     except OSError:
