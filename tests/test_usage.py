@@ -1326,6 +1326,33 @@ def test_null_data_in_a_row_is_a_row_not_read_not_a_crash(tmp_path, table, by):
     assert kinds.count("warning") == 1  # the row, read as the JSON null it stands for
 
 
+@pytest.mark.parametrize(
+    "by", ["turn", "step", "session", "model", "agent", "day", "week", "month", "project"]
+)
+def test_costs_that_sum_past_the_largest_float_are_inf_not_a_crash(tmp_path, by):
+    """A damaged store's costs near the largest double (each one a float, their sum not):
+    every grouping gives the total as a turn's running sum does, JSON's null (inf), with
+    the cache and without; before, a grouped report raised ``OverflowError`` in fsum."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "UPDATE message SET data = json_set(data, '$.cost', 1e308) "
+        "WHERE json_extract(data, '$.role') = 'assistant'"
+    )
+    conn.commit()
+    conn.close()
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for extra in (["--no-cache"], [], []):  # no cache; the cache's first run; a repeat
+        result = subprocess.run(
+            CLI + ["--db", str(db), "--all", "--by", by, "--format", "json", *extra],
+            capture_output=True,
+            env=env,
+        )
+        assert result.returncode == 0 and not result.stderr, result.stderr
+        assert json.loads(result.stdout)["total"]["cost"] is None
+
+
 def _priced(db: Path, costs: dict[str, float]) -> None:
     """Give each session's assistant messages (and their step-finish parts and the session
     row) the cost in ``costs``, by session id; a session with several inferences has its

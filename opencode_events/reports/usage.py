@@ -1147,7 +1147,7 @@ def _copies_counted(
     return _Copies(
         {copy[0] for copy in copies},
         len(inferences),
-        math.fsum(copy[2] for copy in inferences),  # exact: the same in any order
+        _fsum([copy[2] for copy in inferences]),  # exact: the same in any order
         candidates,
         originals,
     )
@@ -2372,7 +2372,7 @@ def _grouped(
     if skipped:
         notes.append(
             f"{skipped} forked cop{'y' if skipped == 1 else 'ies'} of earlier "
-            f"inferences not counted again (${math.fsum(skipped_costs):.4f})"
+            f"inferences not counted again (${_fsum(skipped_costs):.4f})"
         )
     if scan.unread:
         notes.append(_unread_rows_note(scan.unread))
@@ -2397,7 +2397,7 @@ def _grouped(
                 row.subagent_sessions, row.subagent_inferences = len(sessions), inferences
                 row.subagent_tokens = tokens
                 # as many of OpenCode's costs as inferences (``costs`` may be fewer terms)
-                row.subagent_cost = summed_cost(math.fsum(costs), inferences)
+                row.subagent_cost = summed_cost(_fsum(costs), inferences)
     return UsageReport(by=by, rows=result, total=_total(result), notes=notes, stored=True)
 
 
@@ -3606,6 +3606,16 @@ def _new_sums(first: Any) -> list[Any]:
 _COMPACT_AT = 1 << 12  # costs a group holds before they are put in fewer terms
 
 
+def _fsum(costs: Sequence[float] | array[float]) -> float:
+    """``math.fsum`` of ``costs``, the exact sum correctly rounded; where that overflows a
+    double (a damaged store's costs near the largest float) the plain sum, ``inf``, as a
+    turn's running sum gives it (JSON's ``null``): never an error."""
+    try:
+        return math.fsum(costs)
+    except OverflowError:
+        return sum(costs, 0.0)
+
+
 def _bounded(costs: array[float], most: int | None = None) -> array[float]:
     """``costs``, or when there are many of them, a few doubles whose exact sum is theirs,
     so that ``math.fsum`` of those and any more costs is the ``fsum`` of all: a day's
@@ -3700,7 +3710,7 @@ def _group_row(by: str, key: Any, acc: list[Any]) -> UsageRow:
         cache_read_tokens=acc[3],
         cache_write_tokens=acc[4],
         total_tokens=acc[5],
-        cost=math.fsum(acc[6]),
+        cost=_fsum(acc[6]),
         inferences=acc[7],
     )
     if by == "session":
