@@ -436,16 +436,8 @@ def stored_usage_of(
     """The ``usage`` report of the sessions ``request`` chooses (``stored_usage``), its
     zone and window read; a store that refuses is an ``InputError``."""
     from ..reports.usage import stored_usage
-    from ..store.open import store_files
-    from .streams import refuse_stdout_read
 
-    with open_store_noting(request.db_path) as store:
-        refuse_stdout_read(store_files(store))
-        return stored_usage(
-            store,
-            cache=report_cache(store, request.no_cache),
-            **_usage_choices(request, tz, since_ms, until_ms),
-        )
+    return _of_store(stored_usage, request, tz, since_ms, until_ms)
 
 
 def stored_usage_last_of(
@@ -454,14 +446,32 @@ def stored_usage_last_of(
     """``stored_usage_of``'s report holding only its last ``keep`` rows (a table's), and
     how many rows it has (``reports.usage.stored_usage_last``: never all held)."""
     from ..reports.usage import stored_usage_last
+
+    return _of_store(
+        lambda store, **options: stored_usage_last(store, keep, **options),
+        request,
+        tz,
+        since_ms,
+        until_ms,
+    )
+
+
+def _of_store(
+    report: Callable[..., Any],
+    request: UsageRequest,
+    tz: Any,
+    since_ms: int | None,
+    until_ms: int | None,
+) -> Any:
+    """``report(store, cache=…, **choices)`` of the store ``request`` names, its choices as
+    the request makes them (``_usage_choices``)."""
     from ..store.open import store_files
     from .streams import refuse_stdout_read
 
     with open_store_noting(request.db_path) as store:
         refuse_stdout_read(store_files(store))
-        return stored_usage_last(
+        return report(
             store,
-            keep,
             cache=report_cache(store, request.no_cache),
             **_usage_choices(request, tz, since_ms, until_ms),
         )

@@ -168,6 +168,7 @@ def usage(
         raise click.UsageError("--all already reads every session; leave out the others")
     from_store = chose_stored or (not inputs and sys.stdin is not None and sys.stdin.isatty())
     start, end = window_ms(since, until, zone)  # once: "2h" is read against the clock
+    row_count = None  # the report's, where it holds only the rows a table draws
     try:
         if from_store:
             chosen_sessions = UsageRequest(
@@ -192,7 +193,6 @@ def usage(
                 )
             else:
                 report = stored_usage_of(chosen_sessions, zone, start, end)
-                row_count = len(report.rows)
         else:
             opened = open_inputs(inputs)
             refuse_stdout_read(inputs or ("-",))
@@ -203,7 +203,6 @@ def usage(
                 _write_usage_as_read(streamed, chosen, csv_raw=csv_raw, live=live)
                 return
             report = streamed.report(list(streamed.rows()))
-            row_count = len(report.rows)
     except GroupingError as exc:  # the library's words; the command's name its options
         if not from_store and by not in BY_STREAM:
             raise click.UsageError(

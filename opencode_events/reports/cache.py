@@ -77,6 +77,9 @@ __all__ = [
     "ASIDE_ENTRIES",
     "UNENCODABLE",
     "Spill",
+    "appended",
+    "read_at",
+    "write_at",
 ]
 
 T = TypeVar("T")
@@ -152,7 +155,7 @@ class _Items:
         self.file, self.offset, self.size = file, offset, size
 
     def read(self, at: int, length: int) -> bytes:
-        return _read_at(self.file.fileno(), length, at, "a memo")
+        return read_at(self.file.fileno(), length, at, "a memo")
 
 
 class _Unsound(Exception):
@@ -907,25 +910,12 @@ class Spill:
         self.fd = fd
 
     def put(self, piece: bytes) -> int:
-        """Append ``piece``; its offset. Processes sharing the file take turns: the end is
-        found and written under a lock (POSIX locks are a process's own, so they hold
-        between processes sharing one open file)."""
-        import fcntl
-
-        fcntl.lockf(self.fd, fcntl.LOCK_EX)
-        try:
-            offset = at = os.fstat(self.fd).st_size
-            view = memoryview(piece)
-            while view:
-                written = os.pwrite(self.fd, view, at)
-                view, at = view[written:], at + written
-        finally:
-            fcntl.lockf(self.fd, fcntl.LOCK_UN)
-        return offset
+        """Append ``piece``; its offset (``appended``)."""
+        return appended(self.fd, piece)
 
     def get(self, offset: int, length: int) -> bytes:
         """The ``length`` bytes put at ``offset`` (``OSError`` if they are not all there)."""
-        return _read_at(self.fd, length, offset, "a spilled piece")
+        return read_at(self.fd, length, offset, "a spilled piece")
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -1134,12 +1124,36 @@ def _unnamed_file(folder: Path) -> int:
     return fd
 
 
-def _read_at(fd: int, length: int, at: int, what: str) -> bytes:
-    """The ``length`` bytes at ``at`` of ``fd`` (``OSError`` if they are not all there)."""
+def read_at(fd: int, length: int, at: int, what: str) -> bytes:
+    """The ``length`` bytes at ``at`` of ``fd`` (``OSError`` if they are not all there:
+    ``what`` names them)."""
     piece = os.pread(fd, length, at)
     if len(piece) != length:
         raise OSError(errno.EIO, f"{what} was cut short while read")
     return piece
+
+
+def write_at(fd: int, piece: bytes, at: int) -> None:
+    """``piece`` written whole at ``at`` of ``fd`` (``OSError`` if it cannot be)."""
+    view = memoryview(piece)
+    while view:
+        written = os.pwrite(fd, view, at)
+        view, at = view[written:], at + written
+
+
+def appended(fd: int, piece: bytes) -> int:
+    """``piece`` written at the end of ``fd``'s file; where it lies. Processes sharing the
+    file take turns: the end is found and written under a lock (POSIX locks are a
+    process's own, so they hold between processes sharing one open file)."""
+    import fcntl
+
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    try:
+        at = os.fstat(fd).st_size
+        write_at(fd, piece, at)
+    finally:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+    return at
 
 
 def _new_file(folder: Path, access: int = os.O_WRONLY) -> tuple[int, Path]:

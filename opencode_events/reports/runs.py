@@ -44,6 +44,7 @@ from typing import Any
 import msgspec
 
 from ..errors import InputError
+from .cache import appended, read_at, write_at
 
 __all__ = ["SortedRuns", "RowSpool", "GROUP"]
 
@@ -114,9 +115,9 @@ class _GroupFile:
             if not checked:
                 self._decoder.decode(piece)
             if self._shared:
-                groups.append((_appended(fd, piece), len(piece)))
+                groups.append((appended(fd, piece), len(piece)))
                 continue
-            _write_at(fd, piece, self._end)
+            write_at(fd, piece, self._end)
             groups.append((self._end, len(piece)))
             self._end += len(piece)
         return groups  # rows cut short by an error are never listed: their bytes lie unused
@@ -125,11 +126,8 @@ class _GroupFile:
         """The rows of ``groups`` (as ``written`` gave them), a group at a time."""
         fd = self._file.fileno()
         for offset, length in groups:
-            data = os.pread(fd, length, offset)
             try:
-                if len(data) != length:
-                    raise OSError(f"cut short ({len(data)} of {length} bytes)")
-                rows = self._decoder.decode(data)
+                rows = self._decoder.decode(read_at(fd, length, offset, "a group of rows"))
             except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
                 # only what changed the file under us: every group was read back when written
                 raise InputError(f"rows set aside could not be read back: {exc}") from None
@@ -140,26 +138,6 @@ class _GroupFile:
             self._file.close()
             self._file = None
             self._end = 0
-
-
-def _write_at(fd: int, piece: bytes, at: int) -> None:
-    view = memoryview(piece)
-    while view:
-        written = os.pwrite(fd, view, at)
-        view, at = view[written:], at + written
-
-
-def _appended(fd: int, piece: bytes) -> int:
-    """``piece`` written at the end of the file, under a lock; where it lies."""
-    import fcntl
-
-    fcntl.lockf(fd, fcntl.LOCK_EX)
-    try:
-        at = os.fstat(fd).st_size
-        _write_at(fd, piece, at)
-    finally:
-        fcntl.lockf(fd, fcntl.LOCK_UN)
-    return at
 
 
 class SortedRuns:

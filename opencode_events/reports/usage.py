@@ -59,7 +59,7 @@ from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import in_forked_child, share_ranges, share_slices, worker_connection
 from ..store.rows import ancestry, descendants, offers_fast_scans, sessions_changed
-from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
+from ..store.sqlite import SQLITE_ERRORS, Store, sqlite_reason
 from ..workers import worker_count
 from .cache import UNENCODABLE, ReportCache, Spill, cache_digest
 from .runs import RowSpool, SortedRuns
@@ -1027,7 +1027,8 @@ def _part_tuples(parts: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
         yield part.id, part.message_id, None, part.time_created, part.data
 
 
-_HEAD = 256  # bytes: a part this long or longer is judged by its head (``Store.part_heads``)
+# bytes: a part this long or longer is judged by its head (``Store.part_heads``)
+_HEAD = Store._TOOL_HEAD_BYTES
 
 
 def _first_words(text: str, limit: int = 48) -> str:
@@ -1675,9 +1676,7 @@ class _RowsAsMade:
         return self._ended().notes
 
     def whole(self) -> UsageReport:
-        rows = list(self.rows)
-        tail = self._tail()
-        return UsageReport(by=self.by, rows=rows, total=tail.total, notes=tail.notes, stored=True)
+        return self._holding(list(self.rows))
 
     def last(self, keep: int) -> tuple[UsageReport, int]:
         """The report holding only its last ``keep`` rows, and how many rows it has."""
@@ -1686,11 +1685,12 @@ class _RowsAsMade:
         for row in self.rows:
             held.append(row)
             count += 1
+        return self._holding(list(held)), count
+
+    def _holding(self, rows: list[UsageRow]) -> UsageReport:
+        """The report, its total and notes whole, holding ``rows`` (the rows given)."""
         tail = self._tail()
-        report = UsageReport(
-            by=self.by, rows=list(held), total=tail.total, notes=tail.notes, stored=True
-        )
-        return report, count
+        return UsageReport(by=self.by, rows=rows, total=tail.total, notes=tail.notes, stored=True)
 
     def markdown_table(self) -> tuple[list[str], Iterator[dict[str, Any]], list[str]]:
         """``UsageReport.markdown_table``, its rows given as they are read back: the rows
@@ -3522,9 +3522,7 @@ def _handed_back(scan: _Scan, day_of: _DayOf) -> _Scan:
     """A worker's scan made ready for its parent."""
     scan.finish(day_of)
     if scan.runs is not None:  # by step: the range's last rows a run too, and the runs' places
-        steps = scan.steps_left()
-        _in_step_order(steps)
-        scan.runs.add(steps)
+        scan._set_steps_aside()
         scan.step_runs, scan.runs = scan.runs.handed_over(), None
     scan.owner = {}  # the parent has it; don't send it back
     scan.spill = None  # nor its file (a copy in the parent would close the parent's)

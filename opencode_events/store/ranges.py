@@ -100,15 +100,13 @@ def share_ranges(
     own in memory and rings a doorbell (a pipe); this process reads the results between
     its own ranges, then as the doorbell rings. A child's exception is raised here; a
     range a child took and did not finish (it died) is done here."""
-    uri = store.uri if isinstance(store, RowidRanges) else None
-    workers = worker_count()
-    if uri is None or workers < 2 or not hasattr(os, "fork"):
+    able = _shareable(store)
+    if able is None:
         return None
-    ranges = store.rowid_ranges(table, min(workers * SHARES, 255))
+    ranges = store.rowid_ranges(table, min(able[1] * SHARES, 255))
     if len(ranges) < 2 or ranges[-1][1] - ranges[0][0] < min_rows:
         return None
-    sharing = _Sharing(uri, ranges, worker, args, workers - 1 if here else workers, here)
-    return Pending(sharing.each, sharing.stop)
+    return _shared(able, ranges, worker, args, here)
 
 
 def share_slices(
@@ -120,13 +118,35 @@ def share_slices(
     each result, held while it is handed out, is a small part of the whole; results in
     order. None where it is not possible (no ``fork``, one worker, a store not on disk).
     ``here=False``: only forked children take slices (one per worker)."""
-    uri = store.uri if isinstance(store, RowidRanges) else None
-    workers = worker_count()
-    if uri is None or workers < 2 or not hasattr(os, "fork") or count < 2:
+    able = _shareable(store)
+    if able is None or count < 2:
         return None
     pieces = min(count, 255)
     bounds = [count * i // pieces for i in range(pieces + 1)]
     ranges = list(zip(bounds, bounds[1:], strict=False))
+    return _shared(able, ranges, worker, args, here)
+
+
+def _shareable(store: Any) -> tuple[str, int] | None:
+    """The store's URI and how many processes may read it (``worker_count``), when forked
+    children can read it at all: a database on disk, ``fork``, two workers or more."""
+    uri = store.uri if isinstance(store, RowidRanges) else None
+    workers = worker_count()
+    if uri is None or workers < 2 or not hasattr(os, "fork"):
+        return None
+    return uri, workers
+
+
+def _shared(
+    able: tuple[str, int],
+    ranges: list[tuple[int, int]],
+    worker: Callable[..., Any],
+    args: tuple[Any, ...],
+    here: bool,
+) -> Pending:
+    """``ranges`` handed out to the children started (``_Sharing``), this process taking
+    its turn too if ``here``."""
+    uri, workers = able
     sharing = _Sharing(uri, ranges, worker, args, workers - 1 if here else workers, here)
     return Pending(sharing.each, sharing.stop)
 
