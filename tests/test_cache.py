@@ -595,10 +595,12 @@ def test_turns_read_by_workers_are_those_read_in_one_process(
     no session."""
     monkeypatch.setattr(usage_module, "_PARALLEL_MIN_SESSIONS", 2)
     db = _odd_database(tmp_path_factory.mktemp("turns"), changes, oddities)
-    if orphan:  # a subagent whose parent has no turn to fold it into: listed apart
-        conn = sqlite3.connect(db)
-        first = conn.execute("SELECT id FROM session ORDER BY time_created LIMIT 1")
-        empty = conn.execute("SELECT * FROM session WHERE id = ?", first.fetchone())
+    conn = sqlite3.connect(db)
+    first = conn.execute("SELECT id FROM session ORDER BY time_created LIMIT 1").fetchone()
+    conn.close()
+    if orphan and first is not None:  # a subagent whose parent has no turn to fold it into
+        conn = sqlite3.connect(db)  # (listed apart); none where every session was deleted
+        empty = conn.execute("SELECT * FROM session WHERE id = ?", first)
         row = dict(zip([c[0] for c in empty.description], empty.fetchone(), strict=True))
         row.update(id="ses_0empty", parent_id=None)
         conn.execute(
