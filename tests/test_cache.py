@@ -450,6 +450,7 @@ def test_every_report_equals_a_recomputation(
         monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", whole_table)
         # and the steps set aside in sorted runs of a few, merged a few at a time
         monkeypatch.setattr(usage_module, "_STEP_RUN", 3)
+        monkeypatch.setattr(report_cache, "_PIECE", 256)  # ledgers in groups of a few entries
         monkeypatch.setattr(runs_module, "FAN_IN", 2)
         monkeypatch.setattr(runs_module, "GROUP", 2)
     tmp = tmp_path_factory.mktemp("cache")
@@ -798,6 +799,84 @@ def test_a_damaged_or_foreign_cache_is_ignored_and_rebuilt(tmp_path, damage) -> 
             cache = ReportCache.open(store, root=root)
             assert cache.ledger("sessions", ["counts", 1], dict) != {} or True
             assert cache._read(next(root.rglob("memo-*")).name) is not None
+
+
+LEDGER_REPORTS = [
+    which
+    for which, (kind, options) in enumerate(REPORTS)
+    if kind == "usage" and options.get("by") not in ("turn", "step")
+]
+
+
+@pytest.mark.parametrize("which", LEDGER_REPORTS, ids=[str(REPORTS[w][1]) for w in LEDGER_REPORTS])
+def test_a_ledger_is_read_a_group_at_a_time_as_it_is_used(tmp_path, monkeypatch, which) -> None:
+    """A grouped report's ledger is written in groups of entries and read back a group at a
+    time, as often as the report needs (which sessions it stands for, then their groups
+    folded in), never whole: with groups of an entry or two, a report from the ledger alone
+    (forks, a window, a subagent) is the report without the cache, and no read of the
+    ledger's file takes more than a group."""
+    monkeypatch.setattr(report_cache, "_PIECE", 64)  # a group per entry or two
+    changes = [("fork", True, 3, "fork"), ("new_child", True, 5, "task")]
+    db = _odd_database(tmp_path, changes, [])
+    root = tmp_path / "cache"
+    options = REPORTS[which][1]
+    expected = _report(db, which, None)
+    with open_store(db) as store:  # the ledger, of every session at all times
+        cache = ReportCache.open(store, root=root)
+        stored_usage(store, cache=cache, all_sessions=True, by=options["by"])
+    for memo in root.rglob("memo-*"):
+        memo.unlink()
+    ledgers = list(root.rglob("ledger-*"))
+    reads: list[int] = []
+    real_read_at = report_cache.read_at
+
+    def read_at(fd: int, length: int, at: int, what: str) -> bytes:
+        if what == "a ledger":
+            reads.append(length)
+        return real_read_at(fd, length, at, what)
+
+    monkeypatch.setattr(report_cache, "read_at", read_at)
+    monkeypatch.setattr(ReportCache, "ledger", lambda *_a: pytest.fail("a ledger decoded whole"))
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        document = msgspec.json.encode(
+            stored_usage(store, cache=cache, **REPORTS[which][1]).document()
+        )
+        assert cache.hits > 1  # from the ledger
+    assert document == expected
+    largest = max(f.stat().st_size for f in ledgers)
+    assert reads and max(reads) < largest // 4  # its groups, never the whole file
+
+
+def test_a_ledger_damaged_in_its_entries_is_ignored_and_one_changed_while_read_an_error(
+    tmp_path,
+) -> None:
+    """A ledger whose head and groups are sound but whose entries are not is not trusted
+    (nothing is kept from it). One changed in place after it was opened, which no run of
+    ours does, is one error when its entries are read again, and it is let go."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=tmp_path / "cache")
+        sids = list(cache.stamps)
+        cache.keep_ledger("test", [1], {sid: [sid, 7] for sid in sids})
+        (ledger,) = cache.folder.glob("ledger-*")
+        entries = cache.ledger_entries("test", [1])
+        assert entries.count == len(sids)
+        assert [msgspec.msgpack.decode(e) for _sid, e in entries.each()] == [[s, 7] for s in sids]
+        data = bytearray(ledger.read_bytes())
+        at = data.index(sids[0].encode())
+        data[at - 1 : at + len(sids[0])] = b"\xc1" * (len(sids[0]) + 1)  # never valid msgpack
+        ledger.write_bytes(bytes(data))  # in place: the open file sees it
+        with pytest.raises(InputError, match="damaged while read"):
+            list(entries.each())
+        assert not ledger.exists()
+        entries.close()
+        cache.keep_ledger("test", [1], {sid: [sid, 7] for sid in sids})
+        (ledger,) = cache.folder.glob("ledger-*")
+        ledger.write_bytes(bytes(data))  # damaged before it is opened: not trusted
+        assert cache.ledger_entries("test", [1]).count == 0
+        assert cache.ledger("test", [1], list) == {}
 
 
 _IN_A_PROCESS = """

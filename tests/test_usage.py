@@ -801,10 +801,8 @@ def test_the_ledger_workers_keep_is_the_one_this_process_keeps(
         assert report(root) == expected
         (ledger,) = root.rglob("ledger-*")
         # the entries as written (the header names the database's state, its epoch too),
-        # each session's bytes; the map's order is the order the parts were read in
-        body = report_cache._HEADER.decode(ledger.read_bytes()).body
-        request, entries = msgspec.msgpack.decode(body, type=tuple[Any, dict[str, msgspec.Raw]])
-        kept[how] = (request, {sid: bytes(entry) for sid, entry in entries.items()})
+        # each session's stamp and bytes, in the order the parts were read in
+        kept[how] = _ledger_file_entries(report_cache, ledger.read_bytes())
         for memo in root.rglob("memo-*"):
             memo.unlink()
         assert report(root) == expected  # from the ledger alone
@@ -812,6 +810,28 @@ def test_the_ledger_workers_keep_is_the_one_this_process_keeps(
         ran.clear()
         assert [p.name for p in root.rglob(".tmp-*")] == []  # no spill left behind
     assert kept["workers"] == kept["here"] == kept["here in ranges"]
+
+
+def _ledger_file_entries(report_cache: Any, data: bytes) -> tuple[Any, dict[str, Any]]:
+    """A ledger file's request and each session's stamp and entry's bytes, read as its
+    format lays them out (``ReportCache.keep_ledger``): no session twice."""
+    length = int.from_bytes(data[:8], "big")
+    request = msgspec.msgpack.decode(report_cache._HEADER.decode(data[8 : 8 + length]).body)
+    tail = int.from_bytes(data[-8:], "big")
+    at, items = 8 + length, []
+    for count, size in msgspec.msgpack.decode(data[-8 - tail : -8]):
+        group = report_cache._array_head(count) + data[at : at + size]
+        items += [
+            (sid, stamp, bytes(entry))
+            for sid, stamp, entry in msgspec.msgpack.decode(
+                group, type=list[tuple[str, Any, msgspec.Raw]]
+            )
+        ]
+        at += size
+    assert at == len(data) - 8 - tail  # nothing between the items and their groups
+    entries = {sid: (stamp, entry) for sid, stamp, entry in items}
+    assert len(entries) == len(items)
+    return request, entries
 
 
 def test_session_ids_are_the_sorted_session_rows(tmp_path: Path):

@@ -50,7 +50,7 @@ import io
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -77,6 +77,7 @@ __all__ = [
     "ASIDE_ENTRIES",
     "UNENCODABLE",
     "Spill",
+    "LedgerEntries",
     "appended",
     "read_at",
     "write_at",
@@ -84,8 +85,9 @@ __all__ = [
 
 T = TypeVar("T")
 
-FORMAT = 5  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
-# 4: a memo's groups; 5: a report by turn of every session spooled row by row
+FORMAT = 6  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
+# 4: a memo's groups; 5: a report by turn of every session spooled row by row; 6: a
+# ledger's entries in groups, read as they are used
 MEMOS = 16  # whole reports kept per database
 DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
@@ -156,6 +158,73 @@ class _Items:
 
     def read(self, at: int, length: int) -> bytes:
         return read_at(self.file.fileno(), length, at, "a memo")
+
+
+_UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError)
+_LEDGER_GROUP = msgspec.msgpack.Decoder(list[tuple[str, int | None, msgspec.Raw]])
+
+
+class LedgerEntries:
+    """The entries of a ledger still true of the database (``ReportCache.ledger_entries``):
+    ``count`` of them, left in the ledger's file (opened when its head was checked, so a run
+    that replaces the file meanwhile changes nothing here) and read a group at a time as
+    often as they are asked for. ``each`` gives (session, the entry's bytes), for the
+    caller to decode as its type, or as a smaller view of it::
+
+        entries = cache.ledger_entries("usage-days", request)
+        for sid, entry in entries.each():
+            days = decoder.decode(entry)
+
+    Every group decoded once when the file was opened; one that fails later (a file changed
+    in place, never by a run of ours) is an ``InputError``, and the file is let go."""
+
+    def __init__(
+        self,
+        file: BinaryIO | None,
+        offset: int,
+        groups: Sequence[tuple[int, int]] = (),
+        stamps: Mapping[str, Any] | None = None,
+        path: Path | None = None,
+    ) -> None:
+        self._file, self._offset, self._groups = file, offset, groups
+        self._stamps = stamps or {}
+        self._path = path
+        self.count = 0
+        self.picked: dict[str, bytes] = {}  # the entries asked for first (``ledger_entries``)
+
+    def each(self) -> Iterator[tuple[str, msgspec.Raw]]:
+        """(session, entry) of every entry still true, in the order they were kept."""
+        if self._file is None:
+            return
+        fd, stamps, at = self._file.fileno(), self._stamps, self._offset
+        for count, size in self._groups:
+            try:
+                data = _array_head(count) + read_at(fd, size, at, "a ledger")
+                with _collector_paused():
+                    group = _LEDGER_GROUP.decode(data)
+            except (OSError, *_UNDECODABLE) as exc:
+                with _quietly():
+                    self._path.unlink()  # type: ignore[union-attr]
+                raise InputError(
+                    f"the report cache {self._path} was damaged while read: run again"
+                ) from exc
+            at += size
+            # Only OpenCode wrote (or nothing): an unstamped session it wrote to has a stamp
+            # now, so one still without is as unchanged as a stamp that held.
+            for sid, stamp, entry in group:
+                if stamps.get(sid) == stamp:
+                    yield sid, entry
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file = None
+
+    def __enter__(self) -> LedgerEntries:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
 class _Unsound(Exception):
@@ -337,7 +406,7 @@ class ReportCache:
     def _read(self, name: str) -> _Header | None:
         try:
             with open(self.folder / name, "rb") as file:
-                data = file.read(_LARGEST + 1)
+                data = file.read(_bounded_size(file))
         except OSError:
             return None
         return self._sound(data)
@@ -358,7 +427,7 @@ class ReportCache:
                 if header is None:
                     raise _Unsound
                 return header, _Items(file, 8 + length, os.fstat(file.fileno()).st_size)
-            data = first + file.read(_LARGEST + 1)
+            data = first + file.read(_bounded_size(file))
         except (_Unsound, OSError):
             file.close()
             return None
@@ -775,58 +844,115 @@ class ReportCache:
     # ------------------------------------------------------------------ ledgers
 
     def ledger(self, kind: str, request: Any, type_: type[T]) -> dict[str, T]:
-        """The entries of ledger ``kind`` still true of the database: a session's whose
-        stamp is unchanged (or still none), while only OpenCode wrote."""
+        """The entries of ledger ``kind`` still true of the database, decoded whole: a
+        session's whose stamp is unchanged (or still none), while only OpenCode wrote. For a
+        small ledger; a large one is read as it is used (``ledger_entries``)."""
         name = f"ledger-{_digest([kind, request])}"
         if name in self._ledgers:  # read once per run
             return self._ledgers[name]
-        self._ledgers[name] = kept = self._read_ledger(name, request, type_)
-        return kept
-
-    def _read_ledger(self, name: str, request: Any, type_: type[T]) -> dict[str, T]:
-        header = self._read(name)
-        if header is None:
-            return {}
-        whole = header.fingerprint == self.fingerprint
-        if not whole and not self._only_opencode_since(header.fingerprint):
-            # The database changed but OpenCode's event log did not: a write that bypassed
-            # it (another program), which no stamp would show. Nothing is trusted.
-            return {}
-        try:
-            with _collector_paused():
-                kept_request, entries = msgspec.msgpack.decode(
-                    header.body, type=tuple[Any, dict[str, tuple[int | None, type_]]]
-                )
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
-            return {}
-        if kept_request != request:
-            return {}
-        stamps = self.stamps
+        found = self._open_ledger(name, request)
         kept: dict[str, T] = {}
-        for sid, (stamp, entry) in entries.items():
-            # Only OpenCode wrote (or nothing): an unstamped session it wrote to has a
-            # stamp now, so one still without is as unchanged as a stamp that held.
-            if stamps.get(sid) == stamp:
-                kept[sid] = entry
+        if found is not None:
+            decoder = msgspec.msgpack.Decoder(type_)
+            try:
+                with _collector_paused(), found:
+                    for sid, entry in found.each():
+                        kept[sid] = decoder.decode(entry)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, InputError):
+                kept = {}
         self.hits = len(kept)
+        self._ledgers[name] = kept
         return kept
 
-    def keep_ledger(
+    def ledger_entries(
         self,
         kind: str,
         request: Any,
-        entries: Mapping[str, Any] | Iterable[tuple[str, Any]],
-        count: int | None = None,
+        pick: Callable[[], Container[str]] = frozenset,
+    ) -> LedgerEntries:
+        """The entries of ledger ``kind`` still true of the database (as ``ledger``), left
+        in their file and read a group at a time as they are asked for
+        (``LedgerEntries.each``, as often as need be): never held whole, whatever the
+        number of sessions. Empty when there is none to trust. ``pick``: the sessions whose
+        entries are wanted before the others (``LedgerEntries.picked``), asked only when
+        there is a ledger."""
+        name = f"ledger-{_digest([kind, request])}"
+        found = self._open_ledger(name, request, pick)
+        if found is None:
+            return LedgerEntries(None, 0)
+        self.hits = found.count
+        return found
+
+    def _open_ledger(
+        self, name: str, request: Any, pick: Callable[[], Container[str]] = frozenset
+    ) -> LedgerEntries | None:
+        """Ledger ``name``'s file, opened, when it is sound, of ``request``, and of this
+        database in this state or one only OpenCode's writes led from, with each of its
+        groups read once (each must decode) to count the entries still true, and to take
+        those of the sessions ``pick`` gives."""
+        try:
+            file = open(self.folder / name, "rb", buffering=0)  # noqa: SIM115 - the entries'
+        except OSError:
+            return None
+        entries = LedgerEntries(None, 0)
+        try:
+            first = file.read(8)
+            length = int.from_bytes(first, "big") if len(first) == 8 and first[0] == 0 else 0
+            header = self._sound(file.read(length)) if 0 < length <= _LARGEST else None
+            if header is None:
+                raise _Unsound
+            whole = header.fingerprint == self.fingerprint
+            # The database changed but OpenCode's event log did not: a write that bypassed
+            # it (another program), which no stamp would show. Nothing is trusted.
+            if not whole and not self._only_opencode_since(header.fingerprint):
+                raise _Unsound
+            if msgspec.msgpack.decode(header.body) != request:
+                raise _Unsound
+            size = os.fstat(file.fileno()).st_size
+            tail = int.from_bytes(read_at(file.fileno(), 8, size - 8, "a ledger"), "big")
+            end = size - 8 - tail
+            if not 8 + length <= end < size:
+                raise _Unsound
+            groups = msgspec.msgpack.decode(
+                read_at(file.fileno(), tail, end, "a ledger"), type=list[tuple[int, int]]
+            )
+            if any(not 0 < n < 1 << 32 or s < 0 for n, s in groups):
+                raise _Unsound
+            if 8 + length + sum(group_size for _count, group_size in groups) != end:
+                raise _Unsound  # items cut short, or added to
+            entries = LedgerEntries(file, 8 + length, groups, self.stamps, self.folder / name)
+            picked = pick()
+            for sid, entry in entries.each():
+                entries.count += 1
+                if sid in picked:
+                    entries.picked[sid] = bytes(entry)  # not the group's whole buffer
+        except (_Unsound, OSError, ValueError, InputError, *_UNDECODABLE):
+            entries.close()
+            file.close()
+            return None
+        except BaseException:
+            file.close()
+            raise
+        return entries
+
+    def keep_ledger(
+        self, kind: str, request: Any, entries: Mapping[str, Any] | Iterable[tuple[str, Any]]
     ) -> None:
         """Keep ``entries`` (session → what the report keeps of it), each under the stamp
-        read when the cache was opened. ``entries`` may be ``count`` (session, entry) pairs
-        made one at a time: each is encoded as it comes, so that a large ledger is never
-        held whole as objects."""
+        read when the cache was opened. ``entries`` may be (session, entry) pairs made one
+        at a time, an entry its encoding (``msgspec.Raw``): each is encoded as it comes, so
+        that a large ledger is never held whole as objects.
+
+        The file: the length of its head (8 bytes), the head (a ``_Header`` whose body is the
+        request), then each entry as (session, stamp, entry) in groups of about ``_PIECE``
+        bytes, then the groups' item counts and lengths, and the length of those (8 bytes):
+        read back a group at a time (``LedgerEntries``)."""
         if isinstance(entries, Mapping):
-            entries, count = entries.items(), len(entries)
+            entries = entries.items()
         name = f"ledger-{_digest([kind, request])}"
         self._ledgers.pop(name, None)
-        self._write(name, self._ledger_body(request, entries, count or 0))
+        head = self._head() + _ENCODER.encode(request)
+        self._replace(name, self._ledger_pieces(len(head).to_bytes(8, "big") + head, entries))
 
     def spill(self) -> Spill | None:
         """A new ``Spill`` in this cache's folder; None when no file can be made there (or
@@ -872,27 +998,26 @@ class ReportCache:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
 
-    def _ledger_body(
-        self, request: Any, entries: Iterable[tuple[str, Any]], count: int
-    ) -> Iterator[bytes]:
-        """(request, {session: (stamp, entry)}) encoded as msgspec encodes it (an array of
-        two, the request, a map32 header with the count, the pairs), in pieces of about
-        ``_PIECE`` bytes."""
+    def _ledger_pieces(self, head: bytes, entries: Iterable[tuple[str, Any]]) -> Iterator[bytes]:
+        """A ledger file's bytes (``keep_ledger``) in pieces of about ``_PIECE`` bytes."""
+        yield head
         stamps = self.stamps
-        piece = bytearray(b"\x92")
-        _ENCODER.encode_into(request, piece, -1)
-        piece += b"\xdf" + count.to_bytes(4, "big")
-        written = 0
+        groups: list[tuple[int, int]] = []
+        piece = bytearray()
+        count = 0
         for sid, entry in entries:
-            _ENCODER.encode_into(sid, piece, -1)
-            _ENCODER.encode_into((stamps.get(sid), entry), piece, -1)
-            written += 1
+            _ENCODER.encode_into((sid, stamps.get(sid), entry), piece, -1)
+            count += 1
             if len(piece) >= _PIECE:
+                groups.append((count, len(piece)))
                 yield bytes(piece)
                 piece.clear()
-        if written != count:  # a caller's miscount: keep nothing rather than a torn map
-            raise _TooLarge
-        yield bytes(piece)
+                count = 0
+        if count:
+            groups.append((count, len(piece)))
+            yield bytes(piece)
+        tail = _ENCODER.encode(groups)
+        yield tail + len(tail).to_bytes(8, "big")
 
 
 _NOT_KEPT = object()
@@ -1122,6 +1247,13 @@ def _unnamed_file(folder: Path) -> int:
     with _quietly():
         os.unlink(path)
     return fd
+
+
+def _bounded_size(file: BinaryIO) -> int:
+    """How much of ``file`` to read whole: its size, but never more than a file is written
+    (``_LARGEST``, and one byte more to tell a larger one): a read of the largest size
+    would ask for a buffer of that size, whatever the file's."""
+    return min(os.fstat(file.fileno()).st_size, _LARGEST) + 1
 
 
 def read_at(fd: int, length: int, at: int, what: str) -> bytes:

@@ -25,6 +25,7 @@ people), which writes them in ISO 8601 UTC.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import heapq
@@ -61,7 +62,7 @@ from ..store.ranges import in_forked_child, share_ranges, share_slices, worker_c
 from ..store.rows import ancestry, descendants, offers_fast_scans, sessions_changed
 from ..store.sqlite import SQLITE_ERRORS, Store, sqlite_reason
 from ..workers import worker_count
-from .cache import UNENCODABLE, ReportCache, Spill, cache_digest
+from .cache import UNENCODABLE, LedgerEntries, ReportCache, Spill, cache_digest
 from .runs import RowSpool, SortedRuns
 
 # What decoding a row's data can raise: not JSON, nested too deep, or NULL (a damaged row,
@@ -2267,41 +2268,32 @@ def _grouped(
         for child in descendants([sid], tree):
             owner.setdefault(child, sid if fold else child)
 
-    # Forked history: messages older than their session. They are held aside until we
-    # know whether their original is in the database too (then they are not counted).
-    copy_ids: set[str] = set()
-    copy_prints: set[bytes] = set()
-    copy_times: set[Any] = set()
     # The ledger: sessions whose groups the cache holds are not read, unless a row they
     # summed is at a fork copy's time (the copies' rule needs it) or, with ``since``, they
     # have inferences on both sides of it. It keeps all-time groups: a report since a time
-    # uses them but does not add to them.
+    # uses them but does not add to them. Its entries stay in its file, read as they are
+    # used (``LedgerEntries``): a large ledger is never held.
     use_ledger = cache is not None and by != "step"
     ledger_request = [_LEDGER_KIND.get(by), _zone(tz), dedupe, _LEDGER_FORMAT]
-    kept = cache.ledger("usage-days", ledger_request, SessionDays) if use_ledger else {}
-    if dedupe:
-        for mid, created, fingerprint in _forked_copies_of(store, kept):
-            copy_ids.add(mid)
-            copy_prints.add(fingerprint)
-            copy_times.add(created)  # the row's column: what the scan compares
+    # Forked history: messages older than their session. They are held aside until we
+    # know whether their original is in the database too (then they are not counted).
+    window = (since, until)
+    kept = _kept_sessions(
+        store, cache if use_ledger else None, ledger_request, owner, window, dedupe
+    )
+    entries = kept.entries
+    copy_ids, copy_prints, copy_times = kept.copy_ids, kept.copy_prints, kept.copy_times
+    used = kept.used  # the sessions whose entries are folded in
 
     day_of = _DayOf(tz)
     every_owner = owner
-    if kept:
-        kept = {
-            sid: entry
-            for sid, entry in kept.items()
-            if sid in owner  # and no row it summed is at a fork copy's time now
-            and (not copy_times or all(copy_times.isdisjoint(_ints(d[4])) for d in entry.days))
-        }
-        if since is not None or until is not None:
-            kept = _within_only(kept, since, until)
-        unread_sids = [sid for sid in owner if sid not in kept]
+    if used or kept.empty:
+        unread_sids = [sid for sid in owner if sid not in used and sid not in kept.empty]
         if len(unread_sids) < max(WHOLE_TABLE_SESSIONS, len(every_owner) // 10):
             owner = {sid: owner[sid] for sid in unread_sids}
         else:
-            kept = {}
-    everything = len(owner) >= WHOLE_TABLE_SESSIONS and not kept
+            used, kept = set(), kept._replace(used=set(), empty=set())
+    everything = len(owner) >= WHOLE_TABLE_SESSIONS and not (used or kept.empty)
     # By day, week or month with no ledger to write, a day's sums need not be kept per
     # session: the scan's memory is then the days', whatever the number of sessions.
     keeps = use_ledger and since is None and until is None  # the ledger keeps all-time groups
@@ -2339,16 +2331,19 @@ def _grouped(
     scan.groups = {}  # emptied as they are folded into the report's (``_fold_days``)
     if use_ledger:
         if keeps:  # kept by a forked child while the report is made (``store_usage`` waits)
-            found = (scan.entries, spill, owner, kept, scan.irregular)
-            cache.aside(lambda: _keep_days(cache, ledger_request, *found), len(owner))
+            found = (scan.entries, spill, owner, entries, used, scan.irregular)
+            cache.aside(lambda: _keep_days(cache, ledger_request, *found), len(owner))  # type: ignore[union-attr]
             if spill is not None:
                 spill.close()  # a child keeping the ledger has its own
-        for sid, entry in kept.items():  # their days are folded in below, as they are
-            for mid, day, fingerprint, sums in entry.held:
-                ready.append((mid, (sid, day), fingerprint, sums))
         owner = every_owner
-    copies: list[tuple[bytes, Any, Any]] = []
-    originals: set[bytes] = set(scan.originals)
+    directories = _directories(store, session_ids) if by == "project" else {}
+    label = _fold_label(by, owner, directories)
+    # The entries used, read once more: their groups are folded into the report's, and
+    # their subagents', and their held rows put through the copies' rule as read rows are.
+    with entries:
+        from_ledger = _fold_kept(entries, used, label, owner, shared=by in _SHARED, kept=kept)
+    copies: list[tuple[bytes, Any, Any]] = from_ledger.copies
+    originals: set[bytes] = scan.originals | from_ledger.originals
     for mid, key, fingerprint, figures in ready:
         if mid in copy_ids:
             copies.append((fingerprint, key, figures))
@@ -2379,12 +2374,11 @@ def _grouped(
     if by == "step":
         _in_step_order(steps)
         return _StepRows(_steps_merged(scan.runs, steps), notes)  # type: ignore[arg-type]
-    directories = _directories(store, session_ids) if by == "project" else {}
     windowed = since is not None or until is not None
-    shares = _subagent_shares(groups, kept, owner, windowed) if by in _SHARED else {}
+    shares = _subagent_shares(groups, owner, windowed, from_ledger.shares) if by in _SHARED else {}
     if by == "project":  # a project's share: its top sessions' shares together
         shares = _by_project(shares, directories)
-    groups = _fold_days(groups, by, owner, kept, directories)  # into the report's groups
+    groups = _fold_days(groups, label, from_ledger.folded)  # into the report's groups
     result = [_group_row(by, key, groups.pop(key)) for key in list(groups)]  # each let go
     result.sort(key=_sort_key(by))
     for row in result:
@@ -2468,14 +2462,15 @@ def _by_project(
 
 def _subagent_shares(
     groups: dict[Any, list[Any]],
-    kept: dict[str, SessionDays],
     owner: dict[str, str],
     windowed: bool,
+    kept: dict[str, list[Any]],
 ) -> dict[str, list[Any]]:
     """Per session a ``--by session`` row folds others into (``owner``): its subagent
     sessions, their inferences, tokens and each inference's cost, from the groups by
-    (session, day) read and the ``kept`` ones. The sessions are all those folded in, or,
-    in a window of time, those with an inference in it (as ``--by turn`` counts them)."""
+    (session, day) read, and the ledger's (``kept``, as ``_fold_kept`` found them). The
+    sessions are all those folded in, or, in a window of time, those with an inference in
+    it (as ``--by turn`` counts them)."""
     shares: dict[str, list[Any]] = {}
 
     def share(top: str) -> list[Any]:
@@ -2496,33 +2491,112 @@ def _subagent_shares(
             found[1] += acc[7]
             found[2] += acc[5]
             found[3].extend(acc[6])
-    for sid, entry in kept.items():
-        top = owner.get(sid, sid)
-        if top == sid:
-            continue
-        for _group, ints, costs, _first, _times in entry.days:
-            found = share(top)
-            found[0].add(sid)
-            found[1] += ints[6]
-            found[2] += ints[5]
-            found[3].extend(_floats(costs))
+    for top, (sessions, inferences, tokens, costs) in kept.items():
+        found = share(top)
+        found[0] |= sessions
+        found[1] += inferences
+        found[2] += tokens
+        found[3].extend(costs)
     return shares
 
 
-def _forked_copies_of(store: Any, kept: dict[str, SessionDays]) -> Iterator[tuple[str, Any, bytes]]:
+class _FromLedger(NamedTuple):
+    """What the entries a report uses give it (``_fold_kept``): their groups folded into
+    the report's, the shares of their subagents (as ``_subagent_shares`` makes them), and
+    of their held rows, the forked copies (packed, as ``_grouped`` holds copies) and the
+    fingerprints of those that are a copy's original."""
+
+    folded: dict[Any, list[Any]]
+    shares: dict[str, list[Any]]
+    copies: list[tuple[bytes, Any, bytes | list[Any]]]
+    originals: set[bytes]
+
+
+def _fold_kept(
+    entries: LedgerEntries,
+    used: set[str],
+    label: Callable[[str, Any], Any],
+    owner: dict[str, str],
+    *,
+    shared: bool,
+    kept: _Kept,
+) -> _FromLedger:
+    """The ``used`` sessions' entries, read a group of them at a time and folded in as
+    they come: the report's groups (``label``), each with its costs in a few terms of
+    their exact sum (``_bounded``), and with ``shared`` the subagents' shares. A held row
+    is counted as a read row is (``_grouped``): a forked copy waits for the end, packed;
+    any other is added now, its fingerprint noted if a copy has it. Never an entry held
+    beyond its own."""
+    found = _FromLedger({}, {}, [], set())
+    if not used:
+        return found
+    folded, shares, copies, originals = found
+    copy_ids, copy_prints = kept.copy_ids, kept.copy_prints
+
+    def add(sid: str, top: str, key: Any, first: Any, ints: Any, costs: Any) -> None:
+        acc = folded.get(key)
+        if acc is None:
+            acc = folded[key] = _new_sums(first)
+        elif first is not None and (acc[8] is None or first < acc[8]):
+            acc[8] = first
+        acc[0] += ints[0]
+        acc[1] += ints[1]
+        acc[2] += ints[2]
+        acc[3] += ints[3]
+        acc[4] += ints[4]
+        acc[5] += ints[5]
+        acc[7] += ints[6]
+        acc[6].extend(costs)
+        if len(acc[6]) > _FOLDED_COSTS:
+            acc[6] = _bounded(acc[6])
+        if shared and top != sid:
+            share = shares.get(top)
+            if share is None:
+                share = shares[top] = [set(), 0, 0, array("d")]
+            share[0].add(sid)
+            share[1] += ints[6]
+            share[2] += ints[5]
+            share[3].extend(costs)
+            if len(share[3]) > _FOLDED_COSTS:
+                share[3] = _bounded(share[3])
+
+    for sid, entry in entries.each():
+        if sid not in used:
+            continue
+        days = _ENTRY.decode(entry)
+        top = owner.get(sid, sid)
+        for mid, day, fingerprint, sums in days.held:
+            if mid in copy_ids:
+                copies.append((fingerprint, (sid, day), _packed(sums)))
+                continue
+            if copy_ids and fingerprint in copy_prints:
+                originals.add(fingerprint)
+            counts = (*sums[:6], sums[7])
+            add(sid, top, label(sid, day), sums[8], counts, sums[6])
+        for group, ints, costs, first, _times in days.days:
+            add(sid, top, label(sid, group), first, ints, _floats(costs))
+    return found
+
+
+# Costs a group folded from the ledger holds before they are put in fewer terms: more than
+# a scan's groups (``_COMPACT_AT``), since putting them so costs three sums of each (a
+# day's are held, 512 KB at most, rather than summed thrice as each session comes).
+_FOLDED_COSTS = 1 << 16
+
+
+def _forked_copies_of(
+    store: Any, forks: set[str] | None, held: dict[str, SessionDays]
+) -> Iterator[tuple[str, Any, bytes]]:
     """(message id, time, fingerprint) of every assistant message older than its session
-    (a fork's copy): a fork the ledger holds names its copies among its held rows, any
-    other fork's are read."""
-    forks = store.forks() if kept and hasattr(store, "forks") else None
+    (a fork's copy). ``forks``: the store's forks, where a ledger is read (else None: every
+    copy is read); one the ledger holds (``held``: its entry) names its copies among its
+    held rows, any other fork's are read."""
     unread = None
     if forks is not None:
         created = store.sessions_created(forks)
-        unread = [sid for sid in forks if sid not in kept]
-        for sid in forks:
-            entry = kept.get(sid)
+        unread = [sid for sid in forks if sid not in held]
+        for sid, entry in held.items():
             start = created.get(sid)
-            if entry is None:
-                continue
             # Held rows the full read would not take for copies (no usable time, or not
             # decoded whole: no fingerprint) leave the question to the rows.
             if type(start) is not int or any(type(h[3][8]) is not int for h in entry.held):
@@ -2553,59 +2627,193 @@ class SessionDays(Struct, array_like=True, gc=False):
     reasoning, cache read, cache write, total, inferences), each inference's cost, its
     first inference's time and every inference's time (whether a fork's copy may be of
     one of them). Costs and times are packed (native doubles and 64-bit integers): a large
-    ledger decodes into a few objects per group, not one per inference."""
+    ledger decodes into a few objects per group, not one per inference. First, its
+    ``span`` (``_session_days`` works it out): what a report decides on before it reads
+    the database, read without the rest (``_EntryHead``)."""
 
+    span: _Span
     days: list[tuple[str, list[int], bytes, int | None, bytes]]
     # Rows held for the forks' rule (at a copy's time when read): (message id, day,
     # fingerprint, sums), put through the rule again with every report.
     held: list[tuple[Any, str, bytes, list[Any]]] = []
 
 
-_LEDGER_FORMAT = 2  # the shape of SessionDays: a new one, a new ledger (2: hashed prints)
+class _Span(Struct, array_like=True, gc=False):
+    """The times of a ledger entry's inferences: the earliest and latest its groups summed,
+    and of its held rows; ``timeless``: one of them has no time (it counts in any window)."""
+
+    low: int | None = None
+    high: int | None = None
+    held_low: int | None = None
+    held_high: int | None = None
+    timeless: bool = False
+
+
+class _EntryHead(Struct, array_like=True, gc=False):
+    """A ledger entry's span alone (``SessionDays``'s first field): the rest is skipped."""
+
+    span: _Span
+
+
+def _session_days(
+    days: list[tuple[str, list[int], bytes, int | None, bytes]],
+    held: list[tuple[Any, str, bytes, list[Any]]],
+    span: _Span | None = None,
+) -> SessionDays:
+    """A session's ledger entry, its span worked out (that of its ``days`` given as
+    ``span`` where the caller has it)."""
+    if span is None:
+        span = _Span()
+        for group in days:
+            times = _ints(group[4])
+            low, high = (min(times), max(times)) if times else (None, None)
+            _widen(span, low, high, len(times) != group[1][6])
+    for row in held:
+        t = row[3][8]
+        if type(t) is not int:
+            span.timeless = True
+            continue
+        span.held_low = t if span.held_low is None else min(span.held_low, t)
+        span.held_high = t if span.held_high is None else max(span.held_high, t)
+    return SessionDays(span, days, held)
+
+
+def _widen(span: _Span, low: int | None, high: int | None, timeless: bool) -> None:
+    """``span`` made to take in a group's times, from ``low`` to ``high`` (None: none)."""
+    if timeless:
+        span.timeless = True
+    if low is not None and high is not None:
+        span.low = low if span.low is None else min(span.low, low)
+        span.high = high if span.high is None else max(span.high, high)
+
+
+_LEDGER_FORMAT = 3  # the shape of SessionDays: a new one, a new ledger (3: its span first)
 _ENTRY_ENCODER = msgspec.msgpack.Encoder()  # as the cache encodes: its bytes are kept as they are
 _ENTRY = msgspec.msgpack.Decoder(SessionDays)
+_ENTRY_HEAD = msgspec.msgpack.Decoder(_EntryHead)
 # One ledger serves day and session (a session's days); model and agent have their own (a
 # session's models, its agents), in the same shape.
 _LEDGER_KIND = {by: "days" for by in _BY_DAYS} | {"model": "models", "agent": "agents"}
 
 
-def _within_only(
-    kept: dict[str, SessionDays], since: int | None, until: int | None
-) -> dict[str, SessionDays]:
-    """The ``kept`` sessions whose inferences all count in the window from ``since`` to
-    ``until`` (whole), or none does (left out, as an empty entry); a session with some in
-    and some out, or with an inference that has no time (which counts either way), is left
-    to be read."""
-    whole: dict[str, SessionDays] = {}
-    for sid, entry in kept.items():
-        low = high = None
-        timeless = False
-        for group in entry.days:
-            times = _ints(group[4])
-            if len(times) != group[1][6]:
-                timeless = True
-                break
-            if times:
-                low = min(times) if low is None else min(low, min(times))
-                high = max(times) if high is None else max(high, max(times))
-        for held in entry.held:
-            t = held[3][8]
-            if type(t) is not int:
-                timeless = True
-                break
-            low = t if low is None else min(low, t)
-            high = t if high is None else max(high, t)
-        if timeless:
+class _DayTimes(Struct, array_like=True, gc=False):
+    """A ledger entry's group with its times alone (``_EntryTimes``)."""
+
+    group: msgspec.Raw
+    sums: msgspec.Raw
+    costs: msgspec.Raw
+    first: msgspec.Raw
+    times: bytes
+
+
+class _EntryTimes(Struct, array_like=True, gc=False):
+    """A ledger entry's groups' times alone (``SessionDays``): the rest is skipped."""
+
+    span: msgspec.Raw
+    days: list[_DayTimes]
+
+
+_ENTRY_TIMES = msgspec.msgpack.Decoder(_EntryTimes)
+
+
+class _Kept(NamedTuple):
+    """The sessions a grouped report takes from the ledger's ``entries`` instead of reading
+    them (``_kept_sessions``): ``used``, whose entries it folds in, and ``empty``, with
+    nothing in its window of time; and what the forked copies' rule needs
+    (``_forked_copies_of``)."""
+
+    entries: LedgerEntries
+    used: set[str]
+    empty: set[str]
+    copy_ids: set[str]
+    copy_prints: set[bytes]
+    copy_times: set[Any]
+
+
+def _kept_sessions(
+    store: Any,
+    cache: ReportCache | None,
+    request: list[Any],
+    owner: dict[str, str],
+    window: tuple[int | None, int | None],
+    dedupe: bool,
+) -> _Kept:
+    """Which of the report's sessions (``owner``) the ledger of ``request`` stands for,
+    read by their spans alone (the groups' times too where a fork's copy is at a time
+    within a span; the whole entry only for a fork): not one that summed a row at a
+    copy's time (the copies' rule needs that row), and in a ``window`` of time, only one
+    whose inferences all count in it or none does. The ledger is read a group at a time,
+    never held."""
+    forks: set[str] | None = None
+
+    def picked() -> set[str]:  # asked where there is a ledger: its forks' entries first
+        nonlocal forks
+        if dedupe and hasattr(store, "forks"):
+            forks = store.forks()
+        return forks or set()
+
+    entries = (
+        LedgerEntries(None, 0)
+        if cache is None
+        else cache.ledger_entries("usage-days", request, pick=picked)
+    )
+    kept = _Kept(entries, set(), set(), set(), set(), set())
+    if dedupe:
+        held = {sid: _ENTRY.decode(entry) for sid, entry in entries.picked.items()}
+        reading = forks if entries.count and forks is not None else None
+        for mid, created, fingerprint in _forked_copies_of(store, reading, held):
+            kept.copy_ids.add(mid)
+            kept.copy_prints.add(fingerprint)
+            kept.copy_times.add(created)  # the row's column: what the scan compares
+    copy_times = kept.copy_times
+    times = sorted({t for t in map(_whole_ms, copy_times) if t is not None})
+    since, until = window
+    windowed = since is not None or until is not None
+    for sid, entry in entries.each():
+        if sid not in owner:
             continue
-        if high is None or (since is not None and high < since):
-            whole[sid] = SessionDays([])  # nothing in the window
-        elif until is not None and low is not None and low > until:
-            whole[sid] = SessionDays([])
-        elif (
-            low is not None and (since is None or low >= since) and (until is None or high <= until)
-        ):
-            whole[sid] = entry
-    return whole
+        span = _ENTRY_HEAD.decode(entry).span
+        if times and span.low is not None and span.high is not None:
+            at = bisect.bisect_left(times, span.low)
+            if at < len(times) and times[at] <= span.high:  # a copy's time in its span
+                days = _ENTRY_TIMES.decode(entry).days
+                if not all(copy_times.isdisjoint(_ints(day.times)) for day in days):
+                    continue
+        counts = _counts_in(span, since, until) if windowed else True
+        if counts is True:
+            kept.used.add(sid)
+        elif counts is False:
+            kept.empty.add(sid)
+    return kept
+
+
+def _counts_in(span: _Span, since: int | None, until: int | None) -> bool | None:
+    """Whether a ledger entry counts in the window from ``since`` to ``until``: whole
+    (True), when every inference does; not at all (False), when none does; else (some in
+    and some out, or one with no time, which counts either way) None: read again."""
+    if span.timeless:
+        return None
+    low, high = span.low, span.high
+    if span.held_low is not None and span.held_high is not None:
+        low = span.held_low if low is None else min(low, span.held_low)
+        high = span.held_high if high is None else max(high, span.held_high)
+    if high is None or (since is not None and high < since):
+        return False
+    if until is not None and low is not None and low > until:
+        return False
+    if low is not None and (since is None or low >= since) and (until is None or high <= until):
+        return True
+    return None
+
+
+def _whole_ms(value: Any) -> int | None:
+    """The integer a copy's time equals, if any: a group's times are integers, and ``1.0``
+    or ``True`` equal one as set members do."""
+    if type(value) is int or type(value) is bool:
+        return int(value)
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return None
 
 
 class _EncodedPart(NamedTuple):
@@ -2635,17 +2843,19 @@ def _keep_days(
     parts: list[_EncodedPart],
     spill: Spill | None,
     read: dict[str, str],
-    kept: dict[str, SessionDays],
+    entries: LedgerEntries,
+    used: set[str],
     irregular: set[str],
 ) -> None:
     """Keep in the ledger every session just ``read`` (but the ``irregular`` ones, with a
     row that is not a message), its entry from the ``parts`` of the table it has rows in
-    (kept as it is when in one, else joined), and the ``kept``."""
+    (kept as it is when in one, else joined), and the ``used`` ones' ``entries`` as they
+    are."""
 
     # The entries go into the ledger one by one (``keep_ledger``), a part's bytes read at a
     # time: a large database's ledger is never held whole.
     def fresh(sid: str) -> bool:
-        return sid in read and sid not in irregular and sid not in kept
+        return sid in read and sid not in irregular and sid not in used
 
     seen: set[str] = set()
     # Sessions with rows in more than one part: where each of their entries lies (the
@@ -2676,13 +2886,15 @@ def _keep_days(
         for sid in read:
             if sid not in seen and fresh(sid):  # read, and nothing to keep: kept as such
                 yield sid, _NOTHING
-        yield from kept.items()
+        if used:
+            for sid, entry in entries.each():
+                if sid in used:
+                    yield sid, entry
 
-    count = sum(1 for sid in read if fresh(sid)) + len(kept)
-    cache.keep_ledger("usage-days", request, pieces(), count)
+    cache.keep_ledger("usage-days", request, pieces())
 
 
-_NOTHING = SessionDays([])
+_NOTHING = SessionDays(_Span(), [])
 
 
 def _joined(parts: list[bytes]) -> SessionDays:
@@ -2704,7 +2916,7 @@ def _joined(parts: list[bytes]) -> SessionDays:
             if first is not None and (found[2] is None or first < found[2]):
                 found[2] = first
             found[3].append(times)
-    return SessionDays(
+    return _session_days(
         [
             (group, ints, b"".join(costs), first, b"".join(times))
             for group, (ints, costs, first, times) in days.items()
@@ -2765,17 +2977,14 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 
 def _fold_days(
     groups: dict[Any, list[Any]],
-    by: str,
-    owner: dict[str, str],
-    kept: dict[str, SessionDays],
-    directories: dict[str, str | None] | None = None,
+    label: Callable[[str, Any], Any],
+    kept: dict[Any, list[Any]],
 ) -> dict[Any, list[Any]]:
-    """Groups by (session, day, model or agent) and the ``kept`` sessions' folded into the
-    report's: by day, model or agent, or by the session each folds into (``owner``). A kept
-    group's costs are joined packed, and unpacked once per report group. ``groups`` is
-    emptied as it is folded (a report by session holds a group per session twice else)."""
+    """Groups by (session, day, model or agent) folded into the report's (``label``: by
+    day, model or agent, or by the session each folds into), then the ledger's, folded
+    already (``_fold_kept``). ``groups`` is emptied as it is folded (a report by session
+    holds a group per session twice else)."""
     folded: dict[Any, list[Any]] = {}
-    label = _fold_label(by, owner, directories)
     # The report's rows need each group's first time, not all its times.
     for sid, group in list(groups):
         acc = groups.pop((sid, group))
@@ -2784,29 +2993,11 @@ def _fold_days(
         if into is None:
             into = folded[key] = _new_sums(None)
         _add_figures(into, acc)
-    packed: dict[Any, list[bytes]] = {}
-    for sid, entry in kept.items():
-        for group, ints, costs, first, _times in entry.days:
-            key = label(sid, group)
-            acc = folded.get(key)
-            if acc is None:
-                acc = folded[key] = _new_sums(first)
-            acc[0] += ints[0]
-            acc[1] += ints[1]
-            acc[2] += ints[2]
-            acc[3] += ints[3]
-            acc[4] += ints[4]
-            acc[5] += ints[5]
-            acc[7] += ints[6]
-            if first is not None and (acc[8] is None or first < acc[8]):
-                acc[8] = first
-            chunks = packed.get(key)
-            if chunks is None:
-                packed[key] = [costs]
-            else:
-                chunks.append(costs)
-    for key, chunks in packed.items():
-        folded[key][6].extend(_floats(b"".join(chunks)))
+    for key, acc in kept.items():
+        into = folded.get(key)
+        if into is not None:  # the smaller added to the larger, in the report's place
+            _add_figures(acc, into, _FOLDED_COSTS)
+        folded[key] = acc
     return folded
 
 
@@ -3305,19 +3496,24 @@ class _Scan:
             kept_sums = [*sums[:6], list(sums[6]), sums[7], sums[8], list(sums[9])]
             held.setdefault(sid, []).append((mid, day, fingerprint, kept_sums))
         days: dict[str, list[Any]] = {}
+        spans: dict[str, _Span] = {}
         for (sid, group), acc in self.groups.items():  # costs and times: arrays (``_new_sums``)
             s0, s1, s2, s3, s4, s5, costs, s7, first, times = acc
             day = (group, [s0, s1, s2, s3, s4, s5, s7], costs.tobytes(), first, times.tobytes())
             found = days.get(sid)
             if found is None:
                 days[sid] = [day]
+                span = spans[sid] = _Span()
             else:
                 found.append(day)
+                span = spans[sid]
+            low, high = (min(times), max(times)) if times else (None, None)
+            _widen(span, low, high, len(times) != s7)
         encoded: dict[str, bytes] = {}
         for sid, found in days.items():
-            self._encode(encoded, sid, SessionDays(found, held.pop(sid, [])))
+            self._encode(encoded, sid, _session_days(found, held.pop(sid, []), spans[sid]))
         for sid, rows in held.items():
-            self._encode(encoded, sid, SessionDays([], rows))
+            self._encode(encoded, sid, _session_days([], rows))
         if not encoded:
             return
         data: bytes | None = b"".join(encoded.values())
@@ -3574,10 +3770,11 @@ def _add_sums(groups: dict[Any, list[Any]], key: Any, sums: list[Any]) -> None:
     _merge_sums(acc, sums)
 
 
-def _add_figures(into: list[Any], acc: list[Any]) -> None:
+def _add_figures(into: list[Any], acc: list[Any], most: int | None = None) -> None:
     """A group's counts and costs (``acc``) added to another's (``into``), the earlier first
     time kept, but not its times: once per session and day of the database, where a
-    report's group needs each session's figures and first time, not all its times."""
+    report's group needs each session's figures and first time, not all its times.
+    ``most``: the costs ``into`` holds before they are put in fewer terms (``_bounded``)."""
     into[0] += acc[0]
     into[1] += acc[1]
     into[2] += acc[2]
@@ -3586,7 +3783,7 @@ def _add_figures(into: list[Any], acc: list[Any]) -> None:
     into[5] += acc[5]
     costs = into[6]
     costs.extend(acc[6])
-    if len(costs) > _COMPACT_AT:
+    if len(costs) > (_COMPACT_AT if most is None else most):
         into[6] = _bounded(costs)
     into[7] += acc[7]
     started = acc[8]
