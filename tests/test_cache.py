@@ -2232,6 +2232,29 @@ def sessions_module_request() -> list:
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: nothing is kept aside")
+def test_the_sessions_ledger_shares_its_tool_calls_as_the_scan_does(tmp_path) -> None:
+    """Decoded, the sessions ledger gives sessions with the same (tool, failed, calls) one
+    tuple, with one string for a tool's name, as the counts of a scan do: a large ledger
+    then holds a few thousand tuples, not one per session and tool. The report from it is
+    the report without the cache."""
+    db = _odd_database(tmp_path, [("new_session", True, 1, "task")], [])
+    root = tmp_path / "cache"
+    which = REPORTS.index(("sessions", {"all_sessions": True}))
+    expected = _report(db, which, None)
+    assert _report(db, which, root) == expected
+    for memo in root.rglob("memo-*"):
+        memo.unlink()
+    with open_store(db) as store:
+        kept = sessions_module._kept_counts(ReportCache.open(store, root=root))
+    calls = [call for entry in kept.values() for call in entry.tools]
+    assert len(calls) > len({*calls})  # sessions with a call alike
+    assert len({id(call) for call in calls}) == len({*calls})
+    names = {}
+    for tool, _failed, _calls in calls:
+        assert names.setdefault(tool, tool) is tool
+    assert _report(db, which, root) == expected
+
+
 @pytest.mark.parametrize("workers", [None, "1"], ids=["aside", "one process"])
 def test_a_large_ledger_is_kept_aside_and_in_place_when_the_report_returns(
     tmp_path, monkeypatch, workers

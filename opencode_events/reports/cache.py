@@ -843,10 +843,14 @@ class ReportCache:
 
     # ------------------------------------------------------------------ ledgers
 
-    def ledger(self, kind: str, request: Any, type_: type[T]) -> dict[str, T]:
+    def ledger(
+        self, kind: str, request: Any, type_: type[T], tidy: Callable[[T], Any] | None = None
+    ) -> dict[str, T]:
         """The entries of ledger ``kind`` still true of the database, decoded whole: a
         session's whose stamp is unchanged (or still none), while only OpenCode wrote. For a
-        small ledger; a large one is read as it is used (``ledger_entries``)."""
+        ledger of small entries; a large one is read as it is used (``ledger_entries``).
+        ``tidy`` is given each entry as it is decoded, a group at a time (to share what
+        entries have in common, say: the decoded ledger then holds fewer objects)."""
         name = f"ledger-{_digest([kind, request])}"
         if name in self._ledgers:  # read once per run
             return self._ledgers[name]
@@ -857,7 +861,9 @@ class ReportCache:
             try:
                 with _collector_paused(), found:
                     for sid, entry in found.each():
-                        kept[sid] = decoder.decode(entry)
+                        kept[sid] = decoded = decoder.decode(entry)
+                        if tidy is not None:
+                            tidy(decoded)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, InputError):
                 kept = {}
         self.hits = len(kept)
