@@ -879,6 +879,82 @@ def test_a_ledger_damaged_in_its_entries_is_ignored_and_one_changed_while_read_a
         assert cache.ledger("test", [1], list) == {}
 
 
+@pytest.mark.parametrize("craft", ["not an entry", "no span", "a held row of nulls"])
+def test_a_ledger_entry_written_wrong_on_purpose_is_let_go_not_a_traceback(tmp_path, craft) -> None:
+    """A ledger whose groups sum right but whose entries are not what a report writes (only
+    a file made so on purpose: damage changes a group's sum) is never a traceback. Found
+    while the report decides which sessions to read (an entry or its span that does not
+    decode), it is let go and every session read: the report without the cache. Found in
+    an entry's figures, which are read once the rest is (a held row of nulls), it is one
+    error, and let go: the next report is right."""
+    db = _odd_database(tmp_path, [("fork", True, 3, "fork")], [])
+    root = tmp_path / "cache"
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "session"}))
+    expected = _report(db, which, None)
+    assert _report(db, which, root) == expected
+    for memo in [*root.rglob("memo-*"), *root.rglob("render-*")]:
+        memo.unlink()
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        (ledger,) = [
+            f
+            for f in root.rglob("ledger-*")
+            if _ledger_request(f)[0] == "days"  # usage's
+        ]
+        request = _ledger_request(ledger)
+        entries = cache.ledger_entries("usage-days", request)
+        kept = {sid: msgspec.msgpack.decode(entry) for sid, entry in entries.each()}
+        entries.close()
+        assert kept
+        sid = next(iter(kept))
+        if craft == "not an entry":
+            kept[sid] = 1
+        elif craft == "no span":
+            kept[sid][0] = None
+        else:
+            kept[sid][2] = [["msg_x", "2026-11-29", b"", [None] * 10]]
+        cache.keep_ledger("usage-days", request, kept)
+    first = _report(db, which, root)
+    if craft == "a held row of nulls":
+        assert first.startswith(b"error: the report cache ")
+        assert first.endswith(b"was damaged while read: run again")
+        assert not ledger.exists()
+    else:
+        assert first == expected
+    assert _report(db, which, root) == expected  # and again, from what it kept instead
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.floats(0, 1, exclude_max=True), st.integers(1, 255))
+def test_any_byte_of_a_ledger_changed_is_never_trusted(tmp_path_factory, where, change) -> None:
+    """Any one byte of a grouped report's ledger changed (its head, an entry, the groups'
+    counts, lengths and sums): the report from it is the report without the cache."""
+    tmp = tmp_path_factory.mktemp("flip")
+    db = tmp / "opencode.db"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    root = tmp / "cache"
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "session"}))
+    expected = _report(db, which, None)
+    assert _report(db, which, root) == expected
+    for memo in [*root.rglob("memo-*"), *root.rglob("render-*")]:
+        memo.unlink()
+    (ledger,) = [f for f in root.rglob("ledger-*") if _ledger_request(f)[0] == "days"]
+    data = bytearray(ledger.read_bytes())
+    at = int(where * len(data))
+    data[at] ^= change
+    ledger.write_bytes(bytes(data))
+    assert _report(db, which, root) == expected
+
+
+def _ledger_request(path: Path) -> Any:
+    """The request a ledger file was kept for (its head's body)."""
+    data = path.read_bytes()
+    length = int.from_bytes(data[:8], "big")
+    return msgspec.msgpack.decode(report_cache._HEADER.decode(data[8 : 8 + length]).body)
+
+
 _IN_A_PROCESS = """
 import sys
 from pathlib import Path

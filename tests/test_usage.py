@@ -819,7 +819,7 @@ def _ledger_file_entries(report_cache: Any, data: bytes) -> tuple[Any, dict[str,
     request = msgspec.msgpack.decode(report_cache._HEADER.decode(data[8 : 8 + length]).body)
     tail = int.from_bytes(data[-8:], "big")
     at, items = 8 + length, []
-    for count, size in msgspec.msgpack.decode(data[-8 - tail : -8]):
+    for count, size, _check in msgspec.msgpack.decode(data[-8 - tail : -8]):
         group = report_cache._array_head(count) + data[at : at + size]
         items += [
             (sid, stamp, bytes(entry))

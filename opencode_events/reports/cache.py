@@ -50,9 +50,10 @@ import io
 import itertools
 import os
 import time
+import zlib
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, NoReturn, TypeVar
 
 import msgspec
 
@@ -182,7 +183,7 @@ class LedgerEntries:
         self,
         file: BinaryIO | None,
         offset: int,
-        groups: Sequence[tuple[int, int]] = (),
+        groups: Sequence[tuple[int, int, int]] = (),
         stamps: Mapping[str, Any] | None = None,
         path: Path | None = None,
     ) -> None:
@@ -197,23 +198,39 @@ class LedgerEntries:
         if self._file is None:
             return
         fd, stamps, at = self._file.fileno(), self._stamps, self._offset
-        for count, size in self._groups:
+        for count, size, check in self._groups:
             try:
-                data = _array_head(count) + read_at(fd, size, at, "a ledger")
+                piece = read_at(fd, size, at, "a ledger")
+                if zlib.crc32(piece) != check:
+                    raise ValueError("a group of entries is not as it was written")
                 with _collector_paused():
-                    group = _LEDGER_GROUP.decode(data)
-            except (OSError, *_UNDECODABLE) as exc:
-                with _quietly():
-                    self._path.unlink()  # type: ignore[union-attr]
-                raise InputError(
-                    f"the report cache {self._path} was damaged while read: run again"
-                ) from exc
+                    group = _LEDGER_GROUP.decode(_array_head(count) + piece)
+            except (OSError, ValueError, *_UNDECODABLE) as exc:
+                self.damaged(exc)
             at += size
             # Only OpenCode wrote (or nothing): an unstamped session it wrote to has a stamp
             # now, so one still without is as unchanged as a stamp that held.
             for sid, stamp, entry in group:
                 if stamps.get(sid) == stamp:
                     yield sid, entry
+
+    def decoded(self, decoder: msgspec.msgpack.Decoder[Any], entry: msgspec.Raw) -> Any:
+        """``entry`` decoded by ``decoder`` (the caller's type of entry, or a view of it);
+        one that does not decode is ``damaged``. Every group's bytes are checked against
+        their sum as they are read, so only a file written so on purpose gets here."""
+        try:
+            with _collector_paused():
+                return decoder.decode(entry)
+        except _UNDECODABLE as exc:
+            self.damaged(exc)
+
+    def damaged(self, cause: BaseException) -> NoReturn:
+        """Let the ledger's file go and raise the one error a damaged cache read is."""
+        with _quietly():
+            self._path.unlink()  # type: ignore[union-attr]
+        raise InputError(
+            f"the report cache {self._path} was damaged while read: run again"
+        ) from cause
 
     def close(self) -> None:
         if self._file is not None:
@@ -423,7 +440,8 @@ class ReportCache:
             first = file.read(8)
             if len(first) == 8 and first[0] == 0:  # a head's length: no header starts so
                 length = int.from_bytes(first, "big")
-                header = self._sound(file.read(length)) if 0 < length <= _LARGEST else None
+                fits = 0 < length <= min(_LARGEST, os.fstat(file.fileno()).st_size - 8)
+                header = self._sound(file.read(length)) if fits else None
                 if header is None:
                     raise _Unsound
                 return header, _Items(file, 8 + length, os.fstat(file.fileno()).st_size)
@@ -902,9 +920,11 @@ class ReportCache:
             return None
         entries = LedgerEntries(None, 0)
         try:
+            size = os.fstat(file.fileno()).st_size
             first = file.read(8)
             length = int.from_bytes(first, "big") if len(first) == 8 and first[0] == 0 else 0
-            header = self._sound(file.read(length)) if 0 < length <= _LARGEST else None
+            fits = 0 < length <= min(_LARGEST, size - 16)
+            header = self._sound(file.read(length)) if fits else None
             if header is None:
                 raise _Unsound
             whole = header.fingerprint == self.fingerprint
@@ -914,17 +934,16 @@ class ReportCache:
                 raise _Unsound
             if msgspec.msgpack.decode(header.body) != request:
                 raise _Unsound
-            size = os.fstat(file.fileno()).st_size
             tail = int.from_bytes(read_at(file.fileno(), 8, size - 8, "a ledger"), "big")
             end = size - 8 - tail
             if not 8 + length <= end < size:
                 raise _Unsound
             groups = msgspec.msgpack.decode(
-                read_at(file.fileno(), tail, end, "a ledger"), type=list[tuple[int, int]]
+                read_at(file.fileno(), tail, end, "a ledger"), type=list[tuple[int, int, int]]
             )
-            if any(not 0 < n < 1 << 32 or s < 0 for n, s in groups):
+            if any(not 0 < n < 1 << 32 or s < 0 for n, s, _check in groups):
                 raise _Unsound
-            if 8 + length + sum(group_size for _count, group_size in groups) != end:
+            if 8 + length + sum(group[1] for group in groups) != end:
                 raise _Unsound  # items cut short, or added to
             entries = LedgerEntries(file, 8 + length, groups, self.stamps, self.folder / name)
             picked = pick()
@@ -941,6 +960,11 @@ class ReportCache:
             raise
         return entries
 
+    def drop_ledger(self, kind: str, request: Any) -> None:
+        """Delete ledger ``kind`` of ``request``: one found damaged while it was read."""
+        with _quietly():
+            (self.folder / f"ledger-{_digest([kind, request])}").unlink()
+
     def keep_ledger(
         self, kind: str, request: Any, entries: Mapping[str, Any] | Iterable[tuple[str, Any]]
     ) -> None:
@@ -951,8 +975,8 @@ class ReportCache:
 
         The file: the length of its head (8 bytes), the head (a ``_Header`` whose body is the
         request), then each entry as (session, stamp, entry) in groups of about ``_PIECE``
-        bytes, then the groups' item counts and lengths, and the length of those (8 bytes):
-        read back a group at a time (``LedgerEntries``)."""
+        bytes, then each group's item count, length and sum (CRC-32), and the length of those
+        (8 bytes): read back a group at a time (``LedgerEntries``)."""
         if isinstance(entries, Mapping):
             entries = entries.items()
         name = f"ledger-{_digest([kind, request])}"
@@ -1015,12 +1039,12 @@ class ReportCache:
             _ENCODER.encode_into((sid, stamps.get(sid), entry), piece, -1)
             count += 1
             if len(piece) >= _PIECE:
-                groups.append((count, len(piece)))
+                groups.append((count, len(piece), zlib.crc32(piece)))
                 yield bytes(piece)
                 piece.clear()
                 count = 0
         if count:
-            groups.append((count, len(piece)))
+            groups.append((count, len(piece), zlib.crc32(piece)))
             yield bytes(piece)
         tail = _ENCODER.encode(groups)
         yield tail + len(tail).to_bytes(8, "big")

@@ -2563,18 +2563,21 @@ def _fold_kept(
     for sid, entry in entries.each():
         if sid not in used:
             continue
-        days = _ENTRY.decode(entry)
+        days = entries.decoded(_ENTRY, entry)
         top = owner.get(sid, sid)
-        for mid, day, fingerprint, sums in days.held:
-            if mid in copy_ids:
-                copies.append((fingerprint, (sid, day), _packed(sums)))
-                continue
-            if copy_ids and fingerprint in copy_prints:
-                originals.add(fingerprint)
-            counts = (*sums[:6], sums[7])
-            add(sid, top, label(sid, day), sums[8], counts, sums[6])
-        for group, ints, costs, first, _times in days.days:
-            add(sid, top, label(sid, group), first, ints, _floats(costs))
+        try:  # a figure of another type than we write: only a file made so on purpose
+            for mid, day, fingerprint, sums in days.held:
+                if mid in copy_ids:
+                    copies.append((fingerprint, (sid, day), _packed(sums)))
+                    continue
+                if copy_ids and fingerprint in copy_prints:
+                    originals.add(fingerprint)
+                counts = (*sums[:6], sums[7])
+                add(sid, top, label(sid, day), sums[8], counts, sums[6])
+            for group, ints, costs, first, _times in days.days:
+                add(sid, top, label(sid, group), first, ints, _floats(costs))
+        except (TypeError, ValueError, IndexError) as exc:
+            entries.damaged(exc)
     return found
 
 
@@ -2757,9 +2760,28 @@ def _kept_sessions(
         if cache is None
         else cache.ledger_entries("usage-days", request, pick=picked)
     )
+    try:
+        return _kept_of(store, entries, forks, owner, window, dedupe)
+    except (InputError, TypeError, ValueError, IndexError):  # a figure of another type than
+        # we write, only in a file made so on purpose: let go, and every session read
+        entries.close()
+        if cache is not None:
+            cache.drop_ledger("usage-days", request)
+        return _kept_of(store, LedgerEntries(None, 0), None, owner, window, dedupe)
+
+
+def _kept_of(
+    store: Any,
+    entries: LedgerEntries,
+    forks: set[str] | None,
+    owner: dict[str, str],
+    window: tuple[int | None, int | None],
+    dedupe: bool,
+) -> _Kept:
+    """``_kept_sessions`` of the ledger's ``entries`` opened, ``forks`` the store's forks."""
     kept = _Kept(entries, set(), set(), set(), set(), set())
     if dedupe:
-        held = {sid: _ENTRY.decode(entry) for sid, entry in entries.picked.items()}
+        held = {sid: entries.decoded(_ENTRY, entry) for sid, entry in entries.picked.items()}
         reading = forks if entries.count and forks is not None else None
         for mid, created, fingerprint in _forked_copies_of(store, reading, held):
             kept.copy_ids.add(mid)
@@ -2772,11 +2794,11 @@ def _kept_sessions(
     for sid, entry in entries.each():
         if sid not in owner:
             continue
-        span = _ENTRY_HEAD.decode(entry).span
+        span = entries.decoded(_ENTRY_HEAD, entry).span
         if times and span.low is not None and span.high is not None:
             at = bisect.bisect_left(times, span.low)
             if at < len(times) and times[at] <= span.high:  # a copy's time in its span
-                days = _ENTRY_TIMES.decode(entry).days
+                days = entries.decoded(_ENTRY_TIMES, entry).days
                 if not all(copy_times.isdisjoint(_ints(day.times)) for day in days):
                     continue
         counts = _counts_in(span, since, until) if windowed else True
