@@ -889,18 +889,9 @@ def test_a_ledger_entry_written_wrong_on_purpose_is_let_go_not_a_traceback(tmp_p
     error, and let go: the next report is right."""
     db = _odd_database(tmp_path, [("fork", True, 3, "fork")], [])
     root = tmp_path / "cache"
-    which = REPORTS.index(("usage", {"all_sessions": True, "by": "session"}))
-    expected = _report(db, which, None)
-    assert _report(db, which, root) == expected
-    for memo in [*root.rglob("memo-*"), *root.rglob("render-*")]:
-        memo.unlink()
+    which, expected, ledger = _by_session_from_its_ledger(db, root)
     with open_store(db) as store:
         cache = ReportCache.open(store, root=root)
-        (ledger,) = [
-            f
-            for f in root.rglob("ledger-*")
-            if _ledger_request(f)[0] == "days"  # usage's
-        ]
         request = _ledger_request(ledger)
         entries = cache.ledger_entries("usage-days", request)
         kept = {sid: msgspec.msgpack.decode(entry) for sid, entry in entries.each()}
@@ -935,17 +926,25 @@ def test_any_byte_of_a_ledger_changed_is_never_trusted(tmp_path_factory, where, 
     db = tmp / "opencode.db"
     shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
     root = tmp / "cache"
+    which, expected, ledger = _by_session_from_its_ledger(db, root)
+    data = bytearray(ledger.read_bytes())
+    at = int(where * len(data))
+    data[at] ^= change
+    ledger.write_bytes(bytes(data))
+    assert _report(db, which, root) == expected
+
+
+def _by_session_from_its_ledger(db: Path, root: Path) -> tuple[int, bytes, Path]:
+    """``usage --all --by session`` of ``db`` (which of ``REPORTS``, and its JSON), kept in
+    the cache at ``root`` with its memo and renditions gone, and the ledger the next report
+    is to be made from."""
     which = REPORTS.index(("usage", {"all_sessions": True, "by": "session"}))
     expected = _report(db, which, None)
     assert _report(db, which, root) == expected
     for memo in [*root.rglob("memo-*"), *root.rglob("render-*")]:
         memo.unlink()
     (ledger,) = [f for f in root.rglob("ledger-*") if _ledger_request(f)[0] == "days"]
-    data = bytearray(ledger.read_bytes())
-    at = int(where * len(data))
-    data[at] ^= change
-    ledger.write_bytes(bytes(data))
-    assert _report(db, which, root) == expected
+    return which, expected, ledger
 
 
 def _ledger_request(path: Path) -> Any:
@@ -2307,7 +2306,6 @@ def sessions_module_request() -> list:
     return sessions_module._request(None, None, False, True, None)
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: nothing is kept aside")
 def test_the_sessions_ledger_shares_its_tool_calls_as_the_scan_does(tmp_path) -> None:
     """Decoded, the sessions ledger gives sessions with the same (tool, failed, calls) one
     tuple, with one string for a tool's name, as the counts of a scan do: a large ledger
@@ -2331,6 +2329,7 @@ def test_the_sessions_ledger_shares_its_tool_calls_as_the_scan_does(tmp_path) ->
     assert _report(db, which, root) == expected
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: nothing is kept aside")
 @pytest.mark.parametrize("workers", [None, "1"], ids=["aside", "one process"])
 def test_a_large_ledger_is_kept_aside_and_in_place_when_the_report_returns(
     tmp_path, monkeypatch, workers

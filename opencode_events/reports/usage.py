@@ -2537,18 +2537,7 @@ def _fold_kept(
         acc = folded.get(key)
         if acc is None:
             acc = folded[key] = _new_sums(first)
-        elif first is not None and (acc[8] is None or first < acc[8]):
-            acc[8] = first
-        acc[0] += ints[0]
-        acc[1] += ints[1]
-        acc[2] += ints[2]
-        acc[3] += ints[3]
-        acc[4] += ints[4]
-        acc[5] += ints[5]
-        acc[7] += ints[6]
-        acc[6].extend(costs)
-        if len(acc[6]) > _FOLDED_COSTS:
-            acc[6] = _bounded(acc[6])
+        _add_counts(acc, ints, first, costs, _FOLDED_COSTS)
         if shared and top != sid:
             share = shares.get(top)
             if share is None:
@@ -3797,18 +3786,27 @@ def _add_figures(into: list[Any], acc: list[Any], most: int | None = None) -> No
     time kept, but not its times: once per session and day of the database, where a
     report's group needs each session's figures and first time, not all its times.
     ``most``: the costs ``into`` holds before they are put in fewer terms (``_bounded``)."""
-    into[0] += acc[0]
-    into[1] += acc[1]
-    into[2] += acc[2]
-    into[3] += acc[3]
-    into[4] += acc[4]
-    into[5] += acc[5]
-    costs = into[6]
-    costs.extend(acc[6])
-    if len(costs) > (_COMPACT_AT if most is None else most):
-        into[6] = _bounded(costs)
-    into[7] += acc[7]
-    started = acc[8]
+    counts = (acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[7])
+    _add_counts(into, counts, acc[8], acc[6], _COMPACT_AT if most is None else most)
+
+
+def _add_counts(
+    into: list[Any], counts: Sequence[Any], started: Any, costs: Iterable[float], most: int
+) -> None:
+    """The six token counts and the inferences (``counts``, as a ledger's group keeps them),
+    the first time and the ``costs`` of some inferences added to a group's (``_new_sums``);
+    its costs put in fewer terms (``_bounded``) once there are more than ``most``."""
+    into[0] += counts[0]
+    into[1] += counts[1]
+    into[2] += counts[2]
+    into[3] += counts[3]
+    into[4] += counts[4]
+    into[5] += counts[5]
+    into[7] += counts[6]
+    held = into[6]
+    held.extend(costs)
+    if len(held) > most:
+        into[6] = _bounded(held)
     if started is not None and (into[8] is None or started < into[8]):
         into[8] = started
 
