@@ -17,6 +17,8 @@ per database path, never beside the database, which is never written. What:
   stamp is unchanged is not read again, nor one still without a stamp, while only OpenCode
   wrote (``store.changes``). A large one may be kept by a forked child while the
   report is made (``aside``); the report waits for it before it returns (``settle``).
+  Its entries are kept in groups, each with its CRC-32, and read back a group at a time
+  (``ledger_entries``), or decoded whole where they are small (``ledger``).
 
 Every file starts with a header naming this format, the tool's version and the database;
 a file that is damaged, truncated, foreign or of another version is ignored (and replaced
