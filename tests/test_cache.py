@@ -1756,6 +1756,32 @@ def test_the_cache_is_bounded(tmp_path, monkeypatch) -> None:
     assert len([p for p in root.iterdir() if p.is_dir()]) == 2
 
 
+def test_ledgers_are_bounded_the_least_recently_used_going_first(tmp_path, monkeypatch) -> None:
+    """At most ``LEDGERS`` ledgers stay per database (an undo window's, or one an older
+    version of the tool kept under a name no longer asked for, would pile up else): the
+    least recently written or read go first."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    monkeypatch.setattr(report_cache, "LEDGERS", 3)
+
+    def ledger_file(cache: ReportCache, n: int) -> Path:
+        return cache.folder / f"ledger-{report_cache._digest(['test', [n]])}"
+
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        sid = next(iter(cache.stamps))
+        for n in range(3):
+            cache.keep_ledger("test", [n], {sid: n})
+            os.utime(ledger_file(cache, n), (100 * (n + 1),) * 2)  # written in this order
+        assert ReportCache.open(store, root=root).ledger("test", [0], int) == {sid: 0}  # read
+        cache.keep_ledger("test", [3], {sid: 3})  # a fourth: the least recently used goes
+        assert sorted(p.name for p in cache.folder.glob("ledger-*")) == sorted(
+            ledger_file(cache, n).name for n in (0, 2, 3)
+        )
+        fresh = ReportCache.open(store, root=root)
+        assert [n for n in range(4) if fresh.ledger("test", [n], int)] == [0, 2, 3]
+
+
 def test_a_memo_written_in_pieces_is_the_memos_one_encoding(tmp_path) -> None:
     """``remember`` writes a memo's parts one after another (a large report is not copied
     once more): the file holds exactly the encoding of the whole ``_Memo``."""

@@ -25,9 +25,9 @@ a file that is damaged, truncated, foreign or of another version is ignored (and
 by the next write), never trusted. Files are written whole to a temporary name and renamed,
 so two runs at once never leave a torn file (the last one wins; both were right; the
 state last seen, ``seen``, is read and written under a lock, one run at a time). The size
-is bounded: at most ``MEMOS`` memos and as many renditions per database and ``DATABASES``
-databases, the least recently used go first; a ledger holds only the sessions the database
-still has.
+is bounded: at most ``MEMOS`` memos and as many renditions and ``LEDGERS`` ledgers per
+database and ``DATABASES`` databases, the least recently used go first; a ledger holds
+only the sessions the database still has.
 
 ::
 
@@ -76,6 +76,7 @@ __all__ = [
     "RenditionSpool",
     "cache_digest",
     "MEMOS",
+    "LEDGERS",
     "DATABASES",
     "ASIDE_ENTRIES",
     "UNENCODABLE",
@@ -92,6 +93,10 @@ FORMAT = 6  # 2: invalid calls among tool_failures; forked, …; 3: the fingerpr
 # 4: a memo's groups; 5: a report by turn of every session spooled row by row; 6: a
 # ledger's entries in groups, read as they are used
 MEMOS = 16  # whole reports kept per database
+# Ledgers kept per database: one per kind of report and choice that needs one (sessions,
+# usage by day, model or agent in each zone, context, undo windows), and those an older
+# version of this tool left under names this one no longer asks for.
+LEDGERS = 32
 DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
 _PIECE = 1 << 20  # a large ledger is written in pieces of about this many bytes
@@ -520,10 +525,11 @@ class ReportCache:
         self._trim()
 
     def _trim(self) -> None:
-        """Keep at most ``MEMOS`` memos here and ``DATABASES`` folders beside it."""
+        """Keep at most ``MEMOS`` memos (and renditions) and ``LEDGERS`` ledgers here, the
+        least recently written or read going first, and ``DATABASES`` folders beside it."""
         with _quietly():
-            for kind in ("memo-*", "render-*"):
-                for old in sorted(self.folder.glob(kind), key=_mtime)[:-MEMOS]:
+            for kind, most in (("memo-*", MEMOS), ("render-*", MEMOS), ("ledger-*", LEDGERS)):
+                for old in sorted(self.folder.glob(kind), key=_mtime)[:-most]:
                     old.unlink()
             for stray in self.folder.glob(".tmp-*"):  # a run killed mid-write, long ago
                 if _mtime(stray) < _mtime(self.folder) - 3600:
@@ -948,6 +954,8 @@ class ReportCache:
             if 8 + length + sum(group[1] for group in groups) != end:
                 raise _Unsound  # items cut short, or added to
             entries = LedgerEntries(file, 8 + length, groups, self.stamps, self.folder / name)
+            with _quietly():  # read now: the last to go when ledgers are trimmed
+                os.utime(file.fileno())
             picked = pick()
             for sid, entry in entries.each():
                 entries.count += 1
