@@ -879,7 +879,9 @@ def test_a_ledger_damaged_in_its_entries_is_ignored_and_one_changed_while_read_a
         assert cache.ledger("test", [1], list) == {}
 
 
-@pytest.mark.parametrize("craft", ["not an entry", "no span", "a held row of nulls"])
+@pytest.mark.parametrize(
+    "craft", ["not an entry", "no span", "a held row of nulls", "a session twice"]
+)
 def test_a_ledger_entry_written_wrong_on_purpose_is_let_go_not_a_traceback(tmp_path, craft) -> None:
     """A ledger whose groups sum right but whose entries are not what a report writes (only
     a file made so on purpose: damage changes a group's sum) is never a traceback. Found
@@ -898,13 +900,16 @@ def test_a_ledger_entry_written_wrong_on_purpose_is_let_go_not_a_traceback(tmp_p
         entries.close()
         assert kept
         sid = next(iter(kept))
+        twice = []
         if craft == "not an entry":
             kept[sid] = 1
         elif craft == "no span":
             kept[sid][0] = None
+        elif craft == "a session twice":  # its figures counted twice, if it were trusted
+            twice = [(sid, kept[sid])]
         else:
             kept[sid][2] = [["msg_x", "2026-11-29", b"", [None] * 10]]
-        cache.keep_ledger("usage-days", request, kept)
+        cache.keep_ledger("usage-days", request, [*kept.items(), *twice])
     first = _report(db, which, root)
     if craft == "a held row of nulls":
         assert first.startswith(b"error: the report cache ")

@@ -2780,9 +2780,13 @@ def _kept_of(
     times = sorted({t for t in map(_whole_ms, copy_times) if t is not None})
     since, until = window
     windowed = since is not None or until is not None
+    seen: set[str] = set()
     for sid, entry in entries.each():
         if sid not in owner:
             continue
+        if sid in seen:  # a session twice: never a ledger of ours
+            raise ValueError(f"session {sid!r} twice in the ledger")
+        seen.add(sid)
         span = entries.decoded(_ENTRY_HEAD, entry).span
         if times and span.low is not None and span.high is not None:
             at = bisect.bisect_left(times, span.low)
