@@ -336,6 +336,10 @@ def _memo_name(kind: str, request: Any) -> str:
     return f"memo-{_digest([kind, request])}"
 
 
+def _ledger_name(kind: str, request: Any) -> str:
+    return f"ledger-{_digest([kind, request])}"
+
+
 def _rendition_name(kind: str, request: Any, form: str) -> str:
     return f"render-{_digest([kind, request, form])}"
 
@@ -446,12 +450,9 @@ class ReportCache:
         try:
             first = file.read(8)
             if len(first) == 8 and first[0] == 0:  # a head's length: no header starts so
-                length = int.from_bytes(first, "big")
-                fits = 0 < length <= min(_LARGEST, os.fstat(file.fileno()).st_size - 8)
-                header = self._sound(file.read(length)) if fits else None
-                if header is None:
-                    raise _Unsound
-                return header, _Items(file, 8 + length, os.fstat(file.fileno()).st_size)
+                size = os.fstat(file.fileno()).st_size
+                header, length = self._head_of(file, first, min(_LARGEST, size - 8))
+                return header, _Items(file, 8 + length, size)
             data = first + file.read(_bounded_size(file))
         except (_Unsound, OSError):
             file.close()
@@ -462,6 +463,16 @@ class ReportCache:
         file.close()
         header = self._sound(data)
         return None if header is None else (header, None)
+
+    def _head_of(self, file: BinaryIO, first: bytes, room: int) -> tuple[_Header, int]:
+        """The header of a file that is the length of its head (``first``: 8 bytes) then the
+        head, with that length, when the head is sound and at most ``room`` bytes (else
+        ``_Unsound``): a spooled memo's, a rendition's, a ledger's."""
+        length = int.from_bytes(first, "big") if len(first) == 8 and first[0] == 0 else 0
+        header = self._sound(file.read(length)) if 0 < length <= room else None
+        if header is None:
+            raise _Unsound
+        return header, length
 
     def _sound(self, data: bytes) -> _Header | None:
         """The header ``data`` holds, when it is whole, of this format, this version and
@@ -661,9 +672,8 @@ class ReportCache:
             return None
         try:
             size = os.fstat(file.fileno()).st_size
-            length = int.from_bytes(file.read(8), "big")
-            header = self._sound(file.read(length)) if 0 < length <= _HEAD_LARGEST else None
-            if header is None or header.fingerprint != self.fingerprint:
+            header, length = self._head_of(file, file.read(8), min(_HEAD_LARGEST, size - 8))
+            if header.fingerprint != self.fingerprint:
                 raise _Unsound
             kept = _RENDITION.decode(header.body)
             if (
@@ -865,7 +875,7 @@ class ReportCache:
         stay): a report that will not use them need not hold them while it is made (at
         100,000 sessions, about 80 MB each)."""
         self._memos.pop(_memo_name(kind, request), None)
-        self._ledgers.pop(f"ledger-{_digest([kind, request])}", None)
+        self._ledgers.pop(_ledger_name(kind, request), None)
 
     # ------------------------------------------------------------------ ledgers
 
@@ -877,7 +887,7 @@ class ReportCache:
         ledger of small entries; a large one is read as it is used (``ledger_entries``).
         ``tidy`` is given each entry as it is decoded, a group at a time (to share what
         entries have in common, say: the decoded ledger then holds fewer objects)."""
-        name = f"ledger-{_digest([kind, request])}"
+        name = _ledger_name(kind, request)
         if name in self._ledgers:  # read once per run
             return self._ledgers[name]
         found = self._open_ledger(name, request)
@@ -890,7 +900,7 @@ class ReportCache:
                         kept[sid] = decoded = decoder.decode(entry)
                         if tidy is not None:
                             tidy(decoded)
-            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, InputError):
+            except (*_UNDECODABLE, InputError):
                 kept = {}
         self.hits = len(kept)
         self._ledgers[name] = kept
@@ -908,7 +918,7 @@ class ReportCache:
         number of sessions. Empty when there is none to trust. ``pick``: the sessions whose
         entries are wanted before the others (``LedgerEntries.picked``), asked only when
         there is a ledger."""
-        name = f"ledger-{_digest([kind, request])}"
+        name = _ledger_name(kind, request)
         found = self._open_ledger(name, request, pick)
         if found is None:
             return LedgerEntries(None, 0)
@@ -929,12 +939,7 @@ class ReportCache:
         entries = LedgerEntries(None, 0)
         try:
             size = os.fstat(file.fileno()).st_size
-            first = file.read(8)
-            length = int.from_bytes(first, "big") if len(first) == 8 and first[0] == 0 else 0
-            fits = 0 < length <= min(_LARGEST, size - 16)
-            header = self._sound(file.read(length)) if fits else None
-            if header is None:
-                raise _Unsound
+            header, length = self._head_of(file, file.read(8), min(_LARGEST, size - 16))
             whole = header.fingerprint == self.fingerprint
             # The database changed but OpenCode's event log did not: a write that bypassed
             # it (another program), which no stamp would show. Nothing is trusted.
@@ -973,7 +978,7 @@ class ReportCache:
     def drop_ledger(self, kind: str, request: Any) -> None:
         """Delete ledger ``kind`` of ``request``: one found damaged while it was read."""
         with _quietly():
-            (self.folder / f"ledger-{_digest([kind, request])}").unlink()
+            (self.folder / _ledger_name(kind, request)).unlink()
 
     def keep_ledger(
         self, kind: str, request: Any, entries: Mapping[str, Any] | Iterable[tuple[str, Any]]
@@ -989,7 +994,7 @@ class ReportCache:
         (8 bytes): read back a group at a time (``LedgerEntries``)."""
         if isinstance(entries, Mapping):
             entries = entries.items()
-        name = f"ledger-{_digest([kind, request])}"
+        name = _ledger_name(kind, request)
         self._ledgers.pop(name, None)
         head = self._head() + _ENCODER.encode(request)
         self._replace(name, self._ledger_pieces(len(head).to_bytes(8, "big") + head, entries))
@@ -1042,7 +1047,7 @@ class ReportCache:
         """A ledger file's bytes (``keep_ledger``) in pieces of about ``_PIECE`` bytes."""
         yield head
         stamps = self.stamps
-        groups: list[tuple[int, int]] = []
+        groups: list[tuple[int, int, int]] = []  # each group's count, length and CRC-32
         piece = bytearray()
         count = 0
         for sid, entry in entries:

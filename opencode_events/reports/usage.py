@@ -2283,17 +2283,16 @@ def _grouped(
     )
     entries = kept.entries
     copy_ids, copy_prints, copy_times = kept.copy_ids, kept.copy_prints, kept.copy_times
-    used = kept.used  # the sessions whose entries are folded in
 
     day_of = _DayOf(tz)
     every_owner = owner
-    if used or kept.empty:
-        unread_sids = [sid for sid in owner if sid not in used and sid not in kept.empty]
+    if kept.used or kept.empty:  # the sessions whose entries are folded in, or count nothing
+        unread_sids = [sid for sid in owner if sid not in kept.used and sid not in kept.empty]
         if len(unread_sids) < max(WHOLE_TABLE_SESSIONS, len(every_owner) // 10):
             owner = {sid: owner[sid] for sid in unread_sids}
         else:
-            used, kept = set(), kept._replace(used=set(), empty=set())
-    everything = len(owner) >= WHOLE_TABLE_SESSIONS and not (used or kept.empty)
+            kept = kept._replace(used=set(), empty=set())
+    everything = len(owner) >= WHOLE_TABLE_SESSIONS and not (kept.used or kept.empty)
     # By day, week or month with no ledger to write, a day's sums need not be kept per
     # session: the scan's memory is then the days', whatever the number of sessions.
     keeps = use_ledger and since is None and until is None  # the ledger keeps all-time groups
@@ -2331,7 +2330,7 @@ def _grouped(
     scan.groups = {}  # emptied as they are folded into the report's (``_fold_days``)
     if use_ledger:
         if keeps:  # kept by a forked child while the report is made (``store_usage`` waits)
-            found = (scan.entries, spill, owner, entries, used, scan.irregular)
+            found = (scan.entries, spill, owner, entries, kept.used, scan.irregular)
             cache.aside(lambda: _keep_days(cache, ledger_request, *found), len(owner))  # type: ignore[union-attr]
             if spill is not None:
                 spill.close()  # a child keeping the ledger has its own
@@ -2341,7 +2340,7 @@ def _grouped(
     # The entries used, read once more: their groups are folded into the report's, and
     # their subagents', and their held rows put through the copies' rule as read rows are.
     with entries:
-        from_ledger = _fold_kept(entries, used, label, owner, shared=by in _SHARED, kept=kept)
+        from_ledger = _fold_kept(kept, label, owner, shared=by in _SHARED)
     copies: list[tuple[bytes, Any, Any]] = from_ledger.copies
     originals: set[bytes] = scan.originals | from_ledger.originals
     for mid, key, fingerprint, figures in ready:
@@ -2513,21 +2512,20 @@ class _FromLedger(NamedTuple):
 
 
 def _fold_kept(
-    entries: LedgerEntries,
-    used: set[str],
+    kept: _Kept,
     label: Callable[[str, Any], Any],
     owner: dict[str, str],
     *,
     shared: bool,
-    kept: _Kept,
 ) -> _FromLedger:
-    """The ``used`` sessions' entries, read a group of them at a time and folded in as
+    """The entries of the sessions ``kept`` uses, read a group of them at a time and folded in as
     they come: the report's groups (``label``), each with its costs in a few terms of
     their exact sum (``_bounded``), and with ``shared`` the subagents' shares. A held row
     is counted as a read row is (``_grouped``): a forked copy waits for the end, packed;
     any other is added now, its fingerprint noted if a copy has it. Never an entry held
     beyond its own."""
     found = _FromLedger({}, {}, [], set())
+    entries, used = kept.entries, kept.used
     if not used:
         return found
     folded, shares, copies, originals = found
