@@ -2995,8 +2995,9 @@ def _fold_days(
 ) -> dict[Any, list[Any]]:
     """Groups by (session, day, model or agent) folded into the report's (``label``: by
     day, model or agent, or by the session each folds into), then the ledger's, folded
-    already (``_fold_kept``). ``groups`` is emptied as it is folded (a report by session
-    holds a group per session twice else)."""
+    already (``_fold_kept``). ``groups`` and ``kept`` are emptied as they are folded: a
+    report by session holds a group per session twice else, and the caller's ``kept``
+    would keep every ledger group alive while the rows are made of them."""
     folded: dict[Any, list[Any]] = {}
     # The report's rows need each group's first time, not all its times.
     for sid, group in list(groups):
@@ -3006,7 +3007,8 @@ def _fold_days(
         if into is None:
             into = folded[key] = _new_sums(None)
         _add_figures(into, acc)
-    for key, acc in kept.items():
+    for key in list(kept):
+        acc = kept.pop(key)
         into = folded.get(key)
         if into is not None:  # the smaller added to the larger, in the report's place
             _add_figures(acc, into, _FOLDED_COSTS)
