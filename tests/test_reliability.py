@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -352,6 +353,36 @@ def test_json_pieces_of_nothing_is_the_empty_document():
     assert b"".join(json_pieces("rows", [], lambda: {"total": {}})) == write_json(
         {"rows": [], "total": {}}
     )
+
+
+@pytest.mark.parametrize("shape", ["document", "list", "lines"])
+def test_a_report_cut_short_by_an_error_is_never_closed_as_if_whole(shape: str):
+    """Rows written as they are made, then the database fails (a damaged page): what went
+    out is whole rows, and a JSON document or list is left open, so that no JSON reader
+    takes a part of the report for all of it (the command then says the error, exit 2);
+    JSON Lines keep every line whole."""
+    from opencode_events.output.rows import json_list_pieces, json_pieces, jsonl_pieces
+
+    def rows():
+        yield from ({"turn": n} for n in range(5))
+        raise InputError("cannot read opencode.db: database disk image is malformed")
+
+    pieces = {
+        "document": lambda: json_pieces("rows", rows(), lambda: {"total": {}}, 2),
+        "list": lambda: json_list_pieces(rows(), 2),
+        "lines": lambda: jsonl_pieces(rows(), 2),
+    }[shape]()
+    written = bytearray()
+    with pytest.raises(InputError):
+        for piece in pieces:
+            written += piece
+    assert written  # the rows before the damage went out
+    if shape == "lines":
+        lines = bytes(written).splitlines()
+        assert [msgspec.json.decode(line) for line in lines] == [{"turn": n} for n in range(4)]
+    else:
+        with pytest.raises(msgspec.DecodeError):
+            msgspec.json.decode(bytes(written))
 
 
 _JSON_VALUES = st.recursive(
