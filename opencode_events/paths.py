@@ -35,6 +35,9 @@ __all__ = [
     "MAX_LINE_VARIABLE",
     "max_line_setting",
     "parse_size",
+    "CACHE_SIZE",
+    "CACHE_SIZE_VARIABLE",
+    "cache_size_setting",
     "OtlpEnvironment",
     "otlp_environment",
     "login_name",
@@ -150,6 +153,13 @@ MAX_LINE_VARIABLE = "OPENCODE_EVENTS_MAX_LINE"
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
+# The report cache's size: every database's memos, renditions and ledgers together
+# (``reports.cache``), the least recently used going first past it. 2 GiB holds the
+# reports of a 30 GB database (100,000 sessions) but the per-turn and per-step ones, whose
+# rows a repeat reads back (257 MB for both as JSON Lines at 10,000 sessions).
+CACHE_SIZE = 2 << 30
+CACHE_SIZE_VARIABLE = "OPENCODE_EVENTS_CACHE_SIZE"
+
 
 def parse_size(text: str) -> int:
     """``"16M"`` → 16 MiB (K, M, G are powers of 1024; a plain number is bytes)."""
@@ -170,6 +180,18 @@ def max_line_setting(env: Mapping[str, str] | None = None) -> int:
         return parse_size(value)
     except ValueError as exc:
         raise InputError(f"{MAX_LINE_VARIABLE}: {exc}") from None
+
+
+def cache_size_setting(env: Mapping[str, str] | None = None) -> int:
+    """``$OPENCODE_EVENTS_CACHE_SIZE`` when set (``500M``, ``8G``, or bytes), else
+    ``CACHE_SIZE``."""
+    value = (os.environ if env is None else env).get(CACHE_SIZE_VARIABLE)
+    if not value:
+        return CACHE_SIZE
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise InputError(f"{CACHE_SIZE_VARIABLE}: {exc}") from None
 
 
 def terminal_columns(env: Mapping[str, str] | None = None) -> int | None:

@@ -1814,6 +1814,106 @@ def test_ledgers_are_bounded_the_least_recently_used_going_first(tmp_path, monke
         assert [n for n in range(4) if fresh.ledger("test", [n], int)] == [0, 2, 3]
 
 
+def _kept_files(root: Path) -> dict[Path, float]:
+    """Every memo, rendition and ledger of the cache at ``root``, with its mtime."""
+    return {
+        f: f.stat().st_mtime
+        for f in root.glob("*/*-*")
+        if f.name.startswith(("memo-", "render-", "ledger-"))
+    }
+
+
+def _kept_bytes(root: Path) -> int:
+    return sum(f.stat().st_size for f in _kept_files(root))
+
+
+def test_the_cache_takes_at_most_its_size_in_bytes_the_least_recently_used_going(
+    tmp_path, monkeypatch
+) -> None:
+    """Every database's memos, renditions and ledgers together take at most the cache's
+    size (``$OPENCODE_EVENTS_CACHE_SIZE``): past it, the least recently written or read
+    go first, of any database (a report read back from its memo is used again); what is
+    left still answers as the database does, and what went is made again."""
+    root = tmp_path / "cache"
+    dbs = []
+    for n in range(3):  # three databases alike: each report keeps about as much
+        db = tmp_path / f"opencode{n}.db"
+        shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+        dbs.append(db)
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "session"}))
+    expected = [_report(db, which, None) for db in dbs]
+    assert _report(dbs[0], which, root) == expected[0]
+    budget = int(_kept_bytes(root) * 2.5)  # two databases' reports, not three
+    monkeypatch.setenv("OPENCODE_EVENTS_CACHE_SIZE", str(budget))
+    assert _report(dbs[1], which, root) == expected[1]
+    time.sleep(0.02)  # mtimes apart
+    memo = max(_kept_files(root).items(), key=lambda item: item[1])[0]
+    assert _report(dbs[0], which, root) == expected[0]  # from its memo: used again
+    assert max(_kept_files(root).items(), key=lambda item: item[1])[0].parent != memo.parent
+    for round_ in range(3):
+        before = _kept_files(root)
+        time.sleep(0.02)
+        db = dbs[(2 + round_) % 3]
+        assert _report(db, which, root) == expected[(2 + round_) % 3]
+        after = _kept_files(root)
+        assert sum(f.stat().st_size for f in after) <= budget
+        gone = [when for f, when in before.items() if f not in after]
+        left = [when for f, when in before.items() if f in after and after[f] == when]
+        assert gone or round_ > 0  # the third database's report: something had to go
+        if gone:  # and what went was the least recently used
+            assert max(gone) <= min(left, default=max(gone))
+    for db, report in zip(dbs, expected, strict=True):
+        assert _report(db, which, root) == report  # whatever went is made again
+        assert _kept_bytes(root) <= budget
+
+
+def test_a_report_larger_than_the_whole_cache_is_not_kept(tmp_path, monkeypatch) -> None:
+    """A cache size smaller than one report's files: each goes once written (the run that
+    wrote it is not slower for it), nothing is left, and every report is still the report
+    of the database."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    monkeypatch.setenv("OPENCODE_EVENTS_CACHE_SIZE", "1K")
+    for which in range(len(REPORTS)):
+        expected = _report(db, which, None)
+        assert _report(db, which, root) == expected
+        assert _report(db, which, root) == expected
+        assert _kept_bytes(root) <= 1024
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "0", "1.5G"])
+def test_a_cache_size_that_is_no_size_is_one_error(tmp_path, monkeypatch, value) -> None:
+    """``$OPENCODE_EVENTS_CACHE_SIZE`` that is no size (K, M, G or bytes, more than none):
+    the report says so, as ``$OPENCODE_EVENTS_MAX_LINE`` does, rather than go on unbounded
+    or uncached without a word; the command: one ``error:`` line and exit 2."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    monkeypatch.setenv("OPENCODE_EVENTS_CACHE_SIZE", value)
+    with open_store(db) as store, pytest.raises(InputError, match="OPENCODE_EVENTS_CACHE_SIZE"):
+        ReportCache.open(store, root=tmp_path / "cache")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "opencode_events",
+            "usage",
+            "--db",
+            str(db),
+            "--all",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stdout == b""
+    assert done.stderr.decode().splitlines() == [
+        f"error: OPENCODE_EVENTS_CACHE_SIZE: not a size in bytes: {value!r} (e.g. 16M)"
+    ]
+
+
 def test_a_memo_written_in_pieces_is_the_memos_one_encoding(tmp_path) -> None:
     """``remember`` writes a memo's parts one after another (a large report is not copied
     once more): the file holds exactly the encoding of the whole ``_Memo``."""

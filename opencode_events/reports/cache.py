@@ -66,6 +66,7 @@ except ImportError:  # pragma: no cover - an interpreter built without it
 
 from .._version import __version__
 from ..errors import InputError
+from ..paths import CACHE_SIZE, cache_size_setting
 from ..store.changes import database_identity, fingerprint, log_moved, session_stamps
 from ..workers import worker_count
 
@@ -100,6 +101,7 @@ LEDGERS = 32
 DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
 _PIECE = 1 << 20  # a large ledger is written in pieces of about this many bytes
+_KEPT_FILES = ("memo-", "render-", "ledger-")  # what ``_fit`` counts and lets go
 ASIDE_ENTRIES = 1000  # sessions from which a ledger is written by a forked child
 
 
@@ -349,8 +351,16 @@ class ReportCache:
     opened: before any report reads a row, so that what is kept is never older than the key
     it is kept under."""
 
-    def __init__(self, folder: Path, database: str, state: Any, stamps: dict[str, int]) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        database: str,
+        state: Any,
+        stamps: dict[str, int],
+        budget: int = CACHE_SIZE,
+    ) -> None:
         self.folder = folder
+        self.budget = budget  # bytes the whole cache (every database's folder) may take
         self.database = database
         self.fingerprint = state
         self.stamps = stamps
@@ -362,11 +372,17 @@ class ReportCache:
         self._keeps = True  # False: this run writes nothing (``_observe``)
 
     @classmethod
-    def open(cls, store: Any, *, root: Path | None = None) -> ReportCache | None:
+    def open(
+        cls, store: Any, *, root: Path | None = None, budget: int | None = None
+    ) -> ReportCache | None:
         """The cache of ``store``'s database; None for a store that is not a database (the
-        legacy layout) or when the keys cannot be read."""
+        legacy layout) or when the keys cannot be read. ``budget``: the bytes the whole
+        cache may take (default ``$OPENCODE_EVENTS_CACHE_SIZE``, else ``CACHE_SIZE``; a
+        setting that is no size raises ``InputError``)."""
         if not hasattr(store, "change_edges"):
             return None
+        if budget is None:
+            budget = cache_size_setting()
         if root is None:
             from ..paths import report_cache_dir
 
@@ -379,7 +395,7 @@ class ReportCache:
             # One report at a time reads the database's state and records it (``seen``), so
             # that the states recorded follow one another as the database's did.
             with _one_at_a_time(folder) as alone:
-                cache = cls(folder, database, fingerprint(store), {})
+                cache = cls(folder, database, fingerprint(store), {}, budget)
                 cache._observe(record=alone)
             cache.stamps = session_stamps(store)  # after the fingerprint: never newer
         except Exception:  # a store that cannot answer is simply not cached
@@ -452,6 +468,7 @@ class ReportCache:
             if len(first) == 8 and first[0] == 0:  # a head's length: no header starts so
                 size = os.fstat(file.fileno()).st_size
                 header, length = self._head_of(file, first, min(_LARGEST, size - 8))
+                _touched(file.fileno())
                 return header, _Items(file, 8 + length, size)
             data = first + file.read(_bounded_size(file))
         except (_Unsound, OSError):
@@ -462,7 +479,10 @@ class ReportCache:
             raise
         file.close()
         header = self._sound(data)
-        return None if header is None else (header, None)
+        if header is None:
+            return None
+        _touched(self.folder / name)
+        return header, None
 
     def _head_of(self, file: BinaryIO, first: bytes, room: int) -> tuple[_Header, int]:
         """The header of a file that is the length of its head (``first``: 8 bytes) then the
@@ -533,11 +553,12 @@ class ReportCache:
                 raise
         except (OSError, _TooLarge, InputError, *UNENCODABLE):  # InputError: a tail cut short
             return
-        self._trim()
+        self._trim(self.folder / name)
 
-    def _trim(self) -> None:
+    def _trim(self, written: Path) -> None:
         """Keep at most ``MEMOS`` memos (and renditions) and ``LEDGERS`` ledgers here, the
-        least recently written or read going first, and ``DATABASES`` folders beside it."""
+        least recently written or read going first, and ``DATABASES`` folders beside it;
+        then the whole cache within its ``budget`` (``_fit``)."""
         with _quietly():
             for kind, most in (("memo-*", MEMOS), ("render-*", MEMOS), ("ledger-*", LEDGERS)):
                 for old in sorted(self.folder.glob(kind), key=_mtime)[:-most]:
@@ -551,6 +572,40 @@ class ReportCache:
                 for file in old.iterdir():
                     file.unlink()
                 old.rmdir()
+        with _quietly():
+            self._fit(written)
+
+    def _fit(self, written: Path) -> None:
+        """The whole cache, every database's folder, made to take at most ``budget`` bytes:
+        the least recently written or read memos, renditions and ledgers go first, of any
+        database; the file just ``written`` last, only when it alone takes more. A file
+        another run is reading stays readable to it (it is only unlinked)."""
+        found: list[tuple[bool, float, str, int]] = []
+        total = 0
+        just = str(written)
+        with os.scandir(self.folder.parent) as folders:
+            for folder in folders:
+                if not folder.is_dir(follow_symlinks=False):
+                    continue
+                with os.scandir(folder.path) as files:
+                    for file in files:
+                        if not file.name.startswith(_KEPT_FILES):
+                            continue
+                        try:
+                            stat = file.stat(follow_symlinks=False)
+                        except OSError:  # gone meanwhile (another run's trim)
+                            continue
+                        total += stat.st_size
+                        found.append((file.path == just, stat.st_mtime, file.path, stat.st_size))
+        if total <= self.budget:
+            return
+        found.sort()  # the least recently used first, the one just written last of all
+        for _just, _when, path, size in found:
+            if total <= self.budget:
+                break
+            with _quietly():
+                os.unlink(path)
+            total -= size
 
     # ------------------------------------------------------------------ memos
 
@@ -689,6 +744,7 @@ class ReportCache:
         except BaseException:
             file.close()
             raise
+        _touched(file.fileno())
         return Rendition(file, 8 + length, kept.length, kept.notes)
 
     def keep_rendered(
@@ -959,8 +1015,7 @@ class ReportCache:
             if 8 + length + sum(group[1] for group in groups) != end:
                 raise _Unsound  # items cut short, or added to
             entries = LedgerEntries(file, 8 + length, groups, self.stamps, self.folder / name)
-            with _quietly():  # read now: the last to go when ledgers are trimmed
-                os.utime(file.fileno())
+            _touched(file.fileno())
             picked = pick()
             for sid, entry in entries.each():
                 entries.count += 1
@@ -1398,6 +1453,13 @@ def _one_at_a_time(folder: Path) -> Iterator[bool]:
 
 
 _LOCK_WAIT = 2.0  # seconds; a report holds the lock for a few milliseconds
+
+
+def _touched(file: int | Path) -> None:
+    """Mark a memo, rendition or ledger read now: the last to go when the cache is
+    trimmed (``_trim``, ``_fit``), as one just written is."""
+    with _quietly():
+        os.utime(file)
 
 
 def _mtime(path: Path) -> float:
