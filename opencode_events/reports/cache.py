@@ -538,10 +538,12 @@ class ReportCache:
             fd, tmp = _new_file(self.folder)
             try:
                 with os.fdopen(fd, "wb") as file:
-                    size = 0
+                    size, most = 0, min(_LARGEST, self.budget)
                     for piece in pieces:
                         size += file.write(piece)
-                        if size > _LARGEST:  # a runaway, not a real report: not kept
+                        # A runaway, not a real report; or larger than the whole cache
+                        # (``_fit`` would let it go at once): not kept.
+                        if size > most:
                             raise _TooLarge
                     if tail is not None:
                         tail.write_to(file)
@@ -1176,7 +1178,7 @@ class _Spool:
             self.discard()
             return
         self._length += len(piece)
-        if self._length > _LARGEST:  # a runaway, not a real report: not kept
+        if self._length > min(_LARGEST, self._cache.budget):  # as ``_replace``: not kept
             self.discard()
 
     def _spooled(self) -> Rendition:
