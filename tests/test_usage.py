@@ -2396,3 +2396,88 @@ def test_turns_of_damaged_rows_read_by_workers_are_one_processs(tmp_path, monkey
             reports.append(msgspec.json.encode(stored_usage(store, all_sessions=True).document()))
     assert reports[0] == reports[1]
     assert b'"started":true' in reports[0]
+
+
+_GROUP_COUNTS = st.integers(min_value=-(1 << 70), max_value=1 << 70) | st.just(0)
+_GROUPS = st.tuples(
+    st.lists(_GROUP_COUNTS | st.floats(allow_nan=False) | st.booleans(), min_size=7, max_size=7),
+    st.lists(st.floats(allow_nan=True), max_size=5),
+    st.none() | st.integers(min_value=-(1 << 64), max_value=1 << 64) | st.floats(allow_nan=False),
+    st.lists(st.integers(min_value=0, max_value=1 << 40), max_size=2),
+)
+
+
+def _group_of(drawn: tuple) -> list[Any]:
+    from array import array
+
+    counts, costs, first, times = drawn
+    return [*counts[:6], array("d", costs), counts[6], first, array("q", times)]
+
+
+def _same_group(one: list[Any], other: list[Any]) -> bool:
+    """Equal, and of the same types (a float 1.0 is not the integer 1), costs bit for bit."""
+    return (
+        [type(v) for v in one] == [type(v) for v in other]
+        and [v for i, v in enumerate(one) if i != 6] == [v for i, v in enumerate(other) if i != 6]
+        and one[6].tobytes() == other[6].tobytes()
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(_GROUPS)
+def test_a_group_packed_light_reads_back_as_it_was(drawn):
+    """A lightened group (``_light``: a few dozen bytes, held per session and day by a
+    report by session) reads back (``_sums``) exactly as it was: every count of its type,
+    its costs bit for bit, its first time, whatever odd values a damaged store gave it (a
+    count beyond 64 bits or not an integer, a first time of another type: kept as it is)."""
+    from opencode_events.reports import usage as usage_module
+
+    group = _group_of(drawn)
+    packed = usage_module._light(group)
+    if group[9]:  # times: never packed (a lightened group has none)
+        assert packed is group
+    read = usage_module._sums(packed)
+    assert _same_group(read, group)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["ses_a", "ses_b", "ses_c"]), st.sampled_from(["d1", "d2"]), _GROUPS
+        ),
+        max_size=8,
+        unique_by=lambda item: item[:2],
+    ),
+    st.sampled_from(["session", "day"]),
+)
+def test_groups_folded_packed_are_the_groups_folded_as_lists(items, by):
+    """``_fold_days`` of lightened groups, packed as a report holds them, makes the same
+    report groups as of the same groups held as lists: a group alone is taken as it is,
+    a second one unpacks it."""
+    from opencode_events.reports import usage as usage_module
+
+    owner = {"ses_a": "ses_a", "ses_b": "ses_a", "ses_c": "ses_c"}
+    label = (lambda sid, day: owner[sid]) if by == "session" else (lambda sid, day: day)
+
+    def groups(packed: bool) -> dict:
+        made = {}
+        for sid, day, drawn in items:
+            group = _group_of(drawn)
+            group[9] = group[9][:0]  # lightened: no times
+            made[(sid, day)] = usage_module._light(group) if packed else group
+        return made
+
+    # The rule, as written out: each report group a new one, every group added to it.
+    expected: dict = {}
+    for (sid, day), group in groups(False).items():
+        into = expected.get(label(sid, day))
+        if into is None:
+            into = expected[label(sid, day)] = usage_module._new_sums(None)
+        usage_module._add_figures(into, group)
+    for made in (groups(False), groups(True)):
+        folded = usage_module._fold_days(made, label, {})
+        assert not made  # each let go as it is folded
+        assert list(folded) == list(expected)
+        for key, group in expected.items():
+            assert _same_group(usage_module._sums(folded[key]), group)
