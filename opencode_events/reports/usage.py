@@ -2534,9 +2534,17 @@ def _fold_kept(
 
     def add(sid: str, top: str, key: Any, first: Any, ints: Any, costs: Any) -> None:
         acc = folded.get(key)
-        if acc is None:
-            acc = folded[key] = _new_sums(first)
-        _add_counts(acc, ints, first, costs, _FOLDED_COSTS)
+        if acc is None:  # packed at once where it can be (a session by itself, one day)
+            packed = _light_kept(ints, first, costs)
+            if packed is not None:
+                folded[key] = packed
+            else:
+                acc = folded[key] = _new_sums(first)
+                _add_counts(acc, ints, first, costs, _FOLDED_COSTS)
+        else:
+            if type(acc) is bytes:
+                acc = folded[key] = _sums(acc)
+            _add_counts(acc, ints, first, costs, _FOLDED_COSTS)
         if shared and top != sid:
             share = shares.get(top)
             if share is None:
@@ -2561,7 +2569,7 @@ def _fold_kept(
                 if copy_ids and fingerprint in copy_prints:
                     originals.add(fingerprint)
                 counts = (*sums[:6], sums[7])
-                add(sid, top, label(sid, day), sums[8], counts, sums[6])
+                add(sid, top, label(sid, day), sums[8], counts, array("d", sums[6]))
             for group, ints, costs, first, _times in days.days:
                 add(sid, top, label(sid, group), first, ints, _floats(costs))
         except (TypeError, ValueError, IndexError) as exc:
@@ -3019,6 +3027,7 @@ def _fold_days(
         acc = kept.pop(key)
         into = folded.get(key)
         if into is not None:  # the smaller added to the larger, in the report's place
+            acc = _sums(acc)
             _add_figures(acc, _sums(into), _FOLDED_COSTS)
         folded[key] = acc
     return folded
@@ -3862,6 +3871,23 @@ def _light(acc: list[Any]) -> bytes | list[Any]:
         return _LIGHT.pack(*counts, first) + costs.tobytes()
     except struct.error:  # beyond 64 bits
         return acc
+
+
+def _light_kept(counts: Sequence[Any], first: Any, costs: array[float]) -> bytes | None:
+    """``_light`` of the group ``_add_counts`` makes of a new one (``_new_sums(first)``)
+    and these ``counts``, ``first`` time and ``costs`` (as a ledger's group keeps them),
+    made at once; None where that group would not be packed (or its costs put in fewer
+    terms: more than ``_FOLDED_COSTS``)."""
+    if len(costs) > _FOLDED_COSTS or len(counts) != 7 or any(type(n) is not int for n in counts):
+        return None
+    if first is None:
+        first = _EVER
+    elif type(first) is not int or first == _EVER:
+        return None
+    try:
+        return _LIGHT.pack(*counts, first) + costs.tobytes()
+    except struct.error:  # beyond 64 bits
+        return None
 
 
 def _sums(acc: bytes | list[Any]) -> list[Any]:
