@@ -25,6 +25,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -964,6 +965,51 @@ def test_any_byte_of_a_ledger_changed_is_never_trusted(tmp_path_factory, where, 
     data[at] ^= change
     ledger.write_bytes(bytes(data))
     assert _report(db, which, root) == expected
+
+
+# Kept reports whose files a byte is changed in: a memo decoded whole (and its type's own
+# checks: a report by day whose ``by`` is no grouping raised KeyError), a memo spooled row
+# by row and read a group at a time, and a rendition copied out as it is.
+_KEPT_DAMAGED = {
+    "memo": ("usage", {"all_sessions": True, "by": "day"}),
+    "spooled memo": ("usage", {"all_sessions": True, "by": "turn"}),
+    "rendition": ("sessions as json", {"all_sessions": True}),
+}
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.sampled_from(sorted(_KEPT_DAMAGED)), st.floats(0, 1, exclude_max=True), st.integers(1, 255)
+)
+def test_any_byte_of_a_kept_report_changed_is_never_trusted(tmp_path_factory, what, where, change):
+    """Any one byte of a memo or a rendition changed (its head, its request, the report's
+    bytes): the report from the cache is the report without it, never a traceback. A
+    spooled memo read a group at a time, whose rows may be out already when a group fails
+    its sum, says so once (``run again``) and lets the memo go: the next report is right."""
+    tmp = tmp_path_factory.mktemp("kept")
+    db = tmp / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    root = tmp / "cache"
+    which = REPORTS.index(_KEPT_DAMAGED[what])
+    expected = _report(db, which, None)
+    assert _report(db, which, root) == expected
+    prefix = "render-" if what == "rendition" else "memo-"
+    kept = [f for f in root.rglob(f"{prefix}*")]
+    for other in root.rglob("render-*") if what != "rendition" else ():
+        other.unlink()  # the memo is what the report is read from
+    path = max(kept, key=lambda f: f.stat().st_size)
+    data = bytearray(path.read_bytes())
+    at = int(where * len(data))
+    data[at] ^= change
+    path.write_bytes(bytes(data))
+    first = _report(db, which, root)
+    if what == "spooled memo" and first != expected:
+        assert first.startswith(b"error: the report cache ") and first.endswith(b"run again")
+        assert not path.exists()
+        first = _report(db, which, root)
+    assert first == expected
 
 
 def _by_session_from_its_ledger(db: Path, root: Path) -> tuple[int, bytes, Path]:
@@ -1969,7 +2015,7 @@ def test_a_memo_spooled_item_by_item_reads_back_a_group_at_a_time(
         head = msgspec.msgpack.decode(kept.value, type=bytes)
         assert head + data[8 + length :] == report_cache._ENCODER.encode(report)
         assert msgspec.msgpack.decode(kept.basis) == basis and kept.checks == checks
-        assert sum(count for count, _size in kept.groups) == len(report.sessions)
+        assert sum(group[0] for group in kept.groups) == len(report.sessions)
         assert len(kept.groups) > 1 if piece == 700 else len(kept.groups) == 1
         assert cache.recall("sessions", request, SessionsReport, lambda c: True) == report
         args = ("sessions", request, SessionsReport, "sessions", SessionSummary, lambda c: True)
@@ -2104,9 +2150,10 @@ def test_changed_sessions_are_read_by_session_up_to_two_percent(
 
 
 def _unchecked_flush(self) -> None:
-    """``MemoSpool._flush`` without its check: a group that will not read back."""
+    """``MemoSpool._flush`` without its check: a group that will not read back (its bytes
+    summed as written, so that it is the decoding that fails)."""
     if self._count and self._fd >= 0:
-        self._groups.append((self._count, len(self._buffer)))
+        self._groups.append((self._count, len(self._buffer), zlib.crc32(self._buffer)))
         self.add(self._buffer)
         self._buffer.clear()
         self._count = 0

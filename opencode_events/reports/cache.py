@@ -49,7 +49,6 @@ import contextlib
 import errno
 import gc
 import io
-import itertools
 import os
 import time
 import zlib
@@ -90,9 +89,9 @@ __all__ = [
 
 T = TypeVar("T")
 
-FORMAT = 6  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
+FORMAT = 7  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
 # 4: a memo's groups; 5: a report by turn of every session spooled row by row; 6: a
-# ledger's entries in groups, read as they are used
+# ledger's entries in groups, read as they are used; 7: every file's bytes summed (CRC-32)
 MEMOS = 16  # whole reports kept per database
 # Ledgers kept per database: one per kind of report and choice that needs one (sessions,
 # usage by day, model or agent in each zone, context, undo windows), and those an older
@@ -121,6 +120,7 @@ class _Header(msgspec.Struct, array_like=True):
     database: str
     fingerprint: Any
     body: msgspec.Raw
+    check: int  # the body's CRC-32: a byte changed anywhere in it, and it is not trusted
 
 
 _MAGIC = "opencode-events report cache"
@@ -137,8 +137,8 @@ class _Memo(msgspec.Struct, array_like=True):
     basis: msgspec.Raw = msgspec.Raw(b"\xc0")  # nil; decoded only when asked (``previous``)
     # How a report's list spooled item by item (``MemoSpool``) lies in ``value``: the items
     # and bytes of each group, read back a group at a time (``recall_each``). Empty: the
-    # value is decoded whole.
-    groups: list[tuple[int, int]] = []
+    # value is decoded whole. Each group: its items, its bytes and their CRC-32.
+    groups: list[tuple[int, int, int]] = []
 
 
 _MEMO = msgspec.msgpack.Decoder(_Memo)
@@ -152,6 +152,7 @@ class _Rendition(msgspec.Struct, array_like=True):
     # The report's notes where its form says them apart from these bytes (JSON Lines and
     # CSV: on stderr), to be said again with them.
     notes: list[str] = []
+    check: int = 0  # the bytes' CRC-32, checked before any of them is copied out
 
 
 _RENDITION = msgspec.msgpack.Decoder(_Rendition)
@@ -506,24 +507,38 @@ class ReportCache:
             or header.format != FORMAT
             or header.version != __version__
             or header.database != self.database
+            or zlib.crc32(header.body) != header.check
         ):
             return None
         return header
 
     def _head(self) -> bytes:
         """A ``_Header`` as its encoding would start, before its ``body``: the msgpack array
-        of its first five fields, its length made six (the body is written after it)."""
+        of its first five fields, its length made seven (the body and its sum follow)."""
         head = bytearray(
             _ENCODER.encode((_MAGIC, FORMAT, __version__, self.database, self.fingerprint))
         )
-        head[0] += 1  # fixarray of 5 (0x95) → of 6
+        head[0] += 2  # fixarray of 5 (0x95) → of 7
         return bytes(head)
+
+    def _sealed(self, body: bytes) -> bytes:
+        """A whole ``_Header`` of ``body``: the head, the body, the body's CRC-32."""
+        return self._head() + body + _ENCODER.encode(zlib.crc32(body))
 
     def _write(self, name: str, body: bytes | Iterable[bytes]) -> None:
         """Write ``name``: the header, then ``body``, its bytes or pieces of them written as
-        they come (a large ledger is never held whole)."""
+        they come (a large memo is never copied whole once more), then their sum."""
         pieces = [body] if isinstance(body, bytes) else body
-        self._replace(name, itertools.chain([self._head()], pieces))
+
+        def summed() -> Iterator[bytes]:
+            yield self._head()
+            check = 0
+            for piece in pieces:
+                check = zlib.crc32(piece, check)
+                yield piece
+            yield _ENCODER.encode(check)
+
+        self._replace(name, summed())
 
     def _replace(
         self, name: str, pieces: Iterable[bytes], tail: Rendition | None = None, end: bytes = b""
@@ -633,7 +648,7 @@ class ReportCache:
             return None
         if items is None and memo.groups:
             return None  # groups without their items
-        if items is not None and items.size != items.offset + sum(s for _n, s in memo.groups):
+        if items is not None and items.size != items.offset + sum(g[1] for g in memo.groups):
             return None  # items cut short, or added to
         return header, memo, items
 
@@ -683,8 +698,8 @@ class ReportCache:
         try:
             with _collector_paused():
                 value = msgspec.msgpack.decode(self._value(found[1], found[2]), type=type_)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError, OSError):
-            return None
+        except (*_UNDECODABLE, OSError, KeyError, ValueError):  # KeyError, ValueError: what a
+            return None  # type's own checks (``__post_init__``) raise on a value none made
         self._kept[_memo_name(kind, request)] = found[1].checks
         return value
 
@@ -738,6 +753,7 @@ class ReportCache:
                 or kept.form != form
                 or size != 8 + length + kept.length
                 or not still_true(kept.checks)
+                or _summed(file.fileno(), 8 + length, kept.length) != kept.check
             ):
                 raise _Unsound
         except (_Unsound, OSError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
@@ -864,31 +880,28 @@ class ReportCache:
             try:
                 with _collector_paused():
                     value = msgspec.msgpack.decode(memo.value, type=type_)
-            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            except (*_UNDECODABLE, KeyError, ValueError):  # as ``recall``
                 return None
             return iter(getattr(value, field))
         try:
             head = msgspec.msgpack.decode(memo.value, type=bytes)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
-        if head != _list_head(field, sum(count for count, _size in memo.groups)):
+        if head != _list_head(field, sum(group[0] for group in memo.groups)):
             return None
         decoder = msgspec.msgpack.Decoder(list[item_type])  # type: ignore[valid-type]
         path = self.folder / _memo_name(kind, request)
 
         def each() -> Iterator[Any]:
             at = items.offset
-            for count, size in memo.groups:
+            for count, size, check in memo.groups:
                 try:
-                    group = _array_head(count) + items.read(at, size)
+                    piece = items.read(at, size)
+                    if zlib.crc32(piece) != check:
+                        raise ValueError("a group of items is not as it was written")
                     with _collector_paused():
-                        decoded = decoder.decode(group)
-                except (
-                    msgspec.DecodeError,
-                    msgspec.ValidationError,
-                    RecursionError,
-                    OSError,
-                ) as exc:
+                        decoded = decoder.decode(_array_head(count) + piece)
+                except (*_UNDECODABLE, OSError, ValueError, KeyError) as exc:
                     with _quietly():
                         path.unlink()
                     raise InputError(
@@ -1053,7 +1066,7 @@ class ReportCache:
             entries = entries.items()
         name = _ledger_name(kind, request)
         self._ledgers.pop(name, None)
-        head = self._head() + _ENCODER.encode(request)
+        head = self._sealed(_ENCODER.encode(request))
         self._replace(name, self._ledger_pieces(len(head).to_bytes(8, "big") + head, entries))
 
     def spill(self) -> Spill | None:
@@ -1204,6 +1217,11 @@ class RenditionSpool(_Spool):
         super().__init__(cache)
         self._kind, self._request, self._form = kind, request, form
         self._checks = checks
+        self._check = 0  # the bytes' CRC-32, as they are given
+
+    def add(self, piece: bytes | bytearray) -> None:
+        self._check = zlib.crc32(piece, self._check)
+        super().add(piece)
 
     def keep(self, notes: Sequence[str] = ()) -> None:
         """Keep the bytes given, and ``notes``, said apart from them (``Rendition.notes``)."""
@@ -1215,8 +1233,10 @@ class RenditionSpool(_Spool):
                 checks = cache._kept.get(_memo_name(self._kind, self._request), _NOT_KEPT)
                 if checks is _NOT_KEPT:
                     return
-            rendition = _Rendition(self._request, self._form, checks, self._length, list(notes))
-            head = cache._head() + _ENCODER.encode(rendition)
+            rendition = _Rendition(
+                self._request, self._form, checks, self._length, list(notes), self._check
+            )
+            head = cache._sealed(_ENCODER.encode(rendition))
             name = _rendition_name(self._kind, self._request, self._form)
             cache._replace(name, [len(head).to_bytes(8, "big"), head], self._spooled())
         finally:
@@ -1234,7 +1254,7 @@ class MemoSpool(_Spool):
         super().__init__(cache)
         self._kind, self._request, self._field = kind, request, field
         self._decoder = msgspec.msgpack.Decoder(list[item_type])  # type: ignore[valid-type]
-        self._groups: list[tuple[int, int]] = []
+        self._groups: list[tuple[int, int, int]] = []  # items, bytes, CRC-32
         self._count = 0  # items in the buffer
         self._buffer = bytearray()
 
@@ -1262,7 +1282,7 @@ class MemoSpool(_Spool):
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             self.discard()
             return
-        self._groups.append((self._count, len(self._buffer)))
+        self._groups.append((self._count, len(self._buffer), zlib.crc32(self._buffer)))
         self.add(self._buffer)
         self._buffer.clear()
         self._count = 0
@@ -1283,9 +1303,9 @@ class MemoSpool(_Spool):
             # The value's head, as bytes (its items follow the whole head, in the file:
             # ``_read_memo``), so that the head is whole without them.
             value = _ENCODER.encode(
-                _list_head(self._field, sum(count for count, _size in self._groups))
+                _list_head(self._field, sum(group[0] for group in self._groups))
             )
-            head = cache._head() + bytes(start) + value + end
+            head = cache._sealed(bytes(start) + value + end)
             name = _memo_name(self._kind, self._request)
             cache._memos.pop(name, None)
             cache._kept[name] = checks
@@ -1455,6 +1475,22 @@ def _one_at_a_time(folder: Path) -> Iterator[bool]:
 
 
 _LOCK_WAIT = 2.0  # seconds; a report holds the lock for a few milliseconds
+
+
+def _summed(fd: int, at: int, length: int) -> int:
+    """The CRC-32 of ``length`` bytes at ``at`` of ``fd``, read a piece at a time (a
+    rendition is checked whole before any of it is copied out; ``OSError`` if it is
+    shorter)."""
+    check = 0
+    view = memoryview(bytearray(min(length, _COPY_PIECE)))
+    while length:
+        got = os.preadv(fd, [view[: min(length, len(view))]], at)
+        if not got:
+            raise OSError(errno.EIO, "cut short")
+        check = zlib.crc32(view[:got], check)
+        at += got
+        length -= got
+    return check
 
 
 def _touched(file: int | Path) -> None:
