@@ -173,25 +173,25 @@ def parse_size(text: str) -> int:
 
 def max_line_setting(env: Mapping[str, str] | None = None) -> int:
     """``$OPENCODE_EVENTS_MAX_LINE`` when set, else ``MAX_LINE``."""
-    value = (os.environ if env is None else env).get(MAX_LINE_VARIABLE)
-    if not value:
-        return MAX_LINE
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise InputError(f"{MAX_LINE_VARIABLE}: {exc}") from None
+    return _size_setting(MAX_LINE_VARIABLE, MAX_LINE, env)
 
 
 def cache_size_setting(env: Mapping[str, str] | None = None) -> int:
     """``$OPENCODE_EVENTS_CACHE_SIZE`` when set (``500M``, ``8G``, or bytes), else
     ``CACHE_SIZE``."""
-    value = (os.environ if env is None else env).get(CACHE_SIZE_VARIABLE)
+    return _size_setting(CACHE_SIZE_VARIABLE, CACHE_SIZE, env)
+
+
+def _size_setting(variable: str, default: int, env: Mapping[str, str] | None) -> int:
+    """The size ``variable`` names in the environment (``parse_size``), else ``default``;
+    one that is no size is an ``InputError`` naming the variable."""
+    value = (os.environ if env is None else env).get(variable)
     if not value:
-        return CACHE_SIZE
+        return default
     try:
         return parse_size(value)
     except ValueError as exc:
-        raise InputError(f"{CACHE_SIZE_VARIABLE}: {exc}") from None
+        raise InputError(f"{variable}: {exc}") from None
 
 
 def terminal_columns(env: Mapping[str, str] | None = None) -> int | None:
