@@ -996,7 +996,7 @@ def test_any_byte_of_a_kept_report_changed_is_never_trusted(tmp_path_factory, wh
     expected = _report(db, which, None)
     assert _report(db, which, root) == expected
     prefix = "render-" if what == "rendition" else "memo-"
-    kept = [f for f in root.rglob(f"{prefix}*")]
+    kept = list(root.rglob(f"{prefix}*"))
     for other in root.rglob("render-*") if what != "rendition" else ():
         other.unlink()  # the memo is what the report is read from
     path = max(kept, key=lambda f: f.stat().st_size)

@@ -20,14 +20,16 @@ per database path, never beside the database, which is never written. What:
   Its entries are kept in groups, each with its CRC-32, and read back a group at a time
   (``ledger_entries``), or decoded whole where they are small (``ledger``).
 
-Every file starts with a header naming this format, the tool's version and the database;
-a file that is damaged, truncated, foreign or of another version is ignored (and replaced
-by the next write), never trusted. Files are written whole to a temporary name and renamed,
-so two runs at once never leave a torn file (the last one wins; both were right; the
-state last seen, ``seen``, is read and written under a lock, one run at a time). The size
-is bounded: at most ``MEMOS`` memos and as many renditions and ``LEDGERS`` ledgers per
-database and ``DATABASES`` databases, the least recently used go first; a ledger holds
-only the sessions the database still has.
+Every file starts with a header naming this format, the tool's version and the database,
+and every byte kept is summed (CRC-32: a header's body, a rendition's bytes, each group of
+a spooled memo's or a ledger's items); a file that is damaged, truncated, foreign or of
+another version is ignored (and replaced by the next write), never trusted. Files are
+written whole to a temporary name and renamed, so two runs at once never leave a torn file
+(the last one wins; both were right; the state last seen, ``seen``, is read and written
+under a lock, one run at a time). The size is bounded: all of it in bytes (``budget``,
+``$OPENCODE_EVENTS_CACHE_SIZE``), and at most ``MEMOS`` memos and as many renditions and
+``LEDGERS`` ledgers per database and ``DATABASES`` databases, the least recently used go
+first; a ledger holds only the sessions the database still has.
 
 ::
 
@@ -172,6 +174,8 @@ class _Items:
 
 
 _UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError)
+# And what a type's own checks (``__post_init__``) raise on a value no report made.
+_UNTRUSTED = (*_UNDECODABLE, KeyError, ValueError)
 _LEDGER_GROUP = msgspec.msgpack.Decoder(list[tuple[str, int | None, msgspec.Raw]])
 
 
@@ -210,11 +214,9 @@ class LedgerEntries:
         fd, stamps, at = self._file.fileno(), self._stamps, self._offset
         for count, size, check in self._groups:
             try:
-                piece = read_at(fd, size, at, "a ledger")
-                if zlib.crc32(piece) != check:
-                    raise ValueError("a group of entries is not as it was written")
-                with _collector_paused():
-                    group = _LEDGER_GROUP.decode(_array_head(count) + piece)
+                group = _decoded_group(
+                    _LEDGER_GROUP, read_at(fd, size, at, "a ledger"), count, check
+                )
             except (OSError, ValueError, *_UNDECODABLE) as exc:
                 self.damaged(exc)
             at += size
@@ -698,8 +700,8 @@ class ReportCache:
         try:
             with _collector_paused():
                 value = msgspec.msgpack.decode(self._value(found[1], found[2]), type=type_)
-        except (*_UNDECODABLE, OSError, KeyError, ValueError):  # KeyError, ValueError: what a
-            return None  # type's own checks (``__post_init__``) raise on a value none made
+        except (*_UNTRUSTED, OSError):
+            return None
         self._kept[_memo_name(kind, request)] = found[1].checks
         return value
 
@@ -880,7 +882,7 @@ class ReportCache:
             try:
                 with _collector_paused():
                     value = msgspec.msgpack.decode(memo.value, type=type_)
-            except (*_UNDECODABLE, KeyError, ValueError):  # as ``recall``
+            except _UNTRUSTED:
                 return None
             return iter(getattr(value, field))
         try:
@@ -896,12 +898,8 @@ class ReportCache:
             at = items.offset
             for count, size, check in memo.groups:
                 try:
-                    piece = items.read(at, size)
-                    if zlib.crc32(piece) != check:
-                        raise ValueError("a group of items is not as it was written")
-                    with _collector_paused():
-                        decoded = decoder.decode(_array_head(count) + piece)
-                except (*_UNDECODABLE, OSError, ValueError, KeyError) as exc:
+                    decoded = _decoded_group(decoder, items.read(at, size), count, check)
+                except (*_UNTRUSTED, OSError) as exc:
                     with _quietly():
                         path.unlink()
                     raise InputError(
@@ -1475,6 +1473,17 @@ def _one_at_a_time(folder: Path) -> Iterator[bool]:
 
 
 _LOCK_WAIT = 2.0  # seconds; a report holds the lock for a few milliseconds
+
+
+def _decoded_group(
+    decoder: msgspec.msgpack.Decoder[Any], piece: bytes, count: int, check: int
+) -> Any:
+    """A group of ``count`` items (a ledger's or a spooled memo's), its bytes ``piece``
+    decoded as a list when they give their CRC-32 ``check``; ``ValueError`` else."""
+    if zlib.crc32(piece) != check:
+        raise ValueError("a group of items is not as it was written")
+    with _collector_paused():
+        return decoder.decode(_array_head(count) + piece)
 
 
 def _summed(fd: int, at: int, length: int) -> int:

@@ -2542,9 +2542,7 @@ def _fold_kept(
                 acc = folded[key] = _new_sums(first)
                 _add_counts(acc, ints, first, costs, _FOLDED_COSTS)
         else:
-            if type(acc) is bytes:
-                acc = folded[key] = _sums(acc)
-            _add_counts(acc, ints, first, costs, _FOLDED_COSTS)
+            _add_counts(_sums_at(folded, key, acc), ints, first, costs, _FOLDED_COSTS)
         if shared and top != sid:
             share = shares.get(top)
             if share is None:
@@ -3020,9 +3018,7 @@ def _fold_days(
                 folded[key] = acc
                 continue
             into = folded[key] = _new_sums(None)
-        elif type(into) is bytes:
-            into = folded[key] = _sums(into)
-        _add_figures(into, _sums(acc))
+        _add_figures(_sums_at(folded, key, into), _sums(acc))
     for key in list(kept):
         acc = kept.pop(key)
         into = folded.get(key)
@@ -3606,9 +3602,7 @@ class _Scan:
             if mine is None:
                 groups[key] = acc
                 continue
-            if type(mine) is bytes:
-                mine = groups[key] = _sums(mine)
-            _merge_sums(mine, _sums(acc))
+            _merge_sums(_sums_at(groups, key, mine), _sums(acc))
         if other.step_runs:  # in range order: as one process would have set them aside
             self.runs.adopt(other.step_runs)  # type: ignore[union-attr]
         owner = self.owner
@@ -3805,9 +3799,7 @@ def _add_sums(groups: dict[Any, bytes | list[Any]], key: Any, sums: list[Any]) -
     acc = groups.get(key)
     if acc is None:
         acc = groups[key] = _new_sums(sums[8])
-    elif type(acc) is bytes:  # a lightened group (``_light``)
-        acc = groups[key] = _sums(acc)
-    _merge_sums(acc, sums)
+    _merge_sums(_sums_at(groups, key, acc), sums)
 
 
 def _add_figures(into: list[Any], acc: list[Any], most: int | None = None) -> None:
@@ -3853,26 +3845,17 @@ _LIGHT = struct.Struct("<7qq")  # a lightened group: six counts, inferences, fir
 
 def _light(acc: list[Any]) -> bytes | list[Any]:
     """A lightened group (``_Scan._lighten``: its costs in a few terms, no times) in a few
-    dozen bytes, then its costs' doubles; as it is when it holds anything else (a count
-    that is no integer or beyond 64 bits, a first time that is no integer or is ``_EVER``,
-    which stands for none here, times).
+    dozen bytes, then its costs' doubles (``_packed_group``); as it is when it holds
+    anything else (times, or what ``_packed_group`` does not pack).
     A report by session or project holds a group per session and day: 0.7 KB as a list
     and its numbers, about 0.1 KB so (peak RSS at 100,000 sessions, by session 150 -> 134
     MB, by project 161 -> 124 MB)."""
-    counts = (acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[7])
-    first, costs = acc[8], acc[6]
+    costs = acc[6]
     if acc[9] or type(costs) is not array or costs.typecode != "d":
         return acc
-    if any(type(n) is not int for n in counts):
-        return acc
-    if first is None:
-        first = _EVER
-    elif type(first) is not int or first == _EVER:  # _EVER stands for none
-        return acc
-    try:
-        return _LIGHT.pack(*counts, first) + costs.tobytes()
-    except struct.error:  # beyond 64 bits
-        return acc
+    counts = (acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[7])
+    packed = _packed_group(counts, acc[8], costs)
+    return acc if packed is None else packed
 
 
 def _light_kept(counts: Sequence[Any], first: Any, costs: array[float]) -> bytes | None:
@@ -3880,7 +3863,16 @@ def _light_kept(counts: Sequence[Any], first: Any, costs: array[float]) -> bytes
     and these ``counts``, ``first`` time and ``costs`` (as a ledger's group keeps them),
     made at once; None where that group would not be packed (or its costs put in fewer
     terms: more than ``_FOLDED_COSTS``)."""
-    if len(costs) > _FOLDED_COSTS or len(counts) != 7 or any(type(n) is not int for n in counts):
+    if len(costs) > _FOLDED_COSTS or len(counts) != 7:
+        return None
+    return _packed_group(counts, first, costs)
+
+
+def _packed_group(counts: Sequence[Any], first: Any, costs: array[float]) -> bytes | None:
+    """The seven counts (six token counts, the inferences) and the first time in 64 bytes
+    (``_LIGHT``), then the costs' doubles; None when a count is no integer or beyond 64
+    bits, or the first time is no integer or is ``_EVER`` (which stands for none here)."""
+    if any(type(n) is not int for n in counts):
         return None
     if first is None:
         first = _EVER
@@ -3890,6 +3882,13 @@ def _light_kept(counts: Sequence[Any], first: Any, costs: array[float]) -> bytes
         return _LIGHT.pack(*counts, first) + costs.tobytes()
     except struct.error:  # beyond 64 bits
         return None
+
+
+def _sums_at(groups: dict[Any, Any], key: Any, acc: bytes | list[Any]) -> list[Any]:
+    """``groups[key]`` (``acc``) as sums to add to: unpacked there first if it is packed."""
+    if type(acc) is bytes:
+        acc = groups[key] = _sums(acc)
+    return acc  # type: ignore[return-value]
 
 
 def _sums(acc: bytes | list[Any]) -> list[Any]:
