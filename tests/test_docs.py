@@ -224,3 +224,44 @@ def test_every_python_block_runs(where, code, reader, monkeypatch, capsys):
     monkeypatch.chdir(work)
     namespace: dict = {"events": [], "stream": __import__("io").StringIO()}
     exec(compile(code, where, "exec"), namespace)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _prose(text: str) -> str:
+    """``text`` with its fenced code blocks blanked (a link there is code, not a link)."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+
+
+def _anchors(path: Path) -> set[str]:
+    found: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", _prose(path.read_text()), re.M):
+        anchor = base = _anchor(heading)
+        count = 0
+        while anchor in found:  # a heading repeated gets -1, -2, … as on GitHub
+            count += 1
+            anchor = f"{base}-{count}"
+        found.add(anchor)
+    return found
+
+
+def _links() -> list[tuple[str, Path, str]]:
+    links = []
+    for path in DOCS:
+        for target in re.findall(r"\]\(([^)\s]+)\)", _prose(path.read_text())):
+            if not re.match(r"[a-z]+:", target):  # not a URL: a file here, maybe a heading
+                links.append((f"{path.name} -> {target}", path, target))
+    return links
+
+
+@pytest.mark.parametrize("where, path, target", _links(), ids=[w for w, _, _ in _links()])
+def test_every_link_leads_somewhere(where, path, target):
+    """A relative link names a file of the project and, after ``#``, one of its headings."""
+    file, _, anchor = target.partition("#")
+    dest = (path.parent / file).resolve() if file else path
+    assert dest.exists(), f"{where}: no such file"
+    if anchor and dest.suffix == ".md":
+        assert anchor in _anchors(dest), f"{where}: no such heading"
