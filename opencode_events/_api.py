@@ -11,6 +11,7 @@ promise (pinned by tests/test_api.py); the modules behind them may move.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
@@ -358,15 +359,17 @@ def sessions_report(
     report, sooner)."""
     from .reports.sessions import sessions_report as report
 
-    return report(
-        store,
-        since_ms=_since_ms(since),
-        limit=limit,
-        all_sessions=all_sessions,
-        cache=_cache(store, cache),
-        fold=fold,
-        until_ms=_until_ms(until),
-    )
+    since_ms, until_ms = _since_ms(since), _until_ms(until)
+    with _cache(store, cache) as kept:
+        return report(
+            store,
+            since_ms=since_ms,
+            limit=limit,
+            all_sessions=all_sessions,
+            cache=kept,
+            fold=fold,
+            until_ms=until_ms,
+        )
 
 
 def usage_report(
@@ -418,17 +421,19 @@ def usage_report(
                 stream.close()
     ids = [sessions] if isinstance(sessions, str) else list(sessions)
     start = _since_ms(since, tz)  # once: "2h" is read against the clock
-    return stored_usage(
-        store,
-        ids,
-        since_ms=start,
-        until_ms=_until_ms(until, tz),
-        all_sessions=all_sessions,
-        by=by,
-        fold=fold,
-        tz=tz,
-        cache=_cache(store, cache),
-    )
+    end = _until_ms(until, tz)
+    with _cache(store, cache) as kept:
+        return stored_usage(
+            store,
+            ids,
+            since_ms=start,
+            until_ms=end,
+            all_sessions=all_sessions,
+            by=by,
+            fold=fold,
+            tz=tz,
+            cache=kept,
+        )
 
 
 def context_report(
@@ -440,13 +445,22 @@ def context_report(
     from .reports.context import context_report as report
 
     (session_id,) = select_sessions(store, [session] if session is not None else [])[:1]
-    return report(store, session_id, cache=_cache(store, cache))
+    with _cache(store, cache) as kept:
+        return report(store, session_id, cache=kept)
 
 
-def _cache(store: SessionStore, wanted: bool) -> Any:
-    """The report cache of ``store`` when ``wanted`` (and the environment allows it)."""
+@contextlib.contextmanager
+def _cache(store: SessionStore, wanted: bool) -> Iterator[Any]:
+    """The report cache of ``store`` when ``wanted`` (and the environment allows it), closed
+    when the report is made: the caller's process goes on, its files must not."""
     if not wanted:
-        return None
+        yield None
+        return
     from .reports.cache import ReportCache
 
-    return ReportCache.open(store)
+    cache = ReportCache.open(store)
+    if cache is None:
+        yield None
+        return
+    with cache:
+        yield cache

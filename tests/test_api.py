@@ -4,6 +4,7 @@ what its command gives, checked against the goldens of the real captures in samp
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import json
 import os
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from datetime import UTC, date
 from pathlib import Path
 
@@ -387,6 +389,39 @@ def test_the_reports_are_the_commands_reports(scenario: str):
             ), by
         context = opencode_events.context_report(store).document()
         assert context == _cli_json("context", "--db", db, "--format", "json")
+
+
+def test_the_cached_reports_close_every_file_they_read(tmp_path: Path, monkeypatch):
+    """``cache=True``: the same reports, first made and then read from the cache, and no file
+    of the cache left open for the garbage collector (a ResourceWarning each, in a harness
+    that runs for hours)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    db = SAMPLES / "task" / "opencode.db"
+    with opencode_events.open_store(db) as store:
+        wanted = {
+            by: opencode_events.usage_report(store=store, all_sessions=True, by=by)
+            for by in ("turn", "step", "session", "day")
+        }
+        sessions = opencode_events.sessions_report(store, all_sessions=True).document()
+        context = opencode_events.context_report(store).document()
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", ResourceWarning)
+            for _ in range(3):  # made, then read from the memos
+                for by, report in wanted.items():
+                    again = opencode_events.usage_report(
+                        store=store, all_sessions=True, by=by, cache=True
+                    )
+                    assert again.document() == report.document(), by
+                assert (
+                    sessions
+                    == opencode_events.sessions_report(
+                        store, all_sessions=True, cache=True
+                    ).document()
+                )
+                assert context == opencode_events.context_report(store, cache=True).document()
+            gc.collect()
+    assert list((tmp_path / "cache").rglob("memo-*")), "nothing was kept"
+    assert [str(w.message) for w in said if issubclass(w.category, ResourceWarning)] == []
 
 
 def test_usage_of_a_stream_and_its_groupings():

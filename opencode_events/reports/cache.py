@@ -43,6 +43,7 @@ first; a ledger holds only the sessions the database still has.
     kept = cache.rendered("sessions", request, "json")   # the next run: None, or
     kept.write_to(sys.stdout.buffer)                      # the bytes, copied out
     kept.notes                                            # and what was said apart
+    cache.close()                                         # or ``with ReportCache.open(…)``
 """
 
 from __future__ import annotations
@@ -171,6 +172,9 @@ class _Items:
 
     def read(self, at: int, length: int) -> bytes:
         return read_at(self.file.fileno(), length, at, "a memo")
+
+    def close(self) -> None:
+        self.file.close()
 
 
 _UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError)
@@ -370,6 +374,7 @@ class ReportCache:
         self.hits = 0  # ledger entries reused (tests read it)
         self._ledgers: dict[str, Any] = {}
         self._memos: dict[str, tuple[_Header, _Items | None] | None] = {}
+        self._opened: list[_Items] = []  # spooled memos' files read in this run (``close``)
         self._kept: dict[str, Any] = {}  # memos kept or found sound in this run: their checks
         self._aside: list[int] = []  # forked children writing a ledger (``settle``)
         self._keeps = True  # False: this run writes nothing (``_observe``)
@@ -472,7 +477,9 @@ class ReportCache:
                 size = os.fstat(file.fileno()).st_size
                 header, length = self._head_of(file, first, min(_LARGEST, size - 8))
                 _touched(file.fileno())
-                return header, _Items(file, 8 + length, size)
+                items = _Items(file, 8 + length, size)
+                self._opened.append(items)
+                return header, items
             data = first + file.read(_bounded_size(file))
         except (_Unsound, OSError):
             file.close()
@@ -1110,6 +1117,21 @@ class ReportCache:
             pid = self._aside.pop()
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+
+    def close(self) -> None:
+        """Done with the cache: what is kept aside settled, the memos read let go and
+        their files closed (a library caller's process lives on; the command's ends)."""
+        self.settle()
+        self._memos.clear()
+        self._ledgers.clear()
+        while self._opened:
+            self._opened.pop().close()
+
+    def __enter__(self) -> ReportCache:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def _ledger_pieces(self, head: bytes, entries: Iterable[tuple[str, Any]]) -> Iterator[bytes]:
         """A ledger file's bytes (``keep_ledger``) in pieces of about ``_PIECE`` bytes."""
