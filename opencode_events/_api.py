@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
 from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any, BinaryIO
@@ -112,7 +113,10 @@ def iter_events(
     cannot be read raises ``InputError`` here, before any event.
     """
     opened = _open(source)
-    return _events_of(opened, Normalizer(keep_raw=raw), metrics=metrics, deltas=deltas)
+    events = _events_of(opened, Normalizer(keep_raw=raw), metrics=metrics, deltas=deltas)
+    if opened[2]:  # a file we opened: closed too when the events are dropped unstarted
+        weakref.finalize(events, opened[1].close)
+    return events
 
 
 def _events_of(

@@ -147,6 +147,24 @@ def test_iter_events_takes_lines_without_their_newlines():
     assert encoded(opencode_events.iter_events(lines)) == (GOLDEN / "bash_ok.jsonl").read_bytes()
 
 
+@pytest.mark.parametrize("how", ["dropped", "closed", "half read", "read"])
+def test_iter_events_closes_the_file_it_opened(how: str):
+    """A path's file is closed however its events end: read to the end, closed or dropped,
+    started or not (a generator never started runs no ``finally``)."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", ResourceWarning)
+        events = opencode_events.iter_events(SAMPLES / "bash_ok" / "stream.jsonl")
+        if how == "closed":
+            events.close()
+        elif how == "half read":
+            next(events)
+        elif how == "read":
+            assert list(events)[-1].kind == "metrics"
+        del events
+        gc.collect()
+    assert [str(w.message) for w in said if issubclass(w.category, ResourceWarning)] == []
+
+
 def test_iter_events_options():
     source = SAMPLES / "bash_ok" / "stream.jsonl"
     events = list(opencode_events.iter_events(source, raw=True, metrics=False))
