@@ -407,14 +407,14 @@ def usage_report(
 
         tz = zone_named(tz)  # an unknown name: ValueError
     if store is None:
-        stored_only = {
-            "sessions": sessions,
+        stored_only = {  # each given: a time of 0 is a time, a session "" a session
+            "sessions": isinstance(sessions, str) or bool(sessions),
             "all_sessions": all_sessions,
-            "since": since,
-            "until": until,
+            "since": since is not None,
+            "until": until is not None,
             "cache": cache,
         }
-        chosen = [name for name, value in stored_only.items() if value]
+        chosen = [name for name, given in stored_only.items() if given]
         if chosen:  # they choose stored sessions: a stream has no others to choose
             raise TypeError(f"usage_report of a source takes no {', '.join(chosen)}")
         name, stream, owned = _open(source)  # type: ignore[arg-type]
@@ -424,6 +424,8 @@ def usage_report(
             if owned:
                 stream.close()
     ids = [sessions] if isinstance(sessions, str) else list(sessions)
+    if all_sessions and (ids or since is not None):  # as stored_events and the command
+        raise ValueError("all_sessions reads every session: give no sessions or since")
     start = _since_ms(since, tz)  # once: "2h" is read against the clock
     end = _until_ms(until, tz)
     with _cache(store, cache) as kept:

@@ -450,7 +450,15 @@ def test_usage_of_a_stream_and_its_groupings():
         opencode_events.usage_report(source, by="project")  # in the library's words, not --by
     with pytest.raises(TypeError):
         opencode_events.usage_report()
-    for stored_only in ({"since": "2h"}, {"all_sessions": True}, {"sessions": "ses_x"}):
+    for stored_only in (
+        {"since": "2h"},
+        {"since": 0},  # the epoch is a time too
+        {"until": 0},
+        {"all_sessions": True},
+        {"sessions": "ses_x"},
+        {"sessions": ""},
+        {"cache": True},
+    ):
         with pytest.raises(TypeError, match="of a source takes no"):
             opencode_events.usage_report(source, **stored_only)
 
@@ -499,6 +507,8 @@ def test_stored_events_select_as_import_does():
         for chosen in ({"since": "2h"}, {"sessions": parent}):
             with pytest.raises(ValueError, match="all_sessions reads every session"):
                 opencode_events.stored_events(store, all_sessions=True, **chosen)
+            with pytest.raises(ValueError, match="all_sessions reads every session"):
+                opencode_events.usage_report(store=store, all_sessions=True, **chosen)
         with pytest.raises(opencode_events.InputError, match="empty session id"):
             opencode_events.context_report(store, "")
 
