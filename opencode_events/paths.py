@@ -53,9 +53,13 @@ def data_dir(env: Mapping[str, str] | None = None) -> Path:
 
 
 def locate_db(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """The database to read: ``explicit``, ``$OPENCODE_DB`` or the default data path."""
+    """The database to read: ``explicit``, ``$OPENCODE_DB`` or the default data path. An
+    empty ``explicit`` path is an ``InputError``: ``--db "$UNSET"`` must not read the
+    user's own database instead (an empty ``$OPENCODE_DB`` is unset, as in a shell)."""
     env = os.environ if env is None else env
-    if explicit:
+    if explicit is not None:
+        if not explicit:
+            raise InputError("the database path is empty")
         return Path(explicit)
     named = env.get("OPENCODE_DB")
     if named == ":memory:":  # OpenCode then keeps nothing on disk

@@ -516,6 +516,8 @@ def test_stored_events_select_as_import_does():
 def test_open_store_refuses_what_is_no_store(tmp_path: Path):
     with pytest.raises(opencode_events.InputError):
         opencode_events.open_store(SAMPLES / "README.md")
+    with pytest.raises(opencode_events.InputError, match="path is empty"):
+        opencode_events.open_store("")  # os.environ.get("MY_DB", ""): not the user's own store
 
 
 # ------------------------------------------------------------------ the docs

@@ -116,6 +116,15 @@ def test_default_location_and_channel_databases(tmp_path: Path):
     shutil.copyfile(SAMPLES / "text" / "opencode.db", data / "opencode.db")
     found = run("sessions", "--format", "json", env=env)
     assert found.returncode == 0 and len(json.loads(found.stdout)) == 1
+    # An empty --db (a variable that was not set) is no path: never the default database.
+    for command in ("sessions", "usage", "context", "import", "statusline"):
+        # usage: not the stream on stdin either (subprocess.run's stdin is not a terminal)
+        empty = run(command, "--db", "", env=env)
+        assert (empty.returncode, empty.stdout) == (2, b""), command
+        assert empty.stderr == b"error: the database path is empty\n", command
+    # An empty $OPENCODE_DB is unset, as a shell has it.
+    unset = run("sessions", "--format", "json", env={**env, "OPENCODE_DB": ""})
+    assert unset.returncode == 0 and len(json.loads(unset.stdout)) == 1
 
 
 # ------------------------------------------------------------------ observe-only

@@ -420,7 +420,9 @@ def usage_request(argv: list[str]) -> UsageRequest | None:
         return None
     request = UsageRequest(**fields)
     sessions = request.session_ids
-    chosen = request.db_path or sessions or request.last or request.since or request.until
+    chosen = (
+        request.db_path is not None or sessions or request.last or request.since or request.until
+    )
     if not (chosen or request.all_sessions):
         return None  # a stream on stdin, or the store when stdin is a terminal: click's
     if request.all_sessions and (sessions or request.last or request.since):

@@ -161,7 +161,9 @@ def usage(
     )
 
     zone = time_zone(tz)
-    chose_stored = bool(db_path or session_ids or last or since or until or all_sessions)
+    chose_stored = bool(
+        db_path is not None or session_ids or last or since or until or all_sessions
+    )
     if chose_stored and inputs:
         raise click.UsageError("give either INPUT files or stored sessions (--db …), not both")
     if all_sessions and (session_ids or last or since):
