@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
@@ -97,6 +98,10 @@ def _open(source: Source) -> tuple[str, Any, bool]:
         name = getattr(source, "name", None)
         name = name if isinstance(name, str) else "-"
         return name, _Available(source) if hasattr(source, "read1") else source, False
+    if not hasattr(source, "__iter__"):
+        raise TypeError(
+            f"iter_events takes a path, a binary file or an iterable of byte lines, not {source!r}"
+        )
     return "-", _Lines(source), False
 
 
@@ -133,6 +138,12 @@ def _events_of(
             stream.close()
 
 
+_ASYNC_SOURCES = (
+    "aiter_events reads an asyncio.StreamReader or an async iterable of bytes "
+    "(a path or a file: iter_events)"
+)
+
+
 async def aiter_events(
     source: AsyncIterable[bytes] | Any,
     *,
@@ -143,16 +154,26 @@ async def aiter_events(
     """``iter_events`` for ``asyncio``: ``source`` is an ``asyncio.StreamReader`` (such as
     the ``stdout`` of ``asyncio.create_subprocess_exec("opencode", "run", "--format",
     "json", …)``) or any async iterable of bytes, in lines or in pieces of any size."""
+    readable = hasattr(source, "read") and not hasattr(source, "__aiter__")
+    if isinstance(source, str | bytes | os.PathLike) or not (
+        readable or hasattr(source, "__aiter__")
+    ):
+        raise TypeError(f"{_ASYNC_SOURCES}, not {source!r}")
     feeder = Feeder(Normalizer(keep_raw=raw), deltas=deltas)
-    if hasattr(source, "read") and not hasattr(source, "__aiter__"):
+    if readable:
         while True:
-            data = await source.read(1 << 16)
+            pending = source.read(1 << 16)
+            if not hasattr(pending, "__await__"):  # a file's read: iter_events reads it
+                raise TypeError(f"{_ASYNC_SOURCES}, not {type(source).__name__}")
+            data = await pending
             if not data:
                 break
             for event in feeder.feed(data):
                 yield event
     else:
         async for data in source:
+            if not isinstance(data, bytes | bytearray | memoryview):
+                raise TypeError(f"aiter_events reads bytes, not {type(data).__name__}")
             for event in feeder.feed(bytes(data)):
                 yield event
     for event in feeder.close():
@@ -259,7 +280,9 @@ def _since_ms(since: When, tz: tzinfo | None = None) -> int | None:
     if isinstance(since, date):  # its first moment, in ``tz`` (else local time)
         start = datetime.combine(since, time(), tz)
         return int((start if tz is not None else start.astimezone()).timestamp() * 1000)
-    if isinstance(since, int | float):
+    if isinstance(since, int | float) and not isinstance(since, bool):
+        if not math.isfinite(since):
+            raise ValueError(f"a time in epoch milliseconds is a finite number, not {since!r}")
         return int(since)
     if not isinstance(since, str):
         raise TypeError(f"a time is a str, epoch ms, a date or a datetime, not {since!r}")
@@ -288,6 +311,29 @@ def _until_ms(until: When, tz: tzinfo | None = None) -> int | None:
         raise InputError(str(exc)) from None
 
 
+def _a_store(store: Any, call: str) -> SessionStore:
+    """``store`` when it can be one (what ``open_store`` returns), else a ``TypeError``
+    that says what to give instead."""
+    if store is None or isinstance(store, str | bytes | os.PathLike):
+        raise TypeError(
+            f"{call} reads a store: give it what open_store(path) returns, not {store!r}"
+        )
+    return store  # type: ignore[no-any-return]
+
+
+def _session_ids(sessions: Any, call: str) -> list[str]:
+    """``sessions`` (an id or prefix, or several) as a list of str, else a ``TypeError``."""
+    if isinstance(sessions, str):
+        return [sessions]
+    try:
+        ids = list(sessions)
+    except TypeError:
+        ids = None
+    if ids is None or not all(isinstance(sid, str) for sid in ids):
+        raise TypeError(f"{call}: sessions are a str or a sequence of str, not {sessions!r}")
+    return ids
+
+
 def _selected(
     store: SessionStore,
     sessions: Sequence[str] | str,
@@ -297,7 +343,7 @@ def _selected(
     children: bool = False,
     tz: tzinfo | None = None,
 ) -> list[str]:
-    ids = [sessions] if isinstance(sessions, str) else list(sessions)
+    ids = _session_ids(sessions, "stored_events")
     if all_sessions:
         if ids or since is not None:  # as the command line refuses --all with them
             raise ValueError("all_sessions reads every session: give no sessions or since")
@@ -320,6 +366,7 @@ def stored_events(
     ``all_sessions``, ``since`` (``"2h"``, an ISO date, epoch ms or a ``datetime``),
     ``children`` (each session's subagents after it). The sessions are chosen by the call
     itself: one it cannot find raises ``InputError`` before any event."""
+    store = _a_store(store, "stored_events")
     ids = _selected(store, sessions, all_sessions=all_sessions, since=since, children=children)
     return _stored_events_of(store, ids, raw=raw, metrics=metrics)
 
@@ -363,6 +410,12 @@ def sessions_report(
     report, sooner)."""
     from .reports.sessions import sessions_report as report
 
+    store = _a_store(store, "sessions_report")
+    if limit is not None:
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise TypeError(f"sessions_report: limit is an int, not {limit!r}")
+        if limit < 1:  # as --limit refuses it
+            raise ValueError(f"sessions_report: limit is 1 or more, not {limit}")
     since_ms, until_ms = _since_ms(since), _until_ms(until)
     with _cache(store, cache) as kept:
         return report(
@@ -406,6 +459,8 @@ def usage_report(
         from .core.timeutil import zone_named
 
         tz = zone_named(tz)  # an unknown name: ValueError
+    elif tz is not None and not isinstance(tz, tzinfo):
+        raise TypeError(f"usage_report: tz is a tzinfo or a zone's name, not {tz!r}")
     if store is None:
         stored_only = {  # each given: a time of 0 is a time, a session "" a session
             "sessions": isinstance(sessions, str) or bool(sessions),
@@ -423,9 +478,10 @@ def usage_report(
         finally:
             if owned:
                 stream.close()
-    ids = [sessions] if isinstance(sessions, str) else list(sessions)
-    if all_sessions and (ids or since is not None):  # as stored_events and the command
-        raise ValueError("all_sessions reads every session: give no sessions or since")
+    store = _a_store(store, "usage_report")
+    ids = _session_ids(sessions, "usage_report")
+    if all_sessions and ids:  # as stored_events and the command (a window it takes)
+        raise ValueError("all_sessions reads every session: give no sessions")
     start = _since_ms(since, tz)  # once: "2h" is read against the clock
     end = _until_ms(until, tz)
     with _cache(store, cache) as kept:
@@ -450,6 +506,9 @@ def context_report(
     the report cache, as the command does."""
     from .reports.context import context_report as report
 
+    store = _a_store(store, "context_report")
+    if session is not None and not isinstance(session, str):
+        raise TypeError(f"context_report: a session is a str, not {session!r}")
     (session_id,) = select_sessions(store, [session] if session is not None else [])[:1]
     with _cache(store, cache) as kept:
         return report(store, session_id, cache=kept)

@@ -507,10 +507,59 @@ def test_stored_events_select_as_import_does():
         for chosen in ({"since": "2h"}, {"sessions": parent}):
             with pytest.raises(ValueError, match="all_sessions reads every session"):
                 opencode_events.stored_events(store, all_sessions=True, **chosen)
-            with pytest.raises(ValueError, match="all_sessions reads every session"):
-                opencode_events.usage_report(store=store, all_sessions=True, **chosen)
+        with pytest.raises(ValueError, match="all_sessions reads every session"):
+            opencode_events.usage_report(store=store, all_sessions=True, sessions=parent)
         with pytest.raises(opencode_events.InputError, match="empty session id"):
             opencode_events.context_report(store, "")
+
+
+def test_arguments_that_are_no_such_thing_are_said_so():
+    """A value of the wrong kind is a ``TypeError`` (an impossible one a ``ValueError``)
+    naming what to give, from the call, not an error from deep inside."""
+    db = SAMPLES / "task" / "opencode.db"
+    stream = SAMPLES / "bash_ok" / "stream.jsonl"
+    for call in (
+        lambda: opencode_events.stored_events(str(db)),
+        lambda: opencode_events.sessions_report(db),
+        lambda: opencode_events.usage_report(store=str(db)),
+        lambda: opencode_events.context_report(None),
+    ):
+        with pytest.raises(TypeError, match=r"reads a store: give it what open_store\(path\)"):
+            call()
+    with pytest.raises(TypeError, match="iterable of byte lines, not None"):
+        opencode_events.iter_events(None)
+    with opencode_events.open_store(db) as store:
+        for sessions in (None, 123, [b"ses_x"]):
+            with pytest.raises(TypeError, match="sessions are a str or a sequence of str"):
+                opencode_events.stored_events(store, sessions)
+            with pytest.raises(TypeError, match="sessions are a str or a sequence of str"):
+                opencode_events.usage_report(store=store, sessions=sessions)
+        with pytest.raises(TypeError, match="a session is a str"):
+            opencode_events.context_report(store, 5)
+        with pytest.raises(TypeError, match="limit is an int"):
+            opencode_events.sessions_report(store, limit="3")
+        for limit in (0, -1):
+            with pytest.raises(ValueError, match="limit is 1 or more"):
+                opencode_events.sessions_report(store, limit=limit)
+        with pytest.raises(TypeError, match="tz is a tzinfo or a zone's name"):
+            opencode_events.usage_report(store=store, all_sessions=True, by="day", tz=5)
+        for when in (float("nan"), float("inf")):
+            with pytest.raises(ValueError, match="a finite number"):
+                opencode_events.usage_report(store=store, since=when)
+
+    async def first(source):
+        async for event in opencode_events.aiter_events(source):
+            return event
+
+    async def pieces_of_text():
+        yield '{"type":"text"}\n'
+
+    with open(stream, "rb") as binary:  # a file's read is no coroutine
+        for source in (str(stream), stream, binary, 42):
+            with pytest.raises(TypeError, match="a path or a file: iter_events"):
+                asyncio.run(first(source))
+    with pytest.raises(TypeError, match="aiter_events reads bytes, not str"):
+        asyncio.run(first(pieces_of_text()))
 
 
 def test_open_store_refuses_what_is_no_store(tmp_path: Path):
