@@ -257,7 +257,7 @@ def _payload_bytes(payload: Any) -> bytes:
 # ---------------------------------------------------------------------- the store
 
 
-def open_store(path: str | os.PathLike[str] | None = None) -> Any:
+def open_store(path: str | os.PathLike[str] | None = None) -> SessionStore:
     """OpenCode's store, read-only, found as the command line finds it (``path``, else
     ``$OPENCODE_DB``, else ``$XDG_DATA_HOME/opencode/opencode.db``, else the legacy
     ``storage/`` files); a path may also name a data directory (one holding both a
@@ -266,7 +266,7 @@ def open_store(path: str | os.PathLike[str] | None = None) -> Any:
     context manager. Raises ``InputError`` for a file that is not OpenCode's database."""
     from .store.open import open_store as open_
 
-    return open_(os.fspath(path) if path is not None else None)
+    return open_(os.fspath(path) if path is not None else None)  # type: ignore[no-any-return]
 
 
 When = str | int | float | date | datetime | None

@@ -384,6 +384,17 @@ def test_a_store_with_the_protocols_methods_alone_is_read():
     with opencode_events.open_store(SAMPLES / "task" / "opencode.db") as store:
         whole = encoded(opencode_events.stored_events(store, all_sessions=True))
         assert encoded(opencode_events.stored_events(Minimal(store), all_sessions=True)) == whole
+        assert isinstance(Minimal(store), opencode_events.SessionStore)
+    assert not isinstance(object(), opencode_events.SessionStore)
+
+
+@pytest.mark.parametrize(
+    "where", ["task/opencode.db", "legacy_mixed/storage", "legacy_mixed"], ids=str
+)
+def test_every_store_is_a_session_store(where: str):
+    """A database, the legacy files, and a data folder holding both (read as one store)."""
+    with opencode_events.open_store(SAMPLES / where) as store:
+        assert isinstance(store, opencode_events.SessionStore)
 
 
 def _cli_json(*args: str) -> object:

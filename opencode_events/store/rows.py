@@ -179,8 +179,10 @@ def is_top_level(
     return parent is None or parent == row.id or not known(parent) or row.id in loops
 
 
+@runtime_checkable
 class SessionStore(Protocol):
-    """What every store offers (``store.sqlite.Store``, ``store.legacy.LegacyStore``)."""
+    """What every store offers (``store.sqlite.Store``, ``store.legacy.LegacyStore``);
+    ``isinstance`` tells whether an object has all of it (its names, not their types)."""
 
     path: Path
 
