@@ -424,11 +424,11 @@ def _scan_range(uri: str, low: int, high: int, spans: Spans) -> tuple[ToolCounts
     of the same share of the message table (by rowid). A forked child reads with apsw where
     it can (fastscan), any other process with sqlite3."""
     if in_forked_child():
-        with fastscan.connect(uri, "part") as conn:
+        with fastscan.connect(uri, "part or message") as conn:
             if conn is not None:
                 parts = fastscan.PartRange(conn, low, high)
                 return _scan(conn, parts, low, high, spans, fastscan.errors())
-    with worker_connection(uri, "part") as conn:
+    with worker_connection(uri, "part or message") as conn:
         return _scan(conn, _PartRange(conn, low, high), low, high, spans, (sqlite3.Error,))
 
 
