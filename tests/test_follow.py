@@ -26,7 +26,7 @@ import pytest
 
 from opencode_events.core.activity import BUSY, IDLE, STALE, session_state
 from opencode_events.core.normalizer import Normalizer
-from opencode_events.pipeline.follow import follow_store
+from opencode_events.pipeline.follow import FollowEnd, follow_store
 from opencode_events.pipeline.normalize import import_sessions
 from opencode_events.sources.eventlog import StoreFollower, event_type
 from opencode_events.store.open import select_sessions
@@ -432,13 +432,68 @@ def test_following_an_idle_session_says_it_waits(tmp_path: Path) -> None:
     assert "message" in kinds and "usage" in kinds
 
 
-def test_max_cost_exits_3_when_crossed(tmp_path: Path) -> None:
+def _start_a_run(db: Path, session_id: str, cost: float) -> None:
+    """A new top-level session in ``db``, newer than any, with a reply in flight (no
+    ``time.completed``) and ``cost`` in its column: a run OpenCode has just begun."""
+    now = int(time.time() * 1000)
+    reply = {"role": "assistant", "time": {"created": now}, "modelID": "m", "providerID": "p"}
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(
+            "INSERT INTO session (id, project_id, slug, directory, title, version, cost, "
+            "time_created, time_updated) SELECT ?, project_id, 'run', directory, 'a run', "
+            "version, ?, ?, ? FROM session LIMIT 1",
+            (session_id, cost, now, now),
+        )
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (f"msg_{session_id}", session_id, now, now, json.dumps(reply)),
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("cost", [0.0001, 5.0], ids=["under", "over"])
+def test_max_cost_counts_the_run_begun_not_the_idle_session_before_it(
+    tmp_path: Path, cost: float
+) -> None:
+    """Started with no session named, the guard follows the newest session, which may be
+    an idle one already over the limit: that one's cost counts for nothing; the run begun
+    after it (which takes its place) counts, and alone."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with Store(db) as store:
+        spent = sum(r.cost for r in store.sessions())
+    limit = spent / 2  # the idle sessions are over it
+    follower = StoreFollower(Normalizer())
+    looks = 0
+
+    def stop() -> bool:
+        nonlocal looks
+        looks += 1
+        if looks == 5:
+            _start_a_run(db, "ses_zz_run", cost)
+        return looks > 200
+
+    end = follow_store(
+        db, follower, Sink(), max_cost=limit, watch=StoreWatch(db, interval=0.01), stop=stop
+    )
+    assert looks >= 5, "it stopped before the run began"
+    assert follower.roots == ["ses_zz_run"]
+    assert end == (FollowEnd.OVER_BUDGET if cost > limit else None)
+
+
+def test_max_cost_of_a_named_session_counts_at_once(tmp_path: Path) -> None:
+    """A session named is the one followed to the end: over the limit already, exit 3."""
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     with Store(db) as store:
         total = sum(r.cost for r in store.sessions())
     done = subprocess.run(
-        [*CLI, "import", "--follow", "--db", str(db), "--max-cost", f"{total / 2}"],
+        [*CLI, "import", "--follow", "ses_dd8083e0", "--db", str(db)]
+        + ["--max-cost", f"{total / 2}"],
         capture_output=True,
         env=_env(),
         cwd=ROOT,

@@ -7,8 +7,9 @@ connection, lock or snapshot is held while OpenCode works (its checkpoints, WAL 
 restarts go on as without us). A database that does not exist yet is waited for.
 
 It ends (``FollowEnd``) when the followed sessions, seen at work, are idle again or stale
-(``core.activity``), or when what they cost with their subagents crosses ``max_cost``;
-``until_idle=False`` goes on until interrupted::
+(``core.activity``), or when what they cost with their subagents crosses ``max_cost`` (the
+sessions named, or the newest once seen at work: an idle one a new run will replace
+counts for nothing); ``until_idle=False`` goes on until interrupted::
 
     follower = StoreFollower(Normalizer())
     end = follow_store(path, follower, writer)        # FollowEnd.IDLE, .STALE, .OVER_BUDGET
@@ -83,7 +84,7 @@ def follow_store(
             if events:
                 writer.write(events)
                 writer.end_batch()
-            if max_cost is not None and follower.total_cost > max_cost:
+            if max_cost is not None and follower.settled and follower.total_cost > max_cost:
                 return FollowEnd.OVER_BUDGET
             if not told and opened_once:
                 told = True

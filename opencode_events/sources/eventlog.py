@@ -498,6 +498,14 @@ class StoreFollower:
         self._costs = costs
 
     @property
+    def settled(self) -> bool:
+        """Whether the sessions followed are the ones to the end: named (or every session),
+        or the one chosen seen at work. Until then the newest session is followed, and a
+        newer one takes its place (``_choose``): an idle one's cost says nothing of the run
+        about to start."""
+        return bool(self.wanted) or self.all_sessions or self.seen_at_work
+
+    @property
     def total_cost(self) -> float:
         """What the followed sessions and their subagents cost so far (OpenCode's figures)."""
         return float(sum(self._costs.values()))
