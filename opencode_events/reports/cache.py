@@ -104,6 +104,7 @@ DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
 _PIECE = 1 << 20  # a large ledger is written in pieces of about this many bytes
 _KEPT_FILES = ("memo-", "render-", "ledger-")  # what ``_fit`` counts and lets go
+_OWN_FILES = (*_KEPT_FILES, "seen", ".seen", ".tmp-")  # everything a folder of ours holds
 ASIDE_ENTRIES = 1000  # sessions from which a ledger is written by a forked child
 
 
@@ -375,6 +376,7 @@ class ReportCache:
         self._ledgers: dict[str, Any] = {}
         self._memos: dict[str, tuple[_Header, _Items | None] | None] = {}
         self._opened: list[_Items] = []  # spooled memos' files read in this run (``close``)
+        self._sound_memos: set[str] = set()  # spooled memos whose every group gave its CRC-32
         self._kept: dict[str, Any] = {}  # memos kept or found sound in this run: their checks
         self._aside: list[int] = []  # forked children writing a ledger (``settle``)
         self._keeps = True  # False: this run writes nothing (``_observe``)
@@ -593,11 +595,17 @@ class ReportCache:
                 if _mtime(stray) < _mtime(self.folder) - 3600:
                     stray.unlink()
         with _quietly():
-            folders = sorted((p for p in self.folder.parent.iterdir() if p.is_dir()), key=_mtime)
+            # Real folders only: a link to a folder elsewhere is not ours to empty.
+            folders = sorted(
+                (p for p in self.folder.parent.iterdir() if p.is_dir() and not p.is_symlink()),
+                key=_mtime,
+            )
             for old in folders[:-DATABASES]:
-                for file in old.iterdir():
-                    file.unlink()
-                old.rmdir()
+                with _quietly():
+                    for file in old.iterdir():
+                        if file.name.startswith(_OWN_FILES):
+                            file.unlink()
+                    old.rmdir()  # not when anything else is in it
         with _quietly():
             self._fit(written)
 
@@ -613,7 +621,11 @@ class ReportCache:
             for folder in folders:
                 if not folder.is_dir(follow_symlinks=False):
                     continue
-                with os.scandir(folder.path) as files:
+                try:
+                    files = os.scandir(folder.path)
+                except OSError:  # one folder we cannot list: the others are still bounded
+                    continue
+                with files:
                     for file in files:
                         if not file.name.startswith(_KEPT_FILES):
                             continue
@@ -659,6 +671,12 @@ class ReportCache:
             return None  # groups without their items
         if items is not None and items.size != items.offset + sum(g[1] for g in memo.groups):
             return None  # items cut short, or added to
+        if items is not None and name not in self._sound_memos:
+            # Every group summed before any row goes out, as a rendition is: a report
+            # written from a damaged memo would stop part-way (the CSV of it looking whole).
+            if not _groups_sound(items, memo.groups):
+                return None
+            self._sound_memos.add(name)
         return header, memo, items
 
     def _memo_now(
@@ -1123,6 +1141,7 @@ class ReportCache:
         their files closed (a library caller's process lives on; the command's ends)."""
         self.settle()
         self._memos.clear()
+        self._sound_memos.clear()
         self._ledgers.clear()
         while self._opened:
             self._opened.pop().close()
@@ -1506,6 +1525,20 @@ def _decoded_group(
         raise ValueError("a group of items is not as it was written")
     with _collector_paused():
         return decoder.decode(_array_head(count) + piece)
+
+
+def _groups_sound(items: _Items, groups: Sequence[Sequence[int]]) -> bool:
+    """Whether every group of a spooled memo's items (``groups``: count, length, CRC-32)
+    gives its CRC-32, read a piece at a time."""
+    at = items.offset
+    try:
+        for _count, size, check in groups:
+            if _summed(items.file.fileno(), at, size) != check:
+                return False
+            at += size
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
 
 
 def _summed(fd: int, at: int, length: int) -> int:
