@@ -520,6 +520,9 @@ def test_max_cost_of_a_named_session_counts_at_once(tmp_path: Path) -> None:
         (["--forever"], "--forever and --max-cost go with --follow"),
         (["--follow", "--last"], "--follow takes SESSION..., or --all"),
         (["--follow", "--all", "ses_x"], "--follow --all follows every session"),
+        (["--follow", "--all", "--max-cost", "2"], "--max-cost limits one session"),
+        (["--follow", "--max-cost", "nan"], "'nan' is no limit: give an amount above 0"),
+        (["--follow", "--max-cost", "0"], "'0' is no limit"),
     ],
 )
 def test_follow_usage_errors(args: list[str], message: str) -> None:

@@ -132,7 +132,29 @@ def test_under_the_limit_the_exit_status_is_opencodes(tmp_path: Path) -> None:
     assert done.stderr == b""
 
 
-@pytest.mark.parametrize("limit", ["0", "-1", "lots"])
+def test_max_cost_holds_where_opencode_keeps_no_database(tmp_path: Path) -> None:
+    """``OPENCODE_DB=:memory:``: no store to read the subagents' costs from, so the limit
+    holds on what the stream alone says (it was not applied at all, without a word)."""
+    _, parent, _ = _store(tmp_path)
+    done = subprocess.run(
+        [*CMD, "run", "--format", "jsonl", "--max-cost", "0.01", "go"],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "OPENCODE_BIN": str(_fake(tmp_path, 0)),
+            "OPENCODE_DB": ":memory:",
+        },
+    )
+    assert done.returncode == 3, done.stderr.decode()
+    (note,) = done.stderr.decode().splitlines()
+    assert note.endswith(f"cost ${parent:.4f}, over --max-cost $0.01; OpenCode was stopped")
+    metrics = json.loads(done.stdout.splitlines()[-1])
+    assert metrics["cost"] == parent and "subagent_cost" not in metrics
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "lots", "nan", "inf"])
 def test_a_limit_must_be_a_positive_amount(tmp_path: Path, limit: str) -> None:
     done = _run(tmp_path, "--max-cost", limit, pause=0)
     assert done.returncode == 2 and done.stderr.startswith(b"error: ")

@@ -15,6 +15,7 @@ from .io import (
     db_option,
     format_for,
     full_option,
+    max_cost_option,
     open_inputs,
     open_output,
     open_store,
@@ -110,12 +111,7 @@ def normalize(
     help="Write events as OpenCode writes them, until the session is idle again.",
 )
 @click.option("--forever", is_flag=True, help="With --follow: keep going until Ctrl-C.")
-@click.option(
-    "--max-cost",
-    type=click.FloatRange(min=0),
-    metavar="USD",
-    help="With --follow: exit 3 once the session with its subagents costs more.",
-)
+@max_cost_option("With --follow: exit 3 once the session with its subagents costs more.")
 @click.option("-o", "--output", metavar="FILE", help="Write events to FILE instead of stdout.")
 @click.option("--raw", "keep_raw", is_flag=True, help="Attach the source row to every event.")
 @click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
@@ -160,8 +156,12 @@ def import_(
     if follow:
         if last or since:
             raise click.UsageError("--follow takes SESSION..., or --all, not --last or --since")
-        if all_sessions and (sessions or max_cost is not None):
+        if all_sessions and sessions:
             raise click.UsageError("--follow --all follows every session; name none")
+        if all_sessions and max_cost is not None:
+            raise click.UsageError(
+                "--max-cost limits one session with its subagents: not with --all"
+            )
         from .follow import follow_import
 
         follow_import(

@@ -4,6 +4,7 @@ input/output opening and the error and closed-pipe conventions. Every command mo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,6 +59,7 @@ __all__ = [
     "time_zone",
     "tz_option",
     "fold_option",
+    "max_cost_option",
     "REPORT_FORMATS",
     "report_format_options",
     "report_format",
@@ -65,6 +67,27 @@ __all__ = [
     "report_otel",
     "LiveOtel",
 ]
+
+
+class _Amount(click.ParamType):
+    """A spending limit in dollars: a number above 0 that is a number (click's
+    ``FloatRange`` takes ``nan``, past which no cost ever is, and ``inf``)."""
+
+    name = "USD"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            amount = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not an amount in dollars", param, ctx)
+        if not math.isfinite(amount) or amount <= 0:
+            self.fail(f"{value!r} is no limit: give an amount above 0", param, ctx)
+        return amount
+
+
+def max_cost_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--max-cost USD``, the same on ``run``, ``attach`` and ``import --follow``."""
+    return click.option("--max-cost", type=_Amount(), metavar="USD", help=help)
 
 
 def csv_raw_option(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -22,7 +22,15 @@ import click
 
 from .. import paths
 from ..errors import InputError, OutputError
-from .io import LiveOtel, full_option, open_output, pipe_safe, same_file, stdout_is
+from .io import (
+    LiveOtel,
+    full_option,
+    max_cost_option,
+    open_output,
+    pipe_safe,
+    same_file,
+    stdout_is,
+)
 from .status import ExitStatus
 
 __all__ = ["attach", "run_opencode", "known_session", "RECONNECT_DELAYS"]
@@ -367,11 +375,8 @@ def _read(
 @click.option("-o", "--output", metavar="FILE", help="Write events to FILE instead of stdout.")
 @click.option("--raw", "keep_raw", is_flag=True, help="Attach the server event to every event.")
 @click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
-@click.option(
-    "--max-cost",
-    type=click.FloatRange(min=0, min_open=True),
-    metavar="USD",
-    help="Abort the session through the server once it with its subagents costs more; exit 3.",
+@max_cost_option(
+    "Abort the session through the server once it with its subagents costs more; exit 3."
 )
 @full_option
 @click.option(
@@ -540,11 +545,8 @@ def _opencode_binary() -> str:
 @click.option("--tee", metavar="FILE", help="Also keep OpenCode's raw JSON stream in FILE.")
 @click.option("--raw", "keep_raw", is_flag=True, help="Attach the source record to every event.")
 @click.option("--no-metrics", is_flag=True, help="Leave out the closing metrics event.")
-@click.option(
-    "--max-cost",
-    type=click.FloatRange(min=0, min_open=True),
-    metavar="USD",
-    help="Stop OpenCode (as Ctrl-C would) once the run with its subagents costs more; exit 3.",
+@max_cost_option(
+    "Stop OpenCode (as Ctrl-C would) once the run with its subagents costs more; exit 3."
 )
 @click.option(
     "--db",
@@ -607,7 +609,7 @@ def run_opencode(
         except OSError as exc:
             raise InputError(f"cannot write {tee}: {exc.strerror or exc}") from None
     # Its subagents' figures come from the store at the end (``_with_subagents``), if any.
-    writer = _writer(fmt, out, full=full, subagents_at_end=spend is not None)
+    writer = _writer(fmt, out, full=full, subagents_at_end=spend.path is not None)
     _starting(writer, binary)
     argv = [binary, "run", "--format", "json", *opencode_args]
     try:
@@ -625,20 +627,19 @@ def run_opencode(
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     finished = False
-    limit = _Limit(child, spend, max_cost) if max_cost is not None and spend else None
+    limit = _Limit(child, spend, max_cost) if max_cost is not None else None
     try:
         normalizer = _live_normalizer(otel, keep_raw, Normalizer)
         events_to = otel.writer(writer) if otel else writer
         stream = [("opencode", _Tee(child.stdout, copy, tee))]
         for events in event_batches(stream, normalizer):  # type: ignore[arg-type]
-            if spend is not None and spend.session_id is None:
+            if spend.session_id is None:
                 # From the first record (a step's start), before any event: a `task` call
                 # writes nothing to the stream until its subagent is done.
                 spend.session_id = normalizer.session_id
             if events:
                 events_to.write(events)
-                if spend is not None:
-                    spend.observe(events)
+                spend.observe(events)
                 if limit is not None:
                     limit.check()
             writer.end_batch()
@@ -667,7 +668,6 @@ def run_opencode(
     if otel is not None:  # the run is over (also after a Ctrl-C passed on to OpenCode)
         otel.send()
     if limit is not None and limit.crossed:
-        assert spend is not None  # a limit is only set with a store to read it from
         theirs = _their_part(spend.subagent_cost, spend.subagents)
         _note(
             f"{spend.session_id} cost ${spend.total:.4f}{theirs}, "
@@ -691,14 +691,17 @@ def _starting(writer: Any, binary: str) -> None:
 
 
 def _run_spend(db_path: str | None) -> Any:
-    """What the run costs with its subagents (``pipeline.spend``), or None when OpenCode
-    keeps no database we could read (``OPENCODE_DB=:memory:``)."""
+    """What the run costs with its subagents (``pipeline.spend``); where OpenCode keeps no
+    database (``OPENCODE_DB=:memory:``), what its stream alone says it costs (a
+    ``--max-cost`` still holds, its subagents unseen)."""
     from ..pipeline.spend import RunSpend
 
     try:
         path = paths.locate_db(db_path)
     except InputError:
-        return None
+        if db_path is not None:
+            raise  # --db "": no path at all
+        return RunSpend(None)
     if path.is_dir():
         path = path / "opencode.db"
     return RunSpend(path)

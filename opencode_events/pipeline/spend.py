@@ -32,9 +32,12 @@ __all__ = ["RunSpend", "SessionCosts"]
 
 
 class RunSpend:
-    def __init__(self, db_path: str | os.PathLike[str], *, watch: StoreWatch | None = None):
+    """``db_path`` None: OpenCode keeps no database (``OPENCODE_DB=:memory:``), and the
+    run's cost is the stream's alone (its subagents' are nowhere to be read)."""
+
+    def __init__(self, db_path: str | os.PathLike[str] | None, *, watch: StoreWatch | None = None):
         self.path = db_path
-        self.watch = watch or StoreWatch(db_path)
+        self.watch = watch or (StoreWatch(db_path) if db_path is not None else None)
         self.session_id: str | None = None
         self.own = 0.0  # the stream's usage, summed
         self._steps = 0
@@ -57,7 +60,7 @@ class RunSpend:
         ``force``); whether it was read. A store that cannot be read now (not made yet, or
         caught mid-checkpoint) is looked at again next time."""
         root = self.session_id
-        if root is None or not (self.watch.changed() or force):
+        if root is None or self.watch is None or not (self.watch.changed() or force):
             return False
         try:
             with Store(self.path) as store:
