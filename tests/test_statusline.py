@@ -162,6 +162,8 @@ def test_a_time_range_is_an_id_range_even_where_the_ids_wrap(
         ("{cost.real}", "unknown field {cost.real}"),
         ("{cost", "cannot read the template"),
         ("{}", "unknown field {}"),
+        ("{title:{x}}", "unknown field {x}"),  # a spec's own fields (a traceback before)
+        ("{title:>{subagents:{y}}}", "unknown field {y}"),
     ],
 )
 def test_a_bad_template_is_refused(template: str, problem: str) -> None:
@@ -179,6 +181,30 @@ def test_every_field_renders_and_the_help_names_the_default() -> None:
     )
     assert render("{title:.4}|{short_id}", glance) == "Mock|ses_dd8083e0"
     assert f"'{DEFAULT_FORMAT}'" in FORMAT_HELP
+
+
+def test_a_spec_may_take_a_field_of_its_own() -> None:
+    with Store(SAMPLES / "task" / "opencode.db") as store:
+        glance = take_glance(store, now_ms=_last_write(SAMPLES / "task" / "opencode.db"))
+    check_format("{title:>{subagents}}")
+    assert render("[{short_id:.{subagents}}]", glance) == "[s]"
+
+
+@pytest.mark.parametrize(
+    "breaker", ["\n", "\r", "\x1b[31m", "\x85", "\x9b31m", "\u2028", "\u2029", "\x0b"]
+)
+def test_no_field_breaks_the_line_or_starts_an_escape(breaker: str) -> None:
+    """A title (or a damaged store's id) holding a line break or an escape, C0, C1 or
+    Unicode's own separators, comes out on one line with none of them."""
+    with Store(SAMPLES / "task" / "opencode.db") as store:
+        glance = take_glance(store, now_ms=_last_write(SAMPLES / "task" / "opencode.db"))
+    glance.title = f"fix{breaker}the tests"
+    glance.session_id = f"ses_{breaker}x"
+    line = render("{title}|{session}|{short_id}", glance)
+    assert len(line.splitlines()) == 1
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in line)
+    assert "\u2028" not in line and "\u2029" not in line
+    assert line.startswith("fix ") and "the tests|ses_ " in line  # each in its place
 
 
 def test_counts_take_a_numbers_format_spec_and_an_unknown_one_is_blank() -> None:

@@ -281,8 +281,8 @@ def values(glance: Glance) -> dict[str, Any]:
         "context": _tokens(glance.context_tokens),
         "context_tokens": _Unknown() if glance.context_tokens is None else glance.context_tokens,
         "state": glance.state,
-        "session": glance.session_id,
-        "short_id": glance.session_id[:12],
+        "session": _one_line(glance.session_id),
+        "short_id": _one_line(glance.session_id[:12]),
         "title": _one_line(glance.title or ""),
         "undone": (
             f"undo {glance.undone_inferences} {_money(glance.undone_cost)}"
@@ -293,7 +293,9 @@ def values(glance: Glance) -> dict[str, Any]:
     }
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+# C0 and C1 controls (ESC, CSI, NEL…) and Unicode's line and paragraph separators: every
+# character that ends a line (``str.splitlines``) or starts an escape sequence.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 
 
 def _one_line(text: str) -> str:
@@ -308,17 +310,19 @@ def check_format(template: str) -> None:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
         raise ValueError(f"cannot read the template: {exc}") from None
-    for _, name, _, _ in parsed:
+    for _, name, spec, _ in parsed:
         if name is None:
             continue
         if name not in FIELDS:
             known = ", ".join(FIELDS)
             raise ValueError(f"unknown field {{{name}}} (fields: {known})")
+        if spec and "{" in spec:  # a spec may hold fields of its own: {title:{width}}
+            check_format(spec)
 
 
 def render(template: str, glance: Glance) -> str:
     """``template`` with its fields filled in (``check_format`` it first)."""
     try:
         return template.format_map(values(glance))
-    except (ValueError, TypeError) as exc:  # a spec that does not suit a text: {cost:d}
+    except (ValueError, TypeError, LookupError) as exc:  # a spec that does not suit: {cost:d}
         raise ValueError(f"cannot fill in the template: {exc}") from None
