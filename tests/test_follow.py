@@ -432,6 +432,24 @@ def test_following_an_idle_session_says_it_waits(tmp_path: Path) -> None:
     assert "message" in kinds and "usage" in kinds
 
 
+def test_the_pretty_view_says_it_waits_in_its_footer(capsys: pytest.CaptureFixture) -> None:
+    """On a terminal the waiting note takes the footer's place until the next event (a line
+    on stderr left a copy of the footer above it); elsewhere it is a line on stderr."""
+    import io
+
+    from opencode_events.cli.follow import _say_waiting
+    from opencode_events.output.jsonl import JsonlWriter
+    from opencode_events.output.pretty import PrettyWriter
+
+    pretty = PrettyWriter(io.StringIO(), width=160, color=False, live=True)
+    _say_waiting(pretty, ["ses_a"])
+    assert pretty._footer().plain.startswith("ses_a is idle: its history is written")
+    pretty.flush()
+    assert capsys.readouterr().err == ""
+    _say_waiting(JsonlWriter(io.BytesIO()), ["ses_a"])
+    assert capsys.readouterr().err.startswith("opencode-events: ses_a is idle")
+
+
 def _start_a_run(db: Path, session_id: str, cost: float) -> None:
     """A new top-level session in ``db``, newer than any, with a reply in flight (no
     ``time.completed``) and ``cost`` in its column: a run OpenCode has just begun."""

@@ -80,10 +80,7 @@ def follow_import(
             until_idle=not forever,
             max_cost=max_cost,
             stale_after=stale_after_ms(),
-            waiting=lambda roots: _note(
-                f"{', '.join(roots)} is idle: its history is written; waiting for it to work "
-                "and be idle again (Ctrl-C to stop)"
-            ),
+            waiting=lambda roots: _say_waiting(writer, roots),
         )
         writer.write(follower.finish())
         if not no_metrics:
@@ -98,6 +95,19 @@ def follow_import(
             f"over --max-cost ${max_cost:g}"
         )
         raise SystemExit(ExitStatus.OVER_BUDGET)
+
+
+def _say_waiting(writer: Any, roots: list[str]) -> None:
+    """That the followed session is idle and waited on: in the pretty view's footer where
+    it has one (a line on stderr would leave a copy of the footer above it), else a line
+    on stderr."""
+    text = (
+        f"{', '.join(roots)} is idle: its history is written; waiting for it to work "
+        "and be idle again (Ctrl-C to stop)"
+    )
+    say = getattr(writer, "waiting", None)
+    if say is None or not say(text):
+        _note(text)
 
 
 def _named(follower: Any) -> str:
