@@ -20,11 +20,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import opencode_events
 from opencode_events.errors import InputError
 from opencode_events.otel import export as otel_export
 from opencode_events.otel.export import (
@@ -384,6 +387,65 @@ def test_tool_spans_have_the_calls_own_times():
         row[0] * 1_000_000,
         row[1] * 1_000_000,
     )
+
+
+_WITH_CALLS = sorted(
+    path.parent.name
+    for path in SAMPLES.glob("*/stream.jsonl")
+    if b'"type":"tool_use"' in path.read_bytes() and (path.parent / "opencode.db").exists()
+)
+
+
+def _outside_every_chat(spans: list[dict]) -> set[str]:
+    """The tool spans that no ``chat`` span of their session covers, by span id."""
+
+    def conversation(span: dict) -> Any:
+        return attrs(span).get("gen_ai.conversation.id")
+
+    def within(inner: dict, outer: dict) -> bool:
+        return int(outer["startTimeUnixNano"]) <= int(inner["startTimeUnixNano"]) and int(
+            inner["endTimeUnixNano"]
+        ) <= int(outer["endTimeUnixNano"])
+
+    chats = [s for s in spans if s["name"] == "chat"]
+    return {
+        s["spanId"]
+        for s in spans
+        if s["name"].startswith("execute_tool ")
+        and "opencode.tool.via" not in attrs(s)
+        and not any(conversation(c) == conversation(s) and within(s, c) for c in chats)
+    }
+
+
+@pytest.mark.parametrize("name", _WITH_CALLS)
+def test_a_streams_chat_spans_cover_their_calls_as_the_stores_do(name):
+    """A run stream dates a call when it ended, but its step (and so its ``chat`` span)
+    began before the call did: a call outside every chat span from the stream is one
+    outside from the store too (a call of no step: a slash command's, a shell's)."""
+    from_stream = _outside_every_chat(all_spans(file_export(SAMPLES / name / "stream.jsonl")))
+    assert from_stream <= _outside_every_chat(all_spans(store_export(name)[0]))
+
+
+@pytest.mark.parametrize("name", _WITH_CALLS)
+def test_our_own_events_read_again_give_the_calls_spans(name, tmp_path):
+    """Events normalized from a stream date a call at its end (``line`` says they came
+    from one): read again, its span is the call's, as long and no further off than the
+    few ms OpenCode took to write the record, not moved later by its whole length."""
+    events = tmp_path / "events.jsonl"
+    with events.open("wb") as out:
+        for event in opencode_events.iter_events(SAMPLES / name / "stream.jsonl"):
+            out.write(msgspec.json.encode(event) + b"\n")
+    calls = {
+        s["spanId"]: (int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]))
+        for s in all_spans(file_export(SAMPLES / name / "stream.jsonl"))
+        if s["name"].startswith("execute_tool ") and "opencode.tool.via" not in attrs(s)
+    }
+    again = {s["spanId"]: s for s in all_spans(file_export(events))}
+    for span_id, (start, end) in calls.items():
+        read = again[span_id]
+        moved = int(read["startTimeUnixNano"]) - start
+        assert int(read["endTimeUnixNano"]) - end == moved, span_id  # as long
+        assert 0 <= moved <= 100_000_000, (span_id, moved)  # at most 100 ms off
 
 
 def test_calls_of_two_sessions_sharing_a_part_id_keep_their_own_times(tmp_path):

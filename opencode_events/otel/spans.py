@@ -249,17 +249,23 @@ class SessionTrace:
     def add(self, event: Event) -> None:
         time = event.time
         message_id = event.message_id
+        cls = type(event)
+        is_tool = isinstance(event, ToolEvent) or (cls is Unknown and event.tool is not None)
         if time is not None:
-            if self.first is None or time < self.first:
-                self.first = time
+            # A tool call began before its event when the event is dated at its end (a
+            # stream's): its step, its message and its session began no later.
+            began = self._call_times(event)[0] if is_tool else time
+            if self.first is None or began < self.first:
+                self.first = began
             if self.last is None or time > self.last:
                 self.last = time
-            if message_id is not None and message_id not in self.message_first:
-                self.message_first[message_id] = time
-        cls = type(event)
+            if message_id is not None:
+                known = self.message_first.get(message_id)
+                if known is None or began < known:
+                    self.message_first[message_id] = began
         if cls is Usage:
             self._usage(event)  # type: ignore[arg-type]
-        elif isinstance(event, ToolEvent) or (cls is Unknown and event.tool is not None):
+        elif is_tool:
             self._tool(event)
         elif cls is Prompt:
             if time is not None and (self.boundary is None or time > self.boundary):
@@ -270,6 +276,23 @@ class SessionTrace:
             auto = event.auto  # type: ignore[attr-defined]
             attributes = {} if auto is None else {"opencode.compaction.auto": auto}
             self.marks.append(SpanEvent("opencode.compaction", _ns(time), attributes))
+
+    def _call_times(self, event: Any) -> tuple[int | float, int | float]:
+        """A tool call's start and end: its part's own (``state.time``, where the source
+        had them: ``ToolTimes``), else, of our own events read again, its time and how
+        long it took, the time being the end where the event carries the ``line`` of a
+        stream or of server events (OpenCode writes those when the call ends), the start
+        where it does not (the store, an export: the part's start)."""
+        exact = self.times.get((event.session_id, event.part_id)) if event.part_id else None
+        if exact is not None:
+            return exact
+        time = event.time if event.time is not None else (self.last or 0)
+        duration = event.duration_ms
+        if not isinstance(duration, int | float) or duration < 0 or duration != duration:
+            return time, time
+        if event.line is not None:
+            return time - duration, time
+        return time, time + duration
 
     def _step_start(self, message_id: str | None, end: int | float) -> int | float:
         start = self.boundary
@@ -363,15 +386,12 @@ class SessionTrace:
             key = f"{key}/{event.call_id}"
         if key in self.tools:  # one call, several events (a patch's files)
             return
-        exact = self.times.pop((event.session_id, event.part_id), None) if event.part_id else None
         if within is not None:
             start = end = 0  # its span takes the execute call's times, below
-        elif exact is not None:
-            start, end = exact
-        else:  # our own events read again: their time, and how long the call took
-            start = event.time if event.time is not None else (self.last or 0)
-            duration = event.duration_ms
-            end = start + duration if isinstance(duration, int | float) and duration >= 0 else start
+        else:
+            start, end = self._call_times(event)
+        if event.part_id:
+            self.times.pop((event.session_id, event.part_id), None)
         tool = event.tool
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
