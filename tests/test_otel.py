@@ -1253,6 +1253,30 @@ def test_cli_never_writes_over_the_database_it_reads(tmp_path):
     assert db.read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    ("flag", "env", "said"),
+    [
+        ("x=a\nb", None, "the header x holds a line break"),
+        ("x=a\rInjected: yes", None, "the header x holds a line break"),
+        ("bad name=1", None, "'bad name' is not an HTTP header name"),
+        (None, "x-a=1%0D%0AInjected: yes", "the header x-a holds a line break"),
+        (None, "b%0Ad=1", "'b\\nd' is not an HTTP header name"),
+    ],
+)
+def test_cli_a_header_no_request_can_carry_is_one_error(flag, env, said):
+    """A header from -H or OTEL_EXPORTER_OTLP_HEADERS that would break the request (a line
+    break smuggling another header in, a name that is no token) is one error line, exit 2,
+    before anything is sent (http.client raised ValueError: a traceback, exit 1)."""
+    args = ["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--endpoint", "http://c:1"]
+    result = run(
+        args + (["-H", flag] if flag else []),
+        env={"OTEL_EXPORTER_OTLP_HEADERS": env} if env else None,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.decode().splitlines()
+    assert line.startswith("error: ") and said in line
+
+
 def test_cli_a_header_that_is_no_pair_is_an_error():
     result = run(
         [

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
@@ -458,6 +459,8 @@ class HttpDestination:
             if not sep or not name.strip():
                 raise InputError(f"{item!r} is not a header NAME=VALUE")
             sent[name.strip()] = value.strip()
+        for name, value in sent.items():
+            _check_header(name, value)
         if compression is None:
             compression = "none" if env.compression == "none" else "gzip"
         self.sender = OtlpHttp(
@@ -481,6 +484,24 @@ class HttpDestination:
 
     def close(self) -> None:
         self.sender.close()
+
+
+# RFC 9110: a field name is a token; a value holds no CR, LF or NUL (one would end the
+# header and start another: a traceback from http.client, or a header smuggled in).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _check_header(name: str, value: str) -> None:
+    """An ``InputError`` naming the header (from ``-H`` or ``OTEL_EXPORTER_OTLP_HEADERS``)
+    that no HTTP request can carry."""
+    if not _TOKEN.fullmatch(name):
+        raise InputError(f"{name!r} is not an HTTP header name (-H, OTEL_EXPORTER_OTLP_HEADERS)")
+    if _BAD_VALUE.search(value):
+        raise InputError(
+            f"the header {name} holds a line break or a control character "
+            "(-H, OTEL_EXPORTER_OTLP_HEADERS)"
+        )
 
 
 def _timeout(milliseconds: str | None) -> float:
