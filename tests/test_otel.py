@@ -1176,6 +1176,23 @@ def test_cli_posts_to_the_endpoint_with_headers():
     assert b"2 sessions, 10 spans in 2 requests to http://127.0.0.1" in result.stderr
 
 
+def test_cli_a_signals_own_url_is_where_it_goes_and_what_it_says():
+    """``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` over the base URL (the OpenTelemetry spec's
+    order): traces go there, and the closing line names where they went, not the base."""
+    with backend([200, 200]) as (state, url):
+        result = run(
+            ["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--all"],
+            env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{url}/custom/tr",
+            },
+        )
+    assert result.returncode == 0, result.stderr
+    assert [r[0] for r in state.requests] == ["/custom/tr", "/v1/metrics"]
+    said = result.stderr.decode()
+    assert f"to {url}/custom/tr, {url}/v1/metrics" in said, said
+
+
 def test_cli_refused_is_one_error_line_and_exit_2():
     with backend([400]) as (_, url):
         result = run(["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--endpoint", url])

@@ -470,7 +470,10 @@ class HttpDestination:
             timeout=_timeout(env.timeout),
             retries=retries,
         )
-        self.where = endpoint or env.endpoint or ", ".join(self.endpoints.values())
+        # What the summary names: the base URL, unless a signal's own URL stands in for it.
+        own = not endpoint and (env.traces_endpoint or env.metrics_endpoint)
+        urls = ", ".join(dict.fromkeys(self.endpoints.values()))
+        self.where = endpoint or (urls if own else env.endpoint) or urls
 
     def send(self, signal: str, body: bytes) -> Any:
         if signal not in self.endpoints:
