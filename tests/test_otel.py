@@ -1128,7 +1128,13 @@ def test_cli_writes_json_lines_to_stdout():
         # cron: stdin is no terminal, and empty
         (
             [],
-            "note: no session in stdin; for stored sessions give --last, SESSION, --since or --all",
+            "note: no session with events in stdin: nothing exported; for stored sessions "
+            "give --last, SESSION, --since or --all",
+        ),
+        (  # a run stopped before any event: its session is named, but nothing to export
+            ["-i", str(SAMPLES / "sigint" / "stream.jsonl")],
+            "note: no session with events in the input: nothing exported; for stored "
+            "sessions give --last, SESSION, --since or --all",
         ),
         (
             ["--db", str(SAMPLES / "task" / "opencode.db"), "--since", "2100-01-01"],

@@ -216,7 +216,8 @@ def otel(
         if from_stream:
             where = "the input" if files else "stdin"
             note = (
-                f"no session in {where}; for stored sessions give --last, SESSION, --since or --all"
+                f"no session with events in {where}: nothing exported; for stored sessions "
+                "give --last, SESSION, --since or --all"
             )
         else:
             note = "no session chosen (none active in that window?): nothing exported"
