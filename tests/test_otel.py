@@ -448,6 +448,24 @@ def test_our_own_events_read_again_give_the_calls_spans(name, tmp_path):
         assert 0 <= moved <= 100_000_000, (span_id, moved)  # at most 100 ms off
 
 
+@pytest.mark.parametrize("duration", [1e300, -5, 0])
+def test_a_read_back_calls_duration_no_call_has_is_no_length(tmp_path, duration):
+    """Our own events read again, a ``duration_ms`` no call can have (negative, past a
+    year) gives a span of no length at the event's time, never a time before 1970."""
+    event = {
+        "kind": "command", "seq": 0, "session_id": "ses_x", "time": 1000, "line": 1,
+        "part_id": "prt_1", "tool": "bash", "call_id": "c", "status": "completed",
+        "success": True, "duration_ms": duration, "command": "ls",
+    }  # fmt: skip
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(event) + "\n")
+    docs = file_export(path)
+    for doc in docs:
+        check(json.dumps(doc))
+    (call,) = [s for s in all_spans(docs) if s["name"] == "execute_tool bash"]
+    assert (call["startTimeUnixNano"], call["endTimeUnixNano"]) == ("1000000000", "1000000000")
+
+
 def test_calls_of_two_sessions_sharing_a_part_id_keep_their_own_times(tmp_path):
     """Times are noted per session and part: a copy of a session under another id (as a
     fork copies, or a test generator does) does not lend its calls' times to the first."""

@@ -201,6 +201,9 @@ class ToolTimes(Normalizer):
         return events
 
 
+_LONGEST_CALL_MS = 366 * 86_400_000  # a year: a longer duration_ms is no call's
+
+
 def _is_time(value: Any) -> bool:
     return (type(value) is int or type(value) is float) and value == value and value >= 0
 
@@ -288,8 +291,8 @@ class SessionTrace:
             return exact
         time = event.time if event.time is not None else (self.last or 0)
         duration = event.duration_ms
-        if not isinstance(duration, int | float) or duration < 0 or duration != duration:
-            return time, time
+        if not isinstance(duration, int | float) or not 0 <= duration < _LONGEST_CALL_MS:
+            return time, time  # none, or no duration a call can have (NaN, huge, negative)
         if event.line is not None:
             return time - duration, time
         return time, time + duration
