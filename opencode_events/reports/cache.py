@@ -671,12 +671,6 @@ class ReportCache:
             return None  # groups without their items
         if items is not None and items.size != items.offset + sum(g[1] for g in memo.groups):
             return None  # items cut short, or added to
-        if items is not None and name not in self._sound_memos:
-            # Every group summed before any row goes out, as a rendition is: a report
-            # written from a damaged memo would stop part-way (the CSV of it looking whole).
-            if not _groups_sound(items, memo.groups):
-                return None
-            self._sound_memos.add(name)
         return header, memo, items
 
     def _memo_now(
@@ -703,11 +697,18 @@ class ReportCache:
 
     @staticmethod
     def _value(memo: _Memo, items: _Items | None) -> bytes | msgspec.Raw:
-        """A memo's value whole: a spooled one's head and items joined."""
+        """A memo's value whole: a spooled one's head and items joined (``ValueError`` when
+        a group of the items is not as it was written)."""
         if items is None:
             return memo.value
         head = msgspec.msgpack.decode(memo.value, type=bytes)
-        return head + items.read(items.offset, items.size - items.offset)
+        body = items.read(items.offset, items.size - items.offset)
+        view, at = memoryview(body), 0
+        for _count, size, check in memo.groups:
+            if zlib.crc32(view[at : at + size]) != check:
+                raise ValueError("a group of items is not as it was written")
+            at += size
+        return head + body
 
     def recall(
         self,
@@ -917,7 +918,16 @@ class ReportCache:
         if head != _list_head(field, sum(group[0] for group in memo.groups)):
             return None
         decoder = msgspec.msgpack.Decoder(list[item_type])  # type: ignore[valid-type]
-        path = self.folder / _memo_name(kind, request)
+        name = _memo_name(kind, request)
+        path = self.folder / name
+        if name not in self._sound_memos:
+            # Every group summed before the first row goes out, as a rendition's bytes are:
+            # a report from a memo found damaged part-way would stop there (a CSV of it
+            # looking whole). Only here, where rows are read: a repeat that asks the memo
+            # its basis, then copies out a rendition, reads none of them.
+            if not _groups_sound(items, memo.groups):
+                return None
+            self._sound_memos.add(name)
 
         def each() -> Iterator[Any]:
             at = items.offset
