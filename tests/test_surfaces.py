@@ -9,6 +9,8 @@ import contextlib
 import http.server
 import json
 import os
+import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -98,6 +100,24 @@ def test_sessions_markdown_reads_like_the_table():
     assert " subagents | subagents' cost |" in header
     assert "2026-11-29T15:41:20Z" in first and "Mock session title" in first
     assert "Inspect the repo (@general subagent)" in second
+
+
+@pytest.mark.parametrize("breaker", ["\n", "\r", "\r\n", "|"])
+def test_a_markdown_row_stays_one_row_whatever_a_cell_holds(tmp_path, breaker):
+    """A title or directory holding a line ending Markdown knows (LF, CR, CRLF) or a pipe
+    keeps its row one row of as many cells as the header (a bare CR split it in two)."""
+    db = tmp_path / "opencode.db"
+    db.write_bytes(Path(TASK).read_bytes())
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute(
+            "UPDATE session SET title = ?, directory = ?", (f"a{breaker}b", f"/x{breaker}y")
+        )
+        conn.commit()
+    for args in (["sessions", "--all"], ["usage", "--all", "--by", "project"]):
+        text = run(*args, "--db", str(db), "--format", "markdown", "--no-cache").stdout.decode()
+        rows = re.split(r"\r\n|\r|\n", text.rstrip("\n"))
+        cells = [len(re.findall(r"(?<!\\)\|", row)) for row in rows]
+        assert len(set(cells)) == 1, (args, rows)
 
 
 @pytest.mark.parametrize("flag", ["-z", "--timezone", "--tz"])

@@ -243,7 +243,8 @@ def markdown_pieces(
     """``write_markdown``'s bytes, ``every`` rows at a time: the rows are never held."""
 
     def escape(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
+        # Markdown ends a line, and so the table's row, at LF, CR and CRLF alike.
+        return text.replace("|", "\\|").replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
 
     named = headers or {}
     lines = [
