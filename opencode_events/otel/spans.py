@@ -254,10 +254,11 @@ class SessionTrace:
         message_id = event.message_id
         cls = type(event)
         is_tool = isinstance(event, ToolEvent) or (cls is Unknown and event.tool is not None)
+        call = self._call_times(event) if is_tool else None
         if time is not None:
             # A tool call began before its event when the event is dated at its end (a
             # stream's): its step, its message and its session began no later.
-            began = self._call_times(event)[0] if is_tool else time
+            began = time if call is None else call[0]
             if self.first is None or began < self.first:
                 self.first = began
             if self.last is None or time > self.last:
@@ -268,8 +269,8 @@ class SessionTrace:
                     self.message_first[message_id] = began
         if cls is Usage:
             self._usage(event)  # type: ignore[arg-type]
-        elif is_tool:
-            self._tool(event)
+        elif call is not None:
+            self._tool(event, call)
         elif cls is Prompt:
             if time is not None and (self.boundary is None or time > self.boundary):
                 self.boundary = time
@@ -380,7 +381,7 @@ class SessionTrace:
         if self.boundary is None or time > self.boundary:
             self.boundary = time
 
-    def _tool(self, event: Any) -> None:
+    def _tool(self, event: Any, call: tuple[int | float, int | float]) -> None:
         key = event.part_id or (f"call/{event.call_id}" if event.call_id else f"seq/{event.seq}")
         # A call code mode's script made (``via``) shares the execute call's part: a span of
         # its own under that call's, over its time (OpenCode keeps no times of its own).
@@ -389,10 +390,8 @@ class SessionTrace:
             key = f"{key}/{event.call_id}"
         if key in self.tools:  # one call, several events (a patch's files)
             return
-        if within is not None:
-            start = end = 0  # its span takes the execute call's times, below
-        else:
-            start, end = self._call_times(event)
+        # A call a script made takes the execute call's times, below.
+        start, end = (0, 0) if within is not None else call
         if event.part_id:
             self.times.pop((event.session_id, event.part_id), None)
         tool = event.tool
