@@ -161,6 +161,16 @@ def test_without_a_log_the_rows_stand_in(name: str, tmp_path: Path) -> None:
     assert comparable(followed) == comparable(imported(src))
 
 
+def test_a_session_directory_that_is_not_utf8_is_followed_as_any_other(tmp_path: Path) -> None:
+    # Python's sqlite3 refuses such a TEXT cell; OpenCode never writes one, a damaged file may.
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    expected = at_once(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE session SET directory = CAST(? AS TEXT)", (b"/work/caf\xe9",))
+    assert at_once(db) == expected
+
+
 def test_a_session_whose_first_events_were_pruned_is_read_from_its_rows(tmp_path: Path) -> None:
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)

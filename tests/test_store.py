@@ -1582,6 +1582,11 @@ def test_a_loop_of_parent_links_loses_nothing_and_counts_nothing_twice(tmp_path:
     assert alone["total"]["cost"] == pytest.approx(costs[parent])
 
 
+class NotUtf8Text(bytes):
+    """Bytes stored as a TEXT cell: what a damaged file may hold, which Python's sqlite3
+    refuses to decode (a BLOB cell of the same bytes it hands over as bytes)."""
+
+
 @pytest.mark.parametrize(
     "column, value",
     [
@@ -1591,28 +1596,44 @@ def test_a_loop_of_parent_links_loses_nothing_and_counts_nothing_twice(tmp_path:
         ("directory", b"/a/blob/of/a/directory/that/is/long/enough"),
         ("title", b"\xff a blob title"),
         ("model", b'{"id":"m","providerID":"p"}'),
+        ("title", NotUtf8Text(b"Hi\xff there \xc3(")),
+        ("title", NotUtf8Text(b"half an emoji \xed\xa0\xbd")),  # a lone surrogate, as CESU-8
+        ("directory", NotUtf8Text(b"/work/caf\xe9")),  # Latin-1
+        ("agent", NotUtf8Text(b"bu\xffild")),
+        ("model", NotUtf8Text(b'{"id":"m\xff","providerID":"p"}')),
+        ("version", NotUtf8Text(b"1.1\xff")),
+        ("revert", NotUtf8Text(b'{"messageID":"msg_\xff"}')),
     ],
 )
 def test_a_damaged_session_cell_is_read_as_0_or_text_in_every_report(tmp_path, column, value):
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     conn = sqlite3.connect(db)
-    conn.execute(f"UPDATE session SET {column} = ?", (value,))
+    cell = "CAST(? AS TEXT)" if isinstance(value, NotUtf8Text) else "?"
+    conn.execute(f"UPDATE session SET {column} = {cell}", (bytes(value) if cell != "?" else value,))
     conn.commit()
     conn.close()
     for args in (
         ["sessions", "--all", "--format", "json"],
         ["sessions", "--all", "--format", "table"],
         ["sessions", "--all", "--format", "csv"],
+        ["sessions", "--all", "--no-cache", "--format", "json"],
         ["usage", "--all", "--format", "json"],
         ["import", "--all"],
         ["context", "--format", "json"],
+        ["otel", "--all"],
+        ["top", "--once"],
+        ["statusline"],
     ):
         result = run(*args, "--db", str(db))
         assert result.returncode == 0 and b"Traceback" not in result.stderr, (args, result.stderr)
+        result.stdout.decode("utf-8")  # valid UTF-8, whatever the file holds
     rows = json.loads(run("sessions", "--all", "--db", str(db), "--format", "json").stdout)
     assert all(isinstance(r["directory"], str | None) for r in rows)
     assert all(isinstance(r["time_created"], int) for r in rows)
+    if isinstance(value, NotUtf8Text) and column in ("title", "directory", "agent"):
+        shown = {r[column] for r in rows}
+        assert shown == {bytes(value).decode("utf-8", "replace")}, shown
 
 
 @pytest.mark.parametrize(

@@ -205,12 +205,14 @@ class StoreFollower:
         """A subagent's events name its parent, as ``import``'s do (the log's
         ``session.created`` says so too, but it may be pruned)."""
         row = conn.execute(
-            "SELECT parent_id, directory FROM session WHERE id = ?", (session_id,)
+            "SELECT parent_id, CAST(directory AS BLOB) FROM session WHERE id = ?", (session_id,)
         ).fetchone()
         if row is not None and isinstance(row[0], str) and row[0]:
             self.normalizer.learn_parent(session_id, row[0])
-        if row is not None and isinstance(row[1], str) and row[1]:
-            self.normalizer.learn_directory(session_id, row[1])  # its MCP servers
+        if row is not None and isinstance(row[1], bytes) and row[1]:
+            # as bytes: a damaged one (not UTF-8) does not stop the follow
+            directory = row[1].decode("utf-8", "replace")
+            self.normalizer.learn_directory(session_id, directory)  # its MCP servers
 
     def _choose(self, store: Any) -> None:
         if self.all_sessions:

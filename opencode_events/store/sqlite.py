@@ -74,7 +74,26 @@ TOTALS_COLUMNS = (
     "tokens_cache_read",
     "tokens_cache_write",
 )
-_SESSION_COLUMNS = ", ".join(SessionRow._fields)
+# A session's text that people and models wrote (its title), or paths and names. OpenCode
+# writes UTF-8; a damaged file may not, and one such cell would fail the whole report
+# (Python's sqlite3 decodes text strictly). Read again as bytes, bad bytes replaced.
+_FREE_TEXT = frozenset({"title", "directory", "version", "agent", "model", "revert"})
+
+
+def _session_select(missing: Iterable[str] = ()) -> tuple[str, str]:
+    """The session columns to SELECT, a ``missing`` one as NULL: as text, and with the free
+    text as bytes (for a store where the first failed, ``Store._session_cells``)."""
+    gone = set(missing)
+    plain = [f"NULL AS {name}" if name in gone else name for name in SessionRow._fields]
+    as_bytes = [
+        f"CAST({name} AS BLOB) AS {name}" if name in _FREE_TEXT and name not in gone else column
+        for name, column in zip(SessionRow._fields, plain, strict=True)
+    ]
+    return ", ".join(plain), ", ".join(as_bytes)
+
+
+class _DamagedText(InputError):
+    """A text cell that is not UTF-8 (``Store._query``): read again as bytes where it can be."""
 
 
 _DATA = operator.itemgetter(4)  # a PartRow's data
@@ -218,7 +237,7 @@ class Store:
         self._forked: dict[str, int] | None = None  # fork → its creation (``forked_sessions``)
         self._untimed: frozenset[str] | None = None  # ``sessions_with_untimed_parts``
         self._totals: dict[str, dict[str, Any]] | None = None
-        self._session_columns = _SESSION_COLUMNS
+        self._session_columns, self._session_bytes = _session_select()
         self.totals_from_messages = False
         self._tables: dict[str, set[str]] = {}  # each table's columns
         self._schema: tuple[str | None, str | None] | None = None  # asked for: ``schema``
@@ -247,7 +266,7 @@ class Store:
         clone._forked = self._forked
         clone._untimed = self._untimed
         clone._totals = self._totals
-        clone._session_columns = self._session_columns
+        clone._session_columns, clone._session_bytes = self._session_columns, self._session_bytes
         clone.totals_from_messages = self.totals_from_messages
         clone._tables, clone._schema = self._tables, self._schema
         clone.notes = []
@@ -334,9 +353,8 @@ class Store:
             c in present for c in TOTALS_COLUMNS
         )
         optional = OPTIONAL_SESSION_COLUMNS + (TOTALS_COLUMNS if self.totals_from_messages else ())
-        self._session_columns = ", ".join(
-            name if name in present or name not in optional else f"NULL AS {name}"
-            for name in SessionRow._fields
+        self._session_columns, self._session_bytes = _session_select(
+            name for name in SessionRow._fields if name not in present and name in optional
         )
         for table, columns in REQUIRED_TABLES.items():
             if table not in tables:
@@ -438,7 +456,24 @@ class Store:
                     return
                 yield from rows
         except SQLITE_ERRORS as exc:
-            raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
+            # sqlite3 says "Could not decode to UTF-8 column …"; apsw raises the Python error
+            damaged = isinstance(exc, UnicodeDecodeError) or "decode to UTF-8" in str(exc)
+            error = _DamagedText if damaged else InputError
+            raise error(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
+
+    def _session_cells(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        """``_query`` of ``sql``, which SELECTs the session columns: where a cell of free text
+        is not UTF-8, the rows from there on come again with those cells as bytes (decoded
+        by ``_session_row``, bad bytes replaced) instead of failing. The rows already handed
+        over are skipped: the same query on the same snapshot gives them in the same order."""
+        done = 0
+        try:
+            for cells in self._query(sql, params):
+                yield cells
+                done += 1
+        except _DamagedText:
+            again = sql.replace(self._session_columns, self._session_bytes, 1)
+            yield from itertools.islice(self._query(again, params), done, None)
 
     def sessions(
         self, *, since_ms: int | None = None, top_level: bool = False, limit: int | None = None
@@ -479,7 +514,7 @@ class Store:
         # each, not one a row (a list of 100,000 sessions holds 30 MB less).
         shared: dict[str, str] = {}
         totals = self._message_totals() if self.totals_from_messages else None
-        for cells in self._query(sql, params):
+        for cells in self._session_cells(sql, params):
             row = self._session_row(cells, shared)
             if totals is not None and row.id in totals:  # an older schema's totals
                 row = row._replace(**totals[row.id])
@@ -770,7 +805,7 @@ class Store:
         return [sid for _, sid in rows]
 
     def session(self, session_id: str) -> SessionRow | None:
-        rows = self._query(
+        rows = self._session_cells(
             f"SELECT {self._session_columns} FROM session WHERE id = ?", (session_id,)
         )
         row = next(rows, None)
@@ -867,7 +902,9 @@ class Store:
         once per store (an undo is rare, and ``import`` asks for every session)."""
         if self._reverts is None:
             if "revert" in self._session_columns.split(", "):
-                rows = self._query("SELECT id, revert FROM session WHERE revert IS NOT NULL")
+                rows = self._query(  # as bytes: JSON either way, and a damaged one fails later
+                    "SELECT id, CAST(revert AS BLOB) FROM session WHERE revert IS NOT NULL"
+                )
                 self._reverts = {i: r for i, r in rows if isinstance(r, (str, bytes))}
             else:
                 self._reverts = {}
@@ -881,8 +918,9 @@ class Store:
         if self._untimed is None:
             found: set[str] = set()
             if "version" in self._session_columns.split(", "):
-                for sid, version in self._query("SELECT id, version FROM session"):
-                    if type(sid) is str and wrote_json_files(version):
+                rows = self._query("SELECT id, CAST(version AS BLOB) FROM session")
+                for sid, version in rows:  # as bytes: one not UTF-8 fails nothing here
+                    if type(sid) is str and wrote_json_files(_text(version)):
                         found.add(sid)
             self._untimed = frozenset(found)
         return self._untimed
