@@ -12,6 +12,7 @@ here, with an ``env`` mapping in tests (``os.environ`` by default)::
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -137,16 +138,25 @@ def named_config(env: Mapping[str, str] | None = None) -> Path | None:
     return Path(env["OPENCODE_CONFIG"]) if env.get("OPENCODE_CONFIG") else None
 
 
+STALE_AFTER_VARIABLE = "OPENCODE_EVENTS_STALE_AFTER"
+
+
 def stale_after_seconds(env: Mapping[str, str] | None = None) -> float | None:
     """``$OPENCODE_EVENTS_STALE_AFTER``: seconds of silence after which a session in flight
-    is stale (``core.activity``), when set to a number of 0 or more."""
+    is stale (``core.activity``); None when unset or empty. A value that is no finite number
+    of 0 or more is an ``InputError`` naming the variable, as a bad size is: a typo silently
+    taken for the default would make every report's states quietly wrong."""
     env = os.environ if env is None else env
-    value = env.get("OPENCODE_EVENTS_STALE_AFTER")
-    try:
-        seconds = float(value) if value else None
-    except ValueError:
+    value = env.get(STALE_AFTER_VARIABLE, "").strip()
+    if not value:
         return None
-    return seconds if seconds is not None and seconds >= 0 else None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):  # NaN, infinite (1e400) or negative
+        raise InputError(f"{STALE_AFTER_VARIABLE}: not a number of seconds: {value!r} (e.g. 600)")
+    return seconds
 
 
 # The longest line kept: 16 MiB, 200 times OpenCode's largest record in the captures (a

@@ -106,3 +106,38 @@ def test_a_parent_waiting_on_a_subagent_at_work_is_busy_in_every_report(tmp_path
     db, parent, late = _parent_waiting_on_a_busy_child(tmp_path)
     assert set(_states(db, parent, late + MINUTE).values()) == {"busy"}
     assert set(_states(db, parent, late + 11 * MINUTE).values()) == {"stale"}
+
+
+@pytest.mark.parametrize(
+    "value, seconds",
+    [("", None), ("600", 600.0), (" 30 ", 30.0), ("0", 0.0), ("1e12", 1e12), ("0.5", 0.5)],
+)
+def test_the_stale_after_setting(value: str, seconds: float | None) -> None:
+    from opencode_events.core.activity import STALE_AFTER_MS, stale_after_ms
+    from opencode_events.paths import stale_after_seconds
+
+    env = {"OPENCODE_EVENTS_STALE_AFTER": value}
+    assert stale_after_seconds(env) == seconds
+    assert stale_after_ms(env) == (STALE_AFTER_MS if seconds is None else int(seconds * 1000))
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "nan", "inf", "1e400", "10m"])
+def test_a_stale_after_that_is_no_number_of_seconds_is_one_error(value: str) -> None:
+    """A typo is said, not taken for the default; `inf` once ended in a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OPENCODE_EVENTS_STALE_AFTER": value, "OPENCODE_EVENTS_NO_CACHE": "1"}
+    db = SAMPLES / "sigint" / "opencode.db"
+    for args in (["sessions"], ["top", "--once"], ["usage", "--all"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "opencode_events", *args, "--db", str(db)],
+            capture_output=True,
+            env=env,
+            check=False,
+        )
+        assert done.returncode == 2 and done.stdout == b"", (args, done.stderr)
+        assert done.stderr.decode().splitlines() == [
+            f"error: OPENCODE_EVENTS_STALE_AFTER: not a number of seconds: {value!r} (e.g. 600)"
+        ], args
