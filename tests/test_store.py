@@ -1636,6 +1636,38 @@ def test_a_damaged_session_cell_is_read_as_0_or_text_in_every_report(tmp_path, c
         assert shown == {bytes(value).decode("utf-8", "replace")}, shown
 
 
+@pytest.mark.parametrize("damaged", [0, 255, 256, 300, 599])
+def test_sessions_read_again_past_damaged_text_are_each_read_once(tmp_path, damaged) -> None:
+    """A title that is not UTF-8 in row ``damaged`` of 600 (the store fetches 256 at a time):
+    every session once, in order, the damaged title with U+FFFD and the others as written."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "bash_ok" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    names = [c[1] for c in conn.execute("PRAGMA table_info(session)")]
+    row = dict(zip(names, conn.execute("SELECT * FROM session").fetchone(), strict=True))
+    conn.execute("DELETE FROM session")
+    for i in range(600):
+        row.update(id=f"ses_{i:04d}", title=f"title {i}", time_updated=10_000 - i)
+        conn.execute(
+            f"INSERT INTO session ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+            list(row.values()),
+        )
+    conn.execute(
+        "UPDATE session SET title = CAST(? AS TEXT) WHERE id = ?",
+        (b"bad \xff title", f"ses_{damaged:04d}"),
+    )
+    conn.commit()
+    conn.close()
+    with Store(db) as store:
+        rows = store.sessions()
+        one = store.session(f"ses_{damaged:04d}")
+    assert [r.id for r in rows] == [f"ses_{i:04d}" for i in range(600)]
+    expected = [f"title {i}" for i in range(600)]
+    expected[damaged] = "bad \ufffd title"
+    assert [r.title for r in rows] == expected
+    assert one is not None and one.title == "bad \ufffd title"
+
+
 @pytest.mark.parametrize(
     "parents, loops",
     [
