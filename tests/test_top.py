@@ -158,7 +158,7 @@ def test_top_in_a_terminal_shows_the_store_as_it_is_written_and_q_quits(tmp_path
     proc, master = _pty([*CLI, "top", "--db", str(db), "--interval", "0.2"])
     writer = None
     try:
-        _read_until(master, proc, rb"no sessions in")
+        _read_until(master, proc, rb"store not readable: no OpenCode database at")
         writer = replay(SAMPLES / "task" / "opencode.db", db, delay=0.01)
         writer.wait(timeout=60)
         out = _read_until(master, proc, rb"\$0\.0206\+")  # cost with its subagent
@@ -244,6 +244,31 @@ def test_the_live_view_says_why_it_cannot_read_the_store(tmp_path: Path) -> None
     text = console.export_text()
     assert "store not readable: " in text and "(file is not a database)" in text
     assert "no sessions" not in text and all(len(line) <= 80 for line in text.splitlines())
+
+
+def test_the_live_view_says_when_there_is_no_database_until_one_comes(tmp_path: Path) -> None:
+    """A path with no file is said (a mistyped --db is not "no sessions yet"); a file that
+    comes is read at the next look, and one that goes is said again."""
+    from opencode_events.output.tables import top_screen
+
+    path = tmp_path / "opencode.db"
+    top = TopBoard(path)
+
+    def screen() -> str:
+        console = Console(width=100, record=True, file=io.StringIO())
+        console.print(top_screen(top.board(), 0, width=100))
+        return " ".join(console.export_text().split())  # the reason wraps, never cut
+
+    assert not top.refresh()
+    assert not top.readable and f"store not readable: no OpenCode database at {path}" in screen()
+    assert "no sessions" not in screen()
+    shutil.copyfile(ROOT / "samples" / "task" / "opencode.db", path)
+    assert top.refresh() and top.readable and top.board().rows
+    assert "store not readable" not in screen()
+    path.unlink()
+    assert not top.refresh()
+    assert not top.readable and "no OpenCode database at" in screen()
+    assert top.board().rows  # the last rows stay on the board meanwhile
 
 
 def test_at_80_columns_a_busy_board_keeps_the_session_ids() -> None:

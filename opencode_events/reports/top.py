@@ -146,6 +146,10 @@ class TopBoard:
         new_day = self._bounds is not None and now >= self._bounds[2]
         busy = any(t.row.state == BUSY for t in self._shown())
         if not (self.watch.changed() or force or new_day):
+            if not self.watch.exists:  # none yet, or gone (OpenCode replacing it): say so
+                self.readable = False
+                self.problem = f"no OpenCode database at {self.path} (waiting for it)"
+                return False
             # Nothing written: a busy session may still turn stale, by the clock alone.
             if busy:
                 for tally in self._shown():
