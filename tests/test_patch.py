@@ -153,6 +153,8 @@ RECORDED_CASES = [
     ("an unknown type", _files({"filePath": "/w/a", "type": "rename"}), None),
     ("no path", _files({"type": "add"}), None),
     ("a move without its target", _files({"filePath": "/w/a", "type": "move"}), None),
+    ("a type that is a list", _files({"filePath": "/w/a", "type": []}), None),  # no crash
+    ("a type that is an object", _files({"filePath": "/w/a", "type": {"x": 1}}), None),
 ]
 
 

@@ -149,7 +149,8 @@ def recorded_files(files: Any) -> list[PatchedFile] | None:
     out: list[PatchedFile] = []
     for entry in entries:
         path, op, to = entry.filePath, entry.type, entry.movePath
-        if not (isinstance(path, str) and path and op in _OPS):
+        # a type that is no string (a list, an object) is no type: and cannot be hashed
+        if not (isinstance(path, str) and path and isinstance(op, str) and op in _OPS):
             return None
         if op == "move":
             if not (isinstance(to, str) and to):
