@@ -510,6 +510,21 @@ def test_tool_common_fields():
     assert "error" not in event
 
 
+@pytest.mark.parametrize(
+    "start, end",
+    [
+        (0, int("9" * 400)),  # past any float: OverflowError in isfinite
+        (0.5, int("9" * 400)),  # a float less an int past any float: OverflowError at once
+        (-1.7e308, 1.7e308),  # two finite floats a difference of inf apart
+    ],
+)
+def test_tool_times_out_of_any_float_range_give_no_duration(start, end):
+    rec = tool_use("read", {"filePath": "a"}, title="a")
+    rec["part"]["state"]["time"] = {"start": start, "end": end}
+    (event,) = normalize_lines([rec])
+    assert event["kind"] == "read" and "duration_ms" not in event
+
+
 def test_failed_tool_carries_its_error():
     (event,) = normalize_lines(
         [tool_use("read", {"filePath": "missing"}, status="error", error="File not found")]

@@ -768,12 +768,13 @@ def tool_common(part: Part) -> dict[str, Any]:
     if times is not None:
         start, end = times.start, times.end
         kind_start, kind_end = type(start), type(end)
-        if (
-            (kind_start is int or kind_start is float)
-            and (kind_end is int or kind_end is float)
-            and math.isfinite(end - start)
-        ):
-            common["duration_ms"] = end - start  # two huge times can differ by inf
+        if (kind_start is int or kind_start is float) and (kind_end is int or kind_end is float):
+            try:
+                took = end - start
+                if math.isfinite(took):  # two huge times can differ by inf
+                    common["duration_ms"] = took
+            except OverflowError:  # an int past any float, met by a float or by isfinite
+                pass
     return common
 
 
