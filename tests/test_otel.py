@@ -466,6 +466,42 @@ def test_a_read_back_calls_duration_no_call_has_is_no_length(tmp_path, duration)
     assert (call["startTimeUnixNano"], call["endTimeUnixNano"]) == ("1000000000", "1000000000")
 
 
+def _times(value):
+    """Every ``…TimeUnixNano`` in an OTLP document, as integers."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key.endswith("TimeUnixNano"):
+                yield int(item)
+            else:
+                yield from _times(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _times(item)
+
+
+@pytest.mark.parametrize("time", [1.7976931348623157e308, -1.7976931348623157e308, 10**400])
+@pytest.mark.parametrize("field", ["timestamp", "state.time.end"])
+def test_a_record_time_out_of_any_range_is_held_at_the_edge_of_otlps(tmp_path, time, field):
+    """A damaged record's time (infinite once made nanoseconds, or past 2^64 ns) ended the
+    export in a traceback; it is held at the edge of OTLP's fixed64 instead."""
+    lines = (SAMPLES / "parallel_tools" / "stream.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    for record in records:
+        if record["type"] == "tool_use":
+            if field == "timestamp":
+                record["timestamp"] = time
+            else:
+                record["part"]["state"]["time"]["end"] = time
+            break
+    path = tmp_path / "stream.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    docs = file_export(path)
+    for doc in docs:
+        check(json.dumps(doc))
+    times = [t for doc in docs for t in _times(doc)]
+    assert times and all(0 <= t < 1 << 64 for t in times)
+
+
 def test_calls_of_two_sessions_sharing_a_part_id_keep_their_own_times(tmp_path):
     """Times are noted per session and part: a copy of a session under another id (as a
     fork copies, or a test generator does) does not lend its calls' times to the first."""

@@ -31,7 +31,7 @@ from msgspec import Struct
 
 from .._version import __version__
 from ..paths import OtlpEnvironment, login_name, otlp_environment
-from .spans import Counters, SessionInfo, SpanData
+from .spans import Counters, SessionInfo, SpanData, epoch_ns
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -340,8 +340,8 @@ def metrics_body(counters: Counters, resource: Mapping[str, Any]) -> bytes | Non
     the first session's start to the last one's end. None when no session was counted."""
     if not counters:
         return None
-    start = str(_ms_ns(counters.start_ms or 0))
-    end = str(_ms_ns(counters.end_ms if counters.end_ms is not None else counters.start_ms or 0))
+    start = str(epoch_ns(counters.start_ms or 0))
+    end = str(epoch_ns(counters.end_ms if counters.end_ms is not None else counters.start_ms or 0))
 
     def labels(model: Any, agent: Any, provider: Any, **more: Any) -> list[KeyValue]:
         values = {**more, "model": model, "agent": agent, "provider": provider}
@@ -393,7 +393,3 @@ def _finite(value: float) -> float:
 
 def _sort_key(item: tuple[tuple[Any, ...], Any]) -> tuple[str, ...]:
     return tuple("" if part is None else str(part) for part in item[0])
-
-
-def _ms_ns(ms: int | float) -> int:
-    return ms * 1_000_000 if type(ms) is int else round(ms * 1_000_000)

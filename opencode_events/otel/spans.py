@@ -54,6 +54,7 @@ __all__ = [
     "trace_id_of",
     "span_id_of",
     "gen_ai_tokens",
+    "epoch_ns",
     "KIND_INTERNAL",
     "KIND_CLIENT",
     "STATUS_UNSET",
@@ -158,8 +159,20 @@ def _hex_id(data: bytes, size: int) -> str:
     return digest.hex()
 
 
-def _ns(ms: int | float) -> int:
-    return ms * _MS if type(ms) is int else round(ms * _MS)
+_MAX_NS = (1 << 64) - 1  # OTLP's times are fixed64
+
+
+def epoch_ns(ms: int | float) -> int:
+    """Epoch ms as OTLP's nanoseconds. A damaged record's time out of their range (before
+    1970, past 2554, beyond any float) is held at its edge: the trace stays valid OTLP."""
+    if type(ms) is int:
+        ns = ms * _MS
+    else:
+        ns = ms * _MS
+        if not -_MAX_NS <= ns <= _MAX_NS:  # inf, or a float too large to be one in range
+            return 0 if ns < 0 else _MAX_NS
+        ns = round(ns)
+    return ns if 0 <= ns <= _MAX_NS else (0 if ns < 0 else _MAX_NS)
 
 
 def gen_ai_tokens(usage: Usage) -> tuple[int, int]:
@@ -279,7 +292,7 @@ class SessionTrace:
         elif cls is Compaction and time is not None:
             auto = event.auto  # type: ignore[attr-defined]
             attributes = {} if auto is None else {"opencode.compaction.auto": auto}
-            self.marks.append(SpanEvent("opencode.compaction", _ns(time), attributes))
+            self.marks.append(SpanEvent("opencode.compaction", epoch_ns(time), attributes))
 
     def _call_times(self, event: Any) -> tuple[int | float, int | float]:
         """A tool call's start and end: its part's own (``state.time``, where the source
@@ -312,8 +325,8 @@ class SessionTrace:
                 span_id=span_id_of("chat", f"{self.session_id}/{key}"),
                 name="chat",
                 kind=KIND_CLIENT,
-                start_ns=_ns(start),
-                end_ns=_ns(stop),
+                start_ns=epoch_ns(start),
+                end_ns=epoch_ns(stop),
                 attributes={"gen_ai.operation.name": "chat"},
             )
             chat = self.chats[key] = _Chat(span)
@@ -351,8 +364,8 @@ class SessionTrace:
             attributes["opencode.message.id"] = message_id
         if usage.reverted:  # a pending /undo undid it: still counted, as OpenCode counts it
             attributes["opencode.reverted"] = True
-        if span.end_ns < _ns(end):
-            span.end_ns = _ns(end)
+        if span.end_ns < epoch_ns(end):
+            span.end_ns = epoch_ns(end)
         if chat.span.status != STATUS_ERROR:
             self.failed = False
         self.boundary = end
@@ -363,7 +376,7 @@ class SessionTrace:
         attributes: dict[str, Any] = {"exception.type": name}
         if error.message:
             attributes["exception.message"] = error.message
-        mark = SpanEvent("exception", _ns(time), attributes)
+        mark = SpanEvent("exception", epoch_ns(time), attributes)
         self.failed = True
         message_id = error.message_id
         if message_id is None:  # a session's error (server events, the run stream)
@@ -376,8 +389,8 @@ class SessionTrace:
         span.attributes["error.type"] = name
         span.attributes.setdefault("opencode.message.id", message_id)
         span.events.append(mark)
-        if span.end_ns < _ns(time):
-            span.end_ns = _ns(time)
+        if span.end_ns < epoch_ns(time):
+            span.end_ns = epoch_ns(time)
         if self.boundary is None or time > self.boundary:
             self.boundary = time
 
@@ -424,8 +437,8 @@ class SessionTrace:
             span_id=span_id_of("tool", f"{self.session_id}/{key}"),
             name=f"execute_tool {tool}",
             kind=KIND_INTERNAL,
-            start_ns=_ns(start),
-            end_ns=_ns(end),
+            start_ns=epoch_ns(start),
+            end_ns=epoch_ns(end),
             attributes=attributes,
         )
         if within is not None:
@@ -613,8 +626,8 @@ class TraceBuilder:
             parent_span_id=parent_span,
             name=f"invoke_agent {agent}" if agent else "invoke_agent",
             kind=KIND_INTERNAL,
-            start_ns=_ns(start),
-            end_ns=_ns(end),
+            start_ns=epoch_ns(start),
+            end_ns=epoch_ns(end),
             attributes=attributes,
             events=trace.marks,
         )
