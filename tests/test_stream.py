@@ -348,3 +348,30 @@ def test_the_done_record_ends_the_run_and_names_what_it_rejected(record, permiss
     assert [e["kind"] for e in body] == ["permission"] * len(permissions)
     assert [e["permission"] for e in body] == permissions
     assert all(e["reply"] == "reject" and e["session_id"] == "ses_1" for e in body)
+
+
+def test_a_step_left_open_by_one_input_is_not_the_next_ones(tmp_path):
+    """Every input file of `normalize` is a run of its own: a killed run's last step, left
+    open, does not make the next file's auto-compaction prompt (a synthetic text between
+    its steps) a message."""
+    import subprocess
+    import sys
+
+    killed, compacting = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    killed.write_text(
+        '{"type":"step_start","sessionID":"ses_a","part":{"id":"prt_s","type":"step-start"}}\n'
+    )
+    compacting.write_text(
+        '{"type":"text","sessionID":"ses_b","part":'
+        '{"id":"prt_t","type":"text","text":"Continue","synthetic":true}}\n'
+    )
+    kinds = []
+    for inputs in ([compacting], [killed, compacting]):
+        result = subprocess.run(
+            [sys.executable, "-m", "opencode_events", "normalize", "--no-metrics", *inputs],
+            capture_output=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        kinds.append([json.loads(line)["kind"] for line in result.stdout.splitlines()])
+    assert kinds == [["prompt"], ["prompt"]]

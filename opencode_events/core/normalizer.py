@@ -272,6 +272,7 @@ class Normalizer(Counters):
         self._seen_parts = set()
         self._seen_by_session = OrderedDict()
         self._session_turns = {}
+        self.step_open = False  # a step the last input left open (a killed run) is not this one's
         self.enter_message(None)
 
     def stepped_sessions(self) -> Any:
