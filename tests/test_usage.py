@@ -186,6 +186,42 @@ def test_stream_sessions_come_oldest_first_as_from_the_store(tmp_path: Path):
     assert [r["session_id"] for r in usage("--by", "session", stdin=data)["rows"]] == [older, newer]
 
 
+def test_a_total_without_the_cache_is_added_alike_by_every_grouping(tmp_path: Path):
+    """A provider whose total leaves the cache out (as Anthropic's does): OpenCode's
+    per-reply `tokens.total`, added, in every grouping, folded or not, with a window or not.
+    `--by turn` once took a folded subagent's total from its session row's classes."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE message SET data = json_set(data, '$.tokens.total', "
+            "json_extract(data, '$.tokens.input') + json_extract(data, '$.tokens.output') "
+            "+ json_extract(data, '$.tokens.reasoning')) "
+            "WHERE json_extract(data, '$.role') = 'assistant'"
+        )
+        (truth,) = conn.execute(
+            "SELECT sum(json_extract(data, '$.tokens.total')) FROM message "
+            "WHERE json_extract(data, '$.role') = 'assistant'"
+        ).fetchone()
+        (classes,) = conn.execute(
+            "SELECT sum(tokens_input + tokens_output + tokens_reasoning + tokens_cache_read "
+            "+ tokens_cache_write) FROM session"
+        ).fetchone()
+    assert truth < classes  # the edit made the two rules differ
+    seen = set()
+    for args in (
+        ["--all"],
+        ["--all", "--no-fold"],
+        ["--since", "2000-01-01"],
+        *(["--all", "--by", by] for by in ("session", "step", "day", "model", "agent")),
+    ):
+        total = usage("--db", str(db), "--no-cache", *args)["total"]
+        seen.add((total["total_tokens"], total.get("subagent_tokens")))
+        assert total["total_tokens"] == truth, args
+    assert len({tokens for tokens, _ in seen}) == 1
+    assert len({sub for _, sub in seen if sub is not None}) == 1
+
+
 @pytest.mark.parametrize("by", ["turn", "step", "session", "model", "agent", "day"])
 def test_an_empty_store_report_has_the_total_of_a_full_one(tmp_path: Path, by: str):
     """Nothing since then: the total still has the report's count columns (at 0), so its JSON

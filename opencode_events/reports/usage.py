@@ -1340,15 +1340,21 @@ class _Families:
             share = UsageRow(inferences=0, tool_calls=0)
             figures = 0
             for sid in folded:
+                total_tokens = 0  # its inferences' own totals, as every other grouping adds
                 for folded_turn in _session_turns(store, sid, skip, unread, since, until).turns:
                     part = folded_turn.row
                     share.inferences = (share.inferences or 0) + (part.inferences or 0)
                     share.tool_calls = (share.tool_calls or 0) + (part.tool_calls or 0)
+                    total_tokens += part.total_tokens
                     if windowed:
                         share.add(part)
                         figures += part.inferences or 0
                 if not windowed:
-                    share.add(_session_total(store, sid))
+                    # The session row keeps the classes and the cost but no total: OpenCode's
+                    # tokens.total (a provider may leave the cache out of it) is the replies'.
+                    own = _session_total(store, sid)
+                    own.total_tokens = total_tokens
+                    share.add(own)
                     figures += 1
             if windowed and not figures:
                 done.update(folded)  # nothing of it in the window
