@@ -419,3 +419,55 @@ def test_a_database_of_a_schema_it_cannot_read_is_refused_naming_it(tmp_path: Pa
     (line,) = result.stderr.decode().splitlines()
     assert line.startswith("error: ") and "`session` lacks directory" in line
     assert "migration 20260312043431_session_message_cursor" in line and "1.2.27" in line
+
+
+_DAMAGES = {
+    "title not UTF-8": lambda data: data.replace(b"Mock session title", b"Mock \xff title"),
+    "no id": lambda data: json.dumps({k: v for k, v in json.loads(data).items() if k != "id"}),
+    "time of text": lambda data: json.dumps({**json.loads(data), "time": "x"}),
+    "cut short": lambda data: data[:100],
+    "empty": lambda data: b"",
+    "an array": lambda data: b"[]",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_DAMAGES))
+def test_a_damaged_session_file_loses_no_session_whose_messages_are_there(tmp_path, damage):
+    """The session file is damaged, its messages are not: the session is still listed and
+    counted (named by its file, as OpenCode's own import named it), and a note says so."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(MIXED / "storage", data_dir / "storage")
+    only_in_files = sorted(
+        _file_session_ids(data_dir)
+        - {sid for (sid,) in rows(MIXED / "opencode.db", "SELECT id FROM session")}
+    )[0]
+    before = json.loads(run("usage", "--db", str(data_dir), "--all", "--format", "json").stdout)
+    (file,) = (data_dir / "storage" / "session").glob(f"*/{only_in_files}.json")
+    damaged = _DAMAGES[damage](file.read_bytes())
+    file.write_bytes(damaged if isinstance(damaged, bytes) else damaged.encode())
+    listed = run("sessions", "--db", str(data_dir), "--all", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert only_in_files in [s["id"] for s in json.loads(listed.stdout)]
+    after = run("usage", "--db", str(data_dir), "--all", "--format", "json")
+    assert json.loads(after.stdout)["total"] == before["total"]
+    notes = listed.stderr.decode()
+    (row,) = [s for s in json.loads(listed.stdout) if s["id"] == only_in_files]
+    if damage == "title not UTF-8":
+        assert notes == "" and row["title"] == "Mock \ufffd title"  # bad bytes replaced
+    elif damage == "time of text":
+        assert notes == "" and row["time_created"] == 0  # as a damaged time cell reads
+    else:
+        assert f"read as session {only_in_files}, as its file is named" in notes
+
+
+def test_a_session_file_that_names_nothing_is_said_and_skipped(tmp_path: Path):
+    data_dir = tmp_path / "data"
+    shutil.copytree(MIXED / "storage", data_dir / "storage")
+    (folder,) = (data_dir / "storage" / "session").glob("*")
+    (folder / "ses_nothing.json").write_text("{")
+    listed = run("sessions", "--db", str(data_dir), "--all", "--format", "json")
+    assert listed.returncode == 0 and "ses_nothing" not in listed.stdout.decode()
+    assert listed.stderr.decode().splitlines() == [
+        f"note: {folder / 'ses_nothing.json'}: no session in it, nor messages under its name; "
+        "skipped"
+    ]

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from ..core.figures import read_figures
-from ..core.views import LegacySessionInfo, MessageInfo
+from ..core.views import ANY_DECODER, LegacySessionInfo, MessageInfo, decode_repairing
 from ..errors import InputError
 from ..events import summed_cost
 from .files import read_regular_file
@@ -53,6 +53,36 @@ def _safe_id(value: Any) -> bool:
         and value not in ("", ".", "..")
         and not any(c in value for c in ("/", "\\", "\0"))
     )
+
+
+def _session_info(data: bytes) -> LegacySessionInfo | None:
+    """The session a file holds, read as leniently as a damaged row of the database is:
+    bytes that are not UTF-8 replaced (U+FFFD), lone surrogate escapes repaired, a ``time``
+    that is no object left out; None when the file holds no JSON object."""
+    if not data:
+        return None
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            data = data.decode("utf-8", "replace").encode()
+    try:
+        return decode_repairing(_SESSION, data)[0]
+    except msgspec.ValidationError:
+        pass  # every field takes any value but `time`, an object: or this is no object
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    try:
+        whole = decode_repairing(ANY_DECODER, data)[0]
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if not isinstance(whole, dict):
+        return None
+    whole.pop("time", None)
+    return _SESSION.decode(msgspec.json.encode(whole))
+
+
+_NOTED_FILES = 10  # a damaged tree is named in a few notes, not one per file
 
 
 def _int(value: Any) -> int | None:
@@ -86,10 +116,10 @@ class _Layout:
 class LegacyStore:
     """The legacy JSON files of one data directory (all its storage roots)."""
 
-    notes: list[str] = []  # nothing to tell people about (see ``MixedStore``)
-
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.path = Path(data_dir)
+        self.notes: list[str] = []  # session files that could not be read as they are
+        self._unread = 0
         roots = find_legacy_roots(self.path)
         if not roots and (self.path / "session").is_dir():
             roots = [self.path]  # pointed straight at a storage folder
@@ -103,6 +133,14 @@ class LegacyStore:
                 row = self._session_row(file, layout)
                 if row is not None and row.id not in self._sessions:
                     self._sessions[row.id] = (row, layout)
+        if self._unread > _NOTED_FILES:
+            more = self._unread - _NOTED_FILES
+            self.notes.append(f"and {more} more session file{'s' if more != 1 else ''} as above")
+
+    def _note(self, text: str) -> None:
+        self._unread += 1
+        if self._unread <= _NOTED_FILES:
+            self.notes.append(text)
 
     def __enter__(self) -> LegacyStore:
         return self
@@ -117,17 +155,27 @@ class LegacyStore:
 
     def _session_row(self, file: Path, layout: _Layout) -> SessionRow | None:
         data = read_regular_file(file)
-        try:
-            info = _SESSION.decode(data) if data else None
-        except (msgspec.DecodeError, RecursionError):
-            info = None
-        if info is None or not _safe_id(info.id):
-            return None
+        info = _session_info(data)
+        session_id = info.id if info is not None else None
+        if not _safe_id(session_id):
+            # OpenCode names the file after its session (its own import into SQLite took the
+            # ids from the paths): a session whose messages are there is not lost to a
+            # damaged file; a file that names nothing is said, not passed over in silence.
+            why = "no session in it" if info is None else "no session id in it"
+            stem = file.stem
+            if _safe_id(stem) and layout.message_dir(stem).is_dir():
+                self._note(f"{file}: {why}; read as session {stem}, as its file is named")
+                session_id = stem
+            else:
+                self._note(f"{file}: {why}, nor messages under its name; skipped")
+                return None
+        if info is None:
+            info = LegacySessionInfo()
         cost = 0.0
         inferences = 0
         tokens = [0, 0, 0, 0, 0]
         model = None
-        for message in self._message_infos(info.id, layout):
+        for message in self._message_infos(session_id, layout):
             if message.role != "assistant":
                 continue
             figures = read_figures(message.tokens, message.cost)  # the one rule
@@ -145,7 +193,7 @@ class LegacyStore:
         created = _int(info.time.created) if info.time else None
         updated = _int(info.time.updated) if info.time else None
         return SessionRow(
-            id=info.id,
+            id=session_id,
             parent_id=info.parentID if isinstance(info.parentID, str) else None,
             title=info.title if isinstance(info.title, str) else None,
             directory=info.directory if isinstance(info.directory, str) else None,
@@ -291,7 +339,8 @@ class MixedStore:
         in_database = set(database.session_ids())
         self._from_files = {sid for sid in files._sessions if sid not in in_database}
         self.in_both = len(files._sessions) - len(self._from_files)
-        self.notes = [mixed_note(database.path, files.roots, len(self._from_files), self.in_both)]
+        said = mixed_note(database.path, files.roots, len(self._from_files), self.in_both)
+        self.notes = [said, *files.notes]
 
     def _store_of(self, session_id: str) -> Any:
         return self.files if session_id in self._from_files else self.database
