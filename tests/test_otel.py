@@ -274,16 +274,25 @@ def test_metric_counters_equal_usage(name):
     count = store_rows(name, "SELECT count(*) FROM session")[0][0]
     assert sum(int(p["asInt"]) for p in sessions) == count
     # Sessions an older OpenCode wrote (imported into the database by 1.2: legacy_mixed)
-    # name no model in their row; their session count has no model or provider then.
-    unnamed = store_rows(name, "SELECT count(*) FROM session WHERE model IS NULL")[0][0]
+    # name no model in their row; their session count names their first step's, as the
+    # same session read from its JSON files does.
     for metric in by_name.values():
         assert metric["sum"]["aggregationTemporality"] == 2 and metric["sum"]["isMonotonic"]
         for point in metric["sum"]["dataPoints"]:
-            named = {"model", "agent", "provider"} & set(attrs(point))
-            if metric["name"] == "opencode.session.count" and unnamed:
-                assert "agent" in named and named in ({"agent"}, {"model", "agent", "provider"})
-            else:
-                assert named == {"model", "agent", "provider"}
+            assert {"model", "agent", "provider"} <= set(attrs(point)), (metric["name"], point)
+
+
+def test_a_session_whose_row_names_no_model_is_named_by_its_steps():
+    """legacy_mixed's sessions OpenCode 1.2 moved in from JSON files keep no model column:
+    the invoke_agent span names the model and provider of its steps, as from the files."""
+    (moved,) = store_rows(
+        "legacy_mixed", "SELECT id FROM session WHERE model IS NULL ORDER BY id LIMIT 1"
+    )
+    docs, _ = store_export("legacy_mixed", [moved[0]])
+    (session,) = [s for s in all_spans(docs) if s["name"].startswith("invoke_agent")]
+    chats = [attrs(s) for s in all_spans(docs) if s["name"].startswith("chat")]
+    assert chats and attrs(session)["gen_ai.request.model"] == chats[0]["gen_ai.request.model"]
+    assert attrs(session)["gen_ai.provider.name"] == chats[0]["gen_ai.provider.name"]
 
 
 def test_a_subagent_hangs_from_the_task_call_that_spawned_it_in_one_trace():

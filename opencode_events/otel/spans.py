@@ -260,6 +260,10 @@ class SessionTrace:
         self.children: dict[str, str] = {}  # child session id → the spawning call's span id
         self.failed = False  # the session's last inference or error was a failure
         self.agent: str | None = None  # seen on events (usage.agent), when a source has it
+        # the first step's model and provider, for a session whose row names none (one
+        # OpenCode 1.2 moved into its database from JSON files keeps no model column)
+        self.model: str | None = None
+        self.provider: str | None = None
         self.mcp_servers: Sequence[str] = ()
 
     def add(self, event: Event) -> None:
@@ -346,6 +350,8 @@ class SessionTrace:
         chat.agent = _str(usage.agent)
         if chat.agent and self.agent is None:
             self.agent = chat.agent
+        if chat.model and self.model is None:
+            self.model, self.provider = chat.model, chat.provider
         span = chat.span
         attributes = span.attributes
         if usage.reason:
@@ -602,6 +608,8 @@ class TraceBuilder:
             parent_span = spawn or span_id_of("session", parent)
         agent = info.agent or trace.agent
         model, provider = info.model, info.provider
+        if not model:
+            model, provider = trace.model, provider or trace.provider
         start = info.start_ms if info.start_ms is not None else trace.first
         end = trace.last if info.end_ms is None else max(info.end_ms, trace.last or info.end_ms)
         start = start if start is not None else (end or 0)
