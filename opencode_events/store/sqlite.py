@@ -902,10 +902,10 @@ class Store:
         once per store (an undo is rare, and ``import`` asks for every session)."""
         if self._reverts is None:
             if "revert" in self._session_columns.split(", "):
-                rows = self._query(  # as bytes: JSON either way, and a damaged one fails later
+                rows = self._query(  # as bytes, decoded here: a damaged one (not UTF-8) too
                     "SELECT id, CAST(revert AS BLOB) FROM session WHERE revert IS NOT NULL"
                 )
-                self._reverts = {i: r for i, r in rows if isinstance(r, (str, bytes))}
+                self._reverts = {i: _text(r) for i, r in rows if isinstance(r, (str, bytes))}
             else:
                 self._reverts = {}
         return self._reverts
