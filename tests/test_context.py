@@ -780,3 +780,55 @@ def test_computed_costs_are_written_as_the_docs_show_them(priced_env: dict, tmp_
     doc = (ROOT / "docs" / "context.md").read_text()
     assert '"source_costs": {"system": 0.011985, "user": 1.5e-05}' in doc
     assert '"output": {"tokens": 134, "cost": 0.00201}' in doc
+
+
+@pytest.mark.parametrize("name", ["bash_ok", "mcp", "task", "text"])
+def test_the_cost_is_written_as_sessions_and_usage_write_the_session(name, priced_env):
+    """A session's stored cost is OpenCode's running sum (0.0063750000000000005 for two
+    inferences): `context` writes it as `sessions` and `usage --by session` do."""
+    db = str(SAMPLES / name / "opencode.db")
+    context = run("context", "--db", db, "--format", "json", env=priced_env)
+    assert context.returncode == 0, context.stderr
+    doc = json.loads(context.stdout)
+    listed = json.loads(run("sessions", "--db", db, "--format", "json", env=priced_env).stdout)
+    (row,) = [s for s in listed if s["id"] == doc["session_id"]]
+    used = run("usage", "--db", db, "--session", doc["session_id"], "--by", "session", "-j")
+    assert doc["cost"] == row["total_cost"] == json.loads(used.stdout)["total"]["cost"]
+
+
+def test_a_reply_of_nothing_on_an_unpriced_model_leaves_the_output_priced(
+    priced_env, tmp_path: Path
+):
+    """A failed attempt (no tokens, no cost) naming a model without a price has nothing to
+    split: the output cost stays, and nothing is said of the model."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "command_subtask" / "opencode.db", db)
+    before = json.loads(run("context", "--db", str(db), "-j", env=priced_env).stdout)
+    with sqlite3.connect(db) as conn:
+        (nothing,) = conn.execute(
+            "SELECT id FROM message WHERE json_extract(data, '$.role') = 'assistant' "
+            "AND json_extract(data, '$.cost') = 0 "
+            "AND json_extract(data, '$.tokens.input') + json_extract(data, '$.tokens.output') "
+            "+ json_extract(data, '$.tokens.cache.read') = 0"
+        ).fetchone()
+        conn.execute(
+            "UPDATE message SET data = json_set(data, '$.providerID', 'elsewhere', "
+            "'$.modelID', 'unpriced') WHERE id = ?",
+            (nothing,),
+        )
+    after = run("context", "--db", str(db), "-j", env=priced_env)
+    assert after.returncode == 0 and after.stderr == b""
+    assert json.loads(after.stdout)["output"] == before["output"]
+
+
+def test_a_model_id_s_control_characters_are_shown_in_the_note(priced_env, tmp_path: Path):
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "bash_ok" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE message SET data = json_set(data, '$.modelID', 'evil' || char(27) || '[2J') "
+            "WHERE json_extract(data, '$.role') = 'assistant'"
+        )
+    done = run("context", "--db", str(db), "-j", env=priced_env)
+    assert done.returncode == 0 and b"\x1b" not in done.stderr
+    assert "evil\\x1b[2J" in done.stderr.decode()

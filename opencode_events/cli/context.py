@@ -66,6 +66,7 @@ def context(
     from ..output import rows as formats
     from ..reports.context import context_report
     from ..store.open import select_sessions, store_files
+    from .exits import echo_error, one_line
     from .io import open_store
 
     if session is not None and _names_a_file(session):
@@ -77,20 +78,19 @@ def context(
         refuse_stdout_read(store_files(store))
         (session_id,) = select_sessions(store, [session] if session else [])[:1]
         report = context_report(store, session_id, cache=report_cache(store, no_cache))
+    # A model id is the store's text: its control characters are shown, never obeyed.
     if report.skipped_rows:
-        click.echo(f"warning: {report.skipped_rows} unreadable row(s) skipped", err=True)
+        echo_error(f"warning: {report.skipped_rows} unreadable row(s) skipped")
     if report.unpriced:
-        click.echo(
-            f"note: no usable price for {', '.join(report.unpriced)} in OpenCode's config or "
-            "models cache; their costs are not split (shown as -)",
-            err=True,
+        echo_error(
+            f"note: no usable price for {one_line(', '.join(report.unpriced))} in OpenCode's "
+            "config or models cache; their costs are not split (shown as -)"
         )
     if report.undone_inferences:
-        click.echo(
+        echo_error(
             f"note: a pending /undo undid {report.undone_inferences} step(s), "
             f"${report.undone_cost:.6g}: counted, as OpenCode counts them until the next "
-            "prompt deletes them",
-            err=True,
+            "prompt deletes them"
         )
     out = report_output()
     fmt = report_format(fmt, as_json, out)

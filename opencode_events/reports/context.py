@@ -50,8 +50,8 @@ something) is not split: sources that took tokens from it get no cost (``None``)
 guess. A cost computed here (a share, or a sum of shares) is written to 12 significant digits,
 as ``usage`` and ``metrics`` write a sum of OpenCode's costs (``events.summed_cost``): its last
 digits are binary-fraction noise (0.011984999999999999 for 0.011985), and no bill has them.
-The report's ``cost``, OpenCode's figures of the session and its subagents, is summed as
-``usage`` sums them (``summed_cost``).
+The report's ``cost``, OpenCode's figures of the session and its subagents, is written by the
+one rule of a session's spend (``spend.written_spend``), as ``sessions`` and ``usage`` write it.
 
 Subagents: each child session has its own ledger; folding adds the child's costs to the
 parent's rows by the same source names (a child's ``tool:bash`` adds to ``tool:bash``), and
@@ -82,6 +82,7 @@ from ..events import SUM_DIGITS, summed_cost
 from ..store.rows import descendants
 from .cache import ReportCache
 from .mcp import config_files, mcp_server_names, mcp_server_of, read_json_file
+from .spend import written_spend
 
 __all__ = [
     "Addition",
@@ -502,8 +503,9 @@ def build_ledger(
             _, output_cost = _costs(message, {}, {}, price)
             ledger.other_output_tokens += message.output + message.reasoning
             if output_cost is None:
-                ledger.other_output_priced = False
+                # a reply of no tokens and no cost (a failed attempt) has nothing to price
                 if message.cost or message.output or message.reasoning:
+                    ledger.other_output_priced = False
                     _note(ledger, message)
             else:
                 ledger.other_output_cost += output_cost
@@ -829,7 +831,8 @@ def context_report(
     ids = [session_id, *descendants([session_id], store.children())]
     ledgers: list[SessionLedger] = []
     skipped = 0
-    total_cost, figures = 0.0, 0
+    costs: list[float] = []  # OpenCode's figure of each session, and its inferences
+    inferences: list[int] = []
     kept = cache.ledger("context", _CONTEXT_LEDGER, ContextRows) if cache else {}
     fresh: dict[str, ContextRows] = {}
     for sid in ids:
@@ -845,12 +848,13 @@ def context_report(
         skipped += bad
         ledgers.append(build_ledger(messages, prices(directory), session_id=sid))
         if session is not None:
-            total_cost += cost_value(session.cost)
-            figures += 1
+            costs.append(cost_value(session.cost))
+            inferences.append(sum(1 for m in messages if m.role == "assistant"))
     if cache is not None and fresh:
         cache.keep_ledger("context", _CONTEXT_LEDGER, {**kept, **fresh})
-    # OpenCode's figures, one as stored; a sum of several (subagents) as `usage` writes it
-    report = fold(ledgers, cost=summed_cost(total_cost, figures), skipped=skipped)
+    # OpenCode's figures by the one rule of a session's spend (``spend``): as `sessions` and
+    # `usage` write the same session's, a stored sum of several inferences to 12 digits
+    report = fold(ledgers, cost=written_spend(costs, inferences), skipped=skipped)
     _mark_undone(store, ids, report)
     return report
 
