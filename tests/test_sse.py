@@ -466,7 +466,8 @@ def test_last_frame_without_blank_line_is_dispatched_by_finish() -> None:
 
 def test_blank_lines_and_empty_data() -> None:
     assert read("\n\n\n: only a comment\n\n")[0] == []
-    assert kinds(read("data\n\n")[0]) == ["warning"]  # one empty data line: not JSON
+    assert read("data\n\n")[0] == []  # an empty data buffer: nothing dispatched (WHATWG)
+    assert kinds(read("data\ndata\n\n")[0]) == ["warning"]  # a buffer of "\n": not JSON
 
 
 def test_drop_frame_forgets_a_cut_frame() -> None:
@@ -627,6 +628,31 @@ def test_an_idle_before_the_session_was_at_work_is_the_state_before_the_run(sess
     assert not reader.idle
     _, reader = read(idle + busy + idle, session=session)
     assert reader.idle
+
+
+@pytest.mark.parametrize("session", [None, SID, SID[:6]], ids=["first-busy", "id", "prefix"])
+def test_the_followed_session_s_next_run_is_not_over_until_its_own_idle(session) -> None:
+    """`idle` once stayed true through a second prompt in the same session: a harness that
+    stops at `idle` stopped at the second run's first payload, and `attach --follow
+    --max-cost` crossed in a later run ended there, before that run's end."""
+    idle = frame("session.status", sessionID=SID, status={"type": "idle"})
+    busy = frame("session.status", sessionID=SID, status={"type": "busy"})
+    late = frame("message.updated", info={"id": "msg_x", "sessionID": SID, "role": "assistant"})
+    _, reader = read(busy + idle, session=session)
+    assert reader.idle
+    _, reader = read(busy + idle + late, session=session)
+    assert reader.idle  # a frame of the run just ended, after its idle, ends nothing
+    _, reader = read(busy + idle + busy, session=session)
+    assert not reader.idle
+    _, reader = read(busy + idle + busy + idle, session=session)
+    assert reader.idle
+
+
+@pytest.mark.parametrize("blank", ["data:\n\n", "data: \n\n", "data\n\n", ":\ndata:\n\n"])
+def test_an_empty_data_frame_is_not_dispatched(blank: str) -> None:
+    """WHATWG: an empty data buffer dispatches nothing (proxies send such keep-alives)."""
+    events, reader = read(blank + tool("completed"))
+    assert kinds(events) == ["command"]
 
 
 def test_interleaved_sessions_do_not_double_events() -> None:

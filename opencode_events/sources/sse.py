@@ -345,6 +345,8 @@ class SseReader:
             return []
         data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
         self._data, self._data_size = [], 0
+        if not data:  # `data:` alone: an empty buffer is not dispatched (WHATWG; keep-alives)
+            return []
         return self._frame(data, self._data_line)
 
     def _overlong_frame(self) -> list[Event]:
@@ -700,6 +702,8 @@ class SseReader:
         if status == "busy":
             if session is not None and self._follows(session):  # (resolves an id prefix)
                 self._seen_at_work(session)
+                if session == self._followed:
+                    self.idle = False  # its next run (a prompt after an idle): not over yet
             self._adopt(session)
         elif status == "idle":
             self._went_idle(session)
