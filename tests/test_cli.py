@@ -518,6 +518,51 @@ def test_attach_reads_event_streams_whose_lines_end_with_cr(line_end: bytes):
     ]
 
 
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+def test_attach_measures_a_line_over_the_limit_without_holding_it(tmp_path, line_end: bytes):
+    """A 64 MiB data line against a 1 MiB limit, attach held to 160 MiB of address space
+    (it runs in 100): it once held the line whole, and copies of it, and scanned it again on
+    every read (out of memory here, 35 s without a limit); now it keeps the line's start and
+    counts the rest, and writes a warning with the frame's size, then what the stream holds
+    after it."""
+    import resource
+
+    def held() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (160 << 20, 160 << 20))
+
+    samples = Path(__file__).resolve().parent.parent / "samples" / "serve_text"
+    pad = b"q" * (64 << 20)
+    huge = b'data: {"type":"x.y","properties":{"pad":"' + pad + b'"}}' + line_end + line_end
+    rest = (samples / "events.sse").read_bytes().replace(b"\n", line_end)
+    (tmp_path / "rest.sse").write_bytes(rest)
+
+    def serve(connection: socket.socket) -> None:
+        connection.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+        )
+        try:
+            for start in range(0, len(huge), 1 << 20):
+                connection.sendall(huge[start : start + (1 << 20)])
+            connection.sendall(rest)
+        except OSError:  # attach has seen the run end and gone
+            pass
+
+    env = {**os.environ, "OPENCODE_EVENTS_MAX_LINE": "1M"}
+    with one_connection_server(serve) as port:
+        attached = run(
+            ["attach", f"http://127.0.0.1:{port}", "--format", "jsonl"], env=env, preexec_fn=held
+        )
+    assert attached.returncode == 0, attached.stderr
+    offline = run(["normalize", str(tmp_path / "rest.sse")], env=env)
+    drop = ("seq", "line", "records", "warnings", "counts")
+    events = [{k: v for k, v in e.items() if k not in drop} for e in jsonl(attached.stdout)]
+    warning, *others = events
+    assert others == [{k: v for k, v in e.items() if k not in drop} for e in jsonl(offline.stdout)]
+    value = len(huge) - 6 - 2 * len(line_end)  # the frame's data: the line less `data: `
+    assert warning["kind"] == "warning" and f"server event of {value:,} bytes" in warning["message"]
+    assert warning["text"].startswith('{"type":"x.y"') and len(warning["text"]) <= 1024
+
+
 def test_attach_stops_at_the_followed_sessions_idle_by_default():
     """The default is SPEC's "until the session goes idle": here the followed session's idle
     and another session's work arrive in one read, and only what came before the idle is

@@ -320,6 +320,11 @@ def _read(
     pending = b""
     got_data = False
     after_cr = False  # the last chunk ended with CR: a LF opening the next is its CRLF's
+    # A line longer than the reader keeps is handed over by its start, then only measured up
+    # to its end, never held: a server (or a proxy) sending one endless line cannot fill
+    # memory, nor make each read scan all of it again.
+    too_long = max(reader.max_frame, 1 << 10) + 8
+    skipping = False  # inside such a line (its start fed)
     while True:
         try:
             chunk = response.read1(1 << 16)
@@ -332,6 +337,17 @@ def _read(
         got_data = True
         if after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
+        if skipping:
+            end = _LINE_END.search(chunk)
+            reader.measure(len(chunk) if end is None else end.start())
+            if end is None:
+                after_cr = False
+                continue
+            skipping = False  # its line end ends the line already counted
+            after_cr = end.group() == b"\r" and end.end() == len(chunk)
+            chunk = chunk[end.end() :]
+            if not chunk:
+                continue
         buffer = pending + chunk
         if b"\r" in buffer:  # SSE lines may also end with CRLF or a lone CR
             lines = _LINE_END.split(buffer)
@@ -340,6 +356,9 @@ def _read(
             lines = buffer.split(b"\n")
             after_cr = False
         pending = lines.pop()
+        if len(pending) > too_long:
+            lines.append(pending)
+            pending, skipping = b"", True
         for line in lines:
             line_no += 1
             events = feed(line_no, line)

@@ -299,6 +299,12 @@ class SseReader:
         encoded back as JSON); ``number`` stands for its line."""
         return self._frame(data, number)
 
+    def measure(self, size: int) -> None:
+        """``size`` more bytes of a data line already over the limit (``attach`` hands over
+        such a line's start, then its length): counted, not kept."""
+        if self._overlong is not None:
+            self._data_size += size
+
     def drop_frame(self) -> None:
         """Forget a frame cut off by a lost connection (a live client reconnecting)."""
         self._data, self._data_size, self._overlong = [], 0, None
