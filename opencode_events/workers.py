@@ -125,7 +125,9 @@ class Crew:
 def failure_report(exc: BaseException, *, traceback: bool = True) -> dict[str, Any]:
     """What the parent needs to raise ``exc`` again: its kind, message, errno and file."""
     message = str(exc) if not isinstance(exc, KeyboardInterrupt) else ""
-    report: dict[str, Any] = {"error": type(exc).__name__, "message": message}
+    # an InputError of a kind of its own (the store's damaged text) is one all the same
+    kind = "InputError" if isinstance(exc, InputError) else type(exc).__name__
+    report: dict[str, Any] = {"error": kind, "message": message}
     if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
         report.update(error="OSError", errno=exc.errno, message=exc.strerror or message)
         if isinstance(exc, OutputError):

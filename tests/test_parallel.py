@@ -234,3 +234,16 @@ def test_no_slices_for_one_worker_or_one_item(monkeypatch) -> None:
     assert share_slices(_Table(0), 100, _slice_taken_by, list(range(100))) is None
     monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "2")
     assert share_slices(_Table(0), 1, _slice_taken_by, [0]) is None
+
+
+def test_a_worker_s_input_error_of_any_kind_is_an_input_error_in_the_parent() -> None:
+    """The store's damaged-text error is an InputError of its own: a worker's once came back
+    as RuntimeError("a worker failed: …"), a traceback and exit 1 instead of one line."""
+    from opencode_events.workers import failure_report, raise_failure
+
+    class DamagedText(InputError):
+        pass
+
+    with pytest.raises(InputError, match="^cannot read x$") as raised:
+        raise_failure(failure_report(DamagedText("cannot read x")))
+    assert type(raised.value) is InputError
