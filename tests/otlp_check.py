@@ -22,6 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 _ID_HEX = {"traceId": 32, "spanId": 16, "parentSpanId": 16}
 _ENUMS = {"kind", "code", "aggregationTemporality"}
+_SIGNED = {"intValue", "asInt"}  # int64 (sfixed64 for asInt); the times are fixed64
 _STRING_INTS = {
     "startTimeUnixNano",
     "endTimeUnixNano",
@@ -59,7 +60,10 @@ def _fixed(node: Any, path: str = "$") -> Any:
             continue
         if key in _ENUMS and type(value) is not int:
             raise OtlpError(f"{where}: an enum must be an integer, not {value!r}")
-        if key in _STRING_INTS and not (isinstance(value, str) and value.isdigit()):
+        if key in _STRING_INTS and not (
+            isinstance(value, str)
+            and (value[1:] if key in _SIGNED and value[:1] == "-" else value).isdigit()
+        ):
             raise OtlpError(f"{where}: a 64-bit integer is a decimal string, not {value!r}")
         out[key] = _fixed(value, where)
     return out

@@ -13,6 +13,7 @@ import http.server
 import io
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -509,6 +510,57 @@ def test_a_record_time_out_of_any_range_is_held_at_the_edge_of_otlps(tmp_path, t
         check(json.dumps(doc))
     times = [t for doc in docs for t in _times(doc)]
     assert times and all(0 <= t < 1 << 64 for t in times)
+
+
+def _ints(value):
+    """Every ``intValue`` and ``asInt`` in an OTLP document, as integers."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in ("intValue", "asInt"):
+                yield int(item)
+            else:
+                yield from _ints(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _ints(item)
+
+
+@pytest.mark.parametrize("count", [1 << 63, 10**30, -(1 << 64)])
+def test_a_token_count_past_int64_is_held_at_its_edge(tmp_path, count):
+    """A damaged step's token count of 2^63 or more went out as it was: protobuf's JSON
+    parser refuses the body, and a collector with it every span of the export."""
+    lines = (SAMPLES / "bash_ok" / "stream.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    (finish, *_) = [r for r in records if r["type"] == "step_finish"]
+    finish["part"]["tokens"]["input"] = count
+    path = tmp_path / "stream.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    docs = file_export(path)
+    for doc in docs:
+        check(json.dumps(doc))
+    ints = [n for doc in docs for n in _ints(doc)]
+    assert ints and all(-(1 << 63) <= n < 1 << 63 for n in ints)
+    assert max(ints) == (1 << 63) - 1 if count > 0 else True
+
+
+def test_a_session_row_without_an_id_is_no_trace(tmp_path):
+    """`id text PRIMARY KEY` allows NULL: such a row (nothing refers to it) once ended the
+    export in a traceback (its trace id of None)."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE session SET id = NULL WHERE parent_id IS NOT NULL")
+    for workers in ("1", "2"):
+        out = tmp_path / f"otel-{workers}.jsonl"
+        done = subprocess.run(
+            [*CMD, "otel", "--all", "--db", str(db), "-o", str(out)],
+            capture_output=True,
+            env={**os.environ, "OPENCODE_EVENTS_WORKERS": workers, "OPENCODE_EVENTS_NO_CACHE": "1"},
+            timeout=60,
+        )
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+        for line in out.read_text().splitlines():
+            check(line)
 
 
 def test_calls_of_two_sessions_sharing_a_part_id_keep_their_own_times(tmp_path):

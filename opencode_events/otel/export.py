@@ -139,6 +139,8 @@ def store_sessions(
     normalizer = ToolTimes()
     normalizer.several_sessions = len(session_ids) > 1
     for session_id in session_ids:
+        if type(session_id) is not str:  # a damaged row without an id: nothing names it
+            continue
         row = store.session(session_id)
         info = session_info(row) if row is not None else SessionInfo(id=session_id)
         info.parent_id = builder.parents.get(session_id)  # the tree's, not the row's

@@ -150,6 +150,17 @@ _GROUP_OVERHEAD = len(b'{"resource":,"scopeSpans":[{"scope":,"spans":[]}]},') + 
 
 # ---------------------------------------------------------------------------- attributes
 
+_INT64 = 1 << 63
+
+
+def int64(value: int) -> str:
+    """An integer as OTLP's ``intValue`` and ``asInt`` (int64, as a decimal string): one
+    a damaged record made larger (a token count of 2^63) is held at its edge, so a
+    collector does not refuse the whole body."""
+    if -_INT64 <= value < _INT64:
+        return str(value)
+    return str(_INT64 - 1) if value > 0 else str(-_INT64)
+
 
 def any_value(value: Any) -> AnyValue | None:
     """A Python value as an ``AnyValue``; None (and a float that is not finite) as nothing."""
@@ -158,7 +169,7 @@ def any_value(value: Any) -> AnyValue | None:
     if isinstance(value, bool):
         return AnyValue(bool_value=value)
     if isinstance(value, int):
-        return AnyValue(int_value=str(value))
+        return AnyValue(int_value=int64(value))
     if isinstance(value, float):
         return AnyValue(double_value=value) if math.isfinite(value) else None
     if isinstance(value, list | tuple):
@@ -186,7 +197,7 @@ def attributes(values: Mapping[str, Any]) -> list[KeyValue]:
                 pair = texts[key, value] = KeyValue(key, AnyValue(string_value=value))
             append(pair)
         elif kind is int:
-            append(KeyValue(key, AnyValue(int_value=str(value))))
+            append(KeyValue(key, AnyValue(int_value=int64(value))))
         elif value is not None:
             encoded = any_value(value)
             if encoded is not None:
@@ -348,7 +359,7 @@ def metrics_body(counters: Counters, resource: Mapping[str, Any]) -> bytes | Non
         return attributes({k: v for k, v in values.items() if v is not None})
 
     tokens = [
-        NumberDataPoint(start, end, labels(*key[1:], type=key[0]), as_int=str(value))
+        NumberDataPoint(start, end, labels(*key[1:], type=key[0]), as_int=int64(value))
         for key, value in sorted(counters.tokens.items(), key=_sort_key)
     ]
     cost = [
@@ -356,7 +367,7 @@ def metrics_body(counters: Counters, resource: Mapping[str, Any]) -> bytes | Non
         for key, _ in sorted(counters.cost.items(), key=_sort_key)
     ]
     sessions = [
-        NumberDataPoint(start, end, labels(*key), as_int=str(value))
+        NumberDataPoint(start, end, labels(*key), as_int=int64(value))
         for key, value in sorted(counters.sessions.items(), key=_sort_key)
     ]
     metrics = [
