@@ -301,3 +301,36 @@ def test_at_80_columns_a_busy_board_keeps_the_session_ids() -> None:
         (row,) = [line for line in lines if line.startswith("busy")]
         assert "dba32f00" in row and "bash 12.0s" in row and "$0.0623+" in row, row
         assert ("agent" in lines[2]) is agent_shown, lines[2]
+
+
+def test_a_message_of_no_session_counts_in_the_spend_and_makes_no_row(tmp_path: Path) -> None:
+    """A damaged message row whose session_id is NULL (the schema says NOT NULL; a file
+    edited past it may not): its cost counts today, and the board has no row of no session
+    (it once ended `top` in a traceback)."""
+    import sqlite3
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(ROOT / "samples" / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(
+        "UPDATE sqlite_master SET sql = replace(sql, '`session_id` text NOT NULL', "
+        "'`session_id` text') WHERE name = 'message'"
+    )
+    conn.commit()
+    conn.close()
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "UPDATE message SET session_id = NULL WHERE rowid = (SELECT max(rowid) FROM message)"
+    )
+    conn.commit()
+    conn.close()
+    top = TopBoard(db)
+    top.refresh(force=True)
+    board = top.board()
+    assert top.readable, top.problem
+    assert board.rows and all(isinstance(row.session_id, str) for row in board.rows)
+    done = subprocess.run(
+        [*CLI, "top", "--db", str(db), "--once"], capture_output=True, timeout=30, cwd=ROOT
+    )
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr

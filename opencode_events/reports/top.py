@@ -222,6 +222,8 @@ class TopBoard:
         for rowid, message_id, session_id, time_created, time_updated, data in rows:
             self._rowid = max(self._rowid, rowid)
             self._count(message_id, time_created, created.get(session_id), data)
+            if type(session_id) is not str:  # a damaged row of no session: spend, no row
+                continue
             root = self._root(store, session_id)
             touched.add(root)
             when = number(time_updated) or number(time_created) or 0
@@ -241,6 +243,8 @@ class TopBoard:
         created = store.sessions_created({row[2] for row in rows})
         for _, message_id, session_id, time_created, time_updated, data in rows:
             self._count(message_id, time_created, created.get(session_id), data)
+            if type(session_id) is not str:  # as in _new_rows
+                continue
             root = self._root(store, session_id)
             touched.add(root)
             when = number(time_updated) or 0
