@@ -1603,6 +1603,8 @@ class NotUtf8Text(bytes):
         ("model", NotUtf8Text(b'{"id":"m\xff","providerID":"p"}')),
         ("version", NotUtf8Text(b"1.1\xff")),
         ("revert", NotUtf8Text(b'{"messageID":"msg_\xff"}')),
+        ("parent_id", NotUtf8Text(b"ses_\xff")),  # an orphan now: listed on its own
+        ("time_archived", NotUtf8Text(b"a\xff")),  # a number cell of text: 0
     ],
 )
 def test_a_damaged_session_cell_is_read_as_0_or_text_in_every_report(tmp_path, column, value):

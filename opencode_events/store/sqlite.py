@@ -22,6 +22,7 @@ are ``InputError``; nothing here prints.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -74,26 +75,14 @@ TOTALS_COLUMNS = (
     "tokens_cache_read",
     "tokens_cache_write",
 )
-# A session's text that people and models wrote (its title), or paths and names. OpenCode
-# writes UTF-8; a damaged file may not, and one such cell would fail the whole report
-# (Python's sqlite3 decodes text strictly). Read again as bytes, bad bytes replaced.
-_FREE_TEXT = frozenset({"title", "directory", "version", "agent", "model", "revert"})
-
-
-def _session_select(missing: Iterable[str] = ()) -> tuple[str, str]:
-    """The session columns to SELECT, a ``missing`` one as NULL: as text, and with the free
-    text as bytes (for a store where the first failed, ``Store._session_cells``)."""
-    gone = set(missing)
-    plain = [f"NULL AS {name}" if name in gone else name for name in SessionRow._fields]
-    as_bytes = [
-        f"CAST({name} AS BLOB) AS {name}" if name in _FREE_TEXT and name not in gone else column
-        for name, column in zip(SessionRow._fields, plain, strict=True)
-    ]
-    return ", ".join(plain), ", ".join(as_bytes)
+_SESSION_COLUMNS = ", ".join(SessionRow._fields)
+# A text cell as Python's sqlite3 reads it once a store has shown a cell that is not UTF-8:
+# bad bytes replaced (U+FFFD), where the default (str, strict, in C) fails the whole report.
+_REPLACING = functools.partial(str, encoding="utf-8", errors="replace")
 
 
 class _DamagedText(InputError):
-    """A text cell that is not UTF-8 (``Store._query``): read again as bytes where it can be."""
+    """A text cell that is not UTF-8 (``Store._query``): read again, its bad bytes replaced."""
 
 
 _DATA = operator.itemgetter(4)  # a PartRow's data
@@ -237,7 +226,7 @@ class Store:
         self._forked: dict[str, int] | None = None  # fork → its creation (``forked_sessions``)
         self._untimed: frozenset[str] | None = None  # ``sessions_with_untimed_parts``
         self._totals: dict[str, dict[str, Any]] | None = None
-        self._session_columns, self._session_bytes = _session_select()
+        self._session_columns = _SESSION_COLUMNS
         self.totals_from_messages = False
         self._tables: dict[str, set[str]] = {}  # each table's columns
         self._schema: tuple[str | None, str | None] | None = None  # asked for: ``schema``
@@ -266,7 +255,7 @@ class Store:
         clone._forked = self._forked
         clone._untimed = self._untimed
         clone._totals = self._totals
-        clone._session_columns, clone._session_bytes = self._session_columns, self._session_bytes
+        clone._session_columns = self._session_columns
         clone.totals_from_messages = self.totals_from_messages
         clone._tables, clone._schema = self._tables, self._schema
         clone.notes = []
@@ -275,6 +264,10 @@ class Store:
         try:
             conn = connect(self.uri) if connect is not None else None
             clone.conn = conn if conn is not None else _read_only(self.uri)
+            if not self._replace_bad_text():  # switched already: the clone reads as it does
+                clone._replace_bad_text()
+            else:
+                self.conn.text_factory = str  # (asked, not meant: as it was)
         except SQLITE_ERRORS as exc:
             raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
         return clone
@@ -353,8 +346,9 @@ class Store:
             c in present for c in TOTALS_COLUMNS
         )
         optional = OPTIONAL_SESSION_COLUMNS + (TOTALS_COLUMNS if self.totals_from_messages else ())
-        self._session_columns, self._session_bytes = _session_select(
-            name for name in SessionRow._fields if name not in present and name in optional
+        self._session_columns = ", ".join(
+            name if name in present or name not in optional else f"NULL AS {name}"
+            for name in SessionRow._fields
         )
         for table, columns in REQUIRED_TABLES.items():
             if table not in tables:
@@ -447,7 +441,14 @@ class Store:
     # ------------------------------------------------------------------ queries
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
-        """Rows of ``sql``; a damaged file fails here as an ``InputError``, even mid-way."""
+        """Rows of ``sql``; a damaged file fails here as an ``InputError``, even mid-way.
+
+        A text cell that is not UTF-8 (a title, an id: OpenCode writes UTF-8, a damaged
+        file may not) does not: the connection reads text with bad bytes replaced from then
+        on (``_replace_bad_text``), and the query is read again from the row it failed at,
+        the rows already handed over skipped (the same query on the same snapshot gives them
+        in the same order). A sound store pays nothing for it."""
+        done = 0
         try:
             cursor = self.conn.execute(sql, params)
             while True:
@@ -455,25 +456,29 @@ class Store:
                 if not rows:
                     return
                 yield from rows
+                done += len(rows)  # (an error comes from fetchmany, never mid-batch)
         except SQLITE_ERRORS as exc:
-            # sqlite3 says "Could not decode to UTF-8 column …"; apsw raises the Python error
-            damaged = isinstance(exc, UnicodeDecodeError) or "decode to UTF-8" in str(exc)
-            error = _DamagedText if damaged else InputError
-            raise error(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
+            error = self._read_error(exc)
+            if not (isinstance(error, _DamagedText) and self._replace_bad_text()):
+                raise error from None
+        yield from itertools.islice(self._query(sql, params), done, None)
 
-    def _session_cells(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
-        """``_query`` of ``sql``, which SELECTs the session columns: where a cell of free text
-        is not UTF-8, the rows from there on come again with those cells as bytes (decoded
-        by ``_session_row``, bad bytes replaced) instead of failing. The rows already handed
-        over are skipped: the same query on the same snapshot gives them in the same order."""
-        done = 0
-        try:
-            for cells in self._query(sql, params):
-                yield cells
-                done += 1
-        except _DamagedText:
-            again = sql.replace(self._session_columns, self._session_bytes, 1)
-            yield from itertools.islice(self._query(again, params), done, None)
+    def _read_error(self, exc: BaseException) -> InputError:
+        """The ``InputError`` a failed read is: ``_DamagedText`` for text that is not UTF-8
+        (sqlite3 says "Could not decode to UTF-8 column …"; apsw raises the Python error)."""
+        damaged = isinstance(exc, UnicodeDecodeError) or "decode to UTF-8" in str(exc)
+        error = _DamagedText if damaged else InputError
+        return error(f"cannot read {self.path}: {sqlite_reason(exc)}")
+
+    def _replace_bad_text(self) -> bool:
+        """Read text cells with bad bytes replaced from now on: True when this switched the
+        connection; False when it had been switched already (the damage is elsewhere), or
+        cannot be (apsw's, in a forked worker: that stays one error line)."""
+        conn = self.conn
+        if not isinstance(conn, sqlite3.Connection) or conn.text_factory is not str:
+            return False
+        conn.text_factory = _REPLACING
+        return True
 
     def sessions(
         self, *, since_ms: int | None = None, top_level: bool = False, limit: int | None = None
@@ -514,7 +519,7 @@ class Store:
         # each, not one a row (a list of 100,000 sessions holds 30 MB less).
         shared: dict[str, str] = {}
         totals = self._message_totals() if self.totals_from_messages else None
-        for cells in self._session_cells(sql, params):
+        for cells in self._query(sql, params):
             row = self._session_row(cells, shared)
             if totals is not None and row.id in totals:  # an older schema's totals
                 row = row._replace(**totals[row.id])
@@ -805,7 +810,7 @@ class Store:
         return [sid for _, sid in rows]
 
     def session(self, session_id: str) -> SessionRow | None:
-        rows = self._session_cells(
+        rows = self._query(
             f"SELECT {self._session_columns} FROM session WHERE id = ?", (session_id,)
         )
         row = next(rows, None)
@@ -939,10 +944,14 @@ class Store:
 
     def session_parents(self) -> dict[Any, Any]:
         """Every session id → its parent id (None for a top-level session), as stored."""
+        sql = "SELECT id, parent_id FROM session"
         try:  # one fetch: the rows are two short strings each
-            return dict(self.conn.execute("SELECT id, parent_id FROM session").fetchall())
+            return dict(self.conn.execute(sql).fetchall())
         except SQLITE_ERRORS as exc:
-            raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
+            error = self._read_error(exc)
+            if not (isinstance(error, _DamagedText) and self._replace_bad_text()):
+                raise error from None
+        return dict(self._query(sql))
 
     def plainly_ordered(self) -> bool:
         """Whether every session's ``time_updated`` is an integer (what OpenCode writes), so
@@ -1187,6 +1196,7 @@ class Store:
     def _batches(
         self, sql: str, params: Sequence[Any] = (), size: int = 4096
     ) -> Iterator[list[tuple[Any, ...]]]:
+        done = 0
         try:
             cursor = self.conn.execute(sql, params)
             while True:
@@ -1194,8 +1204,17 @@ class Store:
                 if not rows:
                     return
                 yield rows
-        except SQLITE_ERRORS as exc:
-            raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
+                done += len(rows)
+        except SQLITE_ERRORS as exc:  # as ``_query``: damaged text read again, replaced
+            error = self._read_error(exc)
+            if not (isinstance(error, _DamagedText) and self._replace_bad_text()):
+                raise error from None
+        for rows in self._batches(sql, params, size):
+            if done >= len(rows):
+                done -= len(rows)
+                continue
+            yield rows[done:] if done else rows
+            done = 0
 
     # The parts that could be tool parts, with the first _TOOL_HEAD_BYTES of each: a tool
     # part as OpenCode writes it starts {"type":"tool",… and that start (tool name, call id,
