@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import select
@@ -561,6 +562,28 @@ def test_attach_measures_a_line_over_the_limit_without_holding_it(tmp_path, line
     value = len(huge) - 6 - 2 * len(line_end)  # the frame's data: the line less `data: `
     assert warning["kind"] == "warning" and f"server event of {value:,} bytes" in warning["message"]
     assert warning["text"].startswith('{"type":"x.y"') and len(warning["text"]) <= 1024
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["int", "term"])
+@pytest.mark.parametrize(
+    "args",
+    [["import", "--all", "--db", "task/opencode.db"], ["normalize", "task/stream.jsonl"]],
+    ids=["import", "normalize"],
+)
+def test_a_signal_while_a_slow_reader_keeps_stdout_full_writes_each_event_once(args, sig):
+    """The reader's pipe is full (shrunk to a page) when the signal comes: a write's count
+    was lost to the handler's exception, and the exit's flush wrote the block again (each
+    event twice). Now what was written stays written, once."""
+    samples = Path(__file__).resolve().parent.parent / "samples"
+    argv = [*CMD, *[str(samples / a) if "/" in a else a for a in args]]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    fcntl.fcntl(proc.stdout.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+    time.sleep(1.5)  # its output waits on the pipe by now
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig, err
+    seqs = [json.loads(line)["seq"] for line in out.splitlines() if line.endswith(b"}")]
+    assert seqs == list(range(len(seqs))) and seqs, seqs
 
 
 def test_attach_stops_at_the_followed_sessions_idle_by_default():

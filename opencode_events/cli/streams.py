@@ -17,6 +17,7 @@ import functools
 import io
 import os
 import select
+import signal
 import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -137,18 +138,39 @@ def format_for(fmt: str | None, out: BinaryIO) -> str:
     return "pretty" if out.isatty() else "jsonl"
 
 
+# The signals whose handlers raise (Ctrl-C, and SIGTERM: cli.exits); held during a write.
+_STOPS = frozenset({signal.SIGINT, signal.SIGTERM})
+_PAGE = 4096  # a pipe's slot; a pipe select() calls writable has one free at least
+
+
 class WholeWrites(io.RawIOBase):
     """A file descriptor that takes every byte it is given or raises.
 
     Python's ``BufferedWriter`` passes a large block straight to the raw file and returns
     after a partial write without an error: a reader that went away in the middle of the
     block (``| head``) or a disk that filled up would cut the output short unnoticed, and
-    the command would exit 0. Here the next write raises (``BrokenPipeError``, ``ENOSPC``)."""
+    the command would exit 0. Here the next write raises (``BrokenPipeError``, ``ENOSPC``).
+
+    And each byte goes out once. A Ctrl-C (or SIGTERM) whose handler raised just as
+    ``os.write`` returned lost the count of what it wrote; ``BufferedWriter`` kept the block
+    and the exit's flush wrote it all again (events twice, behind a slow reader). So the
+    signals are held while a write runs, and a write never blocks while they are: it waits
+    for room first (interruptibly), then writes what fits (a pipe's free pages, found with
+    ``FIONREAD``; a terminal or socket a page at a time). What went out of a block before an
+    exception is remembered, and skipped when ``BufferedWriter`` hands the block back."""
 
     def __init__(self, fd: int, *, closefd: bool = True, name: str | None = None) -> None:
         super().__init__()
         self._fd, self._closefd = fd, closefd
         self._name = name  # a file the user named (-o): errors name it
+        self._cut = b""  # what went out of a block before an exception cut its write short
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            mode = 0
+        # A file never blocks for long: written whole. What may wait on a reader, by room.
+        self._waits = stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+        self._pipe_pages = _pipe_pages(fd) if stat.S_ISFIFO(mode) else 0
 
     def writable(self) -> bool:
         return True
@@ -160,29 +182,70 @@ class WholeWrites(io.RawIOBase):
         return os.isatty(self._fd)
 
     def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        total = len(view)
-        while view:
-            try:
-                written = os.write(self._fd, view)
-            except BlockingIOError:  # a non-blocking descriptor that is full: wait, go on
-                select.select([], [self._fd], [])
-                continue
-            except BrokenPipeError:
-                raise
-            except OSError as exc:
-                if self._name is None:
+        whole = memoryview(data).cast("B")
+        total = len(whole)
+        view = whole
+        cut, self._cut = self._cut, b""
+        if cut and whole[: len(cut)] == cut:  # the block a write cut short, handed back
+            view = whole[len(cut) :]
+        try:
+            while view:
+                size = self._room(len(view)) if self._waits else len(view)
+                held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+                try:
+                    written = os.write(self._fd, view[:size])
+                    view = view[written:]
+                except BlockingIOError:  # a non-blocking descriptor that is full: go on
+                    written = -1
+                except BrokenPipeError:
                     raise
-                raise OutputError(exc.errno, exc.strerror, self._name) from None
-            if written == 0:  # never for a pipe or a file; never loop on it
-                raise OutputError(errno.EIO, "nothing could be written", self._name)
-            view = view[written:]
+                except OSError as exc:
+                    if self._name is None:
+                        raise
+                    raise OutputError(exc.errno, exc.strerror, self._name) from None
+                finally:  # a signal that came meanwhile is handled here, the count kept
+                    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                if written == 0:  # never for a pipe or a file; never loop on it
+                    raise OutputError(errno.EIO, "nothing could be written", self._name)
+                if written < 0 and not self._waits:  # (``_room`` waits for the others)
+                    select.select([], [self._fd], [])
+        except BaseException:
+            self._cut = bytes(whole[: total - len(view)])
+            raise
         return total
+
+    def _room(self, wanted: int) -> int:
+        """How much of ``wanted`` bytes can be written without blocking, once there is room
+        (waited for with the signals free: Ctrl-C ends a wait on a reader that stopped)."""
+        select.select([], [self._fd], [])
+        if not self._pipe_pages:
+            return min(wanted, _PAGE)
+        import fcntl  # here: only a pipe's writer needs them (start-up time)
+        import struct
+        import termios
+
+        try:
+            queued = struct.unpack("i", fcntl.ioctl(self._fd, termios.FIONREAD, b"\0" * 4))[0]
+        except OSError:
+            return min(wanted, _PAGE)
+        # the unread bytes hold their pages, and one more may be partly used
+        free = self._pipe_pages - (queued + _PAGE - 1) // _PAGE - 1
+        return min(wanted, max(free, 1) * _PAGE)
 
     def close(self) -> None:
         if not self.closed and self._closefd:
             os.close(self._fd)
         super().close()
+
+
+def _pipe_pages(fd: int) -> int:
+    """A pipe's capacity in pages (Linux ``F_GETPIPE_SZ``), 0 where it cannot be told."""
+    import fcntl
+
+    try:
+        return fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)) // _PAGE
+    except OSError:
+        return 0
 
 
 def whole_writes_stdout() -> None:
