@@ -30,6 +30,11 @@ CASES = [
     ('{"input":4,"total":"x"}', "0.5", Figures(4, 0, 0, 0, 0, 4, 0.5)),
     ('{"input":-3}', "-0.5", Figures(-3, 0, 0, 0, 0, -3, -0.5)),  # as written
     ('{"input":5}', str(10**400), Figures(5, 0, 0, 0, 0, 5, 0.0)),  # beyond any float
+    # beyond a 64-bit integer: damage (OpenCode's counts are below 2^53), no column holds it
+    ('{"input":2,"output":9223372036854775808}', "0", Figures(2, 0, 0, 0, 0, 2, 0.0)),
+    ('{"input":2,"cache":{"read":1e20}}', "0", Figures(2, 0, 0, 0, 0, 2, 0.0)),
+    ('{"input":2,"total":10000000000000000000}', "0", Figures(2, 0, 0, 0, 0, 2, 0.0)),
+    ('{"input":9223372036854775807}', "0", Figures(2**63 - 1, 0, 0, 0, 0, 2**63 - 1, 0.0)),
 ]
 
 
@@ -50,6 +55,7 @@ def test_a_number_that_is_not_finite_counts_zero():
 
 def test_coercions_named_by_the_rule():
     assert [token_count(v) for v in (3, 3.7, "3", None, True, float("nan"))] == [3, 3, 0, 0, 0, 0]
+    assert [token_count(v) for v in (2**63, -(2**63), 1e19, 2**63 - 1)] == [0, 0, 0, 2**63 - 1]
     assert [cost_value(v) for v in (0.5, 2, "1", None, False, float("inf"))] == [
         0.5,
         2.0,

@@ -128,6 +128,42 @@ def test_usage_events_name_the_directory_where_the_source_does(source, named):
 SCENARIOS = ["task", "parallel_tools", "mcp", "bash_fail", "compaction", "skill", "fork"]
 
 
+def test_a_count_beyond_64_bits_is_damage_and_the_events_still_load(tmp_path: Path):
+    """A damaged step's token total or a command's exit code beyond a 64-bit integer: the
+    JSON Schema said integer, the DuckDB columns BIGINT, and one such line failed the whole
+    load. The figures' rule counts it 0 (the total: the classes' sum), the exit code none."""
+    finish = (
+        '{"type":"step_finish","timestamp":1795966860514,"sessionID":"ses_x","part":{"id":"f1",'
+        '"reason":"stop","messageID":"m","sessionID":"ses_x","type":"step-finish","tokens":'
+        '{"input":1,"output":1,"total":10000000000000000000,"cache":{"read":1e21}},"cost":0.1}}'
+    )
+    bash = (
+        '{"type":"tool_use","timestamp":1795966860500,"sessionID":"ses_x","part":{"id":"t1",'
+        '"type":"tool","tool":"bash","callID":"c","state":{"status":"completed","input":'
+        '{"command":"make build"},"output":"","metadata":{"exit":1180591620717411303424}}}}'
+    )
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text(bash + "\n" + finish + "\n")
+    result = run("normalize", str(stream))
+    assert result.returncode == 0, result.stderr.decode()
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(result.stdout)
+    columns = run("schema", "--duckdb").stdout.decode().strip()
+    con = duckdb.connect()
+    con.execute(
+        f"CREATE TABLE events AS SELECT * FROM read_json('{events}', "
+        f"format = 'newline_delimited', columns = {columns})"
+    )
+    usage = con.execute(
+        "SELECT total_tokens, cache_read_tokens FROM events WHERE kind = 'usage'"
+    ).fetchall()
+    assert usage == [(2, 0)]
+    (command,) = con.execute("SELECT exit_code FROM events WHERE kind = 'command'").fetchall()
+    assert command == (None,)
+    (metrics,) = con.execute("SELECT total_tokens FROM events WHERE kind = 'metrics'").fetchall()
+    assert metrics == (2,)
+
+
 def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
     """Many machines' events in one table: each import tagged with where it came from,
     typed by `schema --duckdb`; per session (subagents folded by parent_session_id) the

@@ -2,7 +2,9 @@
 inference, read from its ``tokens`` object and ``cost`` as OpenCode wrote them.
 
 - A count is an int as written; a float is cut to its integer part; anything else (a
-  string, a bool, null, a missing field, a float that is no finite number) counts 0.
+  string, a bool, null, a missing field, a float that is no finite number) counts 0, and so
+  does a count beyond a 64-bit integer: OpenCode's are JavaScript numbers (below 2^53), so
+  such a count is damage, and no column holds it (DuckDB's BIGINT, SQLite's INTEGER).
 - ``total`` is OpenCode's ``tokens.total`` when it gives one, else the sum of the five
   classes (SPEC §2: input excludes cache reads).
 - The cost is OpenCode's ``cost`` as a float, never re-priced; anything else counts 0.
@@ -24,7 +26,7 @@ from typing import Any, NamedTuple
 
 from .views import Tokens
 
-__all__ = ["Figures", "ZERO", "read_figures", "token_count", "cost_value", "model_label"]
+__all__ = ["Figures", "ZERO", "INT64", "read_figures", "token_count", "cost_value", "model_label"]
 
 
 class Figures(NamedTuple):
@@ -42,14 +44,15 @@ _new = tuple.__new__  # builds a Figures in C: NamedTuple's own __new__ is Pytho
 _finite = math.isfinite
 
 
+INT64 = (1 << 63) - 1  # the largest count the rule keeps (and -INT64 the least)
+
+
 def token_count(value: Any) -> int:
     """A token count as the rule reads it (above)."""
     kind = type(value)
-    if kind is int:
-        return value
     if kind is float and math.isfinite(value):
-        return int(value)
-    return 0
+        value, kind = int(value), int
+    return value if kind is int and -INT64 <= value <= INT64 else 0
 
 
 def cost_value(value: Any) -> float:
@@ -71,25 +74,25 @@ def read_figures(tokens: Tokens | None, cost: Any) -> Figures:
         return Figures(0, 0, 0, 0, 0, 0, cost_value(cost))
     # Plain ints pass untouched: this runs once per model step on the hot path.
     input_, output, reasoning = tokens.input, tokens.output, tokens.reasoning
-    if type(input_) is not int:
+    if type(input_) is not int or not -INT64 <= input_ <= INT64:
         input_ = token_count(input_)
-    if type(output) is not int:
+    if type(output) is not int or not -INT64 <= output <= INT64:
         output = token_count(output)
-    if type(reasoning) is not int:
+    if type(reasoning) is not int or not -INT64 <= reasoning <= INT64:
         reasoning = token_count(reasoning)
     cache = tokens.cache
     if cache is None:
         cache_read = cache_write = 0
     else:
         cache_read, cache_write = cache.read, cache.write
-        if type(cache_read) is not int:
+        if type(cache_read) is not int or not -INT64 <= cache_read <= INT64:
             cache_read = token_count(cache_read)
-        if type(cache_write) is not int:
+        if type(cache_write) is not int or not -INT64 <= cache_write <= INT64:
             cache_write = token_count(cache_write)
     given = tokens.total
-    if type(given) is int:
+    if type(given) is int and -INT64 <= given <= INT64:
         total = given
-    elif type(given) is float and math.isfinite(given):
+    elif type(given) is float and math.isfinite(given) and -INT64 <= given <= INT64:
         total = int(given)
     else:
         total = input_ + output + reasoning + cache_read + cache_write

@@ -31,7 +31,7 @@ from ..events import (
     Usage,
     Write,
 )
-from .figures import read_figures
+from .figures import INT64, read_figures
 from .views import MessageInfo, Part
 
 __all__ = [
@@ -433,7 +433,7 @@ def _exit_code(part: Part) -> int | None:
     state = part.state
     if state is not None and state.metadata is not None:
         code = state.metadata.exit
-        if isinstance(code, int) and not isinstance(code, bool):
+        if isinstance(code, int) and not isinstance(code, bool) and -INT64 <= code <= INT64:
             return code
     return None
 

@@ -30,6 +30,7 @@ import msgspec
 from msgspec import Struct
 
 from ..core.activity import BUSY, IDLE, STALE, session_state, stale_after_ms
+from ..core.figures import token_count
 from ..core.views import Times, Tokens, decode_repairing, number
 from ..errors import InputError
 from ..events import summed_cost
@@ -228,7 +229,7 @@ def prompt_tokens(tokens: Tokens | None) -> int | None:
         return None
     cache = tokens.cache
     parts = [tokens.input, cache.read if cache else 0, cache.write if cache else 0]
-    prompt = sum(int(v) for v in parts if number(v) is not None)
+    prompt = sum(map(token_count, parts))  # the figures' rule for each count
     return prompt or None
 
 

@@ -38,13 +38,13 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime, tzinfo
 from hashlib import blake2b
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NamedTuple
 
 import msgspec
 from msgspec import Struct
 
 from ..core.activity import stale_after_ms
-from ..core.figures import model_label, read_figures
+from ..core.figures import INT64, model_label, read_figures
 from ..core.timeutil import zone_key
 from ..core.views import (
     PART_DECODER,
@@ -3057,16 +3057,21 @@ def _step_row(
     return figures
 
 
+# A count within a 64-bit integer, checked in C: one beyond is damage (``figures``), and a
+# message holding one is read by the rule instead (it fails to decode here).
+_Count = Annotated[int, msgspec.Meta(ge=-INT64, le=INT64)]
+
+
 class _FastCache(Struct, gc=False):
-    read: int = 0
-    write: int = 0
+    read: _Count = 0
+    write: _Count = 0
 
 
 class _FastTokens(Struct, gc=False):
-    total: int | None = None
-    input: int = 0
-    output: int = 0
-    reasoning: int = 0
+    total: _Count | None = None
+    input: _Count = 0
+    output: _Count = 0
+    reasoning: _Count = 0
     cache: _FastCache = msgspec.field(default_factory=_FastCache)
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.figures import token_count
 from ..errors import InputError
 from .rows import MessageRow, PartRow, SessionRow, loop_members, wrote_json_files
 
@@ -184,10 +185,9 @@ _HUGE = float("inf")  # a finite float is strictly between -_HUGE and _HUGE (NaN
 
 
 def _int(value: Any) -> int:
-    kind = type(value)
-    if kind is int:
-        return value
-    return int(value) if kind is float and math.isfinite(value) else 0  # 9e999 is a REAL
+    """A number cell as an int by the figures' rule (``core.figures.token_count``): SQLite
+    keeps a REAL of any size (9e999 too) even in an integer column; such a cell reads 0."""
+    return value if type(value) is int else token_count(value)
 
 
 def _float(value: Any) -> float:
