@@ -198,3 +198,146 @@ def test_session_costs_sum_a_session_and_those_below_it(seen, root, expected) ->
     for session in seen:
         costs.seen(*session)
     assert costs.total(root) == expected
+
+
+# ------------------------------------------------------------------ a review's findings
+
+WEDGED = """#!{python}
+import os, signal, sys, time
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, {handler})
+open({pidfile!r}, "w").write(str(os.getpid()))
+lines = open({stream!r}, "rb").read().splitlines(keepends=True)
+for line in lines:
+    sys.stdout.buffer.write(line); sys.stdout.flush()
+time.sleep(120)
+"""
+
+
+def _wedged(tmp_path: Path, handler: str) -> tuple[Path, Path]:
+    fake, pidfile = tmp_path / "opencode", tmp_path / "opencode.pid"
+    stream = SAMPLES / "task" / "stream.jsonl"
+    fake.write_text(
+        WEDGED.format(
+            python=sys.executable, handler=handler, pidfile=str(pidfile), stream=str(stream)
+        )
+    )
+    fake.chmod(0o755)
+    return fake, pidfile
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_max_cost_kills_an_opencode_that_ignores_sigint_and_sigterm(tmp_path, monkeypatch):
+    """A wedged OpenCode kept `run --max-cost` running for good: after SIGINT and SIGTERM
+    it is now killed, and the run ends with 3 and its note."""
+    from opencode_events.cli import live
+
+    db, _, _ = _store(tmp_path)
+    fake, pidfile = _wedged(tmp_path, "signal.SIG_IGN")
+    started = time.monotonic()
+    done = subprocess.run(
+        [*CMD, "run", "--format", "jsonl", "--db", str(db), "--max-cost", "0.01", "go"],
+        capture_output=True,
+        timeout=90,
+        cwd=ROOT,
+        env={**os.environ, "OPENCODE_BIN": str(fake)},
+    )
+    assert done.returncode == 3, done.stderr.decode()
+    assert b"over --max-cost $0.01; OpenCode was stopped" in done.stderr
+    assert time.monotonic() - started < 3 * live._Limit.GRACE + 10
+    assert _gone(int(pidfile.read_text()))
+
+
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGQUIT"])
+def test_a_closed_terminal_stops_opencode_too(tmp_path, sig):
+    """SIGHUP (the terminal closed) or SIGQUIT killed `run` and left OpenCode, in a session
+    of its own, running on unwatched: both are passed on now, as Ctrl-C is."""
+    import signal
+
+    fake, pidfile = _wedged(tmp_path, "signal.SIG_DFL")
+    proc = subprocess.Popen(
+        [*CMD, "run", "--format", "jsonl", "go"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env={**os.environ, "OPENCODE_BIN": str(fake), "OPENCODE_DB": str(tmp_path / "x.db")},
+    )
+    deadline = time.monotonic() + 30
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(getattr(signal, sig))
+    code = proc.wait(timeout=30)
+    opencode = int(pidfile.read_text())
+    for _ in range(100):
+        if _gone(opencode):
+            break
+        time.sleep(0.05)
+    assert _gone(opencode), f"{sig}: OpenCode still runs after run exited {code}"
+    with pytest.raises(ProcessLookupError):
+        os.kill(opencode, 0)
+
+
+@pytest.mark.parametrize("option", ["-o", "--tee", "--otel"])
+def test_run_never_writes_over_the_database_it_reads(tmp_path, option):
+    """`-o`, `--tee` or `--otel` naming OpenCode's database emptied it (import refuses)."""
+    db, _, _ = _store(tmp_path)
+    before = db.read_bytes()
+    done = _run(tmp_path, "--db", str(db), option, str(db), pause=0)
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines()[-1].startswith(f"error: will not write to {db}")
+    assert db.read_bytes() == before
+
+
+def test_tee_and_otel_naming_one_file_is_refused(tmp_path):
+    db, _, _ = _store(tmp_path)
+    same = tmp_path / "both.jsonl"
+    done = _run(tmp_path, "--db", str(db), "--tee", str(same), "--otel", str(same), pause=0)
+    assert done.returncode == 2 and not same.exists()
+    assert b"--tee and --otel both name" in done.stderr
+
+
+def test_a_failed_otel_export_keeps_opencode_s_exit_and_the_budget_s(tmp_path):
+    """The export runs after OpenCode ended: its failure is said, but the run's own exit
+    (3 past --max-cost, else OpenCode's, 2 where that was 0) still tells how it went."""
+    import http.server
+    import threading
+
+    class Refuses(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # a collector that takes nothing: 400, never retried
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(400)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    db, _, _ = _store(tmp_path)
+    env = {**os.environ, "OPENCODE_BIN": str(_fake(tmp_path, 0))}
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        plain = subprocess.run(
+            [*CMD, "run", "--format", "jsonl", "--db", str(db), "--otel", url, "go"],
+            capture_output=True, timeout=120, cwd=ROOT, env=env,
+        )  # fmt: skip
+        over = subprocess.run(
+            [*CMD, "run", "--format", "jsonl", "--db", str(db), "--otel", url,
+             "--max-cost", "0.01", "go"],
+            capture_output=True, timeout=120, cwd=ROOT, env=env,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert plain.returncode == 2 and b"error: " in plain.stderr, plain.stderr.decode()
+    assert b'"kind":"metrics"' in plain.stdout.splitlines()[-1]
+    assert over.returncode == 3, over.stderr.decode()
+    assert b"error: " in over.stderr and b"OpenCode was stopped" in over.stderr

@@ -308,7 +308,7 @@ class LiveOtel:
     sent when the run ends to DEST, an OTLP/HTTP base URL or a JSON Lines file (opened now,
     so a bad one fails before anything starts)."""
 
-    def __init__(self, dest: str, *, events_to: str | None) -> None:
+    def __init__(self, dest: str, *, events_to: str | None, reads: Sequence[Any] = ()) -> None:
         from ..otel.export import SpanCollector
         from ..otel.spans import TraceBuilder
         from ..reports.mcp import mcp_server_names
@@ -320,7 +320,7 @@ class LiveOtel:
         else:
             if events_to in (None, "-") and stdout_is(dest):
                 raise InputError(f"--otel {dest} is where stdout goes: give it a file of its own")
-            self.destination = otel_destination(dest, None)
+            self.destination = otel_destination(dest, None, reads=reads)
         self.collector = SpanCollector(TraceBuilder(mcp_servers=mcp_server_names))
 
     def normalizer(self, *, keep_raw: bool = False, mcp_servers: Any = None) -> Any:

@@ -544,7 +544,7 @@ def _opencode_binary() -> str:
 
     binary = paths.opencode_binary_override()
     if binary:
-        if not os.access(binary, os.X_OK):
+        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
             raise InputError(f"OPENCODE_BIN={binary} is not an executable file")
         return binary
     found = shutil.which("opencode")
@@ -607,9 +607,16 @@ def run_opencode(
 
     from ..core.normalizer import Normalizer
     from ..pipeline.normalize import event_batches
+    from ..store.open import store_files
 
     binary = _opencode_binary()
     spend = _run_spend(db_path)
+    # OpenCode's database is read (the subagents' costs, --max-cost): never written over
+    reads = store_files(spend) if spend.path is not None else []
+    if tee is not None and otel_dest and same_file(tee, otel_dest):
+        raise InputError(
+            f"--tee and --otel both name {tee}: the raw stream and the spans need a file each"
+        )
     if tee is not None:
         if output not in (None, "-") and same_file(tee, output):
             raise InputError(
@@ -619,14 +626,11 @@ def run_opencode(
             raise InputError(
                 f"--tee {tee} is where stdout goes: the raw stream and the events need a file each"
             )
-    otel = LiveOtel(otel_dest, events_to=output) if otel_dest else None
-    out = open_output(output)
+    otel = LiveOtel(otel_dest, events_to=output, reads=reads) if otel_dest else None
+    out = open_output(output, reads)
     copy: BinaryIO | None = None
     if tee is not None:
-        try:
-            copy = open(tee, "wb")  # noqa: SIM115 - closed below
-        except OSError as exc:
-            raise InputError(f"cannot write {tee}: {exc.strerror or exc}") from None
+        copy = open_output(os.path.join(".", tee) if tee == "-" else tee, reads)
     # Its subagents' figures come from the store at the end (``_with_subagents``), if any.
     writer = _writer(fmt, out, full=full, subagents_at_end=spend.path is not None)
     _starting(writer, binary)
@@ -644,7 +648,10 @@ def run_opencode(
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # A closed terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) too: OpenCode, in a session of its
+    # own, has no terminal to hear them, and must not run on unwatched after we are gone.
+    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded}
     finished = False
     limit = _Limit(child, spend, max_cost) if max_cost is not None else None
     try:
@@ -684,8 +691,16 @@ def run_opencode(
                     copy.close()
                 except OSError as exc:  # what a full disk left unwritten
                     raise OutputError(exc.errno, exc.strerror, tee) from None
+    sent = True
     if otel is not None:  # the run is over (also after a Ctrl-C passed on to OpenCode)
-        otel.send()
+        try:
+            otel.send()
+        except (InputError, OutputError) as exc:
+            # said, but OpenCode's exit code (or --max-cost's 3) still tells how the run went
+            from .exits import echo_error, one_line
+
+            echo_error(f"error: {one_line(str(exc))}")
+            sent = False
     if limit is not None and limit.crossed:
         theirs = _their_part(spend.subagent_cost, spend.subagents)
         _note(
@@ -693,6 +708,8 @@ def run_opencode(
             f"over --max-cost ${max_cost:g}; OpenCode was stopped"
         )
         raise SystemExit(ExitStatus.OVER_BUDGET)
+    if code == 0 and not sent:
+        raise SystemExit(ExitStatus.USAGE)  # the export's failure, as `otel`'s own is
     raise SystemExit(128 - code if code < 0 else code)
 
 
@@ -768,7 +785,8 @@ class _Limit:
     """``--max-cost``: a thread looks at the store as it changes (the subagents' costs are
     written there while the stream is silent), the reader checks after each batch; the
     first to see the run over the limit sends OpenCode's group SIGINT, as Ctrl-C would,
-    and SIGTERM if it is still running ``GRACE`` seconds later."""
+    SIGTERM if it is still running ``GRACE`` seconds later, and SIGKILL another ``GRACE``
+    on: a wedged OpenCode must not outlive the cap meant to stop it."""
 
     INTERVAL = 0.25
     GRACE = 10.0
@@ -802,6 +820,7 @@ class _Limit:
         import time
 
         stopped_at = None
+        terminated = False  # SIGTERM sent: SIGKILL next
         while not self._done.wait(self.INTERVAL):
             if not self.crossed:
                 self.spend.refresh()
@@ -811,9 +830,11 @@ class _Limit:
             elif stopped_at is None:
                 stopped_at = time.monotonic()
             elif time.monotonic() - stopped_at > self.GRACE and self.child.poll() is None:
+                last = signal.SIGKILL if terminated else signal.SIGTERM
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.child.pid, signal.SIGTERM)
-                stopped_at = float("inf")
+                    os.killpg(self.child.pid, last)
+                stopped_at = time.monotonic() if not terminated else float("inf")
+                terminated = True
 
     def stop(self) -> None:
         self._done.set()
