@@ -22,3 +22,15 @@ def with_a_parent_loop(db: Path) -> tuple[str, str]:
     conn.commit()
     conn.close()
     return parent, child
+
+
+def with_every_reply_set(db: Path, sample: str, path: str, value: str) -> None:
+    """``db``, a copy of samples/``sample``'s store in which every assistant message has
+    the JSON ``path`` set to ``value``, an SQL expression over the message's ``data``."""
+    shutil.copyfile(SAMPLES / sample / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            f"UPDATE message SET data = json_set(data, ?, {value}) "
+            "WHERE json_extract(data, '$.role') = 'assistant'",
+            (path,),
+        )

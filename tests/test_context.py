@@ -33,6 +33,7 @@ from opencode_events.reports.context import (
     price_files,
 )
 from opencode_events.store.open import open_store
+from tests.stores import with_every_reply_set
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -823,12 +824,7 @@ def test_a_reply_of_nothing_on_an_unpriced_model_leaves_the_output_priced(
 
 def test_a_model_id_s_control_characters_are_shown_in_the_note(priced_env, tmp_path: Path):
     db = tmp_path / "opencode.db"
-    shutil.copyfile(SAMPLES / "bash_ok" / "opencode.db", db)
-    with sqlite3.connect(db) as conn:
-        conn.execute(
-            "UPDATE message SET data = json_set(data, '$.modelID', 'evil' || char(27) || '[2J') "
-            "WHERE json_extract(data, '$.role') = 'assistant'"
-        )
+    with_every_reply_set(db, "bash_ok", "$.modelID", "'evil' || char(27) || '[2J'")
     done = run("context", "--db", str(db), "-j", env=priced_env)
     assert done.returncode == 0 and b"\x1b" not in done.stderr
     assert "evil\\x1b[2J" in done.stderr.decode()

@@ -476,17 +476,18 @@ def test_a_read_back_calls_duration_no_call_has_is_no_length(tmp_path, duration)
     assert (call["startTimeUnixNano"], call["endTimeUnixNano"]) == ("1000000000", "1000000000")
 
 
-def _times(value):
-    """Every ``…TimeUnixNano`` in an OTLP document, as integers."""
+def _numbers(value, wanted):
+    """Every integer an OTLP document holds (as a decimal string) under a key ``wanted``
+    says yes to: its times, its ``intValue`` and ``asInt``."""
     if isinstance(value, dict):
         for key, item in value.items():
-            if key.endswith("TimeUnixNano"):
+            if wanted(key) and isinstance(item, str):
                 yield int(item)
             else:
-                yield from _times(item)
+                yield from _numbers(item, wanted)
     elif isinstance(value, list):
         for item in value:
-            yield from _times(item)
+            yield from _numbers(item, wanted)
 
 
 @pytest.mark.parametrize("time", [1.7976931348623157e308, -1.7976931348623157e308, 10**400])
@@ -508,21 +509,8 @@ def test_a_record_time_out_of_any_range_is_held_at_the_edge_of_otlps(tmp_path, t
     docs = file_export(path)
     for doc in docs:
         check(json.dumps(doc))
-    times = [t for doc in docs for t in _times(doc)]
+    times = [t for doc in docs for t in _numbers(doc, lambda key: key.endswith("TimeUnixNano"))]
     assert times and all(0 <= t < 1 << 64 for t in times)
-
-
-def _ints(value):
-    """Every ``intValue`` and ``asInt`` in an OTLP document, as integers."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in ("intValue", "asInt"):
-                yield int(item)
-            else:
-                yield from _ints(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _ints(item)
 
 
 @pytest.mark.parametrize("edge", [(1 << 63) - 1, -(1 << 63) + 1], ids=["most", "least"])
@@ -541,7 +529,7 @@ def test_token_sums_past_int64_are_held_at_its_edge(tmp_path, edge):
     docs = file_export(path)
     for doc in docs:
         check(json.dumps(doc))
-    ints = [n for doc in docs for n in _ints(doc)]
+    ints = [n for doc in docs for n in _numbers(doc, lambda key: key in ("intValue", "asInt"))]
     assert ints and all(-(1 << 63) <= n < 1 << 63 for n in ints)
     assert (1 << 63) - 1 in ints if edge > 0 else -(1 << 63) in ints
 

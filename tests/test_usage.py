@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from opencode_events.output.rows import report_markdown
 from tests.records import SESSION, record, step_finish
+from tests.stores import with_every_reply_set
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -191,14 +192,14 @@ def test_a_total_without_the_cache_is_added_alike_by_every_grouping(tmp_path: Pa
     per-reply `tokens.total`, added, in every grouping, folded or not, with a window or not.
     `--by turn` once took a folded subagent's total from its session row's classes."""
     db = tmp_path / "opencode.db"
-    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with_every_reply_set(
+        db,
+        "task",
+        "$.tokens.total",
+        "json_extract(data, '$.tokens.input') + json_extract(data, '$.tokens.output') "
+        "+ json_extract(data, '$.tokens.reasoning')",
+    )
     with sqlite3.connect(db) as conn:
-        conn.execute(
-            "UPDATE message SET data = json_set(data, '$.tokens.total', "
-            "json_extract(data, '$.tokens.input') + json_extract(data, '$.tokens.output') "
-            "+ json_extract(data, '$.tokens.reasoning')) "
-            "WHERE json_extract(data, '$.role') = 'assistant'"
-        )
         (truth,) = conn.execute(
             "SELECT sum(json_extract(data, '$.tokens.total')) FROM message "
             "WHERE json_extract(data, '$.role') = 'assistant'"

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -128,6 +129,18 @@ def test_usage_events_name_the_directory_where_the_source_does(source, named):
 SCENARIOS = ["task", "parallel_tools", "mcp", "bash_fail", "compaction", "skill", "fork"]
 
 
+def _loaded(events: Path) -> Any:
+    """The documented load (docs/events.md): the events into table `events`, typed by
+    `schema --duckdb`."""
+    columns = run("schema", "--duckdb").stdout.decode().strip()
+    con = duckdb.connect()
+    con.execute(
+        f"CREATE TABLE events AS SELECT * FROM read_json('{events}', "
+        f"format = 'newline_delimited', columns = {columns})"
+    )
+    return con
+
+
 def test_a_count_beyond_64_bits_is_damage_and_the_events_still_load(tmp_path: Path):
     """A damaged step's token total or a command's exit code beyond a 64-bit integer: the
     JSON Schema said integer, the DuckDB columns BIGINT, and one such line failed the whole
@@ -148,12 +161,7 @@ def test_a_count_beyond_64_bits_is_damage_and_the_events_still_load(tmp_path: Pa
     assert result.returncode == 0, result.stderr.decode()
     events = tmp_path / "events.jsonl"
     events.write_bytes(result.stdout)
-    columns = run("schema", "--duckdb").stdout.decode().strip()
-    con = duckdb.connect()
-    con.execute(
-        f"CREATE TABLE events AS SELECT * FROM read_json('{events}', "
-        f"format = 'newline_delimited', columns = {columns})"
-    )
+    con = _loaded(events)
     usage = con.execute(
         "SELECT total_tokens, cache_read_tokens FROM events WHERE kind = 'usage'"
     ).fetchall()
@@ -175,12 +183,7 @@ def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
             result = run("import", "--db", db, "--all", "--tag", f"machine={scenario}")
             assert result.returncode == 0, result.stderr.decode()
             out.write(result.stdout)
-    columns = run("schema", "--duckdb").stdout.decode().strip()
-    con = duckdb.connect()
-    con.execute(
-        f"CREATE TABLE events AS SELECT * FROM read_json('{events}', "
-        f"format = 'newline_delimited', columns = {columns})"
-    )
+    con = _loaded(events)
     found = {
         (machine, session): (cost, tokens, inferences)
         for machine, session, cost, tokens, inferences in con.execute(
