@@ -341,3 +341,37 @@ def test_a_failed_otel_export_keeps_opencode_s_exit_and_the_budget_s(tmp_path):
     assert b'"kind":"metrics"' in plain.stdout.splitlines()[-1]
     assert over.returncode == 3, over.stderr.decode()
     assert b"error: " in over.stderr and b"OpenCode was stopped" in over.stderr
+
+
+@pytest.mark.parametrize(
+    "args, theirs, events_to",
+    [
+        (["-mo", "x"], ["-mo", "x"], None),  # click split the cluster: -o x was run's
+        (["--format", "jsonl", "-vo", "x", "go"], ["-vo", "x", "go"], None),
+        (["-o", "out.jsonl", "hi", "there"], ["hi", "there"], "out.jsonl"),
+        (["-oout.jsonl", "hi"], ["hi"], "out.jsonl"),
+        (["--format=jsonl", "hi", "--tee", "x"], ["hi", "--tee", "x"], None),
+        (["--tee", "raw.jsonl", "--", "--weird"], ["--weird"], None),
+    ],
+)
+def test_from_the_first_word_not_run_s_own_everything_is_opencode_s(
+    tmp_path, args, theirs, events_to
+):
+    fake = tmp_path / "opencode"
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"json.dump(sys.argv[1:], open({str(tmp_path / 'argv.json')!r}, 'w'))\n"
+    )
+    fake.chmod(0o755)
+    done = subprocess.run(
+        [*CMD, "run", *args],
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "OPENCODE_BIN": str(fake), "OPENCODE_DB": str(tmp_path / "no.db")},
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads((tmp_path / "argv.json").read_text()) == ["run", "--format", "json", *theirs]
+    assert not (tmp_path / "x").exists()
+    if events_to is not None:
+        assert (tmp_path / events_to).exists()

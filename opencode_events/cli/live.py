@@ -553,7 +553,36 @@ def _opencode_binary() -> str:
     return found
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+class _OwnOptionsFirst(click.Command):
+    """``run``'s options come first; from the first other word on, everything is OpenCode's.
+    Click splits a cluster of short options it does not know (``-mo x`` gave ``-m`` to
+    OpenCode and took ``-o x`` as this command's output): a ``--`` is put before that word."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value: dict[str, bool] = {}
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option):
+                for name in (*param.opts, *param.secondary_opts):
+                    takes_value[name] = not param.is_flag and not param.count
+        at = 0
+        while at < len(args) and args[at] != "--":
+            word = args[at]
+            name = word.split("=", 1)[0] if word.startswith("--") else word
+            if name in takes_value:
+                at += 2 if takes_value[name] and "=" not in word else 1
+            elif word[:1] == "-" and word[:2] in takes_value and takes_value[word[:2]]:
+                at += 1  # -oFILE: an own short option with its value attached
+            else:
+                break
+        if at < len(args) and args[at] != "--":
+            args = [*args[:at], "--", *args[at:]]
+        return super().parse_args(ctx, args)
+
+
+@click.command(
+    cls=_OwnOptionsFirst,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
 @click.option(
     "--format",
     "fmt",
