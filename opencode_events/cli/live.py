@@ -642,11 +642,11 @@ def run_opencode(
     spend = _run_spend(db_path)
     # OpenCode's database is read (the subagents' costs, --max-cost): never written over
     reads = store_files(spend) if spend.path is not None else []
-    if tee is not None and otel_dest and same_file(tee, otel_dest):
-        raise InputError(
-            f"--tee and --otel both name {tee}: the raw stream and the spans need a file each"
-        )
     if tee is not None:
+        if otel_dest and same_file(tee, otel_dest):
+            raise InputError(
+                f"--tee and --otel both name {tee}: the raw stream and the spans need a file each"
+            )
         if output not in (None, "-") and same_file(tee, output):
             raise InputError(
                 f"--tee and -o both name {output}: the raw stream and the events need a file each"

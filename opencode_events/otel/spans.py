@@ -165,14 +165,10 @@ _MAX_NS = (1 << 64) - 1  # OTLP's times are fixed64
 def epoch_ns(ms: int | float) -> int:
     """Epoch ms as OTLP's nanoseconds. A damaged record's time out of their range (before
     1970, past 2554, beyond any float) is held at its edge: the trace stays valid OTLP."""
-    if type(ms) is int:
-        ns = ms * _MS
-    else:
-        ns = ms * _MS
-        if not -_MAX_NS <= ns <= _MAX_NS:  # inf, or a float too large to be one in range
-            return 0 if ns < 0 else _MAX_NS
-        ns = round(ns)
-    return ns if 0 <= ns <= _MAX_NS else (0 if ns < 0 else _MAX_NS)
+    ns = ms * _MS
+    if not 0 <= ns <= _MAX_NS:  # out of range, infinite (round() would raise) or NaN
+        return 0 if ns < 0 else _MAX_NS
+    return ns if type(ns) is int else round(ns)
 
 
 def gen_ai_tokens(usage: Usage) -> tuple[int, int]:
@@ -370,8 +366,7 @@ class SessionTrace:
             attributes["opencode.message.id"] = message_id
         if usage.reverted:  # a pending /undo undid it: still counted, as OpenCode counts it
             attributes["opencode.reverted"] = True
-        if span.end_ns < epoch_ns(end):
-            span.end_ns = epoch_ns(end)
+        span.end_ns = max(span.end_ns, epoch_ns(end))
         if chat.span.status != STATUS_ERROR:
             self.failed = False
         self.boundary = end
@@ -395,8 +390,7 @@ class SessionTrace:
         span.attributes["error.type"] = name
         span.attributes.setdefault("opencode.message.id", message_id)
         span.events.append(mark)
-        if span.end_ns < epoch_ns(time):
-            span.end_ns = epoch_ns(time)
+        span.end_ns = max(span.end_ns, epoch_ns(time))
         if self.boundary is None or time > self.boundary:
             self.boundary = time
 

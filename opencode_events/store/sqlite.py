@@ -82,10 +82,6 @@ _SESSION_COLUMNS = ", ".join(SessionRow._fields)
 _REPLACING = functools.partial(str, encoding="utf-8", errors="replace")
 
 
-class _DamagedText(InputError):
-    """A text cell that is not UTF-8 (``Store._query``): read again, its bad bytes replaced."""
-
-
 _DATA = operator.itemgetter(4)  # a PartRow's data
 _MESSAGE_ID = operator.itemgetter(1)  # a PartRow's message id
 _PART_ID = operator.itemgetter(0)
@@ -264,10 +260,8 @@ class Store:
         try:
             conn = connect(self.uri) if connect is not None else None
             clone.conn = conn if conn is not None else _read_only(self.uri)
-            if not self._replace_bad_text():  # switched already: the clone reads as it does
+            if getattr(self.conn, "text_factory", str) is not str:  # switched: as this one
                 clone._replace_bad_text()
-            else:
-                self.conn.text_factory = str  # (asked, not meant: as it was)
         except SQLITE_ERRORS as exc:
             raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
         return clone
@@ -458,17 +452,17 @@ class Store:
                 yield from rows
                 done += len(rows)  # (an error comes from fetchmany, never mid-batch)
         except SQLITE_ERRORS as exc:
-            error = self._read_error(exc)
-            if not (isinstance(error, _DamagedText) and self._replace_bad_text()):
-                raise error from None
+            self._read_again_or_raise(exc)
         yield from itertools.islice(self._query(sql, params), done, None)
 
-    def _read_error(self, exc: BaseException) -> InputError:
-        """The ``InputError`` a failed read is: ``_DamagedText`` for text that is not UTF-8
-        (sqlite3 says "Could not decode to UTF-8 column …"; apsw raises the Python error)."""
+    def _read_again_or_raise(self, exc: BaseException) -> None:
+        """Return when ``exc`` (a failed read) is text that is not UTF-8 and the connection
+        has just been switched to replacing it: the caller reads again. Else raise the
+        ``InputError`` it is (sqlite3 says "Could not decode to UTF-8 column …"; apsw raises
+        the Python error, and cannot be switched)."""
         damaged = isinstance(exc, UnicodeDecodeError) or "decode to UTF-8" in str(exc)
-        error = _DamagedText if damaged else InputError
-        return error(f"cannot read {self.path}: {sqlite_reason(exc)}")
+        if not (damaged and self._replace_bad_text()):
+            raise InputError(f"cannot read {self.path}: {sqlite_reason(exc)}") from None
 
     def _replace_bad_text(self) -> bool:
         """Read text cells with bad bytes replaced from now on: True when this switched the
@@ -907,10 +901,8 @@ class Store:
         once per store (an undo is rare, and ``import`` asks for every session)."""
         if self._reverts is None:
             if "revert" in self._session_columns.split(", "):
-                rows = self._query(  # as bytes, decoded here: a damaged one (not UTF-8) too
-                    "SELECT id, CAST(revert AS BLOB) FROM session WHERE revert IS NOT NULL"
-                )
-                self._reverts = {i: _text(r) for i, r in rows if isinstance(r, (str, bytes))}
+                rows = self._query("SELECT id, revert FROM session WHERE revert IS NOT NULL")
+                self._reverts = {i: r for i, r in rows if isinstance(r, (str, bytes))}
             else:
                 self._reverts = {}
         return self._reverts
@@ -923,9 +915,8 @@ class Store:
         if self._untimed is None:
             found: set[str] = set()
             if "version" in self._session_columns.split(", "):
-                rows = self._query("SELECT id, CAST(version AS BLOB) FROM session")
-                for sid, version in rows:  # as bytes: one not UTF-8 fails nothing here
-                    if type(sid) is str and wrote_json_files(_text(version)):
+                for sid, version in self._query("SELECT id, version FROM session"):
+                    if type(sid) is str and wrote_json_files(version):
                         found.add(sid)
             self._untimed = frozenset(found)
         return self._untimed
@@ -948,9 +939,7 @@ class Store:
         try:  # one fetch: the rows are two short strings each
             return dict(self.conn.execute(sql).fetchall())
         except SQLITE_ERRORS as exc:
-            error = self._read_error(exc)
-            if not (isinstance(error, _DamagedText) and self._replace_bad_text()):
-                raise error from None
+            self._read_again_or_raise(exc)
         return dict(self._query(sql))
 
     def plainly_ordered(self) -> bool:
@@ -1206,9 +1195,7 @@ class Store:
                 yield rows
                 done += len(rows)
         except SQLITE_ERRORS as exc:  # as ``_query``: damaged text read again, replaced
-            error = self._read_error(exc)
-            if not (isinstance(error, _DamagedText) and self._replace_bad_text()):
-                raise error from None
+            self._read_again_or_raise(exc)
         for rows in self._batches(sql, params, size):
             if done >= len(rows):
                 done -= len(rows)
