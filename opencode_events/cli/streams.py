@@ -156,7 +156,8 @@ class WholeWrites(io.RawIOBase):
     and the exit's flush wrote it all again (events twice, behind a slow reader). So the
     signals are held while a write runs, and a write never blocks while they are: it waits
     for room first (interruptibly), then writes what fits (a pipe's free pages, found with
-    ``FIONREAD``; a terminal or socket a page at a time). What went out of a block before an
+    ``FIONREAD``; a terminal or socket a page at a time; a file or a device such as
+    /dev/null, which never waits on a reader, whole). What went out of a block before an
     exception is remembered, and skipped when ``BufferedWriter`` hands the block back."""
 
     def __init__(self, fd: int, *, closefd: bool = True, name: str | None = None) -> None:
@@ -168,8 +169,9 @@ class WholeWrites(io.RawIOBase):
             mode = os.fstat(fd).st_mode
         except OSError:
             mode = 0
-        # A file never blocks for long: written whole. What may wait on a reader, by room.
-        self._waits = stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+        # A file or /dev/null never blocks for long: written whole. What may wait on a
+        # reader (a pipe, a socket, a terminal), by room.
+        self._waits = stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
         self._pipe_pages = _pipe_pages(fd) if stat.S_ISFIFO(mode) else 0
 
     def writable(self) -> bool:
