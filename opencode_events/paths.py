@@ -16,6 +16,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import NamedTuple
 
 from .errors import InputError
@@ -236,6 +237,20 @@ class OtlpEnvironment(NamedTuple):
     protocol: str | None  # OTEL_EXPORTER_OTLP_PROTOCOL: grpc, http/protobuf, http/json
     service_name: str | None  # OTEL_SERVICE_NAME
     resource_attributes: str | None  # OTEL_RESOURCE_ATTRIBUTES: key=value,…
+    # OTEL_EXPORTER_OTLP_{TRACES,METRICS}_{HEADERS,COMPRESSION,TIMEOUT,PROTOCOL}, as set:
+    # signal → setting ("headers", …) → value
+    signals: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+
+    def setting(self, signal: str, name: str) -> tuple[str | None, str]:
+        """A signal's own setting (``OTEL_EXPORTER_OTLP_TRACES_HEADERS``) over the general
+        one (``…_HEADERS``), as the OpenTelemetry spec ranks them; with the variable's name."""
+        own = self.signals.get(signal, {}).get(name)
+        if own is not None:
+            return own, f"OTEL_EXPORTER_OTLP_{signal.upper()}_{name.upper()}"
+        return getattr(self, name), f"OTEL_EXPORTER_OTLP_{name.upper()}"
+
+
+_SIGNAL_SETTINGS = ("headers", "compression", "timeout", "protocol")
 
 
 def otlp_environment(env: Mapping[str, str] | None = None) -> OtlpEnvironment:
@@ -245,6 +260,12 @@ def otlp_environment(env: Mapping[str, str] | None = None) -> OtlpEnvironment:
         value = env.get(name, "").strip()
         return value or None
 
+    signals: dict[str, dict[str, str]] = {}
+    for signal in ("traces", "metrics"):
+        for setting in _SIGNAL_SETTINGS:
+            value = get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_{setting.upper()}")
+            if value is not None:
+                signals.setdefault(signal, {})[setting] = value
     return OtlpEnvironment(
         endpoint=get("OTEL_EXPORTER_OTLP_ENDPOINT"),
         traces_endpoint=get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
@@ -255,6 +276,7 @@ def otlp_environment(env: Mapping[str, str] | None = None) -> OtlpEnvironment:
         protocol=get("OTEL_EXPORTER_OTLP_PROTOCOL"),
         service_name=get("OTEL_SERVICE_NAME"),
         resource_attributes=get("OTEL_RESOURCE_ATTRIBUTES"),
+        signals=signals,
     )
 
 

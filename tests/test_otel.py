@@ -296,6 +296,45 @@ def test_a_session_whose_row_names_no_model_is_named_by_its_steps():
     assert attrs(session)["gen_ai.provider.name"] == chats[0]["gen_ai.provider.name"]
 
 
+@pytest.mark.parametrize(
+    ("opencode_id", "named", "beside"),
+    [
+        ("amazon-bedrock", "aws.bedrock", "amazon-bedrock"),
+        ("google-vertex", "gcp.vertex_ai", "google-vertex"),
+        ("xai", "x_ai", "xai"),
+        ("anthropic", "anthropic", None),  # the same in both: no second attribute
+        ("mock", "mock", None),  # no name in the conventions: OpenCode's id as it is
+    ],
+)
+def test_the_provider_is_named_as_the_genai_conventions_name_it(
+    tmp_path, opencode_id, named, beside
+):
+    """``gen_ai.provider.name``: where the conventions list a provider, that name MUST be
+    used; OpenCode's own id goes beside it (``opencode.provider.id``, the metrics' label)."""
+    document = tmp_path / "export.json"
+    text = (SAMPLES / "read_missing" / "export.json").read_text()
+    document.write_text(text.replace('"providerID": "mock"', f'"providerID": "{opencode_id}"'))
+    spans = all_spans(file_export(document))
+    chats = [attrs(s) for s in spans if s["name"].startswith(("chat", "invoke_agent"))]
+    assert chats
+    for found in chats:
+        assert found["gen_ai.provider.name"] == named
+        assert found.get("opencode.provider.id") == beside
+
+
+def test_a_huge_error_text_is_clipped_so_a_span_fits_a_body_and_a_line(tmp_path):
+    """A failed tool's 3 MB error went whole into its span's status: a body past the 4 MiB
+    limit (OTLP: the client MUST NOT send it) and a line no Collector file reader takes."""
+    stream = tmp_path / "stream.jsonl"
+    text = (SAMPLES / "read_missing" / "stream.jsonl").read_text()
+    stream.write_text(text.replace("File not found:", "x" * 3_000_000 + " File not found:", 1))
+    (doc,) = [d for d in file_export(stream) if "resourceSpans" in d]
+    assert len(json.dumps(doc)) < 64 * 1024
+    (failed,) = [s for s in spans_of(doc) if s.get("status", {}).get("code") == 2]
+    message = failed["status"]["message"]
+    assert len(message) == 4096 and message.endswith("…") and message.startswith("xxx")
+
+
 def test_a_subagent_hangs_from_the_task_call_that_spawned_it_in_one_trace():
     spans = all_spans(store_export("task")[0])
     ((parent_id, child_id),) = store_rows(
@@ -1098,6 +1137,20 @@ def test_key_value_lists_as_the_sdks_read_them(text, expected):
             {},
             {"traces": "http://c:4318/v1/traces", "metrics": "http://c:4318/v1/metrics"},
         ),
+        # a query stays the query: the signal's path goes on the URL's path
+        (
+            "http://c:4318/?tenant=a",
+            {},
+            {
+                "traces": "http://c:4318/v1/traces?tenant=a",
+                "metrics": "http://c:4318/v1/metrics?tenant=a",
+            },
+        ),
+        (
+            None,
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://o/otlp?k=1"},
+            {"traces": "https://o/otlp/v1/traces?k=1", "metrics": "https://o/otlp/v1/metrics?k=1"},
+        ),
     ],
 )
 def test_endpoints_as_the_exporters_build_them(base, env, expected):
@@ -1122,6 +1175,7 @@ class Backend:
         self.reply_headers = headers or {}
         self.reply_body = body
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        self.header_lists: list[list[tuple[str, str]]] = []  # as sent, a name twice twice
 
 
 @contextmanager
@@ -1136,6 +1190,7 @@ def backend(statuses: list[int], **kw) -> Iterator[tuple[Backend, str]]:
             if self.headers.get("Content-Encoding") == "gzip":
                 body = gzip.decompress(body)
             state.requests.append((self.path, dict(self.headers), body))
+            state.header_lists.append(list(self.headers.items()))
             status = state.statuses.pop(0) if len(state.statuses) > 1 else state.statuses[0]
             reply = state.reply_body if status == 200 else b'{"code":3,"message":"bad spans"}'
             self.send_response(status)
@@ -1191,6 +1246,29 @@ def test_a_partial_success_is_returned_not_retried():
         note = OtlpHttp(endpoints_from(url)).send("traces", b"{}")
     assert len(state.requests) == 1
     assert str(note) == "the backend rejected 2 spans: too old"
+
+
+def test_a_partial_success_that_rejects_none_is_a_warning_not_a_rejection():
+    """OTLP: a server may use ``partial_success`` for a warning, with nothing rejected."""
+    body = b'{"partialSuccess":{"errorMessage":"attribute names deprecated"}}'
+    with backend([200], body=body) as (_, url):
+        note = OtlpHttp(endpoints_from(url)).send("metrics", b"{}")
+    assert (
+        str(note) == "the backend kept all the data points, and warned: attribute names deprecated"
+    )
+
+
+def test_a_header_is_sent_once_whatever_its_case_and_the_body_headers_are_ours():
+    """RFC 9110: names are case-insensitive; a second Authorization or Content-Type is a
+    request a proxy may refuse."""
+    headers = {"authorization": "a", "content-type": "text/plain", "user-agent": "mine"}
+    with backend([200]) as (state, url):
+        OtlpHttp(endpoints_from(url), headers=headers).send("traces", b"{}")
+    sent = [(name.lower(), value) for name, value in state.header_lists[0]]
+    names = [name for name, _ in sent]
+    assert len(names) == len(set(names)), sent
+    assert ("content-type", "application/json") in sent
+    assert ("authorization", "a") in sent and ("user-agent", "mine") in sent
 
 
 def test_an_unreachable_backend_is_retried_then_an_error():
@@ -1286,6 +1364,103 @@ def test_cli_posts_to_the_endpoint_with_headers():
         len(spans_of(json.loads(state.requests[0][2]))) == 2 + 5 + 3
     )  # sessions, inferences, calls
     assert b"2 sessions, 10 spans in 2 requests to http://127.0.0.1" in result.stderr
+
+
+def test_cli_a_header_flag_replaces_the_environments_of_that_name_in_any_case():
+    """``-H`` is added to ``OTEL_EXPORTER_OTLP_HEADERS`` and wins over a header of the same
+    name there, in whatever case it is spelled: one Authorization goes, -H's."""
+    with backend([200]) as (state, url):
+        result = run(
+            [*("otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--all", "--only"), "traces"]
+            + ["-H", "Authorization=Bearer cli"],
+            env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+                "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20env,x-a=1",
+            },
+        )
+    assert result.returncode == 0, result.stderr
+    sent = [(name.lower(), value) for name, value in state.header_lists[0]]
+    assert [value for name, value in sent if name == "authorization"] == ["Bearer cli"]
+    assert ("x-a", "1") in sent
+
+
+def test_cli_each_signals_own_variables_over_the_general_ones():
+    """``OTEL_EXPORTER_OTLP_{TRACES,METRICS}_{HEADERS,COMPRESSION}`` (the OpenTelemetry
+    spec's per-signal options): a signal's own value replaces the general one, for it alone
+    (Honeycomb's metrics take their dataset in a header the traces must not carry)."""
+    with backend([200]) as (state, url):
+        result = run(
+            ["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--all"],
+            env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+                "OTEL_EXPORTER_OTLP_HEADERS": "x-key=k",
+                "OTEL_EXPORTER_OTLP_METRICS_HEADERS": "x-key=k,x-honeycomb-dataset=metrics",
+                "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "none",
+            },
+        )
+    assert result.returncode == 0, result.stderr
+    (traces_path, traces, _), (metrics_path, metrics, _) = state.requests
+    assert (traces_path, metrics_path) == ("/v1/traces", "/v1/metrics")
+    assert "x-honeycomb-dataset" not in traces and traces["x-key"] == "k"
+    assert metrics["x-honeycomb-dataset"] == "metrics" and metrics["x-key"] == "k"
+    assert "Content-Encoding" not in traces and metrics["Content-Encoding"] == "gzip"
+
+
+def test_cli_a_signal_without_a_url_is_an_error_before_anything_is_sent():
+    """Only ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` set: no URL for the metrics. Said before
+    the traces go (they went, then exit 2, and a retry sent them again)."""
+    with backend([200]) as (state, url):
+        result = run(
+            ["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--all"],
+            env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{url}/v1/traces"},
+        )
+        assert result.returncode == 2
+        assert state.requests == []
+        (line,) = result.stderr.decode().splitlines()
+        assert line.startswith("error: no OTLP endpoint for metrics: set ")
+        assert "--only traces" in line
+        sent = run(
+            ["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--all", "--only", "traces"],
+            env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{url}/v1/traces"},
+        )
+    assert sent.returncode == 0, sent.stderr
+    assert [r[0] for r in state.requests] == ["/v1/traces"]
+
+
+def test_cli_a_signals_own_grpc_protocol_is_refused_too():
+    """``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc`` with its endpoint from the environment
+    (a :4317 port): HTTP to a gRPC port fails slowly and oddly; refused at once instead."""
+    result = run(
+        ["otel", "--db", str(SAMPLES / "text" / "opencode.db")],
+        env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+        },
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(b"error: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL is grpc")
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("2500", 2.5),
+        (None, 10.0),
+        ("0", 10.0),
+        ("-5", 10.0),
+        ("x", 10.0),
+        ("nan", 10.0),
+        ("inf", 86400.0),
+        ("1e300", 86400.0),
+    ],
+)
+def test_the_timeout_is_a_finite_wait(value, seconds):
+    """``OTEL_EXPORTER_OTLP_TIMEOUT=inf`` raised OverflowError from the socket: a traceback."""
+    from opencode_events.otel.export import HttpDestination
+
+    env = {"OTEL_EXPORTER_OTLP_TIMEOUT": value} if value is not None else {}
+    destination = HttpDestination("http://c:4318", env=otlp_environment(env))
+    assert {s.timeout for s in destination.senders.values()} == {seconds}
 
 
 def test_cli_a_signals_own_url_is_where_it_goes_and_what_it_says():

@@ -273,9 +273,12 @@ def otel_destination(
     retries: int = 5,
     reads: Sequence[Any] = (),
     env: Any = None,
+    signals: Sequence[str] = ("traces", "metrics"),
 ) -> Any:
     """Where ``otel`` (and ``--otel``) send bodies: JSON Lines to ``-o FILE`` (``-`` is
-    stdout), else OTLP/HTTP to ``endpoint`` or the environment's, else JSON Lines to stdout."""
+    stdout), else OTLP/HTTP to ``endpoint`` or the environment's, else JSON Lines to stdout.
+    A backend must have a URL for each of the ``signals`` to send, known before any is sent
+    (only ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` set, say, is no URL for metrics)."""
     from ..otel.export import FileDestination, HttpDestination
     from ..paths import otlp_environment
 
@@ -286,7 +289,18 @@ def otel_destination(
         endpoint or env.endpoint or env.traces_endpoint or env.metrics_endpoint
     ):
         return FileDestination(open_output(output, reads=reads))
-    return HttpDestination(endpoint, headers, compression=compression, retries=retries, env=env)
+    destination = HttpDestination(
+        endpoint, headers, compression=compression, retries=retries, env=env
+    )
+    for signal in signals:
+        if signal not in destination.endpoints:
+            destination.close()
+            raise InputError(
+                f"no OTLP endpoint for {signal}: set OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT "
+                f"or OTEL_EXPORTER_OTLP_ENDPOINT, give --endpoint, or send --only "
+                f"{'traces' if signal == 'metrics' else 'metrics'}"
+            )
+    return destination
 
 
 def report_otel(summary: Any, destination: Any) -> None:

@@ -113,6 +113,7 @@ def otel(
     from ..paths import otlp_environment
 
     env = otlp_environment()
+    signals = [signal for signal in ("traces", "metrics") if only in (None, signal)]
     if forever and not follow:
         raise click.UsageError("--forever goes with --follow")
     if follow:
@@ -127,7 +128,7 @@ def otel(
             children=children,
             forever=forever,
             destination_of=lambda reads: otel_destination(
-                output, endpoint, headers, compression, retries, reads, env
+                output, endpoint, headers, compression, retries, reads, env, signals
             ),
             only=only,
         )
@@ -151,7 +152,9 @@ def otel(
 
     def send(sessions: Any, builder: Any, reads: Any, parallel: Any = None) -> Any:
         # Opened once the input is known good, and never over a file being read (-o x.db).
-        destination = otel_destination(output, endpoint, headers, compression, retries, reads, env)
+        destination = otel_destination(
+            output, endpoint, headers, compression, retries, reads, env, signals
+        )
         try:
             if parallel is not None:
                 parallel(destination)

@@ -449,46 +449,54 @@ class HttpDestination:
         from .transport import ExportError, OtlpHttp, endpoints_from
 
         env = otlp_environment() if env is None else env
-        if not endpoint and env.protocol == "grpc":
-            raise ExportError(
-                "OTEL_EXPORTER_OTLP_PROTOCOL is grpc; otel sends OTLP/HTTP JSON "
-                "(give --endpoint http://HOST:4318, or set the protocol to http/json)"
-            )
         self.endpoints = endpoints_from(endpoint, env)
-        sent = parse_key_values(env.headers)
-        for item in headers:
-            name, sep, value = item.partition("=")
-            if not sep or not name.strip():
-                raise InputError(f"{item!r} is not a header NAME=VALUE")
-            sent[name.strip()] = value.strip()
-        for name, value in sent.items():
-            _check_header(name, value)
-        if compression is None:
-            compression = "none" if env.compression == "none" else "gzip"
-        self.sender = OtlpHttp(
-            self.endpoints,
-            headers=sent,
-            compression=compression,
-            timeout=_timeout(env.timeout),
-            retries=retries,
-        )
+        given = _given_headers(headers)
+        self.senders: dict[str, OtlpHttp] = {}
+        for signal, url in self.endpoints.items():
+            protocol, variable = env.setting(signal, "protocol")
+            if not endpoint and protocol == "grpc":
+                raise ExportError(
+                    f"{variable} is grpc; otel sends OTLP/HTTP JSON "
+                    "(give --endpoint http://HOST:4318, or set the protocol to http/json)"
+                )
+            # The signal's own variables over the general ones; -H over both.
+            value, variable = env.setting(signal, "headers")
+            sent = parse_key_values(value)
+            for name, value in sent.items():
+                _check_header(name, value, variable)
+            for name, value in given.items():
+                for old in [k for k in sent if k.lower() == name.lower()]:
+                    del sent[old]
+                sent[name] = value
+            chosen = compression
+            if chosen is None:
+                chosen = "none" if env.setting(signal, "compression")[0] == "none" else "gzip"
+            self.senders[signal] = OtlpHttp(
+                {signal: url},
+                headers=sent,
+                compression=chosen,
+                timeout=_timeout(env.setting(signal, "timeout")[0]),
+                retries=retries,
+            )
         # What the summary names: the base URL, unless a signal's own URL stands in for it.
         own = not endpoint and (env.traces_endpoint or env.metrics_endpoint)
         urls = ", ".join(dict.fromkeys(self.endpoints.values()))
         self.where = endpoint or (urls if own else env.endpoint) or urls
 
     def send(self, signal: str, body: bytes) -> Any:
-        if signal not in self.endpoints:
+        sender = self.senders.get(signal)
+        if sender is None:
             from .transport import ExportError
 
             raise ExportError(f"no OTLP endpoint for {signal} (give --endpoint, or --only)")
-        return self.sender.send(signal, body)
+        return sender.send(signal, body)
 
     def flush(self) -> None:
         pass  # each body is sent whole
 
     def close(self) -> None:
-        self.sender.close()
+        for sender in self.senders.values():
+            sender.close()
 
 
 # RFC 9110: a field name is a token; a value holds no CR, LF or NUL (one would end the
@@ -497,25 +505,43 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
-def _check_header(name: str, value: str) -> None:
-    """An ``InputError`` naming the header (from ``-H`` or ``OTEL_EXPORTER_OTLP_HEADERS``)
-    that no HTTP request can carry."""
+def _given_headers(items: Sequence[str]) -> dict[str, str]:
+    """``-H NAME=VALUE`` items, checked; a name given twice (in any case) keeps the last."""
+    given: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name:
+            raise InputError(f"{item!r} is not a header NAME=VALUE")
+        _check_header(name, value, "-H")
+        for old in [k for k in given if k.lower() == name.lower()]:
+            del given[old]
+        given[name] = value
+    return given
+
+
+def _check_header(name: str, value: str, where: str) -> None:
+    """An ``InputError`` naming the header (from ``where``: ``-H`` or a variable) that no
+    HTTP request can carry."""
     if not _TOKEN.fullmatch(name):
-        raise InputError(f"{name!r} is not an HTTP header name (-H, OTEL_EXPORTER_OTLP_HEADERS)")
+        raise InputError(f"{name!r} is not an HTTP header name ({where})")
     if _BAD_VALUE.search(value):
-        raise InputError(
-            f"the header {name} holds a line break or a control character "
-            "(-H, OTEL_EXPORTER_OTLP_HEADERS)"
-        )
+        raise InputError(f"the header {name} holds a line break or a control character ({where})")
+
+
+_LONGEST_WAIT = 86_400.0  # s: a timeout past a day is taken for "wait", not for a day and more
 
 
 def _timeout(milliseconds: str | None) -> float:
-    """``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms) in seconds, default 10."""
+    """``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms) in seconds, default 10; at most a day (a socket
+    cannot be told to wait for ``inf``)."""
     try:
         value = float(milliseconds or "10000") / 1000
     except ValueError:
         return 10.0
-    return value if value > 0 else 10.0
+    if value != value or value <= 0:  # NaN, 0 or below: the default
+        return 10.0
+    return min(value, _LONGEST_WAIT)
 
 
 def export(

@@ -165,7 +165,7 @@ def int64(value: int) -> str:
 def any_value(value: Any) -> AnyValue | None:
     """A Python value as an ``AnyValue``; None (and a float that is not finite) as nothing."""
     if isinstance(value, str):
-        return AnyValue(string_value=value)
+        return AnyValue(string_value=clipped(value))
     if isinstance(value, bool):
         return AnyValue(bool_value=value)
     if isinstance(value, int):
@@ -179,6 +179,14 @@ def any_value(value: Any) -> AnyValue | None:
 
 
 _TEXT_ATTRIBUTES: dict[tuple[str, str], KeyValue] = {}  # the same names, models, sessions…
+
+MAX_TEXT = 4096  # characters of one text value (an error's message): bodies and lines stay small
+
+
+def clipped(text: str) -> str:
+    """``text`` cut to ``MAX_TEXT`` characters, its end marked (``…``): one failed tool's
+    10 MB message would otherwise make a span larger than a body may be."""
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
 def attributes(values: Mapping[str, Any]) -> list[KeyValue]:
@@ -194,7 +202,8 @@ def attributes(values: Mapping[str, Any]) -> list[KeyValue]:
             if pair is None:
                 if len(texts) > 4096:  # flat memory: ids change session by session
                     texts.clear()
-                pair = texts[key, value] = KeyValue(key, AnyValue(string_value=value))
+                pair = KeyValue(key, AnyValue(string_value=clipped(value)))
+                texts[key, value] = pair
             append(pair)
         elif kind is int:
             append(KeyValue(key, AnyValue(int_value=int64(value))))
@@ -264,12 +273,13 @@ def _ns(value: int) -> str:
 def span(data: SpanData) -> Span:
     status = None
     if data.status:
-        status = Status(message=data.status_message, code=data.status)
+        message = data.status_message
+        status = Status(message=clipped(message) if message else message, code=data.status)
     return Span(
         trace_id=data.trace_id,
         span_id=data.span_id,
         parent_span_id=data.parent_span_id,
-        name=data.name,
+        name=clipped(data.name),
         kind=data.kind,
         start_time_unix_nano=_ns(data.start_ns),
         end_time_unix_nano=_ns(data.end_ns),

@@ -615,7 +615,7 @@ class TraceBuilder:
         if agent:
             attributes["gen_ai.agent.name"] = agent
         if provider:
-            attributes["gen_ai.provider.name"] = provider
+            attributes.update(provider_attributes(provider))
         if model:
             attributes["gen_ai.request.model"] = model
         if info.title:
@@ -663,7 +663,7 @@ class TraceBuilder:
             span.name = f"chat {chat_model}" if chat_model else "chat"
             extra: dict[str, Any] = {"gen_ai.conversation.id": sid}
             if chat_provider:
-                extra["gen_ai.provider.name"] = chat_provider
+                extra.update(provider_attributes(chat_provider))
             if chat_model:
                 extra["gen_ai.request.model"] = chat_model
             if chat_agent:
@@ -686,6 +686,28 @@ class TraceBuilder:
             if span.end_ns > session_span.end_ns:
                 session_span.end_ns = span.end_ns
         return [session_span, *children]
+
+
+# OpenCode's provider ids (models.dev's) whose provider the GenAI conventions name: a
+# well-known ``gen_ai.provider.name`` "MUST be used" where one applies. Others go as they are.
+_PROVIDER_NAMES = {
+    "amazon-bedrock": "aws.bedrock",
+    "azure": "azure.ai.openai",
+    "google": "gcp.gemini",
+    "google-vertex": "gcp.vertex_ai",
+    "google-vertex-anthropic": "gcp.vertex_ai",
+    "mistral": "mistral_ai",
+    "xai": "x_ai",
+}
+
+
+def provider_attributes(provider: Any) -> dict[str, Any]:
+    """``gen_ai.provider.name`` of OpenCode's provider id: the conventions' name where they
+    have one, with OpenCode's id beside it (``opencode.provider.id``, as metrics label it)."""
+    named = _PROVIDER_NAMES.get(provider) if type(provider) is str else None
+    if named is None:
+        return {"gen_ai.provider.name": provider}
+    return {"gen_ai.provider.name": named, "opencode.provider.id": provider}
 
 
 def _start_then_id(span: SpanData) -> tuple[int, str]:

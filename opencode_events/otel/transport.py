@@ -40,6 +40,7 @@ __all__ = [
 RETRYABLE = frozenset({429, 502, 503, 504})
 SIGNAL_PATHS = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
 _REJECTED_KEY = {"traces": "rejectedSpans", "metrics": "rejectedDataPoints"}
+_BODY_HEADERS = frozenset({"content-type", "content-encoding", "content-length"})
 _MAX_BACKOFF = 30.0
 _MAX_RETRY_AFTER = 60.0
 
@@ -56,6 +57,8 @@ class PartialSuccess:
 
     def __str__(self) -> str:
         what = "spans" if self.signal == "traces" else "data points"
+        if not self.rejected:  # OTLP: a partial success that rejects none is a warning
+            return f"the backend kept all the {what}, and warned: {self.message}"
         text = f"the backend rejected {self.rejected} {what}"
         return f"{text}: {self.message}" if self.message else text
 
@@ -80,8 +83,9 @@ def endpoints_from(base: str | None, env: OtlpEnvironment | None = None) -> dict
         root = base or (env.endpoint if env else None)
         if own:
             out[signal] = _checked(own)
-        elif root:
-            out[signal] = _checked(root).rstrip("/") + path
+        elif root:  # the path appended to the URL's path, before a query it may have
+            parts = urllib.parse.urlsplit(_checked(root))
+            out[signal] = parts._replace(path=parts.path.rstrip("/") + path).geturl()
     return out
 
 
@@ -130,11 +134,14 @@ class OtlpHttp:
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": f"opencode-events/{__version__}",
-            **self.headers,
-        }
+        # One of each name, whatever its case (a second Authorization is a request a proxy
+        # may refuse); what the body is stays ours to say.
+        named = {"user-agent": ("User-Agent", f"opencode-events/{__version__}")}
+        for name, value in self.headers.items():
+            if name.lower() not in _BODY_HEADERS:
+                named[name.lower()] = (name, value)
+        headers = dict(named.values())
+        headers["Content-Type"] = "application/json"
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=6, mtime=0)
             headers["Content-Encoding"] = "gzip"
