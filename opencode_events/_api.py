@@ -278,8 +278,8 @@ def _since_ms(since: When, tz: tzinfo | None = None) -> int | None:
     if isinstance(since, datetime):
         return int(since.timestamp() * 1000)
     if isinstance(since, date):  # its first moment, in ``tz`` (else local time)
-        start = datetime.combine(since, time(), tz)
-        return int((start if tz is not None else start.astimezone()).timestamp() * 1000)
+        start = datetime.combine(since, time(), tz)  # naive: local time, a skipped midnight
+        return int(start.timestamp() * 1000)  # read as zoneinfo reads it (timeutil.parse_since)
     if isinstance(since, int | float) and not isinstance(since, bool):
         if not math.isfinite(since):
             raise ValueError(f"a time in epoch milliseconds is a finite number, not {since!r}")

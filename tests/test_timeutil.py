@@ -76,3 +76,40 @@ def test_the_first_and_last_dates_python_knows_are_before_and_after_everything()
         )
         assert result.returncode == 0, result.stderr
         assert len(json.loads(result.stdout)) == rows
+
+
+# A day whose midnight the clocks skip: the Azores (EU rules, UTC-1) go to summer time at
+# 00:00 local on 2026-03-29 (01:00 UTC), so that day begins at 01:00 local, 01:00 UTC.
+# astimezone() read the skipped 00:00 an hour back, in the day before; zoneinfo and a naive
+# timestamp() read it with the offset before the change: the moment the clocks jump.
+AZORES_DAY = 1774746000000  # 2026-03-29T01:00:00Z
+AZORES_MONDAY = 1774227600000  # 2026-03-23T00:00:00-01:00
+
+
+@pytest.fixture
+def local_azores(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Atlantic/Azores")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("zone", ["local", "tz"])
+def test_a_date_whose_midnight_was_skipped_begins_when_the_clocks_jump(local_azores, zone):
+    from datetime import date
+    from zoneinfo import ZoneInfo
+
+    from opencode_events._api import _since_ms
+    from opencode_events.reports.statusline import day_bounds
+    from opencode_events.reports.top import week_start
+
+    tz = ZoneInfo("Atlantic/Azores") if zone == "tz" else None
+    assert parse_since("2026-03-29", tz=tz) == AZORES_DAY
+    assert _since_ms(date(2026, 3, 29), tz) == AZORES_DAY
+    noon = AZORES_DAY + 12 * 3_600_000
+    assert day_bounds(noon, tz) == (AZORES_DAY, AZORES_DAY + 23 * 3_600_000)
+    assert day_bounds(AZORES_DAY - 1, tz) == (AZORES_DAY - 24 * 3_600_000, AZORES_DAY)
+    assert week_start(noon, tz) == AZORES_MONDAY  # Monday's midnight, not its 01:00

@@ -70,8 +70,11 @@ def parse_since(text: str, *, now: float | None = None, tz: tzinfo | None = None
             "or a date like 2026-11-01"
         ) from None
     try:
-        if moment.tzinfo is None:  # local time, as people mean it, or the report's zone
-            moment = moment.replace(tzinfo=tz) if tz is not None else moment.astimezone()
+        if moment.tzinfo is None and tz is not None:  # the report's zone
+            moment = moment.replace(tzinfo=tz)
+        # naive: local time, as people mean it; timestamp() reads a time the clocks skipped
+        # (a day that begins at 01:00) as zoneinfo does, where astimezone() moves it an hour
+        # back into the day before
         return int(moment.timestamp() * 1000)
     except (ValueError, OverflowError, OSError):  # 0001-01-01 in a zone ahead of UTC: year 0
         return -(2**62) if moment.year < 1970 else 2**62  # before or after anything stored

@@ -162,12 +162,16 @@ def current_session(store: Any) -> str | None:
 
 def day_bounds(now_ms: float, tz: tzinfo | None) -> tuple[int, int]:
     """[start, end) in epoch ms of the day ``now_ms`` falls on, in ``tz`` (default: local)."""
-    moment = datetime.fromtimestamp(now_ms / 1000, tz)  # naive local time when tz is None
-    start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
-    end = start + timedelta(days=1)  # wall-clock midnight: a day of 23 or 25 hours too
-    if tz is None:
-        start, end = start.astimezone(), end.astimezone()
-    return int(start.timestamp() * 1000), int(end.timestamp() * 1000)
+    day = datetime.fromtimestamp(now_ms / 1000, tz).date()  # local date when tz is None
+    return day_start(day, tz), day_start(day + timedelta(days=1), tz)
+
+
+def day_start(day: Any, tz: tzinfo | None) -> int:
+    """The first epoch ms of the date ``day`` in ``tz`` (None: local time): its midnight, or
+    where the clocks skip midnight (a change at 00:00), the moment they jump. A naive
+    ``timestamp()`` reads a skipped time with the offset before the change, as zoneinfo
+    does; ``astimezone()`` would move it an hour back, into the day before."""
+    return int(datetime.combine(day, datetime.min.time(), tz).timestamp() * 1000)
 
 
 def spend_between(store: Any, start_ms: int, end_ms: int) -> float:

@@ -38,7 +38,7 @@ from ..events import summed_cost
 from ..store.sqlite import Store
 from ..store.watch import StoreWatch
 from .spend import family_spend
-from .statusline import NEXT_STEP_MS, REPLY, day_bounds, prompt_tokens
+from .statusline import NEXT_STEP_MS, REPLY, day_bounds, day_start, prompt_tokens
 
 __all__ = ["TopBoard", "Board", "BoardRow", "week_start"]
 
@@ -89,12 +89,8 @@ def _tokens(session: Any) -> int:
 
 def week_start(now_ms: float, tz: tzinfo | None) -> int:
     """Monday 00:00 (local, or ``tz``) of the week ``now_ms`` falls in, epoch ms."""
-    start, _ = day_bounds(now_ms, tz)
-    moment = datetime.fromtimestamp(start / 1000, tz)
-    monday = moment - timedelta(days=moment.weekday())
-    if tz is None:
-        return int(monday.astimezone().timestamp() * 1000)
-    return int(monday.timestamp() * 1000)
+    day = datetime.fromtimestamp(now_ms / 1000, tz).date()
+    return day_start(day - timedelta(days=day.weekday()), tz)
 
 
 class _Tally:
