@@ -34,3 +34,51 @@ def with_every_reply_set(db: Path, sample: str, path: str, value: str) -> None:
             "WHERE json_extract(data, '$.role') = 'assistant'",
             (path,),
         )
+
+
+def with_the_original_deleted(db: Path) -> str:
+    """``db``, a copy of samples/fork's store without the session it was forked from: the
+    fork's copied history (its messages keep their original times, older than the fork's
+    own row) is then the only copy. Returns the fork's id."""
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        (original, fork) = conn.execute(
+            "SELECT id, (SELECT id FROM session ORDER BY time_created DESC LIMIT 1) "
+            "FROM session ORDER BY time_created LIMIT 1"
+        ).fetchone()
+        for table in ("part", "message"):
+            conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (original,))
+        conn.execute("DELETE FROM session WHERE id = ?", (original,))
+    conn.close()
+    return fork
+
+
+def with_a_reply_before_its_prompt(db: Path) -> tuple[str, str]:
+    """``db``, a copy of samples/continue3's store (three prompts in one session) in which
+    the clock went back an hour before the second prompt's reply: the reply's row and data
+    are dated before the prompt its ``parentID`` names. Returns (the prompt's id, the
+    reply's)."""
+    shutil.copyfile(SAMPLES / "continue3" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        prompts = conn.execute(
+            "SELECT id FROM message WHERE json_extract(data, '$.role') = 'user' "
+            "ORDER BY time_created, id"
+        ).fetchall()
+        prompt = prompts[1][0]
+        (reply,) = conn.execute(
+            "SELECT id FROM message WHERE json_extract(data, '$.parentID') = ? "
+            "ORDER BY time_created, id LIMIT 1",
+            (prompt,),
+        ).fetchone()
+        hour = 3_600_000
+        conn.execute(
+            "UPDATE message SET time_created = time_created - ?, data = json_set(data, "
+            "'$.time.created', json_extract(data, '$.time.created') - ?, '$.time.completed', "
+            "json_extract(data, '$.time.completed') - ?) WHERE id = ?",
+            (hour, hour, hour, reply),
+        )
+        conn.execute(
+            "UPDATE part SET time_created = time_created - ? WHERE message_id = ?", (hour, reply)
+        )
+    conn.close()
+    return prompt, reply

@@ -120,6 +120,35 @@ def test_the_spend_until_a_time_and_since_the_next_add_up_to_the_whole(sample, b
                 assert until.inferences + since.inferences == whole.inferences
 
 
+@pytest.mark.parametrize("by", ["turn", "session", "day"])
+@pytest.mark.parametrize("made", ["fork_alone", "reply_before_prompt"])
+def test_the_halves_add_up_where_messages_are_older_than_their_session(tmp_path, made, by):
+    """Sessions were chosen by their row (``--until``: created by then; ``--since``: updated
+    since), so a message dated outside that fell out of both halves: a fork whose original
+    was deleted (its copied history keeps the original's times, older than the fork's row),
+    a clock that went back. Cut at each message's time, as above."""
+    from tests.stores import with_a_reply_before_its_prompt, with_the_original_deleted
+
+    db = tmp_path / "opencode.db"
+    if made == "fork_alone":
+        with_the_original_deleted(db)
+    else:
+        with_a_reply_before_its_prompt(db)
+    conn = sqlite3.connect(db)
+    times = sorted(t for (t,) in conn.execute("SELECT time_created FROM message"))
+    conn.close()
+    with open_store(db) as store:
+
+        def total(**window):
+            return usage_report(store=store, by=by, **window).total
+
+        whole = total(all_sessions=True)
+        for cut in times:
+            until, since = total(until=cut), total(since=cut + 1)
+            assert until.total_tokens + since.total_tokens == whole.total_tokens, cut
+            assert until.cost + since.cost == pytest.approx(whole.cost, rel=1e-9)
+
+
 def test_every_grouping_has_the_same_total_until_a_time():
     db = str(SAMPLES / "task" / "opencode.db")
     cut = _iso(_message_times("task")[4])  # inside the subagent's run

@@ -2541,3 +2541,59 @@ def test_a_ledger_group_packed_at_once_is_the_group_added_to_a_new_one(drawn):
     if plain and (first is None or (type(first) is int and -(1 << 63) < first < 1 << 63)):
         assert packed is not None  # OpenCode's figures: always packed
     # else the group is made as a list, by the rule itself
+
+
+@pytest.mark.parametrize("cache", [False, True])
+@pytest.mark.parametrize("scope", ["--all", "--session"])
+def test_a_reply_dated_before_its_prompt_is_still_that_prompts(tmp_path, scope, cache):
+    """A clock that went back an hour between a prompt and its reply: read in time order,
+    the reply came before its prompt and made a turn of its own with no prompt (the turn
+    it belongs to had none). Its ``parentID`` names its prompt: the same turns as before."""
+    from tests.stores import with_a_reply_before_its_prompt
+
+    db = tmp_path / "opencode.db"
+    with_a_reply_before_its_prompt(db)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def turns(path: Path) -> list[tuple]:
+        (sid,) = sqlite3.connect(path).execute("SELECT id FROM session").fetchone()
+        args = [scope] if scope == "--all" else [scope, sid]
+        command = [sys.executable, "-m", "opencode_events", "usage", "--db", str(path)]
+        command += [*args, "--by", "turn", "--format", "json"]
+        if not cache:
+            command.append("--no-cache")
+        result = subprocess.run(command, capture_output=True, env=env, timeout=60)
+        assert result.returncode == 0, result.stderr
+        rows = json.loads(result.stdout)["rows"]
+        return [(r["turn"], r["prompt"], r["inferences"], r["cost"]) for r in rows]
+
+    assert turns(db) == turns(SAMPLES / "continue3" / "opencode.db")
+    assert len(turns(db)) == 3
+
+
+@pytest.mark.parametrize(
+    ("created", "shown"),
+    [
+        ("0", "1970-01-01 00:00"),  # a time of 0 is a time, not the total row's label
+        ("time_created + 0.5", "-"),  # a REAL time is none to the step (the day has it)
+    ],
+)
+def test_a_step_with_an_odd_row_time_is_neither_the_total_nor_in_flight(tmp_path, created, shown):
+    """``--by step`` labelled a row whose time was 0 or no integer "total", and took a
+    completed reply with no usable row time for one in flight (``stale``)."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            f"UPDATE message SET time_created = {created} "
+            "WHERE json_extract(data, '$.role') = 'assistant'"
+        )
+    conn.close()
+    base = [sys.executable, "-m", "opencode_events", "usage", "--db", str(db), "--all"]
+    base += ["--by", "step", "--no-cache", "--tz", "UTC", "--format"]
+    result = subprocess.run([*base, "json"], capture_output=True, timeout=60)
+    (row,) = json.loads(result.stdout)["rows"]
+    assert "stale" not in row and not row.get("open")
+    table = subprocess.run([*base, "table"], capture_output=True, timeout=60).stdout.decode()
+    labels = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
+    assert labels == [shown, "total"], table

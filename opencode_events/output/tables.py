@@ -550,7 +550,9 @@ def usage_table(
             label.append(Column("reason", lambda r: r.reason or "", drop=2))
     elif by == "step":
         label += [
-            Column("started", lambda r: format_time(r.started) if r.started else "total"),
+            Column(  # a step's time of 0 is a time; one that is none shows "-"
+                "started", lambda r: "total" if r is report.total else format_time(r.started)
+            ),
             Column("took", lambda r: _duration(r.duration_ms), numeric=True, drop=4),
         ]
         if several_sessions:

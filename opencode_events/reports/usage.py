@@ -901,6 +901,7 @@ def _session_turns(
     by_message: dict[str, _Turn] = {}
     early: set[str] = set()  # inferences before --since
     late: set[str] = set()  # inferences after --until: nor their figures, nor their parts
+    read: list[tuple[Any, Any]] = []
     for message in store.messages(session_id):
         if message.id in skip:
             continue
@@ -908,6 +909,14 @@ def _session_turns(
             info = _read_message(message.data)
         except _UNREADABLE:
             info = None
+        read.append((message, info))
+    # A reply is read after its prompt even when its clock went back (created before it):
+    # held until the prompt its parentID names is read.
+    prompts = {m.id for m, info in read if info is not None and info.role == "user"}
+    held: dict[str, list[tuple[Any, Any]]] = {}
+    queue = list(reversed(read))
+    while queue:
+        message, info = queue.pop()
         if info is None or info.role not in ("user", "assistant"):
             if unread is not None:
                 unread[0] += 1
@@ -927,6 +936,14 @@ def _session_turns(
             )
             turns.append(turn)
             by_message[message.id] = turn
+            queue.extend(reversed(held.pop(message.id, ())))
+        elif (
+            info.role == "assistant"
+            and isinstance(info.parentID, str)
+            and info.parentID in prompts
+            and info.parentID not in by_message
+        ):
+            held.setdefault(info.parentID, []).append((message, info))
         elif since is not None and _before(message.time_created, since):
             early.add(message.id)  # an inference before --since: nor its figures, nor its parts
         elif until is not None and _after(message.time_created, until):
@@ -3050,10 +3067,10 @@ def _step_row(
     figures.agent = shared(full.agent, full.agent) if isinstance(full.agent, str) else None
     figures.reason = shared(full.finish, full.finish) if isinstance(full.finish, str) else None
     completed = full.time.completed if full.time else None
-    if type(completed) is int and figures.started is not None:
-        figures.duration_ms = completed - figures.started
-    else:
+    if type(completed) is not int:  # in flight: no completed time (whatever its row's time)
         figures.in_flight = True
+    elif figures.started is not None:
+        figures.duration_ms = completed - figures.started
     return figures
 
 
@@ -4222,7 +4239,8 @@ def _window_sessions(store: Any, since_ms: int | None, until_ms: int | None) -> 
     if until_ms is None:
         return select_sessions(store, since_ms=since_ms)
     rows = store.sessions(since_ms=since_ms, top_level=True)
-    begun = [r for r in rows if not _after(r.time_created, until_ms)]
+    early = store.begun_by(until_ms) if hasattr(store, "begun_by") else set()
+    begun = [r for r in rows if not _after(r.time_created, until_ms) or r.id in early]
     return [r.id for r in sorted(begun, key=lambda r: (r.time_created, r.id))]
 
 

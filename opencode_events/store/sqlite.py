@@ -492,9 +492,12 @@ class Store:
         need not hold their rows. ``subagents``: only the sessions with a parent link
         (``children`` names them), in no particular order."""
         where, params = [], []
-        if since_ms is not None:
-            where.append("time_updated >= ?")
-            params.append(since_ms)
+        if since_ms is not None:  # its row, or a message of its own, written since then
+            where.append(
+                "(time_updated >= ? OR EXISTS (SELECT 1 FROM message AS m "
+                "WHERE m.session_id = session.id AND m.time_created >= ?))"
+            )
+            params += [since_ms, since_ms]
         if top_level:
             clause, loop_ids = self._top_level()
             where.append(clause)
@@ -960,6 +963,19 @@ class Store:
                 )
             )
         return self._loops
+
+    def begun_by(self, until_ms: int) -> set[str]:
+        """Ids of the sessions created after ``until_ms`` with a message created by then (a
+        fork's copied history, a clock that went back: older than the session's own row);
+        one index seek for each session created after it."""
+        return {
+            sid
+            for (sid,) in self._query(
+                "SELECT id FROM session WHERE time_created > ? AND EXISTS (SELECT 1 FROM "
+                "message AS m WHERE m.session_id = session.id AND m.time_created <= ?)",
+                (until_ms, until_ms),
+            )
+        }
 
     def _top_level(self) -> tuple[str, list[Any]]:
         """``_TOP_LEVEL`` with this store's loop members added, and its parameters."""
