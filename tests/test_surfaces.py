@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import itertools
 import json
 import os
 import re
@@ -172,12 +173,15 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 @contextlib.contextmanager
-def opencode_like_server(sessions: list[str]) -> Iterator[tuple[str, list[str]]]:
+def opencode_like_server(
+    sessions: list[str], capture: str = "serve_text"
+) -> Iterator[tuple[str, list[str]]]:
     """A stand-in for `opencode serve` that answers as 1.18.33 does: GET /session/ID 200
-    or 404, GET /session the list, GET /event the captured serve_text stream (its
-    session's idle ends attach). Yields the URL and the paths asked for."""
+    or 404, GET /session the list, GET /event the captured stream (serve_text's by
+    default: its session's idle ends attach), POST /session/ID/abort 200. Yields the URL
+    and the paths asked for (a POST's as ``POST /session/…``)."""
     asked: list[str] = []
-    sse = (SAMPLES / "serve_text" / "events.sse").read_bytes()
+    sse = (SAMPLES / capture / "events.sse").read_bytes()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:
@@ -209,6 +213,14 @@ def opencode_like_server(sessions: list[str]) -> Iterator[tuple[str, list[str]]]
                 with contextlib.suppress(OSError):
                     self.wfile.write(sse)
                     self.wfile.flush()
+            else:
+                self._json(404, {})
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            asked.append(f"POST {self.path}")
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path.endswith("/abort"):
+                self._json(200, True)
             else:
                 self._json(404, {})
 
@@ -272,6 +284,39 @@ def test_attach_to_a_known_session_or_its_prefix_follows_it(given):
     assert result.returncode == 0, result.stderr
     assert asked[-1] == "/event"
     assert {json.loads(line)["session_id"] for line in result.stdout.splitlines()} == {session}
+
+
+def _costs_of(capture: str) -> tuple[str, list[float]]:
+    """The session a capture follows and what it had cost after each step."""
+    result = run("normalize", str(SAMPLES / capture / "events.sse"))
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    spent = list(itertools.accumulate(e["cost"] for e in events if e["kind"] == "usage"))
+    return events[-1]["session_id"], spent
+
+
+@pytest.mark.parametrize(
+    ("capture", "share"),
+    [
+        ("serve_text", 0.25),  # one step: its cost never reached a session.updated before idle
+        ("serve_permission", 0.95),  # crossed in the last of three steps
+        ("serve_permission", 0.7),  # crossed in the second of three steps
+    ],
+)
+def test_attach_max_cost_aborts_once_the_replies_cost_more(capture, share):
+    """OpenCode sends a session's new cost (``session.updated``) only once its next step
+    has begun, the last step's after ``session.idle``: counted from those alone, a limit
+    crossed by the last step was never seen (exit 0, no abort). The replies'
+    ``message.updated`` carry each step's cost as it ends."""
+    session, spent_after = _costs_of(capture)
+    limit = round(spent_after[-1] * share, 6)
+    crossed_at = next(spent for spent in spent_after if spent > limit)
+    with opencode_like_server([session], capture) as (url, asked):
+        result = run("attach", url, "--session", session, "--max-cost", str(limit), "-o", "-")
+    assert result.returncode == 3, result.stderr
+    assert f"POST /session/{session}/abort" in asked
+    said = result.stderr.decode().splitlines()[-1]
+    assert said.startswith(f"opencode-events: {session} cost $") and "aborted it" in said
+    assert f"cost ${crossed_at:.4f}," in said  # at the step that crossed it
 
 
 # -------------------------------------------------------------------------------- run

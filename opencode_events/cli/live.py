@@ -443,6 +443,7 @@ def attach(
         deltas=deltas,
         session=session_id,
         on_session=limit.seen if limit is not None else None,
+        on_message=limit.reply if limit is not None else None,
     )
     if limit is not None:
         limit.reader = reader
@@ -475,7 +476,7 @@ def attach(
 
 class _Abort:
     """``attach --max-cost``: the costs the server reports for the followed session and the
-    sessions below it (``session.updated``); once they sum to more than the limit, the
+    sessions below it (``SessionCosts``); once they sum to more than the limit, the
     session is aborted through the server (``POST /session/{id}/abort``, as the TUI's
     Escape does) and attach ends at the idle that follows, even with ``--follow``."""
 
@@ -490,6 +491,13 @@ class _Abort:
 
     def seen(self, session_id: str, parent_id: str | None, cost: Any) -> None:
         self.costs.seen(session_id, parent_id, cost)
+        self._check()
+
+    def reply(self, session_id: str | None, info: Any) -> None:
+        self.costs.reply(session_id, info)
+        self._check()
+
+    def _check(self) -> None:
         root = self.reader.session if self.reader is not None else None
         if self.crossed or root is None:
             return

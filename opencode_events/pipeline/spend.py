@@ -93,16 +93,20 @@ class RunSpend:
 
 
 class SessionCosts:
-    """Sessions' costs as a server reports them (``session.updated``: id, parent, cost),
-    summed over a session and every session below it, for ``attach --max-cost``::
+    """Sessions' costs as a server reports them, summed over a session and every session
+    below it, for ``attach --max-cost``: a session's cost is the larger of its
+    ``session.updated`` figure and the sum of its replies' ``message.updated`` costs.
+    OpenCode 1.18 sends a session's new cost only once its next step has begun (the last
+    step's after ``session.idle``), a reply's as the step ends::
 
         costs = SessionCosts()
-        reader = SseReader(normalizer, on_session=costs.seen)
+        reader = SseReader(normalizer, on_session=costs.seen, on_message=costs.reply)
         costs.total("ses_…")          # (with subagents, the subagents' share, how many)
     """
 
     def __init__(self) -> None:
         self._cost: dict[str, float] = {}
+        self._replies: dict[str, dict[str, float]] = {}  # session → reply id → its cost
         self._parent: dict[str, str] = {}
 
     def seen(self, session_id: str, parent_id: str | None, cost: Any) -> None:
@@ -110,6 +114,19 @@ class SessionCosts:
             self._parent[session_id] = parent_id
         if (type(cost) is float or type(cost) is int) and cost == cost:  # not NaN
             self._cost[session_id] = float(cost)
+
+    def reply(self, session_id: str | None, info: Any) -> None:
+        """A message update (``MessageInfo``): an assistant reply's cost so far."""
+        cost, message_id = info.cost, info.id
+        if session_id is None or info.role != "assistant" or type(message_id) is not str:
+            return
+        if (type(cost) is float or type(cost) is int) and cost == cost and cost >= 0:
+            self._replies.setdefault(session_id, {})[message_id] = float(cost)
+
+    def _of(self, session_id: str) -> float:
+        replies = self._replies.get(session_id)
+        summed = summed_cost(sum(replies.values()), len(replies)) if replies else 0.0
+        return max(self._cost.get(session_id, 0.0), summed)
 
     def below(self, root: str) -> list[str]:
         """The sessions under ``root``, by the parent links seen (a loop is not followed)."""
@@ -127,8 +144,8 @@ class SessionCosts:
 
     def total(self, root: str) -> tuple[float, float, int]:
         below = self.below(root)
-        share = [self._cost.get(sid, 0.0) for sid in below]
-        own = self._cost.get(root, 0.0)
+        share = [self._of(sid) for sid in below]
+        own = self._of(root)
         return (
             summed_cost(own + sum(share), 1 + len(share)),
             summed_cost(sum(share), len(share)),
