@@ -2,8 +2,12 @@
 large import (``pipeline.fanout``) uses, and how a forked worker's failure reaches its parent.
 
 - **Count**: ``$OPENCODE_EVENTS_WORKERS`` when set (1: this process only), else one per
-  core this process may run on, at most ``MAX_AUTO`` — and 1 where ``fork`` is missing or
-  the job is too small to pay for the workers (``min_jobs``).
+  core this process may run on, at most ``MAX_AUTO`` — and 1 where ``fork`` is missing,
+  where this process runs other Python threads (a fork copies only the calling one: a lock
+  another held, SQLite's or the allocator's, stays held in the child, which then waits
+  forever), or where the job is too small to pay for the workers (``min_jobs``).
+- **A child's signals**: ``child_signals()``, first thing in every forked worker: the
+  host's own handlers (a harness's shutdown hook) are not the worker's to run.
 - **Processes and pipes**: ``Crew`` keeps the workers' ids and the pipe ends this process
   opened for them: each end closed once (its number may be another file's by now), the
   workers killed and waited for.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from typing import Any, NoReturn
 
 from .errors import InputError, OutputError
@@ -32,6 +37,7 @@ __all__ = [
     "MAX_WORKERS",
     "MAX_AUTO",
     "worker_count",
+    "child_signals",
     "can_share",
     "Crew",
     "failure_report",
@@ -59,7 +65,30 @@ def worker_count(jobs: int | None = None, *, min_jobs: int = 0) -> int:
         return min(wanted, MAX_WORKERS)
     if jobs is not None and jobs < min_jobs:
         return 1
+    if _other_threads():
+        return 1
     return max(1, min(_cores(), MAX_AUTO))
+
+
+def _other_threads() -> bool:
+    """Whether Python threads run beside this one (``threading`` never imported: none)."""
+    threading = sys.modules.get("threading")
+    return threading is not None and threading.active_count() > 1
+
+
+_HOST_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD")
+
+
+def child_signals() -> None:
+    """In a forked worker: the default action for the signals a host may handle itself
+    (``_HOST_SIGNALS``), and SIGINT a ``KeyboardInterrupt`` the worker reports to its
+    parent. SIGPIPE stays ignored, as Python sets it: a closed pipe is an error to report."""
+    for name in _HOST_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def can_share(out: Any) -> bool:

@@ -5,7 +5,10 @@ redone here, children no longer wanted stopped and reaped."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -247,3 +250,60 @@ def test_a_worker_s_input_error_of_any_kind_is_an_input_error_in_the_parent() ->
     with pytest.raises(InputError, match="^cannot read x$") as raised:
         raise_failure(failure_report(DamagedText("cannot read x")))
     assert type(raised.value) is InputError
+
+
+# ------------------------------------------------------------------ a host's process
+
+
+def _signals_seen(uri: str, low: int, high: int, pause: float) -> tuple[int, Any, Any]:
+    time.sleep(pause)
+    return os.getpid(), signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR1)
+
+
+def test_a_child_runs_none_of_the_hosts_signal_handlers():
+    """A harness's SIGTERM hook (a container stop signals the whole group) ran in every
+    forked worker too: a child takes the default action for such signals."""
+    mine = lambda *_: None  # noqa: E731 - a host's handler
+    before = signal.signal(signal.SIGTERM, mine), signal.signal(signal.SIGUSR1, mine)
+    try:
+        results = share_ranges(_Table(1000), "message", 0, _signals_seen, 0.02)()
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGUSR1, before[1])
+    children = [(term, usr1) for pid, term, usr1 in results if pid != os.getpid()]
+    assert children and set(children) == {(signal.SIG_DFL, signal.SIG_DFL)}
+    assert {(t, u) for pid, t, u in results if pid == os.getpid()} == {(mine, mine)}
+
+
+def test_a_host_that_ignores_sigchld_still_gets_its_results():
+    """SIGCHLD ignored: the kernel reaps the children itself, and waitpid raised
+    ChildProcessError out of the report."""
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        table = _Table(1000)
+        results = share_ranges(table, "message", 0, _taken_by, 0.02)()
+    finally:
+        signal.signal(signal.SIGCHLD, before)
+    assert [(low, high) for _, low, high in results] == _shared_ranges(table)
+
+
+def test_beside_another_thread_the_work_stays_in_this_process(monkeypatch):
+    """A fork copies only the calling thread: a lock another thread held (SQLite's, the
+    allocator's) stays held in the child, which waits forever, and so does the host. With
+    threads running, no workers unless OPENCODE_EVENTS_WORKERS asks for them."""
+    from opencode_events.workers import worker_count
+
+    monkeypatch.delenv("OPENCODE_EVENTS_WORKERS", raising=False)
+    done = threading.Event()
+    other = threading.Thread(target=done.wait)
+    other.start()
+    try:
+        assert worker_count() == 1
+        assert share_ranges(_Table(1000), "message", 0, _taken_by, 0) is None
+        monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "2")
+        assert worker_count() == 2  # asked for: the host's to judge
+    finally:
+        done.set()
+        other.join()
+    monkeypatch.delenv("OPENCODE_EVENTS_WORKERS")
+    assert worker_count() == min(os.cpu_count() or 1, 4)

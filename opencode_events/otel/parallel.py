@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..store import fastscan
-from ..workers import failure_report, raise_failure, worker_count
+from ..workers import child_signals, failure_report, raise_failure, worker_count
 from .export import Summary, store_builder, store_sessions
 from .otlp import Resources, SpanBatches, metrics_body
 from .spans import Counters, TraceBuilder
@@ -141,8 +141,8 @@ def _worker(
     traces: bool,
 ) -> None:
     """A forked worker's whole life; leaves with ``os._exit``."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    child_signals()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent says what a Ctrl-C ended
     code = 0
     try:
         # A SQLite connection must not be used across fork: its own, apsw's where it can.

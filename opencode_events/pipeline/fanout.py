@@ -36,7 +36,6 @@ import contextlib
 import os
 import pickle
 import select
-import signal
 import struct
 from collections import deque
 from collections.abc import Sequence
@@ -46,7 +45,7 @@ from ..core.normalizer import Normalizer
 from ..errors import InputError
 from ..output.jsonl import JsonlWriter
 from ..store import fastscan
-from ..workers import Crew, failure_report, raise_failure, worker_count
+from ..workers import Crew, child_signals, failure_report, raise_failure, worker_count
 
 __all__ = ["HOLD_BYTES", "MIN_SESSIONS", "import_in_workers", "workers_for"]
 
@@ -277,7 +276,7 @@ def _worker_main(
 ) -> None:
     """The forked worker's whole life; leaves with ``os._exit`` (no parent state is
     finalized here: the parent's database connection and files stay the parent's)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    child_signals()
     queue, inbox, notes, result_out = ends = dealer.worker_ends(index)
     dealer.keep(*ends)
     code = 0

@@ -54,7 +54,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import signal
 import struct
 from collections import OrderedDict, deque
 from collections.abc import Generator, Iterator
@@ -65,7 +64,14 @@ from ..errors import InputError
 from ..events import Event, Usage
 from ..output.jsonl import JsonlWriter
 from ..sources.stream import StreamReader, line_batches
-from ..workers import Crew, can_share, failure_report, raise_failure, worker_count
+from ..workers import (
+    Crew,
+    can_share,
+    child_signals,
+    failure_report,
+    raise_failure,
+    worker_count,
+)
 from .normalize import OpenedInput, line_events
 
 __all__ = ["CHUNK_BYTES", "WINDOW_BYTES", "HELD_EVENTS", "cut_points", "normalize_file", "LAST_RUN"]
@@ -604,7 +610,7 @@ def _worker_main(
     limit: int,
 ) -> None:
     """The forked worker's whole life; leaves with ``os._exit``."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    child_signals()
     inbox, outbox = crew.ends(index)
     code = 0
     try:

@@ -70,7 +70,7 @@ from .._version import __version__
 from ..errors import InputError
 from ..paths import CACHE_SIZE, cache_size_setting
 from ..store.changes import database_identity, fingerprint, log_moved, session_stamps
-from ..workers import worker_count
+from ..workers import child_signals, worker_count
 
 __all__ = [
     "ReportCache",
@@ -1126,6 +1126,7 @@ class ReportCache:
             except OSError:
                 pid = -1
             if pid == 0:  # the child: never returns into the caller's code
+                child_signals()
                 code = 0
                 try:
                     keep()

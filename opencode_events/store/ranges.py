@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InputError
-from ..workers import failure_report, raise_failure, worker_count
+from ..workers import child_signals, failure_report, raise_failure, worker_count
 from .rows import RowidRanges
 from .sqlite import SQLITE_ERRORS, sqlite_reason
 
@@ -192,6 +192,7 @@ class _Sharing:
         if pid == 0:  # the child: never returns into the caller's code
             global _in_forked_child
             _in_forked_child = True
+            child_signals()  # the host's handlers are the host's, not its workers'
             code = 0
             try:
                 while (index := _next_range(self.take)) is not None:
@@ -302,7 +303,8 @@ class _Child:
 
     def finish(self, results: dict[int, Any]) -> None:
         """Wait for the child's end, then read what it wrote."""
-        os.waitpid(self.pid, 0)
+        with contextlib.suppress(ChildProcessError):  # reaped already: SIGCHLD ignored
+            os.waitpid(self.pid, 0)
         self.alive = False
         self.read_into(results)
 
