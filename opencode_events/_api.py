@@ -87,6 +87,8 @@ def _open(source: Source) -> tuple[str, Any, bool]:
             return path, open(path, "rb", buffering=0), True  # noqa: SIM115 - closed by caller
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except ValueError:  # a NUL in the path: no file has such a name
+            raise InputError(f"cannot read {path!r}: no file has a NUL in its name") from None
     if isinstance(source, bytes | bytearray | str):
         raise TypeError("iter_events takes a path, a binary file or an iterable of byte lines")
     if isinstance(source, io.TextIOBase):
@@ -154,7 +156,9 @@ async def aiter_events(
     """``iter_events`` for ``asyncio``: ``source`` is an ``asyncio.StreamReader`` (such as
     the ``stdout`` of ``asyncio.create_subprocess_exec("opencode", "run", "--format",
     "json", …)``) or any async iterable of bytes, in lines or in pieces of any size."""
-    readable = hasattr(source, "read") and not hasattr(source, "__aiter__")
+    # ``read`` first: an asyncio.StreamReader (or aiohttp's) also has ``__aiter__``, which
+    # yields lines through ``readline`` and fails on one longer than its limit (64 KiB)
+    readable = callable(getattr(source, "read", None))
     if isinstance(source, str | bytes | os.PathLike) or not (
         readable or hasattr(source, "__aiter__")
     ):
@@ -202,6 +206,8 @@ class ServerEvents:
     """
 
     def __init__(self, session: str | None = None, *, raw: bool = False, deltas: bool = False):
+        if session is not None and not isinstance(session, str):
+            raise TypeError(f"session is a session id (a str) or None, not {session!r}")
         self._normalizer = Normalizer(keep_raw=raw)
         self._reader = SseReader(self._normalizer, deltas=deltas, session=session)
         self._count = 0
@@ -283,6 +289,8 @@ def _since_ms(since: When, tz: tzinfo | None = None) -> int | None:
     if isinstance(since, int | float) and not isinstance(since, bool):
         if not math.isfinite(since):
             raise ValueError(f"a time in epoch milliseconds is a finite number, not {since!r}")
+        if not -(2**63) <= since < 2**63:  # SQLite's integers: OverflowError past them
+            raise ValueError(f"a time in epoch milliseconds out of range: {since!r}")
         return int(since)
     if not isinstance(since, str):
         raise TypeError(f"a time is a str, epoch ms, a date or a datetime, not {since!r}")
@@ -300,7 +308,11 @@ def _until_ms(until: When, tz: tzinfo | None = None) -> int | None:
     if until is None or isinstance(until, datetime | int | float):
         return _since_ms(until, tz)
     if isinstance(until, date):
-        return _since_ms(until + timedelta(days=1), tz) - 1  # type: ignore[operator]
+        try:
+            following = until + timedelta(days=1)
+        except OverflowError:  # date.max
+            raise ValueError(f"a date out of range: {until!r}") from None
+        return _since_ms(following, tz) - 1  # type: ignore[operator]
     if not isinstance(until, str):
         raise TypeError(f"a time is a str, epoch ms, a date or a datetime, not {until!r}")
     from .core.timeutil import parse_until
@@ -356,7 +368,7 @@ def stored_events(
     sessions: Sequence[str] | str = (),
     *,
     all_sessions: bool = False,
-    since: str | int | datetime | None = None,
+    since: When = None,
     children: bool = False,
     raw: bool = False,
     metrics: bool = True,
@@ -394,12 +406,12 @@ def _stored_events_of(
 def sessions_report(
     store: SessionStore,
     *,
-    since: str | int | datetime | None = None,
+    since: When = None,
     limit: int | None = None,
     all_sessions: bool = False,
     fold: bool = True,
     cache: bool = False,
-    until: str | int | datetime | None = None,
+    until: When = None,
 ) -> SessionsReport:
     """``opencode-events sessions``: one summary per top-level session (``all_sessions``:
     subagents too), newest activity first; ``.sessions`` and ``.document()``. ``fold``:
@@ -435,12 +447,12 @@ def usage_report(
     store: SessionStore | None = None,
     sessions: Sequence[str] | str = (),
     all_sessions: bool = False,
-    since: str | int | datetime | None = None,
+    since: When = None,
     by: str = "turn",
     fold: bool = True,
     tz: tzinfo | str | None = None,
     cache: bool = False,
-    until: str | int | datetime | None = None,
+    until: When = None,
 ) -> UsageReport:
     """``opencode-events usage``: of a stream (``source``, as ``iter_events`` takes it: a
     raw run stream or normalized JSONL; ``by`` ``turn`` = step rows, ``session`` or ``day``)

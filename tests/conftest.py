@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,8 +21,10 @@ from pathlib import Path
 import pytest
 
 # The report cache (reports.cache) of every test run lives in a folder of its own, never in
-# the user's ~/.cache; the reports read and fill it as they would for a user.
+# the user's ~/.cache; the reports read and fill it as they would for a user. Removed when
+# the run ends (hundreds were left in /tmp).
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="opencode-events-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
 # GNU readline, once loaded (pytest's debugging support loads it), exports COLUMNS and LINES
 # to child processes behind os.environ's back; the CLI draws a table in a pipe as wide as

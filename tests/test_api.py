@@ -280,6 +280,94 @@ def test_aiter_events_reads_a_subprocess_stdout():
     assert encoded(asyncio.run(main())) == (GOLDEN / "file_tools.jsonl").read_bytes()
 
 
+def test_aiter_events_reads_a_subprocess_stdout_with_a_line_past_its_limit():
+    """big_output's 84 KB line: an asyncio.StreamReader (64 KiB a line) iterated line by
+    line raised ValueError ("chunk is longer than limit"); it is read, not iterated."""
+    source = SAMPLES / "big_output" / "stream.jsonl"
+
+    async def main() -> list:
+        process = await asyncio.create_subprocess_exec(
+            "cat", str(source), stdout=asyncio.subprocess.PIPE
+        )
+        found = await _collect(process.stdout)
+        await process.wait()
+        return found
+
+    assert encoded(asyncio.run(main())) == encoded(opencode_events.iter_events(source))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "said"),
+    [
+        (lambda s: opencode_events.usage_report(store=s, since=10**30), ValueError, "range"),
+        (lambda s: opencode_events.usage_report(store=s, until=1e300), ValueError, "range"),
+        (lambda s: opencode_events.sessions_report(s, since=-(10**19)), ValueError, "range"),
+        (lambda s: opencode_events.usage_report(store=s, until=date.max), ValueError, "range"),
+        (lambda s: opencode_events.iter_events("a\0b"), opencode_events.InputError, "NUL"),
+        (lambda s: opencode_events.ServerEvents(session=5), TypeError, "session id"),
+        (lambda s: opencode_events.ServerEvents(session=["x"]), TypeError, "session id"),
+    ],
+)
+def test_an_argument_out_of_range_or_of_the_wrong_kind_is_the_documented_error(call, error, said):
+    """A time past SQLite's integers raised OverflowError from the query; a NUL in a path
+    ValueError; a session id of another type a TypeError later, from ``feed``."""
+    with (
+        opencode_events.open_store(SAMPLES / "task" / "opencode.db") as store,
+        pytest.raises(error, match=said),
+    ):
+        found = call(store)
+        list(found) if hasattr(found, "__next__") else found
+
+
+def test_a_private_copy_goes_with_a_store_never_closed(tmp_path, monkeypatch):
+    """A database with a -wal and no -shm is read from a copy in a folder of its own; a
+    store dropped without close() left it (a copy as large as the database) in /tmp."""
+    import shutil
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", data / "opencode.db")
+    (data / "opencode.db-wal").write_bytes(b"")
+    store = opencode_events.open_store(data / "opencode.db")
+    assert opencode_events.sessions_report(store).sessions
+    assert list((tmp_path / "tmp").iterdir())  # the copy
+    del store
+    gc.collect()
+    assert not list((tmp_path / "tmp").iterdir())
+
+
+def test_a_deleted_databases_descriptor_is_not_kept_open(tmp_path):
+    """``cache=True`` keeps a few descriptors of the databases it read (closing one would
+    drop SQLite's locks on that file); one of a file deleted since held its disk space
+    until the process ended."""
+    import shutil
+
+    def open_deleted() -> list[str]:
+        fds = Path("/proc/self/fd")
+        return [os.readlink(fd) for fd in fds.iterdir() if "(deleted)" in _link(fd)]
+
+    for round_ in range(5):
+        data = tmp_path / f"data{round_}"
+        data.mkdir()
+        shutil.copyfile(SAMPLES / "task" / "opencode.db", data / "opencode.db")
+        with opencode_events.open_store(data / "opencode.db") as store:
+            opencode_events.sessions_report(store, cache=True)
+        shutil.rmtree(data)
+    assert len([link for link in open_deleted() if str(tmp_path) in link]) <= 1
+
+
+def _link(fd: Path) -> str:
+    try:
+        return os.readlink(fd)
+    except OSError:
+        return ""
+
+
 # ------------------------------------------------------------------ ServerEvents
 
 SERVED = sorted(SAMPLES.glob("*/events.sse"))

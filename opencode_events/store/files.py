@@ -74,6 +74,7 @@ def read_head(path: str | os.PathLike[str], size: int) -> tuple[os.stat_result, 
     if not stat.S_ISREG(info.st_mode):
         return None
     with _kept_lock:
+        _drop_unlinked()
         kept = _kept.get(name)
         if kept is None or kept[1:] != (info.st_dev, info.st_ino):
             fd = _open_kept(name)
@@ -93,6 +94,20 @@ def read_head(path: str | os.PathLike[str], size: int) -> tuple[os.stat_result, 
             return info, os.pread(kept[0], size, 0) if size else b""
         except OSError:
             return None
+
+
+def _drop_unlinked() -> None:
+    """Close the kept descriptors of files no longer linked anywhere (a data folder the
+    caller removed): no process can open such a file again, so no lock on it matters, and
+    a descriptor kept would hold its disk space until this process ends."""
+    for name, (fd, _dev, _ino) in list(_kept.items()):
+        try:
+            gone = os.fstat(fd).st_nlink == 0
+        except OSError:
+            gone = True
+        if gone:
+            _close_quietly(fd)
+            del _kept[name]
 
 
 def _open_kept(name: str) -> int | None:

@@ -28,6 +28,7 @@ import math
 import operator
 import os
 import sqlite3
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -307,6 +308,8 @@ class Store:
         import tempfile
 
         self._tmp = tempfile.mkdtemp(prefix="opencode-events-")
+        # removed by ``close``, or when the store is dropped unclosed (or at exit)
+        self._tmp_finalizer = weakref.finalize(self, shutil.rmtree, self._tmp, True)
         copy = Path(self._tmp) / "opencode.db"
         try:
             shutil.copyfile(path, copy)
@@ -425,6 +428,9 @@ class Store:
 
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+        finalizer = getattr(self, "_tmp_finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
 
     def __enter__(self) -> Store:
         return self
