@@ -2646,3 +2646,115 @@ def test_kept_turns_out_of_the_sessions_order_are_a_damaged_memo(tmp_path) -> No
             ["a", "b"], {"b"}, {"b": [rows[0]]}, iter(rows[::-1]), cache, memo
         )
         assert [row.session_id for row in in_order] == ["a", "b"]
+
+
+# ------------------------------------------------------- files replaced, clocks gone back
+
+
+def _wal_copy(sample: str, db: Path) -> None:
+    """samples/``sample``'s store at ``db`` in WAL mode, as OpenCode keeps its own (SQLite
+    then leaves the header's change counter as it was)."""
+    shutil.copyfile(SAMPLES / sample / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+
+
+def test_a_copy_written_over_the_database_in_place_is_seen(tmp_path):
+    """``cp other.db opencode.db`` then ``touch -r``: the same inode, size, header, edges
+    and modification time; only the change time tells (no one can set it)."""
+    db, other, root = tmp_path / "opencode.db", tmp_path / "other.db", tmp_path / "cache"
+    _wal_copy("task", db)
+    _wal_copy("task", other)
+    conn = sqlite3.connect(other)
+    conn.execute("UPDATE session SET title = 'EDITED ' || substr(title, 8)")  # same length
+    conn.commit()
+    conn.close()
+    assert db.stat().st_size == other.stat().st_size
+    which = [0, REPORTS.index(("usage", {"all_sessions": True, "by": "session"}))]
+    for report in which:
+        _report(db, report, root)
+    before = db.stat()
+    shutil.copyfile(other, db)  # in place: the same inode
+    os.utime(db, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert db.stat().st_ino == before.st_ino
+    for report in which:
+        assert _report(db, report, root) == _report(db, report, None), REPORTS[report]
+
+
+@pytest.mark.parametrize("restore", ["moved", "copied"])
+def test_a_backup_restored_then_written_by_opencode_is_read_again(tmp_path, restore):
+    """The cache saw session X at seq n+1; a backup with X at n comes back (moved over the
+    file, or copied in place); OpenCode writes X again (n+1, another content) and another
+    session: the log moved on overall, and X's stamp is the one the cache kept."""
+    db, backup, root = tmp_path / "opencode.db", tmp_path / "backup.db", tmp_path / "cache"
+    _wal_copy("fork", db)
+    shutil.copyfile(db, backup)
+
+    def opencode_writes(sid: str, cost: float) -> None:
+        conn = sqlite3.connect(db)
+        conn.execute("UPDATE session SET cost = ?, title = ? WHERE id = ?", (cost, str(cost), sid))
+        _log(conn, sid, "session.updated.1")
+        conn.commit()
+        conn.close()
+
+    opencode_writes(FORK_A, 1.25)
+    reports = [0, EVERY_DAY, EVERY_TURN]
+    for which in reports:
+        _report(db, which, root)
+    if restore == "moved":
+        os.replace(backup, db)
+    else:
+        shutil.copyfile(backup, db)
+    opencode_writes(FORK_A, 9.75)
+    opencode_writes(FORK_B, 0.5)
+    for which in reports:
+        assert _report(db, which, root) == _report(db, which, None), REPORTS[which]
+
+
+def test_a_report_kept_stale_is_not_given_after_the_clock_went_back(tmp_path, monkeypatch):
+    """A reply left in flight is ``stale`` once silent for the limit, and such a report is
+    kept (only a busy one is not: the clock alone would change it). The clock stepped back
+    (NTP, a snapshot resumed) to where the reply is ``busy`` again: the kept report said
+    stale."""
+    import time as clock
+
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "sigint" / "opencode.db", db)
+    (last,) = sqlite3.connect(db).execute("SELECT max(time_updated) FROM session").fetchone()
+    # Stale now by a minute; two minutes ago, busy.
+    monkeypatch.setenv("OPENCODE_EVENTS_STALE_AFTER", str(int(clock.time() - last / 1000) - 60))
+    which = REPORTS.index(("sessions", {}))
+    first = _report(db, which, root)
+    assert b'"stale"' in first
+    real, real_ns = clock.time, clock.time_ns
+    monkeypatch.setattr(clock, "time", lambda: real() - 120)
+    monkeypatch.setattr(clock, "time_ns", lambda: real_ns() - 120 * 10**9)
+    again = _report(db, which, root)
+    assert again == _report(db, which, None)
+    assert b'"busy"' in again
+
+
+def test_an_edit_seen_through_another_path_to_the_file_is_seen_through_this_one(tmp_path):
+    """docs/cache.md's way around another program's write (a cached report run after it,
+    before OpenCode writes again) held only through the path it was run by: the epoch was
+    kept per path, and a hard link or a bind mount is another path to the same file."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    (tmp_path / "bind").mkdir()
+    alias = tmp_path / "bind" / "opencode.db"
+    _wal_copy("fork", db)
+    conn = sqlite3.connect(db)  # OpenCode running: its -wal and -shm stay
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("SELECT count(*) FROM session").fetchone()  # its -wal and -shm made
+    os.link(db, alias)
+    for side in ("-wal", "-shm"):
+        os.link(f"{db}{side}", f"{alias}{side}")
+    which = REPORTS.index(("sessions", {"all_sessions": True}))
+    _report(db, which, root)
+    conn.execute("UPDATE session SET title = 'hand edited' WHERE id = ?", (FORK_A,))
+    conn.commit()
+    _report(alias, which, root)  # the edit seen, through the other path
+    _log(conn, FORK_B, "session.updated.1")  # then OpenCode writes another session
+    conn.commit()
+    assert _report(db, which, root) == _report(db, which, None)
+    conn.close()

@@ -69,7 +69,7 @@ except ImportError:  # pragma: no cover - an interpreter built without it
 from .._version import __version__
 from ..errors import InputError
 from ..paths import CACHE_SIZE, cache_size_setting
-from ..store.changes import database_identity, fingerprint, log_moved, session_stamps
+from ..store.changes import database_identity, fingerprint, log_kept, log_moved, session_stamps
 from ..workers import child_signals, worker_count
 
 __all__ = [
@@ -92,7 +92,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-FORMAT = 8  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
+FORMAT = 9  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
 # 4: a memo's groups; 5: a report by turn of every session spooled row by row; 6: a
 # ledger's entries in groups, read as they are used; 7: every file's bytes summed (CRC-32);
 # 8: a folded subagent's total_tokens its replies' (was its session row's classes)
@@ -407,13 +407,15 @@ class ReportCache:
             # that the states recorded follow one another as the database's did.
             with _one_at_a_time(folder) as alone:
                 cache = cls(folder, database, fingerprint(store), {}, budget)
-                cache._observe(record=alone)
+                cache._observe(record=alone, kept=lambda then: log_kept(store, then))
             cache.stamps = session_stamps(store)  # after the fingerprint: never newer
         except Exception:  # a store that cannot answer is simply not cached
             return None
         return cache
 
-    def _observe(self, *, record: bool = True) -> None:
+    def _observe(
+        self, *, record: bool = True, kept: Callable[[Any], bool] = lambda then: True
+    ) -> None:
         """Add the *epoch* to the fingerprint: a name for the stretch of the database's
         history in which only OpenCode wrote, as far as any report saw. The state the last
         report saw is kept (``seen``); one since which the database changed and the event
@@ -437,7 +439,7 @@ class ReportCache:
             if then[:-1] == state:
                 self.fingerprint = [*state, epoch]
                 return
-            if log_moved(then[:-1], state):
+            if log_moved(then[:-1], state) and kept(then[:-1]):
                 self.fingerprint = [*state, epoch]
                 self._write("seen", b"\xc0")
                 return
@@ -475,6 +477,8 @@ class ReportCache:
         except OSError:
             return None
         try:
+            if _from_the_future(file.fileno()):
+                raise _Unsound
             first = file.read(8)
             if len(first) == 8 and first[0] == 0:  # a head's length: no header starts so
                 size = os.fstat(file.fileno()).st_size
@@ -773,6 +777,8 @@ class ReportCache:
             return None
         try:
             size = os.fstat(file.fileno()).st_size
+            if _from_the_future(file.fileno()):
+                raise _Unsound
             header, length = self._head_of(file, file.read(8), min(_HEAD_LARGEST, size - 8))
             if header.fingerprint != self.fingerprint:
                 raise _Unsound
@@ -1574,6 +1580,17 @@ def _touched(file: int | Path) -> None:
     trimmed (``_trim``, ``_fit``), as one just written is."""
     with _quietly():
         os.utime(file)
+
+
+def _from_the_future(fd: int) -> bool:
+    """Whether a memo or rendition was last written or read (its mtime: ``_touched``) later
+    than now: the clock went back since. A report holding a session judged ``stale`` (silent
+    for the stale limit) was kept because the clock only moves on; gone back, that session
+    may be ``busy`` again, so such a file is not trusted."""
+    try:
+        return os.fstat(fd).st_mtime_ns > time.time_ns()
+    except OSError:
+        return True
 
 
 def _mtime(path: Path) -> float:

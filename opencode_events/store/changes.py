@@ -45,7 +45,7 @@ try:  # hashlib's blake2b without loading OpenSSL's bindings (start-up)
 except ImportError:  # pragma: no cover - an interpreter built without it
     from hashlib import blake2b as _blake2b
 
-__all__ = ["fingerprint", "session_stamps", "database_identity", "log_moved"]
+__all__ = ["fingerprint", "session_stamps", "database_identity", "log_moved", "log_kept"]
 
 _HEADER = 100  # bytes of SQLite's database header
 _WAL_HEADER = 32  # bytes of the WAL header: magic, page size, checkpoint sequence, salts
@@ -58,7 +58,9 @@ def _file_state(path: Path, head: int) -> list[Any]:
     if state is None:
         return []
     info, start = state
-    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, start.hex()]
+    # ctime too: no one can set it (``touch -r`` and ``cp -p`` set the mtime only), so a
+    # file copied over this one in place, its size, header and mtime kept, still differs.
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, start.hex()]
 
 
 def database_identity(store: Any) -> str:
@@ -66,7 +68,11 @@ def database_identity(store: Any) -> str:
     resolved path (the cache's folder per database)."""
     path = Path(store.path)
     try:
-        where = str(path.resolve())
+        # The file itself, whatever path reaches it (a hard link, a bind mount): the epoch
+        # kept in its folder (``seen``) is then one for every path. Each path's reports stay
+        # apart all the same (a header names the path a report was made through).
+        info = path.stat()
+        where = f"{info.st_dev}:{info.st_ino}"
     except OSError:
         where = os.path.abspath(path)
     return _blake2b(where.encode("utf-8", "surrogateescape"), digest_size=12).hexdigest()
@@ -91,6 +97,8 @@ def log_moved(before: Any, after: Any) -> bool:
     trusted."""
     try:
         old, new = before[3], after[3]
+        if before[0][:2] != after[0][:2]:  # another file (restored, synced, moved in)
+            return False
         if old[7] != new[7]:  # OpenCode migrated its schema or data: rows rewritten unlogged
             return False
         # Forward only: a new event row, or more events in the sequences. A log that only
@@ -98,6 +106,23 @@ def log_moved(before: Any, after: Any) -> bool:
         return _above(new[3], old[3]) or _above(new[6], old[6])
     except (TypeError, IndexError, KeyError):
         return False  # not two fingerprints of a database: nothing is known to have moved
+
+
+def log_kept(store: Any, before: Any) -> bool:
+    """Whether the event log still holds the newest event of the state ``before`` (a
+    fingerprint): the same id at the same rowid. OpenCode only appends to its log, so a log
+    that moved on from there grew from it; one whose newest event then is gone or another
+    is a history rewritten (a backup restored, a copy from another machine) that OpenCode's
+    later writes would otherwise hide. A log emptied of that row by a deleted session
+    (OpenCode's own) is judged so too: every session is read again, which is only slower."""
+    try:
+        rowid, event_id = before[3][3], before[3][8]
+    except (TypeError, IndexError):
+        return False
+    if rowid is None:
+        return True  # no event then: nothing to lose
+    check = getattr(store, "event_id_at", None)
+    return check is not None and check(rowid) == event_id
 
 
 def _above(new: Any, old: Any) -> bool:

@@ -784,7 +784,17 @@ class Store:
                 for table in _MIGRATION_TABLES
             ]
         )
+        # The newest event's id: what tells a log that grew from one that was rewritten
+        # (``store.changes.log_kept``).
+        edges.append(self.event_id_at(edges[3]) if edges[3] is not None else None)
         return edges
+
+    def event_id_at(self, rowid: Any) -> Any:
+        """The id of the event row at ``rowid`` (None: none there, or no event log)."""
+        if type(rowid) is not int or not self._has_table("event"):
+            return None
+        row = next(self._query("SELECT id FROM event WHERE rowid = ?", (rowid,)), None)
+        return None if row is None else row[0]
 
     def event_sequences(self) -> dict[str, int]:
         """Each session's latest event number (``event_sequence.seq``): OpenCode's change
