@@ -24,7 +24,7 @@ import msgspec
 
 from .core.normalizer import Normalizer
 from .errors import InputError
-from .events import Event, Metrics
+from .events import AnyEvent, Metrics
 from .pipeline.normalize import Feeder, event_batches, sum_in_order
 from .reports.context import ContextReport
 from .reports.sessions import SessionsReport
@@ -109,7 +109,7 @@ def _open(source: Source) -> tuple[str, Any, bool]:
 
 def iter_events(
     source: Source, *, raw: bool = False, metrics: bool = True, deltas: bool = False
-) -> Iterator[Event]:
+) -> Iterator[AnyEvent]:
     """The normalized events of one input, as ``opencode-events normalize`` writes them.
 
     ``source`` is a path, a binary file (read to its end; a pipe as it comes) or an iterable
@@ -128,7 +128,7 @@ def iter_events(
 
 def _events_of(
     opened: tuple[str, Any, bool], normalizer: Normalizer, *, metrics: bool, deltas: bool
-) -> Iterator[Event]:
+) -> Iterator[AnyEvent]:
     name, stream, owned = opened
     try:
         for events in event_batches([(name, stream)], normalizer, deltas=deltas):
@@ -152,7 +152,7 @@ async def aiter_events(
     raw: bool = False,
     metrics: bool = True,
     deltas: bool = False,
-) -> AsyncIterator[Event]:
+) -> AsyncIterator[AnyEvent]:
     """``iter_events`` for ``asyncio``: ``source`` is an ``asyncio.StreamReader`` (such as
     the ``stdout`` of ``asyncio.create_subprocess_exec("opencode", "run", "--format",
     "json", …)``) or any async iterable of bytes, in lines or in pieces of any size."""
@@ -222,12 +222,12 @@ class ServerEvents:
         """The followed session's id, once known."""
         return self._reader.session
 
-    def feed(self, payload: Any) -> list[Event]:
+    def feed(self, payload: Any) -> list[AnyEvent]:
         """The events one payload maps to (often none: progress, bookkeeping)."""
         self._count += 1
         return self._reader.payload(_payload_bytes(payload), self._count)
 
-    def finish(self) -> list[Event]:
+    def finish(self) -> list[AnyEvent]:
         """Text parts whose message never completed (an interrupted reply), as they were."""
         return self._reader.finish()
 
@@ -372,7 +372,7 @@ def stored_events(
     children: bool = False,
     raw: bool = False,
     metrics: bool = True,
-) -> Iterator[Event]:
+) -> Iterator[AnyEvent]:
     """The events of stored sessions, as ``opencode-events import`` writes them (in one
     process): ``sessions`` ids or prefixes (default: the most recent top-level session),
     ``all_sessions``, ``since`` (``"2h"``, an ISO date, epoch ms or a ``datetime``),
@@ -385,7 +385,7 @@ def stored_events(
 
 def _stored_events_of(
     store: SessionStore, ids: list[str], *, raw: bool, metrics: bool
-) -> Iterator[Event]:
+) -> Iterator[AnyEvent]:
     from .sources.transcript import map_session
 
     normalizer = Normalizer(keep_raw=raw)

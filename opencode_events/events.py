@@ -9,7 +9,7 @@ published JSON Schema from these classes; there is no hand-written copy.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
@@ -118,23 +118,43 @@ class ToolEvent(Event, kw_only=True, omit_defaults=True, tag_field="kind"):
 
 
 class Message(Event, tag="message", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["message"]: ...
+
     text: str
     summary: bool | None = None  # True: a compaction's summary (OpenCode's summary message)
     raw: RawRecord = None
 
 
 class Reasoning(Event, tag="reasoning", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["reasoning"]: ...
+
     text: str
     raw: RawRecord = None
 
 
 class Prompt(Event, tag="prompt", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["prompt"]: ...
+
     text: str
     synthetic: bool | None = None  # True: text OpenCode wrote as the user's, not typed
     raw: RawRecord = None
 
 
 class Read(ToolEvent, tag="read", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["read"]: ...
+
     path: str | None = None
     command: str | None = None  # a read recognised in a bash command: the command line …
     exit_code: int | None = None  # … and how it ended
@@ -143,6 +163,11 @@ class Read(ToolEvent, tag="read", kw_only=True):
 
 
 class Write(ToolEvent, tag="write", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["write"]: ...
+
     path: str | None = None
     op: str | None = None
     to: str | None = None
@@ -153,6 +178,11 @@ class Write(ToolEvent, tag="write", kw_only=True):
 
 
 class Search(ToolEvent, tag="search", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["search"]: ...
+
     pattern: str | None = None
     path: str | None = None
     operation: str | None = None  # lsp: the operation (workspaceSymbol, goToDefinition, …)
@@ -164,6 +194,11 @@ class Search(ToolEvent, tag="search", kw_only=True):
 
 
 class Command(ToolEvent, tag="command", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["command"]: ...
+
     command: str | None = None
     exit_code: int | None = None
     interrupted: str | None = None  # "timeout" or "abort": bash killed it (exit_code null)
@@ -171,6 +206,11 @@ class Command(ToolEvent, tag="command", kw_only=True):
 
 
 class Orchestration(ToolEvent, tag="orchestration", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["orchestration"]: ...
+
     agent: str | None = None
     child_session_id: str | None = None
     description: str | None = None
@@ -181,12 +221,22 @@ class Orchestration(ToolEvent, tag="orchestration", kw_only=True):
 
 
 class Skill(ToolEvent, tag="skill", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["skill"]: ...
+
     name: str | None = None
     raw: RawRecord = None
 
 
 class Usage(Event, tag="usage", kw_only=True):
     """One model step's tokens and cost, as OpenCode reported them; always all written."""
+
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["usage"]: ...
 
     turn: int
     reason: str | None = None
@@ -209,12 +259,22 @@ class Usage(Event, tag="usage", kw_only=True):
 
 
 class Error(Event, tag="error", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["error"]: ...
+
     name: str | None = None
     message: str | None = None
     raw: RawRecord = None
 
 
 class Permission(Event, tag="permission", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["permission"]: ...
+
     id: str | None = None
     permission: str | None = None
     patterns: list[str] | None = None
@@ -227,6 +287,11 @@ class Question(Event, tag="question", kw_only=True):
     the server): ``question.asked`` gives ``questions``, ``question.replied`` the
     ``answers`` (``reply: "answer"``), ``question.rejected`` ``reply: "reject"``."""
 
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["question"]: ...
+
     id: str | None = None  # que_…, the same on the ask and its reply
     call_id: str | None = None  # the question tool call that asked (asked only)
     questions: list[str] | None = None  # each question's text, in order
@@ -236,6 +301,11 @@ class Question(Event, tag="question", kw_only=True):
 
 
 class Compaction(Event, tag="compaction", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["compaction"]: ...
+
     auto: bool | None = None
     overflow: bool | None = None  # True: the provider refused the context as too long
     raw: RawRecord = None
@@ -244,6 +314,11 @@ class Compaction(Event, tag="compaction", kw_only=True):
 class Attachment(Event, tag="attachment", kw_only=True):
     """A file given with a message (OpenCode's ``file`` part: ``run -f``, an ``@file`` in
     the TUI, a pasted image, an MCP resource)."""
+
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["attachment"]: ...
 
     name: str | None = None  # the file's name (``filename``)
     mime: str | None = None
@@ -259,6 +334,11 @@ class Subtask(Event, tag="subtask", kw_only=True):
     """A command run in a subagent (OpenCode's ``subtask`` part, on the user's message): the
     prompt it hands the subagent, which exists nowhere else in the parent session."""
 
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["subtask"]: ...
+
     agent: str | None = None
     description: str | None = None
     command: str | None = None  # the command's name (``/review``)
@@ -271,6 +351,11 @@ class Subtask(Event, tag="subtask", kw_only=True):
 class Mention(Event, tag="mention", kw_only=True):
     """An ``@agent`` in a prompt (OpenCode's ``agent`` part): the user asked for it."""
 
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["mention"]: ...
+
     agent: str | None = None
     raw: RawRecord = None
 
@@ -278,6 +363,11 @@ class Mention(Event, tag="mention", kw_only=True):
 class Patch(Event, tag="patch", kw_only=True):
     """The files one model step changed (OpenCode's ``patch`` part: a snapshot diff taken
     after the step, so changes made by bash are in it too), absolute paths."""
+
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["patch"]: ...
 
     files: list[str]
     hash: str | None = None  # the snapshot before the step (what a revert goes back to)
@@ -287,6 +377,11 @@ class Patch(Event, tag="patch", kw_only=True):
 class Retry(Event, tag="retry", kw_only=True):
     """The provider failed and OpenCode will try again (``session.status`` retry)."""
 
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["retry"]: ...
+
     attempt: int | None = None
     message: str | None = None  # why, as OpenCode tells the user
     next: int | float | None = None  # when the next attempt starts (epoch ms)
@@ -295,12 +390,22 @@ class Retry(Event, tag="retry", kw_only=True):
 
 
 class Delta(Event, tag="delta", kw_only=True):
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["delta"]: ...
+
     field: str | None = None
     delta: str = ""
     raw: RawRecord = None
 
 
 class Warning(Event, tag="warning", kw_only=True):  # noqa: A001 - the kind's own name
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["warning"]: ...
+
     message: str
     text: str | None = None
 
@@ -311,6 +416,11 @@ class Unknown(Event, tag="unknown", kw_only=True):
     When it was made from a tool call it carries the tool fields too, ``success``
     included; otherwise ``success`` is left out.
     """
+
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["unknown"]: ...
 
     type: str | None = None
     tool: str | None = None
@@ -333,6 +443,11 @@ class Unknown(Event, tag="unknown", kw_only=True):
 class Metrics(Event, tag="metrics", kw_only=True):
     """The run's summary, written last. Every field is always written but the three
     subagent figures; token sums count each part id once."""
+
+    if TYPE_CHECKING:  # the kind, for a type checker to tell the union apart
+
+        @property
+        def kind(self) -> Literal["metrics"]: ...
 
     records: int
     counts: dict[str, int]

@@ -716,3 +716,25 @@ def test_the_api_works_from_an_installed_wheel(tmp_path: Path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr.decode()
     assert int(result.stdout) > 0
+
+
+def test_every_kind_is_a_literal_a_type_checker_narrows_on():
+    """``iter_events`` and the others give ``AnyEvent``, the union of every kind; each
+    class tells a type checker its ``kind`` as a literal (a stub under TYPE_CHECKING), so
+    ``if event.kind == "command": event.command`` checks under mypy, as the docs write it.
+    A kind added without its stub would be the one a checker cannot tell apart."""
+    import ast
+    import typing
+
+    from opencode_events import events
+
+    tree = ast.parse(Path(events.__file__).read_text())
+    stubs = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            for inner in node.body:
+                if isinstance(inner, ast.If) and ast.unparse(inner.test) == "TYPE_CHECKING":
+                    (kind,) = [f for f in inner.body if isinstance(f, ast.FunctionDef)]
+                    stubs[node.name] = ast.literal_eval(kind.returns.slice)
+    union = {cls.__name__: cls.__struct_config__.tag for cls in typing.get_args(events.AnyEvent)}
+    assert stubs == union
