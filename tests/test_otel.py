@@ -1594,7 +1594,49 @@ def test_cli_a_header_that_is_no_pair_is_an_error():
         ]
     )
     assert result.returncode == 2
-    assert result.stderr == b"error: 'novalue' is not a header NAME=VALUE\n"
+    assert (
+        result.stderr
+        == b"error: -H 'novalue'\xe2\x80\xa6 is not a header NAME=VALUE (the rest not shown)\n"
+    )
+
+
+def test_cli_a_curl_style_header_is_an_error_that_does_not_echo_its_secret():
+    """``-H "Authorization: Bearer SECRET"`` (curl's form) echoed the whole token."""
+    args = ["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--endpoint", "http://c:1"]
+    result = run([*args, "-H", "Authorization: Bearer SECRET4"])
+    assert result.returncode == 2
+    assert b"'Authorization'" in result.stderr and b"SECRET4" not in result.stderr
+
+
+def test_cli_credentials_in_the_url_go_as_basic_auth_and_are_never_printed():
+    """``http://user:pw@host``: sent as HTTP Basic (as curl and ``attach`` take them), and
+    left out of the closing line and of every error (they were printed, and dropped)."""
+    with backend([200]) as (state, url):
+        secret_url = url.replace("http://", "http://alice:s3cr%40t@") + "/?key=k1"
+        result = run(
+            ["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--all"],
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": secret_url},
+        )
+    assert result.returncode == 0, result.stderr
+    assert state.requests[0][1]["Authorization"] == "Basic YWxpY2U6czNjckB0"  # alice:s3cr@t
+    assert state.requests[0][0] == "/v1/traces?key=k1"
+    said = result.stderr.decode()
+    assert "s3cr" not in said and "alice" not in said and "k1" not in said, said
+    with backend([400]) as (_, url):
+        refused = run(
+            ["otel", "--db", str(SAMPLES / "text" / "opencode.db")],
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": url.replace("http://", "http://alice:s3cr@")},
+        )
+    assert refused.returncode == 2 and b"refused the traces" in refused.stderr
+    assert b"s3cr" not in refused.stderr
+
+
+@pytest.mark.parametrize("url", ["http://u:p@127.0.0.1:99999", "http://u:p@[::1"])
+def test_cli_a_url_that_does_not_parse_is_one_error_not_a_traceback(url):
+    result = run(["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--endpoint", url])
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.decode().splitlines()
+    assert line.startswith("error: ") and ":p@" not in line
 
 
 # ------------------------------------------------------------------- run/attach --otel

@@ -468,6 +468,9 @@ class HttpDestination:
                 for old in [k for k in sent if k.lower() == name.lower()]:
                     del sent[old]
                 sent[name] = value
+            login = _basic_login(url)
+            if login and not any(k.lower() == "authorization" for k in sent):
+                sent["Authorization"] = login
             chosen = compression
             if chosen is None:
                 chosen = "none" if env.setting(signal, "compression")[0] == "none" else "gzip"
@@ -481,7 +484,10 @@ class HttpDestination:
         # What the summary names: the base URL, unless a signal's own URL stands in for it.
         own = not endpoint and (env.traces_endpoint or env.metrics_endpoint)
         urls = ", ".join(dict.fromkeys(self.endpoints.values()))
-        self.where = endpoint or (urls if own else env.endpoint) or urls
+        from .transport import shown_url
+
+        where = endpoint or (urls if own else env.endpoint) or urls
+        self.where = ", ".join(shown_url(url) for url in where.split(", "))
 
     def send(self, signal: str, body: bytes) -> Any:
         sender = self.senders.get(signal)
@@ -505,14 +511,30 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
+def _basic_login(url: str) -> str | None:
+    """``http://user:password@host``'s credentials as HTTP Basic (as curl and ``attach``
+    take them), or None."""
+    import base64
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return None
+    pair = (
+        f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+    )
+    return "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+
+
 def _given_headers(items: Sequence[str]) -> dict[str, str]:
     """``-H NAME=VALUE`` items, checked; a name given twice (in any case) keeps the last."""
     given: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
         name, value = name.strip(), value.strip()
-        if not sep or not name:
-            raise InputError(f"{item!r} is not a header NAME=VALUE")
+        if not sep or not name:  # curl's "Name: value" most often: its value a secret
+            shown = re.split(r"[:\s]", item.strip(), maxsplit=1)[0]
+            raise InputError(f"-H {shown!r}… is not a header NAME=VALUE (the rest not shown)")
         _check_header(name, value, "-H")
         for old in [k for k in given if k.lower() == name.lower()]:
             del given[old]

@@ -89,10 +89,28 @@ def endpoints_from(base: str | None, env: OtlpEnvironment | None = None) -> dict
     return out
 
 
+def shown_url(url: str) -> str:
+    """``url`` as said to people: without a user and password or a query (either may
+    hold a credential)."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(a URL that does not parse)"
+    host = f"[{host}]" if ":" in host else host
+    query = "?…" if parts.query else ""
+    return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", "")) + query
+
+
 def _checked(url: str) -> str:
-    parts = urllib.parse.urlsplit(url.strip())
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise ExportError(f"not a URL for OTLP: {shown_url(url)} ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ExportError(f"not an http(s) URL for OTLP: {url!r}")
+        raise ExportError(f"not an http(s) URL for OTLP: {shown_url(url)!r}")
     return url.strip()
 
 
@@ -153,7 +171,7 @@ class OtlpHttp:
                 if attempt >= self.retries:
                     why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
                     raise ExportError(
-                        f"cannot reach {url}: {why} (after {attempt + 1} attempts)"
+                        f"cannot reach {shown_url(url)}: {why} (after {attempt + 1} attempts)"
                     ) from None
                 self.sleep(_backoff(attempt))
                 attempt += 1
@@ -170,7 +188,7 @@ class OtlpHttp:
             tried = f" (after {attempt + 1} attempts)" if attempt else ""
             said = _what_it_said(reply)
             raise ExportError(
-                f"{url} refused the {signal}: HTTP {status} {reason}{tried}"
+                f"{shown_url(url)} refused the {signal}: HTTP {status} {reason}{tried}"
                 + (f": {said}" if said else "")
             )
 
