@@ -2758,3 +2758,31 @@ def test_an_edit_seen_through_another_path_to_the_file_is_seen_through_this_one(
     conn.commit()
     assert _report(db, which, root) == _report(db, which, None)
     conn.close()
+
+
+def test_a_cache_folder_planted_or_shared_is_not_used(tmp_path):
+    """On a shared machine (``XDG_CACHE_HOME=/tmp/x``) another user may make the folder
+    first: a link planted as the database's folder redirected the cache's writes, and a
+    folder of theirs could hold forged reports. A folder that is no real folder of this
+    user's is not used (the report is made without it); one of ours that others may write
+    (an older run under umask 002) is made private."""
+    import stat
+
+    from opencode_events.store.changes import database_identity
+
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    root.mkdir(mode=0o700)
+    with open_store(db) as store:
+        (root / database_identity(store)).symlink_to(elsewhere)
+        assert ReportCache.open(store, root=root) is None
+    assert _report(db, 0, root) == _report(db, 0, None)
+    assert not list(elsewhere.iterdir())
+    (root / database_identity(store)).unlink()
+    root.chmod(0o777)
+    with open_store(db) as store:
+        assert ReportCache.open(store, root=root) is not None
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert stat.S_IMODE((root / database_identity(store)).stat().st_mode) == 0o700

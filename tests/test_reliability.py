@@ -4,6 +4,7 @@ never a traceback, never output that is not valid UTF-8 JSON (issue 23)."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import sqlite3
@@ -498,7 +499,7 @@ def _on_a_terminal(*args: str) -> bytes:
     return seen
 
 
-CONTROLS = "a\x1b[2Jb\x07c\x1b]52;c;ZXZpbA==\x07d\x9b31me\x7f"
+CONTROLS = "a\x1b[2Jb\x07c\x1b]52;c;ZXZpbA==\x07d\x9b31me\x7ff\u202eg"  # RLO: a bidi override
 
 
 @pytest.mark.parametrize(
@@ -525,6 +526,7 @@ def test_no_control_character_reaches_a_terminal_from_any_format(tmp_path: Path,
     seen = _on_a_terminal(*args, "--db", str(db), "--raw" if args[0] == "import" else "--all")
     text = seen.decode("utf-8")
     assert "\x07" not in text and "\x9b" not in text and "\x7f" not in text
+    assert "\u202e" not in text  # it would reorder the rest of the line
     shown = text.replace("\x1b[", "").replace("\x1b]", "")  # rich's own styles are allowed
     if "--format" in args:  # no styles of ours at all in the formats for programs
         assert "\x1b" not in text
@@ -573,3 +575,86 @@ def test_a_pipe_may_grow_and_a_regular_file_not(tmp_path):
     finally:
         os.close(read)
         os.close(write)
+
+
+# ------------------------------------------------------------- hostile data, shared machines
+
+HOSTILE_ID = "ses_\x1b]52;c;ZXZpbA==\x07\x1b[2J\u202eevil"
+
+
+def test_a_note_quoting_the_data_shows_its_controls_not_obeys_them(tmp_path):
+    """``usage`` of a stream names a subagent's parent session in a note on stderr, even
+    with stdout elsewhere; an id carrying OSC 52 (a clipboard write) or a clear-screen went
+    to the terminal as it was."""
+    stream = tmp_path / "stream.jsonl"
+    text = (SAMPLES / "task" / "stream.jsonl").read_text()
+    (sid,) = {json.loads(line)["sessionID"] for line in text.splitlines()}
+    hostile = json.dumps(HOSTILE_ID)[1:-1]
+    stream.write_text(text.replace(sid, hostile))
+    result = subprocess.run(
+        [*CLI, "usage", str(stream), "--format", "jsonl"], capture_output=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    said = result.stderr.decode()
+    assert "note:" in said and "ZXZpbA==" in said
+    assert not any(c in said for c in "\x1b\x07\u202e"), said
+
+
+def test_a_fifo_or_a_device_beside_the_database_is_refused_not_waited_on(tmp_path):
+    """A FIFO planted as ``opencode.db-journal`` hung every command in ``open()``; a
+    ``-wal`` linked to /dev/zero (no ``-shm``: copied) filled the temporary folder."""
+    for side, plant in (("-journal", "fifo"), ("-wal", "zero")):
+        folder = tmp_path / side.strip("-")
+        folder.mkdir()
+        db = folder / "opencode.db"
+        shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+        beside = Path(f"{db}{side}")
+        if plant == "fifo":
+            os.mkfifo(beside)
+        else:
+            beside.symlink_to("/dev/zero")
+        tmp = folder / "tmp"
+        tmp.mkdir()
+        result = subprocess.run(
+            [*CLI, "sessions", "--db", str(db)],
+            capture_output=True,
+            timeout=30,
+            env={**os.environ, "TMPDIR": str(tmp)},
+        )
+        assert result.returncode == 2, (side, result.stderr)
+        assert result.stderr.decode().startswith("error: cannot read"), result.stderr
+        assert "not a regular file" in result.stderr.decode()
+        assert not list(tmp.iterdir())
+
+
+def test_a_closed_terminal_removes_the_private_copy_as_ctrl_c_does(tmp_path):
+    """SIGHUP (a closed terminal, a dropped ssh session) killed the process with the
+    default action: the private copy of the database (a ``-wal`` with no ``-shm``) was left
+    in the temporary folder, as large as the database. It ends the command as SIGTERM does
+    now: the copy removed, exit 128 + 1."""
+    import signal
+    import time
+
+    db, tmp = tmp_path / "opencode.db", tmp_path / "tmp"
+    tmp.mkdir()
+    shutil.copyfile(SAMPLES / "big_output" / "opencode.db", db)
+    Path(f"{db}-wal").write_bytes(b"")  # a crashed writer's: read from a private copy
+    proc = subprocess.Popen(  # stdout never read: the import waits on a full pipe
+        [*CLI, "import", "--all", "--raw", "--db", str(db)],  # 86 KB: more than a pipe holds
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not list(tmp.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # into the write that waits
+        assert proc.poll() is None and list(tmp.iterdir())
+        proc.send_signal(signal.SIGHUP)
+        proc.stdout.close()
+        assert proc.wait(timeout=30) == 128 + signal.SIGHUP
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not list(tmp.iterdir())

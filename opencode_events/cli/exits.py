@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..core.text import BIDI_FORMATTING
 from ..errors import InputError, OutputError
 from .status import ExitStatus
 from .streams import PipeClosed, discard_stdout, whole_writes_stdout
@@ -36,7 +37,7 @@ def echo_error(message: str) -> None:
     stream = sys.stderr
     if stream is None:
         return
-    stream.write(message + "\n")
+    stream.write(one_line(message) + "\n")  # a note may quote the data (a session id)
     stream.flush()
 
 
@@ -54,7 +55,7 @@ def flush_or_discard_stdout() -> None:
 # An error is one line, whatever it quotes (a session id given with a newline in it).
 _CONTROL = {
     code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-    for code in [*range(32), *range(0x7F, 0xA0), 0x2028, 0x2029]
+    for code in [*range(32), *range(0x7F, 0xA0), 0x2028, 0x2029, *BIDI_FORMATTING]
     if code != 9
 }
 
@@ -172,3 +173,7 @@ def _terminate_like_interrupt() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
+    # A closed terminal (SIGHUP) too, unless it is ignored (nohup): else a private copy of
+    # the database is left behind in the temporary folder.
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
+        signal.signal(signal.SIGHUP, terminate)

@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import click
-
 from ..errors import InputError
+from .exits import echo_error as _say
 from .io import open_output
 from .status import ExitStatus
 
@@ -20,7 +19,7 @@ __all__ = ["follow_import", "follow_path"]
 
 
 def _note(message: str) -> None:
-    click.echo(f"opencode-events: {message}", err=True)
+    _say(f"opencode-events: {message}")
 
 
 def follow_path(db_path: str | None) -> Path:

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
+from .exits import echo_error as _say
 from .quick import REPORT_FORMATS, report_cache
 from .quick import open_store_noting as open_store
 from .streams import (
@@ -288,7 +289,12 @@ def otel_destination(
     if output is not None or not (
         endpoint or env.endpoint or env.traces_endpoint or env.metrics_endpoint
     ):
-        return FileDestination(open_output(output, reads=reads))
+        out = open_output(output, reads=reads)
+        if out.isatty():  # JSON escapes C0, not DEL or the C1 controls (U+009B: a CSI)
+            from ..output.rows import TerminalText
+
+            out = TerminalText(out)
+        return FileDestination(out)
     destination = HttpDestination(
         endpoint, headers, compression=compression, retries=retries, env=env
     )
@@ -308,12 +314,11 @@ def report_otel(summary: Any, destination: Any) -> None:
     from ..output.rows import counted
 
     for note in summary.partial:
-        click.echo(f"warning: {note}", err=True)
+        _say(f"warning: {note}")
     if destination.where is not None:
-        click.echo(
+        _say(
             f"otel: {counted(summary.sessions, 'session')}, {counted(summary.spans, 'span')} "
-            f"in {counted(summary.bodies, 'request')} to {destination.where}",
-            err=True,
+            f"in {counted(summary.bodies, 'request')} to {destination.where}"
         )
 
 

@@ -22,6 +22,7 @@ import click
 
 from .. import paths
 from ..errors import InputError, OutputError
+from .exits import echo_error as _say
 from .io import (
     LiveOtel,
     full_option,
@@ -54,7 +55,7 @@ def _writer(
 
 
 def _note(message: str) -> None:
-    click.echo(f"opencode-events: {message}", err=True)
+    _say(f"opencode-events: {message}")
 
 
 def _their_part(cost: float, subagents: int) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
+from .exits import echo_error as _say
 from .io import (
     db_option,
     open_inputs,
@@ -224,7 +225,7 @@ def otel(
             )
         else:
             note = "no session chosen (none active in that window?): nothing exported"
-        click.echo(f"note: {note}", err=True)
+        _say(f"note: {note}")
 
 
 def _servers() -> Any:
@@ -259,7 +260,7 @@ def _follow(
             raise InputError(f"no opencode.db in {path} to follow (legacy files do not change)")
         path = path / "opencode.db"
     if not path.exists():
-        click.echo(f"opencode-events: waiting for {path}", err=True)
+        _say(f"opencode-events: waiting for {path}")
     reads = [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
     destination = destination_of(reads)
     collector = SpanCollector(TraceBuilder(parents={}, mcp_servers=_servers()))

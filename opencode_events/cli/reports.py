@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from ..errors import OutputError
+from .exits import echo_error as _say
 from .io import (
     csv_raw_option,
     db_option,
@@ -269,7 +270,7 @@ def _write_usage_as_read(usage: Any, fmt: str, *, csv_raw: bool = False, live: b
         fmt,
         report_output(),
         csv_raw=csv_raw,
-        note=lambda text: click.echo(f"note: {text}", err=True),
+        note=lambda text: _say(f"note: {text}"),
         batch=1 if live else None,
     )
 

@@ -139,7 +139,7 @@ def format_for(fmt: str | None, out: BinaryIO) -> str:
 
 
 # The signals whose handlers raise (Ctrl-C, and SIGTERM: cli.exits); held during a write.
-_STOPS = frozenset({signal.SIGINT, signal.SIGTERM})
+_STOPS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 _PAGE = 4096  # a pipe's slot; a pipe select() calls writable has one free at least
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import msgspec
 
+from ..core.text import BIDI_FORMATTING
+
 __all__ = [
     "to_builtins",
     "write_json",
@@ -49,6 +51,7 @@ __all__ = [
 _VISIBLE = {code: 0x2400 + code for code in range(32) if code not in (9, 10)}
 _VISIBLE[0x7F] = 0x2421
 _VISIBLE.update({code: 0xFFFD for code in range(0x80, 0xA0)})
+_VISIBLE.update({code: 0xFFFD for code in BIDI_FORMATTING})  # as the C1 controls are
 
 
 def visible(text: str) -> str:

@@ -401,6 +401,8 @@ class ReportCache:
             if root is None:
                 return None
         folder = root / database_identity(store)
+        if not (_private_folder(root) and _private_folder(folder)):
+            return None  # another user's, or writable by others: kept nothing, read nothing
         database = str(Path(store.path).absolute())
         try:
             # One report at a time reads the database's state and records it (``seen``), so
@@ -1415,6 +1417,28 @@ def _array_head(length: int) -> bytes:
     if length < 1 << 16:
         return b"\xdc" + length.to_bytes(2, "big")
     return b"\xdd" + length.to_bytes(4, "big")
+
+
+def _private_folder(folder: Path) -> bool:
+    """``folder`` made if need be (0700, as the parents ``mkdir -p`` would make), and then a
+    real folder of this user's that no one else may write: a cache in a shared place
+    (``XDG_CACHE_HOME=/tmp``) that another user made first, or a link planted there, is
+    not used (its files could be read as this user's reports, or be FIFOs that hang)."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = os.lstat(folder)
+    except OSError:
+        return False
+    import stat
+
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
+        return False
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):  # ours, made under umask 002 by an older run
+        try:
+            os.chmod(folder, 0o700, follow_symlinks=False)
+        except OSError:
+            return False
+    return True
 
 
 def _unnamed_file(folder: Path) -> int:

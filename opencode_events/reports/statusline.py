@@ -31,6 +31,7 @@ from msgspec import Struct
 
 from ..core.activity import BUSY, IDLE, STALE, session_state, stale_after_ms
 from ..core.figures import token_count
+from ..core.text import BIDI_FORMATTING
 from ..core.views import Times, Tokens, decode_repairing, number
 from ..errors import InputError
 from ..events import summed_cost
@@ -299,8 +300,9 @@ def values(glance: Glance) -> dict[str, Any]:
 
 
 # C0 and C1 controls (ESC, CSI, NEL…) and Unicode's line and paragraph separators: every
-# character that ends a line (``str.splitlines``) or starts an escape sequence.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# character that ends a line (``str.splitlines``) or starts an escape sequence; and the
+# bidirectional formatting that would reorder the line (``core.text``).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029" + "".join(map(chr, BIDI_FORMATTING)) + "]+")
 
 
 def _one_line(text: str) -> str:

@@ -150,11 +150,20 @@ def _journal_in_use(path: Path) -> bool:
     """A rollback journal that holds a transaction (begun or cut off): it starts with the
     journal's magic number. An empty one, or one a `journal_mode=PERSIST` database zeroed
     after its commit, holds none."""
-    try:
-        with open(path, "rb") as journal:
-            return journal.read(8) == _JOURNAL_MAGIC
+    import stat
+
+    try:  # O_NONBLOCK: a FIFO planted as the journal must not hang the open
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"cannot read {path}: not a regular file")
+        return os.pread(fd, 8, 0) == _JOURNAL_MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # What reading a damaged file can raise: SQLite's errors, and ``UnicodeDecodeError`` when
@@ -305,8 +314,15 @@ class Store:
         With ``gone_ok``, None when ``beside`` went away meanwhile (its writer committed)."""
         # Imported here: a private copy is rare, and these cost every command's start-up.
         import shutil
+        import stat
         import tempfile
 
+        for source in (path, beside):  # a device (/dev/zero) would fill the temporary folder
+            try:
+                if not stat.S_ISREG(os.stat(source).st_mode):
+                    raise InputError(f"cannot read {path}: {source} is not a regular file")
+            except FileNotFoundError:
+                pass  # said below, as before
         self._tmp = tempfile.mkdtemp(prefix="opencode-events-")
         # removed by ``close``, or when the store is dropped unclosed (or at exit)
         self._tmp_finalizer = weakref.finalize(self, shutil.rmtree, self._tmp, True)
