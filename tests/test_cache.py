@@ -671,13 +671,8 @@ def test_a_window_by_turn_or_step_is_made_a_row_at_a_time_as_it_was_held(
     )
     choices = {"by": by, "fold": fold, "since_ms": since, "until_ms": until}
     with open_store(db) as store:
-        if until is None:  # those active since; with until, those of them begun by then
-            ids = select_sessions(store, since_ms=since)
-        else:
-            begun = sorted(
-                store.sessions(since_ms=since, top_level=True), key=lambda r: (r.time_created, r.id)
-            )
-            ids = [r.id for r in begun if r.time_created <= until]
+        # those active since; with until, those of them begun by then (tests/test_until.py)
+        ids = usage_module._window_sessions(store, since, until)
         held = store_usage(
             store, ids, cross_session=len(ids) > 1, **{**choices, "fold": fold}
         ).document()

@@ -4233,7 +4233,8 @@ def _made_a_row_at_a_time(
 def _window_sessions(store: Any, since_ms: int | None, until_ms: int | None) -> list[str]:
     """The top-level sessions a window alone chooses, oldest first: those active since
     ``since_ms`` (``select_sessions``), and with ``until_ms`` those of them begun by its
-    end."""
+    end (created by then, or holding a message created by then: a fork's copied history
+    keeps its original's times)."""
     from ..store.open import select_sessions
 
     if until_ms is None:
