@@ -51,28 +51,26 @@ _HEADER = 100  # bytes of SQLite's database header
 _WAL_HEADER = 32  # bytes of the WAL header: magic, page size, checkpoint sequence, salts
 
 
-def _file_state(path: Path, head: int) -> list[Any]:
-    """(device, inode, size, mtime ns, the first ``head`` bytes) of a file, or [] when it
-    is not there. Read through ``read_head``: the store's connection keeps its locks."""
+def _file_state(path: Path, head: int, *, ctime: bool = False) -> list[Any]:
+    """(device, inode, size, mtime ns, with ``ctime`` the ctime ns, the first ``head``
+    bytes) of a file, or [] when it is not there. Read through ``read_head``: the store's
+    connection keeps its locks."""
     state = read_head(path, head)
     if state is None:
         return []
     info, start = state
-    # ctime too: no one can set it (``touch -r`` and ``cp -p`` set the mtime only), so a
-    # file copied over this one in place, its size, header and mtime kept, still differs.
+    if not ctime:
+        return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, start.hex()]
     return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, start.hex()]
 
 
 def database_identity(store: Any) -> str:
     """A name for the database a store reads, stable across its changes: a digest of its
-    resolved path (the cache's folder per database)."""
+    resolved path (the cache's folder per database; a hard link or a bind mount to it is
+    another path, with a cache of its own)."""
     path = Path(store.path)
     try:
-        # The file itself, whatever path reaches it (a hard link, a bind mount): the epoch
-        # kept in its folder (``seen``) is then one for every path. Each path's reports stay
-        # apart all the same (a header names the path a report was made through).
-        info = path.stat()
-        where = f"{info.st_dev}:{info.st_ino}"
+        where = str(path.resolve())
     except OSError:
         where = os.path.abspath(path)
     return _blake2b(where.encode("utf-8", "surrogateescape"), digest_size=12).hexdigest()
@@ -83,7 +81,10 @@ def fingerprint(store: Any) -> list[Any]:
     path = Path(store.path)
     edges = store.change_edges() if hasattr(store, "change_edges") else None
     return [
-        _file_state(path, _HEADER),
+        # The database's ctime too: no one can set it (``touch -r`` and ``cp -p`` set the
+        # mtime), so a copy written over it in place, size, header and mtime kept, differs.
+        # Not the -wal's: SQLite running as root chowns it at every open, a read included.
+        _file_state(path, _HEADER, ctime=True),
         _file_state(Path(f"{path}-wal"), _WAL_HEADER),
         _file_state(Path(f"{path}-journal"), 0),
         edges,
