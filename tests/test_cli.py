@@ -1220,3 +1220,12 @@ def test_only_what_may_wait_on_a_reader_is_written_by_room(tmp_path: Path):
         for fd in (read_end, write_end, null, plain):
             os.close(fd)
     assert waits == {"pipe": True, "null": False, "file": False}
+
+
+def test_no_command_shows_the_help_as_lines():
+    """The help goes through the line that escapes what stderr quotes of the data: it came
+    out as one line of ``\\x0a``."""
+    result = subprocess.run(CMD, capture_output=True, timeout=60)
+    lines = result.stderr.decode().splitlines()
+    assert lines[0].startswith("Usage: opencode-events") and len(lines) > 10
+    assert "\\x0a" not in result.stderr.decode()

@@ -32,12 +32,14 @@ __all__ = [
 ]
 
 
-def echo_error(message: str) -> None:
-    """``message`` as a line on stderr (as ``click.echo(message, err=True)`` writes it)."""
+def echo_error(message: str, *, ours: bool = False) -> None:
+    """``message`` as a line on stderr (as ``click.echo(message, err=True)`` writes it),
+    its control characters escaped (``one_line``): a note may quote the data (a session
+    id). ``ours``: text of our own alone (the help), written as it is, lines and all."""
     stream = sys.stderr
     if stream is None:
         return
-    stream.write(one_line(message) + "\n")  # a note may quote the data (a session id)
+    stream.write((message if ours else one_line(message)) + "\n")
     stream.flush()
 
 

@@ -38,7 +38,7 @@ def _click_status(exc: Any) -> int:
         flush_or_discard_stdout()
         return ExitStatus.INTERRUPTED
     if _NO_COMMAND is not None and isinstance(exc, _NO_COMMAND):  # no command: the help
-        echo_error(exc.format_message())
+        echo_error(exc.format_message(), ours=True)
         return exc.exit_code
     if isinstance(exc, click.exceptions.ClickException):
         # One line, like every other error; `--help` shows the usage.
