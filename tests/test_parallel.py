@@ -307,3 +307,20 @@ def test_beside_another_thread_the_work_stays_in_this_process(monkeypatch):
         other.join()
     monkeypatch.delenv("OPENCODE_EVENTS_WORKERS")
     assert worker_count() == min(os.cpu_count() or 1, 4)
+
+
+def _hangup_seen(uri: str, low: int, high: int, pause: float) -> tuple[int, Any]:
+    time.sleep(pause)
+    return os.getpid(), signal.getsignal(signal.SIGHUP)
+
+
+def test_a_signal_the_host_ignores_stays_ignored_in_its_workers():
+    """``nohup``: a closed terminal's SIGHUP reached the workers, reset to the default
+    action, and ended them (the command failed, ``a normalize worker stopped``)."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        results = share_ranges(_Table(1000), "message", 0, _hangup_seen, 0.02)()
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    children = {seen for pid, seen in results if pid != os.getpid()}
+    assert children == {signal.SIG_IGN}
