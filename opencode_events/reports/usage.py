@@ -35,7 +35,7 @@ import re
 import sqlite3
 import struct
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime, tzinfo
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NamedTuple
@@ -878,6 +878,35 @@ class _SessionTurns(NamedTuple):
     spawned_before: set[str]  # children started by an inference before --since
 
 
+def _prompt_first(
+    messages: Iterable[Any], skip: Container[str], read: Container[str]
+) -> Iterator[tuple[Any, Any]]:
+    """Each message of a session with its decoded view (None: unreadable), in the rows'
+    time order, but for a reply dated before the message its ``parentID`` names (a clock
+    that went back), which comes right after that message: it extends that prompt's turn.
+    ``read``: the ids the caller has taken in so far (its turns' map)."""
+    rows = list(messages)
+    later: dict[Any, int] | None = None  # each row's place, made when one is first needed
+    held: dict[str, list[tuple[Any, Any]]] = {}
+    for at, message in enumerate(rows):
+        if message.id in skip:
+            continue
+        try:  # a lone surrogate escape too, read as the import reads it
+            info = _read_message(message.data)
+        except _UNREADABLE:
+            info = None
+        parent = info.parentID if info is not None and info.role == "assistant" else None
+        if isinstance(parent, str) and parent not in read and parent not in skip:
+            if later is None:
+                later = {row.id: place for place, row in enumerate(rows)}
+            if later.get(parent, -1) > at:
+                held.setdefault(parent, []).append((message, info))
+                continue
+        yield message, info
+        if held and message.id in held:  # after the caller took the prompt in
+            yield from held.pop(message.id)
+
+
 def _session_turns(
     store: Any,
     session_id: str,
@@ -901,22 +930,7 @@ def _session_turns(
     by_message: dict[str, _Turn] = {}
     early: set[str] = set()  # inferences before --since
     late: set[str] = set()  # inferences after --until: nor their figures, nor their parts
-    read: list[tuple[Any, Any]] = []
-    for message in store.messages(session_id):
-        if message.id in skip:
-            continue
-        try:  # a lone surrogate escape too, read as the import reads it
-            info = _read_message(message.data)
-        except _UNREADABLE:
-            info = None
-        read.append((message, info))
-    # A reply is read after its prompt even when its clock went back (created before it):
-    # held until the prompt its parentID names is read.
-    prompts = {m.id for m, info in read if info is not None and info.role == "user"}
-    held: dict[str, list[tuple[Any, Any]]] = {}
-    queue = list(reversed(read))
-    while queue:
-        message, info = queue.pop()
+    for message, info in _prompt_first(store.messages(session_id), skip, by_message):
         if info is None or info.role not in ("user", "assistant"):
             if unread is not None:
                 unread[0] += 1
@@ -936,14 +950,6 @@ def _session_turns(
             )
             turns.append(turn)
             by_message[message.id] = turn
-            queue.extend(reversed(held.pop(message.id, ())))
-        elif (
-            info.role == "assistant"
-            and isinstance(info.parentID, str)
-            and info.parentID in prompts
-            and info.parentID not in by_message
-        ):
-            held.setdefault(info.parentID, []).append((message, info))
         elif since is not None and _before(message.time_created, since):
             early.add(message.id)  # an inference before --since: nor its figures, nor its parts
         elif until is not None and _after(message.time_created, until):
