@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from opencode_events.output.rows import report_markdown
 from tests.records import SESSION, record, step_finish
-from tests.stores import with_every_reply_set
+from tests.stores import with_a_reply_before_its_prompt, with_every_reply_set
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -2597,3 +2597,38 @@ def test_a_step_with_an_odd_row_time_is_neither_the_total_nor_in_flight(tmp_path
     table = subprocess.run([*base, "table"], capture_output=True, timeout=60).stdout.decode()
     labels = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
     assert labels == [shown, "total"], table
+
+
+def test_a_chain_of_replies_dated_before_their_parents_loses_none(tmp_path):
+    """A reply held for the later row its parentID names is released when that row is read;
+    a reply held behind a held reply (its parentID another reply, older still) was never
+    released: an inference left out of the turns, silently."""
+    db = tmp_path / "opencode.db"
+    prompt, first = with_a_reply_before_its_prompt(db)  # the first reply, an hour back
+    with sqlite3.connect(db) as conn:
+        (second,) = conn.execute(
+            "SELECT id FROM message WHERE json_extract(data, '$.parentID') = ? AND id != ?",
+            (prompt, first),
+        ).fetchone()
+        conn.execute(  # older than the first, its parent the first
+            "UPDATE message SET time_created = (SELECT time_created - 1000 FROM message "
+            "WHERE id = ?), data = json_set(data, '$.parentID', ?) WHERE id = ?",
+            (first, first, second),
+        )
+    conn.close()
+
+    def total(path: Path, by: str) -> tuple:
+        command = [sys.executable, "-m", "opencode_events", "usage", "--db", str(path), "--all"]
+        result = subprocess.run(
+            [*command, "--by", by, "--format", "json", "--no-cache"], capture_output=True
+        )
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        rows = report["rows"]
+        return sum(r["inferences"] for r in rows if "inferences" in r) or len(rows), report[
+            "total"
+        ]["cost"]
+
+    whole = total(SAMPLES / "continue3" / "opencode.db", "turn")
+    assert total(db, "turn") == whole
+    assert total(db, "step")[1] == pytest.approx(whole[1])

@@ -904,7 +904,11 @@ def _prompt_first(
                 continue
         yield message, info
         if held and message.id in held:  # after the caller took the prompt in
-            yield from held.pop(message.id)
+            ready = [message.id]  # and a held reply's own held replies after it (a chain)
+            while ready:
+                for reply in held.pop(ready.pop(), ()):
+                    yield reply
+                    ready.append(reply[0].id)
 
 
 def _session_turns(
