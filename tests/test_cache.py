@@ -2784,3 +2784,39 @@ def test_a_reader_opening_a_live_database_changes_no_fingerprint(tmp_path):
         assert after == before
     finally:
         writer.close()
+
+
+def test_a_wal_written_over_in_place_is_seen(tmp_path):
+    """The -wal's ctime left the key (SQLite chowns it as root at every open): a -wal copied
+    over the live one in place, size, header and mtime kept, was then the same key. Its last
+    frame's checksums, cumulative over every frame, tell it."""
+    live, snap, root = tmp_path / "live", tmp_path / "snap", tmp_path / "cache"
+    live.mkdir()
+    snap.mkdir()
+    db = live / "opencode.db"
+    _wal_copy("task", db)
+    writer = sqlite3.connect(db)  # OpenCode running: the -wal stays
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("UPDATE session SET title = 'BASE   ' || substr(title, 8)")
+    writer.commit()
+    for side in ("", "-wal"):
+        shutil.copyfile(f"{db}{side}", snap / f"opencode.db{side}")
+    other = sqlite3.connect(snap / "opencode.db")
+    other.execute("PRAGMA wal_autocheckpoint=0")
+    other.execute("UPDATE session SET title = 'OTHER  ' || substr(title, 8)")
+    other.commit()
+    writer.execute("UPDATE session SET title = 'LIVE   ' || substr(title, 8)")
+    writer.commit()
+    try:
+        which = REPORTS.index(("sessions", {"all_sessions": True}))
+        _report(db, which, root)
+        wal, copy = Path(f"{db}-wal"), (snap / "opencode.db-wal").read_bytes()
+        before = wal.stat()
+        assert len(copy) == before.st_size and copy[:32] == wal.read_bytes()[:32]
+        with open(wal, "r+b") as out:  # cp over it: the same inode
+            out.write(copy)
+        os.utime(wal, ns=(before.st_atime_ns, before.st_mtime_ns))  # touch -r
+        assert _report(db, which, root) == _report(db, which, None)
+    finally:
+        writer.close()
+        other.close()

@@ -51,11 +51,24 @@ _HEADER = 100  # bytes of SQLite's database header
 _WAL_HEADER = 32  # bytes of the WAL header: magic, page size, checkpoint sequence, salts
 
 
-def _file_state(path: Path, head: int, *, ctime: bool = False) -> list[Any]:
+def _last_frame(info: os.stat_result, head: bytes) -> tuple[int, int] | None:
+    """Where a -wal's last frame header is (offset, 24): its checksums are cumulative over
+    every frame of the file, so a -wal written over in place, size, header and mtime kept
+    (``cp`` then ``touch -r``), differs there. Its ctime cannot tell (root chowns it)."""
+    if len(head) < _WAL_HEADER:
+        return None
+    frame = 24 + int.from_bytes(head[8:12], "big")
+    body = info.st_size - _WAL_HEADER
+    if frame <= 24 or body < frame or body % frame:
+        return None
+    return info.st_size - frame, 24
+
+
+def _file_state(path: Path, head: int, *, ctime: bool = False, tail: Any = None) -> list[Any]:
     """(device, inode, size, mtime ns, with ``ctime`` the ctime ns, the first ``head``
     bytes) of a file, or [] when it is not there. Read through ``read_head``: the store's
     connection keeps its locks."""
-    state = read_head(path, head)
+    state = read_head(path, head, tail)
     if state is None:
         return []
     info, start = state
@@ -85,7 +98,7 @@ def fingerprint(store: Any) -> list[Any]:
         # mtime), so a copy written over it in place, size, header and mtime kept, differs.
         # Not the -wal's: SQLite running as root chowns it at every open, a read included.
         _file_state(path, _HEADER, ctime=True),
-        _file_state(Path(f"{path}-wal"), _WAL_HEADER),
+        _file_state(Path(f"{path}-wal"), _WAL_HEADER, tail=_last_frame),
         _file_state(Path(f"{path}-journal"), 0),
         edges,
     ]

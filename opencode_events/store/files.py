@@ -14,6 +14,7 @@ import contextlib
 import os
 import stat
 import threading
+from collections.abc import Callable
 
 __all__ = ["read_head", "read_regular_file"]
 
@@ -52,7 +53,11 @@ def read_regular_file(path: str | os.PathLike[str], limit: int | None = None) ->
         os.close(fd)
 
 
-def read_head(path: str | os.PathLike[str], size: int) -> tuple[os.stat_result, bytes] | None:
+def read_head(
+    path: str | os.PathLike[str],
+    size: int,
+    tail: Callable[[os.stat_result, bytes], tuple[int, int] | None] | None = None,
+) -> tuple[os.stat_result, bytes] | None:
     """The ``stat`` and first ``size`` bytes of the regular file at ``path``; None when there
     is none (missing, unreadable, a directory, a FIFO).
 
@@ -91,7 +96,9 @@ def read_head(path: str | os.PathLike[str], size: int) -> tuple[os.stat_result, 
                 _close_quietly(_kept.pop(next(iter(_kept)))[0])
             kept = _kept[name] = (fd, info.st_dev, info.st_ino)
         try:
-            return info, os.pread(kept[0], size, 0) if size else b""
+            head = os.pread(kept[0], size, 0) if size else b""
+            where = tail(info, head) if tail is not None else None  # (offset, length) more
+            return info, head + os.pread(kept[0], where[1], where[0]) if where else head
         except OSError:
             return None
 
