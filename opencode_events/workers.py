@@ -82,9 +82,10 @@ _HOST_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM"
 def child_signals() -> None:
     """In a forked worker: the default action for the signals a host may handle itself
     (``_HOST_SIGNALS``), and SIGINT a ``KeyboardInterrupt`` the worker reports to its
-    parent. One the process ignores stays ignored (``nohup``: a closed terminal must not
-    end the workers of a command told to outlive it), but SIGTERM, how a parent stops its
-    workers. SIGPIPE stays ignored, as Python sets it: a closed pipe is an error to report."""
+    parent. One the process ignores stays ignored (``nohup``'s SIGHUP: a closed terminal
+    must not end the workers of a command told to outlive it; SIGINT of ``cmd &`` in a
+    script), but SIGTERM, how a parent stops its workers. SIGPIPE stays ignored, as Python
+    sets it: a closed pipe is an error to report."""
     for name in _HOST_SIGNALS:
         number = getattr(signal, name, None)
         if number is None:
@@ -92,7 +93,8 @@ def child_signals() -> None:
         with contextlib.suppress(OSError, ValueError):
             if name == "SIGTERM" or signal.getsignal(number) is not signal.SIG_IGN:
                 signal.signal(number, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # `cmd &` in a script: ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def can_share(out: Any) -> bool:

@@ -309,18 +309,21 @@ def test_beside_another_thread_the_work_stays_in_this_process(monkeypatch):
     assert worker_count() == min(os.cpu_count() or 1, 4)
 
 
-def _hangup_seen(uri: str, low: int, high: int, pause: float) -> tuple[int, Any]:
+def _seen_by_child(uri: str, low: int, high: int, pause: float, number: int) -> tuple[int, Any]:
     time.sleep(pause)
-    return os.getpid(), signal.getsignal(signal.SIGHUP)
+    return os.getpid(), signal.getsignal(number)
 
 
-def test_a_signal_the_host_ignores_stays_ignored_in_its_workers():
+@pytest.mark.parametrize("name", ["SIGHUP", "SIGINT"])
+def test_a_signal_the_host_ignores_stays_ignored_in_its_workers(name):
     """``nohup``: a closed terminal's SIGHUP reached the workers, reset to the default
-    action, and ended them (the command failed, ``a normalize worker stopped``)."""
-    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    action, and ended them (the command failed, ``a normalize worker stopped``); ``cmd &`` in
+    a script runs with SIGINT ignored, and a Ctrl-C to the group ended its workers."""
+    number = getattr(signal, name)
+    before = signal.signal(number, signal.SIG_IGN)
     try:
-        results = share_ranges(_Table(1000), "message", 0, _hangup_seen, 0.02)()
+        results = share_ranges(_Table(1000), "message", 0, _seen_by_child, 0.02, number)()
     finally:
-        signal.signal(signal.SIGHUP, before)
+        signal.signal(number, before)
     children = {seen for pid, seen in results if pid != os.getpid()}
     assert children == {signal.SIG_IGN}

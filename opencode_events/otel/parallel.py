@@ -142,7 +142,8 @@ def _worker(
 ) -> None:
     """A forked worker's whole life; leaves with ``os._exit``."""
     child_signals()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent says what a Ctrl-C ended
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent says what a Ctrl-C ended
     code = 0
     try:
         # A SQLite connection must not be used across fork: its own, apsw's where it can.
