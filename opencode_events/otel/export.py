@@ -461,16 +461,15 @@ class HttpDestination:
                 )
             # The signal's own variables over the general ones; -H over both.
             value, variable = env.setting(signal, "headers")
-            sent = parse_key_values(value)
-            for name, value in sent.items():
+            configured = parse_key_values(value)
+            for name, value in configured.items():
                 _check_header(name, value, variable)
-            for name, value in given.items():
-                for old in [k for k in sent if k.lower() == name.lower()]:
-                    del sent[old]
-                sent[name] = value
+            # Lowest first: the transport sends one header of each name, in any case, the
+            # last given (the URL's login unless a header says otherwise).
             login = _basic_login(url)
-            if login and not any(k.lower() == "authorization" for k in sent):
-                sent["Authorization"] = login
+            sent = {"Authorization": login} if login else {}
+            sent.update(configured)
+            sent.update(given)
             chosen = compression
             if chosen is None:
                 chosen = "none" if env.setting(signal, "compression")[0] == "none" else "gzip"
@@ -527,7 +526,8 @@ def _basic_login(url: str) -> str | None:
 
 
 def _given_headers(items: Sequence[str]) -> dict[str, str]:
-    """``-H NAME=VALUE`` items, checked; a name given twice (in any case) keeps the last."""
+    """``-H NAME=VALUE`` items, checked, in order (of a name given twice, in any case, the
+    transport sends the last)."""
     given: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
@@ -536,8 +536,6 @@ def _given_headers(items: Sequence[str]) -> dict[str, str]:
             shown = re.split(r"[:\s]", item.strip(), maxsplit=1)[0]
             raise InputError(f"-H {shown!r}… is not a header NAME=VALUE (the rest not shown)")
         _check_header(name, value, "-H")
-        for old in [k for k in given if k.lower() == name.lower()]:
-            del given[old]
         given[name] = value
     return given
 

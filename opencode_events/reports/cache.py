@@ -479,11 +479,12 @@ class ReportCache:
         except OSError:
             return None
         try:
-            if _from_the_future(file.fileno()):
+            info = os.fstat(file.fileno())
+            if _from_the_future(info):
                 raise _Unsound
             first = file.read(8)
             if len(first) == 8 and first[0] == 0:  # a head's length: no header starts so
-                size = os.fstat(file.fileno()).st_size
+                size = info.st_size
                 header, length = self._head_of(file, first, min(_LARGEST, size - 8))
                 _touched(file.fileno())
                 items = _Items(file, 8 + length, size)
@@ -778,9 +779,10 @@ class ReportCache:
         except OSError:
             return None
         try:
-            size = os.fstat(file.fileno()).st_size
-            if _from_the_future(file.fileno()):
+            info = os.fstat(file.fileno())
+            if _from_the_future(info):
                 raise _Unsound
+            size = info.st_size
             header, length = self._head_of(file, file.read(8), min(_HEAD_LARGEST, size - 8))
             if header.fingerprint != self.fingerprint:
                 raise _Unsound
@@ -1606,15 +1608,12 @@ def _touched(file: int | Path) -> None:
         os.utime(file)
 
 
-def _from_the_future(fd: int) -> bool:
-    """Whether a memo or rendition was last written or read (its mtime: ``_touched``) later
-    than now: the clock went back since. A report holding a session judged ``stale`` (silent
-    for the stale limit) was kept because the clock only moves on; gone back, that session
-    may be ``busy`` again, so such a file is not trusted."""
-    try:
-        return os.fstat(fd).st_mtime_ns > time.time_ns()
-    except OSError:
-        return True
+def _from_the_future(info: os.stat_result) -> bool:
+    """Whether a memo or rendition (its ``fstat``) was last written or read (its mtime:
+    ``_touched``) later than now: the clock went back since. A report holding a session
+    judged ``stale`` (silent for the stale limit) was kept because the clock only moves on;
+    gone back, that session may be ``busy`` again, so such a file is not trusted."""
+    return info.st_mtime_ns > time.time_ns()
 
 
 def _mtime(path: Path) -> float:
