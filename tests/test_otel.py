@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 import opencode_events
 from opencode_events.errors import InputError
 from opencode_events.otel import export as otel_export
+from opencode_events.otel import transport as otel_transport
 from opencode_events.otel.export import (
     Summary,
     export,
@@ -1269,6 +1270,69 @@ def test_a_header_is_sent_once_whatever_its_case_and_the_body_headers_are_ours()
     assert len(names) == len(set(names)), sent
     assert ("content-type", "application/json") in sent
     assert ("authorization", "a") in sent and ("user-agent", "mine") in sent
+
+
+@pytest.mark.parametrize("status", [307, 308])
+def test_a_redirect_to_the_same_host_is_followed_with_the_body_and_headers(status):
+    """RFC 9110: a 307/308 keeps the method and body; a load balancer's move of the path."""
+    moved = {"Location": "/otlp/v1/traces?k=1"}
+    with backend([status, 200, 200], headers=moved) as (state, url):
+        sender = OtlpHttp(endpoints_from(url), headers={"x-key": "s"})
+        assert sender.send("traces", b'{"a":1}') is None
+        sender.send("traces", b'{"a":2}')
+    paths = [path for path, _, _ in state.requests]
+    # a 308 is permanent: the next body goes to the new place at once; a 307 is not
+    later = "/otlp/v1/traces?k=1" if status == 308 else "/v1/traces"
+    assert paths == ["/v1/traces", "/otlp/v1/traces?k=1", later]
+    assert state.requests[1][2] == b'{"a":1}' and state.requests[1][1]["x-key"] == "s"
+
+
+@pytest.mark.parametrize(
+    ("status", "location", "said"),
+    [
+        (307, "http://localhost:{port}/v1/traces", "not followed"),  # another host name
+        (308, "http://u:p@elsewhere.test/v1/traces?key=s", "not followed"),
+        (301, "/otlp/v1/traces", "would be a GET"),
+        (302, "/otlp/v1/traces", "would be a GET"),
+        (303, "/otlp/v1/traces", "would be a GET"),
+    ],
+)
+def test_a_redirect_that_would_move_the_headers_or_drop_the_body_is_an_error(
+    status, location, said
+):
+    with backend([status], headers={"Location": "x"}) as (state, url):
+        port = url.rsplit(":", 1)[1]
+        state.reply_headers["Location"] = location.format(port=port)
+        with pytest.raises(ExportError) as caught:
+            OtlpHttp(endpoints_from(url), sleep=lambda s: None).send("traces", b"{}")
+    message = str(caught.value)
+    assert len(state.requests) == 1
+    assert f"HTTP {status}" in message and said in message
+    assert "u:p" not in message and "key=s" not in message  # a credential never printed
+
+
+def test_a_redirect_loop_ends_in_an_error():
+    with (
+        backend([307], headers={"Location": "/v1/traces"}) as (state, url),
+        pytest.raises(ExportError, match="redirected more than 5 times"),
+    ):
+        OtlpHttp(endpoints_from(url)).send("traces", b"{}")
+    assert len(state.requests) == 6
+
+
+@pytest.mark.parametrize(
+    ("url", "moved", "followed"),
+    [
+        ("http://c:4318/v1/traces", "https://c/v1/traces", True),  # the upgrade to TLS
+        ("https://c/v1/traces", "http://c/v1/traces", False),  # never back to plain text
+        ("http://c:4318/v1/traces", "http://C:4319/v1/traces", True),  # host names any case
+        ("http://c/v1/traces", "ftp://c/v1/traces", False),
+        ("http://c/v1/traces", "http://c.evil/v1/traces", False),
+    ],
+)
+def test_which_redirects_are_followed(url, moved, followed):
+    assert otel_transport._may_follow(url, moved, 307) is followed
+    assert otel_transport._may_follow(url, moved, 301) is False
 
 
 def test_an_unreachable_backend_is_retried_then_an_error():

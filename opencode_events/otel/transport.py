@@ -4,9 +4,13 @@
 (``/v1/traces``, ``/v1/metrics`` under the base endpoint, as OpenTelemetry's exporters
 build it), gzip-compressed by default, over one kept-alive connection. 429, 502, 503 and
 504 and a connection that fails are retried with exponential backoff (1 s, 2 s, 4 s …, at
-most 30 s, with jitter), or after what a ``Retry-After`` header asks (at most 60 s); any
-other refusal raises ``ExportError`` naming the URL, the status and what the server said. A
-partial success (the server kept some of the data and rejected the rest) is returned.
+most 30 s, with jitter), or after what a ``Retry-After`` header asks (at most 60 s). A 307 or
+308 to the same host (``http`` to ``https`` too, never back) is followed with the same body
+and headers, a 308's target kept for the signal's later bodies; a redirect anywhere else,
+or a 301/302/303 (which would turn the POST into a GET), is not followed: the headers may
+carry a key. Any other refusal raises ``ExportError`` naming the URL, the status, where a
+redirect pointed and what the server said. A partial success (the server kept some of the
+data and rejected the rest) is returned.
 
     sender = OtlpHttp(endpoints_from("http://127.0.0.1:4318"), headers={})
     sender.send("traces", body)
@@ -38,6 +42,9 @@ __all__ = [
 ]
 
 RETRYABLE = frozenset({429, 502, 503, 504})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_SAME_BODY_REDIRECTS = frozenset({307, 308})  # RFC 9110: the method and body kept
+_MAX_REDIRECTS = 5
 SIGNAL_PATHS = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
 _REJECTED_KEY = {"traces": "rejectedSpans", "metrics": "rejectedDataPoints"}
 _BODY_HEADERS = frozenset({"content-type", "content-encoding", "content-length"})
@@ -163,7 +170,7 @@ class OtlpHttp:
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=6, mtime=0)
             headers["Content-Encoding"] = "gzip"
-        attempt = 0
+        attempt = redirects = 0
         while True:
             try:
                 status, reason, reply_headers, reply = self._post(parts, target, body, headers)
@@ -185,8 +192,16 @@ class OtlpHttp:
                 self.sleep(_backoff(attempt) if wait is None else wait)
                 attempt += 1
                 continue
+            moved = _redirect_target(url, status, reply_headers.get("location"))
+            if moved and redirects < _MAX_REDIRECTS and _may_follow(url, moved, status):
+                redirects += 1
+                if status == 308:  # permanent: the signal's later bodies go there at once
+                    self.endpoints[signal] = moved
+                url, parts = moved, urllib.parse.urlsplit(moved)
+                target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                continue
             tried = f" (after {attempt + 1} attempts)" if attempt else ""
-            said = _what_it_said(reply)
+            said = _what_it_said(reply) if not moved else _why_not_followed(url, moved, status)
             raise ExportError(
                 f"{shown_url(url)} refused the {signal}: HTTP {status} {reason}{tried}"
                 + (f": {said}" if said else "")
@@ -218,6 +233,41 @@ class OtlpHttp:
             connection.close()
             self._connections.pop(key, None)
             raise
+
+
+def _redirect_target(url: str, status: int, location: str | None) -> str | None:
+    """Where a redirect points, as an absolute URL (``Location`` may be relative), or None."""
+    if status not in _REDIRECTS or not location or not location.strip():
+        return None
+    try:
+        moved = urllib.parse.urljoin(url, location.strip())
+        urllib.parse.urlsplit(moved).port  # noqa: B018 - raises ValueError when out of range
+    except ValueError:
+        return None
+    return moved
+
+
+def _may_follow(url: str, moved: str, status: int) -> bool:
+    """A 307/308 to the same host, and never from ``https`` to ``http``: the request's
+    headers (a key, a token) go with it, so nowhere the user did not name."""
+    before, after = urllib.parse.urlsplit(url), urllib.parse.urlsplit(moved)
+    return (
+        status in _SAME_BODY_REDIRECTS
+        and after.scheme in ("http", "https")
+        and not (before.scheme == "https" and after.scheme == "http")
+        and (after.hostname or "") == (before.hostname or "")
+    )
+
+
+def _why_not_followed(url: str, moved: str, status: int) -> str:
+    shown = shown_url(moved)
+    if status not in _SAME_BODY_REDIRECTS:
+        return f"moved to {shown}, which would be a GET without the data; use that URL"
+    if _may_follow(url, moved, status):
+        return f"redirected more than {_MAX_REDIRECTS} times, the last to {shown}"
+    return (
+        f"redirected to {shown}, not followed (the headers go only where you named); use that URL"
+    )
 
 
 def _backoff(attempt: int) -> float:
