@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -21,7 +22,7 @@ from opencode_events.paths import locate_db
 from opencode_events.store.open import select_sessions
 from opencode_events.store.rows import PartRow
 from opencode_events.store.sqlite import Store
-from tests.filebytes import folder_digests
+from tests.filebytes import digests, folder_digests
 from tests.stores import with_a_parent_loop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -419,6 +420,32 @@ def test_wal_without_shm_is_read_from_a_private_copy(tmp_path: Path):
     with Store(crashed / "opencode.db") as store:
         assert "only in the wal" in [s.title for s in store.sessions()]
     assert fingerprint(crashed) == before
+
+
+def test_a_private_copy_that_cannot_fit_is_refused_before_it_fills_tmp(tmp_path: Path):
+    """A -wal left without its -shm that says it is 4 TB (sparse, a damaged file): one
+    error naming the room needed and TMPDIR, and not a byte written to the temporary folder."""
+    import tempfile
+
+    db = copy_sample("task", tmp_path, wal=True)
+    wal = Path(f"{db}-wal")
+    wal.touch()
+    try:
+        os.truncate(wal, 4 << 40)
+    except OSError as exc:  # a filesystem without files that large
+        pytest.skip(f"cannot make a sparse 4 TB file here: {exc}")
+    before = digests([db]), os.stat(wal).st_size, os.stat(wal).st_mtime_ns
+    temporary = set(Path(tempfile.gettempdir()).glob("opencode-events-*"))
+    result = run("sessions", "--db", str(db))
+    assert result.returncode == 2 and result.stdout == b""
+    assert re.fullmatch(
+        rb"error: cannot read .*: its private copy needs 4,398,\d{3} MB and .* MB free "
+        rb"\(set TMPDIR to a folder with room\)\n",
+        result.stderr,
+    ), result.stderr
+    assert set(Path(tempfile.gettempdir()).glob("opencode-events-*")) == temporary
+    assert (digests([db]), os.stat(wal).st_size, os.stat(wal).st_mtime_ns) == before
+    assert sorted(path.name for path in db.parent.iterdir()) == ["opencode.db", "opencode.db-wal"]
 
 
 # ------------------------------------------------------------------ bad databases

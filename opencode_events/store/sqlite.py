@@ -317,12 +317,24 @@ class Store:
         import stat
         import tempfile
 
+        needed = 0
         for source in (path, beside):  # a device (/dev/zero) would fill the temporary folder
             try:
-                if not stat.S_ISREG(os.stat(source).st_mode):
-                    raise InputError(f"cannot read {path}: {source} is not a regular file")
+                info = os.stat(source)
             except FileNotFoundError:
-                pass  # said below, as before
+                continue  # said below, as before
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"cannot read {path}: {source} is not a regular file")
+            needed += info.st_size
+        # A copy that cannot fit is refused before it fills a folder others use too (a
+        # sparse or huge -wal): the copy is as large as the files say they are.
+        folder = tempfile.gettempdir()
+        room = _free_bytes(folder)
+        if room is not None and needed > room:
+            raise InputError(
+                f"cannot read {path}: its private copy needs {_megabytes(needed)} and "
+                f"{folder} has {_megabytes(room)} free (set TMPDIR to a folder with room)"
+            )
         self._tmp = tempfile.mkdtemp(prefix="opencode-events-")
         # removed by ``close``, or when the store is dropped unclosed (or at exit)
         self._tmp_finalizer = weakref.finalize(self, shutil.rmtree, self._tmp, True)
@@ -1333,3 +1345,16 @@ class Store:
         for start in range(0, len(ids), 500):  # stay under SQLite's variable limit
             chunk = ids[start : start + 500]
             yield from self._query(sql.format(", ".join("?" * len(chunk))), chunk)
+
+
+def _free_bytes(folder: str) -> int | None:
+    """Bytes an ordinary user may still write under ``folder``; None when not known."""
+    try:
+        info = os.statvfs(folder)
+    except (OSError, AttributeError):  # AttributeError: no statvfs on this platform
+        return None
+    return info.f_bavail * info.f_frsize
+
+
+def _megabytes(size: int) -> str:
+    return f"{max(1, round(size / 1e6)):,} MB"
