@@ -656,6 +656,50 @@ def test_run_refuses_tee_into_the_file_stdout_goes_to(tmp_path: Path):
     assert raw.read_bytes() == b"kept\n" and not (tmp_path / "started").exists()
 
 
+@pytest.mark.parametrize("ignored", [False, True], ids=["terminal", "nohup"])
+def test_run_passes_a_hangup_on_unless_it_was_started_ignoring_it(tmp_path: Path, ignored: bool):
+    """A closed terminal ends OpenCode with us; under ``nohup`` (SIGHUP ignored) neither
+    ends: OpenCode, which installs its own handlers, must not hear a hangup we ignore."""
+    fake = tmp_path / "opencode"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import pathlib, signal, sys, time\n"
+        f"here = pathlib.Path({str(tmp_path)!r})\n"
+        "signal.signal(signal.SIGHUP, lambda *_: (here.joinpath('hup').touch(), sys.exit(1)))\n"
+        "here.joinpath('started').touch()\n"
+        "time.sleep(60)\n"
+    )
+    fake.chmod(0o755)
+
+    def as_nohup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen(
+        [*CMD, "run", "hi"],
+        cwd=tmp_path,
+        env={**os.environ, "OPENCODE_BIN": str(fake)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=as_nohup if ignored else None,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # its handlers are installed right after OpenCode starts
+        proc.send_signal(signal.SIGHUP)
+        if ignored:
+            time.sleep(1.0)
+            assert proc.poll() is None and not (tmp_path / "hup").exists()
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert (tmp_path / "hup").exists() is not ignored
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -688,8 +688,14 @@ def run_opencode(
 
     # A closed terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) too: OpenCode, in a session of its
     # own, has no terminal to hear them, and must not run on unwatched after we are gone.
+    # One we were started ignoring (``nohup``, ``cmd &`` in a script) stays ignored: OpenCode
+    # installs handlers of its own, and would end on what we were told to let pass.
     forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-    previous = {sig: signal.signal(sig, forward) for sig in forwarded}
+    previous = {
+        sig: signal.signal(sig, forward)
+        for sig in forwarded
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
     finished = False
     limit = _Limit(child, spend, max_cost) if max_cost is not None else None
     try:
