@@ -359,8 +359,11 @@ def test_files_the_database_already_holds_are_only_noted(tmp_path: Path):
     shutil.copytree(MIXED, data_dir)
     in_db = {sid for (sid,) in rows(data_dir / "opencode.db", "SELECT id FROM session")}
     for file in (data_dir / "storage" / "session").glob("*/*.json"):
-        if file.stem not in in_db:
-            file.unlink()  # the downgrade's session: now every file is in the database
+        if file.stem not in in_db:  # the downgrade's session, deleted as OpenCode 1.1 does:
+            for message in (data_dir / "storage" / "message" / file.stem).glob("*.json"):
+                shutil.rmtree(data_dir / "storage" / "part" / message.stem, ignore_errors=True)
+                message.unlink()  # its messages and parts, then its file; folders stay
+            file.unlink()  # now every session the files hold is in the database
     result = run("sessions", "--format", "jsonl", "--db", str(data_dir))
     assert sorted(s["id"] for s in _json_lines(result.stdout)) == sorted(in_db)
     (note,) = result.stderr.decode().splitlines()
@@ -471,3 +474,188 @@ def test_a_session_file_that_names_nothing_is_said_and_skipped(tmp_path: Path):
         f"note: {folder / 'ses_nothing.json'}: no session in it, nor messages under its name; "
         "skipped"
     ]
+
+
+# ------------------------------------------------- a tree years of damage left behind
+
+
+def _tree(tmp_path: Path, sample: str = "bash_ok") -> tuple[Path, Path]:
+    """A data directory whose storage/ holds ``sample``'s sessions (the real rows as files)."""
+    data_dir = tmp_path / "data"
+    write_legacy(SAMPLES / sample / "opencode.db", data_dir, oldest=False)
+    return data_dir, data_dir / "storage"
+
+
+SAMPLES = ROOT / "samples"
+
+
+def _totals(data_dir: Path, session: str | None = None) -> dict[str, list]:
+    """[inferences, total tokens, cost] of each way to read the tree: `sessions`, `usage`
+    and the import's `usage` events."""
+    scope = ["--session", session] if session else ["--all"]
+    listed = run("sessions", "--db", str(data_dir), "--all", "--no-cache", "--format", "json")
+    used = run("usage", "--db", str(data_dir), *scope, "--no-cache", "--format", "json")
+    imported = run("import", "--db", str(data_dir), *scope)
+    for result in (listed, used, imported):
+        assert result.returncode == 0, result.stderr
+    rows_ = [s for s in json.loads(listed.stdout) if session in (None, s["id"])]
+    usage_events = [e for e in _json_lines(imported.stdout) if e["kind"] == "usage"]
+    total = json.loads(used.stdout)["total"]
+    return {
+        "sessions": [
+            sum(s["inferences"] for s in rows_),
+            sum(s["total_tokens"] for s in rows_),
+            round(sum(s["cost"] for s in rows_), 9),
+        ],
+        "usage": [total["inferences"], total["total_tokens"], round(total["cost"], 9)],
+        "import": [
+            len(usage_events),
+            sum(e["total_tokens"] for e in usage_events),
+            round(sum(e["cost"] for e in usage_events), 9),
+        ],
+    }
+
+
+_MESSAGE_DAMAGES = {
+    "a lone surrogate escape": lambda doc: (
+        (doc.__setitem__("x", "\\ud800"), json.dumps(doc))[1]
+        .replace("\\\\ud800", "\\ud800")
+        .encode()
+    ),
+    "a time of text": lambda doc: json.dumps({**doc, "time": "yesterday"}).encode(),
+    "a byte that is not UTF-8": lambda doc: (
+        json.dumps({**doc, "path": {**doc["path"], "cwd": "/caf"}})
+        .encode()
+        .replace(b'"/caf"', b'"/caf\xe9"')
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_MESSAGE_DAMAGES))
+def test_a_damaged_message_file_counts_alike_in_every_report(tmp_path: Path, damage: str):
+    """`sessions` summed a session's files by a stricter rule than `usage` and the import
+    read them with: the reply's tokens and cost were lost from its row, not its count."""
+    data_dir, storage = _tree(tmp_path)
+    before = _totals(data_dir)
+    reply = next(
+        file
+        for file in sorted((storage / "message").glob("*/*.json"))
+        if json.loads(file.read_text())["role"] == "assistant"
+    )
+    reply.write_bytes(_MESSAGE_DAMAGES[damage](json.loads(reply.read_text())))
+    after = _totals(data_dir)
+    assert after["sessions"] == after["usage"] == after["import"], after
+    assert after["usage"][:2] == before["usage"][:2]
+
+
+def test_a_message_row_whose_time_is_text_counts_in_sessions_as_in_usage(tmp_path: Path):
+    """The same rule for a database's row: `sessions` left the reply out of `inferences`."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "bash_ok" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        mid, data = conn.execute(
+            "SELECT id, data FROM message WHERE json_extract(data, '$.role') = 'assistant'"
+        ).fetchone()
+        conn.execute(
+            "UPDATE message SET data = ? WHERE id = ?",
+            (json.dumps({**json.loads(data), "time": "yesterday"}), mid),
+        )
+    conn.close()
+    totals = _totals(db)
+    assert totals["sessions"][0] == totals["usage"][0] == totals["import"][0] == 2
+
+
+def _not_utf8(name: str) -> str:
+    return os.fsdecode(name.encode() + b"\xe9")  # a name from a Latin-1 machine
+
+
+def test_file_names_that_are_not_utf8_give_json_not_a_traceback(tmp_path: Path):
+    data_dir, storage = _tree(tmp_path)
+    message = next(iter(sorted((storage / "message").glob("*/*.json"))))
+    sid, mid = message.parent.name, message.stem
+    part = {"type": "text", "text": "hello", "messageID": mid, "sessionID": sid}
+    (storage / "part" / mid / (_not_utf8("prt_caf") + ".json")).write_text(json.dumps(part))
+    odd_message = storage / "message" / sid / (_not_utf8("msg_caf") + ".json")
+    odd_message.write_text(
+        json.dumps({"id": "msg_caf", "sessionID": sid, "role": "user", "time": {"created": 1}})
+    )
+    for args in (
+        ["import", "--all"],
+        ["sessions", "--all", "--format", "jsonl"],
+        ["usage", "--all", "--format", "jsonl"],
+        ["otel", "--all", "-o", "-"],
+    ):
+        result = run(*args, "--db", str(data_dir))
+        assert result.returncode == 0, (args, result.stderr)
+        lines = _json_lines(result.stdout)  # strict UTF-8 JSON, or this raises
+        assert lines, args
+    events = _json_lines(run("import", "--all", "--db", str(data_dir)).stdout)
+    assert any(e.get("part_id") == "prt_caf\ufffd" for e in events)
+
+
+def test_a_folder_of_messages_no_session_file_names_is_read_with_a_note(tmp_path: Path):
+    """A session file lost to a crash or a sync: its messages are spend all the same. A
+    folder OpenCode emptied when it deleted the session is no session."""
+    data_dir, storage = _tree(tmp_path)
+    before = json.loads(run("usage", "--db", str(data_dir), "--all", "--format", "json").stdout)
+    (file,) = [f for f in (storage / "session").glob("*/*.json") if "parentID" not in f.read_text()]
+    file.unlink()
+    (storage / "message" / "ses_deleted").mkdir()  # what a deletion leaves
+    listed = run("sessions", "--db", str(data_dir), "--all", "--format", "json")
+    assert listed.returncode == 0
+    assert file.stem in [s["id"] for s in json.loads(listed.stdout)]
+    assert "ses_deleted" not in listed.stdout.decode()
+    assert listed.stderr.decode().splitlines() == [
+        f"note: {storage / 'message' / file.stem}: messages of a session no file names; "
+        "read as the session the folder is named after"
+    ]
+    after = json.loads(run("usage", "--db", str(data_dir), "--all", "--format", "json").stdout)
+    assert after["total"] == before["total"]
+
+
+def test_two_files_of_one_session_read_the_one_updated_last_whatever_the_listing_order(
+    tmp_path: Path,
+):
+    data_dir, storage = _tree(tmp_path)
+    (file,) = [f for f in (storage / "session").glob("*/*.json") if "parentID" not in f.read_text()]
+    info = json.loads(file.read_text())
+    older = {**info, "title": "older copy", "time": {**info["time"], "updated": 1}}
+    for project in ("aaa", "zzz"):  # before and after the real one in path order
+        (storage / "session" / project).mkdir()
+        (storage / "session" / project / file.name).write_text(json.dumps(older))
+    listed = run("sessions", "--db", str(data_dir), "--all", "--format", "json")
+    (row,) = [s for s in json.loads(listed.stdout) if s["id"] == info["id"]]
+    assert row["title"] == info["title"]
+    notes = listed.stderr.decode().splitlines()
+    assert len(notes) == 2 and all(f"session {info['id']} again" in n for n in notes), notes
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"), reason="root reads any file")
+def test_files_that_cannot_be_read_are_said_not_passed_over(tmp_path: Path):
+    data_dir, storage = _tree(tmp_path, "task")
+    sessions = sorted((storage / "session").glob("*/*.json"))
+    folders = sorted(p for p in (storage / "message").iterdir())
+    message = sorted(folders[0].glob("*.json"))[0]
+    locked = [sessions[0], folders[1], message]
+    for path in locked:
+        path.chmod(0)
+    # as root, file modes bind only without the capabilities that pass them by
+    prefix = (
+        ["setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search"]
+        if os.geteuid() == 0
+        else []
+    )
+    try:
+        result = subprocess.run(
+            [*prefix, *CLI, "sessions", "--db", str(data_dir), "--all", "--format", "json"],
+            capture_output=True,
+            timeout=120,
+        )
+    finally:
+        for path in locked:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert result.returncode == 0, result.stderr
+    notes = result.stderr.decode()
+    assert f"{sessions[0]}: cannot be read (Permission denied); read as session" in notes
+    assert f"{folders[1]}: cannot be listed (Permission denied); its messages are left out" in notes
+    assert f"{message}: cannot be read (Permission denied); left out" in notes

@@ -292,6 +292,34 @@ def decode_repairing(decoder: Any, data: bytes | Raw) -> tuple[Any, bytes | Raw]
     return decoder.decode(fixed), fixed
 
 
+def decode_leniently(decoder: Any, data: bytes | Raw) -> Any:
+    """``data`` decoded by ``decoder`` as every report reads a record a damaged store or a
+    hand edit may have left, so that it still counts wherever it is read: a lone surrogate
+    escape repaired (as the import reads it), bytes that are not UTF-8 read as U+FFFD (as
+    a database's text is), and a ``time`` of another shape read as none. Each is tried
+    only after the plain decode failed. Raises ``msgspec.DecodeError`` (or
+    ``RecursionError``) for what holds no JSON object the view takes.
+
+        info = decode_leniently(MESSAGE_DECODER, b'{"role":"user","time":"yesterday"}')
+    """
+    try:
+        return decode_repairing(decoder, data)[0]
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError:
+        raw = bytes(data)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:  # then valid UTF-8: this is tried once
+            return decode_leniently(decoder, raw.decode("utf-8", "replace").encode())
+        raise
+    whole = decode_repairing(ANY_DECODER, data)[0]
+    if not isinstance(whole, dict) or "time" not in whole:
+        raise msgspec.ValidationError("not a record of this shape")
+    del whole["time"]
+    return decoder.decode(msgspec.json.encode(whole))
+
+
 def decode_repaired(decoder: Any, data: bytes | Raw) -> Any:
     """For a reader's ``except`` branch, where a row failed to decode: the row decoded with
     its lone surrogate escapes replaced (``decode_repairing`` without a first try). Raises
@@ -437,12 +465,6 @@ class MessageFigures(Struct):
     role: Any = None
     cost: Any = None
     tokens: Tokens | None = None
-
-
-class LooseUsageMessage(UsageMessage):
-    """A message whose ``time`` is not of OpenCode's shape (``"time": 5``)."""
-
-    time: Any = None
 
 
 # ----------------------------------------------------------------------

@@ -43,6 +43,7 @@ from ..core.views import (
     GroupedMessage,
     ToolPartHead,
     TurnMessage,
+    decode_leniently,
     decode_repairing,
 )
 from ..events import summed_cost
@@ -614,8 +615,8 @@ def _count_message(summary: Any, data: bytes | None) -> None:
     """Count one message row into ``summary`` (a summary, or a _MessageCounter)."""
     if data is None:
         return
-    try:  # as the import reads it, a lone surrogate escape included
-        message = decode_repairing(_MESSAGE, data)[0]
+    try:  # as every report reads it: a damaged `time` is no time, still counted
+        message = decode_leniently(_MESSAGE, data)
     except (msgspec.DecodeError, RecursionError):
         return
     if message.role == "user":

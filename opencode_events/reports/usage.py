@@ -48,10 +48,10 @@ from ..core.figures import INT64, model_label, read_figures
 from ..core.timeutil import zone_key
 from ..core.views import (
     PART_DECODER,
-    LooseUsageMessage,
     MessageFigures,
     Tokens,
     UsageMessage,
+    decode_leniently,
     decode_repaired,
     decode_repairing,
 )
@@ -806,19 +806,11 @@ def _date_key(by: str, day: str | None) -> str:
 _MESSAGE = msgspec.json.Decoder(UsageMessage)
 
 
-_LOOSE_MESSAGE = msgspec.json.Decoder(LooseUsageMessage)
-
-
 def _read_message(data: bytes) -> UsageMessage:
-    """A message row as every report reads it: a lone surrogate escape repaired (as the
-    import reads it), and a ``time`` of another shape read as no time, so the message still
-    counts, as in the reports that read only its figures. Raises ``_UNREADABLE``."""
-    try:
-        return decode_repairing(_MESSAGE, data)[0]
-    except msgspec.ValidationError:
-        info = decode_repairing(_LOOSE_MESSAGE, data)[0]
-        info.time = None
-        return info
+    """A message row as every report reads it (``decode_leniently``): a ``time`` of another
+    shape read as none, so the message still counts, as in the reports that read only its
+    figures. Raises ``_UNREADABLE``."""
+    return decode_leniently(_MESSAGE, data)
 
 
 _FIGURES = msgspec.json.Decoder(MessageFigures)

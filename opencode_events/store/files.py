@@ -11,12 +11,13 @@ A library module: it never prints, never exits; a file it cannot use is ``None``
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import threading
 from collections.abc import Callable
 
-__all__ = ["read_head", "read_regular_file"]
+__all__ = ["read_head", "read_regular_file", "why_unreadable"]
 
 # path → (descriptor, device, inode) of the files ``read_head`` keeps open
 _kept: dict[str, tuple[int, int, int]] = {}
@@ -51,6 +52,31 @@ def read_regular_file(path: str | os.PathLike[str], limit: int | None = None) ->
         return None
     finally:
         os.close(fd)
+
+
+def why_unreadable(path: str | os.PathLike[str]) -> str | None:
+    """Why the file at ``path``, which ``read_regular_file`` gave no bytes of, could not be
+    read (permission denied, an I/O error), for a note; None when nothing stands in the way
+    of reading it but what it is (gone, a folder, a FIFO, a device, too large)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return None if exc.errno in _NOT_A_FILE else (exc.strerror or str(exc))
+    except ValueError:  # a NUL in the name
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.read(fd, 1 << 16)  # a bad sector says so here
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        os.close(fd)
+    return None
+
+
+_NOT_A_FILE = {errno.EISDIR, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
 
 
 def read_head(

@@ -13,6 +13,7 @@ assistant messages' (which is how OpenCode computed them then). Files are only r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Iterator, Sequence
@@ -22,10 +23,10 @@ from typing import Any
 import msgspec
 
 from ..core.figures import read_figures
-from ..core.views import ANY_DECODER, LegacySessionInfo, MessageInfo, decode_repairing
+from ..core.views import LegacySessionInfo, MessageInfo, decode_leniently
 from ..errors import InputError
 from ..events import summed_cost
-from .files import read_regular_file
+from .files import read_regular_file, why_unreadable
 from .rows import MessageRow, PartRow, SessionRow, is_top_level, loop_members
 
 __all__ = ["LegacyStore", "MixedStore", "find_legacy_roots", "legacy_session_ids", "mixed_note"]
@@ -47,39 +48,52 @@ def find_legacy_roots(data: Path) -> list[Path]:
 
 
 def _safe_id(value: Any) -> bool:
-    """An id that names one file or folder inside the storage tree (ids become paths)."""
+    """An id that names one file or folder inside the storage tree (ids become paths), and
+    that output can carry: a file name that is not UTF-8 (its bytes surrogate escapes)
+    cannot be written as JSON."""
     return (
         isinstance(value, str)
         and value not in ("", ".", "..")
         and not any(c in value for c in ("/", "\\", "\0"))
+        and _is_utf8(value)
     )
 
 
-def _session_info(data: bytes) -> LegacySessionInfo | None:
-    """The session a file holds, read as leniently as a damaged row of the database is:
-    bytes that are not UTF-8 replaced (U+FFFD), lone surrogate escapes repaired, a ``time``
-    that is no object left out; None when the file holds no JSON object."""
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(name: str) -> str:
+    """A file name as an id in output: bytes that are not UTF-8 as U+FFFD (the name itself
+    still finds the file)."""
+    if _is_utf8(name):
+        return name
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _session_info(data: bytes | None) -> LegacySessionInfo | None:
+    """The session a file holds, read as leniently as a damaged row of the database is
+    (``decode_leniently``); None when the file holds no JSON object."""
+    return _lenient(_SESSION, data)
+
+
+def _message_info(data: bytes) -> MessageInfo | None:
+    """A message file as every report reads a message row (``decode_leniently``): its
+    figures still count when its ``time`` or a byte of its text is damaged."""
+    return _lenient(_MESSAGE, data)
+
+
+def _lenient(decoder: Any, data: bytes | None) -> Any:
     if not data:
         return None
-    if not data.isascii():
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            data = data.decode("utf-8", "replace").encode()
     try:
-        return decode_repairing(_SESSION, data)[0]
-    except msgspec.ValidationError:
-        pass  # every field takes any value but `time`, an object: or this is no object
+        return decode_leniently(decoder, data)
     except (msgspec.DecodeError, RecursionError):
         return None
-    try:
-        whole = decode_repairing(ANY_DECODER, data)[0]
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    if not isinstance(whole, dict):
-        return None
-    whole.pop("time", None)
-    return _SESSION.decode(msgspec.json.encode(whole))
 
 
 _NOTED_FILES = 10  # a damaged tree is named in a few notes, not one per file
@@ -96,16 +110,18 @@ class _Layout:
         self.root = root
         self.oldest = (root / "session" / "info").is_dir()
 
-    def session_files(self) -> Iterator[Path]:
+    def session_files(self) -> list[Path]:
+        """In the order of their paths: which of two files naming one session is read
+        first must not depend on the order a filesystem lists them in."""
         if self.oldest:
-            yield from (self.root / "session" / "info").glob("*.json")
-        else:
-            yield from (self.root / "session").glob("*/*.json")
+            return sorted((self.root / "session" / "info").glob("*.json"))
+        return sorted((self.root / "session").glob("*/*.json"))
+
+    def message_root(self) -> Path:
+        return self.root / "session" / "message" if self.oldest else self.root / "message"
 
     def message_dir(self, session_id: str) -> Path:
-        if self.oldest:
-            return self.root / "session" / "message" / session_id
-        return self.root / "message" / session_id
+        return self.message_root() / session_id
 
     def part_dir(self, session_id: str, message_id: str) -> Path:
         if self.oldest:
@@ -127,20 +143,73 @@ class LegacyStore:
             raise InputError(f"no OpenCode storage/ files under {self.path}")
         self.roots = roots  # the folders read (nothing may be written inside them)
         self._sessions: dict[str, tuple[SessionRow, _Layout]] = {}
+        self._noted: set[str] = set()
         for root in roots:
             layout = _Layout(root)
             for file in layout.session_files():
                 row = self._session_row(file, layout)
-                if row is not None and row.id not in self._sessions:
-                    self._sessions[row.id] = (row, layout)
+                if row is not None:
+                    self._keep(row, layout, file)
+            self._read_unclaimed(layout)
         if self._unread > _NOTED_FILES:
             more = self._unread - _NOTED_FILES
-            self.notes.append(f"and {more} more session file{'s' if more != 1 else ''} as above")
+            self.notes.append(f"and {more} more file{'s' if more != 1 else ''} as above")
 
     def _note(self, text: str) -> None:
+        """A note for people, once, and at most ``_NOTED_FILES`` of them (then a count):
+        a damaged tree is named in a few notes, not one per file."""
+        if text in self._noted:
+            return
+        self._noted.add(text)
         self._unread += 1
         if self._unread <= _NOTED_FILES:
             self.notes.append(text)
+
+    def _keep(self, row: SessionRow, layout: _Layout, file: Path) -> None:
+        """``row`` read from ``file``; of two files naming one session (a copy, a session
+        in two projects' folders) the one updated last is read, and a note says so when
+        they differ."""
+        kept = self._sessions.get(row.id)
+        if kept is not None and kept[0] != row:
+            newer = row.time_updated > kept[0].time_updated
+            self._note(
+                f"{file}: session {row.id} again, as another file has it; "
+                + ("read from this one, updated later" if newer else "read from the other")
+            )
+            if not newer:
+                return
+        elif kept is not None:
+            return
+        self._sessions[row.id] = (row, layout)
+
+    def _read_unclaimed(self, layout: _Layout) -> None:
+        """A folder of messages no session file names (the file lost to a crash or a
+        sync): read as the session it is named after, with a note, as a damaged file's
+        session is; its messages are spend all the same."""
+        folder = layout.message_root()
+        try:
+            with os.scandir(folder) as entries:
+                names = sorted(e.name for e in entries if e.is_dir() and e.name[:1] != ".")
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            self._note(
+                f"{folder}: cannot be listed ({exc.strerror or exc}); its messages are left out"
+            )
+            return
+        for name in names:
+            if name in self._sessions:
+                continue
+            if not _safe_id(name):
+                self._note(f"{folder / name}: messages under a name that is no session id; skipped")
+                continue
+            if not self._message_files(name, layout):
+                continue  # OpenCode deletes a session's messages, then its file: folders stay
+            self._note(
+                f"{folder / name}: messages of a session no file names; "
+                "read as the session the folder is named after"
+            )
+            self._sessions[name] = (self._row(name, None, layout), layout)
 
     def __enter__(self) -> LegacyStore:
         return self
@@ -161,7 +230,14 @@ class LegacyStore:
             # OpenCode names the file after its session (its own import into SQLite took the
             # ids from the paths): a session whose messages are there is not lost to a
             # damaged file; a file that names nothing is said, not passed over in silence.
-            why = "no session in it" if info is None else "no session id in it"
+            reason = why_unreadable(file) if data is None else None
+            why = (
+                f"cannot be read ({reason})"
+                if reason
+                else "no session in it"
+                if info is None
+                else "no session id in it"
+            )
             stem = file.stem
             if _safe_id(stem) and layout.message_dir(stem).is_dir():
                 self._note(f"{file}: {why}; read as session {stem}, as its file is named")
@@ -169,6 +245,9 @@ class LegacyStore:
             else:
                 self._note(f"{file}: {why}, nor messages under its name; skipped")
                 return None
+        return self._row(session_id, info, layout)
+
+    def _row(self, session_id: str, info: LegacySessionInfo | None, layout: _Layout) -> SessionRow:
         if info is None:
             info = LegacySessionInfo()
         cost = 0.0
@@ -261,32 +340,44 @@ class LegacyStore:
     # ------------------------------------------------------------ messages, parts
 
     def _message_files(self, session_id: str, layout: _Layout) -> list[tuple[int, str, bytes]]:
+        """A session's message files, in the order they were written: (created, file
+        name, bytes). One that cannot be read, or a folder that cannot be listed, is said
+        in a note (all are read when the store opens), not passed over in silence."""
+        folder = layout.message_dir(session_id)
+        try:
+            with os.scandir(folder) as entries:
+                names = [e.name for e in entries if e.name.endswith(".json") and e.name[:1] != "."]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            self._note(f"{folder}: cannot be listed ({why}); its messages are left out")
+            return []
         found = []
-        for file in layout.message_dir(session_id).glob("*.json"):
+        for name in names:
+            file = folder / name
             data = read_regular_file(file)
             if data is None:
+                if reason := why_unreadable(file):
+                    self._note(f"{file}: cannot be read ({reason}); left out")
                 continue
-            try:
-                info = _MESSAGE.decode(data)
-                created = _int(info.time.created) if info.time else None
-            except (msgspec.DecodeError, RecursionError):
-                created = None
+            info = _message_info(data)
+            created = _int(info.time.created) if info is not None and info.time else None
             found.append((created or 0, file.stem, data))
         return sorted(found, key=lambda item: (item[0], item[1]))
 
     def _message_infos(self, session_id: str, layout: _Layout) -> Iterator[MessageInfo]:
         for _, _, data in self._message_files(session_id, layout):
-            try:
-                yield _MESSAGE.decode(data)
-            except (msgspec.DecodeError, RecursionError):
-                continue
+            info = _message_info(data)
+            if info is not None:
+                yield info
 
     def messages(self, session_id: str) -> Iterator[MessageRow]:
         found = self._sessions.get(session_id)
         if found is None:
             return
         for created, message_id, data in self._message_files(session_id, found[1]):
-            yield MessageRow(message_id, session_id, created or None, data)
+            yield MessageRow(_shown(message_id), session_id, created or None, data)
 
     def parts(self, session_id: str) -> Iterator[PartRow]:
         found = self._sessions.get(session_id)
@@ -298,7 +389,9 @@ class LegacyStore:
             for file in files:
                 data = read_regular_file(file)
                 if data is not None:
-                    yield PartRow(file.stem, message_id, session_id, created or None, data)
+                    yield PartRow(
+                        _shown(file.stem), _shown(message_id), session_id, created or None, data
+                    )
 
     def all_message_data(
         self, session_ids: Sequence[str] | None = None
@@ -316,11 +409,14 @@ class LegacyStore:
 
 
 def legacy_session_ids(data_dir: Path) -> set[str]:
-    """The ids of the sessions the storage/ files under ``data_dir`` hold, from the file
-    names alone (cheap: no file is read)."""
+    """The ids of the sessions the storage/ files under ``data_dir`` hold, from the names
+    of the session files and of the message folders alone (cheap: no file is read)."""
     ids: set[str] = set()
     for root in find_legacy_roots(data_dir):
-        ids.update(file.stem for file in _Layout(root).session_files())
+        layout = _Layout(root)
+        ids.update(file.stem for file in layout.session_files())
+        with contextlib.suppress(OSError), os.scandir(layout.message_root()) as entries:
+            ids.update(e.name for e in entries if e.is_dir() and e.name[:1] != ".")
     return {sid for sid in ids if _safe_id(sid)}
 
 
