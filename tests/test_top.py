@@ -108,6 +108,33 @@ def test_a_refresh_reads_what_changed_not_the_store(tmp_path: Path) -> None:
     assert top.rows_read - first <= 4  # the new row and the session's newest messages
 
 
+def test_rows_an_undo_deleted_and_new_rows_took_the_rowids_of_are_read(tmp_path: Path) -> None:
+    """SQLite gives the newest rowids again once the newest rows are deleted: an undo and a
+    new prompt between two looks left `messages_after` nothing new to read (the session
+    idle, the undone reply's cost in today's spend, the new one's never)."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    now = _last_write(db) + 1000
+    top = TopBoard(db)
+    root = (top.refresh(now), top.board().rows[0].session_id)[1]
+    _append_reply(db, root, 0.5, now)
+    assert top.refresh(now + 10)
+    with sqlite3.connect(db) as conn:  # the undo: the reply deleted, its cost taken back
+        (undone,) = conn.execute("SELECT max(rowid) FROM message").fetchone()
+        conn.execute("DELETE FROM message WHERE rowid = ?", (undone,))
+        conn.execute("UPDATE session SET cost = cost - 0.5 WHERE id = ?", (root,))
+    conn.close()
+    _append_reply(db, root, 0.25, now + 20)  # the new reply, at the undone one's rowid
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT max(rowid) FROM message").fetchone() == (undone,)
+    conn.close()
+    assert top.refresh(now + 30)
+    fresh = TopBoard(db)
+    fresh.refresh(now + 30)
+    assert (top.board().today, top.board().week) == (fresh.board().today, fresh.board().week)
+    assert top.board().rows[0].cost == fresh.board().rows[0].cost
+
+
 def _pty(argv: list[str], cols: int = 80, rows: int = 24):
     import fcntl
     import pty

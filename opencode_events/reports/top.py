@@ -125,6 +125,7 @@ class TopBoard:
 
     def _reset(self) -> None:
         self._rowid = 0
+        self._rowid_id: Any = None  # the id of the message at ``_rowid``, once one is read
         self._bounds: tuple[int, int, int] | None = None  # week start, today start, today end
         self._spend: dict[str, tuple[int, float]] = {}  # reply → (created, cost)
         self._open: set[str] = set()  # replies in flight in the window, read again each look
@@ -164,7 +165,10 @@ class TopBoard:
 
     def _read(self, store: Store, now: float, new_day: bool, everything: bool = False) -> None:
         last = store.last_message_rowid()
-        if new_day or last < self._rowid or self._bounds is None:  # a new day, or a new file
+        # A new day, a new file, the newest rows deleted, or deleted and their rowids given
+        # to new rows (an undo, then a prompt, between two looks): read it all again.
+        reused = self._rowid_id is not None and store.message_id_at(self._rowid) != self._rowid_id
+        if new_day or last < self._rowid or reused or self._bounds is None:
             self._reset()
             self._first_look(store, now, last)
         touched = self._new_rows(store)
@@ -216,7 +220,8 @@ class TopBoard:
         created = store.sessions_created({row[2] for row in rows})
         touched: set[str] = set()
         for rowid, message_id, session_id, time_created, time_updated, data in rows:
-            self._rowid = max(self._rowid, rowid)
+            if rowid > self._rowid:
+                self._rowid, self._rowid_id = rowid, message_id
             self._count(message_id, time_created, created.get(session_id), data)
             if type(session_id) is not str:  # a damaged row of no session: spend, no row
                 continue

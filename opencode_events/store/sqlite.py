@@ -753,6 +753,13 @@ class Store:
         (rowid,) = next(self._query("SELECT max(rowid) FROM message"))
         return rowid or 0
 
+    def message_id_at(self, rowid: int) -> Any:
+        """The id of the message row at ``rowid`` (None for none): a look that remembers
+        the last row it read can tell a row given its rowid again (SQLite hands out the
+        newest rowids once more after the newest rows are deleted, as an undo does)."""
+        row = next(self._query("SELECT id FROM message WHERE rowid = ?", (rowid,)), None)
+        return row[0] if row else None
+
     _MESSAGE_ROW = (
         "SELECT rowid, id, session_id, time_created, time_updated, CAST(data AS BLOB) FROM message"
     )
