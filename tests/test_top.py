@@ -136,6 +136,8 @@ def test_rows_an_undo_deleted_and_new_rows_took_the_rowids_of_are_read(tmp_path:
 
 
 def _pty(argv: list[str], cols: int = 80, rows: int = 24):
+    """``argv`` on a new pseudo-terminal of that size, its controlling terminal (so keys
+    such as Ctrl-C are signals, as in a real one); the process and the master's fd."""
     import fcntl
     import pty
     import struct
@@ -151,6 +153,7 @@ def _pty(argv: list[str], cols: int = 80, rows: int = 24):
         cwd=ROOT,
         env={**os.environ, "TERM": "xterm-256color"},
         start_new_session=True,
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # after setsid
     )
     os.close(slave)
     return proc, master
@@ -207,6 +210,40 @@ def test_top_in_a_terminal_shows_the_store_as_it_is_written_and_q_quits(tmp_path
     finally:
         if writer is not None and writer.poll() is None:
             writer.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+@pytest.mark.parametrize(
+    ("key", "code"), [(b"\x03", 130), (b"\x1c", 131)], ids=["ctrl-c", "ctrl-\\"]
+)
+def test_top_ended_by_a_key_that_signals_gives_the_terminal_back(tmp_path: Path, key, code):
+    """Ctrl-\\ (SIGQUIT) dumped core, leaving the terminal in cbreak mode on the other
+    screen; it now ends `top` as Ctrl-C does."""
+    import termios
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    proc, master = _pty([*CLI, "top", "--db", str(db), "--interval", "0.2"])
+    try:
+        out = _read_until(master, proc, rb"opencode-events top")
+        os.write(master, key)
+        assert proc.wait(timeout=10) == code
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if not ready:
+                break
+            try:
+                out += os.read(master, 65536)
+            except OSError:
+                break
+        assert b"\x1b[?1049l" in out  # the terminal's own screen is back
+        lflag = termios.tcgetattr(master)[3]
+        assert lflag & termios.ICANON and lflag & termios.ECHO  # and its line mode
+    finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()

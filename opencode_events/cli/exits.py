@@ -162,9 +162,9 @@ def collect_cycles_seldom() -> None:
 
 
 def _terminate_like_interrupt() -> None:
-    """SIGTERM (kill, a container stopping) ends this process as Ctrl-C does: the stores
-    close, a private copy of a database is removed, and the exit status says which signal
-    (128 + 15). A forked worker keeps the default: it just ends."""
+    """SIGTERM (kill, a container stopping), SIGHUP and SIGQUIT end this process as Ctrl-C
+    does: the stores close, a private copy of a database is removed, and the exit status
+    says which signal (128 + 15 for SIGTERM). A forked worker keeps the default: it ends."""
     main_pid = os.getpid()
 
     def terminate(signum: int, frame: Any) -> None:
@@ -175,7 +175,9 @@ def _terminate_like_interrupt() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
-    # A closed terminal (SIGHUP) too, unless it is ignored (nohup): else a private copy of
-    # the database is left behind in the temporary folder.
-    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
-        signal.signal(signal.SIGHUP, terminate)
+    # A closed terminal (SIGHUP) and Ctrl-\\ (SIGQUIT) too, unless ignored (nohup): else a
+    # private copy of the database is left behind in the temporary folder, and `top`
+    # leaves the terminal in its own mode on the other screen (SIGQUIT dumped core).
+    for stop in (signal.SIGHUP, signal.SIGQUIT):
+        if signal.getsignal(stop) is signal.SIG_DFL:
+            signal.signal(stop, terminate)
