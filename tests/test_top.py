@@ -398,3 +398,70 @@ def test_a_message_of_no_session_counts_in_the_spend_and_makes_no_row(tmp_path: 
         [*CLI, "top", "--db", str(db), "--once"], capture_output=True, timeout=30, cwd=ROOT
     )
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+
+
+def _board_of(rows: int, *, busy: bool, marks: bool = False):
+    from opencode_events.reports.top import Board, BoardRow
+
+    made = [
+        BoardRow(
+            session_id=f"ses_{n:08x}aaaa",
+            title="Fix the failing tests in the parser",
+            agent="build",
+            model="claude-sonnet-4-5",
+            state="busy" if busy and n == 0 else "idle",
+            running="bash" if busy and n == 0 else None,
+            running_since=0 if busy and n == 0 else None,
+            turns=3,
+            tokens=48_200,
+            context_tokens=18_200,
+            cost=0.0623 + n,
+            subagents=1,
+            undone_cost=0.5 if marks and n == 1 else 0.0,
+            forked=marks and n == 2,
+        )
+        for n in range(rows)
+    ]
+    return Board(rows=made, today=1.24, week=18.2, path="x")
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+@pytest.mark.parametrize("width", [40, 48, 56, 60, 64, 72, 80, 96, 120, 200])
+def test_every_width_keeps_each_rows_id_and_cost_within_its_lines(width: int, busy: bool):
+    """A narrow tmux split: columns go (agent, model, context, tokens, turns) before the
+    session's id and its cost, the figure someone capping spend watches."""
+    from opencode_events.output.tables import money, top_screen
+
+    board = _board_of(3, busy=busy)
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(top_screen(board, 12_000, width=width))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= width for line in lines), lines
+    for row in board.rows:
+        (line,) = [line for line in lines if row.session_id[4:12] in line]
+        assert line.rstrip().endswith(money(row.cost) + "+"), line
+
+
+@pytest.mark.parametrize("height", [3, 5, 6, 8, 12, 24])
+@pytest.mark.parametrize("marks", [False, True], ids=["plain", "marks"])
+def test_the_screen_never_draws_more_lines_than_the_terminal_has(height: int, marks: bool):
+    """The keys line and the marks' explanations at the foot stay on the screen."""
+    from opencode_events.output.tables import top_screen
+
+    board = _board_of(30, busy=True, marks=marks)
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(top_screen(board, 12_000, width=80, height=height))
+    lines = console.export_text().splitlines()
+    assert len(lines) <= max(height, 6), lines  # header, columns, a row, keys: at least
+    assert any(line.startswith("q quits") for line in lines), lines
+
+
+def test_top_once_says_no_keys_it_does_not_read() -> None:
+    done = subprocess.run(
+        [*CLI, "top", "--db", str(SAMPLES / "task" / "opencode.db"), "--once"],
+        capture_output=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0 and b"q quits" not in done.stdout
+    assert b"with subagents' (+)" in done.stdout

@@ -52,7 +52,7 @@ def top(db_path: str | None, interval: float, tz: str | None, once: bool) -> Non
         board.refresh(force=True)  # one look: the store is opened whatever the watch says
         if not board.readable:
             raise InputError(board.problem or f"cannot read {path}")
-        _print_once(top_screen(board.board(), time.time() * 1000, width=width))
+        _print_once(top_screen(board.board(), time.time() * 1000, width=width, live=False))
         return
     from ..output.pretty import FullScreen
 

@@ -633,11 +633,14 @@ def usage_table(
     draw_table(label + figures, rows, out=out, total=report.total, caption=caption, width=width)
 
 
-def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = None) -> Any:
+def top_screen(
+    board: Any, now_ms: float, *, width: int, height: int | None = None, live: bool = True
+) -> Any:
     """``top``'s screen for a ``reports.top.Board`` at ``now_ms``: a header with today's and
     this week's spend, one row a session (what a busy one runs, and for how long), the
-    keys at the foot. Fits ``width`` (80 columns keep every figure: the title is cut first,
-    then the model and the agent)."""
+    keys at the foot (``live``: read from the keyboard). Fits ``width`` (80 columns keep
+    every figure: the title is cut first, then the model and the agent; narrower, whole
+    columns go, the session's id and cost last) and ``height`` (rows go, never the foot)."""
     import time
 
     from rich.console import Group
@@ -652,62 +655,98 @@ def top_screen(board: Any, now_ms: float, *, width: int, height: int | None = No
     header.append("opencode-events top", "bold")
     header.append(f"  today {money(board.today)}  this week {money(board.week)}", "bold yellow")
     header.append(f"  {busy} busy  {clock}", "dim")
-    table = Table(expand=True, box=None, header_style="bold", pad_edge=False, show_edge=False)
-    any_running = any(r.running for r in board.rows)
-    # With what a busy session runs, a narrow screen has no room left for the session's id
-    # (it got 3 characters at 80 columns): the agent goes, the model is cut shorter.
-    narrow = any_running and width < 96
-    table.add_column("state", no_wrap=True, width=5)
-    table.add_column("session", no_wrap=True, overflow="ellipsis", ratio=1, min_width=14)
-    if not narrow:
-        table.add_column("agent", no_wrap=True, overflow="ellipsis", max_width=8)
-    table.add_column("model", no_wrap=True, overflow="ellipsis", max_width=12 if narrow else 16)
-    if any_running:
-        table.add_column("doing", no_wrap=True, overflow="ellipsis", max_width=16)
-    for name in ("turns", "tokens", "ctx", "cost"):
-        table.add_column(name, justify="right", no_wrap=True)
     styles = {"busy": "bold green", "stale": "red", "idle": "dim"}
-    rows = board.rows if height is None else board.rows[: max(0, height - 4)]
-    for row in rows:
-        cells: list[Any] = [
+    # The screen: the header (and why the store cannot be read), a blank line, the
+    # columns' names, the rows, a blank line, the keys and a line for each mark.
+    rows = board.rows
+    if height is not None:
+        room = height - 5 - (0 if board.readable else 1)
+        rows = rows[: max(1, room - len(_marks(rows[: max(1, room)])))]
+    any_running = any(r.running for r in board.rows)
+    cells: dict[str, list[str]] = {
+        "agent": [visible(row.agent or "") for row in rows],
+        "model": [visible(row.model or "") for row in rows],
+        "doing": [_doing(row, now_ms) for row in rows] if any_running else [],
+        "turns": [count(row.turns) for row in rows],
+        "tokens": [compact_tokens(row.tokens) for row in rows],
+        "ctx": [compact_tokens(row.context_tokens) for row in rows],
+        "cost": [
+            money(row.cost)
+            + ("+" if row.subagents else " ")
+            + ("↶" if getattr(row, "undone_cost", 0.0) else "")
+            + ("*" if getattr(row, "forked", False) else "")
+            for row in rows
+        ],
+    }
+    most = {"agent": 8, "model": 12 if any_running and width < 96 else 16, "doing": 16}
+    wide = {
+        name: min(most.get(name, width), max(map(len, [name, *values])))
+        for name, values in cells.items()
+    }
+    # Narrower, whole columns go, in this order, before the session's id (its 8 characters
+    # and the ellipsis of its title) and the cost: with what a busy session runs, the agent
+    # goes first at 96 columns.
+    names = ["agent", "model", *(["doing"] if any_running else []), "turns", "tokens", "ctx"]
+    names.append("cost")
+    if any_running and width < 96:
+        names.remove("agent")
+    for going in ("agent", "model", "ctx", "tokens", "turns", "doing"):
+        if 5 + 9 + sum(wide[n] for n in names) + 2 * (len(names) + 1) <= width:
+            break
+        if going in names:
+            names.remove(going)
+    table = Table(expand=True, box=None, header_style="bold", pad_edge=False, show_edge=False)
+    table.add_column("state", no_wrap=True, width=5)
+    table.add_column("session", no_wrap=True, overflow="ellipsis", ratio=1, min_width=9)
+    for name in names:
+        numeric = name in ("turns", "tokens", "ctx", "cost")
+        table.add_column(
+            name,
+            justify="right" if numeric else "left",
+            no_wrap=True,
+            overflow="ellipsis",
+            width=wide[name] if numeric else None,
+            max_width=most.get(name),
+        )
+    for n, row in enumerate(rows):
+        table.add_row(
             Text(row.state, style=styles.get(row.state)),
             Text(f"{row.session_id[4:12]} {visible(row.title or '')}".rstrip()),
-            *([] if narrow else [Text(visible(row.agent or ""))]),
-            Text(visible(row.model or "")),
-        ]
-        if any_running:
-            doing = ""
-            if row.running:
-                since = row.running_since
-                took = _duration(now_ms - since) if isinstance(since, int) else ""
-                doing = f"{visible(row.running)} {took}".strip()
-            cells.append(Text(doing, style="green"))
-        cells += [
-            count(row.turns),
-            compact_tokens(row.tokens),
-            compact_tokens(row.context_tokens),
-            Text(
-                money(row.cost)
-                + ("+" if row.subagents else " ")
-                + ("↶" if getattr(row, "undone_cost", 0.0) else "")
-                + ("*" if getattr(row, "forked", False) else "")
-            ),
-        ]
-        table.add_row(*cells)
+            *(Text(cells[name][n], style="green" if name == "doing" else "") for name in names),
+        )
     if not board.rows and board.readable:
         table.add_row("", Text(f"no sessions in {visible(board.path)} yet", style="dim"))
-    keys = Text("q quits · tokens and cost with subagents' (+)", style="dim")
-    marks = []  # on a line of their own: each fits 80 columns
-    if any(getattr(row, "undone_cost", 0.0) for row in rows):
-        marks.append("↶ a pending /undo's steps, counted until the next prompt")
-    if any(getattr(row, "forked", False) for row in rows):
-        marks.append("* a fork: with the history it copied")
-    notes = [Text(mark, style="dim", no_wrap=True, overflow="ellipsis") for mark in marks]
+    said = "q quits · " if live else ""
+    keys = Text(
+        f"{said}tokens and cost with subagents' (+)", style="dim", no_wrap=True, overflow="ellipsis"
+    )
+    notes = [Text(mark, style="dim", no_wrap=True, overflow="ellipsis") for mark in _marks(rows)]
     top = [header]
     if not board.readable:  # why, under the header (wrapped, never cut); the last rows kept
         why = visible(getattr(board, "problem", None) or "")
         top.append(Text(f"store not readable: {why}", "red"))
     return Group(*top, Text(""), table, Text(""), keys, *notes)
+
+
+def _doing(row: Any, now_ms: float) -> str:
+    """What a busy session runs and for how long (``bash 12.0s``); empty for another."""
+    from .pretty import visible
+
+    if not row.running:
+        return ""
+    since = row.running_since
+    took = _duration(now_ms - since) if isinstance(since, int) else ""
+    return f"{visible(row.running)} {took}".strip()
+
+
+def _marks(rows: Any) -> list[str]:
+    """What the marks on ``rows`` mean, a line each (each fits 80 columns)."""
+    marks = []
+    if any(getattr(row, "undone_cost", 0.0) for row in rows):
+        marks.append("↶ a pending /undo's steps, counted until the next prompt")
+    if any(getattr(row, "forked", False) for row in rows):
+        marks.append("* a fork: with the history it copied")
+    return marks
 
 
 def print_renderable(renderable: Any, *, out: TextIO, width: int | None = None) -> None:
