@@ -674,8 +674,9 @@ def run_opencode(
     _starting(writer, binary)
     argv = [binary, "run", "--format", "json", *opencode_args]
     try:
-        # Its own process group: Ctrl-C reaches only us, and we pass it on to the whole
-        # group (OpenCode and the tool it runs), as a terminal would.
+        # Its own process group: Ctrl-C reaches only us, and we pass it on to that group,
+        # as a terminal would. OpenCode 1.18 starts bash tools in groups of their own: a
+        # tool that ignores the signal may outlive OpenCode, as in a terminal.
         child = subprocess.Popen(argv, stdout=subprocess.PIPE, bufsize=0, start_new_session=True)
     except OSError as exc:
         if copy is not None:
