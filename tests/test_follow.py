@@ -442,6 +442,51 @@ def test_following_an_idle_session_says_it_waits(tmp_path: Path) -> None:
     assert "message" in kinds and "usage" in kinds
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_forever_follow_stopped_writes_the_call_opencode_was_killed_in(tmp_path, stop):
+    """`--forever` ends only by a signal: the parts still open (a call cut off by a killed
+    run) were never written, where `import` shows them and docs/live.md promised them."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "sigint" / "opencode.db", db)
+    follow = subprocess.Popen(
+        [*CLI, "import", "--follow", "--all", "--forever", "--no-metrics", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=ROOT,
+    )
+    try:
+        first = follow.stdout.readline()  # type: ignore[union-attr]
+        assert first, follow.stderr.read()  # type: ignore[union-attr]
+        time.sleep(1.0)  # the history written; it waits for more
+    finally:
+        follow.send_signal(stop)
+        out, err = follow.communicate(timeout=30)
+    assert follow.returncode == 128 + stop, err.decode()
+    events = [json.loads(line) for line in (first + out).splitlines()]
+    running = [e for e in imported(db) if e.get("status") == "running"]
+    assert running  # the capture's bash call, cut off
+    for call in running:
+        assert [e["status"] for e in events if e.get("part_id") == call["part_id"]] == ["running"]
+
+
+def test_following_every_session_ends_on_a_stale_one_in_a_sentence(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "sigint" / "opencode.db", db)
+    done = subprocess.run(
+        [*CLI, "import", "--follow", "--all", "--db", str(db)],
+        capture_output=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0
+    assert done.stderr.decode() == (
+        "opencode-events: the sessions followed are stale: in flight, but nothing written to "
+        "them for a while\n"
+    )
+
+
 def test_the_pretty_view_says_it_waits_in_its_footer(capsys: pytest.CaptureFixture) -> None:
     """On a terminal the waiting note takes the footer's place until the next event (a line
     on stderr left a copy of the footer above it); elsewhere it is a line on stderr."""

@@ -7,6 +7,7 @@ stale), ``ExitStatus.OVER_BUDGET`` (3) when ``--max-cost`` was crossed, 130 on C
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -84,14 +85,24 @@ def follow_import(
         writer.write(follower.finish())
         if not no_metrics:
             writer.write([normalizer.metrics()])
+    except (KeyboardInterrupt, SystemExit):
+        # Ctrl-C or SIGTERM (how --forever ends): a part still open is written as it last
+        # was, as when following ends by itself (a call OpenCode was killed in, as `import`
+        # shows it); no metrics, as any interrupted command. A write that fails now (the
+        # reader gone too) must not hide how the command ended.
+        with contextlib.suppress(Exception):
+            writer.write(follower.finish())
+        raise
     finally:
         writer.flush()
+    name, many = _named(follower)
     if end is FollowEnd.STALE:
-        _note(f"{_named(follower)} is stale: in flight, but nothing written to it for a while")
+        are, them = ("are", "them") if many else ("is", "it")
+        _note(f"{name} {are} stale: in flight, but nothing written to {them} for a while")
     if end is FollowEnd.OVER_BUDGET:
         _note(
-            f"{_named(follower)} cost ${follower.total_cost:.4f} with its subagents, "
-            f"over --max-cost ${max_cost:g}"
+            f"{name} cost ${follower.total_cost:.4f} with {'their' if many else 'its'} "
+            f"subagents, over --max-cost ${max_cost:g}"
         )
         raise SystemExit(ExitStatus.OVER_BUDGET)
 
@@ -109,9 +120,12 @@ def _say_waiting(writer: Any, roots: list[str]) -> None:
         _note(text)
 
 
-def _named(follower: Any) -> str:
+def _named(follower: Any) -> tuple[str, bool]:
+    """The sessions followed, for a sentence, and whether they are more than one."""
     roots = follower.roots
-    return "the sessions" if not roots else ", ".join(roots)
+    if not roots:
+        return "the sessions followed", True
+    return ", ".join(roots), len(roots) > 1
 
 
 class _Path:
