@@ -90,9 +90,8 @@ def comparable(events: list[dict[str, Any]]) -> list[str]:
         if event["kind"] == "metrics":
             continue
         # (``reverted``: an undo comes after the events it undid, so the log has no mark;
-        # import reads the session's revert. ``copied``: import's mark of a fork's copied
-        # history, from the session's row; docs/live.md lists both)
-        drop = {"seq", "time", "line", "raw", "reverted", "copied"}
+        # import reads the session's revert; docs/live.md says so)
+        drop = {"seq", "time", "line", "raw", "reverted"}
         event = {k: v for k, v in event.items() if k not in drop}
         out.append(json.dumps(event, sort_keys=True))
     return sorted(out)
@@ -159,6 +158,27 @@ def test_without_a_log_the_rows_stand_in(name: str, tmp_path: Path) -> None:
     with sqlite3.connect(dst) as conn:
         assert not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'event'").fetchall()
     assert comparable(followed) == comparable(imported(src))
+
+
+def _copied(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted(
+        (e["kind"], e.get("message_id"), e.get("part_id")) for e in events if e.get("copied")
+    )
+
+
+@pytest.mark.parametrize("logged", [True, False], ids=["log", "rows"])
+def test_a_forks_copied_history_is_marked_as_import_marks_it(tmp_path: Path, logged: bool):
+    """A warehouse fed by `--follow` leaves the copies out as events.md says
+    (`copied IS NOT TRUE`): they were not marked, and a fork's history counted twice."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    if not logged:
+        with sqlite3.connect(db) as conn:
+            conn.execute("DROP TABLE event")
+        conn.close()
+    marked = _copied(imported(db))
+    assert marked  # the capture's fork copied a turn
+    assert _copied(at_once(db)) == marked
 
 
 def test_a_session_directory_that_is_not_utf8_is_followed_as_any_other(tmp_path: Path) -> None:

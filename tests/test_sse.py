@@ -866,3 +866,25 @@ def test_an_mcp_call_whose_message_was_not_seen_names_the_sessions_servers() -> 
     calls = [e for e in events + reader.finish() if e.kind == "unknown" and e.tool]
     assert [c.mcp_server for c in calls] == ["my-tools.v1"] * 3
     assert asked == [directory]
+
+
+def test_a_forks_copied_messages_are_marked_copied_as_import_marks_them() -> None:
+    """A fork stores the history again under new ids with the original times: a message
+    older than its session is a copy (`transcript.is_copy`, import's rule)."""
+    created = frame("session.created", sessionID=SID, info={"id": SID, "time": {"created": 10}})
+    text = (
+        created
+        + message("user", "msg_old")  # created 1, before the session: copied
+        + part("text", "prt_old", "msg_old", text="hi", time={"start": 1, "end": 2})
+        + frame(
+            "message.updated",
+            sessionID=SID,
+            info={"id": "msg_new", "sessionID": SID, "role": "user", "time": {"created": 20}},
+        )
+        + part("text", "prt_new", "msg_new", text="again", time={"start": 20, "end": 21})
+    )
+    events, _ = read(text)
+    marks = {e.get("part_id"): e.get("copied") for e in events if e.get("part_id")}
+    assert marks == {"prt_old": True, "prt_new": None}
+    events, _ = read(text.replace(created, ""))  # no creation time known: nothing marked
+    assert not any(e.get("copied") for e in events)

@@ -429,6 +429,7 @@ class SessionLink(Struct):
     parentID: Any = None  # noqa: N815
     directory: Any = None  # where the session works (its MCP servers are configured there)
     cost: Any = None  # the session's cost so far (its own steps), as OpenCode sums it
+    time: Any = None  # {created, updated}: a fork's copied history is older than created
 
 
 class SessionChangedProps(Struct):

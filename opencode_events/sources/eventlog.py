@@ -205,8 +205,11 @@ class StoreFollower:
         """A subagent's events name its parent, as ``import``'s do (the log's
         ``session.created`` says so too, but it may be pruned)."""
         row = conn.execute(
-            "SELECT parent_id, CAST(directory AS BLOB) FROM session WHERE id = ?", (session_id,)
+            "SELECT parent_id, CAST(directory AS BLOB), time_created FROM session WHERE id = ?",
+            (session_id,),
         ).fetchone()
+        if row is not None:  # a fork's copied history is older than it: marked `copied`
+            self.reader.learn_session_start(session_id, row[2])
         if row is not None and isinstance(row[0], str) and row[0]:
             self.normalizer.learn_parent(session_id, row[0])
         if row is not None and isinstance(row[1], bytes) and row[1]:
@@ -400,8 +403,8 @@ class StoreFollower:
             user_first = message is not None and _is_user(message[2])
             if message is not None and user_first:
                 events += reader.stored_message(message[2], _prov(session_id, mid))
-            elif message is not None:
-                reader.know_message(message[2], mid)  # its usage is labelled by its model
+            elif message is not None:  # its usage is labelled by its model
+                reader.know_message(message[2], mid, session_id)
             for pid, updated, data in sorted(parts.get(mid, ()), key=lambda row: row[0]):
                 events += reader.stored_part(data, _prov(session_id, mid, pid), updated)
                 activity.wrote(updated)

@@ -67,6 +67,7 @@ from ..core.views import (
 from ..events import Event
 from ..paths import MAX_LINE_VARIABLE, max_line_setting
 from .stream import BOM
+from .transcript import is_copy
 
 __all__ = ["SseReader", "CONSUMED"]
 
@@ -161,6 +162,9 @@ class _Memory:
     def __contains__(self, key: str) -> bool:
         return key in self._data
 
+    def __len__(self) -> int:
+        return len(self._data)
+
     def get(self, key: str) -> Any:
         return self._data.get(key)
 
@@ -237,6 +241,10 @@ class SseReader:
         self._grown: dict[str, list[str]] = {}
         self._running: dict[str, tuple[Part, Provenance]] = {}  # tool calls not ended yet
         self._messages = _Memory()  # message id -> its latest MessageInfo (labels, cwd)
+        # A fork's copied history (``transcript.is_copy``): its events marked ``copied``, as
+        # ``import`` marks them, from each session's creation time and each message's.
+        self._began = _Memory()  # session id -> when it was created
+        self._copies = _Memory()  # ids of messages older than their session
         self._questions = _Memory()  # question id -> (call id, message id) of its tool call
         self._handlers = {
             "message.part.updated": self._part_updated,
@@ -292,7 +300,7 @@ class SseReader:
                 role = self._roles.get(message_id) if isinstance(message_id, str) else None
                 self.normalizer.enter_session(prov.session_id)
                 events += self._emit(part, prov, role=role)
-        return events
+        return self._marked(events)
 
     def payload(self, data: bytes, number: int) -> list[Event]:
         """One frame's data, already taken out of its SSE text (an SDK's decoded event,
@@ -395,6 +403,26 @@ class SseReader:
         self.normalizer.count_record()
         return self._event(type_, props, prov)
 
+    def learn_session_start(self, session_id: str, created: Any) -> None:
+        """When ``session_id`` was created (its row's ``time_created``, where its
+        ``session.created`` may be pruned): its messages older than that are a fork's copy."""
+        if type(created) is int:
+            self._began.put(session_id, created)
+
+    def _learn_copy(self, info: MessageInfo, session: Any, message_id: str) -> None:
+        created = info.time.created if info.time is not None else None
+        if isinstance(session, str) and is_copy(created, self._began.get(session)):
+            self._copies.put(message_id)
+
+    def _marked(self, events: list[Event]) -> list[Event]:
+        """``events`` with those of a copied message marked ``copied``."""
+        if self._copies:
+            copies = self._copies
+            for event in events:
+                if getattr(event, "message_id", None) in copies:
+                    event.copied = True
+        return events
+
     def stored_part(self, data: bytes, prov: Provenance, time: Any = None) -> list[Event]:
         """A part row (its ``data``, which lacks the ids ``prov`` carries) as the update
         ``message.part.updated`` would have sent: the fallback where the log is missing."""
@@ -404,7 +432,7 @@ class SseReader:
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             return self._bad_row(data, prov, "part data: ")
         part.id, part.messageID, part.sessionID = prov.part_id, prov.message_id, prov.session_id
-        return self._on_part(part, prov.session_id, time, prov)
+        return self._marked(self._on_part(part, prov.session_id, time, prov))
 
     def stored_message(self, data: bytes, prov: Provenance) -> list[Event]:
         """A message row as ``message.updated`` would have sent it (see ``stored_part``)."""
@@ -414,7 +442,7 @@ class SseReader:
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             return self._bad_row(data, prov, "message data: ")
         info.id, info.sessionID = prov.message_id, prov.session_id
-        return self._on_message(info, prov.session_id, prov)
+        return self._marked(self._on_message(info, prov.session_id, prov))
 
     def _bad_row(self, data: bytes, prov: Provenance, what: str) -> list[Event]:
         if not self._enter(prov.session_id, prov):
@@ -429,7 +457,7 @@ class SseReader:
                 return []
             return self._other(type_, props, prov)
         try:
-            return handler(props or b"{}", prov)
+            return self._marked(handler(props or b"{}", prov))
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             return self._other(type_, props, prov)
 
@@ -596,6 +624,7 @@ class SseReader:
         if role is not None:
             self._roles.put(message_id, role)
         self._messages.put(message_id, info)
+        self._learn_copy(info, prov.session_id, message_id)
         if role == "user":
             return self._flush_pending(message_id, "user") if self._pending else []
         if role != "assistant" or info.time is None or info.time.completed is None:
@@ -614,7 +643,9 @@ class SseReader:
         prov.time = number(info.time.completed)
         return events + self.normalizer.error(info.error, prov)
 
-    def know_message(self, data: bytes, message_id: str | None) -> None:
+    def know_message(
+        self, data: bytes, message_id: str | None, session_id: str | None = None
+    ) -> None:
         """Learn a stored message row's labels before its parts are read (``stored_part``),
         writing nothing: its step-finish parts' ``usage`` carry its model and agent."""
         if message_id is None:
@@ -623,6 +654,7 @@ class SseReader:
             info = decode_repairing(MESSAGE_DECODER, data)[0]
             info.id = message_id
             self._messages.put(message_id, info)
+            self._learn_copy(info, session_id, message_id)
 
     def _with_deltas(self, part_id: str, part: Part) -> None:
         """A part never updated complete: its last update's text and the deltas after it."""
@@ -750,6 +782,8 @@ class SseReader:
             self.normalizer.learn_parent(info.id, info.parentID)
         if info is not None and _str(info.id) and _str(info.directory):
             self.normalizer.learn_directory(info.id, info.directory)
+        if info is not None and _str(info.id) and isinstance(info.time, dict):
+            self.learn_session_start(info.id, info.time.get("created"))
 
         if self.on_session is not None and info is not None and _str(info.id):
             self.on_session(info.id, _str(info.parentID), info.cost)
