@@ -507,6 +507,29 @@ def test_following_every_session_ends_on_a_stale_one_in_a_sentence(tmp_path: Pat
     )
 
 
+def test_a_follow_of_an_idle_store_ends_when_its_reader_has_gone(tmp_path: Path) -> None:
+    """`| head` done: nothing more is written to an idle store's follow, so no write fails;
+    it ends all the same, as a failed write ends it (141), not when killed."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    follow = subprocess.Popen(
+        [*CLI, "import", "--follow", "--all", "--forever", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=ROOT,
+    )
+    try:
+        assert follow.stdout.readline()  # type: ignore[union-attr]
+        follow.stdout.close()  # type: ignore[union-attr]  # the reader goes
+        assert follow.wait(timeout=20) == 141
+        assert follow.stderr.read() == b""  # type: ignore[union-attr]
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+
+
 def test_the_pretty_view_says_it_waits_in_its_footer(capsys: pytest.CaptureFixture) -> None:
     """On a terminal the waiting note takes the footer's place until the next event (a line
     on stderr left a copy of the footer above it); elsewhere it is a line on stderr."""

@@ -8,6 +8,8 @@ stale), ``ExitStatus.OVER_BUDGET`` (3) when ``--max-cost`` was crossed, 130 on C
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +83,7 @@ def follow_import(
             max_cost=max_cost,
             stale_after=stale_after_ms(),
             waiting=lambda roots: _say_waiting(writer, roots),
+            stop=_reader_gone(out),
         )
         writer.write(follower.finish())
         if not no_metrics:
@@ -105,6 +108,31 @@ def follow_import(
             f"subagents, over --max-cost ${max_cost:g}"
         )
         raise SystemExit(ExitStatus.OVER_BUDGET)
+
+
+def _reader_gone(out: Any) -> Any:
+    """For output into a pipe: a check, between looks, that raises ``BrokenPipeError`` once
+    its reader has gone (`| head` done), which ends the follow as a failed write would
+    (141). Without it, a follow of an idle store writes nothing that could fail, and runs
+    on after its reader. None for anything but a pipe."""
+    import select
+    import stat
+
+    try:
+        fd = out.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode) or not hasattr(select, "poll"):
+            return None
+    except (OSError, ValueError, AttributeError):
+        return None
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR is always reported: the pipe's reader closed it
+
+    def gone() -> bool:
+        if any(flags & (select.POLLERR | select.POLLHUP) for _, flags in poller.poll(0)):
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output has gone")
+        return False
+
+    return gone
 
 
 def _say_waiting(writer: Any, roots: list[str]) -> None:
