@@ -181,6 +181,45 @@ def test_a_forks_copied_history_is_marked_as_import_marks_it(tmp_path: Path, log
     assert _copied(at_once(db)) == marked
 
 
+def test_a_new_session_at_the_rowid_of_a_deleted_one_is_followed(tmp_path: Path) -> None:
+    """SQLite gives the newest rowid again once the newest row is deleted: a session made
+    then (without a log, read from its rows) sat at the rowid already looked at."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "bash_ok" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE event")
+    conn.close()
+    follower = StoreFollower(Normalizer(), all_sessions=True)
+    with Store(db) as store:
+        follower.read(store)
+    with sqlite3.connect(db) as conn:
+        (rowid, old) = conn.execute("SELECT max(rowid), id FROM session").fetchone()
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(session)")]
+        picked = ", ".join("?" if c == "id" else c for c in columns)
+        conn.execute(
+            f"CREATE TEMP TABLE kept AS SELECT {picked} FROM session WHERE id = ?", ("ses_new", old)
+        )
+        conn.execute("DELETE FROM part WHERE session_id = ?", (old,))
+        conn.execute("DELETE FROM message WHERE session_id = ?", (old,))
+        conn.execute("DELETE FROM session WHERE id = ?", (old,))
+        conn.execute("INSERT INTO session SELECT * FROM kept")
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES ('msg_new', 'ses_new', 1, 1, ?)",
+            (json.dumps({"role": "user", "time": {"created": 1}}),),
+        )
+        conn.execute(
+            "INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) "
+            "VALUES ('prt_new', 'msg_new', 'ses_new', 1, 1, ?)",
+            (json.dumps({"type": "text", "text": "again"}),),
+        )
+        assert conn.execute("SELECT rowid FROM session WHERE id = 'ses_new'").fetchone() == (rowid,)
+    conn.close()
+    with Store(db) as store:
+        events = as_dicts(follower.read(store))
+    assert [e["session_id"] for e in events if e["kind"] == "prompt"] == ["ses_new"]
+
+
 def test_a_session_directory_that_is_not_utf8_is_followed_as_any_other(tmp_path: Path) -> None:
     # Python's sqlite3 refuses such a TEXT cell; OpenCode never writes one, a damaged file may.
     db = tmp_path / "opencode.db"

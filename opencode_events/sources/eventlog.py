@@ -139,6 +139,7 @@ class StoreFollower:
         self._started: set[str] = set()  # sessions whose history was read
         self._has_log: bool | None = None
         self._session_rowid = 0  # with all_sessions: the newest session row looked at
+        self._session_top_id: Any = None  # and the id it held then
         self._costs: dict[str, float] = {}  # session → its cost column, for limits
         self._reads = 0
         # Set when the store did not exist as following began: its history too is being
@@ -264,13 +265,19 @@ class StoreFollower:
             if top is None:  # no session yet, or no rowids
                 rows = conn.execute("SELECT id FROM session ORDER BY time_created, id")
             else:
-                if top < self._session_rowid:  # the newest rows went away: look again
+                # The newest rows went away, or went and new ones took their rowids (SQLite
+                # gives the newest rowids again): look at every row again.
+                if top < self._session_rowid or (
+                    self._session_rowid
+                    and self._session_at(conn, self._session_rowid) != self._session_top_id
+                ):
                     self._session_rowid = 0
                 rows = conn.execute(
                     "SELECT id FROM session WHERE rowid > ? ORDER BY time_created, id",
                     (self._session_rowid,),
-                )
+                ).fetchall()
                 self._session_rowid = top
+                self._session_top_id = self._session_at(conn, top)
             return [sid for (sid,) in rows if sid not in self._started]
         pending = [sid for sid in self.family if sid not in self._started]
         if len(pending) < 2:
@@ -281,6 +288,11 @@ class StoreFollower:
             conn.execute(f"SELECT id, time_created FROM session WHERE id IN ({marks})", pending)
         )
         return sorted(pending, key=lambda s: (s not in order, created.get(s, 0), s))
+
+    @staticmethod
+    def _session_at(conn: sqlite3.Connection, rowid: int) -> Any:
+        row = conn.execute("SELECT id FROM session WHERE rowid = ?", (rowid,)).fetchone()
+        return row[0] if row else None
 
     def _history(self, conn: sqlite3.Connection, session_id: str) -> list[Event]:
         """A session's events so far: from its log when the log holds it from its first
