@@ -489,7 +489,8 @@ def test_a_session_too_long_to_join_is_read_row_by_row(tmp_path: Path, monkeypat
     conn = sqlite3.connect(db)
     (sid,) = conn.execute("SELECT id FROM session WHERE id LIKE 'ses_odd%' LIMIT 1").fetchone()
     for n in range(1000):  # 128 kB of one session's messages, each row far below the limit
-        times = {"created": n, "completed": n + 1} if n % 7 else {"created": n}
+        # every 7th reply open, and the newest (998): the one that can be in flight
+        times = {"created": n, "completed": n + 1} if n % 7 and n != 998 else {"created": n}
         message = {"role": "assistant" if n % 3 else "user", "agent": "a" * 50, "time": times}
         data = json.dumps(message)
         conn.execute("INSERT INTO message VALUES (?, ?, 1, 1, ?)", (f"msg_many{n:04d}", sid, data))
@@ -807,6 +808,8 @@ def test_usage_turns_count_odd_parts_as_sessions_does(tmp_path: Path, monkeypatc
         conn.execute(
             f"INSERT INTO session SELECT {copy} FROM session WHERE id = ?", (sid, template)
         )
+        # begun before its messages: alike as they are, they are no fork's copied history
+        conn.execute("UPDATE session SET time_created = 0 WHERE id = ?", (sid,))
         prompt = '{"role":"user","time":{"created":1}}'
         answer = json.dumps({"role": "assistant", "parentID": user, "time": {"created": 2}})
         conn.execute("INSERT INTO message VALUES (?, ?, 1, 1, ?)", (user, sid, prompt))

@@ -605,6 +605,79 @@ def test_forked_history_is_counted_once_by_every_grouping(by):
         assert len(prompts) == len(set(prompts))  # the copied turn is not listed twice
 
 
+def _two_forks_of_a_deleted_original(tmp_path: Path) -> Path:
+    """samples/fork forked a second time, then its original deleted (a session forked
+    twice and cleaned up): two copies of one history, no original."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    ((fork, began),) = conn.execute(
+        "SELECT s.id, s.time_created FROM session s WHERE EXISTS (SELECT 1 FROM message m "
+        "WHERE m.session_id = s.id AND m.time_created < s.time_created)"
+    ).fetchall()
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(session)")]
+    made = ", ".join(
+        "?" if c == "id" else "time_created + 5000" if c == "time_created" else c for c in columns
+    )
+    conn.execute(
+        f"INSERT INTO session SELECT {made} FROM session WHERE id = ?", ("ses_zfork2", fork)
+    )
+    conn.execute(
+        "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+        "SELECT 'msg_z' || substr(id, 5), 'ses_zfork2', time_created, time_updated, data "
+        "FROM message WHERE session_id = ? AND time_created < ?",
+        (fork, began),
+    )
+    (original,) = [
+        sid for (sid,) in conn.execute("SELECT id FROM session") if sid not in (fork, "ses_zfork2")
+    ]
+    conn.execute("DELETE FROM part WHERE session_id = ?", (original,))
+    conn.execute("DELETE FROM message WHERE session_id = ?", (original,))
+    conn.execute("DELETE FROM session WHERE id = ?", (original,))
+    conn.commit()
+    conn.close()
+    return db
+
+
+@pytest.mark.parametrize("by", ["turn", "step", "session", "model", "agent", "day"])
+def test_a_history_two_forks_copied_from_a_deleted_original_counts_once(tmp_path, by):
+    db = _two_forks_of_a_deleted_original(tmp_path)
+    rows = sql(
+        db,
+        "SELECT m.time_created < s.time_created, m.time_created, m.data, "
+        "json_extract(m.data, '$.cost') FROM message m JOIN session s ON s.id = m.session_id "
+        "WHERE json_extract(m.data, '$.role') = 'assistant'",
+    )
+    own = sum(cost for copied, _, _, cost in rows if not copied)
+    history = {(created, data): cost for copied, created, data, cost in rows if copied}
+    assert len(history) < sum(1 for row in rows if row[0])  # two copies of each
+    doc = usage("--db", str(db), "--all", "--by", by, "--no-cache")
+    assert doc["total"]["cost"] == pytest.approx(own + sum(history.values()), abs=1e-12)
+    assert "forked cop" in doc["notes"][0]
+    assert usage("--db", str(db), "--all", "--by", by) == doc  # cached: the same report
+
+
+@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one core: no workers")
+@pytest.mark.parametrize("by", ["day", "session", "step"])
+def test_a_history_two_forks_copied_counts_once_in_whole_table_scans(tmp_path, monkeypatch, by):
+    """The scans of every message (one process, and one per core) keep the same rule."""
+    import opencode_events.reports.usage as usage_module
+    from opencode_events.store.sqlite import Store
+
+    db = _two_forks_of_a_deleted_original(tmp_path)
+    expected = usage("--db", str(db), "--all", "--by", by, "--no-cache")
+    with Store(db) as store:
+        ids = [r.id for r in store.sessions(top_level=True)]
+        monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", 1)
+        monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 10**12)
+        here = usage_module.store_usage(store, ids, by=by, cross_session=True).document()
+        monkeypatch.setattr(usage_module, "_PARALLEL_MIN_ROWS", 0)
+        parallel = usage_module.store_usage(store, ids, by=by, cross_session=True).document()
+    for doc in (here, parallel):
+        assert doc["total"]["cost"] == pytest.approx(expected["total"]["cost"], abs=1e-12)
+        assert doc["notes"] == expected["notes"]
+
+
 # ------------------------------------------------------------- whole-table scans, chunked
 
 # An assistant message of samples/fork, as OpenCode writes it.

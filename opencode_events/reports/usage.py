@@ -1161,9 +1161,14 @@ def _originals_in(
 def _copies_counted(
     candidates: dict[str, list[Copy]], originals: dict[str, list[bytes]]
 ) -> _Copies:
-    """The candidates whose original is held somewhere: the copies not counted again."""
+    """The candidates whose original is held somewhere: the copies not counted again. A
+    history whose original is gone (deleted) but that two forks copied is counted once
+    too: the earliest copy of each (the lowest id: OpenCode's ids grow with time) stands
+    in for the original, the others are copies of it."""
     present = {fingerprint for held in originals.values() for fingerprint in held}
-    copies = [copy for held in candidates.values() for copy in held if copy[3] in present]
+    every = [copy for held in candidates.values() for copy in held]
+    stand_in = _stand_ins(((copy[3], copy[0]) for copy in every), present)
+    copies = [copy for copy in every if copy[3] in present or stand_in[copy[3]] != copy[0]]
     inferences = [copy for copy in copies if copy[1]]
     return _Copies(
         {copy[0] for copy in copies},
@@ -1172,6 +1177,20 @@ def _copies_counted(
         candidates,
         originals,
     )
+
+
+def _stand_ins(copies: Iterable[tuple[Any, ...]], originals: set[bytes]) -> dict[bytes, Any]:
+    """Of the copies (fingerprint first, message id last) whose original is in no session
+    (deleted), the one counted for each fingerprint: the lowest id, as
+    ``_copies_counted`` chooses it."""
+    chosen: dict[bytes, Any] = {}
+    for copy in copies:
+        fingerprint, mid = copy[0], copy[-1]
+        if fingerprint not in originals:
+            held = chosen.get(fingerprint)
+            if held is None or (type(mid) is str and (type(held) is not str or mid < held)):
+                chosen[fingerprint] = mid
+    return chosen
 
 
 def forked_copy_ids(store: Any, session_ids: Iterable[str]) -> set[str]:
@@ -2366,11 +2385,11 @@ def _grouped(
     # their subagents', and their held rows put through the copies' rule as read rows are.
     with entries:
         from_ledger = _fold_kept(kept, label, owner, shared=by in _SHARED)
-    copies: list[tuple[bytes, Any, Any]] = from_ledger.copies
+    copies: list[tuple[bytes, Any, Any, Any]] = from_ledger.copies
     originals: set[bytes] = scan.originals | from_ledger.originals
     for mid, key, fingerprint, figures in ready:
         if mid in copy_ids:
-            copies.append((fingerprint, key, figures))
+            copies.append((fingerprint, key, figures, mid))
             continue
         if copy_ids and fingerprint in copy_prints:
             originals.add(fingerprint)
@@ -2379,9 +2398,10 @@ def _grouped(
     notes: list[str] = []
     skipped, skipped_costs = 0, []  # summed exactly: the note reads the same in any order
     unpacked = _unpacked_step if by == "step" else _unpacked
-    for fingerprint, key, held in itertools.chain(copies, scan.copies):
+    stand_in = _stand_ins(itertools.chain(copies, scan.copies), originals)
+    for fingerprint, key, held, mid in itertools.chain(copies, scan.copies):
         figures = unpacked(held)  # one at a time: a large database has many
-        if fingerprint in originals:
+        if fingerprint in originals or stand_in[fingerprint] != mid:
             skipped += 1
             skipped_costs.extend([figures.cost] if by == "step" else figures[6])
         elif by == "step":
@@ -2533,7 +2553,7 @@ class _FromLedger(NamedTuple):
 
     folded: dict[Any, bytes | list[Any]]  # a group packed (``_light_kept``) or its sums
     shares: dict[str, list[Any]]
-    copies: list[tuple[bytes, Any, bytes | list[Any]]]
+    copies: list[tuple[bytes, Any, bytes | list[Any], Any]]
     originals: set[bytes]
 
 
@@ -2587,7 +2607,7 @@ def _fold_kept(
         try:  # a figure of another type than we write: only a file made so on purpose
             for mid, day, fingerprint, sums in days.held:
                 if mid in copy_ids:
-                    copies.append((fingerprint, (sid, day), _packed(sums)))
+                    copies.append((fingerprint, (sid, day), _packed(sums), mid))
                     continue
                 if copy_ids and fingerprint in copy_prints:
                     originals.add(fingerprint)
@@ -3225,7 +3245,8 @@ class _Scan:
         self.ready: list[tuple[str, Any, bytes, Any]] = []
         # The forked copies ``ready`` gave up where the groups need no session (``_add_ready``):
         # (fingerprint, group key, figures packed). A large database has many such rows.
-        self.copies: list[tuple[bytes, Any, bytes | list[Any]]] = []
+        # forked copies: (fingerprint, group key, packed figures, message id)
+        self.copies: list[tuple[bytes, Any, bytes | list[Any], Any]] = []
         self.labels: dict[str, str] = {}  # the strings ``--by step`` rows share (``_step_row``)
         # By step, the rows read so far set aside in time order every ``_STEP_RUN`` of them
         # (``_set_steps_aside``): a report of every step is never held.
@@ -3474,7 +3495,7 @@ class _Scan:
         steps = []
         for mid, key, fingerprint, row in ready:
             if mid in copy_ids:
-                self.copies.append((fingerprint, key, _packed_step(row)))
+                self.copies.append((fingerprint, key, _packed_step(row), mid))
                 continue
             if copy_ids and fingerprint in copy_prints:
                 self.originals.add(fingerprint)
@@ -3619,7 +3640,7 @@ class _Scan:
             mid, (sid, group), fingerprint, figures = row
             key = (sid, group) if keyed else ("", group)
             if mid in copy_ids:
-                self.copies.append((fingerprint, key, _packed(figures)))
+                self.copies.append((fingerprint, key, _packed(figures), mid))
                 continue
             if fingerprint in copy_prints:
                 self.originals.add(fingerprint)
