@@ -678,6 +678,95 @@ def test_a_history_two_forks_copied_counts_once_in_whole_table_scans(tmp_path, m
         assert doc["notes"] == expected["notes"]
 
 
+def _continued_after_a_kill(tmp_path: Path, *, now: int) -> tuple[Path, str]:
+    """samples/sigint (OpenCode killed mid-reply: the reply left open for good), then the
+    session continued: a new prompt and its completed reply, written just now."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "sigint" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    (sid,) = conn.execute("SELECT id FROM session WHERE parent_id IS NULL").fetchone()
+    prompt = {"role": "user", "time": {"created": now}, "agent": "build"}
+    reply = {
+        "role": "assistant",
+        "parentID": "msg_zz1",
+        "time": {"created": now + 1, "completed": now + 5},
+        "cost": 0.05,
+        "tokens": {"input": 1000, "output": 500, "reasoning": 0, "cache": {"read": 0, "write": 0}},
+        "modelID": "gpt-5",
+        "providerID": "openai",
+        "finish": "stop",
+    }
+    for mid, created, data in (("msg_zz1", now, prompt), ("msg_zz2", now + 1, reply)):
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (mid, sid, created, created + 4, json.dumps(data)),
+        )
+    conn.execute("UPDATE session SET time_updated = ? WHERE id = ?", (now + 5, sid))
+    conn.commit()
+    conn.close()
+    return db, sid
+
+
+def test_a_reply_a_killed_opencode_left_is_no_longer_in_flight_once_the_session_goes_on(
+    tmp_path,
+):
+    """Only a session's newest reply can be in flight (OpenCode runs one at a time): the
+    old one left open made `sessions` say busy for 10 minutes after every write, `usage
+    --by turn` put a months-old turn in flight, and kept such reports out of the cache."""
+    import time as clock
+
+    db, sid = _continued_after_a_kill(tmp_path, now=int(clock.time() * 1000))
+    turns = usage("--db", str(db), "--session", sid, "--by", "turn", "--no-cache")["rows"]
+    assert len(turns) == 2 and not any(r.get("in_flight") or r.get("stale") for r in turns)
+    steps = usage("--db", str(db), "--session", sid, "--by", "step", "--no-cache")["rows"]
+    assert not any(r.get("in_flight") or r.get("stale") for r in steps)
+    listed = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "sessions", "--db", str(db), "--no-cache", "-j"],
+        capture_output=True,
+        check=True,
+    )
+    (row,) = [r for r in json.loads(listed.stdout) if r["id"] == sid]
+    assert (row["in_flight"], row["state"]) == (False, "idle")
+    line = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "opencode_events",
+            "statusline",
+            "--db",
+            str(db),
+            "--format",
+            "{state}",
+        ],
+        capture_output=True,
+        check=True,
+    )
+    assert line.stdout.decode().strip() == row["state"]  # the views agree
+
+
+def test_the_newest_reply_left_open_is_still_judged_busy_or_stale(tmp_path):
+    """The rule leaves a session whose newest reply is open as it was: stale when silent."""
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "opencode_events",
+            "sessions",
+            "--db",
+            str(SAMPLES / "sigint" / "opencode.db"),
+            "--no-cache",
+            "-j",
+        ],
+        capture_output=True,
+        check=True,
+    )
+    states = {r["state"] for r in json.loads(listed.stdout)}
+    assert states == {"stale"}
+    turns = usage("--db", str(SAMPLES / "sigint" / "opencode.db"), "--by", "turn", "--no-cache")
+    assert turns["rows"][-1].get("stale") is True
+
+
 # ------------------------------------------------------------- whole-table scans, chunked
 
 # An assistant message of samples/fork, as OpenCode writes it.

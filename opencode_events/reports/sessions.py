@@ -1098,7 +1098,7 @@ def _judge_staleness(
     """A session in flight with nothing written for a while, to it or below it, is stale
     (``reports.stale``, the rule ``usage`` applies too). With the ledger's ``entries``, when
     a session's rows were last written is read once per stamp and kept in its entry."""
-    from .stale import stored_state
+    from .stale import open_reply, stored_state
 
     def rows_written(sid: str) -> int | None:
         entry = entries.get(sid) if entries is not None else None
@@ -1122,6 +1122,9 @@ def _judge_staleness(
     limit = stale_after_ms()
     for summary in summaries:
         if not summary.in_flight:
+            continue
+        if open_reply(store, summary.id) is None:  # only an older reply is open: left
+            summary.in_flight = False
             continue
         summary.state = stored_state(
             store,

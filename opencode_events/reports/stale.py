@@ -12,12 +12,81 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
+
+import msgspec
+from msgspec import Struct
 
 from ..core.activity import session_state, stale_after_ms
+from ..core.views import decode_repairing
 from ..store.rows import descendants, offers_fast_scans
 
-__all__ = ["last_written", "stored_state"]
+__all__ = ["OpenReply", "last_written", "open_reply", "stored_state"]
+
+
+class _Reply(Struct, gc=False):
+    role: Any = None
+    time: Any = None
+    error: Any = None
+
+
+_REPLY = msgspec.json.Decoder(_Reply)
+_LOOKED_AT = 64  # newest messages looked at for the newest reply and the last prompt
+
+
+class OpenReply(NamedTuple):
+    """A session's newest reply, in flight (``open_reply``)."""
+
+    message_id: Any  # its id
+    prompt_created: Any  # when the prompt before it was created (None: not seen)
+
+
+def open_reply(store: Any, session_id: str) -> OpenReply | None:
+    """The session's newest reply when it has no ``time.completed`` (and no error): the one
+    reply that can be in flight. OpenCode runs one reply at a time in a session, so an
+    older reply left open is one a killed OpenCode left, and the session went on past it
+    (a report that marked it in flight said `busy` for good, and kept no cache). None when
+    the newest reply is complete, or there is none."""
+    for message_id, data in _newest_first(store, session_id):
+        try:
+            reply = decode_repairing(_REPLY, data)[0]
+        except (msgspec.DecodeError, RecursionError, TypeError):
+            continue
+        if reply.role == "assistant":
+            time = reply.time if isinstance(reply.time, dict) else {}
+            if time.get("completed") is not None or reply.error:
+                return None
+            return OpenReply(message_id, _prompt_created(store, session_id, message_id))
+    return None
+
+
+def _newest_first(store: Any, session_id: str) -> Any:
+    """(id, data) of a session's newest messages, newest first: from the index where the
+    store has one, else the messages in order, reversed (the legacy files)."""
+    newest = getattr(store, "newest_messages", None)
+    if newest is not None:
+        for index, (message_id, _updated, data) in enumerate(newest(session_id)):
+            if index >= _LOOKED_AT:
+                return
+            yield message_id, data
+        return
+    rows = list(store.messages(session_id))
+    for row in reversed(rows[-_LOOKED_AT:]):
+        yield row.id, row.data
+
+
+def _prompt_created(store: Any, session_id: str, reply_id: Any) -> Any:
+    """When the newest prompt (a user message) of the session was created."""
+    for _, data in _newest_first(store, session_id):
+        try:
+            info = decode_repairing(_REPLY, data)[0]
+        except (msgspec.DecodeError, RecursionError, TypeError):
+            continue
+        if info.role == "user":
+            time = info.time if isinstance(info.time, dict) else {}
+            created = time.get("created")
+            return created if type(created) is int else None
+    return None
 
 
 def last_written(

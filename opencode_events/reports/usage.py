@@ -1345,7 +1345,7 @@ class _Families:
     ) -> None:
         self.store, self.tree, self.skip, self.fold = store, tree, skip, fold
         self.since, self.until, self.now_ms = since, until, now_ms
-        self.states: dict[str, str] = {}  # each session's state, judged once
+        self.states: dict[str, Any] = {}  # each session's state, judged once
         self.reopened = False  # a worker's own connection (``_family_slice``)
 
     def rows_of(
@@ -1948,7 +1948,7 @@ def _steps_judged(
     rows: Iterable[UsageRow], store: Any, tree: dict[str, list[str]]
 ) -> Iterator[UsageRow]:
     """``rows``, those in flight of a stale session judged so (``_judge_staleness``)."""
-    states: dict[str, str] = {}
+    states: dict[str, Any] = {}
     for row in rows:
         if row.in_flight:
             _judge_staleness(store, (row,), tree, None, states)
@@ -2228,18 +2228,33 @@ def _judge_staleness(
     rows: Sequence[UsageRow],
     tree: dict[str, list[str]],
     now_ms: float | None,
-    states: dict[str, str] | None = None,
+    states: dict[str, Any] | None = None,
 ) -> None:
     """Rows in flight of a session that is stale are ``stale``, not in flight: a reply a
-    killed OpenCode left (``reports.stale``, the rule of ``sessions``). ``states``: each
-    session's state as judged already (rows given a session at a time)."""
-    from .stale import stored_state
+    killed OpenCode left (``reports.stale``, the rule of ``sessions``). Only the session's
+    newest reply can be in flight (``stale.open_reply``): a row of an older one left open,
+    or a turn before the newest one's, is not. ``states``: each session's state as judged
+    already, and its open reply (rows given a session at a time)."""
+    from .stale import open_reply, stored_state
 
     if states is None:
         states = {}
     for row in rows:
         sid = row.session_id
         if not row.in_flight or not isinstance(sid, str):
+            continue
+        key = "reply:" + sid
+        if key not in states:
+            states[key] = open_reply(store, sid)  # type: ignore[assignment]
+        newest: Any = states[key]
+        if newest is None or (
+            row.message_id != newest.message_id
+            if type(row.message_id) is str  # a step's row
+            else type(row.started) is int
+            and type(newest.prompt_created) is int
+            and row.started < newest.prompt_created  # a turn before the newest reply's
+        ):
+            row.in_flight = False
             continue
         state = states.get(sid)
         if state is None:
