@@ -1978,6 +1978,19 @@ def test_a_report_larger_than_the_whole_cache_is_not_kept(tmp_path, monkeypatch)
         assert _kept_bytes(root) <= 1024
 
 
+def test_a_file_larger_than_half_the_cache_is_not_kept_so_others_stay(tmp_path) -> None:
+    """A small cache and one large report (a report by turn of every session): kept, it
+    pushed every other file out, and the next report pushed it out in turn."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root, budget=100_000)
+        cache._write("memo-small", b"x" * 20_000)
+        cache._write("memo-large", b"y" * 60_000)  # more than half: not kept
+        cache._write("memo-half", b"z" * 45_000)  # less than half: kept, beside the first
+    assert sorted(f.name for f in cache.folder.glob("memo-*")) == ["memo-half", "memo-small"]
+
+
 @pytest.mark.parametrize("value", ["lots", "-1", "0", "1.5G"])
 def test_a_cache_size_that_is_no_size_is_one_error(tmp_path, monkeypatch, value) -> None:
     """``$OPENCODE_EVENTS_CACHE_SIZE`` that is no size (K, M, G or bytes, more than none):

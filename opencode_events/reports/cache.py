@@ -574,11 +574,12 @@ class ReportCache:
             fd, tmp = _new_file(self.folder)
             try:
                 with os.fdopen(fd, "wb") as file:
-                    size, most = 0, min(_LARGEST, self.budget)
+                    size, most = 0, min(_LARGEST, self.budget // 2)
                     for piece in pieces:
                         size += file.write(piece)
-                        # A runaway, not a real report; or larger than the whole cache
-                        # (``_fit`` would let it go at once): not kept.
+                        # A runaway, not a real report; or larger than half the cache:
+                        # kept, it would push every other report out (a report by turn
+                        # of every session, in a small cache), and then be pushed out.
                         if size > most:
                             raise _TooLarge
                     if tail is not None:
