@@ -110,7 +110,14 @@ def test_default_location_and_channel_databases(tmp_path: Path):
     env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "PATH": "/usr/bin"}
     missing = run("sessions", "--format", "json", env=env)
     assert missing.returncode == 2
-    assert missing.stderr.decode().startswith("error: no OpenCode database at ")
+    assert missing.stderr.decode() == (
+        f"error: no OpenCode database at {data / 'opencode.db'}: OpenCode writes it there "
+        "once it has run; to read another, pass --db PATH or set OPENCODE_DB\n"
+    )
+    named = run("sessions", env={**env, "OPENCODE_DB": str(tmp_path / "nope.db")})
+    assert named.stderr.decode() == (
+        f"error: no OpenCode database at {tmp_path / 'nope.db'} (named by OPENCODE_DB)\n"
+    )
     shutil.copyfile(SAMPLES / "text" / "opencode.db", data / "opencode-dev.db")
     hinted = run("sessions", "--format", "json", env=env)
     assert hinted.returncode == 2 and b"opencode-dev.db" in hinted.stderr

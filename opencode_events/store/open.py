@@ -10,6 +10,7 @@ a data directory, or the legacy JSON files) and ``select_sessions`` (ids or pref
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,13 @@ def open_store(
         if others:
             names = ", ".join(str(p) for p in others)
             raise InputError(f"no OpenCode database at {path} (found {names}; pass --db)")
+        named = (os.environ if env is None else env).get("OPENCODE_DB")
+        raise InputError(  # the first thing a user whose data is elsewhere meets: the way
+            f"no OpenCode database at {path} (named by OPENCODE_DB)"
+            if named
+            else f"no OpenCode database at {path}: OpenCode writes it there once it has "
+            "run; to read another, pass --db PATH or set OPENCODE_DB"
+        )
     store = Store(path)
     if explicit:  # a database named as a file is that file alone
         return with_legacy_files(store, None, False)
