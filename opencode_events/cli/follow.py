@@ -82,7 +82,7 @@ def follow_import(
             until_idle=not forever,
             max_cost=max_cost,
             stale_after=stale_after_ms(),
-            waiting=lambda roots: _say_waiting(writer, roots),
+            waiting=lambda roots: _say_waiting(writer, roots, newer=not sessions),
             stop=_reader_gone(out),
         )
         writer.write(follower.finish())
@@ -135,12 +135,14 @@ def _reader_gone(out: Any) -> Any:
     return gone
 
 
-def _say_waiting(writer: Any, roots: list[str]) -> None:
+def _say_waiting(writer: Any, roots: list[str], *, newer: bool = False) -> None:
     """That the followed session is idle and waited on: in the pretty view's footer where
     it has one (a line on stderr would leave a copy of the footer above it), else a line
-    on stderr."""
+    on stderr. ``newer``: the session was chosen as the newest, and a newer one that
+    begins to work takes its place."""
+    which = "it, or a newer session," if newer else "it"
     text = (
-        f"{', '.join(roots)} is idle: its history is written; waiting for it to work "
+        f"{', '.join(roots)} is idle: its history is written; waiting for {which} to work "
         "and be idle again (Ctrl-C to stop)"
     )
     say = getattr(writer, "waiting", None)
