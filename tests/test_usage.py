@@ -767,6 +767,42 @@ def test_the_newest_reply_left_open_is_still_judged_busy_or_stale(tmp_path):
     assert turns["rows"][-1].get("stale") is True
 
 
+def test_a_prompt_typed_while_the_reply_runs_leaves_that_reply_in_flight(tmp_path, monkeypatch):
+    """OpenCode writes a prompt typed during a reply at once, newer than the reply: the
+    reply's turn is the one its ``parentID`` names, and stays in flight (or stale) as its
+    step does, not the queued prompt's."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "continue3" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    sid, mid, data, created = conn.execute(
+        "SELECT session_id, id, data, time_created FROM message "
+        "WHERE json_extract(data, '$.role') = 'assistant' ORDER BY time_created DESC LIMIT 1"
+    ).fetchone()
+    reply = json.loads(data)
+    del reply["time"]["completed"]
+    reply.pop("finish", None)
+    conn.execute("UPDATE message SET data = ? WHERE id = ?", (json.dumps(reply), mid))
+    queued = {"role": "user", "time": {"created": created + 1000}}
+    conn.execute(
+        "INSERT INTO message VALUES ('msg_zzqueued', ?, ?, ?, ?)",
+        (sid, created + 1000, created + 1000, json.dumps(queued)),
+    )
+    conn.commit()
+    conn.close()
+    for limit, mark in ((str(10**12), "in_flight"), ("0", "stale")):
+        monkeypatch.setenv("OPENCODE_EVENTS_STALE_AFTER", limit)
+        steps = usage("--db", str(db), "--all", "--by", "step", "--no-cache")["rows"]
+        turns = usage("--db", str(db), "--all", "--by", "turn", "--no-cache")["rows"]
+        assert [r["message_id"] for r in steps if r.get(mark)] == [mid]
+        (turn,) = [r for r in turns if r.get(mark)]
+        assert (
+            turn["started"]
+            == json.loads(
+                sql(db, "SELECT data FROM message WHERE id = ?", reply["parentID"])[0][0]
+            )["time"]["created"]
+        )
+
+
 # ------------------------------------------------------------- whole-table scans, chunked
 
 # An assistant message of samples/fork, as OpenCode writes it.

@@ -28,6 +28,7 @@ class _Reply(Struct, gc=False):
     role: Any = None
     time: Any = None
     error: Any = None
+    parentID: Any = None  # noqa: N815 - OpenCode's spelling: the prompt a reply answers
 
 
 _REPLY = msgspec.json.Decoder(_Reply)
@@ -56,7 +57,7 @@ def open_reply(store: Any, session_id: str) -> OpenReply | None:
             time = reply.time if isinstance(reply.time, dict) else {}
             if time.get("completed") is not None or reply.error:
                 return None
-            return OpenReply(message_id, _prompt_created(store, session_id, message_id))
+            return OpenReply(message_id, _prompt_created(store, session_id, reply))
     return None
 
 
@@ -75,17 +76,23 @@ def _newest_first(store: Any, session_id: str) -> Any:
         yield row.id, row.data
 
 
-def _prompt_created(store: Any, session_id: str, reply_id: Any) -> Any:
-    """When the newest prompt (a user message) of the session was created."""
-    for _, data in _newest_first(store, session_id):
+def _prompt_created(store: Any, session_id: str, reply: _Reply) -> Any:
+    """When the prompt ``reply`` answers (its ``parentID``) was created: the start of the
+    turn it is in. A prompt typed while the reply runs is written at once, newer than it,
+    and begins no turn of its own yet. None when that prompt is not among the newest."""
+    parent = reply.parentID
+    if not isinstance(parent, str):
+        return None
+    for message_id, data in _newest_first(store, session_id):
+        if message_id != parent:
+            continue
         try:
             info = decode_repairing(_REPLY, data)[0]
         except (msgspec.DecodeError, RecursionError, TypeError):
-            continue
-        if info.role == "user":
-            time = info.time if isinstance(info.time, dict) else {}
-            created = time.get("created")
-            return created if type(created) is int else None
+            return None
+        times = info.time if isinstance(info.time, dict) else {}
+        created = times.get("created")
+        return created if type(created) is int else None
     return None
 
 
