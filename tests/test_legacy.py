@@ -458,7 +458,12 @@ def test_a_damaged_session_file_loses_no_session_whose_messages_are_there(tmp_pa
     if damage == "title not UTF-8":
         assert notes == "" and row["title"] == "Mock \ufffd title"  # bad bytes replaced
     elif damage == "time of text":
-        assert notes == "" and row["time_created"] == 0  # as a damaged time cell reads
+        # no time of its own: dated by its messages (kept in a window as they are)
+        firsts = [
+            json.loads(f.read_text())["time"]["created"]
+            for f in (data_dir / "storage" / "message" / only_in_files).glob("*.json")
+        ]
+        assert notes == "" and row["time_created"] == min(firsts)
     else:
         assert f"read as session {only_in_files}, as its file is named" in notes
 
@@ -659,3 +664,39 @@ def test_files_that_cannot_be_read_are_said_not_passed_over(tmp_path: Path):
     assert f"{sessions[0]}: cannot be read (Permission denied); read as session" in notes
     assert f"{folders[1]}: cannot be listed (Permission denied); its messages are left out" in notes
     assert f"{message}: cannot be read (Permission denied); left out" in notes
+
+
+def test_an_emptied_message_folder_beside_a_database_keeps_it_one_fast_store(tmp_path: Path):
+    """What OpenCode 1.1 leaves of a deleted session (its folder, emptied) names no session
+    the files hold: the database alone is read (its fast scans and its cache), not both."""
+    from opencode_events.store.open import open_store
+    from opencode_events.store.sqlite import Store
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(MIXED, data_dir)
+    in_db = {sid for (sid,) in rows(data_dir / "opencode.db", "SELECT id FROM session")}
+    for file in (data_dir / "storage" / "session").glob("*/*.json"):
+        if file.stem not in in_db:
+            for message in (data_dir / "storage" / "message" / file.stem).glob("*.json"):
+                message.unlink()  # deleted as OpenCode deletes: the folder stays, empty
+            file.unlink()
+    (data_dir / "storage" / "message" / "ses_gone").mkdir()
+    with open_store(str(data_dir)) as store:
+        assert type(store) is Store
+
+
+def test_a_session_no_file_names_is_dated_by_its_messages_so_a_window_keeps_it(tmp_path):
+    data_dir, storage = _tree(tmp_path)
+    (file,) = [f for f in (storage / "session").glob("*/*.json") if "parentID" not in f.read_text()]
+    newest = max(
+        json.loads(m.read_text())["time"]["created"]
+        for m in (storage / "message" / file.stem).glob("*.json")
+    )
+    file.unlink()
+    from datetime import UTC, datetime
+
+    # the window holds its last message
+    since = datetime.fromtimestamp((newest - 1000) // 1000, UTC).isoformat()
+    listed = run("sessions", "--db", str(data_dir), "--since", since, "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert file.stem in [s["id"] for s in json.loads(listed.stdout)]

@@ -144,12 +144,13 @@ class LegacyStore:
         self.roots = roots  # the folders read (nothing may be written inside them)
         self._sessions: dict[str, tuple[SessionRow, _Layout]] = {}
         self._noted: set[str] = set()
-        for root in roots:
-            layout = _Layout(root)
+        layouts = [_Layout(root) for root in roots]
+        for layout in layouts:
             for file in layout.session_files():
                 row = self._session_row(file, layout)
                 if row is not None:
                     self._keep(row, layout, file)
+        for layout in layouts:  # once every root's files are read: a folder no file names
             self._read_unclaimed(layout)
         if self._unread > _NOTED_FILES:
             more = self._unread - _NOTED_FILES
@@ -254,7 +255,13 @@ class LegacyStore:
         inferences = 0
         tokens = [0, 0, 0, 0, 0]
         model = None
+        first = last = None  # its messages' times: a session file that says none is dated so
         for message in self._message_infos(session_id, layout):
+            times = message.time
+            for when in (times.created, times.completed) if times is not None else ():
+                if _int(when) is not None:
+                    first = when if first is None or when < first else first
+                    last = when if last is None or when > last else last
             if message.role != "assistant":
                 continue
             figures = read_figures(message.tokens, message.cost)  # the one rule
@@ -269,8 +276,8 @@ class LegacyStore:
                 model = msgspec.json.encode(
                     {"id": message.modelID, "providerID": message.providerID}
                 )
-        created = _int(info.time.created) if info.time else None
-        updated = _int(info.time.updated) if info.time else None
+        created = (_int(info.time.created) if info.time else None) or first
+        updated = (_int(info.time.updated) if info.time else None) or last
         return SessionRow(
             id=session_id,
             parent_id=info.parentID if isinstance(info.parentID, str) else None,
@@ -416,8 +423,18 @@ def legacy_session_ids(data_dir: Path) -> set[str]:
         layout = _Layout(root)
         ids.update(file.stem for file in layout.session_files())
         with contextlib.suppress(OSError), os.scandir(layout.message_root()) as entries:
-            ids.update(e.name for e in entries if e.is_dir() and e.name[:1] != ".")
+            ids.update(e.name for e in entries if e.is_dir() and _holds_messages(e.path))
     return {sid for sid in ids if _safe_id(sid)}
+
+
+def _holds_messages(folder: str) -> bool:
+    """Whether a message folder holds a message file: one OpenCode emptied when it
+    deleted the session (files go, folders stay) names no session (``_read_unclaimed``)."""
+    if os.path.basename(folder)[:1] == ".":
+        return False
+    with contextlib.suppress(OSError), os.scandir(folder) as files:
+        return any(f.name.endswith(".json") and f.name[:1] != "." for f in files)
+    return False
 
 
 class MixedStore:
