@@ -443,16 +443,26 @@ def test_every_width_keeps_each_rows_id_and_cost_within_its_lines(width: int, bu
 
 
 @pytest.mark.parametrize("height", [3, 5, 6, 8, 12, 24])
+@pytest.mark.parametrize("width", [40, 80])
 @pytest.mark.parametrize("marks", [False, True], ids=["plain", "marks"])
-def test_the_screen_never_draws_more_lines_than_the_terminal_has(height: int, marks: bool):
-    """The keys line and the marks' explanations at the foot stay on the screen."""
+@pytest.mark.parametrize("readable", [True, False], ids=["readable", "unreadable"])
+def test_the_screen_never_draws_more_lines_than_the_terminal_has(height, width, marks, readable):
+    """The keys line and the marks' explanations at the foot stay on the screen, and so
+    they do under why the store cannot be read (wrapped, never cut: its lines counted)."""
     from opencode_events.output.tables import top_screen
 
     board = _board_of(30, busy=True, marks=marks)
-    console = Console(width=80, record=True, file=io.StringIO())
-    console.print(top_screen(board, 12_000, width=80, height=height))
+    if not readable:
+        board.readable = False
+        board.problem = (
+            "cannot read /home/someone/.local/share/opencode/opencode.db: "
+            "database disk image is malformed"
+        )
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(top_screen(board, 12_000, width=width, height=height))
     lines = console.export_text().splitlines()
-    assert len(lines) <= max(height, 6), lines  # header, columns, a row, keys: at least
+    least = 6 + (0 if readable else 4)  # header, columns, a row, keys (and the reason)
+    assert len(lines) <= max(height, least), lines
     assert any(line.startswith("q quits") for line in lines), lines
 
 

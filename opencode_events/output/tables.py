@@ -659,8 +659,13 @@ def top_screen(
     # The screen: the header (and why the store cannot be read), a blank line, the
     # columns' names, the rows, a blank line, the keys and a line for each mark.
     rows = board.rows
+    why = "" if board.readable else f"store not readable: {_problem(board)}"
     if height is not None:
-        room = height - 5 - (0 if board.readable else 1)
+        from rich.console import Console
+
+        # the reason is wrapped, never cut: as many lines as it takes at this width
+        said = len(Text(why).wrap(Console(width=max(1, width)), max(1, width))) if why else 0
+        room = height - 5 - said
         rows = rows[: max(1, room - len(_marks(rows[: max(1, room)])))]
     any_running = any(r.running for r in board.rows)
     cells: dict[str, list[str]] = {
@@ -722,10 +727,16 @@ def top_screen(
     )
     notes = [Text(mark, style="dim", no_wrap=True, overflow="ellipsis") for mark in _marks(rows)]
     top = [header]
-    if not board.readable:  # why, under the header (wrapped, never cut); the last rows kept
-        why = visible(getattr(board, "problem", None) or "")
-        top.append(Text(f"store not readable: {why}", "red"))
+    if why:  # under the header (wrapped, never cut); the last rows kept
+        top.append(Text(why, "red"))
     return Group(*top, Text(""), table, Text(""), keys, *notes)
+
+
+def _problem(board: Any) -> str:
+    """Why the board's store cannot be read, as it may be shown."""
+    from .pretty import visible
+
+    return visible(getattr(board, "problem", None) or "")
 
 
 def _doing(row: Any, now_ms: float) -> str:
