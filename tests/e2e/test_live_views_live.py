@@ -67,7 +67,11 @@ def test_statusline_and_top_while_opencode_works(mock_model, opencode_env):
         deadline = time.monotonic() + 60
         while not _bash_running(env.db_path) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _bash_running(env.db_path), "OpenCode never started the bash call"
+        if not _bash_running(env.db_path):  # say why: the run's end, if it ended
+            run.join(timeout=5)
+            ran = result.get("run")
+            said = f"exit {ran.returncode}: {ran.stderr[-2000:]!r}" if ran else "still running"
+            raise AssertionError(f"OpenCode never started the bash call ({said})")
         seen.append(_statusline(env.db_path))
         top, master = _pty([*CLI, "top", "--db", str(env.db_path), "--interval", "0.2"])
         out = _read_until(master, top, rb"busy .*bash \d")
