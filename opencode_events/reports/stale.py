@@ -48,7 +48,8 @@ def open_reply(store: Any, session_id: str) -> OpenReply | None:
     older reply left open is one a killed OpenCode left, and the session went on past it
     (a report that marked it in flight said `busy` for good, and kept no cache). None when
     the newest reply is complete, or there is none."""
-    for message_id, data in _newest_first(store, session_id):
+    older = _newest_first(store, session_id)
+    for message_id, data in older:
         try:
             reply = decode_repairing(_REPLY, data)[0]
         except (msgspec.DecodeError, RecursionError, TypeError):
@@ -57,7 +58,8 @@ def open_reply(store: Any, session_id: str) -> OpenReply | None:
             time = reply.time if isinstance(reply.time, dict) else {}
             if time.get("completed") is not None or reply.error:
                 return None
-            return OpenReply(message_id, _prompt_created(store, session_id, reply))
+            # its prompt is older: read on from here, not from the newest again
+            return OpenReply(message_id, _prompt_created(older, reply))
     return None
 
 
@@ -76,14 +78,15 @@ def _newest_first(store: Any, session_id: str) -> Any:
         yield row.id, row.data
 
 
-def _prompt_created(store: Any, session_id: str, reply: _Reply) -> Any:
-    """When the prompt ``reply`` answers (its ``parentID``) was created: the start of the
-    turn it is in. A prompt typed while the reply runs is written at once, newer than it,
-    and begins no turn of its own yet. None when that prompt is not among the newest."""
+def _prompt_created(older: Any, reply: _Reply) -> Any:
+    """When the prompt ``reply`` answers (its ``parentID``) was created, among ``older``
+    (the messages older than the reply, newest first): the start of the turn it is in. A
+    prompt typed while the reply runs is written at once, newer than it, and begins no
+    turn of its own yet. None when that prompt is not among the newest."""
     parent = reply.parentID
     if not isinstance(parent, str):
         return None
-    for message_id, data in _newest_first(store, session_id):
+    for message_id, data in older:
         if message_id != parent:
             continue
         try:
