@@ -141,3 +141,33 @@ def test_a_stale_after_that_is_no_number_of_seconds_is_one_error(value: str) -> 
         assert done.stderr.decode().splitlines() == [
             f"error: OPENCODE_EVENTS_STALE_AFTER: not a number of seconds: {value!r} (e.g. 600)"
         ], args
+
+
+NOW = 1_800_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("role", "completed", "error", "finish", "written", "says"),
+    [
+        ("user", None, None, None, None, True),  # a prompt: its reply is still to come
+        ("assistant", None, None, None, None, True),  # a reply running
+        ("assistant", None, {"name": "APIError"}, None, None, False),  # failed: over
+        ("assistant", NOW - 5, None, "stop", NOW - 5, False),  # done
+        ("assistant", NOW - 5, None, "tool-calls", NOW - 5, True),  # the next step comes
+        ("assistant", NOW - 5, None, "tool-calls", NOW - 2000, True),  # at the limit
+        ("assistant", NOW - 5, None, "tool-calls", NOW - 2001, False),  # none came
+        ("assistant", NOW - 5, None, "tool-calls", None, True),  # when: not known
+        ("assistant", NOW - 5, {"name": "x"}, "tool-calls", NOW, False),  # failed
+        ("system", None, None, None, None, None),  # neither: read on
+        (None, None, None, None, None, None),
+    ],
+)
+def test_what_the_newest_message_says_of_work_in_flight(
+    role, completed, error, finish, written, says
+) -> None:
+    from opencode_events.core.activity import newest_says_in_flight
+
+    found = newest_says_in_flight(
+        role, completed=completed, error=error, finish=finish, written_ms=written, now_ms=NOW
+    )
+    assert found is says

@@ -22,9 +22,21 @@ from collections.abc import Mapping
 
 from ..paths import stale_after_seconds
 
-__all__ = ["STALE_AFTER_MS", "BUSY", "IDLE", "STALE", "session_state", "stale_after_ms"]
+__all__ = [
+    "STALE_AFTER_MS",
+    "NEXT_STEP_MS",
+    "BUSY",
+    "IDLE",
+    "STALE",
+    "newest_says_in_flight",
+    "session_state",
+    "stale_after_ms",
+]
 
 STALE_AFTER_MS = 10 * 60 * 1000
+# A step that asked for tools is followed by the next one within this: OpenCode writes it
+# milliseconds later; a turn a rejected permission stopped ends that way too, so only so long.
+NEXT_STEP_MS = 2000
 BUSY, IDLE, STALE = "busy", "idle", "stale"
 
 
@@ -33,6 +45,35 @@ def stale_after_ms(env: Mapping[str, str] | None = None) -> int:
     (a test of a killed run need not wait ten minutes)."""
     seconds = stale_after_seconds(env)
     return STALE_AFTER_MS if seconds is None else int(seconds * 1000)
+
+
+def newest_says_in_flight(
+    role: object,
+    *,
+    completed: object,
+    error: object,
+    finish: object,
+    written_ms: int | float | None,
+    now_ms: int | float,
+) -> bool | None:
+    """Whether a session's newest prompt or reply says it is in flight: a prompt (its reply
+    is still to come), a reply without ``completed`` or error, or one that asked for tools
+    (``finish: "tool-calls"``) written within ``NEXT_STEP_MS`` (None: when is not known,
+    in flight). None for a message that is neither prompt nor reply (read on to an older
+    one)::
+
+        newest_says_in_flight("assistant", completed=None, error=None, finish=None,
+                              written_ms=None, now_ms=now)   # True
+    """
+    if role == "user":
+        return True
+    if role != "assistant":
+        return None
+    if completed is None and not error:
+        return True
+    if finish == "tool-calls" and not error:
+        return written_ms is None or now_ms - written_ms <= NEXT_STEP_MS
+    return False
 
 
 def session_state(

@@ -29,7 +29,14 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from ..core.activity import BUSY, IDLE, STALE, session_state, stale_after_ms
+from ..core.activity import (
+    BUSY,
+    IDLE,
+    STALE,
+    newest_says_in_flight,
+    session_state,
+    stale_after_ms,
+)
 from ..core.figures import token_count
 from ..core.text import BIDI_FORMATTING
 from ..core.views import Times, Tokens, decode_repairing, number
@@ -41,8 +48,6 @@ from .spend import family_spend
 __all__ = ["Glance", "take_glance", "render", "FIELDS", "DEFAULT_FORMAT", "check_format"]
 
 DEFAULT_FORMAT = "{state} {cost} | today {today} | ctx {context}"
-# A step that asked for tools is followed by the next within this (sources.eventlog's rule).
-NEXT_STEP_MS = 2000
 _NEWEST = 64  # newest messages of the session read at most, for the context and the state
 
 FIELDS = {
@@ -207,21 +212,18 @@ def _read_newest(store: Any, session_id: str, glance: Glance, now: float) -> boo
             reply = decode_repairing(REPLY, data)[0]
         except (*_UNREADABLE, msgspec.ValidationError):
             continue
-        if reply.role == "user":
-            if in_flight is None:
-                in_flight = True
-            continue
-        if reply.role != "assistant":
-            continue
         if in_flight is None:
             completed = reply.time.completed if reply.time is not None else None
-            if completed is None and not reply.error:
-                in_flight = True
-            elif reply.finish == "tool-calls" and not reply.error:
-                written = number(updated) or number(completed) or 0
-                in_flight = now - written <= NEXT_STEP_MS
-            else:
-                in_flight = False
+            in_flight = newest_says_in_flight(
+                reply.role,
+                completed=completed,
+                error=reply.error,
+                finish=reply.finish,
+                written_ms=number(updated) or number(completed) or 0,
+                now_ms=now,
+            )
+        if reply.role != "assistant":
+            continue
         if glance.context_tokens is None:
             glance.context_tokens = prompt_tokens(reply.tokens)
     return bool(in_flight)

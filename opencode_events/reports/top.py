@@ -31,14 +31,14 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from ..core.activity import BUSY, IDLE, session_state, stale_after_ms
+from ..core.activity import BUSY, IDLE, newest_says_in_flight, session_state, stale_after_ms
 from ..core.views import Part, decode_repairing, number
 from ..errors import InputError
 from ..events import summed_cost
 from ..store.sqlite import Store
 from ..store.watch import StoreWatch
 from .spend import family_spend
-from .statusline import NEXT_STEP_MS, REPLY, day_bounds, day_start, prompt_tokens
+from .statusline import REPLY, day_bounds, day_start, prompt_tokens
 
 __all__ = ["TopBoard", "Board", "BoardRow", "week_start"]
 
@@ -314,21 +314,22 @@ class TopBoard:
                 continue
             if reply.role == "user":
                 turns += 1
-                if in_flight is None:
-                    in_flight = True
-                    since = reply.time.created if reply.time is not None else None
-                continue
-            if reply.role != "assistant":
-                continue
             if in_flight is None:
                 completed = reply.time.completed if reply.time is not None else None
-                if completed is None and not reply.error:
-                    in_flight, open_reply = True, message_id
+                in_flight = newest_says_in_flight(
+                    reply.role,
+                    completed=completed,
+                    error=reply.error,
+                    finish=reply.finish,
+                    written_ms=number(updated) or number(completed) or 0,
+                    now_ms=now,
+                )
+                if in_flight and (reply.role == "user" or completed is None):
+                    # since the prompt, or the reply it runs (a step's gap: not known)
                     since = reply.time.created if reply.time is not None else None
-                elif reply.finish == "tool-calls" and not reply.error:
-                    in_flight = now - (number(updated) or number(completed) or 0) <= NEXT_STEP_MS
-                else:
-                    in_flight = False
+                    open_reply = message_id if reply.role == "assistant" else None
+            if reply.role != "assistant":
+                continue
             if context is None:
                 context = prompt_tokens(reply.tokens)
         else:

@@ -37,7 +37,7 @@ from typing import Any
 
 import msgspec
 
-from ..core.activity import BUSY, IDLE, STALE, session_state
+from ..core.activity import BUSY, IDLE, NEXT_STEP_MS, STALE, session_state
 from ..core.normalizer import Normalizer, Provenance
 from ..core.views import MessageInfo, number
 from ..errors import InputError
@@ -48,7 +48,6 @@ from .sse import SseReader
 __all__ = ["StoreFollower", "SessionActivity", "event_type"]
 
 _VERSION = re.compile(r"\.\d+$")
-NEXT_STEP_MS = 2000  # a step that asked for tools is followed by the next one within this
 
 
 def event_type(stored: str) -> str:
@@ -80,9 +79,7 @@ class SessionActivity:
 
     def in_flight(self, now_ms: int | float) -> bool:
         """A reply running, a prompt awaiting its reply, or a step that asked for tools
-        just now (its next step is about to be written: OpenCode makes it milliseconds
-        later; a turn a rejected permission stopped ends that way too, so only for
-        ``NEXT_STEP_MS``)."""
+        just now (``core.activity``'s rule, over every reply seen, not only the newest)."""
         if self.open:
             return True
         if self.last_user > self.last_reply:
