@@ -445,12 +445,39 @@ def test_compaction_keeps_its_tail():
     ledger = build_ledger(messages)
     assert ledger.inferences[2].compaction
     after = ledger.inferences[3]
-    system = ledger.inferences[2].sources["system"]
-    assert after.sources["system"] == system and after.sources["compaction"] == 50
-    # the kept tail (u2, a2 with its tool result) and the new prompt share the growth
-    assert set(after.added) == {"user", "tool:b"}
+    # A first inference again: the summary (its 50 output tokens), the kept tail (u2, a2
+    # with its tool result) and the new prompt at 4 bytes a token; the rest is the system
+    # prompt, measured afresh (the summarizer's prompt is not the agent's).
+    pieces = {"compaction": 50, "user": 8, "tool:b": 3}  # user: 10 + 20 bytes
+    assert after.sources == {"system": 1100 - sum(pieces.values()), **pieces}
+    assert after.added == after.sources
     assert "tool:a" not in after.sources
-    assert sum(after.sources.values()) == 1100
+
+
+def test_after_a_compaction_the_system_prompt_is_measured_afresh():
+    """OpenCode 1.18.33's summarizer sends a small prompt of its own (no tools, a short
+    system prompt, the conversation as one message): the agent's system prompt and tools
+    come back with the next step, and are `system`, not what that step added."""
+    messages = [
+        LedgerMessage(id="u1", role="user", additions=[Addition("user", 40)]),
+        LedgerMessage(id="a1", role="assistant", input=8000, additions=[Addition("tool:a", 9000)]),
+        LedgerMessage(id="u2", role="user", additions=[Addition("user", 40)]),
+        LedgerMessage(id="a2", role="assistant", input=11000),
+        LedgerMessage(id="u3", role="user", compaction=True),
+        LedgerMessage(
+            id="a3",
+            role="assistant",
+            input=1240,  # the summarizer's prompt: far less than the agent's system prompt
+            output=20,
+            parent_id="u3",
+            summary=True,
+            mode="compaction",
+        ),
+        LedgerMessage(id="u4", role="user", additions=[Addition("user", 25)]),
+        LedgerMessage(id="a4", role="assistant", input=8082),
+    ]
+    after = build_ledger(messages).inferences[3]
+    assert after.sources == {"system": 8082 - 20 - 7, "compaction": 20, "user": 7}
 
 
 def test_a_summary_without_a_compaction_request_does_not_reset():

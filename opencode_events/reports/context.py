@@ -30,10 +30,13 @@ Each inference's prompt is split into sources, in whole tokens that add up exact
   inference: what was pending stays pending, and its own parts are added after it.
 
 Compaction: a user message with a ``compaction`` part followed by an assistant message with
-``summary: true`` and mode ``compaction`` resets the ledger after that reply. The new base is
-the ``system`` tokens the context had, plus the summary (``compaction``) at the reply's
-output tokens; the messages kept verbatim from the compaction part's ``tail_start_id`` are
-pending again. The compaction inference itself is an ordinary inference.
+``summary: true`` and mode ``compaction`` resets the ledger after that reply. The inference
+after it is a first inference again: its pieces are the summary (``compaction``, at the
+reply's output tokens), the messages kept verbatim from the compaction part's
+``tail_start_id`` and what came since; the rest of its prompt is ``system``. (The compaction
+reply's own prompt is the summarizer's: a short system prompt of its own, no tools, the
+conversation flattened; none of it says how large the agent's system prompt is.) The
+compaction inference itself is an ordinary inference.
 
 Cost
 ----
@@ -560,11 +563,13 @@ def build_ledger(
             )
         )
         if is_compaction and compaction_user is not None:
-            summary = message.output or -(-message.summary_size // BYTES_PER_TOKEN)
-            base = {SYSTEM: context.get(SYSTEM, 0), COMPACTION: summary}
-            context = {s: t for s, t in base.items() if t > 0}
+            # A first inference again: the summarizer's prompt had its own system prompt
+            # and no tools, so the agent's is measured afresh from the next prompt.
+            summary = message.output * BYTES_PER_TOKEN or message.summary_size
+            context = {}
             epoch = _tail(epoch, compaction_user)
-            pending = [piece for kept in epoch for piece in kept.additions]
+            pending = [Addition(COMPACTION, summary)]
+            pending += [piece for kept in epoch for piece in kept.additions]
             compaction_users.clear()
             last_user = None
             continue
