@@ -5,6 +5,8 @@ from OpenCode's config and models cache, and the command's output and exit codes
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import shutil
@@ -680,9 +682,30 @@ def test_cli_session_prefix_and_csv(priced_env: dict):
     per = run(
         "context", "ses_dd8064", "--db", db, "--format", "csv", "--per-inference", env=priced_env
     )
-    rows = per.stdout.decode().splitlines()
-    assert rows[0] == "session_id,message_id,prompt_tokens,source,tokens,added,cost"
+    rows = list(csv.DictReader(io.StringIO(per.stdout.decode())))
+    assert list(rows[0]) == [
+        *("session_id", "message_id", "prompt_tokens", "source", "tokens", "added", "cost"),
+        *("compaction", "undone"),
+    ]
     assert len(rows) > 4
+    document = json.loads(run("context", "ses_dd8064", "--db", db, "-j", env=priced_env).stdout)
+    # each step's rows end with its output: their costs add up to the step's own
+    for inference in document["inferences"]:
+        mine = [row for row in rows if row["message_id"] == inference["message_id"]]
+        assert mine[-1]["source"] == "output" and mine[-1]["added"] == ""
+        assert sum(float(row["cost"]) for row in mine) == pytest.approx(inference["cost"])
+        assert {row["compaction"] for row in mine} == {"false"}
+
+
+def test_per_step_rows_mark_the_compaction_reply(priced_env: dict):
+    db = str(SAMPLES / "compaction" / "opencode.db")
+    per = run("context", "--db", db, "--format", "jsonl", "--per-step", env=priced_env)
+    rows = [json.loads(line) for line in per.stdout.splitlines()]
+    document = json.loads(run("context", "--db", db, "-j", env=priced_env).stdout)
+    marked = {i["message_id"] for i in document["inferences"] if i.get("compaction")}
+    assert len(marked) == 1
+    assert {row["message_id"] for row in rows if row["compaction"]} == marked
+    assert not any(row["undone"] for row in rows)
 
 
 def test_cli_table(priced_env: dict):

@@ -105,7 +105,10 @@ def context(
         return
     if per_inference:
         rows = report.inference_rows()
-        columns = ["session_id", "message_id", "prompt_tokens", "source", "tokens", "added", "cost"]
+        columns = [
+            *("session_id", "message_id", "prompt_tokens", "source", "tokens", "added", "cost"),
+            *("compaction", "undone"),
+        ]
     else:
         rows, columns = report.source_rows(), ["source", "tokens", "share", "cost"]
     if fmt == "jsonl":

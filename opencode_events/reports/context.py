@@ -789,22 +789,41 @@ class ContextReport(Struct, kw_only=True):
         return rows
 
     def inference_rows(self) -> list[dict[str, Any]]:
-        """One CSV row per inference and source (``--per-inference``)."""
+        """One CSV row per inference and source (``--per-inference``), then the inference's
+        ``output`` (what it generated, not in its context), so that the costs of an
+        inference's rows add up to its ``cost``; each row says whether its inference is a
+        compaction reply or was undone, as the JSON document does."""
         rows = []
         for i in self.inferences:
             costs = i.source_costs
+            step = {
+                "session_id": i.session_id,
+                "message_id": i.message_id,
+                "prompt_tokens": i.prompt_tokens,
+            }
+            flags = {"compaction": i.compaction, "undone": i.undone}
             for source, tokens in i.sources.items():
                 rows.append(
                     {
-                        "session_id": i.session_id,
-                        "message_id": i.message_id,
-                        "prompt_tokens": i.prompt_tokens,
+                        **step,
                         "source": source,
                         "tokens": tokens,
                         "added": i.added.get(source, 0),
                         "cost": None if costs is None else costs.get(source, 0.0),
+                        **flags,
                     }
                 )
+            generated = i.output_tokens + i.reasoning_tokens
+            rows.append(
+                {
+                    **step,
+                    "source": "output",
+                    "tokens": generated,
+                    "added": None,
+                    "cost": i.output_cost,
+                    **flags,
+                }
+            )
         return rows
 
 
