@@ -878,3 +878,25 @@ def test_a_model_id_s_control_characters_are_shown_in_the_note(priced_env, tmp_p
     done = run("context", "--db", str(db), "-j", env=priced_env)
     assert done.returncode == 0 and b"\x1b" not in done.stderr
     assert "evil\\x1b[2J" in done.stderr.decode()
+
+
+def test_a_model_without_a_price_that_charged_nothing_is_split_exactly():
+    """Its messages cost 0: every source's share of them is 0, and the priced model's split
+    stands (it was all lost to `null` before)."""
+    messages = [
+        LedgerMessage(id="u1", role="user", additions=[Addition("user", 40)]),
+        LedgerMessage(
+            id="a1", role="assistant", input=1000, output=10, cost=0.01, model_id="priced"
+        ),
+        LedgerMessage(id="u2", role="user", additions=[Addition("user", 40)]),
+        LedgerMessage(id="a2", role="assistant", input=1200, output=10, cost=0, model_id="free"),
+        LedgerMessage(id="u3", role="user", additions=[Addition("user", 40)]),
+        LedgerMessage(id="a3", role="assistant", input=1300, output=10, cost=0.2, model_id="free"),
+    ]
+    prices = {"priced": Price(input=5, output=50)}
+    ledger = build_ledger(messages, lambda provider, model: prices.get(model))
+    first, free, charged = ledger.inferences
+    assert sum(first.source_costs.values()) + first.output_cost == pytest.approx(0.01)
+    assert free.source_costs == dict.fromkeys(free.sources, 0.0) and free.output_cost == 0.0
+    # charged without a price: not split, and named
+    assert charged.source_costs is None and ledger.unpriced == ["free"]

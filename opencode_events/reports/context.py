@@ -437,6 +437,8 @@ def _costs(
 ) -> tuple[dict[str, float] | None, float | None]:
     """OpenCode's cost of one message, split into prompt-side cost by source and output."""
     if price is None:
+        if message.cost == 0:  # nothing charged: nothing to split, whatever the price
+            return dict.fromkeys([*old, *new], 0.0), 0.0
         return None, None
     prompt = message.prompt_tokens
     p = price.for_prompt(prompt)
