@@ -61,9 +61,10 @@ class _Lines:
         for piece in self._pieces:
             if not isinstance(piece, bytes | bytearray | memoryview):
                 raise TypeError(f"iter_events reads bytes, not {type(piece).__name__}")
-            if piece:
-                piece = bytes(piece)
-                return piece if piece.endswith(b"\n") else piece + b"\n"
+            # an empty piece is a blank line (``iter_lines()`` drops the newlines): server
+            # events end each event with one; an empty read would say the input ended
+            piece = bytes(piece)
+            return piece if piece.endswith(b"\n") else piece + b"\n"
         return b""
 
 
@@ -146,7 +147,7 @@ _ASYNC_SOURCES = (
 )
 
 
-async def aiter_events(
+def aiter_events(
     source: AsyncIterable[bytes] | Any,
     *,
     raw: bool = False,
@@ -155,14 +156,21 @@ async def aiter_events(
 ) -> AsyncIterator[AnyEvent]:
     """``iter_events`` for ``asyncio``: ``source`` is an ``asyncio.StreamReader`` (such as
     the ``stdout`` of ``asyncio.create_subprocess_exec("opencode", "run", "--format",
-    "json", …)``) or any async iterable of bytes, in lines or in pieces of any size."""
+    "json", …)``) or any async iterable of bytes, in lines or in pieces of any size. A
+    source of the wrong kind is a ``TypeError`` from the call, as ``iter_events``'s is."""
     # ``read`` first: an asyncio.StreamReader (or aiohttp's) also has ``__aiter__``, which
     # yields lines through ``readline`` and fails on one longer than its limit (64 KiB)
     readable = callable(getattr(source, "read", None))
-    if isinstance(source, str | bytes | os.PathLike) or not (
+    if isinstance(source, str | bytes | os.PathLike | io.IOBase) or not (
         readable or hasattr(source, "__aiter__")
     ):
         raise TypeError(f"{_ASYNC_SOURCES}, not {source!r}")
+    return _aiter_events(source, readable, raw=raw, metrics=metrics, deltas=deltas)
+
+
+async def _aiter_events(
+    source: Any, readable: bool, *, raw: bool, metrics: bool, deltas: bool
+) -> AsyncIterator[AnyEvent]:
     feeder = Feeder(Normalizer(keep_raw=raw), deltas=deltas)
     if readable:
         while True:
@@ -326,7 +334,11 @@ def _until_ms(until: When, tz: tzinfo | None = None) -> int | None:
 def _a_store(store: Any, call: str) -> SessionStore:
     """``store`` when it can be one (what ``open_store`` returns), else a ``TypeError``
     that says what to give instead."""
-    if store is None or isinstance(store, str | bytes | os.PathLike):
+    if (
+        store is None
+        or isinstance(store, str | bytes | os.PathLike)
+        or not isinstance(store, SessionStore)
+    ):
         raise TypeError(
             f"{call} reads a store: give it what open_store(path) returns, not {store!r}"
         )

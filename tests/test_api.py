@@ -646,7 +646,7 @@ def test_arguments_that_are_no_such_thing_are_said_so():
     with open(stream, "rb") as binary:  # a file's read is no coroutine
         for source in (str(stream), stream, binary, 42):
             with pytest.raises(TypeError, match="a path or a file: iter_events"):
-                asyncio.run(first(source))
+                opencode_events.aiter_events(source)  # from the call, as iter_events
     with pytest.raises(TypeError, match="aiter_events reads bytes, not str"):
         asyncio.run(first(pieces_of_text()))
 
@@ -728,3 +728,25 @@ def test_every_kind_is_a_literal_a_type_checker_narrows_on():
                     stubs[node.name] = ast.literal_eval(kind.returns.slice)
     union = {cls.__name__: cls.__struct_config__.tag for cls in typing.get_args(events.AnyEvent)}
     assert stubs == union
+
+
+@pytest.mark.parametrize("call", ["sessions_report", "usage_report", "context_report"])
+@pytest.mark.parametrize("store", [42, object(), {}, []])
+def test_what_is_no_store_is_a_type_error(call, store):
+    with pytest.raises(TypeError, match="give it what open_store"):
+        if call == "usage_report":
+            opencode_events.usage_report(store=store, all_sessions=True)
+        else:
+            getattr(opencode_events, call)(store)
+    with pytest.raises(TypeError, match="give it what open_store"):
+        list(opencode_events.stored_events(store, all_sessions=True))
+
+
+def test_lines_without_their_newlines_keep_the_blank_lines_server_events_need():
+    """``requests``' ``iter_lines()`` drops every newline: a blank line ends a server
+    event, and was dropped too, gluing the stream into one unreadable record."""
+    text = (SAMPLES / "serve_text" / "events.sse").read_bytes()
+    whole = [e.kind for e in opencode_events.iter_events(SAMPLES / "serve_text" / "events.sse")]
+    assert "warning" not in whole and len(whole) > 3
+    assert [e.kind for e in opencode_events.iter_events(text.splitlines())] == whole
+    assert [e.kind for e in opencode_events.iter_events(text.splitlines(keepends=True))] == whole
