@@ -129,7 +129,12 @@ def report_cache_dir(env: Mapping[str, str] | None = None) -> Path | None:
     env = os.environ if env is None else env
     if env.get("OPENCODE_EVENTS_NO_CACHE", "").strip() not in ("", "0"):
         return None
-    return Path(env.get("XDG_CACHE_HOME") or home(env) / ".cache") / "opencode-events"
+    # Our own folder, so the XDG rule: a relative path is ignored (a service started in /
+    # would write beside whatever its working folder is). OpenCode's folders above are
+    # found as OpenCode finds them.
+    chosen = env.get("XDG_CACHE_HOME") or ""
+    base = Path(chosen) if os.path.isabs(chosen) else home(env) / ".cache"
+    return base / "opencode-events"
 
 
 def named_config(env: Mapping[str, str] | None = None) -> Path | None:

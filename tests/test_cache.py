@@ -2833,3 +2833,40 @@ def test_a_wal_written_over_in_place_is_seen(tmp_path):
     finally:
         writer.close()
         other.close()
+
+
+@pytest.mark.parametrize(
+    ("xdg", "folder"),
+    [
+        ("/srv/cache", "/srv/cache/opencode-events"),
+        ("", "/home/u/.cache/opencode-events"),
+        ("relcache", "/home/u/.cache/opencode-events"),  # relative: ignored, as XDG says
+        ("./c", "/home/u/.cache/opencode-events"),
+    ],
+)
+def test_the_cache_folder_follows_the_xdg_rule(xdg: str, folder: str) -> None:
+    from opencode_events.paths import report_cache_dir
+
+    assert report_cache_dir({"HOME": "/home/u", "XDG_CACHE_HOME": xdg}) == Path(folder)
+
+
+def test_the_collector_pause_is_the_process_s_and_ends_with_the_last_report() -> None:
+    import gc
+
+    pause = report_cache._collector_paused
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        first, second = pause(), pause()  # two reports' pauses, overlapping (two threads)
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        assert not gc.isenabled()  # the other report still decodes
+        second.__exit__(None, None, None)
+        assert gc.isenabled()
+        gc.disable()  # a host that keeps it off finds it off after
+        with pause():
+            pass
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

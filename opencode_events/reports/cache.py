@@ -53,6 +53,7 @@ import errno
 import gc
 import io
 import os
+import threading
 import time
 import zlib
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
@@ -1512,14 +1513,26 @@ def _new_file(folder: Path, access: int = os.O_WRONLY) -> tuple[int, Path]:
 def _collector_paused() -> Iterator[None]:
     """Python's cycle collector paused while a large file decodes: it would walk the
     young objects again and again (tens of thousands of them, none in a cycle), which
-    costs more than the decoding."""
-    enabled = gc.isenabled()
-    gc.disable()
+    costs more than the decoding. The collector is the process's: with reports in several
+    threads, the first pause turns it off and the last one ends puts it back as it was."""
+    global _pauses, _collector_was_on
+    with _pause_lock:
+        if _pauses == 0:
+            _collector_was_on = gc.isenabled()
+            gc.disable()
+        _pauses += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _collector_was_on:
+                gc.enable()
+
+
+_pause_lock = threading.Lock()
+_pauses = 0  # reports in the pause now
+_collector_was_on = False  # as the first of them found it
 
 
 @contextlib.contextmanager
