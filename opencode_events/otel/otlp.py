@@ -299,6 +299,8 @@ class SpanBatches:
         self._size = 0
         self._resources: dict[tuple[tuple[str, Any], ...], bytes] = {}
         self.spans = 0  # spans in the bodies given out
+        self._keys: list[list[Any]] = []  # [key, spans] of the body being filled, in order
+        self.flushed_keys: tuple[tuple[Any, int], ...] = ()  # those of the body given out last
 
     def _resource(self, values: Mapping[str, Any]) -> bytes:
         key = tuple(values.items())
@@ -311,8 +313,12 @@ class SpanBatches:
             )
         return encoded
 
-    def add(self, resource: Mapping[str, Any], spans: Sequence[SpanData]) -> Iterator[bytes]:
-        """Add one session's spans; yields the bodies that are full."""
+    def add(
+        self, resource: Mapping[str, Any], spans: Sequence[SpanData], key: Any = None
+    ) -> Iterator[bytes]:
+        """Add one session's spans; yields the bodies that are full. After each body,
+        ``flushed_keys`` says whose spans it holds, in order: (``key``, how many), a key (a
+        session's id) given to ``add`` with its spans."""
         if not spans:
             return
         encoded_resource = self._resource(resource)
@@ -333,11 +339,16 @@ class SpanBatches:
                 self._groups.append((encoded_resource, []))
             self._groups[-1][1].append(item)
             self._size += grows
+            if self._keys and self._keys[-1][0] == key:
+                self._keys[-1][1] += 1
+            else:
+                self._keys.append([key, 1])
 
     def flush(self) -> Iterator[bytes]:
         if not self._groups:
             return
         groups, self._groups, self._size = self._groups, [], 0
+        self.flushed_keys, self._keys = tuple((key, n) for key, n in self._keys), []
         parts = []
         for resource, spans in groups:
             self.spans += len(spans)

@@ -53,7 +53,17 @@ _MAX_RETRY_AFTER = 60.0
 
 
 class ExportError(InputError):
-    """The backend refused the data, or could not be reached after the retries."""
+    """The backend refused the data, or could not be reached after the retries.
+
+    ``status``: the HTTP status of a refusal (None: no reply); ``transient``: whether the
+    same body may go through later (the backend unreachable, or busy: 429, 502, 503, 504),
+    as a follower that keeps what it could not send needs to know.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, transient: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
 
 
 class PartialSuccess:
@@ -178,7 +188,8 @@ class OtlpHttp:
                 if attempt >= self.retries:
                     why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
                     raise ExportError(
-                        f"cannot reach {shown_url(url)}: {why} (after {attempt + 1} attempts)"
+                        f"cannot reach {shown_url(url)}: {why} ({_attempts(attempt)})",
+                        transient=True,
                     ) from None
                 self.sleep(_backoff(attempt))
                 attempt += 1
@@ -200,11 +211,13 @@ class OtlpHttp:
                 url, parts = moved, urllib.parse.urlsplit(moved)
                 target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 continue
-            tried = f" (after {attempt + 1} attempts)" if attempt else ""
+            tried = f" ({_attempts(attempt)})" if attempt else ""
             said = _what_it_said(reply) if not moved else _why_not_followed(url, moved, status)
             raise ExportError(
                 f"{shown_url(url)} refused the {signal}: HTTP {status} {reason}{tried}"
-                + (f": {said}" if said else "")
+                + (f": {said}" if said else ""),
+                status=status,
+                transient=status in RETRYABLE,
             )
 
     def _post(
@@ -268,6 +281,10 @@ def _why_not_followed(url: str, moved: str, status: int) -> str:
     return (
         f"redirected to {shown}, not followed (the headers go only where you named); use that URL"
     )
+
+
+def _attempts(attempt: int) -> str:
+    return "after 1 attempt" if attempt == 0 else f"after {attempt + 1} attempts"
 
 
 def _backoff(attempt: int) -> float:
