@@ -280,6 +280,7 @@ def _follow(
         traces=only != "metrics",
         metrics=only != "traces",
         stale_after=stale_after,
+        warn=_say,
     )
     try:
         try:
@@ -294,10 +295,15 @@ def _follow(
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: what was seen still goes
             collector.write(follower.finish())
             if path.exists():
+                destination.hurry()  # one try each: a shutdown is not held up by retries
                 sender.send(everything=True)
+                left = sender.undelivered()
+                if left is not None:
+                    _say(f"warning: {left}")
             raise
         collector.write(follower.finish())
         sender.send(everything=True)
+        sender.finish()
     finally:
         destination.close()
     report_otel(sender.summary, destination)

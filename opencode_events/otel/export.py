@@ -428,6 +428,9 @@ class FileDestination:
         """Lines out now (a Collector tailing the file reads them as they come)."""
         self.out.flush()
 
+    def hurry(self) -> None:
+        pass  # a file is written at once
+
     def close(self) -> None:
         self.out.flush()
 
@@ -498,6 +501,14 @@ class HttpDestination:
 
     def flush(self) -> None:
         pass  # each body is sent whole
+
+    def hurry(self, timeout: float = 5.0) -> None:
+        """One try of each body from now on, waiting ``timeout`` at most: a follower told
+        to stop sends what it has, and does not hold up a shutdown for the retries."""
+        for sender in self.senders.values():
+            sender.retries = 0
+            sender.timeout = min(sender.timeout, timeout)
+            sender.close()  # a connection made with the longer timeout keeps it
 
     def close(self) -> None:
         for sender in self.senders.values():

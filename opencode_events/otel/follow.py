@@ -7,19 +7,29 @@ finished and sent — with what its store row says then (title, agent, times, it
 the session tree) — and forgotten, so memory holds only the sessions at work. One that
 works again later is sent again when it is done: its new inferences and calls, and its
 session span (the same ids, the row's whole time span). After every send the counters go
-too, cumulative since following began.
+too, cumulative over what was read (their start: the earliest session's).
 
-    sender = FollowSender(path, follower, collector, destination)
+A follower runs for days, so what the backend cannot take does not end it: a body it cannot
+reach (or that it is too busy for, after the transport's retries) stays queued, in order,
+and is tried again later (at most ``MAX_QUEUED_BYTES`` kept: the oldest go first); a body it
+refuses is sent again one session at a time, and a session refused alone is let go (split
+further first when it was too large, 413). Each is told through ``warn`` as it happens, as
+are the backend's partial successes.
+
+    sender = FollowSender(path, follower, collector, destination, warn=print_to_stderr)
     follow_store(path, follower, collector, until_idle=False, stop=sender.poll)
     sender.send(everything=True)
+    sender.finish()          # raises ExportError when something is still undelivered
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.activity import BUSY, session_state
 from ..store.open import every_session
@@ -27,10 +37,26 @@ from ..store.sqlite import Store
 from .export import SpanCollector, Summary, read_session
 from .otlp import Resources, SpanBatches, metrics_body
 from .spans import SessionInfo, session_info
+from .transport import ExportError
 
-__all__ = ["FollowSender", "SEND_EVERY_S"]
+__all__ = ["FollowSender", "SEND_EVERY_S", "MAX_QUEUED_BYTES"]
 
 SEND_EVERY_S = 1.0  # how often finished sessions are looked for while following
+MAX_QUEUED_BYTES = 64 << 20  # bodies kept for a backend that cannot be reached
+_RETRY_EVERY_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # queued bodies tried again after this
+_SMALLEST_BODY = 64 << 10  # a session refused as too large is split down to this
+
+
+class _Queued(NamedTuple):
+    signal: str
+    body: bytes
+    # whose spans the body holds: (piece, session id, first, end) of each session's spans
+    spans: tuple[tuple[int, str, int, int], ...]
+    max_bytes: int  # the body size it was cut to
+
+    @property
+    def sessions(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(sid for _, sid, _, _ in self.spans))
 
 
 class FollowSender:
@@ -45,8 +71,19 @@ class FollowSender:
         metrics: bool = True,
         stale_after: int | None = None,
         clock: Callable[[], float] = time.time,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.path = path
+        self.warn = warn
+        self.queue: deque[_Queued] = deque()
+        self._queued_bytes = 0
+        # What the queued bodies were made of, to send a refused one again session by session.
+        self._pieces: dict[int, tuple[Any, list[Any]]] = {}  # piece → resource, spans
+        self._given = 0  # pieces numbered so far
+        self._failures = 0  # tries in a row that could not reach the backend
+        self._next_try = 0.0
+        self._failed: ExportError | None = None  # why the queue is not empty
+        self.dropped_sessions: set[str] = set()  # let go: refused, or the queue was full
         self.follower = follower
         self.collector = collector
         self.destination = destination
@@ -62,12 +99,14 @@ class FollowSender:
         builder.counted = set()  # a session sent twice is one session
 
     def poll(self) -> bool:
-        """``follow_store``'s ``stop`` hook: send what is done (at most once a second);
-        never asks to stop."""
+        """``follow_store``'s ``stop`` hook: send what is done (at most once a second), and
+        what is queued when its time to try again has come; never asks to stop."""
         now = self.clock()
         if now - self._last_look >= SEND_EVERY_S:
             self._last_look = now
-            self.send()
+            self.send()  # and what is queued, when its time has come
+        elif self.queue and now >= self._next_try:
+            self._deliver()
         return False
 
     def done(self, session_id: str, now_ms: float) -> bool:
@@ -88,6 +127,8 @@ class FollowSender:
         now_ms = self.clock() * 1000
         ready = [sid for sid in collector.traces if everything or self.done(sid, now_ms)]
         if not ready:
+            if self.queue and (everything or self.clock() >= self._next_try):
+                self._deliver()  # what a backend out of reach left queued
             return
         builder = collector.builder
         batches = SpanBatches(self.destination.max_bytes)
@@ -110,6 +151,8 @@ class FollowSender:
                 return found[parent].get(child)
 
             builder.spawned_by = spawned_by
+            names: dict[int, str] = {}  # piece → its session
+            given: dict[int, int] = {}  # piece → its spans in the bodies so far
             traces = [collector.traces.pop(sid) for sid in ready]
             for trace in traces:  # every spawning call first
                 builder.note_children(trace)
@@ -119,25 +162,187 @@ class FollowSender:
                 info.parent_id = builder.parents.get(trace.session_id)
                 spans = builder.finish(trace, info)
                 sent += 1
-                if self.traces:
-                    for body in batches.add(self.resources(info), spans):
-                        self._send("traces", body)
+                if self.traces and spans:
+                    resource = self.resources(info)
+                    self._given += 1
+                    piece = self._given
+                    self._pieces[piece] = (resource, spans)
+                    names[piece] = trace.session_id
+                    for body in batches.add(resource, spans, piece):
+                        self._queue(
+                            "traces", body, _ranges(batches, names, given), batches.max_bytes
+                        )
             builder.spawned_by = None
         if self.traces:
             for body in batches.flush():
-                self._send("traces", body)
+                self._queue("traces", body, _ranges(batches, names, given), batches.max_bytes)
         self.summary.sessions += sent
         self.summary.spans += batches.spans
         if self.metrics:
             counters = builder.counters
-            counters.start_ms, counters.end_ms = self.started_ms, now_ms
+            # Cumulative over the history read: they began with its first session (a restart
+            # sends the same series again, not a new one counting the history twice).
+            if counters.start_ms is None:
+                counters.start_ms = self.started_ms
+            counters.end_ms = now_ms
             body = metrics_body(counters, self.resources())
             if body is not None:
-                self._send("metrics", body)
+                self._queue("metrics", body, (), 0)
+        if everything or self.clock() >= self._next_try:
+            self._deliver()
+
+    def finish(self) -> None:
+        """Raise an ``ExportError`` when something was not delivered: bodies still queued
+        (why they are), or sessions let go (the warnings said why)."""
+        if self.queue:
+            sessions = {sid for item in self.queue for sid in item.sessions}
+            why = self._failed or "the backend could not be reached"
+            raise ExportError(f"{why} ({_left(len(self.queue), len(sessions))} not sent)")
+        if self.dropped_sessions:
+            raise ExportError(
+                f"the spans of {_sessions(len(self.dropped_sessions))} were not accepted "
+                "(the warnings above say why)"
+            )
+
+    def undelivered(self) -> str | None:
+        """What is still queued, said for a follower that stops now; None: nothing."""
+        if not self.queue:
+            return None
+        sessions = {sid for item in self.queue for sid in item.sessions}
+        why = f": {self._failed}" if self._failed is not None else ""
+        return _left(len(self.queue), len(sessions)) + " not sent" + why
+
+    # ------------------------------------------------------------------ delivery
+
+    def _queue(
+        self, signal: str, body: bytes, spans: tuple[tuple[int, str, int, int], ...], cut: int
+    ) -> None:
+        if signal == "metrics":  # cumulative: the newest says all the older ones said
+            kept = [item for item in self.queue if item.signal != "metrics"]
+            if len(kept) != len(self.queue):
+                self.queue = deque(kept)
+                self._queued_bytes = sum(len(item.body) for item in kept)
+        self.queue.append(_Queued(signal, body, spans, cut))
+        self._queued_bytes += len(body)
+        while self._queued_bytes > MAX_QUEUED_BYTES and len(self.queue) > 1:
+            oldest = self.queue.popleft()
+            self._queued_bytes -= len(oldest.body)
+            self._let_go(oldest, "the queue for a backend out of reach is full", refused=False)
+
+    def _deliver(self) -> None:
+        """Send the queued bodies in order, until the backend cannot be reached."""
+        queue = self.queue
+        while queue:
+            item = queue[0]
+            try:
+                note = self.destination.send(item.signal, item.body)
+            except ExportError as error:
+                if error.transient:
+                    self._out_of_reach(error)
+                    return
+                queue.popleft()
+                self._queued_bytes -= len(item.body)
+                self._refused(item, error)
+                continue
+            queue.popleft()
+            self._queued_bytes -= len(item.body)
+            self._forget(item)
+            self.summary.bodies += 1
+            if self._failures:
+                self._failures = 0
+                self._say(f"reached {self._where()} again: sending what was kept")
+            self._failed = None
+            if note is not None:
+                if self.warn is not None:  # told now: a follower may run for days
+                    self._say(f"warning: {note}")
+                else:
+                    self.summary.partial.append(note)
         self.destination.flush()
 
-    def _send(self, signal: str, body: bytes) -> None:
-        note = self.destination.send(signal, body)
-        self.summary.bodies += 1
-        if note is not None:
-            self.summary.partial.append(note)
+    def _out_of_reach(self, error: ExportError) -> None:
+        if not self._failures:
+            sessions = {sid for item in self.queue for sid in item.sessions}
+            self._say(
+                f"warning: {error}; {_left(len(self.queue), len(sessions))} kept, "
+                "tried again from time to time"
+            )
+        wait = _RETRY_EVERY_S[min(self._failures, len(_RETRY_EVERY_S) - 1)]
+        self._failures += 1
+        self._failed = error
+        self._next_try = self.clock() + wait
+
+    def _refused(self, item: _Queued, error: ExportError) -> None:
+        """A body the backend refused: its sessions again one by one; a session refused
+        alone is let go (cut smaller first when it was too large)."""
+        held = [held for held in item.spans if held[0] in self._pieces]
+        alone = len(item.sessions) == 1 and held
+        cut = item.max_bytes // 4
+        if held and (not alone or (error.status == 413 and cut >= _SMALLEST_BODY)):
+            again: list[_Queued] = []
+            for piece, sid, first, end in held:  # only the spans this body held
+                resource, spans = self._pieces[piece]
+                batches = SpanBatches(cut if alone else item.max_bytes)
+                given = {piece: first}
+                names = {piece: sid}
+                bodies = itertools.chain(
+                    batches.add(resource, spans[first:end], piece), batches.flush()
+                )
+                for body in bodies:  # each body's ranges as it is given out
+                    ranges = _ranges(batches, names, given)
+                    again.append(_Queued("traces", body, ranges, batches.max_bytes))
+            for queued in reversed(again):
+                self.queue.appendleft(queued)
+                self._queued_bytes += len(queued.body)
+            return
+        self._failed = None
+        self._let_go(item, str(error))
+
+    def _let_go(self, item: _Queued, why: str, *, refused: bool = True) -> None:
+        self._forget(item)
+        if item.signal == "metrics":
+            if refused:  # not just out of room: the backend takes none
+                self.metrics = False
+                why += "; no more will be sent (--only traces leaves them out)"
+            self._say(f"warning: the counters were not sent: {why}")
+            return
+        self.dropped_sessions.update(item.sessions)
+        names = ", ".join(item.sessions[:3]) + (" …" if len(item.sessions) > 3 else "")
+        self._say(f"warning: the spans of {_sessions(len(item.sessions))} ({names}) dropped: {why}")
+
+    def _forget(self, item: _Queued) -> None:
+        """Let go of the pieces no queued body holds any more."""
+        if not item.spans:
+            return
+        still = {held[0] for queued in self.queue for held in queued.spans}
+        for piece, _, _, _ in item.spans:
+            if piece not in still:
+                self._pieces.pop(piece, None)
+
+    def _where(self) -> str:
+        return getattr(self.destination, "where", None) or "the backend"
+
+    def _say(self, text: str) -> None:
+        if self.warn is not None:
+            self.warn(text)
+
+
+def _ranges(
+    batches: SpanBatches, names: dict[int, str], given: dict[int, int]
+) -> tuple[tuple[int, str, int, int], ...]:
+    """The spans of the body ``batches`` gave out last, as (piece, session, first, end);
+    ``given`` counts each piece's spans given out so far (from where its spans began)."""
+    ranges = []
+    for piece, count in batches.flushed_keys:
+        first = given.get(piece, 0)
+        given[piece] = first + count
+        ranges.append((piece, names[piece], first, first + count))
+    return tuple(ranges)
+
+
+def _sessions(count: int) -> str:
+    return "1 session" if count == 1 else f"{count:,} sessions"
+
+
+def _left(bodies: int, sessions: int) -> str:
+    what = "1 body" if bodies == 1 else f"{bodies:,} bodies"
+    return f"{what} ({_sessions(sessions)})" if sessions else what

@@ -1,0 +1,293 @@
+"""`otel --follow` keeps going when the backend does not take what it is sent (otel.follow).
+
+A follower runs for days: a backend out of reach keeps the bodies queued until it is back; a
+body it refuses goes again session by session, and only a session refused alone is let go
+(cut smaller first when it was too large); the backend's partial successes and every loss
+are told as they happen. The counters begin with the first session read, so a restart sends
+the same series again. Driven through ``FollowSender`` over a generated store, with a
+scripted destination in place of the network.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from opencode_events.otel import follow as follow_module
+from opencode_events.otel.export import SpanCollector
+from opencode_events.otel.follow import FollowSender
+from opencode_events.otel.spans import TraceBuilder
+from opencode_events.otel.transport import ExportError, PartialSuccess
+from opencode_events.sources.eventlog import StoreFollower
+from opencode_events.store.sqlite import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """30 sessions cloned from the captures (bench/gen_db.py: subagents, forks, errors)."""
+    db = tmp_path_factory.mktemp("gen") / "opencode.db"
+    subprocess.run(
+        [sys.executable, "bench/gen_db.py", "--sessions", "30", "--parts", "1500"]
+        + ["--target-gb", "0.002", "--out", str(db)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    return db
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_900_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Scripted:
+    """A destination answering each body with ``answer(signal, body)``: None (taken), a
+    ``PartialSuccess``, or an ``ExportError`` raised."""
+
+    max_bytes = 4 << 20
+    where = "http://collector:4318"
+
+    def __init__(self, answer: Callable[[str, dict], object]) -> None:
+        self.answer = answer
+        self.taken: list[tuple[str, dict]] = []
+        self.tries = 0
+
+    def send(self, signal: str, body: bytes) -> object:
+        self.tries += 1
+        doc = json.loads(body)
+        found = self.answer(signal, doc)
+        if isinstance(found, ExportError):
+            raise found
+        self.taken.append((signal, doc))
+        return found
+
+    def flush(self) -> None:
+        pass
+
+    def hurry(self) -> None:
+        pass
+
+
+def conversations(doc: dict) -> set[str]:
+    return {
+        attribute["value"]["stringValue"]
+        for group in doc.get("resourceSpans", [])
+        for scope in group["scopeSpans"]
+        for span in scope["spans"]
+        for attribute in span.get("attributes", [])
+        if attribute["key"] == "gen_ai.conversation.id"
+    }
+
+
+def span_ids(taken: list[tuple[str, dict]]) -> list[str]:
+    return [
+        span["spanId"]
+        for signal, doc in taken
+        if signal == "traces"
+        for group in doc["resourceSpans"]
+        for scope in group["scopeSpans"]
+        for span in scope["spans"]
+    ]
+
+
+def sender_over(db: Path, destination: Scripted, clock: Clock, said: list[str]) -> FollowSender:
+    """Every session of ``db`` read (all done: history), ready to be sent."""
+    collector = SpanCollector(TraceBuilder(parents={}))
+    follower = StoreFollower(collector.normalizer(), all_sessions=True)
+    with Store(db) as opened:
+        collector.write(follower.read(opened, clock() * 1000))
+    return FollowSender(db, follower, collector, destination, clock=clock, warn=said.append)
+
+
+def everything_once(store: Path) -> list[str]:
+    destination = Scripted(lambda signal, doc: None)
+    sender = sender_over(store, destination, Clock(), [])
+    sender.send(everything=True)
+    sender.finish()
+    ids = span_ids(destination.taken)
+    assert len(ids) == len(set(ids)) > 100
+    return sorted(ids)
+
+
+def test_a_backend_out_of_reach_gets_everything_once_it_is_back(store: Path) -> None:
+    down = {"tries": 3}
+
+    def answer(signal: str, doc: dict) -> object:
+        if down["tries"]:
+            down["tries"] -= 1
+            return ExportError("cannot reach http://collector:4318/v1/traces", transient=True)
+        return None
+
+    clock, said = Clock(), []
+    destination = Scripted(answer)
+    sender = sender_over(store, destination, clock, said)
+    sender.send()
+    assert destination.taken == [] and sender.queue
+    assert len(said) == 1 and said[0].startswith("warning: cannot reach")
+    assert "kept, tried again from time to time" in said[0]
+    sender.poll()  # too soon: not tried again
+    assert destination.tries == 1
+    for _ in range(3):
+        clock.now += 60
+        sender.poll()
+    assert not sender.queue
+    assert said[1:] == ["reached http://collector:4318 again: sending what was kept"]
+    assert sorted(span_ids(destination.taken)) == everything_once(store)
+    sender.finish()  # nothing left, nothing refused
+
+
+def test_a_refused_session_is_let_go_and_the_others_in_its_body_still_go(store: Path) -> None:
+    collector = SpanCollector(TraceBuilder(parents={}))
+    with Store(store) as opened:
+        victim = sorted(row.id for row in opened.sessions(top_level=True))[3]
+
+    def answer(signal: str, doc: dict) -> object:
+        if victim in conversations(doc):
+            return ExportError("http://collector refused the traces: HTTP 400", status=400)
+        return None
+
+    said: list[str] = []
+    destination = Scripted(answer)
+    sender = sender_over(store, destination, Clock(), said)
+    del collector
+    sender.send()
+    assert not sender.queue
+    dropped = [line for line in said if "dropped" in line]
+    assert dropped == [
+        f"warning: the spans of 1 session ({victim}) dropped: "
+        "http://collector refused the traces: HTTP 400"
+    ]
+    taken = set(span_ids(destination.taken))
+    assert taken < set(everything_once(store))
+    assert all(victim not in conversations(doc) for _, doc in destination.taken)
+    with pytest.raises(ExportError, match="the spans of 1 session were not accepted"):
+        sender.finish()
+
+
+def test_a_session_too_large_for_the_backend_is_cut_smaller(store: Path, monkeypatch) -> None:
+    monkeypatch.setattr(follow_module, "_SMALLEST_BODY", 1 << 10)
+    limit = 16 << 10
+
+    def answer(signal: str, doc: dict) -> object:
+        if len(json.dumps(doc)) > limit:
+            return ExportError("HTTP 413 Payload Too Large", status=413)
+        return None
+
+    said: list[str] = []
+    destination = Scripted(answer)
+    sender = sender_over(store, destination, Clock(), said)
+    sender.send()
+    assert [line for line in said if "dropped" in line] == []
+    assert sorted(span_ids(destination.taken)) == everything_once(store)
+
+
+def test_counters_a_backend_refuses_are_let_go_once_and_traces_go_on(store: Path) -> None:
+    def answer(signal: str, doc: dict) -> object:
+        if signal == "metrics":
+            return ExportError("HTTP 404 Not Found", status=404)
+        return None
+
+    said: list[str] = []
+    destination = Scripted(answer)
+    sender = sender_over(store, destination, Clock(), said)
+    sender.send()
+    assert said == [
+        "warning: the counters were not sent: HTTP 404 Not Found; no more will be sent "
+        "(--only traces leaves them out)"
+    ]
+    assert not sender.metrics
+    assert sorted(span_ids(destination.taken)) == everything_once(store)
+
+
+def test_partial_successes_are_told_as_they_come(store: Path) -> None:
+    said: list[str] = []
+    note = PartialSuccess("traces", 3, "bad spans")
+    destination = Scripted(lambda signal, doc: note if signal == "traces" else None)
+    sender = sender_over(store, destination, Clock(), said)
+    sender.send()
+    assert said and set(said) == {"warning: the backend rejected 3 spans: bad spans"}
+    assert sender.summary.partial == []  # told already: not again in the summary
+
+
+def test_the_counters_begin_with_the_first_session_read(store: Path) -> None:
+    destination = Scripted(lambda signal, doc: None)
+    clock = Clock()
+    sender = sender_over(store, destination, clock, [])
+    sender.send()
+    (metrics,) = [doc for signal, doc in destination.taken if signal == "metrics"]
+    starts = {
+        point["startTimeUnixNano"]
+        for group in metrics["resourceMetrics"]
+        for scope in group["scopeMetrics"]
+        for metric in scope["metrics"]
+        for point in metric["sum"]["dataPoints"]
+    }
+    with Store(store) as opened:
+        first = min(row.time_created for row in opened.sessions())
+    assert starts == {str(first * 1_000_000)}  # not when following began (clock.now)
+
+
+def test_the_queue_for_a_backend_out_of_reach_is_bounded(store: Path, monkeypatch) -> None:
+    monkeypatch.setattr(follow_module, "MAX_QUEUED_BYTES", 40 << 10)
+    said: list[str] = []
+    out = ExportError("cannot reach http://collector", transient=True)
+    destination = Scripted(lambda signal, doc: out)
+    sender = sender_over(store, destination, Clock(), said)
+    sender.send()
+    assert sum(len(item.body) for item in sender.queue) <= 40 << 10 or len(sender.queue) == 1
+    assert any("dropped: the queue for a backend out of reach is full" in line for line in said)
+    assert sender.dropped_sessions
+    left = sender.undelivered()
+    assert left is not None and left.endswith("not sent: cannot reach http://collector")
+    with pytest.raises(ExportError, match="cannot reach http://collector"):
+        sender.finish()
+
+
+def test_a_follower_out_of_reach_keeps_going_and_stops_at_once_when_told(tmp_path) -> None:
+    """A backend that cannot be reached does not end `--forever`: the bodies are kept, and
+    SIGTERM ends it after one more try of each (not the retries), with the signal's exit
+    and a line saying what was not sent."""
+    import shutil
+    import signal
+    import socket
+    import time
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(ROOT / "samples" / "task" / "opencode.db", db)
+    with socket.socket() as probe:  # a port no one listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "opencode_events", "otel", "--db", str(db), "--follow"]
+        + ["--all", "--forever", "--retries", "0", "--endpoint", f"http://127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    try:
+        first = follow.stderr.readline().decode()
+        assert first.startswith("warning: cannot reach http://127.0.0.1:"), first
+        assert "kept, tried again from time to time" in first
+        time.sleep(2)
+        assert follow.poll() is None  # still following
+        began = time.monotonic()
+        follow.send_signal(signal.SIGTERM)
+        _, rest = follow.communicate(timeout=30)
+        took = time.monotonic() - began
+    finally:
+        follow.kill()
+    assert follow.returncode == 143, rest
+    assert took < 10
+    lines = rest.decode().splitlines()
+    assert lines[-1].startswith("warning: ") and "(2 sessions) not sent: cannot reach" in lines[-1]
