@@ -254,6 +254,54 @@ def test_the_queue_for_a_backend_out_of_reach_is_bounded(store: Path, monkeypatc
         sender.finish()
 
 
+def test_attach_otel_sends_what_it_saw_when_it_is_told_to_stop(tmp_path: Path) -> None:
+    """SIGTERM (a service stopped, `docker stop`) sends the spans as Ctrl-C does, and the
+    exit is still the signal's."""
+    import signal
+    import socket
+    import threading
+    import time
+
+    sse = (ROOT / "samples" / "serve_permission" / "events.sse").read_bytes()
+    listener = socket.create_server(("127.0.0.1", 0))
+    served = threading.Event()
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Connection: close\r\n\r\n" + sse
+            )
+            served.set()
+            time.sleep(30)  # the stream stays open: --follow goes on until told to stop
+
+    threading.Thread(target=serve, daemon=True).start()
+    out = tmp_path / "spans.jsonl"
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    attach = subprocess.Popen(
+        [sys.executable, "-m", "opencode_events", "attach", url, "--follow"]
+        + ["--format", "jsonl", "--otel", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    try:
+        assert served.wait(30)
+        attach.stdout.readline()  # an event out: the stream is being read
+        time.sleep(1)
+        attach.send_signal(signal.SIGTERM)
+        _, err = attach.communicate(timeout=30)
+    finally:
+        attach.kill()
+        listener.close()
+    assert attach.returncode == 143, err
+    lines = out.read_bytes().splitlines()
+    spans = [json.loads(line) for line in lines if b"resourceSpans" in line]
+    assert sum(len(span_ids([("traces", doc)])) for doc in spans) > 0
+
+
 def test_a_follower_out_of_reach_keeps_going_and_stops_at_once_when_told(tmp_path) -> None:
     """A backend that cannot be reached does not end `--forever`: the bodies are kept, and
     SIGTERM ends it after one more try of each (not the retries), with the signal's exit

@@ -458,11 +458,17 @@ def attach(
                 until_idle=until_idle,
                 ending=(lambda: limit.crossed) if limit is not None else (lambda: False),
             )
-        except KeyboardInterrupt:  # `--follow` ends so: what was seen is still sent
+        except (KeyboardInterrupt, SystemExit, InputError):
+            # Ctrl-C or SIGTERM (how `--follow` ends), or the server gone for good: what was
+            # seen is still written and sent, one try each (a shutdown is not held up)
             events.write(reader.finish())
             writer.flush()
             if otel is not None:
-                otel.send()
+                otel.destination.hurry()
+                try:
+                    otel.send()
+                except InputError as error:  # the end stays the signal's, or the server's
+                    _say(f"warning: the spans were not sent: {error}")
             raise
         events.write(reader.finish())
         if not no_metrics:
