@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import urllib.request
 
 import pytest
 
-from tests.harness.scenarios import U, call, say, tools
+from tests.harness.scenarios import MEASURED, U, call, say, tools
 
 pytestmark = pytest.mark.e2e
 
@@ -35,6 +36,62 @@ def test_mock_model_answers(mock_model):
     assert chunks[-1]["usage"]["prompt_tokens"] == 10
     assert m.remaining() == 0
     assert m.chat_requests("main")[0].summary["last_user"] == "x"
+
+
+def _post(m, body: dict) -> dict:
+    """POST a non-streaming chat completion; the answer's JSON."""
+    req = urllib.request.Request(
+        f"{m.base_url}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.load(r)
+
+
+def test_mock_model_measures_usage_from_the_request(mock_model):
+    m = mock_model(
+        [
+            tools(call("bash", {"command": "echo hi"}, "call_m"), usage=MEASURED),
+            say("héllo", reasoning=["why"], usage=MEASURED),
+            say("", usage=MEASURED),
+            say("scripted", usage=U(10, 2)),
+        ]
+    )
+    tool = {"type": "function", "function": {"name": "bash", "parameters": {}}}
+    first = [{"role": "system", "content": "sys"}, {"role": "user", "content": "é"}]
+    second = [*first, {"role": "assistant", "content": "ok"}]
+    compact = {"separators": (",", ":"), "ensure_ascii": False}
+
+    def size(*parts: object) -> int:
+        return sum(len(json.dumps(p, **compact).encode()) for p in parts)
+
+    a = _post(m, {"model": "mock-model", "messages": first, "tools": [tool]})["usage"]
+    assert a["prompt_tokens"] == math.ceil(size(first, [tool]) / 4)
+    assert a["prompt_tokens_details"]["cached_tokens"] == 0  # no previous request
+    assert a["completion_tokens"] == math.ceil(len('{"command": "echo hi"}') / 4)
+    b = _post(m, {"model": "mock-model", "messages": second, "tools": [tool]})["usage"]
+    assert b["prompt_tokens"] == math.ceil(size(second, [tool]) / 4)
+    assert b["prompt_tokens_details"]["cached_tokens"] == a["prompt_tokens"]
+    assert b["completion_tokens"] == math.ceil(len("héllowhy".encode()) / 4)
+    assert b["completion_tokens_details"]["reasoning_tokens"] == 1
+    # a smaller prompt (no tools) caches nothing; an empty answer is still one token
+    c = _post(m, {"model": "mock-model", "messages": first})["usage"]
+    assert c["prompt_tokens"] == math.ceil(size(first) / 4)
+    assert c["prompt_tokens_details"]["cached_tokens"] == 0
+    assert c["completion_tokens"] == 1
+    d = _post(m, {"model": "mock-model", "messages": first})["usage"]
+    assert (d["prompt_tokens"], d["completion_tokens"]) == (10, 2)  # scripted stays scripted
+    logged = [r.usage for r in m.chat_requests("main")]
+    assert logged[:3] == [
+        {k: u[k] for k in ("prompt_tokens", "completion_tokens")}
+        | {
+            "cached_tokens": u["prompt_tokens_details"]["cached_tokens"],
+            "reasoning_tokens": u["completion_tokens_details"]["reasoning_tokens"],
+        }
+        for u in (a, b, c)
+    ]
+    assert logged[3] is None and "usage" not in m.chat_requests("main")[3].to_json()
 
 
 def test_text_run(mock_model, opencode_env):

@@ -40,9 +40,28 @@ A step is a dict (all keys optional)::
       "finish_reason": "stop",              # default: tool_calls if any tool call, else stop
       "usage": {"prompt_tokens": 100, "completion_tokens": 20,
                 "cached_tokens": 5, "reasoning_tokens": 3},
+               # or MEASURED ("measured"): figures measured from the request, below
       "delay": 0.0,                         # seconds to sleep between chunks
       "error": {"status": 400, "body": {...}},   # answer with an HTTP error instead
     }
+
+Measured usage
+--------------
+``"usage": MEASURED`` makes a step report figures measured from the request it
+answers, roughly as a real provider would (4 bytes a token), instead of
+scripted ones:
+
+* ``prompt_tokens``: ceil(bytes / 4) of the request's ``messages`` plus its
+  ``tools`` (each as compact JSON, ``separators=(",", ":")``, UTF-8; no
+  ``tools`` counts 0);
+* ``cached_tokens``: the prompt measured the same way for the previous request
+  of the same conversation, when that is not larger than this prompt (else 0);
+* ``completion_tokens``: ceil(bytes / 4) of what the step generates -- its text,
+  reasoning and tool-call arguments (as sent) -- at least 1;
+* ``reasoning_tokens``: ceil(bytes / 4) of its reasoning (0 without).
+
+The figures served are logged with the request (``LoggedRequest.usage``, and a
+``usage`` key in ``requests.jsonl``; scripted steps log none).
 
 When a conversation runs out of steps the server answers with a plain text
 ``"(mock: no scripted step left)"`` and records that in ``unscripted``.
@@ -61,11 +80,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["MockModel", "Step", "default_usage", "summarize_request"]
+__all__ = ["MEASURED", "MockModel", "Step", "default_usage", "measured_usage", "summarize_request"]
 
 Step = dict[str, Any]
 
 TITLE_TEXT = "Mock session title"
+
+# A step's ``usage`` that asks for figures measured from the request (see the module doc).
+# A string, so that it survives the JSON round trip of ``{MOCK_URL}`` substitution.
+MEASURED = "measured"
+BYTES_PER_TOKEN = 4
 
 # Substrings that identify OpenCode's title-generation request (system prompt of
 # the hidden "title" agent in 1.18.33).  Checked case-insensitively.
@@ -79,6 +103,46 @@ def default_usage(n: int) -> dict[str, int]:
         "completion_tokens": 10 * n + 7,
         "cached_tokens": 100 * n + 3,
         "reasoning_tokens": n + 1 if n % 2 else 0,
+    }
+
+
+def _tokens(n_bytes: int) -> int:
+    return -(-n_bytes // BYTES_PER_TOKEN)
+
+
+def _compact_bytes(obj: Any) -> int:
+    return len(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def request_prompt_tokens(body: dict[str, Any]) -> int:
+    """ceil(bytes / 4) of a request's ``messages`` and ``tools`` as compact JSON."""
+    size = _compact_bytes(body.get("messages") or [])
+    if body.get("tools"):
+        size += _compact_bytes(body["tools"])
+    return _tokens(size)
+
+
+def _arguments(call: dict[str, Any]) -> str:
+    """A tool call's arguments as the server sends them."""
+    args = call.get("arguments", {})
+    return args if isinstance(args, str) else json.dumps(args)
+
+
+def _joined(deltas: Any) -> str:
+    return deltas if isinstance(deltas, str) else "".join(deltas or [])
+
+
+def measured_usage(step: Step, prompt_tokens: int, previous_prompt: int | None) -> dict[str, int]:
+    """The usage a MEASURED step reports (see the module doc)."""
+    reasoning = len(_joined(step.get("reasoning")).encode())
+    generated = len(_joined(step.get("text")).encode()) + reasoning
+    generated += sum(len(_arguments(c).encode()) for c in step.get("tool_calls") or [])
+    cached = previous_prompt if previous_prompt and previous_prompt <= prompt_tokens else 0
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": max(1, _tokens(generated)),
+        "cached_tokens": cached,
+        "reasoning_tokens": _tokens(reasoning),
     }
 
 
@@ -131,6 +195,7 @@ class Conversation:
     match_system: str | None = None
     match_last: str | None = None
     cursor: int = 0
+    last_prompt: int | None = None  # measured prompt of its previous request
 
 
 @dataclass
@@ -143,6 +208,7 @@ class LoggedRequest:
     step: int | None
     summary: dict[str, Any] | None
     body: dict[str, Any] | None = field(default=None, repr=False)
+    usage: dict[str, int] | None = None  # the figures a MEASURED step reported
 
     def to_json(self, full: bool = False) -> dict[str, Any]:
         d = {
@@ -154,6 +220,8 @@ class LoggedRequest:
         }
         if self.summary is not None:
             d["summary"] = self.summary
+        if self.usage is not None:
+            d["usage"] = self.usage
         if full and self.body is not None:
             d["body"] = self.body
         return d
@@ -273,9 +341,13 @@ class MockModel:
                 return conv.name
         return "main"
 
-    def _next_step(self, conv_name: str) -> tuple[int | None, Step | None]:
+    def _next_step(
+        self, conv_name: str, body: dict[str, Any] | None = None
+    ) -> tuple[int | None, Step | None]:
         with self.lock:
             conv = self.conversations[conv_name]
+            prompt = request_prompt_tokens(body or {})
+            previous, conv.last_prompt = conv.last_prompt, prompt
             if conv.cursor >= len(conv.steps):
                 return None, None
             idx = conv.cursor
@@ -284,6 +356,9 @@ class MockModel:
             step = self._substitute(conv.steps[idx])
             if "usage" not in step:
                 step["usage"] = default_usage(self._step_counter)
+            elif step["usage"] == MEASURED:
+                step["usage"] = measured_usage(step, prompt, previous)
+                step["_measured"] = step["usage"]  # logged with the request, then dropped
             return idx, step
 
     def _substitute(self, step: Step) -> Step:
@@ -337,8 +412,7 @@ def _chunks_for_step(step: Step, model: str, cid: str) -> list[dict[str, Any]]:
         out.append(chunk({"content": t}))
     calls = step.get("tool_calls") or []
     for i, call in enumerate(calls):
-        args = call.get("arguments", {})
-        args_s = args if isinstance(args, str) else json.dumps(args)
+        args_s = _arguments(call)
         call_id = call.get("id") or f"call_{cid[-6:]}_{i}"
         # name first, then the arguments in two pieces (exercises partial JSON)
         half = len(args_s) // 2
@@ -485,7 +559,7 @@ def _make_handler(mock: MockModel) -> type[BaseHTTPRequestHandler]:
                 }
                 idx = None
             else:
-                idx, step = mock._next_step(conv)
+                idx, step = mock._next_step(conv, body)
                 mock._log(
                     method="POST",
                     path=self.path,
@@ -493,6 +567,7 @@ def _make_handler(mock: MockModel) -> type[BaseHTTPRequestHandler]:
                     step=idx,
                     summary=summarize_request(body),
                     body=body,
+                    usage=step.pop("_measured") if step and "_measured" in step else None,
                 )
                 if step is None:
                     with mock.lock:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .mock_model import MockModel, Step
+from .mock_model import MEASURED, MockModel, Step
 from .opencode import (
     DEFAULT_MODEL,
     PATCH_MODEL,
@@ -36,7 +36,8 @@ from .opencode import (
 HERE = Path(__file__).resolve().parent
 
 # Fixed token figures so per-turn usage can be checked against the samples.
-# (prompt, completion, cached, reasoning) -- all distinct.
+# (prompt, completion, cached, reasoning) -- all distinct.  ``usage=MEASURED`` instead
+# reports figures measured from the request (mock_model's module doc).
 
 
 def U(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict[str, int]:
@@ -57,7 +58,7 @@ def call(name: str, arguments: Any, id: str | None = None) -> dict[str, Any]:
 
 def tools(
     *calls: dict[str, Any],
-    usage: dict[str, int] | None = None,
+    usage: dict[str, int] | str | None = None,
     text: list[str] | None = None,
     **kw: Any,
 ) -> Step:
@@ -69,7 +70,7 @@ def tools(
     return step
 
 
-def say(*text: str, usage: dict[str, int] | None = None, **kw: Any) -> Step:
+def say(*text: str, usage: dict[str, int] | str | None = None, **kw: Any) -> Step:
     step: Step = {"text": list(text), **kw}
     if usage:
         step["usage"] = usage
@@ -1324,4 +1325,13 @@ def get(name: str) -> Scenario:
         raise HarnessError(f"unknown scenario {name!r}; known: {', '.join(BY_NAME)}") from None
 
 
-__all__ = ["SCENARIOS", "BY_NAME", "Capture", "Scenario", "execute", "get", "event_type"]
+__all__ = [
+    "MEASURED",
+    "SCENARIOS",
+    "BY_NAME",
+    "Capture",
+    "Scenario",
+    "execute",
+    "get",
+    "event_type",
+]
