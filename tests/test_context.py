@@ -720,8 +720,8 @@ def test_cli_table(priced_env: dict):
     )
     assert result.returncode == 0, result.stderr
     text = result.stdout.decode()
-    assert "Context of ses_dd8055899ffee9e5dxpDurrrn5" in text
-    assert "compaction (reset after)" in text and "total" in text and "$0.0227" in text
+    assert "Context of ses_db2ca84b0ffe6A4C7zjq6p68O0" in text
+    assert "compaction (reset after)" in text and "total" in text and "$0.0532" in text
 
 
 def test_cli_unpriced(priced_env: dict, tmp_path: Path):

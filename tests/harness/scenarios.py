@@ -997,9 +997,9 @@ SCENARIOS: list[Scenario] = [
         driver=drive_serve_compaction,
         files=WORK_FILES,
         steps=[
-            tools(call("bash", {"command": "cat README.md"}, "call_cat"), usage=U(5000, 20, 0, 0)),
-            say("The README says hello.", usage=U(5100, 8, 4900, 0)),
-            say("Continuing after the summary.", usage=U(800, 6, 0, 0)),
+            tools(call("bash", {"command": "cat README.md"}, "call_cat"), usage=MEASURED),
+            say("The README says hello.", usage=MEASURED),
+            say("Continuing after the summary.", usage=MEASURED),
         ],
         conversations={
             "compaction": {
@@ -1007,7 +1007,7 @@ SCENARIOS: list[Scenario] = [
                 "steps": [
                     say(
                         "## Summary\n\nThe user asked to inspect the repo; README says hello.",
-                        usage=U(5200, 40, 5000, 0),
+                        usage=MEASURED,
                     ),
                 ],
             },
@@ -1015,23 +1015,30 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "auto_compact",
-        "The model's context limit is 8,000 tokens: the first step overflows it, OpenCode "
-        "compacts inside the run (the compaction agent) and goes on after a synthetic user "
-        "text, which the stream shows as a `text` record outside any step.",
+        "The model's context limit is 8,800 tokens (1,000 for output): the first step, a "
+        "long prompt, overflows it, OpenCode compacts inside the run (the compaction agent) "
+        "and goes on after a synthetic user text, which the stream shows as a `text` record "
+        "outside any step.",
         files=WORK_FILES,
+        # Measured usage: OpenCode compacts after any step whose prompt + output reaches
+        # context - output (7,800). The agent's system prompt and tools are ~7,650 tokens,
+        # and they come back after the compaction with the summary: the long prompt (gone
+        # after it) makes the first step the larger, so that only it overflows.
+        prompt=["please", "do", "the", "task", "with", "this", "log:"]
+        + [f"log-line-{i:03d}" for i in range(1, 81)],
         config={
             "provider": {
-                "mock": {"models": {"mock-model": {"limit": {"context": 8000, "output": 1000}}}}
+                "mock": {"models": {"mock-model": {"limit": {"context": 8800, "output": 1000}}}}
             }
         },
         steps=[
-            tools(call("bash", {"command": "echo big"}, "call_ac_bash"), usage=U(7800, 50, 0, 0)),
-            say("Continued after compaction.", usage=U(900, 6, 0, 0)),
+            tools(call("bash", {"command": "echo big"}, "call_ac_bash"), usage=MEASURED),
+            say("Continued after compaction.", usage=MEASURED),
         ],
         conversations={
             "compaction": {
                 "match_system": "context summarization agent",
-                "steps": [say("## Summary\n\nRan echo big.", usage=U(7900, 30, 0, 0))],
+                "steps": [say("## Summary\n\nRan echo big.", usage=MEASURED)],
             },
         },
     ),
