@@ -167,6 +167,28 @@ def test_compaction_resets():
     assert {r.source: r.tokens for r in report.sources}["tool:bash"] == 0
 
 
+@pytest.mark.parametrize("name", ["compaction", "auto_compact"])
+def test_after_a_real_compaction_the_system_prompt_comes_back_whole(name: str):
+    """These captures report usage measured from each request (4 bytes a token,
+    docs/harness.md): the summarizer's prompt is small, and the step after it carries the
+    agent's system prompt and tools again. That step's `system` is what its request held
+    beyond the summary and the new prompt: about the first step's (system prompt + tools
+    + first prompt, as the mock measured it), and `user` is only the new prompt."""
+    requests = [json.loads(line) for line in (SAMPLES / name / "requests.jsonl").open()]
+    first_measured = next(r["usage"] for r in requests if r["conversation"] == "main")
+    report = report_of(name)
+    (reset,) = [k for k, i in enumerate(report.inferences) if i.compaction]
+    first, summarizer, after = report.inferences[0], *report.inferences[reset : reset + 2]
+    assert first.prompt_tokens == first_measured["prompt_tokens"]
+    assert summarizer.prompt_tokens < after.prompt_tokens / 5  # the summarizer's own prompt
+    assert first.sources["system"] > 0.95 * first.prompt_tokens
+    system = after.sources["system"]
+    assert system > 0.99 * after.prompt_tokens  # the bulk of the prompt
+    assert system == pytest.approx(first.sources["system"], rel=0.03)
+    assert 0 < after.sources["user"] < 0.01 * after.prompt_tokens
+    assert set(after.sources) == {"system", "compaction", "user"}
+
+
 def test_multi_turn_user_prompts():
     report = report_of("continue3")
     users = [i.added.get("user", 0) for i in report.inferences]
