@@ -18,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,14 +111,13 @@ def follow_replay(src: Path, dst: Path, *flags: str) -> tuple[list[dict[str, Any
     follower = StoreFollower(Normalizer(), all_sessions=True)
     sink = Sink()
     watch = StoreWatch(dst, interval=0.01)
-    read = follower.read
+    read = follower.read_batches
 
-    def reading(store: Any, now_ms: Any = None) -> list[Any]:
-        events = read(store, now_ms)
+    def reading(store: Any, now_ms: Any = None) -> Iterator[list[Any]]:
+        yield from read(store, now_ms)
         sink.positions.add(follower.position)
-        return events
 
-    follower.read = reading  # type: ignore[method-assign]
+    follower.read_batches = reading  # type: ignore[method-assign]
     try:
         end = follow_store(
             dst,
@@ -708,3 +708,60 @@ def test_sessions_call_a_killed_run_stale_and_a_fresh_one_in_flight() -> None:
     with Store(SAMPLES / "bash_ok" / "opencode.db") as store:
         (done,) = summarize(store, store.sessions())
     assert (done.state, done.in_flight) == (IDLE, False)
+
+
+# ------------------------------------------------------------ a large first read, in batches
+
+
+@pytest.fixture(scope="module")
+def many_sessions(tmp_path_factory) -> Path:
+    """30 sessions cloned from the captures (bench/gen_db.py), read from their rows."""
+    db = tmp_path_factory.mktemp("many") / "opencode.db"
+    subprocess.run(
+        [sys.executable, "bench/gen_db.py", "--sessions", "30", "--parts", "1500"]
+        + ["--target-gb", "0.002", "--out", str(db)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    return db
+
+
+def test_a_first_read_comes_in_batches_of_whole_sessions(many_sessions, monkeypatch) -> None:
+    """The history of every session is never held whole (it was 1.1 GB for `import --follow
+    --all` of the 10,000-session bench store): batches, each session in one of them."""
+    from opencode_events.sources import eventlog
+
+    monkeypatch.setattr(eventlog, "BATCH_EVENTS", 50)
+    follower = StoreFollower(Normalizer(), all_sessions=True)
+    with Store(many_sessions) as store:
+        batches = [as_dicts(batch) for batch in follower.read_batches(store)]
+    assert len(batches) > 10
+    where: dict[str, set[int]] = {}
+    for index, batch in enumerate(batches):
+        assert batch
+        for event in batch:
+            where.setdefault(event["session_id"], set()).add(index)
+    assert len(where) == 30 and all(len(found) == 1 for found in where.values())
+    whole = [event for batch in batches for event in batch]
+    with Store(many_sessions) as store:  # the same events as one read gives, in order
+        assert whole == as_dicts(StoreFollower(Normalizer(), all_sessions=True).read(store))
+
+
+def test_follow_writes_the_first_read_as_it_goes(many_sessions, monkeypatch) -> None:
+    """``stop`` (otel's sender) is asked between sessions while the history is read, so
+    what is done goes out before the read ends."""
+    from opencode_events.sources import eventlog
+
+    monkeypatch.setattr(eventlog, "BATCH_EVENTS", 50)
+    sink = Sink()
+    written: list[int] = []
+
+    def stop() -> bool:
+        written.append(len(sink.events))
+        return len(written) == 3
+
+    follower = StoreFollower(Normalizer(), all_sessions=True)
+    assert follow_store(many_sessions, follower, sink, until_idle=False, stop=stop) is None
+    assert 0 < written[0] < written[1] < written[2]
+    assert written[2] < len(at_once(many_sessions))  # stopped inside the first read

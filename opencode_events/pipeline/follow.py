@@ -17,6 +17,7 @@ counts for nothing); ``until_idle=False`` goes on until interrupted::
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import time
@@ -64,9 +65,19 @@ def follow_store(
     failures = 0  # reads that failed in a row
     while True:
         if watch.changed():
+            stopped = False
             try:
                 with Store(path) as store:
-                    events = follower.read(store, clock() * 1000)
+                    # Written batch by batch: a first read of every session of a large store
+                    # is never held whole; between sessions, ``stop`` may send what is done.
+                    batches = follower.read_batches(store, clock() * 1000)
+                    with contextlib.closing(batches):
+                        for events in batches:
+                            writer.write(events)
+                            writer.end_batch()
+                            if stop is not None and follower.between_sessions and stop():
+                                stopped = True
+                                break
                 opened_once = True
             except InputError:
                 # A database that appeared while we waited may be half made (OpenCode
@@ -77,13 +88,11 @@ def follow_store(
                 failures += 1
                 if (existed and not opened_once) or (opened_once and failures > RETRIES):
                     raise
-                events = []
                 watch.forget()
             else:
                 failures = 0
-            if events:
-                writer.write(events)
-                writer.end_batch()
+            if stopped:
+                return None
             if max_cost is not None and follower.settled and follower.total_cost > max_cost:
                 return FollowEnd.OVER_BUDGET
             if not told and opened_once:

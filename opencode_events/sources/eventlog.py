@@ -17,9 +17,11 @@ so a row read again, or a session that moves from its rows to its log, never dou
 event.
 
 Each ``read`` takes one read transaction (one consistent snapshot) and ends it, so nothing
-is held between reads. The follower also keeps, per session, what says whether it is at
-work (``core.activity``): replies in flight, a prompt waiting for its reply, the last write
-seen::
+is held between reads. ``read_batches`` gives the same events in batches, a session read
+from its rows never cut, so that a history of many sessions is never held whole (the
+first read of ``--all`` on a large store). The follower also keeps, per session, what says
+whether it is at work (``core.activity``): replies in flight, a prompt waiting for its
+reply, the last write seen::
 
     follower = StoreFollower(Normalizer(), sessions=["ses_dd80"])
     with Store(path) as store:
@@ -32,7 +34,7 @@ import contextlib
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -45,7 +47,9 @@ from ..events import Event
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
 from .sse import SseReader
 
-__all__ = ["StoreFollower", "SessionActivity", "event_type"]
+__all__ = ["StoreFollower", "SessionActivity", "event_type", "BATCH_EVENTS"]
+
+BATCH_EVENTS = 2000  # events a batch of ``read_batches`` holds at least (but the last)
 
 _VERSION = re.compile(r"\.\d+$")
 
@@ -143,12 +147,26 @@ class StoreFollower:
         # written now (its own times may be old: a store written again, a skewed clock).
         self.live_from_start = False
         self._touched: set[str] = set()  # sessions written to in this read
+        # Whether every session in the batches given so far was read up to now (see
+        # ``read_batches``): not inside the log, whose rows interleave the sessions.
+        self.between_sessions = True
 
     # ------------------------------------------------------------------ reading
 
     def read(self, store: Any, now_ms: int | float | None = None) -> list[Event]:
         """Everything written since the last read (the first read: the history);
         ``now_ms`` (default: the clock) tells a step just ended from a turn that ended."""
+        events: list[Event] = []
+        for batch in self.read_batches(store, now_ms):
+            events += batch
+        return events
+
+    def read_batches(self, store: Any, now_ms: int | float | None = None) -> Iterator[list[Event]]:
+        """``read``'s events in batches of about ``BATCH_EVENTS`` or more, each session
+        read from its rows whole in one; while ``between_sessions`` is true, every session
+        in the batches so far was read up to now (not so inside the log, whose rows
+        interleave the sessions). One read transaction, ended when the batches end or
+        are closed."""
         if now_ms is None:
             now_ms = time.time() * 1000
         conn = store.conn
@@ -157,10 +175,11 @@ class StoreFollower:
         except SQLITE_ERRORS as exc:
             raise InputError(f"cannot read {store.path}: {sqlite_reason(exc)}") from None
         try:
-            return self._read(store, now_ms)
+            yield from self._read(store, now_ms)
         except SQLITE_ERRORS as exc:
             raise InputError(f"cannot read {store.path}: {sqlite_reason(exc)}") from None
         finally:
+            self.between_sessions = True
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("COMMIT")
 
@@ -173,22 +192,36 @@ class StoreFollower:
         """Parts still open when following ends (a text never completed, a call cut off)."""
         return self.reader.finish()
 
-    def _read(self, store: Any, now_ms: int | float) -> list[Event]:
+    def _read(self, store: Any, now_ms: int | float) -> Iterator[list[Event]]:
         conn = store.conn
         if self._has_log is None or not self._has_log:
             self._has_log = _has_table(conn, "event")
         self._choose(store)
         events: list[Event] = []
         if not self.all_sessions and not self.roots:
-            return events  # nothing to follow yet (an empty store)
+            return  # nothing to follow yet (an empty store)
         self._grow_family(conn)
+        self.between_sessions = False
         for session_id in self._new_sessions(conn):
             self._learn_parent(conn, session_id)
             events += self._history(conn, session_id)
+            if len(events) >= BATCH_EVENTS:
+                yield events
+                events = []
         if self._has_log:
-            events += self._log(conn)
+            for chunk in self._log(conn):
+                events += chunk
+                if len(events) >= BATCH_EVENTS:
+                    yield events
+                    events = []
+        self.between_sessions = True
         for session_id, cursor in list(self._by_rows.items()):
             events += self._rows(conn, session_id, cursor)
+            if len(events) >= BATCH_EVENTS:  # a session whole: never cut
+                yield events
+                events = []
+        if events:
+            yield events
         if self._reads or self.live_from_start:
             for session_id in self._touched:
                 self._activity(session_id).seen_at = now_ms
@@ -197,7 +230,6 @@ class StoreFollower:
         self._read_costs(conn)
         if self.in_flight(now_ms):
             self.seen_at_work = True
-        return events
 
     def _learn_parent(self, conn: sqlite3.Connection, session_id: str) -> None:
         """A subagent's events name its parent, as ``import``'s do (the log's
@@ -316,10 +348,11 @@ class StoreFollower:
 
     # ------------------------------------------------------------------ the log
 
-    def _log(self, conn: sqlite3.Connection) -> list[Event]:
+    def _log(self, conn: sqlite3.Connection) -> Iterator[list[Event]]:
+        """The log's events since the last read, a thousand rows at a time."""
         (top,) = conn.execute("SELECT max(rowid) FROM event").fetchone()
         if top is None:
-            return []
+            return
         if top < self._rowid:  # rows removed at the end, their rowids given out again
             self._rowid = 0  # read again; the seq of each session skips what was read
         rows = conn.execute(
@@ -327,9 +360,9 @@ class StoreFollower:
             "WHERE rowid > ? ORDER BY rowid",
             (self._rowid,),
         )
-        events = self._log_rows(rows, advance=True)
+        while chunk := rows.fetchmany(1000):
+            yield self._log_rows(chunk, advance=True)
         self._rowid = max(self._rowid, top)
-        return events
 
     def _log_rows(self, rows: Iterable[tuple[Any, ...]], *, advance: bool = False) -> list[Event]:
         events: list[Event] = []
