@@ -339,3 +339,27 @@ def test_a_follower_out_of_reach_keeps_going_and_stops_at_once_when_told(tmp_pat
     assert took < 10
     lines = rest.decode().splitlines()
     assert lines[-1].startswith("warning: ") and "(2 sessions) not sent: cannot reach" in lines[-1]
+
+
+def test_a_session_a_killed_opencode_left_goes_with_the_call_it_died_in() -> None:
+    """A run OpenCode was killed in is sent once stale; the call it died in went only when
+    the follower itself stopped (the batch export has it, `running`)."""
+    db = ROOT / "samples" / "sigint" / "opencode.db"
+    clock = Clock()
+    with Store(db) as opened:
+        written = max(row.time_updated for row in opened.sessions())
+    clock.now = written / 1000 + 3600  # an hour later: stale
+    destination = Scripted(lambda signal, doc: None)
+    sender = sender_over(db, destination, clock, [])
+    sender.send()  # what is done now, not everything: the stale session is
+    assert not sender.collector.traces
+    batch = subprocess.run(
+        [sys.executable, "-m", "opencode_events", "otel", "--db", str(db), "--all", "-o", "-"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
+    exported = [("traces", json.loads(line)) for line in batch.stdout.splitlines()]
+    assert sorted(span_ids(destination.taken)) == sorted(
+        span_ids([item for item in exported if "resourceSpans" in item[1]])
+    )

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..core.activity import BUSY, session_state
+from ..core.activity import BUSY, IDLE, STALE, session_state
 from ..store.open import every_session
 from ..store.sqlite import Store
 from .export import SpanCollector, Summary, read_session
@@ -110,22 +110,28 @@ class FollowSender:
         return False
 
     def done(self, session_id: str, now_ms: float) -> bool:
+        return self._state(session_id, now_ms) != BUSY
+
+    def _state(self, session_id: str, now_ms: float) -> str:
         activity = self.follower.activity.get(session_id)
         if activity is None:  # nothing says it works: a history read whole
-            return True
-        state = session_state(
+            return IDLE
+        return session_state(
             in_flight=activity.in_flight(now_ms),
             last_write_ms=activity.written,
             now_ms=now_ms,
             stale_after=self.stale_after,
         )
-        return state != BUSY
 
     def send(self, *, everything: bool = False) -> None:
         """Send the sessions that are done (``everything``: all gathered)."""
         collector = self.collector
         now_ms = self.clock() * 1000
-        ready = [sid for sid in collector.traces if everything or self.done(sid, now_ms)]
+        states = {sid: self._state(sid, now_ms) for sid in collector.traces}
+        ready = [sid for sid, state in states.items() if everything or state != BUSY]
+        for sid in ready:
+            if states[sid] == STALE:  # OpenCode killed in it: the call it died in goes too
+                collector.write(self.follower.finish_session(sid))
         if not ready:
             if self.queue and (everything or self.clock() >= self._next_try):
                 self._deliver()  # what a backend out of reach left queued

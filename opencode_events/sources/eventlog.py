@@ -192,6 +192,11 @@ class StoreFollower:
         """Parts still open when following ends (a text never completed, a call cut off)."""
         return self.reader.finish()
 
+    def finish_session(self, session_id: str) -> list[Event]:
+        """``finish`` for one session gone stale (OpenCode killed in it) while following
+        goes on: its parts still open, as they last were."""
+        return self.reader.finish_session(session_id)
+
     def _read(self, store: Any, now_ms: int | float) -> Iterator[list[Event]]:
         conn = store.conn
         if self._has_log is None or not self._has_log:

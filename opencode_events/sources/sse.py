@@ -289,11 +289,27 @@ class SseReader:
         parts whose message never completed (an interrupted reply) as they last were."""
         events = self._dispatch()
         pending, self._pending = self._pending, {}
+        running, self._running = self._running, {}
+        return events + self._left_open(pending, running)
+
+    def finish_session(self, session_id: str) -> list[Event]:
+        """``finish`` for one session (a run OpenCode was killed in, gone stale): its parts
+        still open, as they last were; the other sessions' stay open."""
+
+        def taken(held: dict[str, Any]) -> dict[str, Any]:
+            mine = {pid: found for pid, found in held.items() if found[1].session_id == session_id}
+            for part_id in mine:
+                del held[part_id]
+            return mine
+
+        return self._left_open(taken(self._pending), taken(self._running))
+
+    def _left_open(self, pending: dict[str, Any], running: dict[str, Any]) -> list[Event]:
+        events: list[Event] = []
         for part_id, (part, _prov) in pending.items():
             self._with_deltas(part_id, part)
         if self.open_calls_at_end:
-            pending.update(self._running)  # a call cut off (OpenCode killed), as it last was
-        self._running = {}
+            pending.update(running)  # a call cut off (OpenCode killed), as it last was
         for part_id, (part, prov) in pending.items():
             if part_id not in self._done:
                 message_id = part.messageID
