@@ -721,3 +721,41 @@ def test_normalize_full_shows_a_long_message_whole():
     whole = subprocess.run([*args, "--full"], input=data, capture_output=True, check=True)
     assert "… (18 more lines; --full shows all)" in cut
     assert "29" in whole.stdout.decode() and "more line" not in whole.stdout.decode()
+
+
+def test_lines_say_whose_they_are_once_a_second_session_comes() -> None:
+    """`attach` of a server with many sessions at once, `import --all`: from the second
+    session on, each line starts with the end of its session's id."""
+    first, second = "ses_dd80aaaaaaaaAAAAAAAAAAAAAAAAA1", "ses_dd80aaaaaaaaBBBBBBBBBBBBBBBBB2"
+    lines = render(
+        [
+            Command(tool="bash", success=True, command="ls", exit_code=0, session_id=first),
+            Command(tool="bash", success=True, command="pwd", exit_code=0, session_id=second),
+            Message(text="done", session_id=first),
+        ]
+    )
+    assert lines[0].startswith("✓ bash")  # one session so far: as ever
+    assert lines[1].startswith("…BBBB2 ✓ bash") and "pwd" in lines[1]
+    assert lines[2] == "…AAAA1 › done"
+
+
+def test_a_note_on_stderr_goes_above_the_footer_not_after_it() -> None:
+    """A note written to stderr while the footer shows (attach's reconnects) is a line of
+    its own above the footer, which is then drawn again below it."""
+    code = (
+        "import io, sys, time\n"
+        "from opencode_events.output.pretty import PrettyWriter\n"
+        "from opencode_events.events import Command\n"
+        "writer = PrettyWriter(sys.stdout, width=100, live=True)\n"
+        "writer.write([Command(tool='bash', success=True, command='ls', exit_code=0)])\n"
+        "writer.end_batch()\n"
+        "print('opencode-events: connection lost, trying again', file=sys.stderr, flush=True)\n"
+        "writer.write([Command(tool='bash', success=True, command='pwd', exit_code=0)])\n"
+        "writer.end_batch()\n"
+        "writer.flush()\n"
+    )
+    status, output = run_in_pty([sys.executable, "-c", code])
+    assert status == 0, output
+    shown = [line.rstrip() for line in screen(output) if line.strip()]
+    assert "opencode-events: connection lost, trying again" in shown, shown
+    assert not any("steps" in line and "connection lost" in line for line in shown), shown

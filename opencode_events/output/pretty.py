@@ -242,6 +242,7 @@ class PrettyWriter:
         self._streaming = ""  # tail of the text being streamed (delta events)
         self._waiting: str | None = None  # what the footer says until the first event
         self._cwd = _cwd()
+        self._sessions: set[Any] = set()  # whose events came: from a second one, lines say
 
     # ------------------------------------------------------------ writer interface
 
@@ -268,6 +269,11 @@ class PrettyWriter:
             line.plain = visible(line.plain)  # one character for one: the styles stay put
             if event.reverted:  # undone by the user (/undo), still stored: struck through
                 line.stylize("dim strike")
+            sid = event.session_id
+            if isinstance(sid, str) and sid:
+                self._sessions.add(sid)
+                if len(self._sessions) > 1:  # several at once (attach, --all): whose it is
+                    line = _tagged(line, sid)
             if line.no_wrap:  # one line per event: cut to the width, never wrapped
                 print_(line, no_wrap=True, overflow="ellipsis", crop=True)
             else:
@@ -302,7 +308,9 @@ class PrettyWriter:
             auto_refresh=False,
             transient=True,
             redirect_stdout=False,
-            redirect_stderr=False,
+            # Notes on stderr (attach's reconnects) above the footer, not glued to it, when
+            # both go to this terminal; a stderr sent elsewhere stays where it goes.
+            redirect_stderr=_same_terminal(self._console.file),
         )
         self._live.start()
         if not self._atexit:  # Ctrl-C or an error must not leave the cursor hidden
@@ -596,6 +604,17 @@ def _rel(path: str | None, cwd: str) -> str:
     return path
 
 
+def _tagged(line: Any, session_id: str) -> Any:
+    """``line`` after the end of its session's id, dim: the random end tells sessions apart
+    (their starts are the time they were made, shared by sessions made together)."""
+    from rich.text import Text
+
+    tag = Text(f"…{visible(session_id[-5:])} ", style="dim", no_wrap=line.no_wrap)
+    tag.overflow = line.overflow
+    tag.append_text(line)
+    return tag
+
+
 def _block(prefix: str, body: str, style: str, max_lines: int | None = None) -> Any:
     """A message-like event: its text, continuation lines indented; past ``max_lines``
     lines cut, with how many more there were."""
@@ -688,7 +707,9 @@ class FullScreen:
             screen=True,
             auto_refresh=False,
             redirect_stdout=False,
-            redirect_stderr=False,
+            # Notes on stderr (attach's reconnects) above the footer, not glued to it, when
+            # both go to this terminal; a stderr sent elsewhere stays where it goes.
+            redirect_stderr=_same_terminal(self._console.file),
         )
         self._live.start()
         atexit.register(self.close)  # Ctrl-C or an error must not leave the screen switched
@@ -702,3 +723,17 @@ class FullScreen:
 
     def close(self) -> None:
         self._live.stop()
+
+
+def _same_terminal(out: Any) -> bool:
+    """Whether stderr is the terminal ``out`` writes to."""
+    import os
+    import sys
+
+    try:
+        err = sys.stderr
+        if err is None or not err.isatty() or not out.isatty():
+            return False
+        return os.ttyname(err.fileno()) == os.ttyname(out.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
