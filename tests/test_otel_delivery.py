@@ -363,3 +363,76 @@ def test_a_session_a_killed_opencode_left_goes_with_the_call_it_died_in() -> Non
     assert sorted(span_ids(destination.taken)) == sorted(
         span_ids([item for item in exported if "resourceSpans" in item[1]])
     )
+
+
+def tool_statuses(taken: list[tuple[str, dict]]) -> list[tuple[str, str]]:
+    found = []
+    for signal, doc in taken:
+        if signal != "traces":
+            continue
+        for group in doc["resourceSpans"]:
+            for scope in group["scopeSpans"]:
+                for span in scope["spans"]:
+                    if span["name"].startswith("execute_tool"):
+                        attributes = {
+                            a["key"]: next(iter(a["value"].values()))
+                            for a in span.get("attributes", [])
+                        }
+                        found.append((span["spanId"], attributes.get("opencode.tool.status")))
+    return found
+
+
+def test_a_call_silent_past_the_stale_limit_still_goes_as_it_ended(tmp_path: Path) -> None:
+    """Stale is ten minutes of silence, not always a killed OpenCode (a command given a
+    longer timeout): the open call goes as it was, and when it ends after all, as it ended."""
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(ROOT / "samples" / "sigint" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    rowid, session_id, seq, data = conn.execute(
+        "SELECT rowid, aggregate_id, seq, data FROM event WHERE type = "
+        "'message.part.updated.1' AND data LIKE '%\"status\":\"running\"%' "
+        "ORDER BY rowid DESC LIMIT 1"
+    ).fetchone()
+    conn.close()
+    running = json.loads(data)
+    started = running["part"]["state"]["time"]["start"]
+    clock = Clock()
+    clock.now = started / 1000 + 700  # past the stale limit
+    destination = Scripted(lambda signal, doc: None)
+    sender = sender_over(db, destination, clock, [])
+    sender.send()
+    ((call, status),) = tool_statuses(destination.taken)
+    assert status == "running"
+    # ... and twelve minutes after it began, the call ends after all
+    ended = started + 720_000
+    running["part"]["state"] = {
+        **running["part"]["state"],
+        "status": "completed",
+        "output": "started\nfinished\n",
+        "metadata": {"output": "started\nfinished\n", "exit": 0},
+        "time": {"start": started, "end": ended},
+    }
+    conn = sqlite3.connect(db)
+    top = conn.execute("SELECT max(seq) FROM event WHERE aggregate_id = ?", (session_id,))
+    conn.execute(
+        "INSERT INTO event (id, aggregate_id, seq, type, data) VALUES (?, ?, ?, ?, ?)",
+        (
+            "evt_late",
+            session_id,
+            top.fetchone()[0] + 1,
+            "message.part.updated.1",
+            json.dumps(running),
+        ),
+    )
+    conn.commit()
+    conn.close()
+    clock.now = ended / 1000 + 5
+    taken = len(destination.taken)
+    with Store(db) as opened:
+        sender.collector.write(sender.follower.read(opened, clock() * 1000))
+    sender.send(everything=True)
+    assert tool_statuses(destination.taken[taken:]) == [(call, "completed")]
+    assert rowid

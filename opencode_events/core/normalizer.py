@@ -436,6 +436,11 @@ class Normalizer(Counters):
         if part_type == "step-start":
             self.step_open = True
 
+    def forget_part(self, part_id: str) -> None:
+        """The current session's part ``part_id`` unseen again: it was written as it last
+        was (a snapshot), and its real end may still come."""
+        self._seen_parts.discard(part_id)
+
     def _first_sighting(self, part: Part) -> bool:
         part_id = part.id
         if not isinstance(part_id, str):

@@ -293,21 +293,27 @@ class SseReader:
         return events + self._left_open(pending, running)
 
     def finish_session(self, session_id: str) -> list[Event]:
-        """``finish`` for one session (a run OpenCode was killed in, gone stale): its parts
-        still open, as they last were; the other sessions' stay open."""
+        """One session's parts still open, as they last were (a run gone stale: OpenCode
+        killed in it), while the others stay open. A snapshot: the parts stay open and
+        unseen, for a session silent that long is not always dead (a command given a timeout
+        over the stale limit), and its real end, when it comes, is written too."""
 
-        def taken(held: dict[str, Any]) -> dict[str, Any]:
-            mine = {pid: found for pid, found in held.items() if found[1].session_id == session_id}
-            for part_id in mine:
-                del held[part_id]
-            return mine
+        def mine(held: dict[str, Any]) -> dict[str, Any]:
+            return {pid: found for pid, found in held.items() if found[1].session_id == session_id}
 
-        return self._left_open(taken(self._pending), taken(self._running))
+        return self._left_open(mine(self._pending), mine(self._running), remember=False)
 
-    def _left_open(self, pending: dict[str, Any], running: dict[str, Any]) -> list[Event]:
+    def _left_open(
+        self, pending: dict[str, Any], running: dict[str, Any], *, remember: bool = True
+    ) -> list[Event]:
         events: list[Event] = []
-        for part_id, (part, _prov) in pending.items():
-            self._with_deltas(part_id, part)
+        if remember:
+            for part_id, (part, _prov) in pending.items():
+                self._with_deltas(part_id, part)
+        else:  # a snapshot: the stored part and its deltas stay as they are, for its end
+            pending = {
+                pid: (self._grown_copy(pid, part), prov) for pid, (part, prov) in pending.items()
+            }
         if self.open_calls_at_end:
             pending.update(running)  # a call cut off (OpenCode killed), as it last was
         for part_id, (part, prov) in pending.items():
@@ -315,8 +321,20 @@ class SseReader:
                 message_id = part.messageID
                 role = self._roles.get(message_id) if isinstance(message_id, str) else None
                 self.normalizer.enter_session(prov.session_id)
-                events += self._emit(part, prov, role=role)
+                if remember:
+                    events += self._emit(part, prov, role=role)
+                else:
+                    events += self.normalizer.part(part, prov, role=role)
+                    self.normalizer.forget_part(part_id)
         return self._marked(events)
+
+    def _grown_copy(self, part_id: str, part: Part) -> Part:
+        """``_with_deltas`` on a copy, the deltas kept."""
+        grown = self._grown.get(part_id)
+        if not grown:
+            return part
+        text = (part.text if isinstance(part.text, str) else "") + "".join(grown)
+        return msgspec.structs.replace(part, text=text)
 
     def payload(self, data: bytes, number: int) -> list[Event]:
         """One frame's data, already taken out of its SSE text (an SDK's decoded event,
