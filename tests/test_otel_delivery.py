@@ -436,3 +436,29 @@ def test_a_call_silent_past_the_stale_limit_still_goes_as_it_ended(tmp_path: Pat
     sender.send(everything=True)
     assert tool_statuses(destination.taken[taken:]) == [(call, "completed")]
     assert rowid
+
+
+def test_the_counters_start_stays_put_when_an_older_session_comes_later(store: Path) -> None:
+    """A start time that moves reads as a reset of the counter to a backend."""
+    destination = Scripted(lambda signal, doc: None)
+    clock = Clock()
+    sender = sender_over(store, destination, clock, [])
+    with Store(store) as opened:
+        oldest = min(opened.sessions(), key=lambda row: row.time_created).id
+    at_work = sender.collector.traces.pop(oldest)  # still at work at the first send
+    sender.send()
+    sender.collector.traces[oldest] = at_work  # done later
+    clock.now += 60
+    sender.send()
+    starts = [
+        {
+            point["startTimeUnixNano"]
+            for group in doc["resourceMetrics"]
+            for scope in group["scopeMetrics"]
+            for metric in scope["metrics"]
+            for point in metric["sum"]["dataPoints"]
+        }
+        for signal, doc in destination.taken
+        if signal == "metrics"
+    ]
+    assert len(starts) == 2 and len(starts[0] | starts[1]) == 1

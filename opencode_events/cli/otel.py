@@ -295,8 +295,7 @@ def _follow(
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: what was seen still goes
             collector.write(follower.finish())
             if path.exists():
-                destination.hurry()  # one try each: a shutdown is not held up by retries
-                sender.send(everything=True)
+                sender.last_send()  # one try each: a shutdown is not held up by retries
                 left = sender.undelivered()
                 if left is not None:
                     _say(f"warning: {left}")

@@ -84,6 +84,8 @@ class FollowSender:
         self._next_try = 0.0
         self._failed: ExportError | None = None  # why the queue is not empty
         self.dropped_sessions: set[str] = set()  # let go: refused, or the queue was full
+        self._series_start: int | float | None = None  # the counters' start, once sent
+        self._last = False  # the last send, told to stop: one try of each body
         self.follower = follower
         self.collector = collector
         self.destination = destination
@@ -187,15 +189,28 @@ class FollowSender:
         if self.metrics:
             counters = builder.counters
             # Cumulative over the history read: they began with its first session (a restart
-            # sends the same series again, not a new one counting the history twice).
-            if counters.start_ms is None:
-                counters.start_ms = self.started_ms
+            # sends the same series again, not a new one counting the history twice), and
+            # that start stays put (a start that moves reads as a reset of the counter), even
+            # when an older session is sent later.
+            if self._series_start is None:
+                found = counters.start_ms
+                self._series_start = found if found is not None else self.started_ms
+            counters.start_ms = self._series_start
             counters.end_ms = now_ms
             body = metrics_body(counters, self.resources())
             if body is not None:
                 self._queue("metrics", body, (), 0)
         if everything or self.clock() >= self._next_try:
             self._deliver()
+
+    def last_send(self) -> None:
+        """Following was told to stop: everything gathered, one try of each body, and no
+        word of keeping what cannot be sent (``undelivered`` says what was not)."""
+        self._last = True
+        hurry = getattr(self.destination, "hurry", None)
+        if hurry is not None:
+            hurry()
+        self.send(everything=True)
 
     def finish(self) -> None:
         """Raise an ``ExportError`` when something was not delivered: bodies still queued
@@ -266,7 +281,7 @@ class FollowSender:
         self.destination.flush()
 
     def _out_of_reach(self, error: ExportError) -> None:
-        if not self._failures:
+        if not self._failures and not self._last:
             sessions = {sid for item in self.queue for sid in item.sessions}
             self._say(
                 f"warning: {error}; {_left(len(self.queue), len(sessions))} kept, "
