@@ -707,9 +707,7 @@ class FullScreen:
             screen=True,
             auto_refresh=False,
             redirect_stdout=False,
-            # Notes on stderr (attach's reconnects) above the footer, not glued to it, when
-            # both go to this terminal; a stderr sent elsewhere stays where it goes.
-            redirect_stderr=_same_terminal(self._console.file),
+            redirect_stderr=False,
         )
         self._live.start()
         atexit.register(self.close)  # Ctrl-C or an error must not leave the screen switched
