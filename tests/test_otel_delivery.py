@@ -264,7 +264,7 @@ def test_attach_otel_sends_what_it_saw_when_it_is_told_to_stop(tmp_path: Path) -
 
     sse = (ROOT / "samples" / "serve_permission" / "events.sse").read_bytes()
     listener = socket.create_server(("127.0.0.1", 0))
-    served = threading.Event()
+    served, done = threading.Event(), threading.Event()
 
     def serve() -> None:
         connection, _ = listener.accept()
@@ -275,9 +275,11 @@ def test_attach_otel_sends_what_it_saw_when_it_is_told_to_stop(tmp_path: Path) -
                 b"Connection: close\r\n\r\n" + sse
             )
             served.set()
-            time.sleep(30)  # the stream stays open: --follow goes on until told to stop
+            done.wait(30)  # the stream stays open: --follow goes on until told to stop
 
-    threading.Thread(target=serve, daemon=True).start()
+    # (a thread left running would keep later tests' reports from forking their workers)
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
     out = tmp_path / "spans.jsonl"
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     attach = subprocess.Popen(
@@ -295,6 +297,8 @@ def test_attach_otel_sends_what_it_saw_when_it_is_told_to_stop(tmp_path: Path) -
         _, err = attach.communicate(timeout=30)
     finally:
         attach.kill()
+        done.set()
+        server.join(10)
         listener.close()
     assert attach.returncode == 143, err
     lines = out.read_bytes().splitlines()
