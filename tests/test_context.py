@@ -922,3 +922,21 @@ def test_a_model_without_a_price_that_charged_nothing_is_split_exactly():
     assert free.source_costs == dict.fromkeys(free.sources, 0.0) and free.output_cost == 0.0
     # charged without a price: not split, and named
     assert charged.source_costs is None and ledger.unpriced == ["free"]
+
+
+def test_the_narrowest_steps_table_still_marks_the_compaction(priced_env: dict):
+    """At 80 columns the note column goes first: the mark beside the step stays."""
+    result = run(
+        "context",
+        "--db",
+        str(SAMPLES / "compaction" / "opencode.db"),
+        "--format",
+        "table",
+        "--per-step",
+        env={**priced_env, "COLUMNS": "80"},
+    )
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    assert "compaction (reset after)" not in text.split("growth:")[0]  # no note column
+    assert "│  3 ⟲ │" in text
+    assert "⟲ compaction (reset after)" in " ".join(text.split())

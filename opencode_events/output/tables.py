@@ -829,11 +829,18 @@ def _context_steps(report: Any, *, out: TextIO, width: int | None) -> None:
                 "note": "compaction (reset after)"
                 if i.compaction
                 else ("undone (/undo)" if i.undone else ""),
+                # the mark the narrowest table keeps, beside the step (the note goes first)
+                "mark": " ⟲" if i.compaction else (" ↶" if i.undone else ""),
             }
         )
         previous[i.session_id] = i.prompt_tokens
+    marks = {row["mark"].strip() for row in rows} - {""}
+    legend = {"⟲": "⟲ compaction (reset after)", "↶": "↶ undone (/undo)"}
+    caption = "growth: over the previous prompt of the same session; cost: OpenCode's"
+    if marks:
+        caption += "; " + ", ".join(legend[mark] for mark in sorted(marks, reverse=True))
     columns = [
-        Column("step", lambda r: count(r["n"]), numeric=True),
+        Column("step", lambda r: count(r["n"]) + r["mark"], numeric=True),
         Column("message", lambda r: r["message"], style="cyan", drop=3, cut_to=14),
         Column("session", lambda r: r["session"], max_width=24, drop=2, cut_to=16),
         Column("prompt", lambda r: count(r["prompt"]), numeric=True),
@@ -847,6 +854,6 @@ def _context_steps(report: Any, *, out: TextIO, width: int | None) -> None:
         rows,
         out=out,
         title="Steps (model calls; prompt = input + cache read + cache write)",
-        caption="growth: over the previous prompt of the same session; cost: OpenCode's",
+        caption=caption,
         width=width,
     )
