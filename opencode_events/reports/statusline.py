@@ -213,20 +213,26 @@ def _read_newest(store: Any, session_id: str, glance: Glance, now: float) -> boo
         except (*_UNREADABLE, msgspec.ValidationError):
             continue
         if in_flight is None:
-            completed = reply.time.completed if reply.time is not None else None
-            in_flight = newest_says_in_flight(
-                reply.role,
-                completed=completed,
-                error=reply.error,
-                finish=reply.finish,
-                written_ms=number(updated) or number(completed) or 0,
-                now_ms=now,
-            )
+            in_flight = reply_says_in_flight(reply, updated, now)
         if reply.role != "assistant":
             continue
         if glance.context_tokens is None:
             glance.context_tokens = prompt_tokens(reply.tokens)
     return bool(in_flight)
+
+
+def reply_says_in_flight(reply: Any, updated: Any, now: float) -> bool | None:
+    """``core.activity.newest_says_in_flight`` of a session's newest message (a ``REPLY``
+    view) written at ``updated`` (its row's ``time_updated``)."""
+    completed = reply.time.completed if reply.time is not None else None
+    return newest_says_in_flight(
+        reply.role,
+        completed=completed,
+        error=reply.error,
+        finish=reply.finish,
+        written_ms=number(updated) or number(completed) or 0,
+        now_ms=now,
+    )
 
 
 def prompt_tokens(tokens: Tokens | None) -> int | None:

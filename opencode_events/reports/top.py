@@ -31,14 +31,14 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from ..core.activity import BUSY, IDLE, newest_says_in_flight, session_state, stale_after_ms
+from ..core.activity import BUSY, IDLE, session_state, stale_after_ms
 from ..core.views import Part, decode_repairing, number
 from ..errors import InputError
 from ..events import summed_cost
 from ..store.sqlite import Store
 from ..store.watch import StoreWatch
 from .spend import family_spend
-from .statusline import REPLY, day_bounds, day_start, prompt_tokens
+from .statusline import REPLY, day_bounds, day_start, prompt_tokens, reply_says_in_flight
 
 __all__ = ["TopBoard", "Board", "BoardRow", "week_start"]
 
@@ -315,15 +315,8 @@ class TopBoard:
             if reply.role == "user":
                 turns += 1
             if in_flight is None:
+                in_flight = reply_says_in_flight(reply, updated, now)
                 completed = reply.time.completed if reply.time is not None else None
-                in_flight = newest_says_in_flight(
-                    reply.role,
-                    completed=completed,
-                    error=reply.error,
-                    finish=reply.finish,
-                    written_ms=number(updated) or number(completed) or 0,
-                    now_ms=now,
-                )
                 if in_flight and (reply.role == "user" or completed is None):
                     # since the prompt, or the reply it runs (a step's gap: not known)
                     since = reply.time.created if reply.time is not None else None
