@@ -82,3 +82,19 @@ def with_a_reply_before_its_prompt(db: Path) -> tuple[str, str]:
         )
     conn.close()
     return prompt, reply
+
+
+def generated(db: Path, sessions: int = 30, parts: int = 1500) -> Path:
+    """A store of ``sessions`` cloned from the captures by ``bench/gen_db.py`` (subagents,
+    forks, errors; rows without an event log), at ``db``."""
+    import subprocess
+    import sys
+
+    subprocess.run(
+        [sys.executable, "bench/gen_db.py", "--sessions", str(sessions), "--parts", str(parts)]
+        + ["--target-gb", "0.002", "--out", str(db)],
+        cwd=SAMPLES.parent,
+        check=True,
+        capture_output=True,
+    )
+    return db

@@ -716,15 +716,9 @@ def test_sessions_call_a_killed_run_stale_and_a_fresh_one_in_flight() -> None:
 @pytest.fixture(scope="module")
 def many_sessions(tmp_path_factory) -> Path:
     """30 sessions cloned from the captures (bench/gen_db.py), read from their rows."""
-    db = tmp_path_factory.mktemp("many") / "opencode.db"
-    subprocess.run(
-        [sys.executable, "bench/gen_db.py", "--sessions", "30", "--parts", "1500"]
-        + ["--target-gb", "0.002", "--out", str(db)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    return db
+    from tests.stores import generated
+
+    return generated(tmp_path_factory.mktemp("many") / "opencode.db")
 
 
 def test_a_first_read_comes_in_batches_of_whole_sessions(many_sessions, monkeypatch) -> None:

@@ -1754,37 +1754,12 @@ def test_run_otel_refuses_the_file_the_events_go_to(tmp_path):
 
 
 def test_attach_otel_sends_what_the_server_streamed(tmp_path):
-    import socket
-    import time as clock
+    from tests.sseserver import serving_events
 
     sse = (SAMPLES / "serve_permission" / "events.sse").read_bytes()
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        connection, _ = listener.accept()
-        with connection:
-            connection.recv(65536)
-            connection.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                b"Connection: close\r\n\r\n" + sse
-            )
-            clock.sleep(5)  # the stream stays open: the session's idle ends attach
-
-    threading.Thread(target=serve, daemon=True).start()
     out = tmp_path / "spans.jsonl"
-    try:
-        attached = run(
-            [
-                "attach",
-                f"http://127.0.0.1:{listener.getsockname()[1]}",
-                "--format",
-                "jsonl",
-                "--otel",
-                str(out),
-            ]
-        )
-    finally:
-        listener.close()
+    with serving_events(sse, hold=5) as (url, _):  # the session's idle ends attach
+        attached = run(["attach", url, "--format", "jsonl", "--otel", str(out)])
     assert attached.returncode == 0, attached.stderr
     sent = all_spans([json.loads(line) for line in out.read_bytes().splitlines()])
     offline = all_spans(file_export(SAMPLES / "serve_permission" / "events.sse"))

@@ -32,15 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     """30 sessions cloned from the captures (bench/gen_db.py: subagents, forks, errors)."""
-    db = tmp_path_factory.mktemp("gen") / "opencode.db"
-    subprocess.run(
-        [sys.executable, "bench/gen_db.py", "--sessions", "30", "--parts", "1500"]
-        + ["--target-gb", "0.002", "--out", str(db)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    return db
+    from tests.stores import generated
+
+    return generated(tmp_path_factory.mktemp("gen") / "opencode.db")
 
 
 class Clock:
@@ -258,48 +252,28 @@ def test_attach_otel_sends_what_it_saw_when_it_is_told_to_stop(tmp_path: Path) -
     """SIGTERM (a service stopped, `docker stop`) sends the spans as Ctrl-C does, and the
     exit is still the signal's."""
     import signal
-    import socket
-    import threading
     import time
 
+    from tests.sseserver import serving_events
+
     sse = (ROOT / "samples" / "serve_permission" / "events.sse").read_bytes()
-    listener = socket.create_server(("127.0.0.1", 0))
-    served, done = threading.Event(), threading.Event()
-
-    def serve() -> None:
-        connection, _ = listener.accept()
-        with connection:
-            connection.recv(65536)
-            connection.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                b"Connection: close\r\n\r\n" + sse
-            )
-            served.set()
-            done.wait(30)  # the stream stays open: --follow goes on until told to stop
-
-    # (a thread left running would keep later tests' reports from forking their workers)
-    server = threading.Thread(target=serve, daemon=True)
-    server.start()
     out = tmp_path / "spans.jsonl"
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    attach = subprocess.Popen(
-        [sys.executable, "-m", "opencode_events", "attach", url, "--follow"]
-        + ["--format", "jsonl", "--otel", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-    )
-    try:
-        assert served.wait(30)
-        attach.stdout.readline()  # an event out: the stream is being read
-        time.sleep(1)
-        attach.send_signal(signal.SIGTERM)
-        _, err = attach.communicate(timeout=30)
-    finally:
-        attach.kill()
-        done.set()
-        server.join(10)
-        listener.close()
+    with serving_events(sse) as (url, served):
+        attach = subprocess.Popen(
+            [sys.executable, "-m", "opencode_events", "attach", url, "--follow"]
+            + ["--format", "jsonl", "--otel", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+        )
+        try:
+            assert served.wait(30)
+            attach.stdout.readline()  # an event out: the stream is being read
+            time.sleep(1)
+            attach.send_signal(signal.SIGTERM)
+            _, err = attach.communicate(timeout=30)
+        finally:
+            attach.kill()
     assert attach.returncode == 143, err
     lines = out.read_bytes().splitlines()
     spans = [json.loads(line) for line in lines if b"resourceSpans" in line]
