@@ -334,11 +334,7 @@ def _until_ms(until: When, tz: tzinfo | None = None) -> int | None:
 def _a_store(store: Any, call: str) -> SessionStore:
     """``store`` when it can be one (what ``open_store`` returns), else a ``TypeError``
     that says what to give instead."""
-    if (
-        store is None
-        or isinstance(store, str | bytes | os.PathLike)
-        or not isinstance(store, SessionStore)
-    ):
+    if not isinstance(store, SessionStore):  # None, a path, 42: none has a store's names
         raise TypeError(
             f"{call} reads a store: give it what open_store(path) returns, not {store!r}"
         )

@@ -730,18 +730,16 @@ def test_per_step_rows_mark_the_compaction_reply(priced_env: dict):
     assert not any(row["undone"] for row in rows)
 
 
-def test_cli_table(priced_env: dict):
-    result = run(
-        "context",
-        "--db",
-        str(SAMPLES / "compaction" / "opencode.db"),
-        "--format",
-        "table",
-        "--per-inference",
-        env=priced_env,
-    )
+def compaction_table(env: dict, steps: str = "--per-step") -> str:
+    """``context --format table`` of the real compaction capture, with its steps."""
+    db = str(SAMPLES / "compaction" / "opencode.db")
+    result = run("context", "--db", db, "--format", "table", steps, env=env)
     assert result.returncode == 0, result.stderr
-    text = result.stdout.decode()
+    return result.stdout.decode()
+
+
+def test_cli_table(priced_env: dict):
+    text = compaction_table(priced_env, "--per-inference")
     assert "Context of ses_db2ca84b0ffe6A4C7zjq6p68O0" in text
     assert "compaction (reset after)" in text and "total" in text and "$0.0532" in text
 
@@ -926,17 +924,7 @@ def test_a_model_without_a_price_that_charged_nothing_is_split_exactly():
 
 def test_the_narrowest_steps_table_still_marks_the_compaction(priced_env: dict):
     """At 80 columns the note column goes first: the mark beside the step stays."""
-    result = run(
-        "context",
-        "--db",
-        str(SAMPLES / "compaction" / "opencode.db"),
-        "--format",
-        "table",
-        "--per-step",
-        env={**priced_env, "COLUMNS": "80"},
-    )
-    assert result.returncode == 0, result.stderr
-    text = result.stdout.decode()
+    text = compaction_table({**priced_env, "COLUMNS": "80"})
     assert "compaction (reset after)" not in text.split("growth:")[0]  # no note column
     assert "│  3 ⟲ │" in text
     assert "⟲ compaction (reset after)" in " ".join(text.split())

@@ -134,10 +134,14 @@ class FollowSender:
         for sid in ready:
             if states[sid] == STALE:  # OpenCode killed in it: the call it died in goes too
                 collector.write(self.follower.finish_session(sid))
-        if not ready:
-            if self.queue and (everything or self.clock() >= self._next_try):
-                self._deliver()  # what a backend out of reach left queued
-            return
+        if ready:
+            self._gather(ready, now_ms)
+        if self.queue and (everything or self.clock() >= self._next_try):
+            self._deliver()  # and what a backend out of reach left queued, when its time came
+
+    def _gather(self, ready: list[str], now_ms: float) -> None:
+        """The spans of the sessions ``ready`` and the counters after them, queued."""
+        collector = self.collector
         builder = collector.builder
         batches = SpanBatches(self.destination.max_bytes)
         sent = 0
@@ -200,25 +204,20 @@ class FollowSender:
             body = metrics_body(counters, self.resources())
             if body is not None:
                 self._queue("metrics", body, (), 0)
-        if everything or self.clock() >= self._next_try:
-            self._deliver()
 
     def last_send(self) -> None:
         """Following was told to stop: everything gathered, one try of each body, and no
         word of keeping what cannot be sent (``undelivered`` says what was not)."""
         self._last = True
-        hurry = getattr(self.destination, "hurry", None)
-        if hurry is not None:
-            hurry()
+        self.destination.hurry()
         self.send(everything=True)
 
     def finish(self) -> None:
         """Raise an ``ExportError`` when something was not delivered: bodies still queued
         (why they are), or sessions let go (the warnings said why)."""
         if self.queue:
-            sessions = {sid for item in self.queue for sid in item.sessions}
             why = self._failed or "the backend could not be reached"
-            raise ExportError(f"{why} ({_left(len(self.queue), len(sessions))} not sent)")
+            raise ExportError(f"{why} ({self._held()} not sent)")
         if self.dropped_sessions:
             raise ExportError(
                 f"the spans of {_sessions(len(self.dropped_sessions))} were not accepted "
@@ -229,9 +228,8 @@ class FollowSender:
         """What is still queued, said for a follower that stops now; None: nothing."""
         if not self.queue:
             return None
-        sessions = {sid for item in self.queue for sid in item.sessions}
         why = f": {self._failed}" if self._failed is not None else ""
-        return _left(len(self.queue), len(sessions)) + " not sent" + why
+        return f"{self._held()} not sent{why}"
 
     # ------------------------------------------------------------------ delivery
 
@@ -282,11 +280,7 @@ class FollowSender:
 
     def _out_of_reach(self, error: ExportError) -> None:
         if not self._failures and not self._last:
-            sessions = {sid for item in self.queue for sid in item.sessions}
-            self._say(
-                f"warning: {error}; {_left(len(self.queue), len(sessions))} kept, "
-                "tried again from time to time"
-            )
+            self._say(f"warning: {error}; {self._held()} kept, tried again from time to time")
         wait = _RETRY_EVERY_S[min(self._failures, len(_RETRY_EVERY_S) - 1)]
         self._failures += 1
         self._failed = error
@@ -339,6 +333,12 @@ class FollowSender:
             if piece not in still:
                 self._pieces.pop(piece, None)
 
+    def _held(self) -> str:
+        """What the queue holds: its bodies, and the sessions whose spans they carry."""
+        sessions = {sid for item in self.queue for sid in item.sessions}
+        what = "1 body" if len(self.queue) == 1 else f"{len(self.queue):,} bodies"
+        return f"{what} ({_sessions(len(sessions))})" if sessions else what
+
     def _where(self) -> str:
         return getattr(self.destination, "where", None) or "the backend"
 
@@ -362,8 +362,3 @@ def _ranges(
 
 def _sessions(count: int) -> str:
     return "1 session" if count == 1 else f"{count:,} sessions"
-
-
-def _left(bodies: int, sessions: int) -> str:
-    what = "1 body" if bodies == 1 else f"{bodies:,} bodies"
-    return f"{what} ({_sessions(sessions)})" if sessions else what

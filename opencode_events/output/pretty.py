@@ -725,9 +725,6 @@ class FullScreen:
 
 def _same_terminal(out: Any) -> bool:
     """Whether stderr is the terminal ``out`` writes to."""
-    import os
-    import sys
-
     try:
         err = sys.stderr
         if err is None or not err.isatty() or not out.isatty():

@@ -436,9 +436,10 @@ def _costs(
     price: Price | None,
 ) -> tuple[dict[str, float] | None, float | None]:
     """OpenCode's cost of one message, split into prompt-side cost by source and output."""
+    sources = list(dict.fromkeys([*old, *new]))
     if price is None:
         if message.cost == 0:  # nothing charged: nothing to split, whatever the price
-            return dict.fromkeys([*old, *new], 0.0), 0.0
+            return dict.fromkeys(sources, 0.0), 0.0
         return None, None
     prompt = message.prompt_tokens
     p = price.for_prompt(prompt)
@@ -449,7 +450,6 @@ def _costs(
     raw = raw_input + raw_read + raw_write + raw_output
     if not math.isfinite(raw):  # a price so large the products overflow: no split
         return None, None
-    sources = list(dict.fromkeys([*old, *new]))
     if raw <= 0:
         if message.cost != 0:
             return None, None  # priced at nothing, yet OpenCode charged: cannot split

@@ -331,10 +331,7 @@ class SseReader:
     def _grown_copy(self, part_id: str, part: Part) -> Part:
         """``_with_deltas`` on a copy, the deltas kept."""
         grown = self._grown.get(part_id)
-        if not grown:
-            return part
-        text = (part.text if isinstance(part.text, str) else "") + "".join(grown)
-        return msgspec.structs.replace(part, text=text)
+        return msgspec.structs.replace(part, text=_grown_text(part, grown)) if grown else part
 
     def payload(self, data: bytes, number: int) -> list[Event]:
         """One frame's data, already taken out of its SSE text (an SDK's decoded event,
@@ -694,7 +691,7 @@ class SseReader:
         """A part never updated complete: its last update's text and the deltas after it."""
         grown = self._grown.pop(part_id, None)
         if grown:
-            part.text = (part.text if isinstance(part.text, str) else "") + "".join(grown)
+            part.text = _grown_text(part, grown)
 
     def _part_delta(self, props: bytes, prov: Provenance) -> list[Event]:
         view = _PART_DELTA.decode(props)
@@ -841,3 +838,8 @@ def _frame_type(frame: dict[str, Any]) -> tuple[Any, Any]:
     """The event type of a frame of an unexpected shape (``/global/event`` wraps it)."""
     payload = frame.get("payload")
     return (payload if isinstance(payload, dict) else frame).get("type"), None
+
+
+def _grown_text(part: Part, grown: list[str]) -> str:
+    """A part's text as its last update had it, and the deltas that came after."""
+    return (part.text if isinstance(part.text, str) else "") + "".join(grown)
