@@ -71,6 +71,8 @@ from .._version import __version__
 from ..errors import InputError
 from ..paths import CACHE_SIZE, cache_size_setting
 from ..store.changes import database_identity, fingerprint, log_kept, log_moved, session_stamps
+from ..store.files import new_private_file as _new_file
+from ..store.files import private_folder as _private_folder
 from ..workers import child_signals, worker_count
 
 __all__ = [
@@ -1425,28 +1427,6 @@ def _array_head(length: int) -> bytes:
     return b"\xdd" + length.to_bytes(4, "big")
 
 
-def _private_folder(folder: Path) -> bool:
-    """``folder`` made if need be (0700, as the parents ``mkdir -p`` would make), and then a
-    real folder of this user's that no one else may write: a cache in a shared place
-    (``XDG_CACHE_HOME=/tmp``) that another user made first, or a link planted there, is
-    not used (its files could be read as this user's reports, or be FIFOs that hang)."""
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        found = os.lstat(folder)
-    except OSError:
-        return False
-    import stat
-
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
-        return False
-    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):  # ours, made under umask 002 by an older run
-        try:
-            os.chmod(folder, 0o700, follow_symlinks=False)
-        except OSError:
-            return False
-    return True
-
-
 def _unnamed_file(folder: Path) -> int:
     """A new file of this user's alone in ``folder`` (made if need be), open for reading
     and writing, its name already gone: nothing is left behind whatever happens to the run
@@ -1495,18 +1475,6 @@ def appended(fd: int, piece: bytes) -> int:
     finally:
         fcntl.lockf(fd, fcntl.LOCK_UN)
     return at
-
-
-def _new_file(folder: Path, access: int = os.O_WRONLY) -> tuple[int, Path]:
-    """A new file of this user's alone in ``folder``, open for writing, as ``mkstemp`` makes
-    one (``tempfile`` itself costs a command's start-up 4 ms to import)."""
-    for _ in range(100):
-        path = folder / f".tmp-{os.urandom(8).hex()}"
-        try:
-            return os.open(path, access | os.O_CREAT | os.O_EXCL, 0o600), path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no new file could be made in {folder}")
 
 
 @contextlib.contextmanager

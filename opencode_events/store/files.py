@@ -1,6 +1,7 @@
 """Reading the files OpenCode leaves around (config, models cache, legacy JSON, the
 headers of its database and WAL index) without being stalled or flooded by what sits at
-their names, and without dropping a lock this process holds.
+their names, and without dropping a lock this process holds; and making files of our own
+(the report cache's, what ``otel --follow`` sent) only in a folder no one else can write.
 
 A library module: it never prints, never exits; a file it cannot use is ``None``::
 
@@ -16,8 +17,18 @@ import os
 import stat
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["read_head", "read_regular_file", "why_unreadable"]
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = [
+    "new_private_file",
+    "private_folder",
+    "read_head",
+    "read_regular_file",
+    "why_unreadable",
+]
 
 # path → (descriptor, device, inode) of the files ``read_head`` keeps open
 _kept: dict[str, tuple[int, int, int]] = {}
@@ -153,3 +164,35 @@ def _open_kept(name: str) -> int | None:
 def _close_quietly(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
+
+
+def private_folder(folder: Path) -> bool:
+    """``folder`` made if need be (0700, as the parents ``mkdir -p`` would make), and then a
+    real folder of this user's that no one else may write: a cache in a shared place
+    (``XDG_CACHE_HOME=/tmp``) that another user made first, or a link planted there, is
+    not used (its files could be read as this user's reports, or be FIFOs that hang)."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = os.lstat(folder)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
+        return False
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):  # ours, made under umask 002 by an older run
+        try:
+            os.chmod(folder, 0o700, follow_symlinks=False)
+        except OSError:
+            return False
+    return True
+
+
+def new_private_file(folder: Path, access: int = os.O_WRONLY) -> tuple[int, Path]:
+    """A new file of this user's alone in ``folder``, open for writing, as ``mkstemp`` makes
+    one (``tempfile`` itself costs a command's start-up 4 ms to import)."""
+    for _ in range(100):
+        path = folder / f".tmp-{os.urandom(8).hex()}"
+        try:
+            return os.open(path, access | os.O_CREAT | os.O_EXCL, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no new file could be made in {folder}")
