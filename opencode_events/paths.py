@@ -32,6 +32,7 @@ __all__ = [
     "config_home",
     "cache_home",
     "report_cache_dir",
+    "state_dir",
     "named_config",
     "MAX_LINE",
     "MAX_LINE_VARIABLE",
@@ -134,6 +135,15 @@ def report_cache_dir(env: Mapping[str, str] | None = None) -> Path | None:
     # found as OpenCode finds them.
     chosen = env.get("XDG_CACHE_HOME") or ""
     base = Path(chosen) if os.path.isabs(chosen) else home(env) / ".cache"
+    return base / "opencode-events"
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Our state kept across runs, ``$XDG_STATE_HOME/opencode-events`` (``~/.local/state/…``):
+    what ``otel --follow`` sent. A relative ``XDG_STATE_HOME`` is ignored, as the cache's."""
+    env = os.environ if env is None else env
+    chosen = env.get("XDG_STATE_HOME") or ""
+    base = Path(chosen) if os.path.isabs(chosen) else home(env) / ".local/state"
     return base / "opencode-events"
 
 

@@ -25,6 +25,9 @@ import pytest
 # the run ends (hundreds were left in /tmp).
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="opencode-events-test-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
+# So does what `otel --follow` keeps of what it sent ($XDG_STATE_HOME/opencode-events).
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="opencode-events-test-state-")
+atexit.register(shutil.rmtree, os.environ["XDG_STATE_HOME"], True)
 
 # GNU readline, once loaded (pytest's debugging support loads it), exports COLUMNS and LINES
 # to child processes behind os.environ's back; the CLI draws a table in a pipe as wide as

@@ -98,3 +98,27 @@ def generated(db: Path, sessions: int = 30, parts: int = 1500) -> Path:
         capture_output=True,
     )
     return db
+
+
+def merged_captures(db: Path, names: tuple[str, ...]) -> Path:
+    """``db``, the stores of the captures ``names`` (samples/) in one, event log included:
+    several real sessions written and logged by OpenCode itself (a project or row they
+    share is kept once)."""
+    shutil.copyfile(SAMPLES / names[0] / "opencode.db", db)
+    with sqlite3.connect(f"file:{db}", uri=True) as conn:  # URIs: the others read-only
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        for name in names[1:]:
+            conn.execute(
+                "ATTACH DATABASE ? AS other", (f"file:{SAMPLES / name / 'opencode.db'}?mode=ro",)
+            )
+            for table in tables:
+                conn.execute(f"INSERT OR IGNORE INTO main.`{table}` SELECT * FROM other.`{table}`")
+            conn.commit()
+            conn.execute("DETACH DATABASE other")
+    conn.close()
+    return db

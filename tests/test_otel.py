@@ -1873,6 +1873,7 @@ TOKEN_KINDS = (
     "args, message",
     [
         (["--forever"], "--forever goes with --follow"),
+        (["--resend", "--all"], "--resend goes with --follow"),
         (["--follow", "--last"], "--follow takes SESSION..., or --all"),
         (["--follow", "--all", "ses_x"], "--follow --all follows every session"),
     ],

@@ -4,7 +4,8 @@ A follower runs for days: a backend out of reach keeps the bodies queued until i
 body it refuses goes again session by session, and only a session refused alone is let go
 (cut smaller first when it was too large); the backend's partial successes and every loss
 are told as they happen. The counters begin with the first session read, so a restart sends
-the same series again. Driven through ``FollowSender`` over a generated store, with a
+the same series again; and what the backend took is kept (``otel.sent``), so a restart does
+not send the sessions it already has. Driven through ``FollowSender`` over a generated store, with a
 scripted destination in place of the network.
 """
 
@@ -21,6 +22,7 @@ import pytest
 from opencode_events.otel import follow as follow_module
 from opencode_events.otel.export import SpanCollector
 from opencode_events.otel.follow import FollowSender
+from opencode_events.otel.sent import SentLedger
 from opencode_events.otel.spans import TraceBuilder
 from opencode_events.otel.transport import ExportError, PartialSuccess
 from opencode_events.sources.eventlog import StoreFollower
@@ -95,22 +97,26 @@ def span_ids(taken: list[tuple[str, dict]]) -> list[str]:
     ]
 
 
-def sender_over(db: Path, destination: Scripted, clock: Clock, said: list[str]) -> FollowSender:
+def sender_over(
+    db: Path, destination: Scripted, clock: Clock, said: list[str], ledger: SentLedger | None = None
+) -> FollowSender:
     """Every session of ``db`` read (all done: history), ready to be sent."""
     collector = SpanCollector(TraceBuilder(parents={}))
     follower = StoreFollower(collector.normalizer(), all_sessions=True)
     with Store(db) as opened:
         collector.write(follower.read(opened, clock() * 1000))
-    return FollowSender(db, follower, collector, destination, clock=clock, warn=said.append)
+    return FollowSender(
+        db, follower, collector, destination, clock=clock, warn=said.append, ledger=ledger
+    )
 
 
-def everything_once(store: Path) -> list[str]:
+def everything_once(store: Path, least: int = 100) -> list[str]:
     destination = Scripted(lambda signal, doc: None)
     sender = sender_over(store, destination, Clock(), [])
     sender.send(everything=True)
     sender.finish()
     ids = span_ids(destination.taken)
-    assert len(ids) == len(set(ids)) > 100
+    assert len(ids) == len(set(ids)) > least
     return sorted(ids)
 
 
@@ -440,3 +446,213 @@ def test_the_counters_start_stays_put_when_an_older_session_comes_later(store: P
         if signal == "metrics"
     ]
     assert len(starts) == 2 and len(starts[0] | starts[1]) == 1
+
+
+# ---------------------------------------------------------------- started again (otel.sent)
+
+
+def write_on(db: Path, session_id: str) -> None:
+    """OpenCode wrote to ``session_id`` again: one more event in its log (its last one
+    again, under the next number), as every change it makes is logged."""
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        (seq,) = conn.execute(
+            "SELECT max(seq) FROM event WHERE aggregate_id = ?", (session_id,)
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO event (id, aggregate_id, seq, type, data) SELECT id || '-again', "
+            "aggregate_id, seq + 1, type, data FROM event WHERE aggregate_id = ? AND seq = ?",
+            (session_id, seq),
+        )
+        conn.execute(
+            "UPDATE event_sequence SET seq = ? WHERE aggregate_id = ?", (seq + 1, session_id)
+        )
+    conn.close()
+
+
+def follow_again(
+    db: Path, folder: Path, answer: Callable[[str, dict], object] = lambda signal, doc: None
+) -> tuple[Scripted, FollowSender, list[str]]:
+    """A follower started (again) over ``db``, everything it read sent, as ``--forever``
+    stopped by SIGTERM does (``last_send``)."""
+    destination = Scripted(answer)
+    said: list[str] = []
+    ledger = SentLedger.open(db, "http://collector:4318/v1/traces", folder=folder)
+    sender = sender_over(db, destination, Clock(), said, ledger)
+    sender.send()
+    sender.last_send()
+    return destination, sender, said
+
+
+def counters(taken: list[tuple[str, dict]]) -> list[dict]:
+    return [doc for signal, doc in taken if signal == "metrics"]
+
+
+CAPTURES = ("task", "fork", "continue3", "text", "bash_ok", "reasoning", "command_subtask")
+SESSIONS = 10  # theirs, subagents and forks included
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory) -> Path:
+    """Real captures' stores in one (samples/): 9 sessions, each with OpenCode's event log,
+    whose counters say what changed (the generated store has no log)."""
+    from tests.stores import merged_captures
+
+    return merged_captures(tmp_path_factory.mktemp("logged") / "opencode.db", CAPTURES)
+
+
+def test_a_follower_started_again_sends_only_what_the_backend_does_not_have(
+    logged: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(logged, db)
+    folder = tmp_path / "state"
+    first, sender, said = follow_again(db, folder)
+    assert sorted(span_ids(first.taken)) == everything_once(db, 30)
+    assert said == [] and sender.summary.left_out == 0
+    assert len(list(folder.iterdir())) == 1  # one file per database and backend
+
+    again, sender, said = follow_again(db, folder)
+    assert span_ids(again.taken) == []  # the backend has every session as it is
+    assert sender.summary.sessions == 0 and sender.summary.left_out == SESSIONS
+    assert said == [
+        f"otel: {SESSIONS} sessions sent to http://collector:4318 before, unchanged since, "
+        "not sent again (--resend sends them)"
+    ]
+    assert counters(again.taken) == counters(first.taken)  # the history is still counted
+
+    with Store(db) as opened:
+        went_on = sorted(row.id for row in opened.sessions(top_level=True))[5]
+    write_on(db, went_on)  # worked while no follower ran
+    third, sender, _ = follow_again(db, folder)
+    sent = {sid for _, doc in third.taken for sid in conversations(doc)}
+    assert sent == {went_on}  # sent whole again, the others left out
+    assert sender.summary.sessions == 1 and sender.summary.left_out == SESSIONS - 1
+    fourth, _, _ = follow_again(db, folder)
+    assert span_ids(fourth.taken) == []
+
+
+def test_what_the_backend_did_not_take_is_sent_by_the_next_follower(
+    logged: Path, tmp_path: Path
+) -> None:
+    """Refused (let go), or never delivered (out of reach when told to stop): not kept as
+    sent, so a follower started again sends it."""
+    folder = tmp_path / "state"
+    with Store(logged) as opened:
+        victim = sorted(row.id for row in opened.sessions(top_level=True))[3]
+
+    def refuse_one(signal: str, doc: dict) -> object:
+        if victim in conversations(doc):
+            return ExportError("http://collector refused the traces: HTTP 400", status=400)
+        return None
+
+    follow_again(logged, folder, refuse_one)
+    again, _, _ = follow_again(logged, folder)
+    assert {sid for _, doc in again.taken for sid in conversations(doc)} == {victim}
+
+    other = tmp_path / "other"
+    down = ExportError("cannot reach http://collector:4318/v1/traces", transient=True)
+    unreached, sender, _ = follow_again(logged, other, lambda signal, doc: down)
+    assert unreached.taken == [] and sender.queue
+    back, sender, _ = follow_again(logged, other)
+    assert sorted(span_ids(back.taken)) == everything_once(logged, 30)
+    assert sender.summary.left_out == 0
+
+
+def test_a_ledger_for_another_database_backend_or_format_is_not_trusted(
+    logged: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "state"
+    follow_again(logged, folder)
+    (file,) = folder.iterdir()
+    kept = json.loads(file.read_bytes())
+    assert kept["format"] == "opencode-events otel sent 1"
+    assert kept["database"] == str(logged.resolve())
+    assert kept["destination"] == "http://collector:4318/v1/traces"
+    assert len(kept["sessions"]) == SESSIONS
+    for damaged in (
+        b"",
+        b"\x00" * 64,
+        file.read_bytes()[:-10],
+        json.dumps({**kept, "format": "opencode-events otel sent 2"}).encode(),
+        json.dumps({**kept, "database": "/elsewhere/opencode.db"}).encode(),
+        json.dumps({**kept, "destination": "http://other:4318/v1/traces"}).encode(),
+        json.dumps({**kept, "sessions": {sid: "7" for sid in kept["sessions"]}}).encode(),
+    ):
+        file.write_bytes(damaged)
+        again, sender, _ = follow_again(logged, folder)
+        assert sorted(span_ids(again.taken)) == everything_once(logged, 30), damaged[:40]
+        assert json.loads(file.read_bytes()) == kept  # written anew
+    other = SentLedger.open(logged, "http://other:4318/v1/traces", folder=folder)
+    assert other.file != file and other.sessions == {}
+
+
+def test_a_ledger_that_cannot_be_kept_is_said_once_and_everything_still_goes(
+    logged: Path, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "state"
+    blocked.write_text("a file where the folder would be")
+    again, sender, said = follow_again(logged, blocked / "otel-sent")
+    assert sorted(span_ids(again.taken)) == everything_once(logged, 30)
+    assert len(said) == 1 and said[0].startswith("warning: what was sent cannot be kept (")
+    assert said[0].endswith("started again, the follower sends the history again")
+    sender.finish()  # no error: everything was delivered
+
+
+def test_cli_a_follower_started_again_sends_only_what_is_new(tmp_path: Path) -> None:
+    """`otel --follow --all --forever` twice to one backend, stopped by SIGTERM each time:
+    the second sends the counters, not the spans again; `--resend` sends them."""
+    import os
+    import shutil
+    import signal
+    import time
+
+    from tests.test_otel import backend
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(ROOT / "samples" / "task" / "opencode.db", db)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+
+    def follow(url: str, state, *extra: str) -> tuple[list[str], str]:
+        """The paths the backend was sent, and stderr, once the counters came."""
+        before = len(state.requests)
+        args = ["otel", "--db", str(db), "--follow", "--all", "--forever", "--endpoint", url]
+        run = subprocess.Popen(
+            [sys.executable, "-m", "opencode_events", *args, *extra],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            cwd=ROOT,
+            env=env,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not any(p == "/v1/metrics" for p, _, _ in state.requests[before:]):
+                assert time.monotonic() < deadline and run.poll() is None
+                time.sleep(0.05)
+            run.send_signal(signal.SIGTERM)
+            _, err = run.communicate(timeout=30)
+        finally:
+            run.kill()
+        assert run.returncode == 143, err
+        return [p for p, _, _ in state.requests[before:]], err.decode()
+
+    with backend([200]) as (state, url):
+        sent, err = follow(url, state)
+        assert sent[:2] == ["/v1/traces", "/v1/metrics"] and err == ""
+        sent, err = follow(url, state)
+        assert "/v1/traces" not in sent  # the counters only (as often as it looked)
+        assert err == (
+            f"otel: 2 sessions sent to {url} before, unchanged since, not sent again "
+            "(--resend sends them)\n"
+        )
+        sent, err = follow(url, state, "--resend")
+        assert sent[:2] == ["/v1/traces", "/v1/metrics"] and err == ""
+    (kept,) = (tmp_path / "state" / "opencode-events" / "otel-sent").iterdir()
+    assert kept.suffix == ".json"
+    assert db.read_bytes() == (ROOT / "samples" / "task" / "opencode.db").read_bytes()

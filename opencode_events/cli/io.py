@@ -316,9 +316,11 @@ def report_otel(summary: Any, destination: Any) -> None:
     for note in summary.partial:
         _say(f"warning: {note}")
     if destination.where is not None:
+        left_out = f" ({counted(summary.left_out, 'session')} sent before, left out)"
         _say(
             f"otel: {counted(summary.sessions, 'session')}, {counted(summary.spans, 'span')} "
             f"in {counted(summary.bodies, 'request')} to {destination.where}"
+            + (left_out if summary.left_out else "")
         )
 
 

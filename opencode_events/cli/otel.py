@@ -42,6 +42,11 @@ __all__ = ["otel"]
 )
 @click.option("--forever", is_flag=True, help="With --follow: keep going until Ctrl-C.")
 @click.option(
+    "--resend",
+    is_flag=True,
+    help="With --follow to a URL: send again the sessions it already took from here.",
+)
+@click.option(
     "-i",
     "--input",
     "inputs",
@@ -91,6 +96,7 @@ def otel(
     children: bool,
     follow: bool,
     forever: bool,
+    resend: bool,
     inputs: tuple[str, ...],
     output: str | None,
     endpoint: str | None,
@@ -117,6 +123,8 @@ def otel(
     signals = [signal for signal in ("traces", "metrics") if only in (None, signal)]
     if forever and not follow:
         raise click.UsageError("--forever goes with --follow")
+    if resend and not follow:
+        raise click.UsageError("--resend goes with --follow")
     if follow:
         if last or since or inputs:
             raise click.UsageError("--follow takes SESSION..., or --all, not --last, --since or -i")
@@ -128,6 +136,7 @@ def otel(
             all_sessions=all_sessions,
             children=children,
             forever=forever,
+            resend=resend,
             destination_of=lambda reads: otel_destination(
                 output, endpoint, headers, compression, retries, reads, env, signals
             ),
@@ -241,6 +250,7 @@ def _follow(
     all_sessions: bool,
     children: bool,
     forever: bool,
+    resend: bool,
     destination_of: Any,
     only: str | None,
 ) -> None:
@@ -248,6 +258,7 @@ def _follow(
     from ..core.activity import stale_after_ms
     from ..otel.export import SpanCollector
     from ..otel.follow import FollowSender
+    from ..otel.sent import SentLedger
     from ..otel.spans import TraceBuilder
     from ..paths import locate_db
     from ..pipeline.follow import follow_store
@@ -272,6 +283,12 @@ def _follow(
         resolve=lambda store, wanted: select_sessions(store, wanted),
     )
     stale_after = stale_after_ms()
+    # What a backend took is kept (a file, not a folder of spans); a file written afresh
+    # (-o) takes the history again.
+    endpoints = getattr(destination, "endpoints", None)
+    ledger = None
+    if endpoints and "traces" in endpoints and only != "metrics" and not resend:
+        ledger = SentLedger.open(path, endpoints["traces"])
     sender = FollowSender(
         path,
         follower,
@@ -281,6 +298,7 @@ def _follow(
         metrics=only != "traces",
         stale_after=stale_after,
         warn=_say,
+        ledger=ledger,
     )
     try:
         try:

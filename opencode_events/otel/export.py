@@ -64,6 +64,7 @@ class Summary:
         self.metric_points = 0
         self.warnings = 0  # input lines that were no record (the events' warnings)
         self.partial: list[Any] = []  # the backends' partial-success notes
+        self.left_out = 0  # sessions a follower did not send again: the backend had them
 
 
 def store_builder(

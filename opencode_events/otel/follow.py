@@ -7,7 +7,10 @@ finished and sent — with what its store row says then (title, agent, times, it
 the session tree) — and forgotten, so memory holds only the sessions at work. One that
 works again later is sent again when it is done: its new inferences and calls, and its
 session span (the same ids, the row's whole time span). After every send the counters go
-too, cumulative over what was read (their start: the earliest session's).
+too, cumulative over what was read (their start: the earliest session's). With a
+``SentLedger`` (``otel.sent``), what the backend took is recorded, session by session, and a
+session it already has as it is now is not sent again: a follower started again sends what
+is new, and still counts the whole history in its counters.
 
 A follower runs for days, so what the backend cannot take does not end it: a body it cannot
 reach (or that it is too busy for, after the transport's retries) stays queued, in order,
@@ -16,7 +19,7 @@ refuses is sent again one session at a time, and a session refused alone is let 
 further first when it was too large, 413). Each is told through ``warn`` as it happens, as
 are the backend's partial successes.
 
-    sender = FollowSender(path, follower, collector, destination, warn=print_to_stderr)
+    sender = FollowSender(path, follower, collector, destination, ledger=ledger, warn=say)
     follow_store(path, follower, collector, until_idle=False, stop=sender.poll)
     sender.send(everything=True)
     sender.finish()          # raises ExportError when something is still undelivered
@@ -27,7 +30,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -36,6 +39,7 @@ from ..store.open import every_session
 from ..store.sqlite import Store
 from .export import SpanCollector, Summary, read_session
 from .otlp import Resources, SpanBatches, metrics_body
+from .sent import SentLedger
 from .spans import SessionInfo, session_info
 from .transport import ExportError
 
@@ -45,6 +49,7 @@ SEND_EVERY_S = 1.0  # how often finished sessions are looked for while following
 MAX_QUEUED_BYTES = 64 << 20  # bodies kept for a backend that cannot be reached
 _RETRY_EVERY_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # queued bodies tried again after this
 _SMALLEST_BODY = 64 << 10  # a session refused as too large is split down to this
+_SAVE_EVERY_S = 5.0  # what was delivered is written down at most this often (and at the end)
 
 
 class _Queued(NamedTuple):
@@ -72,8 +77,14 @@ class FollowSender:
         stale_after: int | None = None,
         clock: Callable[[], float] = time.time,
         warn: Callable[[str], None] | None = None,
+        ledger: SentLedger | None = None,
     ) -> None:
         self.path = path
+        self.ledger = ledger if traces else None
+        self._pending: dict[str, int] = {}  # session → its counter when its spans were queued
+        self._holding: Counter[str] = Counter()  # session → queued bodies with its spans
+        self._saved_at = 0.0
+        self._ledger_said = False  # why the ledger cannot be kept, said once
         self.warn = warn
         self.queue: deque[_Queued] = deque()
         self._queued_bytes = 0
@@ -145,8 +156,12 @@ class FollowSender:
         builder = collector.builder
         batches = SpanBatches(self.destination.max_bytes)
         sent = 0
+        ledger = self.ledger
+        left_out = 0
         with Store(self.path) as store:
             known = set(every_session(store))
+            if ledger is not None and not self.summary.sessions and not self.summary.left_out:
+                ledger.keep_only(known)  # the deleted sessions' records go, once a run
             builder.parents.clear()
             builder.parents.update(
                 (child, parent)
@@ -172,7 +187,17 @@ class FollowSender:
                 row = store.session(trace.session_id)
                 info = session_info(row) if row is not None else SessionInfo(id=trace.session_id)
                 info.parent_id = builder.parents.get(trace.session_id)
-                spans = builder.finish(trace, info)
+                spans = builder.finish(trace, info)  # counted, sent or not
+                sid = trace.session_id
+                seq = self.follower.session_seq(sid) if ledger is not None else None
+                if seq is not None and ledger is not None:
+                    if ledger.sent(sid) == seq:  # the backend has it as it is now
+                        left_out += 1
+                        continue
+                    if spans:
+                        self._pending[sid] = seq  # recorded once all its bodies are taken
+                    else:
+                        ledger.record(sid, seq)
                 sent += 1
                 if self.traces and spans:
                     resource = self.resources(info)
@@ -190,6 +215,13 @@ class FollowSender:
                 self._queue("traces", body, _ranges(batches, names, given), batches.max_bytes)
         self.summary.sessions += sent
         self.summary.spans += batches.spans
+        if left_out:
+            if not self.summary.left_out and ledger is not None:
+                self._say(
+                    f"otel: {_sessions(left_out)} sent to {self._where()} before, unchanged "
+                    "since, not sent again (--resend sends them)"
+                )
+            self.summary.left_out += left_out
         if self.metrics:
             counters = builder.counters
             # Cumulative over the history read: they began with its first session (a restart
@@ -211,10 +243,12 @@ class FollowSender:
         self._last = True
         self.destination.hurry()
         self.send(everything=True)
+        self._save(now=True)
 
     def finish(self) -> None:
         """Raise an ``ExportError`` when something was not delivered: bodies still queued
         (why they are), or sessions let go (the warnings said why)."""
+        self._save(now=True)
         if self.queue:
             why = self._failed or "the backend could not be reached"
             raise ExportError(f"{why} ({self._held()} not sent)")
@@ -241,11 +275,14 @@ class FollowSender:
             if len(kept) != len(self.queue):
                 self.queue = deque(kept)
                 self._queued_bytes = sum(len(item.body) for item in kept)
-        self.queue.append(_Queued(signal, body, spans, cut))
+        item = _Queued(signal, body, spans, cut)
+        self.queue.append(item)
         self._queued_bytes += len(body)
+        self._holding.update(item.sessions)
         while self._queued_bytes > MAX_QUEUED_BYTES and len(self.queue) > 1:
             oldest = self.queue.popleft()
             self._queued_bytes -= len(oldest.body)
+            self._holding.subtract(oldest.sessions)
             self._let_go(oldest, "the queue for a backend out of reach is full", refused=False)
 
     def _deliver(self) -> None:
@@ -258,13 +295,17 @@ class FollowSender:
             except ExportError as error:
                 if error.transient:
                     self._out_of_reach(error)
+                    self._save(now=self._last)
                     return
                 queue.popleft()
                 self._queued_bytes -= len(item.body)
+                self._holding.subtract(item.sessions)
                 self._refused(item, error)
                 continue
             queue.popleft()
             self._queued_bytes -= len(item.body)
+            self._holding.subtract(item.sessions)
+            self._taken(item)
             self._forget(item)
             self.summary.bodies += 1
             if self._failures:
@@ -277,6 +318,7 @@ class FollowSender:
                 else:
                     self.summary.partial.append(note)
         self.destination.flush()
+        self._save(now=self._last)
 
     def _out_of_reach(self, error: ExportError) -> None:
         if not self._failures and not self._last:
@@ -308,6 +350,7 @@ class FollowSender:
             for queued in reversed(again):
                 self.queue.appendleft(queued)
                 self._queued_bytes += len(queued.body)
+                self._holding.update(queued.sessions)
             return
         self._failed = None
         self._let_go(item, str(error))
@@ -321,8 +364,42 @@ class FollowSender:
             self._say(f"warning: the counters were not sent: {why}")
             return
         self.dropped_sessions.update(item.sessions)
+        for sid in item.sessions:  # not delivered whole: sent again by a later run
+            self._pending.pop(sid, None)
+            if self._holding[sid] <= 0:
+                del self._holding[sid]
         names = ", ".join(item.sessions[:3]) + (" …" if len(item.sessions) > 3 else "")
         self._say(f"warning: the spans of {_sessions(len(item.sessions))} ({names}) dropped: {why}")
+
+    def _taken(self, item: _Queued) -> None:
+        """A body the backend took: each of its sessions no other queued body still holds
+        (and none of whose spans were let go) is delivered, as it was when queued."""
+        if self.ledger is None:
+            return
+        for sid in item.sessions:
+            if self._holding[sid] <= 0:
+                del self._holding[sid]
+                seq = self._pending.pop(sid, None)
+                if seq is not None and sid not in self.dropped_sessions:
+                    self.ledger.record(sid, seq)
+
+    def _save(self, *, now: bool = False) -> None:
+        """The ledger written, when it changed: at most every ``_SAVE_EVERY_S`` (a crash
+        costs the sessions delivered since, sent again), and at once at the end."""
+        ledger = self.ledger
+        if ledger is None or not ledger.changed:
+            return
+        clock = self.clock()
+        if not now and clock - self._saved_at < _SAVE_EVERY_S:
+            return
+        self._saved_at = clock
+        problem = ledger.save()
+        if problem is not None and not self._ledger_said:
+            self._ledger_said = True
+            self._say(
+                f"warning: what was sent cannot be kept ({problem}): "
+                "started again, the follower sends the history again"
+            )
 
     def _forget(self, item: _Queued) -> None:
         """Let go of the pieces no queued body holds any more."""

@@ -188,6 +188,11 @@ class StoreFollower:
         """The last row of the log read (its rowid)."""
         return self._rowid
 
+    def session_seq(self, session_id: str) -> int | None:
+        """The number of ``session_id``'s newest event read from the log (its change
+        counter, ``store.changes``); None when it was read from its rows."""
+        return self._seqs.get(session_id)
+
     def finish(self) -> list[Event]:
         """Parts still open when following ends (a text never completed, a call cut off)."""
         return self.reader.finish()
