@@ -252,9 +252,12 @@ class OtlpEnvironment(NamedTuple):
     protocol: str | None  # OTEL_EXPORTER_OTLP_PROTOCOL: grpc, http/protobuf, http/json
     service_name: str | None  # OTEL_SERVICE_NAME
     resource_attributes: str | None  # OTEL_RESOURCE_ATTRIBUTES: key=value,…
-    # OTEL_EXPORTER_OTLP_{TRACES,METRICS}_{HEADERS,COMPRESSION,TIMEOUT,PROTOCOL}, as set:
+    # OTEL_EXPORTER_OTLP_{TRACES,METRICS}_{HEADERS,…,CLIENT_KEY}, as set:
     # signal → setting ("headers", …) → value
     signals: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+    certificate: str | None = None  # OTEL_EXPORTER_OTLP_CERTIFICATE: CA certificates (PEM)
+    client_certificate: str | None = None  # OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE: mTLS
+    client_key: str | None = None  # OTEL_EXPORTER_OTLP_CLIENT_KEY: its private key (PEM)
 
     def setting(self, signal: str, name: str) -> tuple[str | None, str]:
         """A signal's own setting (``OTEL_EXPORTER_OTLP_TRACES_HEADERS``) over the general
@@ -265,7 +268,15 @@ class OtlpEnvironment(NamedTuple):
         return getattr(self, name), f"OTEL_EXPORTER_OTLP_{name.upper()}"
 
 
-_SIGNAL_SETTINGS = ("headers", "compression", "timeout", "protocol")
+_SIGNAL_SETTINGS = (
+    "headers",
+    "compression",
+    "timeout",
+    "protocol",
+    "certificate",
+    "client_certificate",
+    "client_key",
+)
 
 
 def otlp_environment(env: Mapping[str, str] | None = None) -> OtlpEnvironment:
@@ -292,6 +303,9 @@ def otlp_environment(env: Mapping[str, str] | None = None) -> OtlpEnvironment:
         service_name=get("OTEL_SERVICE_NAME"),
         resource_attributes=get("OTEL_RESOURCE_ATTRIBUTES"),
         signals=signals,
+        certificate=get("OTEL_EXPORTER_OTLP_CERTIFICATE"),
+        client_certificate=get("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"),
+        client_key=get("OTEL_EXPORTER_OTLP_CLIENT_KEY"),
     )
 
 

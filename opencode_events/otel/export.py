@@ -450,12 +450,13 @@ class HttpDestination:
         retries: int = 5,
         env: OtlpEnvironment | None = None,
     ) -> None:
-        from .transport import ExportError, OtlpHttp, endpoints_from
+        from .transport import ExportError, OtlpHttp, Tls, endpoints_from
 
         env = otlp_environment() if env is None else env
         self.endpoints = endpoints_from(endpoint, env)
         given = _given_headers(headers)
         self.senders: dict[str, OtlpHttp] = {}
+        shared: dict[tuple[str | None, ...], Tls] = {}  # one SSL context for the same files
         for signal, url in self.endpoints.items():
             protocol, variable = env.setting(signal, "protocol")
             if not endpoint and protocol == "grpc":
@@ -477,12 +478,20 @@ class HttpDestination:
             chosen = compression
             if chosen is None:
                 chosen = "none" if env.setting(signal, "compression")[0] == "none" else "gzip"
+            # The TLS files for https (a bad one said now, before anything is sent); over
+            # http they are not read, and used only if a redirect moves the signal to https.
+            tls = Tls.of(env, signal)
+            if tls is not None:
+                tls = shared.setdefault(tls.files, tls)
+                if url.lower().startswith("https:"):
+                    tls.context()
             self.senders[signal] = OtlpHttp(
                 {signal: url},
                 headers=sent,
                 compression=chosen,
                 timeout=_timeout(env.setting(signal, "timeout")[0]),
                 retries=retries,
+                tls=tls,
             )
         # What the summary names: the base URL, unless a signal's own URL stands in for it.
         own = not endpoint and (env.traces_endpoint or env.metrics_endpoint)

@@ -10,7 +10,11 @@ and headers, a 308's target kept for the signal's later bodies; a redirect anywh
 or a 301/302/303 (which would turn the POST into a GET), is not followed: the headers may
 carry a key. Any other refusal raises ``ExportError`` naming the URL, the status, where a
 redirect pointed and what the server said. A partial success (the server kept some of the
-data and rejected the rest) is returned.
+data and rejected the rest) is returned. Over ``https``, a ``Tls`` (the exporter's
+``…_CERTIFICATE``, ``…_CLIENT_CERTIFICATE`` and ``…_CLIENT_KEY``) says which CAs to trust
+and which certificate to show; a server that is not trusted, or that refuses the TLS
+connection, is an ``ExportError`` at once, not retried: waiting does not change a
+certificate.
 
     sender = OtlpHttp(endpoints_from("http://127.0.0.1:4318"), headers={})
     sender.send("traces", body)
@@ -23,6 +27,8 @@ import gzip
 import http.client
 import json
 import random
+import re
+import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -36,6 +42,7 @@ __all__ = [
     "ExportError",
     "OtlpHttp",
     "PartialSuccess",
+    "Tls",
     "endpoints_from",
     "RETRYABLE",
     "SIGNAL_PATHS",
@@ -78,6 +85,115 @@ class PartialSuccess:
             return f"the backend kept all the {what}, and warned: {self.message}"
         text = f"the backend rejected {self.rejected} {what}"
         return f"{text}: {self.message}" if self.message else text
+
+
+class Tls:
+    """A signal's TLS files from the exporter's variables: ``OTEL_EXPORTER_OTLP_CERTIFICATE``
+    (the CAs to trust, PEM, in place of the system's) and ``…_CLIENT_CERTIFICATE`` with
+    ``…_CLIENT_KEY`` (the certificate and key shown for mutual TLS), each a signal's own
+    (``…_TRACES_CERTIFICATE``) over the general one. ``context()`` makes the SSL context
+    the first time it is asked, and the same one after; a file that cannot be read or is
+    no certificate, or one of the pair without the other, is an ``ExportError`` naming the
+    variable."""
+
+    def __init__(self, env: OtlpEnvironment, signal: str) -> None:
+        self.ca, self.ca_variable = env.setting(signal, "certificate")
+        self.cert, self.cert_variable = env.setting(signal, "client_certificate")
+        self.key, self.key_variable = env.setting(signal, "client_key")
+        self.files = (self.ca, self.cert, self.key)
+        self._context: ssl.SSLContext | None = None
+
+    @classmethod
+    def of(cls, env: OtlpEnvironment, signal: str) -> Tls | None:
+        """The signal's TLS files, or None when no variable names one."""
+        tls = cls(env, signal)
+        return tls if any(tls.files) else None
+
+    def context(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = self._made()
+        return self._context
+
+    def _made(self) -> ssl.SSLContext:
+        if bool(self.cert) != bool(self.key):
+            given, missing = (
+                (self.cert_variable, self.key_variable)
+                if self.cert
+                else (self.key_variable, self.cert_variable)
+            )
+            raise ExportError(
+                f"{given} is set but {missing} is not: mutual TLS needs the client "
+                "certificate and its key"
+            )
+        for path, variable in ((self.ca, self.ca_variable), (self.cert, self.cert_variable)):
+            if path:
+                _readable(path, variable)
+        if self.key:
+            _readable(self.key, self.key_variable)
+        try:
+            context = ssl.create_default_context(cafile=self.ca)
+        except (ssl.SSLError, ValueError) as exc:
+            raise ExportError(
+                f"{self.ca_variable}: no PEM certificate in {self.ca} ({_tls_text(exc)})"
+            ) from None
+        if self.cert and self.key:
+            try:
+                context.load_cert_chain(self.cert, self.key, password=self._no_passphrase)
+            except ssl.SSLError as exc:
+                raise ExportError(
+                    f"{self.cert_variable}, {self.key_variable}: not a PEM certificate and "
+                    f"its private key: {self.cert}, {self.key} ({_tls_text(exc)})"
+                ) from None
+        return context
+
+    def _no_passphrase(self) -> str:
+        # Else OpenSSL asks for it on the terminal: a follower would wait there for ever.
+        raise ExportError(
+            f"{self.key_variable}: {self.key} is encrypted; give the key without a passphrase"
+        )
+
+
+def _readable(path: str, variable: str) -> None:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ExportError(f"{variable}: cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _tls_text(exc: ssl.SSLError) -> str:
+    """An SSL error without OpenSSL's brackets and source line: ``[SSL: X] x (_ssl.c:1)``."""
+    text = re.sub(r"^\[[^\]]*\]\s*|\s*\(_ssl\.c:\d+\)$", "", str(exc)).strip()
+    return text or str(exc.reason or type(exc).__name__).lower().replace("_", " ")
+
+
+# Chain errors (X509_V_ERR_…): the issuer unknown, or a self-signed certificate.
+_UNKNOWN_ISSUER = frozenset({2, 18, 19, 20, 21})
+# Dropped connections, as a network drops them: tried again.
+_TLS_TRANSIENT = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+
+
+def _tls_refusal(exc: BaseException, url: str, tls: Tls | None) -> ExportError | None:
+    """The error for a server not trusted, or one that refused the TLS connection (an alert:
+    no client certificate, an unknown CA…): the same on every try, so not retried."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        said = f"cannot trust {shown_url(url)}: certificate verify failed"
+        said += f": {exc.verify_message}" if exc.verify_message else ""
+        if exc.verify_code in _UNKNOWN_ISSUER:
+            if tls is not None and tls.ca:
+                said += f" (not signed by a CA in {tls.ca_variable}, {tls.ca})"
+            else:
+                said += " (set OTEL_EXPORTER_OTLP_CERTIFICATE to the CA file that signed it)"
+        return ExportError(said)
+    if not isinstance(exc, ssl.SSLError) or isinstance(exc, _TLS_TRANSIENT):
+        return None
+    said = f"{shown_url(url)} refused the TLS connection: {_tls_text(exc)}"
+    if exc.reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED" and (tls is None or not tls.cert):
+        said += (
+            " (it asks for a client certificate: set OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"
+            " and OTEL_EXPORTER_OTLP_CLIENT_KEY)"
+        )
+    return ExportError(said)
 
 
 def endpoints_from(base: str | None, env: OtlpEnvironment | None = None) -> dict[str, str]:
@@ -141,8 +257,10 @@ class OtlpHttp:
         timeout: float = 10.0,
         retries: int = 5,
         sleep: Callable[[float], None] = time.sleep,
+        tls: Tls | None = None,
     ) -> None:
         self.endpoints = dict(endpoints)
+        self.tls = tls  # its context for https connections (else the system's CAs)
         self.headers = dict(headers or {})
         self.compression = compression
         self.timeout = timeout
@@ -185,6 +303,9 @@ class OtlpHttp:
             try:
                 status, reason, reply_headers, reply = self._post(parts, target, body, headers)
             except (OSError, http.client.HTTPException) as exc:
+                refused = _tls_refusal(exc, url, self.tls)
+                if refused is not None:
+                    raise refused from None
                 if attempt >= self.retries:
                     why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
                     raise ExportError(
@@ -226,12 +347,17 @@ class OtlpHttp:
         key = (parts.scheme, parts.hostname or "", parts.port or 0)
         connection = self._connections.get(key)
         if connection is None:
-            cls = (
-                http.client.HTTPSConnection
-                if parts.scheme == "https"
-                else http.client.HTTPConnection
-            )
-            connection = cls(parts.hostname or "", parts.port, timeout=self.timeout)
+            if parts.scheme == "https":
+                connection = http.client.HTTPSConnection(
+                    parts.hostname or "",
+                    parts.port,
+                    timeout=self.timeout,
+                    context=self.tls.context() if self.tls else None,
+                )
+            else:
+                connection = http.client.HTTPConnection(
+                    parts.hostname or "", parts.port, timeout=self.timeout
+                )
             self._connections[key] = connection
         try:
             connection.request("POST", target, body=body, headers=headers)
@@ -242,10 +368,34 @@ class OtlpHttp:
                 connection.close()
                 del self._connections[key]
             return response.status, response.reason, reply_headers, reply
+        except ssl.SSLEOFError as exc:
+            alert = _alert_behind(connection)
+            connection.close()
+            self._connections.pop(key, None)
+            if alert is not None:
+                raise alert from exc
+            raise
         except BaseException:
             connection.close()
             self._connections.pop(key, None)
             raise
+
+
+def _alert_behind(connection: http.client.HTTPConnection) -> ssl.SSLError | None:
+    """The TLS alert a server sent before it closed, when the request's writing met the
+    close first: a TLS 1.3 server that wants a client certificate says so only after the
+    client's handshake is done, and the request may race it. None when there is none."""
+    sock = connection.sock
+    if not isinstance(sock, ssl.SSLSocket):
+        return None
+    try:
+        sock.settimeout(1.0)
+        sock.recv(1)
+    except ssl.SSLError as exc:
+        return None if isinstance(exc, _TLS_TRANSIENT) else exc
+    except OSError:
+        pass
+    return None
 
 
 def _redirect_target(url: str, status: int, location: str | None) -> str | None:
