@@ -147,6 +147,35 @@ def test_a_backend_out_of_reach_gets_everything_once_it_is_back(store: Path) -> 
     sender.finish()  # nothing left, nothing refused
 
 
+def test_a_backend_whose_certificate_is_not_trusted_gets_everything_once_it_is(
+    store: Path,
+) -> None:
+    """A TLS failure is no answer about a body (an expired or replaced certificate, fixed
+    later): a follower keeps the bodies, as for a backend out of reach, and lets none go."""
+    broken = {"tries": 2}
+
+    def answer(signal: str, doc: dict) -> object:
+        if broken["tries"]:
+            broken["tries"] -= 1
+            return ExportError(
+                "cannot trust https://collector:4318/v1/traces: certificate verify failed"
+            )
+        return None
+
+    clock, said = Clock(), []
+    destination = Scripted(answer)
+    sender = sender_over(store, destination, clock, said)
+    sender.send()
+    assert destination.taken == [] and sender.queue and not sender.dropped_sessions
+    assert said[0].startswith("warning: cannot trust https://collector:4318/v1/traces")
+    for _ in range(2):
+        clock.now += 60
+        sender.poll()
+    assert not sender.queue
+    assert sorted(span_ids(destination.taken)) == everything_once(store)
+    sender.finish()
+
+
 def test_a_refused_session_is_let_go_and_the_others_in_its_body_still_go(store: Path) -> None:
     collector = SpanCollector(TraceBuilder(parents={}))
     with Store(store) as opened:

@@ -293,7 +293,9 @@ class FollowSender:
             try:
                 note = self.destination.send(item.signal, item.body)
             except ExportError as error:
-                if error.transient:
+                # Not an answer about this body (out of reach, too busy, a TLS failure such
+                # as a certificate not trusted): kept until the backend can take it.
+                if error.transient or error.status is None:
                     self._out_of_reach(error)
                     self._save(now=self._last)
                     return
