@@ -26,6 +26,7 @@ from opencode_events.reports.context import (
     LedgerMessage,
     Price,
     PriceBook,
+    Prune,
     _costs,
     apportion,
     build_ledger,
@@ -636,8 +637,10 @@ def test_generated_database(tmp_path_factory, turns):
     assert not any(r.source == "tool:fs_read" for r in report.sources)
 
 
-def test_pruned_tool_output_counts_as_the_placeholder():
-    from opencode_events.reports.context import _PART, _part_additions
+def test_pruned_tool_output_counts_in_full_until_pruned():
+    # OpenCode sent the whole output until the prune (state.time.compacted), the placeholder
+    # after: the piece is the full output, and the prune is recorded with its time.
+    from opencode_events.reports.context import _PART, _part_additions, _pruned
 
     part = _PART.decode(
         b'{"type":"tool","tool":"bash","state":{"status":"completed","input":{},'
@@ -645,8 +648,39 @@ def test_pruned_tool_output_counts_as_the_placeholder():
     )
     assert _part_additions(part, "assistant", ()) == [
         Addition("assistant", 2),
-        Addition("tool:bash", len(PRUNED_OUTPUT)),
+        Addition("tool:bash", 1000),
     ]
+    assert _pruned(part, ()) == Prune("tool:bash", 3, 1000 - len(PRUNED_OUTPUT))
+
+
+def test_a_prune_shrinks_the_pruned_tool_not_every_source():
+    # samples-like: two 40 KB outputs carried, then pruned at t=50; the next prompt
+    # is 20,000 tokens smaller. Before the fix the drop was spread over system, user and
+    # the tool in proportion (system 8,000 -> 5,000); the pruned output was counted as the
+    # 33-byte placeholder even in the steps that carried it in full.
+    big = 40_000
+    prune = Prune("tool:bash", 50, big - len(PRUNED_OUTPUT))
+    msgs = [
+        LedgerMessage(id="u1", role="user", time=1, additions=[Addition("user", 40)]),
+        LedgerMessage(
+            id="a1",
+            role="assistant",
+            time=2,
+            input=8_010,
+            additions=[Addition("assistant", 20), Addition("tool:bash", big)],
+            prunes=[prune],
+        ),
+        LedgerMessage(id="a2", role="assistant", time=3, input=18_015),
+        LedgerMessage(id="u2", role="user", time=60, additions=[Addition("user", 40)]),
+        LedgerMessage(id="a3", role="assistant", time=61, input=8_025),
+    ]
+    first, second, third = build_ledger(msgs).inferences
+    assert first.sources == {"system": 8_000, "user": 10}
+    assert second.sources["tool:bash"] >= 9_990  # the full output, not the placeholder
+    assert third.sources["system"] == 8_000  # the system prompt did not shrink
+    assert third.sources["tool:bash"] < 20  # only the placeholder's share is left
+    assert third.added.get("user", 0) > 0  # the new prompt got its growth
+    assert sum(third.sources.values()) == 8_025
 
 
 # ------------------------------------------------------------------ the command

@@ -9,8 +9,8 @@ inference carries it:
 
 - a user message: its text parts (synthetic ones too, ``ignored`` ones not) → ``user``;
 - an assistant message: its own text, reasoning and tool-call arguments → ``assistant``, and
-  each tool part's result (output, or error text; a pruned result counts as OpenCode's
-  placeholder) → ``tool:<name>``, or ``mcp:<server>`` when the name belongs to a
+  each tool part's result (output, or error text; a pruned one in full until it was pruned,
+  ``state.time.compacted``) → ``tool:<name>``, or ``mcp:<server>`` when the name belongs to a
   configured MCP server (``mcp.mcp_server_of``).
 
 Each inference's prompt is split into sources, in whole tokens that add up exactly to it:
@@ -22,7 +22,9 @@ Each inference's prompt is split into sources, in whole tokens that add up exact
 - **Later inferences**: the growth over the previous prompt is split over what was added
   since, in proportion to the pieces' sizes (UTF-8 bytes), with a largest-remainder rounding.
   Growth with nothing measurable added (only empty pieces, or none) goes to ``other``.
-- **Negative growth** (the prompt shrank without a compaction: pruning, a smaller system
+- **A prune**: at the first inference after a result was pruned (OpenCode sends its
+  placeholder from then on), its source gives back its share by bytes, before the growth.
+- **Negative growth** (the prompt shrank without a compaction or prune: a smaller system
   prompt, a provider that counts differently): every source already in the context shrinks
   in proportion to its tokens so that they sum to the new prompt; what was pending gets
   nothing and is dropped.
@@ -89,6 +91,7 @@ from .spend import written_spend
 
 __all__ = [
     "Addition",
+    "Prune",
     "LedgerMessage",
     "Inference",
     "SessionLedger",
@@ -330,6 +333,14 @@ class Addition(NamedTuple):
     size: int
 
 
+class Prune(NamedTuple):
+    """A tool result OpenCode pruned at ``at`` (ms): sent in full before, the placeholder after."""
+
+    source: str
+    at: int
+    removed: int  # bytes: the full result minus the placeholder
+
+
 class LedgerMessage(Struct, kw_only=True):
     """What the ledger needs of one message (built from store rows, or directly in tests)."""
 
@@ -355,6 +366,7 @@ class LedgerMessage(Struct, kw_only=True):
     # user
     compaction: bool = False  # holds a compaction part
     tail_start_id: str | None = None
+    prunes: list[Prune] = []  # its tool results pruned later (``state.time.compacted``)
 
     @property
     def prompt_tokens(self) -> int:
@@ -491,9 +503,13 @@ def build_ledger(
     epoch: list[LedgerMessage] = []  # messages since the last reset, for a kept tail
     compaction_users: dict[str, LedgerMessage] = {}
     last_user: LedgerMessage | None = None
+    pending_prunes: list[Prune] = []  # of the pieces pending
+    carried_prunes: list[Prune] = []  # of pieces in the context, not yet applied
+    carried_bytes: dict[str, int] = {}  # bytes of the pieces each source holds
     for message in messages:
         if message.role == "user":
             pending += _message_additions(message)
+            pending_prunes += message.prunes
             epoch.append(message)
             last_user = message
             if message.compaction:
@@ -515,8 +531,23 @@ def build_ledger(
             else:
                 ledger.other_output_cost += output_cost
             pending += _message_additions(message)
+            pending_prunes += message.prunes
             epoch.append(message)
             continue
+        if context and message.time is not None:
+            # Pruned since the previous inference: those results left the prompt (OpenCode
+            # sends the placeholder now); their sources give back what the results held.
+            due = [p for p in carried_prunes if p.at <= message.time]
+            carried_prunes = [p for p in carried_prunes if p.at > message.time]
+            for prune in due:
+                # the source's tokens scale with the bytes it carries
+                held, carried = context.get(prune.source, 0), carried_bytes.get(prune.source, 0)
+                removed = min(prune.removed, carried)
+                if carried > 0:
+                    context[prune.source] = held - round(held * removed / carried)
+                    carried_bytes[prune.source] = carried - removed
+        carried_prunes += pending_prunes
+        pending_prunes = []
         if not context:
             old: dict[str, int] = {}
             added = _first_prompt(prompt, pending)
@@ -528,6 +559,9 @@ def build_ledger(
             else:
                 old = _split(prompt, context)
                 added = {}
+        if added:
+            for source, size in _merge(pending).items():
+                carried_bytes[source] = carried_bytes.get(source, 0) + size
         context = dict(old)
         for source, tokens in added.items():
             context[source] = context.get(source, 0) + tokens
@@ -572,10 +606,13 @@ def build_ledger(
             epoch = _tail(epoch, compaction_user)
             pending = [Addition(COMPACTION, summary)]
             pending += [piece for kept in epoch for piece in kept.additions]
+            carried_prunes, carried_bytes = [], {}
+            pending_prunes = [p for kept in epoch for p in kept.prunes]
             compaction_users.clear()
             last_user = None
             continue
         pending = _message_additions(message)
+        pending_prunes = list(message.prunes)
         epoch.append(message)
     return ledger
 
@@ -642,14 +679,21 @@ def _part_additions(part: LedgerPart, role: str, servers: Sequence[str]) -> list
         return [Addition(_tool_source(part.tool, servers), 0)]
     arguments = _json_size(state.input)
     pieces = [Addition(ASSISTANT, arguments)] if arguments else []
-    if state.time is not None and state.time.compacted:
-        result = _size(PRUNED_OUTPUT)
-    elif state.status == "error":
-        result = _size(state.error)
-    else:
-        result = _size(state.output)
+    result = _size(state.error) if state.status == "error" else _size(state.output)
     pieces.append(Addition(_tool_source(part.tool, servers), result))
     return pieces
+
+
+def _pruned(part: LedgerPart, servers: Sequence[str]) -> Prune | None:
+    """The prune of a tool part's result, if OpenCode pruned it (``state.time.compacted``)."""
+    state = part.state
+    if part.type != "tool" or state is None or state.time is None:
+        return None
+    at = state.time.compacted
+    if isinstance(at, bool) or not isinstance(at, int | float) or not at:
+        return None
+    removed = max(0, _size(state.output) - _size(PRUNED_OUTPUT))
+    return Prune(_tool_source(part.tool, servers), int(at), removed)
 
 
 def read_session(
@@ -673,6 +717,7 @@ def read_session(
         role = info.role if isinstance(info.role, str) else ""
         views = parts.get(row.id, [])
         additions: list[Addition] = []
+        prunes: list[Prune] = []
         compaction, tail = False, None
         summary_size = 0
         for part in views:
@@ -683,6 +728,8 @@ def read_session(
                 summary_size += _size(part.text)
                 continue
             additions += _part_additions(part, role, servers)
+            if (prune := _pruned(part, servers)) is not None:
+                prunes.append(prune)
         # The one rule for figures; the ledger apportions counts, so a negative one (never
         # written by OpenCode) counts 0 here.
         figures = read_figures(info.tokens, info.cost)
@@ -708,6 +755,7 @@ def read_session(
                 summary_size=summary_size,
                 compaction=compaction,
                 tail_start_id=tail,
+                prunes=prunes,
             )
         )
     return messages, skipped
