@@ -331,10 +331,28 @@ def _until_ms(until: When, tz: tzinfo | None = None) -> int | None:
         raise InputError(str(exc)) from None
 
 
+def _is_store(store: Any) -> bool:
+    """``isinstance(store, SessionStore)`` as Python 3.11 answers it: 3.12 looks the names up
+    statically (``inspect.getattr_static``), so a wrapper that forwards them through
+    ``__getattr__`` is not one there; ``hasattr`` finds them as 3.11 did."""
+    if isinstance(store, SessionStore):
+        return True
+    return all(hasattr(store, name) for name in _STORE_NAMES)
+
+
+# The protocol's own names (methods, attributes, the context manager's), as 3.11's
+# isinstance checked them.
+_STORE_NAMES = tuple(
+    name
+    for name in (*vars(SessionStore), *SessionStore.__annotations__)
+    if not name.startswith("_") or name in ("__enter__", "__exit__")
+)
+
+
 def _a_store(store: Any, call: str) -> SessionStore:
     """``store`` when it can be one (what ``open_store`` returns), else a ``TypeError``
     that says what to give instead."""
-    if not isinstance(store, SessionStore):  # None, a path, 42: none has a store's names
+    if not _is_store(store):  # None, a path, 42: none has a store's names
         raise TypeError(
             f"{call} reads a store: give it what open_store(path) returns, not {store!r}"
         )
