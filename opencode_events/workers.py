@@ -71,7 +71,14 @@ def worker_count(jobs: int | None = None, *, min_jobs: int = 0) -> int:
 
 
 def _other_threads() -> bool:
-    """Whether Python threads run beside this one (``threading`` never imported: none)."""
+    """Whether threads run beside this one: any thread (a C library's too, as Python 3.12+
+    counts them for fork's DeprecationWarning), else Python's (``threading`` never imported:
+    none)."""
+    try:
+        if len(os.listdir("/proc/self/task")) > 1:
+            return True
+    except OSError:  # no /proc: Python's own threads only
+        pass
     threading = sys.modules.get("threading")
     return threading is not None and threading.active_count() > 1
 

@@ -52,16 +52,25 @@ def one_connection_server(answer: Callable[[socket.socket], None]) -> Iterator[i
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
-        connection, _ = listener.accept()
+        try:
+            connection, _ = listener.accept()
+        except OSError:  # no one came: the listener was shut
+            return
         with connection:
             connection.recv(65536)
             answer(connection)
 
-    threading.Thread(target=serve, daemon=True).start()
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
     try:
         yield listener.getsockname()[1]
     finally:
+        # A thread left waiting in accept() would keep later tests' reports from forking
+        # their workers (workers.worker_count): shut wakes it, close alone does not.
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
+        server.join(timeout=10)
 
 
 def test_normalize_stdin_to_stdout():
@@ -1139,7 +1148,8 @@ def _mcp_events(how: list[str] | str, tmp_path: Path, env: dict) -> list[dict]:
             head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
             with contextlib.suppress(OSError):
                 connection.sendall(head + sse)
-                time.sleep(20)  # the stream stays open: the idle ends attach
+                connection.settimeout(20)
+                connection.recv(1)  # the stream stays open until attach goes: the idle ends it
 
         with one_connection_server(serve) as port:
             result = run(["attach", f"http://127.0.0.1:{port}", "--format", "jsonl"], env=env)

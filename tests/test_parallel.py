@@ -306,6 +306,45 @@ def test_beside_another_thread_the_work_stays_in_this_process(monkeypatch):
         done.set()
         other.join()
     monkeypatch.delenv("OPENCODE_EVENTS_WORKERS")
+    _alone_again()
+    assert worker_count() == min(os.cpu_count() or 1, 4)
+
+
+def _alone_again() -> None:
+    """Until this process has one thread again: a thread joined, or done with its last
+    line, still ends in the kernel a moment later (``/proc/self/task``, as workers count)."""
+    deadline = time.monotonic() + 10
+    while len(os.listdir("/proc/self/task")) > 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_beside_a_thread_python_does_not_know_the_work_stays_in_this_process(monkeypatch):
+    """A C library's threads (DuckDB's pool, a driver's) are not in ``threading``'s count,
+    and a fork beside them is as unsafe: stands in here a thread started below ``threading``
+    (Python 3.12+ warns of such forks too)."""
+    import _thread
+
+    from opencode_events.workers import worker_count
+
+    monkeypatch.delenv("OPENCODE_EVENTS_WORKERS", raising=False)
+    started, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def hidden() -> None:
+        started.set()
+        release.wait()
+        ended.set()
+
+    count = threading.active_count()
+    _thread.start_new_thread(hidden, ())
+    started.wait()
+    try:
+        assert threading.active_count() == count  # unknown to threading
+        assert worker_count() == 1
+        assert share_ranges(_Table(1000), "message", 0, _taken_by, 0) is None
+    finally:
+        release.set()
+        ended.wait()
+    _alone_again()
     assert worker_count() == min(os.cpu_count() or 1, 4)
 
 
