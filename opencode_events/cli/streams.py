@@ -204,6 +204,7 @@ class WholeWrites(io.RawIOBase):
                 except OSError as exc:
                     if self._name is None:
                         raise
+                    self.failed = True  # said once: the close at exit drops the rest
                     raise OutputError(exc.errno, exc.strerror, self._name) from None
                 finally:  # a signal that came meanwhile is handled here, the count kept
                     signal.pthread_sigmask(signal.SIG_SETMASK, held)
@@ -386,7 +387,19 @@ def open_output(path: str | None, reads: Sequence[Any] = ()) -> BinaryIO:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return io.BufferedWriter(WholeWrites(fd, name=path))
+    return _Output(WholeWrites(fd, name=path))
+
+
+class _Output(io.BufferedWriter):
+    """``-o``'s file: once a write failed (the error already reported), the flush of its
+    close (at exit, or when collected) drops what is left instead of raising again."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:
+            if not getattr(self.raw, "failed", False):
+                raise
 
 
 def report_output() -> Any:
