@@ -183,7 +183,11 @@ def sqlite_reason(exc: BaseException) -> str:
 
 def _read_only(uri: str) -> sqlite3.Connection:
     conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
-    conn.execute("PRAGMA query_only = 1")
+    try:
+        conn.execute("PRAGMA query_only = 1")
+    except BaseException:
+        conn.close()  # 3.13: an unclosed sqlite3.Connection is a ResourceWarning
+        raise
     return conn
 
 
@@ -298,10 +302,13 @@ class Store:
             else:
                 uri = self._private_copy(path, wal)
         self.uri = uri  # how to open it again, for parallel readers
+        conn = None
         try:
             conn = _read_only(uri)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except SQLITE_ERRORS as exc:
+            if conn is not None:
+                conn.close()
             reason = sqlite_reason(exc)
             raise InputError(f"{path} is not a readable SQLite database ({reason})") from None
         return conn
