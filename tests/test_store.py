@@ -979,13 +979,18 @@ def test_mcp_calls_attributed_to_configured_servers(tmp_path: Path):
 # ------------------------------------------------------------ a read-only directory
 
 
+# The system's interpreter of this one's version (the nobody user cannot reach a pyenv or a
+# venv under /root): the compiled msgspec copied for it must be of its version.
+_SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+
+
 def _as_nobody_available() -> str | None:
     import os
 
     if os.geteuid() != 0:
         return "needs root to run a reader as an unprivileged user"
-    if not (shutil.which("setpriv") and Path("/usr/bin/python3.11").exists()):
-        return "needs setpriv and /usr/bin/python3.11"
+    if not (shutil.which("setpriv") and Path(_SYSTEM_PYTHON).exists()):
+        return f"needs setpriv and {_SYSTEM_PYTHON}"
     return None
 
 
@@ -1031,7 +1036,7 @@ def test_read_only_directory(tmp_path: Path, opencode_running: bool):
                     "--reuid=65534",
                     "--regid=65534",
                     "--clear-groups",
-                    "/usr/bin/python3.11",
+                    _SYSTEM_PYTHON,
                     "-c",
                     code,
                     str(lib),
