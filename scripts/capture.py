@@ -122,8 +122,9 @@ Each scenario ran in a fresh isolated environment rooted at
 cache/ runtime/`, project = `work/`, a git repo with one fixed commit, so
 `projectID` is stable). The mock model listened on 127.0.0.1:18321. Ids and
 timestamps differ on every capture; token figures are scripted and fixed, except in
-`compaction` and `auto_compact`, whose figures are measured from each request at 4
-bytes a token (they change only when what OpenCode sends does; see `docs/harness.md`).
+`compaction`, `auto_compact`, `prune` and `task_compact`, whose figures are measured from
+each request at 4 bytes a token (they change only when what OpenCode sends does; see
+`docs/harness.md`).
 
 Files per scenario (only those that apply):
 

@@ -439,6 +439,15 @@ def drive_serve_revert(cap: Capture) -> None:
     _serve_common(cap, body)
 
 
+def drive_prune(cap: Capture) -> None:
+    """Four runs in one session: OpenCode prunes (when ``compaction.prune`` is on) at the end
+    of a run, so the prune of turn 1's outputs shows in turn 4's requests."""
+    first = cap.run("read", "the", "big", "file", "five", "times")
+    sid = first.session_id or ""
+    for word in ("two", "three", "four"):
+        cap.run("echo", word, args=["--session", sid])
+
+
 LEGACY_JSON_VERSION = "1.1.65"  # the last release on npm that keeps sessions in JSON files
 FIRST_DB_VERSION = "1.2.27"  # a release of the first SQLite schema; it imports those files
 
@@ -486,6 +495,9 @@ def drive_legacy_mixed(cap: Capture) -> None:
 README = "# Demo project\n\nhello from the demo project\n"
 APP_PY = "def greet(name):\n    return 'hello ' + name\n\n\nprint(greet('world'))\n"
 WORK_FILES = {"README.md": README, "src/app.py": APP_PY, "notes/todo.txt": "hello todo\n"}
+# 1,900 lines of 25 bytes: 47,500 bytes, under bash's truncation (51,200 bytes, 2,000 lines);
+# OpenCode estimates it at 11,875 tokens (4 characters a token).
+BIG_TXT = "".join(f"line {i:06d} xxxxxxxxxxxx\n" for i in range(1900))
 
 SKILL_MD = """---
 name: demo-skill
@@ -1039,6 +1051,87 @@ SCENARIOS: list[Scenario] = [
             "compaction": {
                 "match_system": "context summarization agent",
                 "steps": [say("## Summary\n\nRan echo big.", usage=MEASURED)],
+            },
+        },
+    ),
+    Scenario(
+        "prune",
+        "`compaction.prune: true`, four runs in one session: the first cats a 47.5 KB file "
+        "five times, the others run one small bash each. At the end of the third run "
+        "OpenCode prunes the two oldest outputs (`state.time.compacted`; it keeps the last "
+        "two turns and, before them, the newest 40,000 estimated tokens of tool output), "
+        "and the fourth run's requests carry `[Old tool result content cleared]` for them.",
+        driver=drive_prune,
+        files={**WORK_FILES, "big.txt": BIG_TXT},
+        config={"compaction": {"prune": True}},
+        steps=[
+            *(
+                tools(call("bash", {"command": "cat big.txt"}, f"call_big_{i}"), usage=MEASURED)
+                for i in range(1, 6)
+            ),
+            say("Read it five times.", usage=MEASURED),
+            *(
+                step
+                for word in ("two", "three", "four")
+                for step in (
+                    tools(
+                        call("bash", {"command": f"echo {word}"}, f"call_{word}"), usage=MEASURED
+                    ),
+                    say(f"Echoed {word}.", usage=MEASURED),
+                )
+            ),
+        ],
+    ),
+    Scenario(
+        "task_compact",
+        "The model's context limit is 16,000 tokens (1,000 for output): the parent calls "
+        "task; the subagent cats a 47.5 KB file, and after its next step (a small bash) "
+        "OpenCode compacts the CHILD session (the compaction agent), which goes on after "
+        "the synthetic user text and answers; then the parent answers.",
+        files={**WORK_FILES, "big.txt": BIG_TXT},
+        config={
+            "provider": {
+                "mock": {"models": {"mock-model": {"limit": {"context": 16000, "output": 1000}}}}
+            }
+        },
+        steps=[
+            tools(
+                call(
+                    "task",
+                    {
+                        "description": "Read big file",
+                        "prompt": "[child-compact] cat big.txt then report",
+                        "subagent_type": "general",
+                    },
+                    "call_task",
+                ),
+                usage=MEASURED,
+            ),
+            say("The subagent read the big file.", usage=MEASURED),
+        ],
+        conversations={
+            "compaction": {
+                "match_system": "context summarization agent",
+                "steps": [
+                    say("## Summary\n\nThe subagent ran cat big.txt (1900 lines).", usage=MEASURED)
+                ],
+            },
+            "child": {
+                "match": "[child-compact]",
+                "steps": [
+                    tools(
+                        call("bash", {"command": "cat big.txt"}, "call_child_big"), usage=MEASURED
+                    ),
+                    tools(
+                        call("bash", {"command": "echo small"}, "call_child_small"), usage=MEASURED
+                    ),
+                ],
+            },
+            # After the compaction the child's first user message is the summary, no longer
+            # the marker: its next request is known by the synthetic text that ends it.
+            "child_after": {
+                "match_last": "Continue if you have next steps",
+                "steps": [say("Child result: big.txt has 1900 lines.", usage=MEASURED)],
             },
         },
     ),
