@@ -190,6 +190,134 @@ def test_after_a_real_compaction_the_system_prompt_comes_back_whole(name: str):
     assert set(after.sources) == {"system", "compaction", "user"}
 
 
+def measured_prompts(name: str, *conversations: str) -> list[int]:
+    """The prompt the mock measured for each request of these conversations, in order."""
+    requests = [json.loads(line) for line in (SAMPLES / name / "requests.jsonl").open()]
+    return [r["usage"]["prompt_tokens"] for r in requests if r["conversation"] in conversations]
+
+
+def bash_results(name: str, session_id: str) -> list[dict]:
+    """The session's completed bash parts, as the store holds them, in order."""
+    db = SAMPLES / name / "opencode.db"
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT data FROM part WHERE session_id = ? ORDER BY id", (session_id,)
+        ).fetchall()
+    finally:
+        conn.close()
+    parts = [json.loads(data) for (data,) in rows]
+    return [
+        p
+        for p in parts
+        if p["type"] == "tool" and p["tool"] == "bash" and p["state"]["status"] == "completed"
+    ]
+
+
+def sent_bash_tokens(results: list[dict], at: int) -> float:
+    """What the bash results weighed in the request made at ``at`` (ms), as the mock measures
+    it (compact JSON, 4 bytes a token): each result done by then is a `tool` message holding
+    its output, or OpenCode's placeholder once pruned (``state.time.compacted``)."""
+    size = 0
+    for part in results:
+        times = part["state"]["time"]
+        if times["end"] > at:
+            continue
+        pruned = times.get("compacted") and times["compacted"] <= at
+        message = {
+            "role": "tool",
+            "tool_call_id": part["callID"],
+            "content": PRUNED_OUTPUT if pruned else part["state"]["output"],
+        }
+        size += len(json.dumps(message, separators=(",", ":")).encode())
+    return size / 4
+
+
+def test_a_real_prune_gives_back_the_pruned_results_only():
+    """samples/prune (measured usage): five 47.5 KB `cat` outputs in the first run; OpenCode
+    prunes the two oldest at the end of the third run, and the fourth run's requests carry the
+    placeholder for them. Until then the outputs count in full, each in the step after its
+    `cat`; at the first step after the prune the system prompt stays what it was and
+    tool:bash drops by what the pruned results held, as the mock measured the requests."""
+    prompts = measured_prompts("prune", "main")
+    report = report_of("prune")
+    steps = report.inferences
+    assert [i.prompt_tokens for i in steps] == prompts
+    results = bash_results("prune", report.session_id)
+    pruned = [p for p in results if p["state"]["time"].get("compacted")]
+    assert [p["callID"] for p in pruned] == ["call_big_1", "call_big_2"]
+    # before the prune: the step after each cat grows by that output, in full
+    for k in range(1, 6):
+        growth = prompts[k] - prompts[k - 1]
+        assert growth > 12_000
+        assert steps[k].added["tool:bash"] >= growth - 10
+        assert steps[k].added["assistant"] <= 10  # the call's arguments
+    # the first step after the prune: the first whose measured prompt is smaller
+    (after,) = [k for k in range(1, len(steps)) if prompts[k] < prompts[k - 1]]
+    before = after - 1
+    pruned_at = [p["state"]["time"]["compacted"] for p in pruned]
+    assert steps[before].time < min(pruned_at) and max(pruned_at) < steps[after].time
+    assert prompts[before] - prompts[after] > 24_000
+    first = steps[0]
+    for k in (before, after):
+        assert steps[k].sources["system"] == first.sources["system"]  # it never shrinks
+        truth = sent_bash_tokens(results, steps[k].time)
+        assert steps[k].sources["tool:bash"] == pytest.approx(truth, rel=0.005)
+    dropped = steps[before].sources["tool:bash"] - steps[after].sources["tool:bash"]
+    truth = sent_bash_tokens(results, steps[before].time) - sent_bash_tokens(
+        results, steps[after].time
+    )
+    assert dropped == pytest.approx(truth, rel=0.01)
+    assert steps[after].sources["assistant"] < 500 and steps[after].sources["user"] < 100
+
+
+def test_a_subagent_that_compacts_resets_its_own_context_not_the_parents(priced_env: dict):
+    """samples/task_compact (measured usage): the subagent's session outgrows the context
+    (16,000) after a 47.5 KB `cat`; OpenCode compacts the child, which goes on. The child's
+    context resets there (the step after is a first inference again); the parent's own steps
+    carry none of it."""
+    ((parent, _),) = top_sessions("task_compact")
+    report = report_of("task_compact")
+    (child,) = report.subagents
+    alone = report_of("task_compact", child)
+    assert [i.prompt_tokens for i in alone.inferences] == measured_prompts(
+        "task_compact", "child", "compaction", "child_after"
+    )
+    assert [i.compaction for i in alone.inferences] == [False, False, True, False]
+    first, grown, summarizer, after = alone.inferences
+    assert grown.sources["tool:bash"] > 12_000  # the cat's output, in full
+    assert summarizer.prompt_tokens < after.prompt_tokens / 5  # the summarizer's own prompt
+    assert after.added == after.sources  # all of it new, as in a first inference
+    assert after.sources["system"] == pytest.approx(first.sources["system"], rel=0.03)
+    assert after.sources["compaction"] > 0
+    assert after.sources.get("tool:bash", 0) < 10  # the big output went with the compaction
+    assert alone.context_tokens == after.prompt_tokens
+    # the same through the command: `context <child id>`
+    db = str(SAMPLES / "task_compact" / "opencode.db")
+    result = run("context", child, "--db", db, "--format", "json", env=priced_env)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["session_id"] == child
+    assert document["context_tokens"] == after.prompt_tokens
+    assert [bool(i.get("compaction")) for i in document["inferences"]] == [
+        False,
+        False,
+        True,
+        False,
+    ]
+    # the parent: its own steps neither reset nor hold the child's compaction
+    own = [i for i in report.inferences if i.session_id == parent]
+    assert [i.prompt_tokens for i in own] == measured_prompts("task_compact", "main")
+    assert not any(i.compaction for i in own)
+    assert own[-1].sources["system"] == own[0].sources["system"]
+    assert set(own[-1].added) == {"assistant", "tool:task"}
+    assert report.context_tokens == own[-1].prompt_tokens
+    sources = {r.source: r for r in report.sources}
+    assert sources["compaction"].tokens == 0 and sources["compaction"].cost > 0  # child only
+    assert sources["tool:bash"].tokens == 0
+    assert [i.compaction for i in report.inferences] == [False, False, False, True, False, False]
+
+
 def test_multi_turn_user_prompts():
     report = report_of("continue3")
     users = [i.added.get("user", 0) for i in report.inferences]
