@@ -527,11 +527,34 @@ def test_cuts_fall_where_the_session_changes(tmp_path):
     path.write_bytes(data)
     cuts = cuts_of(path, 4096)
     assert cuts[0] == 0 and len(cuts) > 10 and cuts == sorted(set(cuts))
+    runs = _session_runs(data)
     for cut in cuts[1:]:
         before = data[data.rfind(b"\n", 0, cut - 1) + 1 : cut]
         after = data[cut : data.find(b"\n", cut)]
         assert data[cut - 1 : cut] == b"\n"
-        assert streamfan._session_in(before) != streamfan._session_in(after)
+        session = streamfan._session_in(after)
+        if streamfan._session_in(before) == session:
+            # Only where no session changes in the window looked at: inside a session whose
+            # lines run on past a whole window (samples/prune's 47 KB outputs), or the last
+            # one, running to the end.
+            (start, end) = next((s, e) for s, e in runs if s < cut < e)
+            assert end == len(data) or end - start > streamfan.WINDOW_BYTES, (session, cut)
+
+
+def _session_runs(data: bytes) -> list[tuple[int, int]]:
+    """Where each run of lines of one session starts and ends in ``data`` (a line whose
+    session is not in its head, a large tool output's, goes on the run it is in)."""
+    runs: list[tuple[int, int]] = []
+    at, current, start = 0, None, 0
+    for line in data.splitlines(keepends=True):
+        session = streamfan._session_in(line)
+        if session is not None and session != current:
+            if at:
+                runs.append((start, at))
+            current, start = session, at
+        at += len(line)
+    runs.append((start, at))
+    return runs
 
 
 def test_one_session_is_cut_at_lines_about_every_chunk(tmp_path):
@@ -588,7 +611,7 @@ def test_the_command_writes_the_same_with_workers(large_log):
         check=False,
     )
     assert one.returncode == two.returncode == 0
-    assert two.stdout == one.stdout and one.stdout.count(b"\n") > 5_000
+    assert two.stdout == one.stdout and one.stdout.count(b"\n") > 2_000
     run = eval(two.stderr.decode())  # the dict LAST_RUN printed, and nothing else
     assert run["workers"] == 2 and run["chunks"] >= 4 and run["fell_back"] is None
 
