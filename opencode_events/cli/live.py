@@ -54,6 +54,12 @@ def _writer(
     return make_writer(fmt, out, buffered=False, full=full, subagents_at_end=subagents_at_end)
 
 
+class _Unavailable(InputError):
+    """A server there, but not serving now: it closed the connection without an answer (an
+    ``ssh -L`` forward or a proxy whose OpenCode is restarting) or answered 502, 503 or
+    504. The first connection reports it; a reconnect tries again, as when refused."""
+
+
 def _note(message: str) -> None:
     _say(f"opencode-events: {message}")
 
@@ -147,6 +153,8 @@ class _Endpoint:
             headers = {"Accept": "application/json", **self._headers()}
             conn.request("GET", self.base + path + self.query, headers=headers)
             response = conn.getresponse()
+            if "json" not in (response.getheader("Content-Type") or ""):
+                return response.status, None  # an event stream, a page: never read to its end
             body = response.read(_MAX_JSON)
         finally:
             conn.close()
@@ -172,6 +180,12 @@ class _Endpoint:
             raise InputError(
                 f"not a server URL: {self.url} (not ASCII, or a bad host name)"
             ) from None
+        except http.client.RemoteDisconnected:  # accepted, then closed: not serving now
+            conn.close()
+            raise _Unavailable(
+                f"{self.shown} did not answer as an HTTP server: "
+                "Remote end closed connection without response"
+            ) from None
         except (http.client.HTTPException, ValueError) as exc:  # no HTTP there: an SSH port
             conn.close()
             detail = str(exc).strip()[:200] or type(exc).__name__
@@ -187,6 +201,9 @@ class _Endpoint:
                 f"{self.shown} rejected the password (user {self.username!r}, "
                 f"from {self.password_from})"
             )
+        if response.status in (502, 503, 504):
+            conn.close()
+            raise _Unavailable(f"{self.shown}{self.path} answered HTTP {response.status}")
         if response.status != 200:
             conn.close()
             raise InputError(f"{self.shown}{self.path} answered HTTP {response.status}")
@@ -265,29 +282,44 @@ def follow(
     while True:
         try:
             response = endpoint.open(reader.last_event_id)
-        except OSError as exc:
+        except (OSError, _Unavailable) as exc:
             if first:
+                if isinstance(exc, _Unavailable):
+                    raise
                 raise _refused(endpoint, exc) from None
             attempt += 1
             if attempt > len(delays):
+                why = exc if isinstance(exc, _Unavailable) else (exc.strerror or exc)
                 raise InputError(
-                    f"lost the connection to {endpoint.shown} and could not reconnect: "
-                    f"{exc.strerror or exc}"
+                    f"lost the connection to {endpoint.shown} and could not reconnect: {why}"
                 ) from None
             delay = _delay(reader, delays, attempt)
             _note(f"cannot reconnect to {endpoint.shown}; trying again in {delay:g} s")
             sleep(delay)
             continue
         _note(("reconnected to " if not first else "attached to ") + endpoint.shown)
+        if not first:
+            try:
+                _after_reconnect(endpoint, reader)
+            except BaseException:
+                response.close()
+                raise
+            if reader.idle and (until_idle or ending()):
+                response.close()
+                return
         first = False
         try:
+            opened = time.monotonic()
             line_no, got_data = _read(response, reader, writer, line_no, until_idle, ending)
         finally:
             response.close()
         if reader.idle and (until_idle or ending()):
             return
         reader.drop_frame()
-        if got_data:
+        # A connection that delivered data and lasted resets the count; one dropped at once
+        # (``server.connected``, then closed: a server crash-looping) does not, or attach
+        # would reconnect every 0.5 s for ever, two stderr lines each time.
+        if got_data and time.monotonic() - opened >= delays[-1]:
             attempt = 0
         attempt += 1
         if attempt > len(delays):
@@ -295,6 +327,42 @@ def follow(
         delay = _delay(reader, delays, attempt)
         _note(f"connection to {endpoint.shown} lost; reconnecting in {delay:g} s")
         sleep(delay)
+
+
+def _after_reconnect(endpoint: Any, reader: Any) -> None:
+    """What the server says now, asked once the new stream is open (so that no change
+    after the answer is missed): a server restarted in the middle of a run killed it, and
+    a restarted server sends no idle for a run it never had; a server on another database
+    has no such session. ``GET /session/status`` lists the sessions at work (OpenCode
+    1.18.33: ``{"ses_…": {"type": "busy"}}``, ``{}`` when none); a followed session seen at
+    work and not listed went idle while attach was away. A server that does not answer so
+    is followed as before."""
+    import http.client
+
+    session = reader.session
+    if session is None:
+        return
+    if reader.named:
+        try:
+            known_session(endpoint, session)
+        except InputError:
+            raise InputError(
+                f"{endpoint.shown} no longer has session {session} (another OpenCode, on "
+                "another database, answers there now?)"
+            ) from None
+    try:
+        status, busy = endpoint.get_json("/session/status")
+    except (OSError, http.client.HTTPException):
+        return
+    if status != 200 or not isinstance(busy, dict):
+        return
+    state = busy.get(session)
+    at_work = isinstance(state, dict) and state.get("type") not in (None, "idle")
+    if not at_work and reader.went_idle_while_away():
+        _note(
+            f"{session} is no longer at work on {endpoint.shown}: it ended (or the server "
+            "was restarted) while the connection was lost; its events meanwhile are lost"
+        )
 
 
 def _delay(reader: Any, delays: tuple[float, ...], attempt: int) -> float:

@@ -794,6 +794,19 @@ class SseReader:
         self._went_idle(_str(_SESSION_ONLY.decode(props).sessionID))
         return []
 
+    @property
+    def named(self) -> bool:
+        """The followed session was asked for (``session=``), not adopted."""
+        return self._chosen
+
+    def went_idle_while_away(self) -> bool:
+        """The server says the followed session is not at work (asked after a reconnect):
+        counts as its idle when it was seen at work; True when that made it idle."""
+        if self._followed is None or not self._followed_at_work or self.idle:
+            return False
+        self._went_idle(self._followed)
+        return self.idle
+
     def _went_idle(self, session: str | None) -> None:
         # Only an idle after work: attach first, then prompt (an idle the server reports
         # for a session that has not been seen at work is the state before the run).

@@ -362,6 +362,9 @@ class _FlakyHandler(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:  # noqa: N802
+        if not self.path.startswith("/event"):  # GET /session/status after a reconnect
+            self.send_error(404)
+            return
         self.server.connections += 1
         first = self.server.connections == 1
         self.send_response(200)
