@@ -130,6 +130,7 @@ def follow_replay(src: Path, dst: Path, *flags: str) -> tuple[list[dict[str, Any
     finally:
         writer.wait(timeout=60)
     assert end is None and writer.returncode == 0
+    follower.rows_now()  # a look at the rows put off (ROWS_SHARE) is made now
     with Store(dst) as store:  # what the last commits wrote after the last look
         sink.write(follower.read(store))
     sink.write(follower.finish())
@@ -237,6 +238,96 @@ def test_a_session_whose_first_events_were_pruned_is_read_from_its_rows(tmp_path
         (parent,) = conn.execute("SELECT id FROM session WHERE parent_id IS NULL").fetchone()
         conn.execute("DELETE FROM event WHERE aggregate_id = ? AND seq < 10", (parent,))
     assert comparable(at_once(db)) == comparable(imported(db))
+
+
+class Ticking:
+    """A monotonic clock that moves ``step`` seconds at each reading (a look that costs)."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 1000.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def _unlogged(tmp_path: Path, name: str) -> Path:
+    """A copy of samples/``name``'s store as an OpenCode older than the log wrote it."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / name / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM event")
+        conn.execute("DELETE FROM event_sequence")
+    conn.close()
+    return db
+
+
+def _written_later(db: Path) -> str:
+    """A session written after following began, without log rows (as an OpenCode older than
+    the log writes one): read from its rows alone. Its id."""
+    return _add_session(db, SAMPLES / "bash_ok" / "opencode.db", logged=False)
+
+
+def _after_a_costly_look(db: Path) -> tuple[StoreFollower, Ticking]:
+    """A follower of every session of ``db`` that read its history, then looked at the
+    rows again, a look that took 1 s (its clock, read twice a look, moving 0.5 s a read);
+    the clock stands still from then on."""
+    follower = StoreFollower(Normalizer(), all_sessions=True)
+    clock = Ticking(step=0.5)
+    follower.monotonic = clock  # type: ignore[method-assign]
+    with Store(db) as store:
+        assert follower.read(store)  # the history: read whole, whatever it cost
+        assert follower.read(store) == [] and not follower.rows_owed  # the costly look
+    clock.step = 0.0
+    return follower, clock
+
+
+def test_a_costly_look_at_rows_is_put_off_then_made_without_a_change(tmp_path: Path) -> None:
+    """Sessions without a log are looked at by scanning their rows (a second at 10,000
+    sessions): after one that took 1 s, the next is put off for 9 s (ROWS_SHARE), owed,
+    and made when its time comes even if the store did not change again."""
+    db = _unlogged(tmp_path, "continue3")
+    follower, clock = _after_a_costly_look(db)
+    sid = _written_later(db)
+    with Store(db) as store:
+        assert follower.read(store) == []  # put off
+    assert follower.rows_owed and not follower.rows_due()
+    clock.now += 9.5
+    assert follower.rows_due()  # owed, and its time has come: looked at without a change
+    with Store(db) as store:
+        later = as_dicts(follower.read(store) + follower.finish())
+    assert comparable(later) == comparable(_of(imported(db), sid))
+    assert not follower.rows_owed and not follower.rows_due()
+
+
+def test_a_follow_does_not_end_on_a_look_put_off(tmp_path: Path) -> None:
+    """Following until idle: a session that looks idle while a look at its rows is owed is
+    read first; what it wrote meanwhile is in the output, and the end is judged after."""
+    db = _unlogged(tmp_path, "continue3")
+    follower, _ = _after_a_costly_look(db)
+    follower.seen_at_work = True  # it worked: following ends once it is idle
+    sid = _written_later(db)
+    sink = Sink()
+    end = follow_store(db, follower, sink, watch=StoreWatch(db, interval=0.01))
+    assert end is FollowEnd.IDLE
+    assert comparable(as_dicts(sink.events)) == comparable(_of(imported(db), sid))
+
+
+def test_a_stopped_follow_catches_up_on_a_look_put_off(tmp_path: Path) -> None:
+    from opencode_events.pipeline.follow import catch_up
+
+    db = _unlogged(tmp_path, "continue3")
+    follower, _ = _after_a_costly_look(db)
+    sid = _written_later(db)
+    with Store(db) as store:
+        assert follower.read(store) == []
+    sink = Sink()
+    catch_up(db, follower, sink)
+    sink.write(follower.finish())
+    assert comparable(as_dicts(sink.events)) == comparable(_of(imported(db), sid))
+    before = len(sink.events)
+    catch_up(db, follower, sink)  # nothing owed: nothing read again
+    assert len(sink.events) == before
 
 
 def _add_session(db: Path, src: Path, *, logged: bool) -> str:

@@ -54,7 +54,7 @@ def follow_import(
     from ..core.activity import stale_after_ms
     from ..core.normalizer import Normalizer
     from ..output.jsonl import make_writer
-    from ..pipeline.follow import FollowEnd, follow_store
+    from ..pipeline.follow import FollowEnd, catch_up, follow_store
     from ..sources.eventlog import StoreFollower
     from ..store.open import select_sessions, store_files
     from .quick import event_mcp_servers
@@ -94,6 +94,7 @@ def follow_import(
         # shows it); no metrics, as any interrupted command. A write that fails now (the
         # reader gone too) must not hide how the command ended.
         with contextlib.suppress(Exception):
+            catch_up(path, follower, writer)
             writer.write(follower.finish())
         raise
     finally:

@@ -8,6 +8,7 @@ logic is in ``opencode_events.otel``; this module owns the options and the termi
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -261,7 +262,7 @@ def _follow(
     from ..otel.sent import SentLedger
     from ..otel.spans import TraceBuilder
     from ..paths import locate_db
-    from ..pipeline.follow import follow_store
+    from ..pipeline.follow import catch_up, follow_store
     from ..sources.eventlog import StoreFollower
     from ..store.open import select_sessions
 
@@ -311,6 +312,8 @@ def _follow(
                 stop=sender.poll,
             )
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: what was seen still goes
+            with contextlib.suppress(InputError):  # a store gone meanwhile: what was read
+                catch_up(path, follower, collector)
             collector.write(follower.finish())
             if path.exists():
                 sender.last_send()  # one try each: a shutdown is not held up by retries

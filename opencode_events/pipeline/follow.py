@@ -9,7 +9,8 @@ restarts go on as without us). A database that does not exist yet is waited for.
 It ends (``FollowEnd``) when the followed sessions, seen at work, are idle again or stale
 (``core.activity``), or when what they cost with their subagents crosses ``max_cost`` (the
 sessions named, or the newest once seen at work: an idle one a new run will replace
-counts for nothing); ``until_idle=False`` goes on until interrupted::
+counts for nothing); ``until_idle=False`` goes on until interrupted, and ``catch_up`` then
+reads what a put-off look at the rows of sessions without a log still owes::
 
     follower = StoreFollower(Normalizer())
     end = follow_store(path, follower, writer)        # FollowEnd.IDLE, .STALE, .OVER_BUDGET
@@ -30,7 +31,7 @@ from ..sources.eventlog import StoreFollower
 from ..store.sqlite import Store
 from ..store.watch import StoreWatch
 
-__all__ = ["FollowEnd", "follow_store"]
+__all__ = ["FollowEnd", "follow_store", "catch_up"]
 
 RETRIES = 10  # failed reads in a row (one a poll) before a database read before is an error
 
@@ -64,7 +65,7 @@ def follow_store(
     told = waiting is None or not until_idle
     failures = 0  # reads that failed in a row
     while True:
-        if watch.changed():
+        if watch.changed() or follower.rows_due():
             stopped = False
             try:
                 with Store(path) as store:
@@ -101,8 +102,23 @@ def follow_store(
                     waiting(list(follower.roots))  # type: ignore[misc]  # told: it is set
         if until_idle and follower.seen_at_work:
             state = follower.state(clock() * 1000, stale_after)
+            if state != BUSY and follower.rows_owed:  # a look put off: read it, then judge
+                follower.rows_now()
+                continue
             if state != BUSY:
                 return FollowEnd.STALE if state == STALE else FollowEnd.IDLE
         if stop is not None and stop():
             return None
         watch.pause()
+
+
+def catch_up(path: str | os.PathLike[str], follower: StoreFollower, writer: Any) -> None:
+    """Following stopped (a signal, ``stop``): a look at the rows of sessions without a log
+    that was put off (``StoreFollower.rows_due``) is made now, so what they wrote before the
+    stop is written too. Nothing owed: nothing read."""
+    if not follower.rows_owed or not os.path.exists(path):
+        return
+    follower.rows_now()
+    with Store(path) as store:
+        for events in follower.read_batches(store):
+            writer.write(events)

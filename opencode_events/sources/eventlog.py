@@ -14,7 +14,11 @@ handed to the same reader as the updates ``message.updated`` and ``message.part.
 would have sent, messages in the import's order (``time_created``, id), a user message
 before its parts and an assistant message after them. The reader remembers what it wrote,
 so a row read again, or a session that moves from its rows to its log, never doubles an
-event.
+event. Looking at the rows costs a scan of those sessions' rows (no index says what
+changed), a second for 10,000 sessions: after the history, such a look is put off until
+nine times what the last one took has passed (at most a tenth of the time on them, where
+each look at every change took a core while OpenCode worked), and ``rows_due`` says when
+one is owed without a change to the store.
 
 Each ``read`` takes one read transaction (one consistent snapshot) and ends it, so nothing
 is held between reads. ``read_batches`` gives the same events in batches, a session read
@@ -50,6 +54,7 @@ from .sse import SseReader
 __all__ = ["StoreFollower", "SessionActivity", "event_type", "BATCH_EVENTS"]
 
 BATCH_EVENTS = 2000  # events a batch of ``read_batches`` holds at least (but the last)
+ROWS_SHARE = 0.1  # the most of the time looks at the rows of sessions without a log take
 
 _VERSION = re.compile(r"\.\d+$")
 
@@ -143,6 +148,8 @@ class StoreFollower:
         self._session_top_id: Any = None  # and the id it held then
         self._costs: dict[str, float] = {}  # session → its cost column, for limits
         self._reads = 0
+        self._rows_next = 0.0  # the rows pass is put off until then (``monotonic``)
+        self.rows_owed = False  # a change not yet looked for in the rows: a look is owed
         # Set when the store did not exist as following began: its history too is being
         # written now (its own times may be old: a store written again, a skewed clock).
         self.live_from_start = False
@@ -182,6 +189,18 @@ class StoreFollower:
             self.between_sessions = True
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("COMMIT")
+
+    monotonic = staticmethod(time.monotonic)  # the clock of the rows' looks (tests set it)
+
+    def rows_due(self) -> bool:
+        """Whether a look is owed to the rows of sessions without a log, and its time has
+        come: a follower looks then even if the store did not change since."""
+        return self.rows_owed and self.monotonic() >= self._rows_next
+
+    def rows_now(self) -> None:
+        """The next look reads the rows, whatever the last one cost (before following
+        ends: what was put off is read first)."""
+        self._rows_next = 0.0
 
     @property
     def position(self) -> int:
@@ -225,11 +244,19 @@ class StoreFollower:
                     yield events
                     events = []
         self.between_sessions = True
-        for session_id, cursor in list(self._by_rows.items()):
-            events += self._rows(conn, session_id, cursor)
-            if len(events) >= BATCH_EVENTS:  # a session whole: never cut
-                yield events
-                events = []
+        began = self.monotonic()
+        if self._reads and self._by_rows and began < self._rows_next:
+            self.rows_owed = True  # put off: looked at once its time has come (``rows_due``)
+        else:
+            self.rows_owed = False
+            for session_id, cursor in list(self._by_rows.items()):
+                events += self._rows(conn, session_id, cursor)
+                if len(events) >= BATCH_EVENTS:  # a session whole: never cut
+                    yield events
+                    events = []
+            ended = self.monotonic()
+            if self._reads:  # the history's pass reads everything: no measure of a look
+                self._rows_next = ended + (ended - began) * (1 / ROWS_SHARE - 1)
         if events:
             yield events
         if self._reads or self.live_from_start:
