@@ -382,6 +382,42 @@ def test_follow_all_sees_sessions_that_appear_later(tmp_path: Path, logged: bool
     assert {e["session_id"] for e in later if e["kind"] != "metrics"} == set(added)
 
 
+def test_rows_read_again_at_the_cursor_are_not_written_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a log, each session's rows of its latest millisecond are read again at the
+    next look. task_background's subagent ends on a reply OpenCode aborted (its error is
+    written from the message row, its newest); a later session (prune) follows. Their
+    history outgrows the reader's memory of what it wrote (small here; 65,536 ids, which
+    the history of a store of 1,000 sessions outgrows), so the aborted reply's error came
+    again at the first look after the history, for a write that changed none of its rows."""
+    from opencode_events.sources import sse
+    from tests.stores import merged_captures
+
+    db = merged_captures(tmp_path / "opencode.db", ("task_background", "prune"))
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM event")
+        conn.execute("DELETE FROM event_sequence")
+        (aborted,) = conn.execute(
+            "SELECT count(*) FROM message WHERE json_extract(data, '$.error.name') = "
+            "'MessageAbortedError' AND time_updated = (SELECT max(time_updated) FROM message m "
+            "WHERE m.session_id = message.session_id)"
+        ).fetchone()
+    conn.close()
+    assert aborted == 1
+    monkeypatch.setattr(sse, "_MEMORY", 16)
+    follower = StoreFollower(Normalizer(), all_sessions=True)
+    with Store(db) as store:
+        history = as_dicts(follower.read(store))
+    with sqlite3.connect(db) as conn:  # a write that changes no message or part
+        conn.execute("UPDATE session SET title = title")
+    conn.close()
+    with Store(db) as store:
+        again = as_dicts(follower.read(store) + follower.finish())
+    assert [e for e in again if e["kind"] != "metrics"] == []
+    assert comparable(history + again) == comparable(imported(db))
+
+
 def test_follow_all_through_the_loop_sees_a_session_without_log_rows(tmp_path: Path) -> None:
     """The same through ``follow_store``'s loop: its watch sees the commit, its read the
     new session."""

@@ -12,13 +12,16 @@ Where a session has no log (a database older than the log, or a session whose fi
 were pruned), its message and part rows stand in: changed rows (by ``time_updated``) are
 handed to the same reader as the updates ``message.updated`` and ``message.part.updated``
 would have sent, messages in the import's order (``time_created``, id), a user message
-before its parts and an assistant message after them. The reader remembers what it wrote,
-so a row read again, or a session that moves from its rows to its log, never doubles an
-event. Looking at the rows costs a scan of those sessions' rows (no index says what
-changed), a second for 10,000 sessions: after the history, such a look is put off until
-nine times what the last one took has passed (at most a tenth of the time on them, where
-each look at every change took a core while OpenCode worked), and ``rows_due`` says when
-one is owed without a change to the store.
+before its parts and an assistant message after them. The rows of a session's latest
+millisecond are read again at the next read (more may come in it): those unchanged since
+are passed over, for the reader's memory of what it wrote is bounded (the history of a
+large store outgrows it). The reader remembers what it wrote, so a row changed in that
+millisecond, or a session that moves from its rows to its log, never doubles an event.
+Looking at the rows costs a scan of those sessions' rows (no index says what changed), a
+second for 10,000 sessions: after the history, such a look is put off until nine times what
+the last one took has passed (at most a tenth of the time on them, where each look at every
+change took a core while OpenCode worked), and ``rows_due`` says when one is owed without a
+change to the store.
 
 Each ``read`` takes one read transaction (one consistent snapshot) and ends it, so nothing
 is held between reads. ``read_batches`` gives the same events in batches, a session read
@@ -35,6 +38,7 @@ reply, the last write seen::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import sqlite3
 import time
@@ -142,6 +146,8 @@ class StoreFollower:
         self._rowid = 0  # the last event row read
         self._seqs: dict[str, int] = {}  # per session, the highest seq read
         self._by_rows: dict[str, int] = {}  # sessions read from rows → time_updated cursor
+        # and → the rows read at that cursor's millisecond, as (kind, id) → what they held
+        self._at_cursor: dict[str, dict[tuple[str, Any], bytes]] = {}
         self._started: set[str] = set()  # sessions whose history was read
         self._has_log: bool | None = None
         self._session_rowid = 0  # with all_sessions: the newest session row looked at
@@ -435,15 +441,12 @@ class StoreFollower:
     def _rows(
         self, conn: sqlite3.Connection, session_id: str, cursor: int, *, keep: bool = True
     ) -> list[Event]:
-        """The session's messages and parts written at ``cursor`` or later (ms)."""
-        messages = {
-            mid: (created, updated, data)
-            for mid, created, updated, data in conn.execute(
-                "SELECT id, time_created, time_updated, CAST(data AS BLOB) FROM message "
-                "WHERE session_id = ? AND time_updated >= ?",
-                (session_id, cursor),
-            )
-        }
+        """The session's messages and parts written at ``cursor`` or later (ms), but those
+        read at ``cursor`` before and unchanged since: the reader's memory of what it wrote
+        is bounded, and a store's history outgrows it, so they would be written again."""
+        before = self._at_cursor.get(session_id, {}) if keep else {}
+        at_latest: dict[tuple[str, Any], Any] = {}  # the rows at ``latest``: their data
+        messages: dict[Any, tuple[Any, Any, Any]] = {}
         parts: dict[Any, list[tuple[Any, ...]]] = {}
         latest = cursor
         for pid, mid, updated, data in conn.execute(
@@ -451,12 +454,34 @@ class StoreFollower:
             "WHERE session_id = ? AND time_updated >= ?",
             (session_id, cursor),
         ):
+            if type(updated) is int and updated > latest:
+                latest, at_latest = updated, {}
+            if updated == latest:
+                at_latest[("p", pid)] = data
+            if before and updated == cursor and before.get(("p", pid)) == _held(data):
+                continue  # read at the cursor, unchanged
             parts.setdefault(mid, []).append((pid, updated, data))
+        for mid, created, updated, data in conn.execute(
+            "SELECT id, time_created, time_updated, CAST(data AS BLOB) FROM message "
+            "WHERE session_id = ? AND time_updated >= ?",
+            (session_id, cursor),
+        ):
             if type(updated) is int and updated > latest:
-                latest = updated
-        for _created, updated, _data in messages.values():
-            if type(updated) is int and updated > latest:
-                latest = updated
+                latest, at_latest = updated, {}
+            if updated == latest:
+                at_latest[("m", mid)] = data
+            if (
+                before
+                and updated == cursor
+                and mid not in parts  # none of its parts changed
+                and before.get(("m", mid)) == _held(data)
+            ):
+                continue  # read at the cursor, unchanged
+            messages[mid] = (created, updated, data)
+        if keep:
+            # Rows written in the same millisecond as the last one read may still come.
+            self._by_rows[session_id] = latest
+            self._at_cursor[session_id] = {key: _held(data) for key, data in at_latest.items()}
         if not messages and not parts:
             return []
         missing = [mid for mid in parts if mid not in messages]
@@ -491,9 +516,6 @@ class StoreFollower:
                 events += reader.stored_message(message[2], _prov(session_id, mid))
             if message is not None:
                 activity.wrote(message[1])
-        if keep:
-            # Rows written in the same millisecond as the last one read may still come.
-            self._by_rows[session_id] = latest
         return events
 
     # ------------------------------------------------------------------ state
@@ -628,6 +650,12 @@ def _is_user(data: bytes) -> bool:
         return _ROLE.decode(data).role == "user"
     except (msgspec.DecodeError, RecursionError):
         return False
+
+
+def _held(data: Any) -> bytes:
+    """What a row read at a cursor held: a digest of its data."""
+    raw = data if type(data) is bytes else repr(data).encode()
+    return hashlib.blake2b(raw, digest_size=16).digest()
 
 
 def _sortable(value: Any) -> Any:
