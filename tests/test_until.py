@@ -209,3 +209,21 @@ def test_until_cuts_what_a_pending_undo_undid_as_it_cuts_the_rest():
     assert "undone_inferences" not in first["total"] and "notes" not in first
     one = usage("--db", db, "--last", "--until", _iso(times[4]))  # one undone step by then
     assert (one["total"]["inferences"], one["total"]["undone_inferences"]) == (3, 1)
+
+
+@pytest.mark.parametrize("by", ["turn", "session", "day", "step"])
+def test_all_with_since_is_the_window_as_all_with_until_is(by):
+    """ccusage's users write `--all --since`: a window of every session, as `--all --until`
+    is; the same report as `--since` alone (it was refused)."""
+    db = str(SAMPLES / "continue3" / "opencode.db")
+    times = sorted(
+        row["started"]
+        for row in usage("--db", db, "--all", "--by", "step", "-z", "UTC")["rows"]
+        if row.get("started")
+    )
+    middle = datetime.fromtimestamp(times[len(times) // 2] / 1000, UTC)
+    window = ("--since", middle.isoformat(timespec="milliseconds"), "--by", by, "-z", "UTC")
+    with_all = usage("--db", db, "--all", *window)
+    assert with_all == usage("--db", db, *window)
+    counted = with_all["total"].get("inferences", len(with_all["rows"]))  # by step: its rows
+    assert 0 < counted < len(times)

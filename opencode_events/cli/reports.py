@@ -167,7 +167,7 @@ def usage(
     )
     if chose_stored and inputs:
         raise click.UsageError("give either INPUT files or stored sessions (--db …), not both")
-    if all_sessions and (session_ids or last or since):
+    if all_sessions and (session_ids or last):  # --since and --until: a window of them all
         raise click.UsageError("--all already reads every session; leave out the others")
     from_store = chose_stored or (not inputs and sys.stdin is not None and sys.stdin.isatty())
     start, end = window_ms(since, until, zone)  # once: "2h" is read against the clock
