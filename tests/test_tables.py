@@ -323,6 +323,55 @@ def test_a_table_in_a_pipe_is_as_wide_as_COLUMNS_says(args, columns):
     assert 0 < _width(result.stdout.decode()) <= int(columns)
 
 
+@pytest.mark.parametrize(
+    ("window", "said"),
+    [
+        (("--since", "2099-01-01"), ["no inference", "the sessions active since 2099-01-01 00:00"]),
+        (
+            ("--since", "2099-01-01", "--until", "2099-01-31"),
+            ["no inference", "the sessions active from 2099-01-01 00:00 to 2099-01-31 23:59"],
+        ),
+        (("--last", "--until", "2000-01-01"), ["no inference", "until 2000-01-01 23:59"]),
+    ],
+)
+def test_an_empty_usage_table_says_so_and_of_which_sessions(window, said):
+    """A window with no inference in it: a line says so, and which window (the whole
+    table of nothing, a lone $0.00 total, said neither)."""
+    result = _cli(
+        "usage",
+        "--db",
+        "samples/fork/opencode.db",
+        *window,
+        "-z",
+        "UTC",
+        "--format",
+        "table",
+        columns="80",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().splitlines() == said
+
+
+def test_a_usage_table_of_a_window_says_the_window_in_its_caption():
+    result = _cli(
+        "usage",
+        "--db",
+        "samples/fork/opencode.db",
+        "--all",
+        "--since",
+        "2000-01-01",
+        "--by",
+        "session",
+        "-z",
+        "UTC",
+        "--format",
+        "table",
+        columns="200",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "every session, since 2000-01-01 00:00" in result.stdout.decode()
+
+
 def test_a_table_in_a_pipe_without_COLUMNS_is_drawn_wide():
     result = _cli(
         "usage", "--db", "samples/fork/opencode.db", "--all", "--format", "table", columns=None

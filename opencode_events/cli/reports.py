@@ -224,15 +224,33 @@ def usage(
             every = all_sessions or covers_every_session(
                 by, session_ids, last=last, since_ms=start, until_ms=end
             )
+            window = _window_words(start, end, zone)
             if every:
-                scope = "every session"
-            elif not (session_ids or last) and start is None and end is None:
+                scope = "every session" + (f", {window}" if window else "")
+            elif not (session_ids or last) and window:  # an empty window says which it was
+                scope = f"the sessions active {window}"
+            elif not (session_ids or last):
                 scope = "the last session (--all: every session)"
+            elif window:
+                scope = window
         usage_table(
             report, out=sys.stdout, store=from_store, tz=zone, scope=scope, row_count=row_count
         )
         return
     write_usage(report, fmt, out, csv_raw=csv_raw)
+
+
+def _window_words(start: int | None, end: int | None, zone: Any) -> str | None:
+    """``--since``/``--until`` as the table's caption says them, in the report's zone."""
+    from ..core.timeutil import format_time
+
+    if start is not None and end is not None:
+        return f"from {format_time(start, zone)} to {format_time(end, zone)}"
+    if start is not None:
+        return f"since {format_time(start, zone)}"
+    if end is not None:
+        return f"until {format_time(end, zone)}"
+    return None
 
 
 def _to_github(report: Any) -> None:

@@ -630,6 +630,9 @@ def usage_table(
     if any(r.subagent_cost is not None for r in rows):  # folded rows say which they are
         said.append("figures +sub: with subagents' (subagents: their cost)")
     caption = "; ".join(said) if said else None
+    if not rows and not every:  # nothing in what was chosen: a line says so, and of what
+        draw_table(label + figures, [], out=out, empty="no inference", caption=caption, width=width)
+        return
     draw_table(label + figures, rows, out=out, total=report.total, caption=caption, width=width)
 
 
