@@ -2830,3 +2830,21 @@ def test_a_chain_of_replies_dated_before_their_parents_loses_none(tmp_path):
     whole = total(SAMPLES / "continue3" / "opencode.db", "turn")
     assert total(db, "turn") == whole
     assert total(db, "step")[1] == pytest.approx(whole[1])
+
+
+@pytest.mark.parametrize(
+    "title", ["a|b", "a\\|b", "C:\\path\\", "\\\\|", "ends with \\", "x\r\ny|z\n"]
+)
+def test_markdown_keeps_a_cell_whole_whatever_its_backslashes_and_pipes(title):
+    """GFM splits a row at each `|` that is not escaped, a backslash escaping the character
+    after it (`\\\\` included, cmark-gfm's scan_table_cell): a title's own `\\|` written as
+    `\\\\|` ended the cell there. Read back as GFM reads it, the cell is the title (its line
+    ends made spaces)."""
+    from opencode_events.output.rows import markdown_pieces
+
+    written = b"".join(markdown_pieces([{"title": title}], ["title"])).decode()
+    row = written.splitlines()[2]
+    cells = re.findall(r"(?:\\.|[^|\\])+", row.strip().strip("|"))
+    assert len(cells) == 1, row
+    shown = re.sub(r"\\(.)", r"\1", cells[0].strip())
+    assert shown == title.replace("\r\n", " ").replace("\n", " ").strip()

@@ -246,8 +246,10 @@ def markdown_pieces(
     """``write_markdown``'s bytes, ``every`` rows at a time: the rows are never held."""
 
     def escape(text: str) -> str:
+        # A backslash escaped first: a title's own "\|" would end the cell at its "|".
         # Markdown ends a line, and so the table's row, at LF, CR and CRLF alike.
-        return text.replace("|", "\\|").replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+        text = text.replace("\\", "\\\\").replace("|", "\\|")
+        return text.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
 
     named = headers or {}
     lines = [
