@@ -12,6 +12,8 @@ scripted destination in place of the network.
 from __future__ import annotations
 
 import json
+import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -629,6 +631,67 @@ def test_a_ledger_that_cannot_be_kept_is_said_once_and_everything_still_goes(
     assert len(said) == 1 and said[0].startswith("warning: what was sent cannot be kept (")
     assert said[0].endswith("started again, the follower sends the history again")
     sender.finish()  # no error: everything was delivered
+
+
+def test_a_change_that_gives_no_event_after_a_send_is_kept_as_delivered(tmp_path: Path) -> None:
+    """OpenCode writes a session's title and diff summary (`session.updated`) a few ms after
+    it went idle: a follower that sent it in that gap saw its counter move with no event to
+    send, and kept the older counter, so every later start sent the whole session again."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(ROOT / "samples" / "bash_ok" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        cols = [d[1] for d in conn.execute("PRAGMA table_info(event)")]
+        last = conn.execute("SELECT * FROM event ORDER BY rowid DESC LIMIT 1").fetchone()
+        assert last[cols.index("type")] == "session.updated.1"  # as OpenCode ends a run
+        conn.execute("DELETE FROM event WHERE id = ?", (last[cols.index("id")],))
+        conn.execute("UPDATE event_sequence SET seq = seq - 1")
+    conn.close()
+    folder, clock = tmp_path / "state", Clock()
+    ledger = SentLedger.open(db, "http://collector:4318/v1/traces", folder=folder)
+    sender = sender_over(db, Scripted(lambda signal, doc: None), clock, [], ledger)
+    sender.send()  # done: sent, before its last row came
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            f"INSERT INTO event ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", last
+        )
+        conn.execute("UPDATE event_sequence SET seq = seq + 1")
+    conn.close()
+    clock.now += 2
+    with Store(db) as opened:
+        sender.collector.write(sender.follower.read(opened, clock() * 1000))
+    sender.poll()
+    sender.last_send()
+    again, sender, said = follow_again(db, folder)
+    assert span_ids(again.taken) == [] and sender.summary.left_out == 1
+
+
+def test_what_was_delivered_is_written_within_seconds_not_at_the_next_delivery(
+    logged: Path, tmp_path: Path
+) -> None:
+    """A follower killed (-9, out of memory, power lost) sends again only what it delivered
+    in its last seconds: a delivery soon after a save is written once its time comes, not
+    at the next delivery, which may be hours later."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(logged, db)
+    folder, clock = tmp_path / "state", Clock()
+    ledger = SentLedger.open(db, "http://collector:4318/v1/traces", folder=folder)
+    sender = sender_over(db, Scripted(lambda signal, doc: None), clock, [], ledger)
+    sender.send()  # the history: delivered, and saved
+    (file,) = folder.iterdir()
+    with Store(db) as opened:
+        sid = sorted(row.id for row in opened.sessions(top_level=True))[2]
+    before = json.loads(file.read_bytes())["sessions"][sid]
+    write_on(db, sid)  # worked on, and done 2 s after that save
+    clock.now += 2
+    with Store(db) as opened:
+        sender.collector.write(sender.follower.read(opened, clock() * 1000))
+    clock.now += 1
+    sender.poll()
+    assert ledger.sessions[sid] == before + 1  # delivered
+    for _ in range(3):  # the store idle from then on
+        clock.now += 10
+        sender.poll()
+    assert json.loads(file.read_bytes())["sessions"][sid] == before + 1
 
 
 def test_cli_a_follower_started_again_sends_only_what_is_new(tmp_path: Path) -> None:

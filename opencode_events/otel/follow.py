@@ -85,6 +85,7 @@ class FollowSender:
         self._holding: Counter[str] = Counter()  # session → queued bodies with its spans
         self._saved_at = 0.0
         self._ledger_said = False  # why the ledger cannot be kept, said once
+        self._moved: set[str] = set()  # sessions whose counter moved: caught up when done
         self.warn = warn
         self.queue: deque[_Queued] = deque()
         self._queued_bytes = 0
@@ -147,6 +148,7 @@ class FollowSender:
                 collector.write(self.follower.finish_session(sid))
         if ready:
             self._gather(ready, now_ms)
+        self._caught_up(states, now_ms)
         if self.queue and (everything or self.clock() >= self._next_try):
             self._deliver()  # and what a backend out of reach left queued, when its time came
 
@@ -384,6 +386,27 @@ class FollowSender:
                 seq = self._pending.pop(sid, None)
                 if seq is not None and sid not in self.dropped_sessions:
                     self.ledger.record(sid, seq)
+
+    def _caught_up(self, states: dict[str, str], now_ms: float) -> None:
+        """A delivered session whose counter moved with changes that gave no event (OpenCode
+        writes its title and diff summary just after it went idle): the backend has all a
+        follower would send of it, so it is kept as delivered at its newest counter (else
+        each start would send it again). Then the ledger is saved when its time has come."""
+        ledger = self.ledger
+        if ledger is None:
+            return
+        moved = self._moved
+        moved |= self.follower.moved()
+        for sid in list(moved):
+            if sid in states or sid in self._pending:
+                continue  # gathered, or to be: recorded once delivered; then looked at again
+            recorded, seq = ledger.sent(sid), self.follower.session_seq(sid)
+            if sid in self.dropped_sessions or recorded is None or seq is None or seq <= recorded:
+                moved.discard(sid)  # nothing delivered of it to catch up, or caught up
+            elif self._state(sid, now_ms) != BUSY:
+                ledger.record(sid, seq)
+                moved.discard(sid)
+        self._save()
 
     def _save(self, *, now: bool = False) -> None:
         """The ledger written, when it changed: at most every ``_SAVE_EVERY_S`` (a crash

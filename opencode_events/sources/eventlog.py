@@ -149,6 +149,7 @@ class StoreFollower:
         self.seen_at_work = False  # a followed session was in flight at some read
         self._rowid = 0  # the last event row read
         self._seqs: dict[str, int] = {}  # per session, the highest seq read
+        self._moved: set[str] = set()  # sessions whose seq moved since ``moved`` was asked
         self._by_rows: dict[str, int] = {}  # sessions read from rows → time_updated cursor
         # and → the rows read at that cursor's millisecond, as (kind, id) → what they held
         self._at_cursor: dict[str, dict[tuple[str, Any], bytes]] = {}
@@ -221,6 +222,12 @@ class StoreFollower:
         """The number of ``session_id``'s newest event read from the log (its change
         counter, ``store.changes``); None when it was read from its rows."""
         return self._seqs.get(session_id)
+
+    def moved(self) -> set[str]:
+        """The sessions whose change counter moved since this was last asked (a change
+        that gave no event too: a title, a diff summary)."""
+        moved, self._moved = self._moved, set()
+        return moved
 
     def finish(self) -> list[Event]:
         """Parts still open when following ends (a text never completed, a call cut off)."""
@@ -427,6 +434,7 @@ class StoreFollower:
                 if seq <= seqs.get(session_id, -1):
                     continue  # read already
                 seqs[session_id] = seq
+                self._moved.add(session_id)
             if self.all_sessions:
                 self._started.add(session_id)
             if not isinstance(type_, str) or type(data) is not bytes:
