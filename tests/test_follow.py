@@ -330,6 +330,37 @@ def test_a_stopped_follow_catches_up_on_a_look_put_off(tmp_path: Path) -> None:
     assert len(sink.events) == before
 
 
+def test_a_read_failing_at_the_end_with_a_look_owed_pauses_as_any_failed_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenCode quitting as its run ends (its WAL removed while read): a read fails for a
+    moment. With a look owed, the follow tried again at once, eleven times in 9 ms, and
+    ended with `cannot read` (exit 2); it pauses between tries and ends idle."""
+    from opencode_events.errors import InputError
+    from opencode_events.pipeline import follow as pipeline_follow
+
+    db = _unlogged(tmp_path, "continue3")
+    follower, _ = _after_a_costly_look(db)
+    follower.seen_at_work = True
+    sid = _written_later(db)
+    opened = {"n": 0, "first": 0.0}
+
+    class Unreadable(Store):  # for 0.2 s after the first open
+        def __enter__(self) -> Store:
+            opened["n"] += 1
+            if opened["n"] == 1:
+                opened["first"] = time.monotonic()
+            elif time.monotonic() - opened["first"] < 0.2:
+                raise InputError(f"cannot read {db}: disk I/O error")
+            return super().__enter__()
+
+    monkeypatch.setattr(pipeline_follow, "Store", Unreadable)
+    sink = Sink()
+    end = follow_store(db, follower, sink, watch=StoreWatch(db, interval=0.05))
+    assert end is FollowEnd.IDLE
+    assert comparable(as_dicts(sink.events)) == comparable(_of(imported(db), sid))
+
+
 def _add_session(db: Path, src: Path, *, logged: bool) -> str:
     """Write the session of the capture ``src`` into ``db``, in one commit: its rows, and,
     ``logged``, its event log as OpenCode 1.18 writes it beside them (else as an OpenCode

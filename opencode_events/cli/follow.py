@@ -93,8 +93,9 @@ def follow_import(
         # was, as when following ends by itself (a call OpenCode was killed in, as `import`
         # shows it); no metrics, as any interrupted command. A write that fails now (the
         # reader gone too) must not hide how the command ended.
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a store unreadable now: what was read
             catch_up(path, follower, writer)
+        with contextlib.suppress(Exception):
             writer.write(follower.finish())
         raise
     finally:

@@ -103,9 +103,11 @@ def follow_store(
         if until_idle and follower.seen_at_work:
             state = follower.state(clock() * 1000, stale_after)
             if state != BUSY and follower.rows_owed:  # a look put off: read it, then judge
-                follower.rows_now()
-                continue
-            if state != BUSY:
+                follower.rows_now()  # due from now on: the next turn reads it
+                if not failures:
+                    continue
+                # the last read failed: read again after a pause, as any failed read
+            elif state != BUSY:
                 return FollowEnd.STALE if state == STALE else FollowEnd.IDLE
         if stop is not None and stop():
             return None
