@@ -23,10 +23,12 @@ import pytest
 # The report cache (reports.cache) of every test run lives in a folder of its own, never in
 # the user's ~/.cache; the reports read and fill it as they would for a user. Removed when
 # the run ends (hundreds were left in /tmp).
-os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="opencode-events-test-cache-")
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="oce-test-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
-# So does what `otel --follow` keeps of what it sent ($XDG_STATE_HOME/opencode-events).
-os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="opencode-events-test-state-")
+# So does what `otel --follow` keeps of what it sent ($XDG_STATE_HOME/opencode-events). Not
+# named opencode-events-*: the tests that look for the store's private copies in /tmp by that
+# name would see another run's folders come and go.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="oce-test-state-")
 atexit.register(shutil.rmtree, os.environ["XDG_STATE_HOME"], True)
 
 # GNU readline, once loaded (pytest's debugging support loads it), exports COLUMNS and LINES
