@@ -122,6 +122,20 @@ def everything_once(store: Path, least: int = 100) -> list[str]:
     return sorted(ids)
 
 
+def refusing_one(db: Path) -> tuple[str, Callable[[str, dict], object]]:
+    """A top-level session of ``db``, and a backend's answer refusing every body holding
+    its spans (400) and taking the others."""
+    with Store(db) as opened:
+        victim = sorted(row.id for row in opened.sessions(top_level=True))[3]
+
+    def answer(signal: str, doc: dict) -> object:
+        if victim in conversations(doc):
+            return ExportError("http://collector refused the traces: HTTP 400", status=400)
+        return None
+
+    return victim, answer
+
+
 def test_a_backend_out_of_reach_gets_everything_once_it_is_back(store: Path) -> None:
     down = {"tries": 3}
 
@@ -180,14 +194,7 @@ def test_a_backend_whose_certificate_is_not_trusted_gets_everything_once_it_is(
 
 def test_a_refused_session_is_let_go_and_the_others_in_its_body_still_go(store: Path) -> None:
     collector = SpanCollector(TraceBuilder(parents={}))
-    with Store(store) as opened:
-        victim = sorted(row.id for row in opened.sessions(top_level=True))[3]
-
-    def answer(signal: str, doc: dict) -> object:
-        if victim in conversations(doc):
-            return ExportError("http://collector refused the traces: HTTP 400", status=400)
-        return None
-
+    victim, answer = refusing_one(store)
     said: list[str] = []
     destination = Scripted(answer)
     sender = sender_over(store, destination, Clock(), said)
@@ -572,14 +579,7 @@ def test_what_the_backend_did_not_take_is_sent_by_the_next_follower(
     """Refused (let go), or never delivered (out of reach when told to stop): not kept as
     sent, so a follower started again sends it."""
     folder = tmp_path / "state"
-    with Store(logged) as opened:
-        victim = sorted(row.id for row in opened.sessions(top_level=True))[3]
-
-    def refuse_one(signal: str, doc: dict) -> object:
-        if victim in conversations(doc):
-            return ExportError("http://collector refused the traces: HTTP 400", status=400)
-        return None
-
+    victim, refuse_one = refusing_one(logged)
     follow_again(logged, folder, refuse_one)
     again, _, _ = follow_again(logged, folder)
     assert {sid for _, doc in again.taken for sid in conversations(doc)} == {victim}
