@@ -203,3 +203,26 @@ def test_a_server_that_drops_every_connection_at_once_is_given_up_on():
         )
     assert result.returncode == 2, result.stderr.decode()
     assert result.stderr.decode().splitlines()[-1] == f"error: lost the connection to {url}"
+
+
+def test_a_proxy_dropping_streams_while_events_flow_is_not_given_up_on():
+    """A proxy that closes a stream idle for a few seconds (shorter than the 10 s a
+    connection must last to reset the count): each connection brought events, so the
+    drops are no failures in a row, and attach follows the run to its idle."""
+    script = (
+        "import runpy, sys; from opencode_events.cli import live;"
+        "live.follow.__kwdefaults__['delays'] = (0.05,) * 3;"
+        "sys.argv[0] = 'opencode-events'; runpy.run_module('opencode_events', run_name='__main__')"
+    )
+    slices = [_stream(FRAMES[at : at + 2]) for at in range(0, len(FRAMES), 2)]
+    assert len(slices) > 4  # more drops than attempts allowed
+    busy = {SESSION: {"type": "busy"}}
+    with restarting_server(slices, status=lambda n: (200, busy)) as url:
+        result = subprocess.run(
+            [sys.executable, "-c", script, "attach", url, "--format", "jsonl"],
+            capture_output=True,
+            timeout=25,
+            cwd=REPO,
+        )
+    assert result.returncode == 0, result.stderr.decode()
+    assert _kinds(result)[-1] == "metrics"

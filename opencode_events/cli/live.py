@@ -309,17 +309,20 @@ def follow(
                 return
         first = False
         try:
-            opened = time.monotonic()
+            opened, lines_before = time.monotonic(), line_no
             line_no, got_data = _read(response, reader, writer, line_no, until_idle, ending)
         finally:
             response.close()
         if reader.idle and (until_idle or ending()):
             return
         reader.drop_frame()
-        # A connection that delivered data and lasted resets the count; one dropped at once
-        # (``server.connected``, then closed: a server crash-looping) does not, or attach
-        # would reconnect every 0.5 s for ever, two stderr lines each time.
-        if got_data and time.monotonic() - opened >= delays[-1]:
+        # A connection that lasted, or brought more than one frame, resets the count; one
+        # dropped at once (``server.connected``, its two lines, then closed: a server
+        # crash-looping) does not, or attach would reconnect every 0.5 s for ever, two
+        # stderr lines each time. A proxy that drops a stream idle for a few seconds while
+        # events flow keeps its count at one.
+        lasted = time.monotonic() - opened >= delays[-1]
+        if got_data and (lasted or line_no - lines_before > 2):
             attempt = 0
         attempt += 1
         if attempt > len(delays):
