@@ -186,21 +186,26 @@ def test_a_run_aborted_over_max_cost_and_then_restarted_away_still_exits_3():
     assert "aborted it" in result.stderr.decode() and _kinds(result)[-1] == "metrics"
 
 
+def attach_retrying_fast(url: str, *, attempts: int) -> subprocess.CompletedProcess[bytes]:
+    """`attach URL` whose reconnects wait 0.05 s, ``attempts`` of them in a row at most."""
+    script = (
+        "import runpy, sys; from opencode_events.cli import live;"
+        f"live.follow.__kwdefaults__['delays'] = (0.05,) * {attempts};"
+        "sys.argv[0] = 'opencode-events'; runpy.run_module('opencode_events', run_name='__main__')"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script, "attach", url, "--format", "jsonl"],
+        capture_output=True,
+        timeout=25,
+        cwd=REPO,
+    )
+
+
 def test_a_server_that_drops_every_connection_at_once_is_given_up_on():
     """A crash-looping server: each connection says server.connected and closes. The count
     of failed attempts must not start again at each one (a reconnect every 0.5 s for ever)."""
-    script = (
-        "import runpy, sys; from opencode_events.cli import live;"
-        "live.follow.__kwdefaults__['delays'] = (0.05,) * 4;"
-        "sys.argv[0] = 'opencode-events'; runpy.run_module('opencode_events', run_name='__main__')"
-    )
     with restarting_server([_stream(FRAMES[:1])]) as url:
-        result = subprocess.run(
-            [sys.executable, "-c", script, "attach", url, "--format", "jsonl"],
-            capture_output=True,
-            timeout=25,
-            cwd=REPO,
-        )
+        result = attach_retrying_fast(url, attempts=4)
     assert result.returncode == 2, result.stderr.decode()
     assert result.stderr.decode().splitlines()[-1] == f"error: lost the connection to {url}"
 
@@ -209,20 +214,10 @@ def test_a_proxy_dropping_streams_while_events_flow_is_not_given_up_on():
     """A proxy that closes a stream idle for a few seconds (shorter than the 10 s a
     connection must last to reset the count): each connection brought events, so the
     drops are no failures in a row, and attach follows the run to its idle."""
-    script = (
-        "import runpy, sys; from opencode_events.cli import live;"
-        "live.follow.__kwdefaults__['delays'] = (0.05,) * 3;"
-        "sys.argv[0] = 'opencode-events'; runpy.run_module('opencode_events', run_name='__main__')"
-    )
     slices = [_stream(FRAMES[at : at + 2]) for at in range(0, len(FRAMES), 2)]
     assert len(slices) > 4  # more drops than attempts allowed
     busy = {SESSION: {"type": "busy"}}
     with restarting_server(slices, status=lambda n: (200, busy)) as url:
-        result = subprocess.run(
-            [sys.executable, "-c", script, "attach", url, "--format", "jsonl"],
-            capture_output=True,
-            timeout=25,
-            cwd=REPO,
-        )
+        result = attach_retrying_fast(url, attempts=3)
     assert result.returncode == 0, result.stderr.decode()
     assert _kinds(result)[-1] == "metrics"
