@@ -27,12 +27,8 @@ from pathlib import Path
 import msgspec
 
 from ..paths import state_dir
+from ..store.changes import blake2b, resolved_path
 from ..store.files import new_private_file, private_folder, read_regular_file
-
-try:  # hashlib's blake2b without loading OpenSSL's bindings
-    from _blake2 import blake2b as _blake2b
-except ImportError:  # pragma: no cover - an interpreter built without it
-    from hashlib import blake2b as _blake2b
 
 __all__ = ["SentLedger", "FORMAT"]
 
@@ -70,14 +66,9 @@ class SentLedger:
     ) -> SentLedger:
         """The ledger of ``database`` (its resolved path) and ``destination`` (the URL the
         spans go to), as last saved; empty when there is none to trust."""
-        try:
-            where = str(Path(database).resolve())
-        except OSError:
-            where = os.path.abspath(database)
+        where = resolved_path(database)
         folder = (state_dir() / "otel-sent") if folder is None else folder
-        name = _blake2b(
-            f"{where}\0{destination}".encode("utf-8", "surrogateescape"), digest_size=12
-        )
+        name = blake2b(f"{where}\0{destination}".encode("utf-8", "surrogateescape"), digest_size=12)
         file = folder / f"{name.hexdigest()}.json"
         sessions: dict[str, int] = {}
         data = read_regular_file(file, limit=_LARGEST)

@@ -51,12 +51,8 @@ from ..core.normalizer import Normalizer, Provenance
 from ..core.views import MessageInfo, number
 from ..errors import InputError
 from ..events import Event
+from ..store.changes import blake2b
 from ..store.sqlite import SQLITE_ERRORS, sqlite_reason
-
-try:  # hashlib's blake2b without loading OpenSSL's bindings (a statusline's start-up)
-    from _blake2 import blake2b as _blake2b
-except ImportError:  # pragma: no cover - an interpreter built without it
-    from hashlib import blake2b as _blake2b
 from .sse import SseReader
 
 __all__ = ["StoreFollower", "SessionActivity", "event_type", "BATCH_EVENTS"]
@@ -667,7 +663,7 @@ def _is_user(data: bytes) -> bool:
 def _held(data: Any) -> bytes:
     """What a row read at a cursor held: a digest of its data."""
     raw = data if type(data) is bytes else repr(data).encode()
-    return _blake2b(raw, digest_size=16).digest()
+    return blake2b(raw, digest_size=16).digest()
 
 
 def _sortable(value: Any) -> Any:

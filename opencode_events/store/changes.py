@@ -45,7 +45,17 @@ try:  # hashlib's blake2b without loading OpenSSL's bindings (start-up)
 except ImportError:  # pragma: no cover - an interpreter built without it
     from hashlib import blake2b as _blake2b
 
-__all__ = ["fingerprint", "session_stamps", "database_identity", "log_moved", "log_kept"]
+__all__ = [
+    "fingerprint",
+    "session_stamps",
+    "database_identity",
+    "resolved_path",
+    "blake2b",
+    "log_moved",
+    "log_kept",
+]
+
+blake2b = _blake2b  # for our other digests (what otel --follow sent, rows read again)
 
 _HEADER = 100  # bytes of SQLite's database header
 _WAL_HEADER = 32  # bytes of the WAL header: magic, page size, checkpoint sequence, salts
@@ -81,12 +91,16 @@ def database_identity(store: Any) -> str:
     """A name for the database a store reads, stable across its changes: a digest of its
     resolved path (the cache's folder per database; a hard link or a bind mount to it is
     another path, with a cache of its own)."""
-    path = Path(store.path)
-    try:
-        where = str(path.resolve())
-    except OSError:
-        where = os.path.abspath(path)
+    where = resolved_path(store.path)
     return _blake2b(where.encode("utf-8", "surrogateescape"), digest_size=12).hexdigest()
+
+
+def resolved_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a database is named by: its symlinks resolved (absolute if it cannot be)."""
+    try:
+        return str(Path(path).resolve())
+    except OSError:
+        return os.path.abspath(path)
 
 
 def fingerprint(store: Any) -> list[Any]:
