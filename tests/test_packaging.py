@@ -87,3 +87,12 @@ def test_the_wheel_holds_exactly_the_package(built):
     _, wheel, _, tree = built
     assert {n for n in wheel if ".dist-info/" not in n} == _package(tree)
     assert "opencode_events/py.typed" in wheel
+
+
+def test_the_metadata_says_what_the_wheel_is(built):
+    """py.typed ships, so the `Typing :: Typed` classifier says so (PyPI lists it)."""
+    _, _, metadata, _ = built
+    lines = metadata.splitlines()
+    assert "Classifier: Typing :: Typed" in lines
+    assert "Requires-Python: >=3.11" in lines
+    assert "License-Expression: MIT" in lines
