@@ -75,7 +75,7 @@ def test_the_sdist_holds_the_package_its_readme_and_docs_and_no_half_test_suite(
     the README and the docs it and the commands' help point to (docs/*.md)."""
     sdist, _, _, tree = built
     assert _package(tree) <= set(sdist)
-    assert {"README.md", "pyproject.toml"} <= set(sdist)
+    assert {"README.md", "pyproject.toml", "LICENSE"} <= set(sdist)
     assert {n for n in tree if n.startswith("docs/")} <= set(sdist)
     unwanted = ("tests/", "bench/", "samples/", "scripts/", ".ci/", "build/")
     assert [n for n in sdist if n.startswith(unwanted) or "__pycache__" in n] == []
@@ -83,10 +83,12 @@ def test_the_sdist_holds_the_package_its_readme_and_docs_and_no_half_test_suite(
 
 def test_the_wheel_holds_exactly_the_package(built):
     """Every module and py.typed (a subpackage missed by the package finder would show
-    here), and nothing else but its metadata."""
+    here), and nothing else but its metadata; the MIT licence's text goes with every copy,
+    as the licence asks."""
     _, wheel, _, tree = built
     assert {n for n in wheel if ".dist-info/" not in n} == _package(tree)
     assert "opencode_events/py.typed" in wheel
+    assert [n for n in wheel if n.endswith(".dist-info/licenses/LICENSE")] != []
 
 
 def test_the_metadata_says_what_the_wheel_is(built):
