@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -688,10 +689,20 @@ def test_every_promised_name_is_documented():
 
 def test_the_api_works_from_an_installed_wheel(tmp_path: Path):
     """`pip install .` installs every package of the tree (a missed subpackage would only
-    show here), and the docs' first example runs from it."""
+    show here), and the docs' first example runs from it. Built from a copy of what the
+    build reads: a `pip wheel` of the checkout itself leaves `build/` there, whose modules
+    (deleted ones too) go into every later wheel built from it."""
+    tree = tmp_path / "tree"
+    shutil.copytree(
+        ROOT / "opencode_events",
+        tree / "opencode_events",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        shutil.copy2(ROOT / name, tree / name)
     wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(tree)],
         check=True,
         capture_output=True,
     )
