@@ -75,7 +75,7 @@ def _their_part(cost: float, subagents: int) -> str:
 class _Endpoint:
     """Where and how to reach a server's ``/event`` stream."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, everywhere: bool = False) -> None:
         from urllib.parse import unquote, urlsplit
 
         if "://" not in url:
@@ -99,10 +99,15 @@ class _Endpoint:
         except ValueError:
             raise InputError(f"not a server URL: {url}") from None
         self.base = parts.path.rstrip("/")
-        if self.base.endswith("/event"):  # the stream's own URL given: not .../event/event
+        if self.base.endswith("/global/event"):  # the global stream's own URL: --global
+            self.base, everywhere = self.base[: -len("/global/event")], True
+        elif self.base.endswith("/event"):  # the stream's own URL given: not .../event/event
             self.base = self.base[: -len("/event")]
+        # ``--global``: GET /global/event, every directory the server works in; the API
+        # routes stay the server's own (/session/…, never /global/session/…: a page there)
+        self.everywhere = everywhere
         self.query = "?" + parts.query if parts.query else ""  # e.g. ?directory=…, on every route
-        self.path = self.base + "/event" + self.query
+        self.path = self.base + ("/global/event" if everywhere else "/event") + self.query
         # Basic auth like OpenCode's own clients: user OPENCODE_SERVER_USERNAME (default
         # "opencode"), password OPENCODE_SERVER_PASSWORD; credentials in the URL win.
         self.username = unquote(parts.username) if parts.username else None
@@ -125,9 +130,10 @@ class _Endpoint:
         token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
         return {"Authorization": f"Basic {token}"}
 
-    def post(self, path: str) -> int:
-        """POST to ``path`` under the server's URL (no body); the HTTP status, or raise
-        ``OSError``/``http.client.HTTPException`` when it cannot be reached."""
+    def post(self, path: str) -> tuple[int, str]:
+        """POST to ``path`` under the server's URL (no body); the HTTP status and the
+        answer's Content-Type, or raise ``OSError``/``http.client.HTTPException`` when it
+        cannot be reached."""
         import http.client
 
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
@@ -135,8 +141,8 @@ class _Endpoint:
         try:
             conn.request("POST", self.base + path, headers=self._headers())
             response = conn.getresponse()
-            response.read()
-            return response.status
+            response.read(_MAX_JSON)
+            return response.status, response.getheader("Content-Type") or ""
         finally:
             conn.close()
 
@@ -151,7 +157,8 @@ class _Endpoint:
         conn = cls(self.host, self.port, timeout=10)
         try:
             headers = {"Accept": "application/json", **self._headers()}
-            conn.request("GET", self.base + path + self.query, headers=headers)
+            query = self.query if "?" not in path else self.query.replace("?", "&", 1)
+            conn.request("GET", self.base + path + query, headers=headers)
             response = conn.getresponse()
             if "json" not in (response.getheader("Content-Type") or ""):
                 return response.status, None  # an event stream, a page: never read to its end
@@ -218,6 +225,7 @@ class _Endpoint:
 
 
 _MAX_JSON = 64 << 20  # the most of a JSON answer read (a server's list of sessions)
+_WHOLE_ID = len("ses_db1a2c8acffex06nHFDzX0nbNs")  # an OpenCode session id's length
 
 
 def known_session(endpoint: _Endpoint, session_id: str) -> None:
@@ -242,6 +250,8 @@ def known_session(endpoint: _Endpoint, session_id: str) -> None:
     matches = [i for i in ids if i.startswith(session_id)]
     if len(matches) == 1:
         return
+    if not matches and endpoint.everywhere and len(session_id) < _WHOLE_ID:
+        return  # GET /session lists the server's own directory's: a prefix may be elsewhere's
     if matches:
         shown = ", ".join(matches[:10]) + (
             f" and {len(matches) - 10} more" if len(matches) > 10 else ""
@@ -354,7 +364,7 @@ def _after_reconnect(endpoint: Any, reader: Any) -> None:
                 "another database, answers there now?)"
             ) from None
     try:
-        status, busy = endpoint.get_json("/session/status")
+        status, busy = endpoint.get_json(_status_path(endpoint, session))
     except (OSError, http.client.HTTPException):
         return
     if status != 200 or not isinstance(busy, dict):
@@ -366,6 +376,22 @@ def _after_reconnect(endpoint: Any, reader: Any) -> None:
             f"{session} is no longer at work on {endpoint.shown}: it ended (or the server "
             "was restarted) while the connection was lost; its events meanwhile are lost"
         )
+
+
+def _status_path(endpoint: Any, session: str) -> str:
+    """Where the server lists the sessions at work that ``session`` is among: OpenCode
+    1.18.33 answers ``GET /session/status`` for one directory (the server's own, else the
+    ``?directory=`` asked), so ``--global`` asks for the session's (``GET /session/ID``
+    names it, whatever the directory)."""
+    from urllib.parse import quote
+
+    if not endpoint.everywhere:
+        return "/session/status"
+    status, info = endpoint.get_json(f"/session/{quote(session, safe='')}")
+    directory = info.get("directory") if status == 200 and isinstance(info, dict) else None
+    if not isinstance(directory, str) or not directory:
+        return "/session/status"
+    return "/session/status?directory=" + quote(directory, safe="")
 
 
 def _delay(reader: Any, delays: tuple[float, ...], attempt: int) -> float:
@@ -450,6 +476,13 @@ def _read(
     metavar="ID",
     help="Follow this session (and its subagents); the start of its id will do.",
 )
+@click.option(
+    "--global",
+    "everywhere",
+    is_flag=True,
+    help="Read GET URL/global/event: the runs of every directory the server works in, "
+    "not only its own.",
+)
 @click.option("--deltas", is_flag=True, help="Also emit streaming text deltas.")
 @click.option(
     "--until-idle/--follow",
@@ -481,6 +514,7 @@ def _read(
 def attach(
     url: str,
     session_id: str | None,
+    everywhere: bool,
     deltas: bool,
     until_idle: bool,
     fmt: str | None,
@@ -493,7 +527,8 @@ def attach(
 ) -> None:
     """Follow a running `opencode serve` at URL live, as normalized events.
 
-    Reads GET URL/event and stops when the followed session goes idle (--follow: goes on
+    Reads GET URL/event (--global: URL/global/event, the runs of every directory the
+    server works in) and stops when the followed session goes idle (--follow: goes on
     until Ctrl-C). Without --session, events of every session are written and the first
     session seen at work is the one whose idle ends the command. The password comes from
     OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME, default "opencode"), or from
@@ -502,7 +537,7 @@ def attach(
     from ..core.normalizer import Normalizer
     from ..sources.sse import SseReader
 
-    endpoint = _Endpoint(url)
+    endpoint = _Endpoint(url, everywhere=everywhere)
     if session_id is not None:
         known_session(endpoint, session_id)
     otel = LiveOtel(otel_dest, events_to=output) if otel_dest else None
@@ -586,7 +621,7 @@ class _Abort:
         import http.client
 
         try:
-            status = self.endpoint.post(f"/session/{root}/abort")
+            status, kind = self.endpoint.post(f"/session/{root}/abort")
         except (OSError, http.client.HTTPException) as exc:
             raise InputError(
                 f"{root} is over --max-cost but could not be aborted: "
@@ -596,6 +631,11 @@ class _Abort:
             raise InputError(
                 f"{root} is over --max-cost but {self.endpoint.shown} answered the abort "
                 f"with HTTP {status}"
+            )
+        if "json" not in kind:  # a web page (a route OpenCode's API does not have): no abort
+            raise InputError(
+                f"{root} is over --max-cost but {self.endpoint.shown} answered the abort "
+                f"with {kind or 'no Content-Type'}, not OpenCode's API; is it an OpenCode server?"
             )
         _note(
             f"{root} cost ${total:.4f}{_their_part(share, below)}, "
