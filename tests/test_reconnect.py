@@ -221,3 +221,21 @@ def test_a_proxy_dropping_streams_while_events_flow_is_not_given_up_on():
         result = attach_retrying_fast(url, attempts=3)
     assert result.returncode == 0, result.stderr.decode()
     assert _kinds(result)[-1] == "metrics"
+
+
+def test_otel_names_the_agent_of_a_run_the_restart_killed_before_a_step_ended(tmp_path):
+    """No step-finish, so no usage to name the agent: the run's messages name it."""
+    first_step = next(i for i, f in enumerate(FRAMES) if b'"step-finish"' in f)
+    assert b'"agent":"build"' in b"".join(FRAMES[:first_step])
+    spans = tmp_path / "spans.jsonl"
+    with restarting_server([_stream(FRAMES[:first_step]), _stream(FRAMES[:1], hold=20)]) as url:
+        result = attach(url, "--otel", str(spans))
+    assert result.returncode == 0, result.stderr.decode()
+    assert "usage" not in _kinds(result)
+    (body,) = [
+        json.loads(line) for line in spans.read_text().splitlines() if "resourceSpans" in line
+    ]
+    names = [
+        s["name"] for r in body["resourceSpans"] for ss in r["scopeSpans"] for s in ss["spans"]
+    ]
+    assert "invoke_agent build" in names, names

@@ -545,12 +545,19 @@ def attach(
     writer = _writer(fmt, out, full=full)
     normalizer = _live_normalizer(otel, keep_raw, Normalizer)
     limit = _Abort(endpoint, max_cost) if max_cost is not None else None
+
+    def on_message(session: str | None, info: Any) -> None:
+        if limit is not None:
+            limit.reply(session, info)
+        if otel is not None:  # the agent of a run cut off before a step ended
+            otel.collector.learn_message(session, info)
+
     reader = SseReader(
         normalizer,
         deltas=deltas,
         session=session_id,
         on_session=limit.seen if limit is not None else None,
-        on_message=limit.reply if limit is not None else None,
+        on_message=on_message if limit is not None or otel is not None else None,
     )
     if limit is not None:
         limit.reader = reader

@@ -168,6 +168,30 @@ class SpanCollector:
         self._next = 0  # the plan's next session to finish
         self._finished: set[str] = set()  # sessions the plan finished (none come back)
         self._names = "the input"
+        # session -> (agent, model, provider) its messages name (``learn_message``): a run
+        # cut off before its first step ended (a server restarted) has no usage to tell them
+        self._labels: dict[str, tuple[Any, Any, Any]] = {}
+
+    def learn_message(self, session_id: str | None, info: Any) -> None:
+        """A live source's message (``message.updated``): its agent, model and provider
+        stand for the session's where no step's usage names them."""
+        if session_id is None or info is None:
+            return
+        agent, model, provider = self._labels.get(session_id, (None, None, None))
+        if agent is None and isinstance(info.agent, str) and info.agent:
+            agent = info.agent
+        if model is None and isinstance(info.modelID, str) and info.modelID:
+            model = info.modelID
+            provider = info.providerID if isinstance(info.providerID, str) else None
+        self._labels[session_id] = (agent, model, provider)
+
+    def _labelled(self, trace: SessionTrace) -> SessionTrace:
+        agent, model, provider = self._labels.get(trace.session_id, (None, None, None))
+        if trace.agent is None:
+            trace.agent = agent
+        if trace.model is None and model is not None:
+            trace.model, trace.provider = model, provider
+        return trace
 
     def follow_plan(self, plan: list[tuple[int, int, str]], names: Sequence[str] = ()) -> None:
         """Finish each session as soon as ``plan`` (``plan_sessions``' of the inputs
@@ -245,7 +269,7 @@ class SpanCollector:
             self.builder.note_children(trace)
         resource = (resources or Resources())()
         for trace in traces:
-            yield resource, self.builder.finish(trace)
+            yield resource, self.builder.finish(self._labelled(trace))
 
 
 class Tee:
