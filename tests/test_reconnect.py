@@ -186,12 +186,17 @@ def test_a_run_aborted_over_max_cost_and_then_restarted_away_still_exits_3():
     assert "aborted it" in result.stderr.decode() and _kinds(result)[-1] == "metrics"
 
 
-def attach_retrying_fast(url: str, *, attempts: int) -> subprocess.CompletedProcess[bytes]:
-    """`attach URL` whose reconnects wait 0.05 s, ``attempts`` of them in a row at most."""
+def attach_retrying_fast(
+    url: str, *, attempts: int, answer_within: float | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """`attach URL` whose reconnects wait 0.05 s, ``attempts`` of them in a row at most;
+    ``answer_within``: the seconds a server has to answer a connection (ANSWER_TIMEOUT)."""
     script = (
         "import runpy, sys; from opencode_events.cli import live;"
         f"live.follow.__kwdefaults__['delays'] = (0.05,) * {attempts};"
-        "sys.argv[0] = 'opencode-events'; runpy.run_module('opencode_events', run_name='__main__')"
+        + (f"live.ANSWER_TIMEOUT = {answer_within};" if answer_within is not None else "")
+        + "sys.argv[0] = 'opencode-events';"
+        "runpy.run_module('opencode_events', run_name='__main__')"
     )
     return subprocess.run(
         [sys.executable, "-c", script, "attach", url, "--format", "jsonl"],
@@ -239,3 +244,51 @@ def test_otel_names_the_agent_of_a_run_the_restart_killed_before_a_step_ended(tm
         s["name"] for r in body["resourceSpans"] for ss in r["scopeSpans"] for s in ss["spans"]
     ]
     assert "invoke_agent build" in names, names
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[str]:
+    """A server frozen (SIGSTOP), or a forward to nothing: connections are accepted by the
+    kernel (the listen backlog) and never answered."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_a_server_that_accepts_and_never_answers_is_given_up_on_in_the_answer_time():
+    """Not the stream's 35 s silence for each attempt (a first connection to a frozen
+    server took 35 s to fail, and eight reconnects to one about six minutes)."""
+    with silent_server() as url:
+        result = attach_retrying_fast(url, attempts=1, answer_within=0.5)
+    assert result.returncode == 2, result.stderr.decode()
+    assert result.stderr.decode().splitlines()[-1] == (
+        f"error: cannot connect to {url}: no answer in 0.5 s"
+    )
+
+
+def test_a_stream_once_answered_keeps_the_silence_rule_not_the_answer_time():
+    """Heartbeats 0.5 s apart, the answer time 0.2 s: the stream is not taken for dropped."""
+
+    def slow(handler: http.server.BaseHTTPRequestHandler, done: threading.Event) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        with contextlib.suppress(OSError):
+            handler.wfile.write(b"".join(FRAMES[:IDLE]))
+            handler.wfile.flush()
+            for _ in range(3):
+                done.wait(0.5)
+                handler.wfile.write(HEARTBEAT)
+                handler.wfile.flush()
+            handler.wfile.write(b"".join(FRAMES[IDLE:]))
+            handler.wfile.flush()
+            done.wait(5)
+
+    with restarting_server([slow]) as url:
+        result = attach_retrying_fast(url, attempts=3, answer_within=0.2)
+    assert result.returncode == 0, result.stderr.decode()
+    assert "lost" not in result.stderr.decode()
+    assert _kinds(result)[-1] == "metrics"

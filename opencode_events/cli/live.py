@@ -41,6 +41,9 @@ __all__ = ["attach", "run_opencode", "known_session", "RECONNECT_DELAYS"]
 # fails, attach gives up with an error. A connection that delivered data resets the count.
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0)
 READ_TIMEOUT = 35.0  # the server sends a heartbeat every 10 s; silence this long is a drop
+# OpenCode answers /event at once (headers, then ``server.connected``): a server that
+# accepts and says nothing this long (frozen, a forward to nothing) is an attempt failed.
+ANSWER_TIMEOUT = 10.0
 _FORMATS = click.Choice(["jsonl", "pretty"])
 
 
@@ -175,13 +178,16 @@ class _Endpoint:
         import http.client
 
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        conn = cls(self.host, self.port, timeout=READ_TIMEOUT)
+        conn = cls(self.host, self.port, timeout=ANSWER_TIMEOUT)
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache", **self._headers()}
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
         try:
             conn.request("GET", self.path, headers=headers)
+            sock = conn.sock  # the response reads from it after the connection lets go
             response = conn.getresponse()
+            if sock is not None:  # answered: from now on, the stream's own silence rule
+                sock.settimeout(READ_TIMEOUT)
         except UnicodeError:  # a host name IDNA cannot encode, or a path beyond ASCII
             conn.close()
             raise InputError(
@@ -268,6 +274,8 @@ def _refused(endpoint: _Endpoint, exc: OSError) -> InputError:
     reason = exc.strerror or str(exc) or type(exc).__name__
     if isinstance(exc, ConnectionRefusedError):
         reason = "nothing is listening there"
+    elif isinstance(exc, TimeoutError):
+        reason = f"no answer in {ANSWER_TIMEOUT:g} s"
     return InputError(f"cannot connect to {endpoint.shown}: {reason}")
 
 
