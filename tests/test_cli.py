@@ -794,6 +794,59 @@ def test_db_naming_a_folder_with_only_channel_databases_names_them(tmp_path):
     )
 
 
+def _copied_without_its_wal(tmp_path: Path) -> tuple[Path, Path]:
+    """A database in WAL mode whose rows (the real capture's) are all in its -wal still, as
+    OpenCode's are between checkpoints, and a copy of its main file alone; (live, copy)."""
+    live, copy = tmp_path / "opencode.db", tmp_path / "copy" / "opencode.db"
+    source = sqlite3.connect(f"{STORE.as_uri()}?mode=ro", uri=True)
+    conn = sqlite3.connect(live)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    for (sql,) in source.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL"):
+        conn.execute(sql)
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    tables = source.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    for (table,) in tables:
+        rows = source.execute(f'SELECT * FROM "{table}"').fetchall()
+        if rows:
+            marks = ",".join("?" * len(rows[0]))
+            conn.executemany(f'INSERT INTO "{table}" VALUES ({marks})', rows)
+    conn.commit()
+    copy.parent.mkdir()
+    shutil.copyfile(live, copy)  # while it is open: its rows stay in opencode.db-wal
+    shutil.copyfile(f"{live}-wal", f"{live}-wal.kept")
+    conn.close()
+    source.close()
+    return live, copy
+
+
+def test_a_copy_without_its_wal_says_what_it_lacks(tmp_path):
+    """`cp opencode.db` alone while OpenCode runs: no sessions, and the error says why."""
+    _, copy = _copied_without_its_wal(tmp_path)
+    note = (
+        " (a copy of a database in use needs its -wal file beside it: OpenCode keeps its"
+        " newest writes in opencode.db-wal until it checkpoints)"
+    )
+    result = run(["import", "--db", str(copy)])
+    assert result.returncode == 2
+    assert result.stderr.decode() == f"error: no sessions in {copy}{note}\n"
+    result = run(["statusline", "--db", str(copy)])
+    assert result.returncode == 2
+    assert result.stderr.decode() == f"error: no sessions in {copy}{note}\n"
+    # with its -wal beside it, the copy is whole
+    shutil.copyfile(tmp_path / "opencode.db-wal.kept", f"{copy}-wal")
+    result = run(["import", "--db", str(copy), "--all"])
+    assert result.returncode == 0, result.stderr.decode()
+    assert jsonl(result.stdout)[-1]["records"] > 0
+
+
+def test_a_session_missing_from_a_store_not_in_wal_mode_has_no_copy_note():
+    result = run(["import", "--db", str(STORE), "ses_nope"])
+    assert result.returncode == 2
+    assert result.stderr.decode() == f"error: no session ses_nope in {STORE}\n"
+
+
 def test_an_error_quoting_a_control_character_stays_one_line():
     result = run(["import", "--db", str(STORE), "ses_dd8083e0\nx\x1b[2J"])
     assert result.returncode == 2

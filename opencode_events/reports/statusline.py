@@ -123,10 +123,10 @@ def take_glance(
     now = time.time() * 1000 if now_ms is None else now_ms
     root = session_id or current_session(store)
     if root is None:
-        raise InputError(f"no sessions in {store.path}")
+        raise InputError(f"no sessions in {store.path}{_copy_note(store.path)}")
     family = store.family_rows(root)
     if not family:
-        raise InputError(f"no session {root} in {store.path}")
+        raise InputError(f"no session {root} in {store.path}{_copy_note(store.path)}")
     spend = family_spend(store, family)  # the rule every view of this figure shares
     row = store.session(root)
     glance = Glance(
@@ -149,6 +149,12 @@ def take_glance(
         limit = stale_after_ms() if stale_after is None else stale_after
         glance.state = _busy_or_stale(store, family, now, limit)
     return glance
+
+
+def _copy_note(path: Any) -> str:
+    from ..store.open import copy_note  # only on the way to an error: start-up stays small
+
+    return copy_note(path)
 
 
 def current_session(store: Any) -> str | None:

@@ -21,7 +21,25 @@ from .legacy import LegacyStore, MixedStore, find_legacy_roots, legacy_session_i
 from .rows import descendants, is_top_level, offers_fast_scans
 from .sqlite import Store
 
-__all__ = ["open_store", "select_sessions", "every_session", "store_files"]
+__all__ = ["open_store", "select_sessions", "every_session", "store_files", "copy_note"]
+
+
+def copy_note(path: Any) -> str:
+    """What to add to "no session(s) in PATH" when PATH may be a copy made without its WAL:
+    a database in WAL mode (its header's bytes 18 and 19 are 2) with no ``-wal`` beside it.
+    OpenCode keeps its newest writes in ``opencode.db-wal`` until a checkpoint, so a copy of
+    ``opencode.db`` alone, made while OpenCode ran, lacks them: the newest sessions, or all."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+        if header[18:20] != b"\x02\x02" or os.path.exists(f"{path}-wal"):
+            return ""
+    except (OSError, TypeError, ValueError):
+        return ""
+    return (
+        " (a copy of a database in use needs its -wal file beside it: OpenCode keeps its"
+        " newest writes in opencode.db-wal until it checkpoints)"
+    )
 
 
 def store_files(store: Any) -> list[Path]:
@@ -75,7 +93,7 @@ def select_sessions(
             raise InputError("an empty session id")
         found = store.find_sessions(wanted)
         if not found:
-            raise InputError(f"no session {wanted} in {store.path}")
+            raise InputError(f"no session {wanted} in {store.path}{copy_note(store.path)}")
         if len(found) > 1 and wanted in found:
             found = [wanted]
         if len(found) > 1:
@@ -96,7 +114,7 @@ def select_sessions(
         # the first row alone (a row with a damaged id is a session all the same)
         newest = store.sessions(top_level=True, limit=1)
         if not newest:
-            raise InputError(f"no sessions in {store.path}")
+            raise InputError(f"no sessions in {store.path}{copy_note(store.path)}")
         chosen.append(newest[0].id)
     unique = list(dict.fromkeys(chosen))
     if not children:
