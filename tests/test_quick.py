@@ -287,6 +287,12 @@ TASK_DB = str(ROOT / "samples" / "task" / "opencode.db")
             ["statusline", "--format={cost}", "--at=2h"],
             StatuslineRequest(template="{cost}", at="2h"),
         ),
+        (
+            ["statusline", "--for", "tmux", "--format={title}"],
+            StatuslineRequest(template="{title}", escape="tmux"),
+        ),
+        (["statusline", "--for=zsh"], StatuslineRequest(escape="zsh")),
+        (["statusline", "--for", "bash"], None),
         (["statusline", "--help"], None),
         (["statusline", "extra"], None),
         (["statusline", "--db"], None),

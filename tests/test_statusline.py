@@ -8,6 +8,7 @@ figure: ``sessions`` (the cost with subagents), ``usage --by day`` (today's spen
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -22,6 +23,7 @@ from opencode_events.reports.context import context_report
 from opencode_events.reports.sessions import summarize
 from opencode_events.reports.statusline import (
     DEFAULT_FORMAT,
+    ESCAPES,
     FIELDS,
     check_format,
     current_session,
@@ -207,6 +209,40 @@ def test_no_field_breaks_the_line_or_starts_an_escape(breaker: str) -> None:
     assert line.startswith("fix ") and "the tests|ses_ " in line  # each in its place
 
 
+def _task_glance():
+    with Store(SAMPLES / "task" / "opencode.db") as store:
+        return take_glance(store, now_ms=_last_write(SAMPLES / "task" / "opencode.db"))
+
+
+def test_for_tmux_a_title_cannot_restyle_the_bar_but_the_template_can() -> None:
+    """tmux reads ``#()``'s output as a format: a title (the model's words) holding
+    ``#[fg=red]``, ``#{pane_current_path}`` or ``#H`` would restyle the bar or be filled
+    in. ``--for tmux`` doubles each ``#`` of the fields (tmux shows ``##`` as ``#`` and
+    ``##[`` as ``#[``), and only of the fields: the template's styles are the user's."""
+    glance = _task_glance()
+    glance.title = "Use #[fg=red] in #{pane_current_path} #H ##"
+    line = render("#[fg=yellow]{title} {cost}#[default]", glance, "tmux")
+    assert line == "#[fg=yellow]Use ##[fg=red] in ##{pane_current_path} ##H #### $0.0206#[default]"
+    # a spec cuts the title, not its escapes; a conversion is escaped too
+    assert render("{title:.5}|{title!r:.6}", glance, "tmux") == "Use ##|'Use ##"
+    assert render("{subagents:02d} {context_tokens:,}", glance, "tmux") == "01 4,400"
+    assert render("{title}", glance) == glance.title  # as it is, without --for
+
+
+def test_for_zsh_a_title_cannot_hold_a_prompt_escape() -> None:
+    """zsh's prompt (PROMPT_SUBST) reads ``%`` escapes in what ``$(...)`` printed:
+    ``%F{red}`` in a title would colour the prompt; ``--for zsh`` writes ``%%``."""
+    glance = _task_glance()
+    glance.title = "fix %F{red}100% of it"
+    assert render("%F{{cyan}}{title}%f", glance, "zsh") == "%F{cyan}fix %%F{red}100%% of it%f"
+
+
+def test_the_escapes_the_command_line_offers_are_the_reports() -> None:
+    from opencode_events.cli.quick import STATUSLINE_ESCAPES
+
+    assert tuple(ESCAPES) == STATUSLINE_ESCAPES
+
+
 def test_counts_take_a_numbers_format_spec_and_an_unknown_one_is_blank() -> None:
     with Store(SAMPLES / "task" / "opencode.db") as store:
         glance = take_glance(store, now_ms=_last_write(SAMPLES / "task" / "opencode.db"))
@@ -242,10 +278,79 @@ def test_the_command_prints_one_line() -> None:
     assert done.stdout == b"$0.0206/$0.0158\n"
 
 
+def _tmux_bar(title: str, *args: str) -> str:
+    """What a tmux status bar set up as the README sets it up shows of a store whose
+    session has ``title``: a client is attached on a pseudo-terminal, and its screen's
+    text (escape sequences taken out) read until the line shows between its marks."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import shlex
+    import struct
+    import tempfile
+    import termios
+    import time
+
+    home = Path(tempfile.mkdtemp(prefix="oe-tmux-", dir="/tmp"))  # a short socket path
+    db = home / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE session SET title = ? WHERE parent_id IS NULL", (title,))
+    conn.commit()
+    conn.close()
+    command = shlex.join([*CLI, "statusline", "--db", str(db), "--format", "<{title}>", *args])
+    tmux = ["tmux", "-S", str(home / "sock"), "-f", "/dev/null"]
+    env = {**os.environ, "TERM": "xterm-256color"}
+    env.pop("TMUX", None)
+    subprocess.run([*tmux, "new-session", "-d", "-s", "sname", "sleep 60"], env=env, check=True)
+    try:
+        for option, value in [
+            ("status-interval", "1"),
+            ("status-left", ""),
+            ("status-right-length", "120"),
+            ("status-right", f"#(cd {shlex.quote(str(ROOT))} && {command} 2>/dev/null)"),
+        ]:
+            subprocess.run([*tmux, "set", "-g", option, value], env=env, check=True)
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 5, 150, 0, 0))
+        client = subprocess.Popen(
+            [*tmux, "attach", "-t", "sname"], stdin=slave, stdout=slave, stderr=slave, env=env
+        )
+        os.close(slave)
+        seen = b""
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline:
+                if select.select([master], [], [], 0.1)[0]:
+                    seen += os.read(master, 65536)
+                    text = re.sub(
+                        rb"\x1b(\[[0-9;?>]*[ -/]*[@-~]|[()][0-9A-Za-z]|[=>78])", b"", seen
+                    )
+                    found = re.findall(rb"<[^<>\r\n]*>", text)
+                    if found:
+                        return found[-1].decode()
+            raise AssertionError(f"the bar never showed the line: {seen[-1500:]!r}")
+        finally:
+            client.kill()
+            client.wait()
+            os.close(master)
+    finally:
+        subprocess.run([*tmux, "kill-server"], env=env, capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
+def test_in_a_real_tmux_bar_a_title_shows_as_it_is_for_tmux() -> None:
+    title = "Use #[fg=red] in #{session_name} #H"
+    assert _tmux_bar(title, "--for", "tmux") == f"<{title}>"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--format", "{bogus}"], "unknown field {bogus}"),
+        (["--for", "bash"], "'bash' is not one of 'tmux', 'zsh'"),
         (["--session", "ses_nope"], "no session ses_nope"),
         (["--tz", "Mars/Olympus"], "unknown time zone"),
     ],

@@ -200,6 +200,7 @@ class StatuslineRequest(NamedTuple):
     template: str | None = None
     tz: str | None = None
     at: str | None = None
+    escape: str | None = None
 
 
 _STATUSLINE_VALUES = {
@@ -208,7 +209,11 @@ _STATUSLINE_VALUES = {
     "--format": "template",
     "--tz": "tz",
     "--at": "at",
+    "--for": "escape",
 }
+# reports.statusline.ESCAPES's keys, written out (that module is not loaded to read a
+# command line; a test keeps the two equal).
+STATUSLINE_ESCAPES = ("tmux", "zsh")
 
 
 def _value_of(equals: str, value: str, args: Iterator[str]) -> str | None:
@@ -277,7 +282,9 @@ def statusline_request(argv: list[str]) -> StatuslineRequest | None:
     """``argv`` (without the program name) as a ``statusline`` request, or None: click's
     (another command, ``--help``, an argument, an unknown option, an option given twice,
     a value missing, empty or looking like an option)."""
-    fields = _options_of(argv, "statusline", _STATUSLINE_VALUES)
+    fields = _options_of(
+        argv, "statusline", _STATUSLINE_VALUES, read={"escape": _among(STATUSLINE_ESCAPES)}
+    )
     return None if fields is None else StatuslineRequest(**fields)
 
 
@@ -318,7 +325,7 @@ def statusline_line(request: StatuslineRequest) -> bytes:
         chosen = select_sessions(store, (session,)) if session is not None else [None]
         glance = take_glance(store, chosen[0], now_ms=now_ms, tz=zone)
     try:
-        line = render(template, glance)
+        line = render(template, glance, request.escape)
     except ValueError as exc:
         raise Refused("--format", str(exc)) from None
     return line.encode("utf-8", "replace") + b"\n"

@@ -45,7 +45,15 @@ from ..events import summed_cost
 from ..store.rows import Glances
 from .spend import family_spend
 
-__all__ = ["Glance", "take_glance", "render", "FIELDS", "DEFAULT_FORMAT", "check_format"]
+__all__ = [
+    "Glance",
+    "take_glance",
+    "render",
+    "FIELDS",
+    "DEFAULT_FORMAT",
+    "ESCAPES",
+    "check_format",
+]
 
 DEFAULT_FORMAT = "{state} {cost} | today {today} | ctx {context}"
 _NEWEST = 64  # newest messages of the session read at most, for the context and the state
@@ -341,9 +349,33 @@ def check_format(template: str) -> None:
             check_format(spec)
 
 
-def render(template: str, glance: Glance) -> str:
-    """``template`` with its fields filled in (``check_format`` it first)."""
+# What reads the line again, and the character it takes as its own: tmux expands the
+# output of ``#()`` as a format (``#[fg=red]`` is a style, ``#{pane_current_path}`` and
+# ``#H`` are filled in; ``##`` is one ``#``, and ``##[`` a plain ``#[``), zsh's prompt with
+# PROMPT_SUBST reads ``%`` escapes in what ``$(...)`` printed (``%F{red}``; ``%%`` is ``%``).
+# Only the fields are escaped: the template is the user's, styles and all.
+ESCAPES = {"tmux": "#", "zsh": "%"}
+
+
+class _Escaping(string.Formatter):
+    """``str.format_map`` with each field's text (its conversion and spec applied:
+    ``{title:.20}`` cuts the title, not its escapes) written with ``char`` doubled."""
+
+    def __init__(self, char: str) -> None:
+        self.char = char
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return format(value, format_spec).replace(self.char, self.char * 2)
+
+
+def render(template: str, glance: Glance, escape: str | None = None) -> str:
+    """``template`` with its fields filled in (``check_format`` it first); ``escape`` (one
+    of ``ESCAPES``) writes the fields' text so that this reader shows it as it is: a title
+    written by the model must not restyle a tmux bar or a zsh prompt."""
+    fields = values(glance)
     try:
-        return template.format_map(values(glance))
+        if escape is not None:
+            return _Escaping(ESCAPES[escape]).vformat(template, (), fields)
+        return template.format_map(fields)
     except (ValueError, TypeError, LookupError) as exc:  # a spec that does not suit: {cost:d}
         raise ValueError(f"cannot fill in the template: {exc}") from None
