@@ -135,7 +135,7 @@ def test_rows_an_undo_deleted_and_new_rows_took_the_rowids_of_are_read(tmp_path:
     assert top.board().rows[0].cost == fresh.board().rows[0].cost
 
 
-def _pty(argv: list[str], cols: int = 80, rows: int = 24):
+def _pty(argv: list[str], cols: int = 80, rows: int = 24, term: str = "xterm-256color"):
     """``argv`` on a new pseudo-terminal of that size, its controlling terminal (so keys
     such as Ctrl-C are signals, as in a real one); the process and the master's fd."""
     import fcntl
@@ -151,7 +151,7 @@ def _pty(argv: list[str], cols: int = 80, rows: int = 24):
         stdout=slave,
         stderr=slave,
         cwd=ROOT,
-        env={**os.environ, "TERM": "xterm-256color"},
+        env={**os.environ, "TERM": term},
         start_new_session=True,
         preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # after setsid
     )
@@ -210,6 +210,23 @@ def test_top_in_a_terminal_shows_the_store_as_it_is_written_and_q_quits(tmp_path
     finally:
         if writer is not None and writer.poll() is None:
             writer.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_on_a_dumb_terminal_top_prints_one_screen(tmp_path: Path) -> None:
+    """``TERM=dumb`` (Emacs' shell): rich draws nothing of a full screen there until it
+    stops, so the board stayed blank until q; it is printed once, as into a pipe."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    proc, master = _pty([*CLI, "top", "--db", str(db), "--interval", "0.2"], term="dumb")
+    try:
+        out = _read_until(master, proc, rb"dd8083e0", timeout=10)
+        assert proc.wait(timeout=10) == 0
+        assert b"\x1b[?1049h" not in out and b"q quits" not in out
+    finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()

@@ -3,8 +3,9 @@
 Owns the terminal: the alternate screen (``output.pretty.FullScreen``), keys read one at a
 time (``q`` quits, as does Ctrl-C), a redraw every ``--interval`` seconds (the clock and the
 running times tick) and a look at the store at each tick that costs two ``stat`` calls while
-nothing changes. Off a terminal, ``--once`` prints one screen and exits; a store it cannot
-read is then an error (exit 2), as for every report, where the live view waits for it.
+nothing changes. Off a terminal (or on a dumb one), ``--once`` prints one screen and exits;
+a store it cannot read is then an error (exit 2), as for every report, where the live view
+waits for it.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def top(db_path: str | None, interval: float, tz: str | None, once: bool) -> Non
     path = follow_path(db_path)
     width, height = _terminal_size()
     board = TopBoard(path, limit=max(1, height - 4), tz=zone)
-    if once or not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if once or not (sys.stdin.isatty() and sys.stdout.isatty()) or _dumb_terminal():
         board.refresh(force=True)  # one look: the store is opened whatever the watch says
         if not board.readable:
             raise InputError(board.problem or f"cannot read {path}")
@@ -75,6 +76,13 @@ def _print_once(renderable: object) -> None:
     from ..output.tables import print_renderable
 
     print_renderable(renderable, out=sys.stdout)
+
+
+def _dumb_terminal() -> bool:
+    """A terminal that cannot move its cursor (``TERM=dumb``: Emacs' shell, some CI
+    logs): rich draws nothing of a full screen there until it ends, so it gets one screen
+    printed, as a pipe does."""
+    return os.environ.get("TERM", "").lower() in ("dumb", "unknown")  # rich's own test
 
 
 def _terminal_size() -> tuple[int, int]:
