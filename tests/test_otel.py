@@ -1170,11 +1170,18 @@ class Backend:
     """A tiny OTLP/HTTP server on 127.0.0.1 answering with the statuses it is given."""
 
     def __init__(
-        self, statuses: list[int], headers: dict[str, str] | None = None, body: bytes = b"{}"
+        self,
+        statuses: list[int],
+        headers: dict[str, str] | None = None,
+        body: bytes = b"{}",
+        content_type: str = "application/json",
+        error: bytes = b'{"code":3,"message":"bad spans"}',
     ) -> None:
         self.statuses = list(statuses)
         self.reply_headers = headers or {}
         self.reply_body = body
+        self.content_type = content_type
+        self.error = error
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
         self.header_lists: list[list[tuple[str, str]]] = []  # as sent, a name twice twice
 
@@ -1193,11 +1200,11 @@ def backend(statuses: list[int], **kw) -> Iterator[tuple[Backend, str]]:
             state.requests.append((self.path, dict(self.headers), body))
             state.header_lists.append(list(self.headers.items()))
             status = state.statuses.pop(0) if len(state.statuses) > 1 else state.statuses[0]
-            reply = state.reply_body if status == 200 else b'{"code":3,"message":"bad spans"}'
+            reply = state.reply_body if status == 200 else state.error
             self.send_response(status)
             for name, value in state.reply_headers.items():
                 self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", state.content_type)
             self.send_header("Content-Length", str(len(reply)))
             self.end_headers()
             self.wfile.write(reply)

@@ -275,6 +275,7 @@ def otel_destination(
     reads: Sequence[Any] = (),
     env: Any = None,
     signals: Sequence[str] = ("traces", "metrics"),
+    protocol: str | None = None,
 ) -> Any:
     """Where ``otel`` (and ``--otel``) send bodies: JSON Lines to ``-o FILE`` (``-`` is
     stdout), else OTLP/HTTP to ``endpoint`` or the environment's, else JSON Lines to stdout.
@@ -296,7 +297,7 @@ def otel_destination(
             out = TerminalText(out)
         return FileDestination(out)
     destination = HttpDestination(
-        endpoint, headers, compression=compression, retries=retries, env=env
+        endpoint, headers, compression=compression, retries=retries, env=env, protocol=protocol
     )
     for signal in signals:
         if signal not in destination.endpoints:

@@ -2,7 +2,8 @@
 
 Where to: ``-o FILE`` (or ``-o -``) writes the OTLP file exporter's JSON Lines (one
 ``TracesData`` or ``MetricsData`` a line); else ``--endpoint`` or
-``OTEL_EXPORTER_OTLP_ENDPOINT`` posts OTLP/HTTP JSON; else JSON Lines go to stdout. The
+``OTEL_EXPORTER_OTLP_ENDPOINT`` posts OTLP/HTTP (JSON, or protobuf with ``--protocol`` or
+``OTEL_EXPORTER_OTLP_PROTOCOL``); else JSON Lines go to stdout. The
 logic is in ``opencode_events.otel``; this module owns the options and the terminal.
 """
 
@@ -81,6 +82,13 @@ __all__ = ["otel"]
     help="Request body compression (default: gzip, or $OTEL_EXPORTER_OTLP_COMPRESSION).",
 )
 @click.option(
+    "--protocol",
+    type=click.Choice(["http/json", "http/protobuf"]),
+    default=None,
+    help="OTLP/HTTP encoding of the requests (default: http/json, or "
+    "$OTEL_EXPORTER_OTLP_PROTOCOL); -o files are JSON Lines.",
+)
+@click.option(
     "--retries",
     type=click.IntRange(min=0),
     default=5,
@@ -104,6 +112,7 @@ def otel(
     headers: tuple[str, ...],
     only: str | None,
     compression: str | None,
+    protocol: str | None,
     retries: int,
 ) -> None:
     """Sessions as OpenTelemetry GenAI traces and metrics (default: the most recent session).
@@ -139,7 +148,7 @@ def otel(
             forever=forever,
             resend=resend,
             destination_of=lambda reads: otel_destination(
-                output, endpoint, headers, compression, retries, reads, env, signals
+                output, endpoint, headers, compression, retries, reads, env, signals, protocol
             ),
             only=only,
         )
@@ -164,7 +173,7 @@ def otel(
     def send(sessions: Any, builder: Any, reads: Any, parallel: Any = None) -> Any:
         # Opened once the input is known good, and never over a file being read (-o x.db).
         destination = otel_destination(
-            output, endpoint, headers, compression, retries, reads, env, signals
+            output, endpoint, headers, compression, retries, reads, env, signals, protocol
         )
         try:
             if parallel is not None:

@@ -473,8 +473,9 @@ class HttpDestination:
         compression: str | None = None,
         retries: int = 5,
         env: OtlpEnvironment | None = None,
+        protocol: str | None = None,
     ) -> None:
-        from .transport import ExportError, OtlpHttp, Tls, endpoints_from
+        from .transport import HTTP_JSON, HTTP_PROTOBUF, ExportError, OtlpHttp, Tls, endpoints_from
 
         env = otlp_environment() if env is None else env
         self.endpoints = endpoints_from(endpoint, env)
@@ -482,12 +483,20 @@ class HttpDestination:
         self.senders: dict[str, OtlpHttp] = {}
         shared: dict[tuple[str | None, ...], Tls] = {}  # one SSL context for the same files
         for signal, url in self.endpoints.items():
-            protocol, variable = env.setting(signal, "protocol")
-            if not endpoint and protocol == "grpc":
-                raise ExportError(
-                    f"{variable} is grpc; otel sends OTLP/HTTP JSON "
-                    "(give --endpoint http://HOST:4318, or set the protocol to http/json)"
-                )
+            # --protocol, else the signal's own variable over the general one; http/json
+            # unless one says http/protobuf (grpc only with a URL from the environment,
+            # which is then the collector's gRPC port: refused).
+            chosen_protocol = protocol
+            if chosen_protocol is None:
+                value, variable = env.setting(signal, "protocol")
+                value = (value or "").strip().lower()
+                if not endpoint and value == "grpc":
+                    raise ExportError(
+                        f"{variable} is grpc; otel sends OTLP over HTTP "
+                        "(give --endpoint http://HOST:4318, or set the protocol to "
+                        "http/protobuf or http/json)"
+                    )
+                chosen_protocol = HTTP_PROTOBUF if value == HTTP_PROTOBUF else HTTP_JSON
             # The signal's own variables over the general ones; -H over both.
             value, variable = env.setting(signal, "headers")
             configured = parse_key_values(value)
@@ -516,6 +525,7 @@ class HttpDestination:
                 timeout=_timeout(env.setting(signal, "timeout")[0]),
                 retries=retries,
                 tls=tls,
+                protocol=chosen_protocol,
             )
         # What the summary names: the base URL, unless a signal's own URL stands in for it.
         own = not endpoint and (env.traces_endpoint or env.metrics_endpoint)
@@ -525,13 +535,20 @@ class HttpDestination:
         where = endpoint or (urls if own else env.endpoint) or urls
         self.where = ", ".join(shown_url(url) for url in where.split(", "))
 
-    def send(self, signal: str, body: bytes) -> Any:
+    def send(self, signal: str, body: bytes, *, encoded: bool = False) -> Any:
+        """Post one OTLP/JSON body (or one ``encoded`` for the wire already)."""
         sender = self.senders.get(signal)
         if sender is None:
             from .transport import ExportError
 
             raise ExportError(f"no OTLP endpoint for {signal} (give --endpoint, or --only)")
-        return sender.send(signal, body)
+        return sender.send(signal, body, encoded=encoded)
+
+    def encoded(self, signal: str, body: bytes) -> bytes:
+        """``body`` as the signal's sender puts it on the wire (protobuf or JSON): what a
+        worker process makes, for ``send(…, encoded=True)`` in the parent."""
+        sender = self.senders.get(signal)
+        return body if sender is None else sender.encoded(signal, body)
 
     def flush(self) -> None:
         pass  # each body is sent whole

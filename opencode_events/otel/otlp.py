@@ -106,6 +106,22 @@ class Scope(Struct, omit_defaults=True, gc=False):
     version: str = ""
 
 
+# A traces body as ``SpanBatches`` writes it (from the parts it encoded), read back by the
+# protobuf encoder (``protobuf``): a key it does not know is an error, not one dropped.
+class ScopeSpans(Struct, forbid_unknown_fields=True, gc=False):
+    scope: Scope
+    spans: list[Span]
+
+
+class ResourceSpans(Struct, rename="camel", forbid_unknown_fields=True, gc=False):
+    resource: Resource
+    scope_spans: list[ScopeSpans]
+
+
+class TracesData(Struct, rename="camel", forbid_unknown_fields=True, gc=False):
+    resource_spans: list[ResourceSpans]
+
+
 class NumberDataPoint(Struct, rename="camel", omit_defaults=True, gc=False):
     start_time_unix_nano: str
     time_unix_nano: str

@@ -65,6 +65,9 @@ def export_in_workers(
     reading: dict[int, bytearray] = {}
     reports: dict[int, Any] = {}  # worker index → counters, or a failure
     index_of: dict[int, int] = {}
+    # A body goes on the wire as the destination encodes it (protobuf: ``http/protobuf``):
+    # encoded by the worker that made it, not one at a time here.
+    encode = getattr(destination, "encoded", None)
     try:
         for index, share in enumerate(shares):
             read_fd, write_fd = os.pipe()
@@ -74,7 +77,16 @@ def export_in_workers(
                 for fd in reading:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-                _worker(store, share, builder, resources, write_fd, destination.max_bytes, traces)
+                _worker(
+                    store,
+                    share,
+                    builder,
+                    resources,
+                    write_fd,
+                    destination.max_bytes,
+                    traces,
+                    encode,
+                )
             os.close(write_fd)
             pids.append(pid)
             reading[read_fd] = bytearray()
@@ -96,7 +108,10 @@ def export_in_workers(
                     payload = bytes(buffer[_FRAME.size : _FRAME.size + length])
                     del buffer[: _FRAME.size + length]
                     if kind == b"T":
-                        note = destination.send("traces", payload)
+                        if encode is not None:
+                            note = destination.send("traces", payload, encoded=True)
+                        else:
+                            note = destination.send("traces", payload)
                         summary.bodies += 1
                         if note is not None:
                             summary.partial.append(note)
@@ -139,8 +154,10 @@ def _worker(
     out: int,
     max_bytes: int,
     traces: bool,
+    encode: Any = None,
 ) -> None:
-    """A forked worker's whole life; leaves with ``os._exit``."""
+    """A forked worker's whole life; leaves with ``os._exit``. ``encode(signal, body)``:
+    a body as the destination sends it."""
     child_signals()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent says what a Ctrl-C ended
@@ -155,10 +172,10 @@ def _worker(
             sessions += 1
             if traces:
                 for body in batches.add(resource, spans):
-                    _write(out, b"T", body)
+                    _write(out, b"T", encode("traces", body) if encode else body)
         if traces:
             for body in batches.flush():
-                _write(out, b"T", body)
+                _write(out, b"T", encode("traces", body) if encode else body)
         _write(out, b"C", pickle.dumps((_counts(mine.counters), sessions, batches.spans)))
     except BaseException as exc:  # reported to the parent, which raises it
         code = 1

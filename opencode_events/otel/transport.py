@@ -1,8 +1,10 @@
-"""OTLP/HTTP export of JSON bodies with the standard library: no SDK, no requests.
+"""OTLP/HTTP export with the standard library: no SDK, no requests.
 
 ``OtlpHttp.send(signal, body)`` posts one ``Export…ServiceRequest`` to the signal's URL
 (``/v1/traces``, ``/v1/metrics`` under the base endpoint, as OpenTelemetry's exporters
-build it), gzip-compressed by default, over one kept-alive connection. 429, 502, 503 and
+build it), gzip-compressed by default, over one kept-alive connection. ``body`` is OTLP/JSON
+(``otlp``'s); with ``protocol="http/protobuf"`` it goes as protobuf (``protobuf``), and the
+server's reply is read as protobuf too, unless its ``Content-Type`` says JSON. 429, 502, 503 and
 504 and a connection that fails are retried with exponential backoff (1 s, 2 s, 4 s …, at
 most 30 s, with jitter), or after what a ``Retry-After`` header asks (at most 60 s). A 307 or
 308 to the same host (``http`` to ``https`` too, never back) is followed with the same body
@@ -40,6 +42,8 @@ from ..paths import OtlpEnvironment
 
 __all__ = [
     "ExportError",
+    "HTTP_JSON",
+    "HTTP_PROTOBUF",
     "OtlpHttp",
     "PartialSuccess",
     "Tls",
@@ -53,6 +57,7 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _SAME_BODY_REDIRECTS = frozenset({307, 308})  # RFC 9110: the method and body kept
 _MAX_REDIRECTS = 5
 SIGNAL_PATHS = {"traces": "/v1/traces", "metrics": "/v1/metrics"}
+HTTP_JSON, HTTP_PROTOBUF = "http/json", "http/protobuf"  # OTEL_EXPORTER_OTLP_PROTOCOL's values
 _REJECTED_KEY = {"traces": "rejectedSpans", "metrics": "rejectedDataPoints"}
 _BODY_HEADERS = frozenset({"content-type", "content-encoding", "content-length"})
 _MAX_BACKOFF = 30.0
@@ -258,8 +263,10 @@ class OtlpHttp:
         retries: int = 5,
         sleep: Callable[[float], None] = time.sleep,
         tls: Tls | None = None,
+        protocol: str = HTTP_JSON,
     ) -> None:
         self.endpoints = dict(endpoints)
+        self.protocol = protocol  # HTTP_JSON or HTTP_PROTOBUF: how bodies go
         self.tls = tls  # its context for https connections (else the system's CAs)
         self.headers = dict(headers or {})
         self.compression = compression
@@ -281,7 +288,21 @@ class OtlpHttp:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def send(self, signal: str, body: bytes) -> PartialSuccess | None:
+    def encoded(self, signal: str, body: bytes) -> bytes:
+        """``body`` (OTLP/JSON) as it goes on the wire: protobuf with ``http/protobuf``.
+        Given to ``send(…, encoded=True)``, it is not encoded again (workers encode so)."""
+        if self.protocol != HTTP_PROTOBUF:
+            return body
+        from .protobuf import encoded
+
+        return encoded(signal, body)
+
+    def send(self, signal: str, body: bytes, *, encoded: bool = False) -> PartialSuccess | None:
+        """Post ``body`` (OTLP/JSON, or already ``encoded()``); the backend's partial
+        success, if it tells one."""
+        if not encoded:
+            body = self.encoded(signal, body)
+        protobuf = self.protocol == HTTP_PROTOBUF
         url = self.endpoints[signal]
         parts = urllib.parse.urlsplit(url)
         target = parts.path or "/"
@@ -294,7 +315,7 @@ class OtlpHttp:
             if name.lower() not in _BODY_HEADERS:
                 named[name.lower()] = (name, value)
         headers = dict(named.values())
-        headers["Content-Type"] = "application/json"
+        headers["Content-Type"] = "application/x-protobuf" if protobuf else "application/json"
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=6, mtime=0)
             headers["Content-Encoding"] = "gzip"
@@ -318,7 +339,7 @@ class OtlpHttp:
             if 200 <= status < 300:
                 self.requests += 1
                 self.bytes_sent += len(body)
-                return _partial_success(signal, reply)
+                return _partial_success(signal, reply, _protobuf_reply(reply_headers, protobuf))
             if status in RETRYABLE and attempt < self.retries:
                 wait = _retry_after(reply_headers.get("retry-after"))
                 self.sleep(_backoff(attempt) if wait is None else wait)
@@ -333,7 +354,14 @@ class OtlpHttp:
                 target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 continue
             tried = f" ({_attempts(attempt)})" if attempt else ""
-            said = _what_it_said(reply) if not moved else _why_not_followed(url, moved, status)
+            if moved:
+                said = _why_not_followed(url, moved, status)
+            else:
+                said = _what_it_said(reply, _protobuf_reply(reply_headers, protobuf))
+                if status == 415:  # Unsupported Media Type: the other encoding may do
+                    other = HTTP_JSON if protobuf else HTTP_PROTOBUF
+                    said += f"{'; ' if said else ''}it may take {other}: set "
+                    said += f"OTEL_EXPORTER_OTLP_PROTOCOL={other}"
             raise ExportError(
                 f"{shown_url(url)} refused the {signal}: HTTP {status} {reason}{tried}"
                 + (f": {said}" if said else ""),
@@ -461,19 +489,43 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, min(_MAX_RETRY_AFTER, seconds))
 
 
-def _decoded(reply: bytes) -> Any:
+def _protobuf_reply(headers: Mapping[str, str], sent_protobuf: bool) -> bool:
+    """Whether a reply is protobuf: as its ``Content-Type`` says, else as the request went
+    (OTLP: the server answers in the request's encoding)."""
+    kind = headers.get("content-type", "").lower()
+    if "protobuf" in kind:
+        return True
+    return sent_protobuf and "json" not in kind
+
+
+def _unzipped(reply: bytes) -> bytes | None:
     if reply[:2] == b"\x1f\x8b":
         try:
-            reply = gzip.decompress(reply)
+            return gzip.decompress(reply)
         except (OSError, EOFError):
             return None
+    return reply
+
+
+def _decoded(reply: bytes) -> Any:
+    unzipped = _unzipped(reply)
+    if unzipped is None:
+        return None
     try:
-        return json.loads(reply)
+        return json.loads(unzipped)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
 
 
-def _partial_success(signal: str, reply: bytes) -> PartialSuccess | None:
+def _partial_success(signal: str, reply: bytes, protobuf: bool = False) -> PartialSuccess | None:
+    if protobuf:  # an Export…ServiceResponse
+        from .protobuf import partial_success
+
+        unzipped = _unzipped(reply) if reply else None
+        found = partial_success(unzipped) if unzipped else None
+        if found is None or found == (0, ""):
+            return None
+        return PartialSuccess(signal, found[0], found[1])
     document = _decoded(reply) if reply else None
     if not isinstance(document, dict):
         return None
@@ -491,8 +543,17 @@ def _partial_success(signal: str, reply: bytes) -> PartialSuccess | None:
     return PartialSuccess(signal, count, str(message))
 
 
-def _what_it_said(reply: bytes) -> str:
-    """A refusal's reason: an OTLP ``Status`` message, else the start of the body's text."""
+def _what_it_said(reply: bytes, protobuf: bool = False) -> str:
+    """A refusal's reason: an OTLP ``Status`` message (a protobuf ``google.rpc.Status``'s
+    when the reply is protobuf), else the start of the body's text."""
+    if protobuf:
+        from .protobuf import status_message
+
+        unzipped = _unzipped(reply)
+        said = status_message(unzipped) if unzipped else None
+        message = " ".join((said or "").split())
+        if message and message.isprintable():
+            return message[:300]
     document = _decoded(reply)
     if isinstance(document, dict):
         message = document.get("message") or document.get("detail") or document.get("error")
