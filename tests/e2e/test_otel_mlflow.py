@@ -1,9 +1,10 @@
 """`otel` against a real OTLP/HTTP backend: MLflow from PyPI, started on 127.0.0.1.
 
-The first run installs MLflow 3.17.2 into .cache/ (about 45 s, once); every run starts the
-server (about 5 s). Every real capture of samples/ is exported from its store; MLflow's own
-token totals for each trace must equal ours, and exporting again must leave one copy of
-every trace and span.
+The first run installs MLflow 3.17.2 into .cache/ (about 45 s, once); each test starts a
+server (about 5 s). Every real capture of samples/ is exported from its store, as OTLP/JSON
+and, to a server of its own, as OTLP protobuf (``--protocol http/protobuf``: MLflow takes
+both); MLflow's own token totals for each trace must equal ours, and exporting again must
+leave one copy of every trace and span.
 """
 
 from __future__ import annotations
@@ -27,12 +28,18 @@ STORES = sorted(p.parent.name for p in SAMPLES.glob("*/opencode.db"))
 
 
 @pytest.fixture(scope="module")
-def mlflow(tmp_path_factory):
+def mlflow_python():
     try:
-        python = ensure_mlflow()
+        return ensure_mlflow()
     except RuntimeError as exc:
         pytest.fail(f"cannot install MLflow: {exc}", pytrace=False)
-    server = MlflowServer(python, tmp_path_factory.mktemp("mlflow")).start()
+
+
+@pytest.fixture
+def mlflow(mlflow_python, tmp_path_factory):
+    """A server of its own for each test: MLflow keys a trace by its id alone, so the same
+    history sent again into another experiment stays in the first one."""
+    server = MlflowServer(mlflow_python, tmp_path_factory.mktemp("mlflow")).start()
     try:
         yield server
     finally:
@@ -64,8 +71,9 @@ def our_traces(db: Path) -> dict[str, dict]:
     return traces
 
 
-def test_mlflows_totals_equal_ours_and_a_second_export_leaves_one_copy(mlflow):
-    experiment = mlflow.experiment("opencode-events samples")
+@pytest.mark.parametrize("protocol", ["http/json", "http/protobuf"])
+def test_mlflows_totals_equal_ours_and_a_second_export_leaves_one_copy(mlflow, protocol):
+    experiment = mlflow.experiment(f"opencode-events samples {protocol}")
     expected: dict[str, dict] = {}
     for name in STORES:
         db = SAMPLES / name / "opencode.db"
@@ -79,6 +87,8 @@ def test_mlflows_totals_equal_ours_and_a_second_export_leaves_one_copy(mlflow):
                 "traces",
                 "--endpoint",
                 mlflow.url,
+                "--protocol",
+                protocol,
                 "-H",
                 f"x-mlflow-experiment-id={experiment}",
             )
