@@ -267,6 +267,65 @@ def test_top_ended_by_a_key_that_signals_gives_the_terminal_back(tmp_path: Path,
         os.close(master)
 
 
+# A shell with job control, as small as it gets: runs its arguments in a process group of
+# their own in the foreground, says when Ctrl-Z stopped them and in what mode the terminal
+# was left, continues them at a line typed (`fg`), and says how they exited.
+_JOB_SHELL = """
+import os, signal, sys, termios
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+pid = os.fork()
+if pid == 0:
+    os.setpgid(0, 0)
+    os.tcsetpgrp(0, os.getpgrp())
+    signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+try:
+    os.setpgid(pid, pid)
+except PermissionError:  # the child has set it and gone on to exec
+    pass
+os.tcsetpgrp(0, pid)
+_, status = os.waitpid(pid, os.WUNTRACED)
+if os.WIFSTOPPED(status):
+    os.tcsetpgrp(0, os.getpgrp())
+    lflag = termios.tcgetattr(0)[3]
+    line = lflag & termios.ICANON and lflag & termios.ECHO
+    print("STOPPED", "line-mode" if line else "key-mode", flush=True)
+    sys.stdin.readline()
+    os.tcsetpgrp(0, pid)
+    os.kill(pid, signal.SIGCONT)
+    _, status = os.waitpid(pid, 0)
+print("EXIT", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_ctrl_z_gives_the_terminal_back_and_fg_brings_the_board_again(tmp_path: Path) -> None:
+    """Stopped as it was, `top` left the shell's prompt on its own screen, the cursor hidden
+    and the terminal taking keys one at a time; as `less` does, it now gives the terminal
+    back before it stops and takes it again when continued."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    argv = [sys.executable, "-c", _JOB_SHELL, "-m", "opencode_events", "top", "--db", str(db)]
+    proc, master = _pty([*argv, "--interval", "0.2"])
+    try:
+        _read_until(master, proc, rb"opencode-events top")
+        os.write(master, b"\x1a")  # Ctrl-Z
+        out = _read_until(master, proc, rb"STOPPED \S+")
+        stopped = out[out.rindex(b"\x1a") if b"\x1a" in out else 0 :]
+        assert b"STOPPED line-mode" in _plain(out)
+        assert b"\x1b[?1049l" in stopped and b"\x1b[?25h" in stopped  # its screen, cursor
+        os.write(master, b"\n")  # fg
+        again = _read_until(master, proc, rb"opencode-events top")  # the board at once
+        assert b"\x1b[?1049h" in again
+        os.write(master, b"q")
+        _read_until(master, proc, rb"EXIT 0")
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
 def test_at_80_columns_every_line_fits() -> None:
     done = subprocess.run(
         [*CLI, "top", "--db", str(SAMPLES / "task" / "opencode.db"), "--once"],

@@ -57,7 +57,7 @@ def top(db_path: str | None, interval: float, tz: str | None, once: bool) -> Non
         return
     from ..output.pretty import FullScreen
 
-    with _keys() as pressed:
+    with _keys() as keys, _ctrl_z_noted(keys):
         screen = FullScreen(sys.stdout)
         try:
             while True:
@@ -65,9 +65,17 @@ def top(db_path: str | None, interval: float, tz: str | None, once: bool) -> Non
                 board.refresh(now)
                 width, height = screen.size
                 board.limit = max(1, height - 4)
-                screen.show(top_screen(board.board(), now, width=width, height=height))
-                if "q" in pressed(interval):
+                shown = top_screen(board.board(), now, width=width, height=height)
+                screen.show(shown)
+                typed = keys.pressed(interval)
+                if "q" in typed:
                     return
+                if CTRL_Z in typed:  # the terminal given back first, as `less` does
+                    screen.close()
+                    keys.restore()
+                    _yield_terminal()  # stopped here until `fg`
+                    keys.again()
+                    screen = FullScreen(sys.stdout)
         finally:
             screen.close()
 
@@ -93,22 +101,93 @@ def _terminal_size() -> tuple[int, int]:
         return 80, 24
 
 
-@contextlib.contextmanager
-def _keys() -> Iterator[object]:
+CTRL_Z = "\x1a"  # what ``_Keys.pressed`` returns for a SIGTSTP noted meanwhile
+
+
+class _Keys:
     """Keys as they are pressed (no Enter needed): ``pressed(timeout)`` waits up to
-    ``timeout`` seconds and returns what was typed. The terminal's mode is put back."""
-    import termios
-    import tty
+    ``timeout`` seconds and returns what was typed (``CTRL_Z`` for a ``note_ctrl_z`` made
+    meanwhile); ``restore`` gives the terminal its mode back, ``again`` takes keys as
+    pressed once more (after a Ctrl-Z and `fg`)."""
 
-    fd = sys.stdin.fileno()
-    saved = termios.tcgetattr(fd)
-    tty.setcbreak(fd)
+    def __init__(self) -> None:
+        import termios
 
-    def pressed(timeout: float) -> str:
-        ready, _, _ = select.select([fd], [], [], timeout)
-        return os.read(fd, 64).decode("utf-8", "replace").lower() if ready else ""
+        self.fd = sys.stdin.fileno()
+        self.saved = termios.tcgetattr(self.fd)
+        # Woken by a signal through a pipe: a handler that drew or wrote itself could
+        # cut into a write to stdout under way (a reentrant write is an error).
+        self._woken, self._wake = os.pipe()
+        os.set_blocking(self._wake, False)
+        self.again()
 
+    def again(self) -> None:
+        import tty
+
+        tty.setcbreak(self.fd)
+
+    def restore(self) -> None:
+        import termios
+
+        termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
+
+    def close(self) -> None:
+        os.close(self._woken)
+        os.close(self._wake)
+
+    def note_ctrl_z(self, _signum: int = 0, _frame: object = None) -> None:
+        with contextlib.suppress(OSError):  # full: one is noted already
+            os.write(self._wake, b"z")
+
+    def pressed(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.fd, self._woken], [], [], timeout)
+        typed = ""
+        if self._woken in ready:
+            os.read(self._woken, 64)
+            typed = CTRL_Z
+        if self.fd in ready:
+            typed += os.read(self.fd, 64).decode("utf-8", "replace").lower()
+        return typed
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[_Keys]:
+    """``_Keys`` for the time of the block; the terminal's mode is put back after it."""
+    keys = _Keys()
     try:
-        yield pressed
+        yield keys
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        keys.restore()
+        keys.close()
+
+
+@contextlib.contextmanager
+def _ctrl_z_noted(keys: _Keys) -> Iterator[None]:
+    """Ctrl-Z (SIGTSTP) noted for ``keys.pressed`` for the time of the block, where the
+    loop gives the terminal back (its own screen, the cursor, its mode) before stopping:
+    stopped as it was, the shell's prompt came up on `top`'s screen, the cursor hidden.
+    Where there is no SIGTSTP, nothing."""
+    import signal
+
+    number = getattr(signal, "SIGTSTP", None)
+    if number is None:
+        yield
+        return
+    before = signal.signal(number, keys.note_ctrl_z)
+    try:
+        yield
+    finally:
+        signal.signal(number, before)
+
+
+def _yield_terminal() -> None:
+    """Stop this process as Ctrl-Z would have (SIGTSTP, its default action), until it is
+    continued (`fg`, SIGCONT); where its process group is orphaned (no shell with job
+    control to continue it), the kernel drops the signal and this returns at once."""
+    import signal
+
+    handler = signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+    try:
+        os.kill(os.getpid(), signal.SIGTSTP)
+    finally:
+        signal.signal(signal.SIGTSTP, handler)
