@@ -122,3 +122,29 @@ def merged_captures(db: Path, names: tuple[str, ...]) -> Path:
             conn.execute("DETACH DATABASE other")
     conn.close()
     return db
+
+
+def with_a_prompt_awaiting_its_reply(db: Path, sample: str = "continue3") -> tuple[str, str]:
+    """``db``, a copy of samples/``sample``'s store cut short after its newest prompt
+    (``cut_after_the_newest_prompt``). Returns (the session's id, the prompt's)."""
+    shutil.copyfile(SAMPLES / sample / "opencode.db", db)
+    return cut_after_the_newest_prompt(db)
+
+
+def cut_after_the_newest_prompt(db: Path, session_id: str | None = None) -> tuple[str, str]:
+    """``db`` cut short after the newest prompt (of ``session_id``, else of any session):
+    the replies to it and their parts are not written yet, as for a moment at every prompt,
+    and for good when OpenCode was killed in between. Returns (the session's id, the
+    prompt's)."""
+    with sqlite3.connect(db) as conn:
+        (sid, prompt, created) = conn.execute(
+            "SELECT session_id, id, time_created FROM message WHERE json_extract(data, "
+            "'$.role') = 'user' AND session_id = coalesce(?, session_id) "
+            "ORDER BY time_created DESC, id DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        later = "SELECT id FROM message WHERE session_id = ? AND time_created > ?"
+        conn.execute(f"DELETE FROM part WHERE message_id IN ({later})", (sid, created))
+        conn.execute(f"DELETE FROM message WHERE id IN ({later})", (sid, created))
+    conn.close()
+    return sid, prompt

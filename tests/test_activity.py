@@ -18,6 +18,11 @@ from opencode_events.reports.sessions import summarize
 from opencode_events.reports.statusline import take_glance
 from opencode_events.reports.usage import store_usage
 from opencode_events.store.sqlite import Store
+from tests.stores import (
+    cut_after_the_newest_prompt,
+    merged_captures,
+    with_a_prompt_awaiting_its_reply,
+)
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 MINUTE = 60_000
@@ -106,6 +111,149 @@ def test_a_parent_waiting_on_a_subagent_at_work_is_busy_in_every_report(tmp_path
     db, parent, late = _parent_waiting_on_a_busy_child(tmp_path)
     assert set(_states(db, parent, late + MINUTE).values()) == {"busy"}
     assert set(_states(db, parent, late + 11 * MINUTE).values()) == {"stale"}
+
+
+@pytest.mark.parametrize(("after", "state"), [(1_000, "busy"), (11 * MINUTE, "stale")])
+def test_a_prompt_awaiting_its_reply_is_busy_then_stale_in_every_report(
+    tmp_path: Path, after: int, state: str
+) -> None:
+    """A prompt written, its reply not yet (for a moment at every prompt; for good when
+    OpenCode was killed in between): busy, then stale, as a reply in flight is. `usage`
+    says it on the prompt's turn; by step there is no row yet (no step began)."""
+    db = tmp_path / "opencode.db"
+    sid, _prompt = with_a_prompt_awaiting_its_reply(db)  # samples/continue3, 3rd prompt
+    states = _states(db, sid, _last_write(db) + after)
+    assert states == {
+        "sessions": state,
+        "usage": state,
+        "usage --by step": "idle",
+        "statusline": state,
+    }
+    with Store(db) as store:
+        *done, waiting = store_usage(store, [sid], now_ms=_last_write(db) + after).rows
+    assert waiting.inferences == 0 and not any(r.in_flight or r.stale for r in done)
+
+
+def _summaries_every_way(db: Path, now: float, monkeypatch) -> list[dict[str, str]]:
+    """Each session's state as `sessions` finds it every way it reads the messages: by
+    session, the whole tables in this process (in message chunks of a few rows too, so a
+    session spans several) or by the workers, and a session at a time (``each_summary``)."""
+    import opencode_events.reports.sessions as summary_module
+
+    found = []
+    with Store(db) as store:
+        rows = store.sessions()
+
+        def states(summaries) -> dict[str, str]:
+            return {s.id: s.state for s in summaries}
+
+        found.append(states(summarize(store, rows, now_ms=now)))
+        with monkeypatch.context() as whole:
+            whole.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
+            whole.setattr(summary_module, "_PARALLEL_MIN_PARTS", 10**12)
+            for chunk in (1, 2, 3, 1024):
+                whole.setattr(summary_module, "_MESSAGE_CHUNK", chunk)
+                found.append(states(summarize(store, rows, now_ms=now)))
+            found.append(states(summary_module.each_summary(store, all_sessions=True, now_ms=now)))
+            whole.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
+            found.append(states(summarize(store, rows, now_ms=now)))
+    return found
+
+
+def test_every_way_sessions_reads_the_messages_finds_the_prompt_awaiting_its_reply(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The whole tables are read in chunks of rows, by several processes: the newest of a
+    session's messages may be in any chunk, its prompt in one and a reply in the next."""
+    db = merged_captures(tmp_path / "opencode.db", ("continue3", "task", "text", "sigint"))
+    with Store(SAMPLES / "continue3" / "opencode.db") as store:
+        waiting = store.newest_session()
+    cut_after_the_newest_prompt(db, waiting)
+    found = _summaries_every_way(db, _last_write(db) + 1_000, monkeypatch)
+    expected = dict.fromkeys(found[0], "idle")
+    with Store(SAMPLES / "sigint" / "opencode.db") as store:
+        killed = store.newest_session()  # its reply left open
+    expected.update({waiting: "busy", killed: "busy"})
+    assert found == [expected] * len(found)
+
+
+def test_the_count_of_every_message_leaves_only_sessions_maybe_in_flight_to_read(
+    tmp_path: Path,
+) -> None:
+    """`sessions` of many sessions reads the newest messages only of the sessions its count
+    of every message says may be in flight (its cost): none of the finished captures, a
+    shell command's prompt (written `{"time":…,"role":"user",…}`) among them; the session
+    whose newest message is a prompt, once cut so."""
+    import opencode_events.reports.sessions as summary_module
+
+    db = merged_captures(tmp_path / "opencode.db", ("serve_shell", "continue3", "task", "text"))
+
+    def maybe_in_flight() -> set[str]:
+        counts: dict = {}
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            (low, high) = conn.execute("SELECT min(rowid), max(rowid) + 1 FROM message").fetchone()
+            summary_module._count_message_range(conn, low, high, counts)
+        conn.close()
+        return {sid for sid, (_turns, _inferences, maybe) in counts.items() if maybe}
+
+    assert maybe_in_flight() == set()
+    with Store(SAMPLES / "continue3" / "opencode.db") as store:
+        waiting = store.newest_session()
+    cut_after_the_newest_prompt(db, waiting)
+    assert maybe_in_flight() == {waiting}
+
+
+def _edge(db: Path, case: str) -> None:
+    """samples/text (a prompt and its finished reply) and one more message, hand-made."""
+    shutil.copyfile(SAMPLES / "text" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        sid, reply, created = conn.execute(
+            "SELECT session_id, id, time_created FROM message ORDER BY time_created DESC"
+        ).fetchone()
+        prompt = {"role": "user", "time": {"created": created}, "agent": "build"}
+        if case == "spaced":  # a writer that spaces its JSON: not OpenCode's spelling
+            row = ("msg_zz1", created + 5, json.dumps(prompt))
+        elif case == "tie, the prompt's id after the reply's":
+            row = (reply + "z", created, json.dumps(prompt, separators=(",", ":")))
+        elif case == "tie, the prompt's id before the reply's":
+            row = ("msg_000", created, json.dumps(prompt, separators=(",", ":")))
+        else:  # a message neither prompt nor reply after a prompt: the prompt is newest
+            row = ("msg_zz1", created + 5, json.dumps(prompt, separators=(",", ":")))
+            conn.execute(
+                "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+                "VALUES ('msg_zz2', ?, ?, ?, '{\"role\":\"system\"}')",
+                (sid, created + 6, created + 6),
+            )
+        mid, at, data = row
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (mid, sid, at, at, data),
+        )
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("case", "state"),
+    [
+        ("spaced", "busy"),
+        ("tie, the prompt's id after the reply's", "busy"),
+        ("tie, the prompt's id before the reply's", "idle"),  # the reply is newest
+        ("neither prompt nor reply newest", "busy"),
+    ],
+)
+def test_the_newest_prompt_or_reply_decides_however_it_is_written(
+    tmp_path: Path, monkeypatch, case: str, state: str
+) -> None:
+    """The newest message by (time_created, id), as the live views order them, whatever
+    the spelling of its JSON; a message of no other role does not hide the prompt."""
+    db = tmp_path / "opencode.db"
+    _edge(db, case)
+    now = _last_write(db) + 1_000
+    with Store(db) as store:
+        (sid,) = [row.id for row in store.sessions()]
+        assert take_glance(store, sid, now_ms=now).state == state
+    assert _summaries_every_way(db, now, monkeypatch) == [{sid: state}] * 7
 
 
 @pytest.mark.parametrize(

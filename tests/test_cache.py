@@ -1068,6 +1068,56 @@ def _subagent_replied(db: Path, root: Path) -> None:
         memo.unlink()
 
 
+def _write_message(db: Path, sid: str, mid: str, data: dict[str, Any], at: int) -> None:
+    """A message OpenCode writes to ``sid`` at ``at``, its event log moving."""
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (mid, sid, at, at, json.dumps(data, separators=(",", ":"))),
+        )
+        conn.execute("UPDATE session SET time_updated = ? WHERE id = ?", (at, sid))
+        _log(conn, sid, "message.updated.1")
+    conn.close()
+
+
+@pytest.mark.parametrize("whole_table", [None, 1], ids=["few sessions", "whole tables"])
+def test_a_prompt_written_after_the_reports_were_kept_is_in_flight_in_them(
+    tmp_path, monkeypatch, whole_table
+) -> None:
+    """The reports were kept with every session idle; OpenCode writes a prompt, and for a
+    moment no reply: every report, its memo brought up to date or its ledger used, says
+    what one made afresh says (the session busy), and so again once the reply is written."""
+    if whole_table is not None:
+        monkeypatch.setattr(sessions_module, "WHOLE_TABLE_SESSIONS", whole_table)
+        monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", whole_table)
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with sqlite3.connect(db) as conn, sqlite3.connect(SAMPLES / "bash_ok" / "opencode.db") as src:
+        sid = _copy_session(conn, src, _sessions(src)[0], logged=True)
+    conn.close()
+    src.close()
+    for which in range(len(REPORTS)):
+        _report(db, which, root)
+    now = int(time.time() * 1000)
+    prompt = {"role": "user", "time": {"created": now}, "agent": "build"}
+    _write_message(db, sid, "msg_zzzz1", prompt, now)
+    for which in range(len(REPORTS)):
+        assert _report(db, which, root) == _report(db, which, None), REPORTS[which]
+    states = {r["id"]: r["state"] for r in json.loads(_report(db, 0, root))}
+    assert states.pop(sid) == "busy" and set(states.values()) == {"idle"}
+    reply = {
+        "role": "assistant",
+        "parentID": "msg_zzzz1",
+        "time": {"created": now + 1, "completed": now + 2},
+        "finish": "stop",
+    }
+    _write_message(db, sid, "msg_zzzz2", reply, now + 2)
+    for which in range(len(REPORTS)):
+        assert _report(db, which, root) == _report(db, which, None), REPORTS[which]
+    assert {r["state"] for r in json.loads(_report(db, 0, root))} == {"idle"}
+
+
 def test_a_repeat_reads_no_rows_and_a_change_reads_only_its_session(tmp_path) -> None:
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)

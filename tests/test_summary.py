@@ -278,8 +278,11 @@ def _completed_badly(tool: str, state: dict) -> bool:
 
 
 def expected_messages(rows: list[str | bytes]) -> tuple[int, int, bool]:
+    """Turns, inferences and in flight of a session's messages ``rows``, oldest first: a
+    reply open, or the newest prompt or reply a prompt awaiting its reply."""
     turns = inferences = 0
     in_flight = False
+    newest = None
     for data in rows:
         message = _decoded(data)
         if not isinstance(message, dict):
@@ -289,10 +292,12 @@ def expected_messages(rows: list[str | bytes]) -> tuple[int, int, bool]:
             time = None
         if message.get("role") == "user":
             turns += 1
+            newest = "user"
         elif message.get("role") == "assistant":
             inferences += 1
             in_flight = in_flight or time is None or time.get("completed") is None
-    return turns, inferences, in_flight
+            newest = "assistant"
+    return turns, inferences, in_flight or newest == "user"
 
 
 def build(tmp_path: Path, parts: list[Any], messages: list[Any]) -> tuple[Path, dict]:

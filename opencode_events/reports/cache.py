@@ -95,12 +95,13 @@ __all__ = [
 
 T = TypeVar("T")
 
-FORMAT = 10  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
+FORMAT = 11  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
 # 4: a memo's groups; 5: a report by turn of every session spooled row by row; 6: a
 # ledger's entries in groups, read as they are used; 7: every file's bytes summed (CRC-32);
 # 8: a folded subagent's total_tokens its replies' (was its session row's classes); 9: the
 # database's change time in the fingerprint; 10: only a session's newest reply in flight,
-# a history two forks copied from a deleted original counted once, a damaged time no time
+# a history two forks copied from a deleted original counted once, a damaged time no time;
+# 11: a prompt awaiting its reply in flight (the ledger's in_flight: maybe, by the newest)
 MEMOS = 16  # whole reports kept per database
 # Ledgers kept per database: one per kind of report and choice that needs one (sessions,
 # usage by day, model or agent in each zone, context, undo windows), and those an older

@@ -2,7 +2,8 @@
 
 - Cost and tokens are OpenCode's own session columns, never re-priced.
 - Turns and inferences: a user message opens a turn; each assistant message is one
-  inference; one with no ``time.completed`` is in flight.
+  inference. In flight: the newest reply has no ``time.completed``, or the newest message
+  is a prompt awaiting its reply (``core.activity``'s rule; busy, or stale when silent).
 - Tool calls: every tool part, MCP or not; failures are the mapping's ``call_failed``
   (a failing status, a call of the ``invalid`` tool), as ``metrics`` counts them; a bash
   exit code is written after the output, and is not read (``command_failures`` of
@@ -375,7 +376,9 @@ def _count_script(counts: ToolCounts, sid: str, data: bytes | None) -> None:
         counts[key] = counts.get(key, 0) + 1
 
 
-MessageCounts = dict[str, list[Any]]  # session → [turns, inferences, in flight]
+# session → [turns, inferences, maybe in flight: a reply open, or a prompt newest of its rows
+# read (``_count_message_range``); ``_judge_staleness`` decides by the session's newest rows]
+MessageCounts = dict[str, list[Any]]
 
 
 def _start_scan(store: Any) -> Pending | None:
@@ -489,16 +492,28 @@ class _PartRange:
 # many one-element arrays as there are rows, each array is exactly one row: the same as
 # decoding the rows one by one. A group that does not decode that way (a row that is not
 # JSON, not an object, ``"time": null`` …) is read row by row.
+#
+# Whether a session's newest message among the group is a prompt (its reply yet to come: in
+# flight) is SQLite's to say, in C: OpenCode writes a prompt's data starting
+# ``{"role":"user",`` (a shell command's, ``{"time":{"created":…},"role":"user",``), and
+# the newest row by ``time_created`` (a prompt on a tie) has the greatest
+# ``time_created * 2 + prompt``. A group whose prompts are not all written so (as many as
+# the decoded rows say), or that holds a message neither a prompt nor a reply, counts as
+# maybe in flight: its newest messages are read (``_judge_staleness``).
 _MESSAGE_CHUNK = 1024  # rowids
+_PROMPT = """(data GLOB '{"role":"user",*' OR data GLOB '{"time":{"created":*},"role":"user",*')"""
 _MESSAGES_BY_SESSION = (
-    "SELECT session_id, count(*), CAST(group_concat(data, ']' || char(10) || '[') AS BLOB) "
+    "SELECT session_id, count(*), CAST(group_concat(data, ']' || char(10) || '[') AS BLOB), "
+    f"sum({_PROMPT}), max(time_created * 2 + {_PROMPT}) "
     "FROM message WHERE rowid >= ? AND rowid < ? GROUP BY session_id"
 )
 _MESSAGES_OF_SESSION = (
-    "SELECT CAST(data AS BLOB) FROM message WHERE session_id = ? AND rowid >= ? AND rowid < ?"
+    "SELECT time_created, CAST(data AS BLOB) FROM message "
+    "WHERE session_id = ? AND rowid >= ? AND rowid < ?"
 )
 _MESSAGES_OF_RANGE = (
-    "SELECT session_id, CAST(data AS BLOB) FROM message WHERE rowid >= ? AND rowid < ?"
+    "SELECT session_id, time_created, CAST(data AS BLOB) FROM message "
+    "WHERE rowid >= ? AND rowid < ?"
 )
 _GROUPED = msgspec.json.Decoder(tuple[GroupedMessage])
 _FIRST = operator.itemgetter(0)
@@ -524,7 +539,7 @@ def _count_message_range(
             _count_rows(conn, start, end, counts)
             continue
         redo = []
-        for sid, rows, joined in groups:
+        for sid, rows, joined, prompts, newest in groups:
             if sid is None:
                 continue
             try:
@@ -536,30 +551,37 @@ def _count_message_range(
                 continue
             views = list(map(_FIRST, messages))
             roles = list(map(_ROLE, views))
-            inferences = roles.count("assistant")
+            inferences, turns = roles.count("assistant"), roles.count("user")
             running = bool(inferences) and _RUNNING in zip(
                 roles, map(_COMPLETED, views), strict=True
             )
-            _add_messages(counts, sid, roles.count("user"), inferences, running)
+            if turns and not running:  # the newest a prompt, or not known
+                running = (
+                    prompts != turns
+                    or turns + inferences != rows
+                    or type(newest) is not int
+                    or bool(newest & 1)
+                )
+            _add_messages(counts, sid, turns, inferences, running)
         for sid in redo:
             view = _MessageCounter()
-            for (data,) in conn.execute(_MESSAGES_OF_SESSION, (sid, start, end)):
-                _count_message(view, data)
-            _add_messages(counts, sid, view.turns, view.inferences, view.in_flight)
+            for created, data in conn.execute(_MESSAGES_OF_SESSION, (sid, start, end)):
+                _count_message(view, data, created)
+            _add_messages(counts, sid, view.turns, view.inferences, view.maybe_in_flight())
 
 
 def _count_rows(conn: Any, start: int, end: int, counts: MessageCounts) -> None:
     """``_count_message_range`` over [start, end) row by row, as the grouped read counts it."""
     views: dict[str, _MessageCounter] = {}
-    for sid, data in conn.execute(_MESSAGES_OF_RANGE, (start, end)):
+    for sid, created, data in conn.execute(_MESSAGES_OF_RANGE, (start, end)):
         if sid is None:
             continue
         view = views.get(sid)
         if view is None:
             view = views[sid] = _MessageCounter()
-        _count_message(view, data)
+        _count_message(view, data, created)
     for sid, view in views.items():
-        _add_messages(counts, sid, view.turns, view.inferences, view.in_flight)
+        _add_messages(counts, sid, view.turns, view.inferences, view.maybe_in_flight())
 
 
 def _add_messages(
@@ -575,22 +597,41 @@ def _add_messages(
 
 
 class _MessageCounter:
+    """A session's turns and inferences as its messages are counted, whether a reply is
+    open (``in_flight``), and which of its messages is newest: a prompt (``waits``) or
+    not, or unknown (``unsure``: a prompt or reply with no integer time)."""
+
+    __slots__ = ("turns", "inferences", "in_flight", "newest", "waits", "unsure")
+
     def __init__(self) -> None:
         self.turns = self.inferences = 0
-        self.in_flight = False
+        self.in_flight = self.waits = self.unsure = False
+        self.newest: int | None = None
+
+    def maybe_in_flight(self) -> bool:
+        """A reply is open, or the newest message may be a prompt awaiting its reply
+        (``_judge_staleness`` reads the newest messages to decide)."""
+        return self.in_flight or bool(self.turns) and (self.waits or self.unsure)
 
 
-def _count_messages(
-    store: Any, scope: Sequence[str] | None, summaries: dict[str, SessionSummary]
-) -> None:
-    """Turns, inferences and in-flight of every summary, from the messages."""
+def _count_messages(store: Any, scope: Sequence[str] | None, summaries: dict[str, Any]) -> None:
+    """Turns, inferences and in-flight (maybe: ``_MessageCounter.maybe_in_flight``) of every
+    summary (or ``_MessageCounter``), from the messages."""
     if scope is None and offers_fast_scans(store):
         _apply_messages(summaries, _whole_message_counts(store))
         return
-    for sid, _mid, _created, data in _message_rows(store, scope):
-        summary = summaries.get(sid)
-        if summary is not None:
-            _count_message(summary, data)
+    counters: dict[str, _MessageCounter] = {}
+    for sid, _mid, created, data in _message_rows(store, scope):
+        if sid in summaries:
+            counter = counters.get(sid)
+            if counter is None:
+                counter = counters[sid] = _MessageCounter()
+            _count_message(counter, data, created)
+    for sid, counter in counters.items():
+        summary = summaries[sid]
+        summary.turns += counter.turns
+        summary.inferences += counter.inferences
+        summary.in_flight = summary.in_flight or counter.maybe_in_flight()
 
 
 def _whole_message_counts(store: Any) -> MessageCounts:
@@ -611,26 +652,41 @@ def _apply_messages(summaries: dict[str, SessionSummary], counts: MessageCounts)
             summary.in_flight = summary.in_flight or running
 
 
-def _count_message(summary: Any, data: bytes | None) -> None:
-    """Count one message row into ``summary`` (a summary, or a _MessageCounter)."""
+def _count_message(counter: _MessageCounter, data: bytes | None, created: Any) -> None:
+    """Count one message row, created at ``created`` (its row's ``time_created``), into
+    ``counter``."""
     if data is None:
         return
     try:  # as every report reads it: a damaged `time` is no time, still counted
         message = decode_leniently(_MESSAGE, data)
     except (msgspec.DecodeError, RecursionError):
         return
-    if message.role == "user":
-        summary.turns += 1
+    prompt = message.role == "user"
+    if prompt:
+        counter.turns += 1
     elif message.role == "assistant":
-        summary.inferences += 1
+        counter.inferences += 1
         if message.time is None or message.time.completed is None:
-            summary.in_flight = True
+            counter.in_flight = True
+    else:
+        return  # neither prompt nor reply: the newest of those is what counts
+    if type(created) is not int:
+        counter.unsure = True
+    elif counter.newest is None or created > counter.newest:
+        counter.newest, counter.waits = created, prompt
+    elif created == counter.newest:  # a tie: maybe the prompt (the row's id decides)
+        counter.waits = counter.waits or prompt
 
 
 def _message_rows(store: Any, scope: Sequence[str] | None) -> Iterator[tuple[Any, ...]]:
+    """(session id, message id, created, data) of the messages in ``scope`` (None: all);
+    created is the row's ``time_created``, or in the legacy files, where each session's
+    messages come in their order, that order."""
     if offers_fast_scans(store):
         return itertools.chain.from_iterable(store.message_batches(scope))
-    return ((sid, None, None, data) for sid, data in store.all_message_data(scope))
+    return (
+        (sid, None, index, data) for index, (sid, data) in enumerate(store.all_message_data(scope))
+    )
 
 
 def _apply_tools(
@@ -989,6 +1045,8 @@ class SessionCounts(Struct, array_like=True):
 
     turns: int
     inferences: int
+    # Maybe in flight: a reply open, or the newest message maybe a prompt awaiting its
+    # reply; each report reads the session's newest messages to tell (``_judge_staleness``)
     in_flight: bool
     tools: list[tuple[str | None, bool, int]]
     # When its messages and parts were last written (Store.last_write), once asked.
@@ -1095,9 +1153,11 @@ def _judge_staleness(
     tree: dict[str, list[str]],
     entries: dict[str, SessionCounts] | None = None,
 ) -> None:
-    """A session in flight with nothing written for a while, to it or below it, is stale
-    (``reports.stale``, the rule ``usage`` applies too). With the ledger's ``entries``, when
-    a session's rows were last written is read once per stamp and kept in its entry."""
+    """A session in flight — its newest reply open, or a prompt newer than every reply
+    (``stale.open_reply``, read for the sessions the counts say may be) — is busy, or
+    stale with nothing written for a while, to it or below it (``reports.stale``, the rule
+    ``usage`` applies too). With the ledger's ``entries``, when a session's rows were last
+    written is read once per stamp and kept in its entry."""
     from .stale import open_reply, stored_state
 
     def rows_written(sid: str) -> int | None:
@@ -1123,8 +1183,8 @@ def _judge_staleness(
     for summary in summaries:
         if not summary.in_flight:
             continue
-        if open_reply(store, summary.id) is None:  # only an older reply is open: left
-            summary.in_flight = False
+        if open_reply(store, summary.id) is None:  # only an older reply is open (left),
+            summary.in_flight = False  # or the newest message is no prompt after all
             continue
         summary.state = stored_state(
             store,

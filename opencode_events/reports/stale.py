@@ -36,31 +36,48 @@ _LOOKED_AT = 64  # newest messages looked at for the newest reply and the last p
 
 
 class OpenReply(NamedTuple):
-    """A session's newest reply, in flight (``open_reply``)."""
+    """A session's work in flight (``open_reply``): its newest reply, open, or a prompt
+    newer than every reply, awaiting its own."""
 
-    message_id: Any  # its id
-    prompt_created: Any  # when the prompt before it was created (None: not seen)
+    message_id: Any  # the open reply's id; None: no reply is open, a prompt awaits one
+    # When the prompt of the turn in flight was created (None: not seen): the one the open
+    # reply answers, else the awaiting prompt (the newest, when several are).
+    prompt_created: Any
 
 
 def open_reply(store: Any, session_id: str) -> OpenReply | None:
-    """The session's newest reply when it has no ``time.completed`` (and no error): the one
-    reply that can be in flight. OpenCode runs one reply at a time in a session, so an
-    older reply left open is one a killed OpenCode left, and the session went on past it
-    (a report that marked it in flight said `busy` for good, and kept no cache). None when
-    the newest reply is complete, or there is none."""
+    """What a session has in flight, by its newest messages: its newest reply when it has
+    no ``time.completed`` (and no error), the one reply that can be in flight; else, when
+    the newest message is a prompt, that prompt awaiting its reply (OpenCode writes the
+    prompt, then the reply's row: for a moment at every prompt, and for good when it was
+    killed in between). OpenCode runs one reply at a time in a session, so an older reply
+    left open is one a killed OpenCode left, and the session went on past it (a report
+    that marked it in flight said `busy` for good, and kept no cache). None when neither:
+    the newest reply is complete and no prompt came after it, or there is no message."""
     older = _newest_first(store, session_id)
+    waiting = None  # the newest prompt, while no reply is newer: (its created time,)
     for message_id, data in older:
         try:
             reply = decode_repairing(_REPLY, data)[0]
         except (msgspec.DecodeError, RecursionError, TypeError):
             continue
-        if reply.role == "assistant":
+        if reply.role == "user":
+            if waiting is None:
+                waiting = (_created(reply),)
+        elif reply.role == "assistant":
             time = reply.time if isinstance(reply.time, dict) else {}
-            if time.get("completed") is not None or reply.error:
-                return None
-            # its prompt is older: read on from here, not from the newest again
-            return OpenReply(message_id, _prompt_created(older, reply))
-    return None
+            if time.get("completed") is None and not reply.error:
+                # its prompt is older: read on from here, not from the newest again
+                return OpenReply(message_id, _prompt_created(older, reply))
+            break
+    return None if waiting is None else OpenReply(None, waiting[0])
+
+
+def _created(message: _Reply) -> Any:
+    """A message's ``time.created`` when it is an integer, else None."""
+    times = message.time if isinstance(message.time, dict) else {}
+    created = times.get("created")
+    return created if type(created) is int else None
 
 
 def _newest_first(store: Any, session_id: str) -> Any:
@@ -90,12 +107,9 @@ def _prompt_created(older: Any, reply: _Reply) -> Any:
         if message_id != parent:
             continue
         try:
-            info = decode_repairing(_REPLY, data)[0]
+            return _created(decode_repairing(_REPLY, data)[0])
         except (msgspec.DecodeError, RecursionError, TypeError):
             return None
-        times = info.time if isinstance(info.time, dict) else {}
-        created = times.get("created")
-        return created if type(created) is int else None
     return None
 
 

@@ -968,6 +968,10 @@ def _session_turns(
                 turn.completed = completed
             if turn.row.reason is None or isinstance(info.finish, str):
                 turn.row.reason = info.finish if isinstance(info.finish, str) else None
+    if turns and turns[-1].user_id is not None and not turns[-1].row.inferences:
+        # a prompt with no reply yet may be awaiting it: in flight if it is the session's
+        # newest message (``_judge_staleness`` reads the newest messages to tell)
+        turns[-1].row.in_flight = True
     spawned: dict[str, _Turn] = {}
     spawned_before: set[str] = set()
     heads = getattr(store, "part_heads", None)
@@ -2232,9 +2236,12 @@ def _judge_staleness(
 ) -> None:
     """Rows in flight of a session that is stale are ``stale``, not in flight: a reply a
     killed OpenCode left (``reports.stale``, the rule of ``sessions``). Only the session's
-    newest reply can be in flight (``stale.open_reply``): a row of an older one left open,
-    or a turn before the newest one's, is not. ``states``: each session's state as judged
-    already, and its open reply (rows given a session at a time)."""
+    newest reply, or a prompt newer than every reply, can be in flight
+    (``stale.open_reply``): a row of an older reply left open, or a turn before the one in
+    flight, is not; a turn whose prompt has no reply yet is in flight only while that
+    prompt awaits it, no reply open (a prompt typed while a reply runs waits its turn).
+    ``states``: each session's state as judged already, and what it has in
+    flight (rows given a session at a time)."""
     from .stale import open_reply, stored_state
 
     if states is None:
@@ -2250,9 +2257,10 @@ def _judge_staleness(
         if newest is None or (
             row.message_id != newest.message_id
             if type(row.message_id) is str  # a step's row
-            else type(row.started) is int
+            else (not row.inferences and newest.message_id is not None)  # queued behind it
+            or type(row.started) is int
             and type(newest.prompt_created) is int
-            and row.started < newest.prompt_created  # a turn before the newest reply's
+            and row.started < newest.prompt_created  # a turn before the one in flight
         ):
             row.in_flight = False
             continue
