@@ -518,6 +518,28 @@ def test_every_width_keeps_each_rows_id_and_cost_within_its_lines(width: int, bu
         assert line.rstrip().endswith(money(row.cost) + "+"), line
 
 
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+@pytest.mark.parametrize("width", [40, 48, 56, 60, 64, 72, 80, 96, 120])
+def test_the_agent_and_model_never_cost_the_title_its_first_characters(width, busy):
+    """At 60 columns the title was cut to a bare `…` while the model column stayed: in a
+    tmux split the title is what tells the sessions apart. The agent and the model go
+    before the title has less than a dozen characters; the figures stay while the id fits."""
+    from opencode_events.output.tables import top_screen
+
+    board = _board_of(3, busy=busy)
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(top_screen(board, 12_000, width=width))
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if line.startswith("state")).split()
+    for row in board.rows:
+        (line,) = [line for line in lines if row.session_id[4:12] in line]
+        title = line.split(row.session_id[4:12], 1)[1].lstrip().split("  ")[0]
+        if "agent" in header or "model" in header:
+            assert len(title) >= 12, line
+    if width == 60 and not busy:
+        assert "model" not in header and title.startswith("Fix the fai")
+
+
 @pytest.mark.parametrize("height", [3, 5, 6, 8, 12, 24])
 @pytest.mark.parametrize("width", [40, 80])
 @pytest.mark.parametrize("marks", [False, True], ids=["plain", "marks"])

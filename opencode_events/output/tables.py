@@ -636,6 +636,9 @@ def usage_table(
     draw_table(label + figures, rows, out=out, total=report.total, caption=caption, width=width)
 
 
+_TITLE_ROOM = 12  # a title's characters kept before the agent and model columns go
+
+
 def top_screen(
     board: Any, now_ms: float, *, width: int, height: int | None = None, live: bool = True
 ) -> Any:
@@ -693,13 +696,18 @@ def top_screen(
     }
     # Narrower, whole columns go, in this order, before the session's id (its 8 characters
     # and the ellipsis of its title) and the cost: with what a busy session runs, the agent
-    # goes first at 96 columns.
+    # goes first at 96 columns. The agent and the model go before the title is cut to less
+    # than ``_TITLE_ROOM`` characters (in a tmux split the title tells the sessions apart);
+    # the figures only when the id itself has no room.
     names = ["agent", "model", *(["doing"] if any_running else []), "turns", "tokens", "ctx"]
     names.append("cost")
     if any_running and width < 96:
         names.remove("agent")
     for going in ("agent", "model", "ctx", "tokens", "turns", "doing"):
-        if 5 + 9 + sum(wide[n] for n in names) + 2 * (len(names) + 1) <= width:
+        session = 9 + (_TITLE_ROOM if going in ("agent", "model") else 0)
+        if 5 + session + sum(wide[n] for n in names) + 2 * (len(names) + 1) <= width:
+            if going in ("agent", "model"):
+                continue  # the figures still fit with a title to read
             break
         if going in names:
             names.remove(going)
