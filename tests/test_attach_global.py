@@ -37,6 +37,7 @@ def global_server(
     done = threading.Event()
     count = [0]
     posted: list[str] = []
+    aborted: list[str] = []  # the runs an abort reached
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:
@@ -54,7 +55,14 @@ def global_server(
 
         def do_POST(self) -> None:  # noqa: N802
             posted.append(self.path)
-            if self.path == f"/session/{SESSION}/abort":
+            url = urlsplit(self.path)
+            if url.path == f"/session/{SESSION}/abort":
+                # OpenCode keeps a directory's runs in that directory's instance (the
+                # ``?directory=``, else the server's own): an abort asked elsewhere finds
+                # no run, sets nothing, and answers true all the same
+                directory = parse_qs(url.query).get("directory", [None])[0]
+                if directory == ELSEWHERE:
+                    aborted.append(SESSION)
                 self._send(b"true", "application/json")
             else:
                 self._page()
@@ -92,7 +100,7 @@ def global_server(
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", posted
+        yield f"http://127.0.0.1:{server.server_address[1]}", posted, aborted
     finally:
         done.set()
         server.shutdown()
@@ -101,7 +109,7 @@ def global_server(
 
 
 def test_global_follows_a_run_of_another_directory_to_its_idle():
-    with global_server([GLOBAL]) as (url, _):
+    with global_server([GLOBAL]) as (url, _, _):
         result = attach(url, "--global")
     assert result.returncode == 0, result.stderr.decode()
     assert _kinds(result)[-1] == "metrics" and "prompt" in _kinds(result)
@@ -111,17 +119,29 @@ def test_global_max_cost_aborts_through_the_api_not_a_page():
     """The abort goes to POST /session/ID/abort: /global/session/ID/abort is OpenCode's
     web page, 200, and aborts nothing."""
     for how in (["--global"], []):
-        with global_server([GLOBAL]) as (url, posted):
+        with global_server([GLOBAL]) as (url, posted, aborted):
             target = url if how else url + "/global/event"
             result = attach(target, *how, "--max-cost", "0.001")
         assert result.returncode == 3, result.stderr.decode()
-        assert posted == [f"/session/{SESSION}/abort"]
+        assert [urlsplit(p).path for p in posted] == [f"/session/{SESSION}/abort"]
         assert "aborted it" in result.stderr.decode()
+        # asked of the session's own directory, where OpenCode keeps its run: the server's
+        # own directory has no such run, and answers true having aborted nothing
+        assert aborted == [SESSION], posted
+
+
+def test_max_cost_aborts_in_the_directory_the_url_names():
+    """``URL?directory=…`` follows that directory's runs: the abort goes there too."""
+    with global_server([GLOBAL]) as (url, posted, aborted):
+        # the stand-in's /event is its web page: read /global/event with the query kept
+        result = attach(f"{url}/global/event?directory={ELSEWHERE}", "--max-cost", "0.001")
+    assert result.returncode == 3, result.stderr.decode()
+    assert aborted == [SESSION], posted
 
 
 def test_global_after_a_reconnect_asks_the_session_directory_which_runs_are_at_work():
     """Busy in its own directory, not in the server's: followed on to its idle."""
-    with global_server([GLOBAL[:IDLE], GLOBAL[IDLE:]]) as (url, _):
+    with global_server([GLOBAL[:IDLE], GLOBAL[IDLE:]]) as (url, _, _):
         result = attach(url, "--global")
     stderr = result.stderr.decode()
     assert result.returncode == 0, stderr
@@ -130,7 +150,7 @@ def test_global_after_a_reconnect_asks_the_session_directory_which_runs_are_at_w
 
 
 def test_global_a_run_the_restart_killed_ends_attach():
-    with global_server([GLOBAL[:IDLE], GLOBAL[:1]], busy_after=lambda n: n < 2) as (url, _):
+    with global_server([GLOBAL[:IDLE], GLOBAL[:1]], busy_after=lambda n: n < 2) as (url, _, _):
         result = attach(url, "--global", "--session", SESSION[:12])
     stderr = result.stderr.decode()
     assert result.returncode == 0, stderr

@@ -133,6 +133,12 @@ class _Endpoint:
         token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
         return {"Authorization": f"Basic {token}"}
 
+    def _route(self, path: str) -> str:
+        """``path`` under the server's URL, with the URL's query (``?directory=…``): the
+        path's own query first, so a ``directory`` it names is the one OpenCode reads."""
+        query = self.query if "?" not in path else self.query.replace("?", "&", 1)
+        return self.base + path + query
+
     def post(self, path: str) -> tuple[int, str]:
         """POST to ``path`` under the server's URL (no body); the HTTP status and the
         answer's Content-Type, or raise ``OSError``/``http.client.HTTPException`` when it
@@ -142,7 +148,7 @@ class _Endpoint:
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
         conn = cls(self.host, self.port, timeout=10)
         try:
-            conn.request("POST", self.base + path, headers=self._headers())
+            conn.request("POST", self._route(path), headers=self._headers())
             response = conn.getresponse()
             response.read(_MAX_JSON)
             return response.status, response.getheader("Content-Type") or ""
@@ -160,8 +166,7 @@ class _Endpoint:
         conn = cls(self.host, self.port, timeout=10)
         try:
             headers = {"Accept": "application/json", **self._headers()}
-            query = self.query if "?" not in path else self.query.replace("?", "&", 1)
-            conn.request("GET", self.base + path + query, headers=headers)
+            conn.request("GET", self._route(path), headers=headers)
             response = conn.getresponse()
             if "json" not in (response.getheader("Content-Type") or ""):
                 return response.status, None  # an event stream, a page: never read to its end
@@ -389,17 +394,25 @@ def _after_reconnect(endpoint: Any, reader: Any) -> None:
 def _status_path(endpoint: Any, session: str) -> str:
     """Where the server lists the sessions at work that ``session`` is among: OpenCode
     1.18.33 answers ``GET /session/status`` for one directory (the server's own, else the
-    ``?directory=`` asked), so ``--global`` asks for the session's (``GET /session/ID``
-    names it, whatever the directory)."""
+    ``?directory=`` asked), so ``--global`` asks for the session's."""
+    return _in_its_directory(endpoint, session, "/session/status")
+
+
+def _in_its_directory(endpoint: Any, session: str, path: str) -> str:
+    """``path`` asked of the directory ``session`` works in: OpenCode keeps a directory's
+    runs and their states in that directory's instance (the ``?directory=`` of a request,
+    else the server's own), so with ``--global`` a route about a run of another directory
+    names it (``GET /session/ID`` does, whatever the directory); an abort asked of another
+    directory finds no run there and answers ``true`` all the same."""
     from urllib.parse import quote
 
     if not endpoint.everywhere:
-        return "/session/status"
+        return path
     status, info = endpoint.get_json(f"/session/{quote(session, safe='')}")
     directory = info.get("directory") if status == 200 and isinstance(info, dict) else None
     if not isinstance(directory, str) or not directory:
-        return "/session/status"
-    return "/session/status?directory=" + quote(directory, safe="")
+        return path
+    return f"{path}?directory={quote(directory, safe='')}"
 
 
 def _delay(reader: Any, delays: tuple[float, ...], attempt: int) -> float:
@@ -636,7 +649,9 @@ class _Abort:
         import http.client
 
         try:
-            status, kind = self.endpoint.post(f"/session/{root}/abort")
+            status, kind = self.endpoint.post(
+                _in_its_directory(self.endpoint, root, f"/session/{root}/abort")
+            )
         except (OSError, http.client.HTTPException) as exc:
             raise InputError(
                 f"{root} is over --max-cost but could not be aborted: "
