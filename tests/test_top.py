@@ -573,3 +573,39 @@ def test_top_once_says_no_keys_it_does_not_read() -> None:
     )
     assert done.returncode == 0 and b"q quits" not in done.stdout
     assert b"with subagents' (+)" in done.stdout
+
+
+def test_keys_that_cannot_take_the_terminal_leave_no_pipe_open(monkeypatch) -> None:
+    """``_Keys`` opens its signal pipe before it puts the terminal in cbreak mode: a
+    terminal that refuses (termios.error, an fd gone) must not leave the pipe's fds open."""
+    import termios
+    import tty
+
+    from opencode_events.cli import top as top_cli
+
+    opened: list[int] = []
+    real_pipe = os.pipe
+
+    def pipe() -> tuple[int, int]:
+        fds = real_pipe()
+        opened.extend(fds)
+        return fds
+
+    def refused(_fd: int) -> None:
+        raise termios.error(25, "Inappropriate ioctl for device")
+
+    monkeypatch.setattr(termios, "tcgetattr", lambda fd: [0, 0, 0, 0, 0, 0, []])
+    monkeypatch.setattr(tty, "setcbreak", refused)
+    monkeypatch.setattr(os, "pipe", pipe)
+
+    class Stdin:
+        def fileno(self) -> int:
+            return 0
+
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    with pytest.raises(termios.error):
+        top_cli._Keys()
+    assert opened
+    for fd in opened:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed

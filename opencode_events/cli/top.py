@@ -118,8 +118,12 @@ class _Keys:
         # Woken by a signal through a pipe: a handler that drew or wrote itself could
         # cut into a write to stdout under way (a reentrant write is an error).
         self._woken, self._wake = os.pipe()
-        os.set_blocking(self._wake, False)
-        self.again()
+        try:
+            os.set_blocking(self._wake, False)
+            self.again()
+        except BaseException:  # a terminal that refuses cbreak: no pipe left open
+            self.close()
+            raise
 
     def again(self) -> None:
         import tty
