@@ -609,3 +609,61 @@ def test_keys_that_cannot_take_the_terminal_leave_no_pipe_open(monkeypatch) -> N
     for fd in opened:
         with pytest.raises(OSError):
             os.fstat(fd)  # closed
+
+
+def test_a_ctrl_z_noted_while_the_last_was_answered_is_forgotten_at_fg(monkeypatch) -> None:
+    """A second Ctrl-Z while the screen was being given back stayed in the signal pipe:
+    `fg` brought the board back and it stopped again at once."""
+    import pty
+
+    from opencode_events.cli import top as top_cli
+
+    master, slave = pty.openpty()
+    try:
+        monkeypatch.setattr(sys, "stdin", os.fdopen(slave, "rb", buffering=0, closefd=False))
+        keys = top_cli._Keys()
+        try:
+            keys.note_ctrl_z()
+            assert top_cli.CTRL_Z in keys.pressed(0)
+            keys.note_ctrl_z()  # pressed again before the stop
+            keys.forget_ctrl_z()  # what the loop does after `fg`
+            assert keys.pressed(0) == ""
+        finally:
+            keys.restore()
+            keys.close()
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_a_ctrl_z_ignored_when_top_started_stays_ignored() -> None:
+    """Started with SIGTSTP ignored (no job control asked for it), `top` leaves it so, as
+    `less` and `vim` do, rather than stopping itself at a Ctrl-Z."""
+    import signal
+
+    from opencode_events.cli import top as top_cli
+
+    class Keys:
+        def note_ctrl_z(self, *_args: object) -> None:
+            raise AssertionError("noted")
+
+    before = signal.signal(signal.SIGTSTP, signal.SIG_IGN)
+    try:
+        with top_cli._ctrl_z_noted(Keys()):  # type: ignore[arg-type]
+            assert signal.getsignal(signal.SIGTSTP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTSTP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTSTP, before)
+
+
+def test_each_screen_closed_leaves_nothing_for_exit() -> None:
+    """An open `FullScreen` is closed at the interpreter's exit; one closed (at a Ctrl-Z,
+    before the next one) is let go: none piled up over Ctrl-Z and fg, each holding its
+    console and its last board."""
+    from opencode_events.output import pretty
+
+    screens = [pretty.FullScreen(io.StringIO()) for _ in range(3)]
+    assert set(pretty._OPEN_SCREENS.values()) >= set(screens)
+    for screen in screens:
+        screen.close()
+    assert not set(pretty._OPEN_SCREENS.values()) & set(screens)

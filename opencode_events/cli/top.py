@@ -75,6 +75,7 @@ def top(db_path: str | None, interval: float, tz: str | None, once: bool) -> Non
                     keys.restore()
                     _yield_terminal()  # stopped here until `fg`
                     keys.again()
+                    keys.forget_ctrl_z()
                     screen = FullScreen(sys.stdout)
         finally:
             screen.close()
@@ -120,6 +121,7 @@ class _Keys:
         self._woken, self._wake = os.pipe()
         try:
             os.set_blocking(self._wake, False)
+            os.set_blocking(self._woken, False)
             self.again()
         except BaseException:  # a terminal that refuses cbreak: no pipe left open
             self.close()
@@ -143,11 +145,17 @@ class _Keys:
         with contextlib.suppress(OSError):  # full: one is noted already
             os.write(self._wake, b"z")
 
+    def forget_ctrl_z(self) -> None:
+        """Drop a Ctrl-Z noted while the last one was being answered (a second press
+        before the stop): `fg` must bring the board back, not stop it again at once."""
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._woken, 64)
+
     def pressed(self, timeout: float) -> str:
         ready, _, _ = select.select([self.fd, self._woken], [], [], timeout)
         typed = ""
         if self._woken in ready:
-            os.read(self._woken, 64)
+            self.forget_ctrl_z()
             typed = CTRL_Z
         if self.fd in ready:
             typed += os.read(self.fd, 64).decode("utf-8", "replace").lower()
@@ -174,8 +182,8 @@ def _ctrl_z_noted(keys: _Keys) -> Iterator[None]:
     import signal
 
     number = getattr(signal, "SIGTSTP", None)
-    if number is None:
-        yield
+    if number is None or signal.getsignal(number) is signal.SIG_IGN:
+        yield  # ignored when top started (no job control asked for it): left so, as less does
         return
     before = signal.signal(number, keys.note_ctrl_z)
     try:

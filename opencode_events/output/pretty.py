@@ -710,7 +710,9 @@ class FullScreen:
             redirect_stderr=False,
         )
         self._live.start()
-        atexit.register(self.close)  # Ctrl-C or an error must not leave the screen switched
+        if not _OPEN_SCREENS:  # Ctrl-C or an error must not leave the screen switched
+            atexit.register(_close_open_screens)  # once: a second registration is a no-op
+        _OPEN_SCREENS[id(self)] = self
 
     @property
     def size(self) -> tuple[int, int]:
@@ -721,6 +723,16 @@ class FullScreen:
 
     def close(self) -> None:
         self._live.stop()
+        _OPEN_SCREENS.pop(id(self), None)  # one screen after another (Ctrl-Z, fg): none kept
+
+
+# The screens open now, closed at exit; one exit handler for all of them.
+_OPEN_SCREENS: dict[int, FullScreen] = {}
+
+
+def _close_open_screens() -> None:
+    for screen in list(_OPEN_SCREENS.values()):
+        screen.close()
 
 
 def _same_terminal(out: Any) -> bool:
