@@ -377,7 +377,8 @@ def _after_reconnect(endpoint: Any, reader: Any) -> None:
                 "another database, answers there now?)"
             ) from None
     try:
-        status, busy = endpoint.get_json(_status_path(endpoint, session))
+        # OpenCode lists one directory's sessions at work: the followed session's is asked
+        status, busy = endpoint.get_json(_in_its_directory(endpoint, session, "/session/status"))
     except (OSError, http.client.HTTPException):
         return
     if status != 200 or not isinstance(busy, dict):
@@ -389,13 +390,6 @@ def _after_reconnect(endpoint: Any, reader: Any) -> None:
             f"{session} is no longer at work on {endpoint.shown}: it ended (or the server "
             "was restarted) while the connection was lost; its events meanwhile are lost"
         )
-
-
-def _status_path(endpoint: Any, session: str) -> str:
-    """Where the server lists the sessions at work that ``session`` is among: OpenCode
-    1.18.33 answers ``GET /session/status`` for one directory (the server's own, else the
-    ``?directory=`` asked), so ``--global`` asks for the session's."""
-    return _in_its_directory(endpoint, session, "/session/status")
 
 
 def _in_its_directory(endpoint: Any, session: str, path: str) -> str:

@@ -65,8 +65,7 @@ def top(db_path: str | None, interval: float, tz: str | None, once: bool) -> Non
                 board.refresh(now)
                 width, height = screen.size
                 board.limit = max(1, height - 4)
-                shown = top_screen(board.board(), now, width=width, height=height)
-                screen.show(shown)
+                screen.show(top_screen(board.board(), now, width=width, height=height))
                 typed = keys.pressed(interval)
                 if "q" in typed:
                     return
