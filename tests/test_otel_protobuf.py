@@ -330,7 +330,53 @@ def test_the_protocol_as_the_spec_ranks_the_variables(env, given, expected):
     ) == expected
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/jsonx"},
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "protobuf"},
+        {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/proto"},
+    ],
+)
+def test_an_unknown_protocol_is_said_and_ignored(env):
+    """The spec: a value of an enum the exporter does not know MUST be warned of and
+    ignored. It was ignored without a word: a typo for http/protobuf went as JSON."""
+    destination = HttpDestination("http://c:4318", env=otlp_environment(env))
+    ((variable, value),) = env.items()
+    assert destination.notes == [
+        f"{variable}={value!r} is no OTLP protocol (http/protobuf, http/json or grpc): "
+        "ignored, the requests go as http/json"
+    ]
+    assert {s.protocol for s in destination.senders.values()} == {"http/json"}
+
+
+@pytest.mark.parametrize("value", ["http/json", " HTTP/Protobuf ", "grpc", ""])
+def test_a_known_protocol_is_no_note(value):
+    env = otlp_environment({"OTEL_EXPORTER_OTLP_PROTOCOL": value})
+    assert HttpDestination("http://c:4318", env=env).notes == []
+
+
 # ------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_an_unknown_protocol_is_a_warning_line_and_json_goes():
+    db = str(SAMPLES / "text" / "opencode.db")
+    with backend([200]) as (state, url):
+        result = run(
+            ["otel", "--db", db, "--all"],
+            env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuff",
+            },
+        )
+    assert result.returncode == 0, result.stderr
+    said = result.stderr.decode().splitlines()
+    assert said[0] == (
+        "warning: OTEL_EXPORTER_OTLP_PROTOCOL='http/protobuff' is no OTLP protocol "
+        "(http/protobuf, http/json or grpc): ignored, the requests go as http/json"
+    )
+    assert said[-1].startswith("otel: ")
+    assert {h["Content-Type"] for _, h, _ in state.requests} == {"application/json"}
 
 
 def test_cli_sends_protobuf_when_the_variable_says_so_and_tells_its_partial_success():

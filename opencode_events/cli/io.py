@@ -299,6 +299,8 @@ def otel_destination(
     destination = HttpDestination(
         endpoint, headers, compression=compression, retries=retries, env=env, protocol=protocol
     )
+    for note in destination.notes:
+        _say(f"warning: {note}")
     for signal in signals:
         if signal not in destination.endpoints:
             destination.close()

@@ -479,6 +479,9 @@ class HttpDestination:
 
         env = otlp_environment() if env is None else env
         self.endpoints = endpoints_from(endpoint, env)
+        # What the environment set that is not used (a protocol no exporter knows), for the
+        # caller to warn of: the OpenTelemetry spec says to warn and go on.
+        self.notes: list[str] = []
         given = _given_headers(headers)
         self.senders: dict[str, OtlpHttp] = {}
         shared: dict[tuple[str | None, ...], Tls] = {}  # one SSL context for the same files
@@ -488,13 +491,18 @@ class HttpDestination:
             # which is then the collector's gRPC port: refused).
             chosen_protocol = protocol
             if chosen_protocol is None:
-                value, variable = env.setting(signal, "protocol")
-                value = (value or "").strip().lower()
+                given_value, variable = env.setting(signal, "protocol")
+                value = (given_value or "").strip().lower()
                 if not endpoint and value == "grpc":
                     raise ExportError(
                         f"{variable} is grpc; otel sends OTLP over HTTP "
                         "(give --endpoint http://HOST:4318, or set the protocol to "
                         "http/protobuf or http/json)"
+                    )
+                if value not in ("", HTTP_JSON, HTTP_PROTOBUF, "grpc"):
+                    self._note(
+                        f"{variable}={given_value!r} is no OTLP protocol (http/protobuf, "
+                        "http/json or grpc): ignored, the requests go as http/json"
                     )
                 chosen_protocol = HTTP_PROTOBUF if value == HTTP_PROTOBUF else HTTP_JSON
             # The signal's own variables over the general ones; -H over both.
@@ -534,6 +542,10 @@ class HttpDestination:
 
         where = endpoint or (urls if own else env.endpoint) or urls
         self.where = ", ".join(shown_url(url) for url in where.split(", "))
+
+    def _note(self, note: str) -> None:
+        if note not in self.notes:  # a general variable's, once for both signals
+            self.notes.append(note)
 
     def send(self, signal: str, body: bytes, *, encoded: bool = False) -> Any:
         """Post one OTLP/JSON body (or one ``encoded`` for the wire already)."""
