@@ -1513,25 +1513,50 @@ def test_cli_a_signals_own_grpc_protocol_is_refused_too():
 
 
 @pytest.mark.parametrize(
-    ("value", "seconds"),
+    ("value", "seconds", "noted"),
     [
-        ("2500", 2.5),
-        (None, 10.0),
-        ("0", 10.0),
-        ("-5", 10.0),
-        ("x", 10.0),
-        ("nan", 10.0),
-        ("inf", 86400.0),
-        ("1e300", 86400.0),
+        ("2500", 2.5, False),
+        (None, 10.0, False),
+        ("0", 86400.0, False),
+        ("-5", 10.0, True),
+        ("x", 10.0, True),
+        ("nan", 10.0, True),
+        ("inf", 86400.0, False),
+        ("1e300", 86400.0, False),
     ],
 )
-def test_the_timeout_is_a_finite_wait(value, seconds):
-    """``OTEL_EXPORTER_OTLP_TIMEOUT=inf`` raised OverflowError from the socket: a traceback."""
+def test_the_timeout_is_a_finite_wait(value, seconds, noted):
+    """``OTEL_EXPORTER_OTLP_TIMEOUT=inf`` raised OverflowError from the socket: a traceback.
+    ``0`` is no limit (the spec's; it was the 10 s default), so the longest wait, a day; a
+    value that is no number of milliseconds is warned of and ignored (the spec's)."""
     from opencode_events.otel.export import HttpDestination
 
     env = {"OTEL_EXPORTER_OTLP_TIMEOUT": value} if value is not None else {}
     destination = HttpDestination("http://c:4318", env=otlp_environment(env))
     assert {s.timeout for s in destination.senders.values()} == {seconds}
+    assert destination.notes == (
+        [
+            f"OTEL_EXPORTER_OTLP_TIMEOUT={value!r} is no timeout in milliseconds: "
+            "ignored, the default (10 s) is used"
+        ]
+        if noted
+        else []
+    )
+
+
+def test_cli_a_bad_timeout_is_a_warning_line():
+    with backend([200, 200]) as (state, url):
+        result = run(
+            ["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--endpoint", url],
+            env={"OTEL_EXPORTER_OTLP_METRICS_TIMEOUT": "5s"},
+        )
+    assert result.returncode == 0, result.stderr
+    said = result.stderr.decode().splitlines()
+    assert said[0] == (
+        "warning: OTEL_EXPORTER_OTLP_METRICS_TIMEOUT='5s' is no timeout in milliseconds: "
+        "ignored, the default (10 s) is used"
+    )
+    assert len(state.requests) == 2
 
 
 def test_cli_a_signals_own_url_is_where_it_goes_and_what_it_says():

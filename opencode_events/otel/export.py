@@ -479,8 +479,9 @@ class HttpDestination:
 
         env = otlp_environment() if env is None else env
         self.endpoints = endpoints_from(endpoint, env)
-        # What the environment set that is not used (a protocol no exporter knows), for the
-        # caller to warn of: the OpenTelemetry spec says to warn and go on.
+        # What the environment set that is not used (a protocol no exporter knows, a
+        # timeout that is no number), for the caller to warn of: the OpenTelemetry spec
+        # says to warn and go on.
         self.notes: list[str] = []
         given = _given_headers(headers)
         self.senders: dict[str, OtlpHttp] = {}
@@ -530,7 +531,7 @@ class HttpDestination:
                 {signal: url},
                 headers=sent,
                 compression=chosen,
-                timeout=_timeout(env.setting(signal, "timeout")[0]),
+                timeout=self._timeout(*env.setting(signal, "timeout")),
                 retries=retries,
                 tls=tls,
                 protocol=chosen_protocol,
@@ -546,6 +547,16 @@ class HttpDestination:
     def _note(self, note: str) -> None:
         if note not in self.notes:  # a general variable's, once for both signals
             self.notes.append(note)
+
+    def _timeout(self, milliseconds: str | None, variable: str) -> float:
+        seconds = _timeout(milliseconds)
+        if seconds is None:
+            self._note(
+                f"{variable}={milliseconds!r} is no timeout in milliseconds: "
+                f"ignored, the default ({_DEFAULT_TIMEOUT:g} s) is used"
+            )
+            return _DEFAULT_TIMEOUT
+        return seconds
 
     def send(self, signal: str, body: bytes, *, encoded: bool = False) -> Any:
         """Post one OTLP/JSON body (or one ``encoded`` for the wire already)."""
@@ -624,18 +635,23 @@ def _check_header(name: str, value: str, where: str) -> None:
 
 
 _LONGEST_WAIT = 86_400.0  # s: a timeout past a day is taken for "wait", not for a day and more
+_DEFAULT_TIMEOUT = 10.0  # s: the OpenTelemetry spec's
 
 
-def _timeout(milliseconds: str | None) -> float:
-    """``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms) in seconds, default 10; at most a day (a socket
-    cannot be told to wait for ``inf``)."""
+def _timeout(milliseconds: str | None) -> float | None:
+    """``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms) in seconds: 10 when unset; ``0`` is no limit
+    (the spec's), which is a day, as is anything longer (a socket cannot be told to wait
+    for ``inf``); None for a value that is no number of milliseconds (negative, NaN, text),
+    which the spec says to warn of and ignore."""
+    if milliseconds is None:
+        return _DEFAULT_TIMEOUT
     try:
-        value = float(milliseconds or "10000") / 1000
+        value = float(milliseconds) / 1000
     except ValueError:
-        return 10.0
-    if value != value or value <= 0:  # NaN, 0 or below: the default
-        return 10.0
-    return min(value, _LONGEST_WAIT)
+        return None
+    if value != value or value < 0:  # NaN, or below 0
+        return None
+    return _LONGEST_WAIT if value == 0 else min(value, _LONGEST_WAIT)
 
 
 def export(
