@@ -303,6 +303,8 @@ def test_a_session_whose_row_names_no_model_is_named_by_its_steps():
         ("amazon-bedrock", "aws.bedrock", "amazon-bedrock"),
         ("google-vertex", "gcp.vertex_ai", "google-vertex"),
         ("xai", "x_ai", "xai"),
+        ("moonshotai", "moonshot_ai", "moonshotai"),  # listed since the conventions' move
+        ("moonshotai-cn", "moonshot_ai", "moonshotai-cn"),
         ("anthropic", "anthropic", None),  # the same in both: no second attribute
         ("mock", "mock", None),  # no name in the conventions: OpenCode's id as it is
     ],

@@ -697,6 +697,8 @@ _PROVIDER_NAMES = {
     "google-vertex": "gcp.vertex_ai",
     "google-vertex-anthropic": "gcp.vertex_ai",
     "mistral": "mistral_ai",
+    "moonshotai": "moonshot_ai",
+    "moonshotai-cn": "moonshot_ai",
     "xai": "x_ai",
 }
 
