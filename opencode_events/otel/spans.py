@@ -356,7 +356,8 @@ class SessionTrace:
         attributes["gen_ai.usage.input_tokens"] = input_tokens
         attributes["gen_ai.usage.output_tokens"] = output_tokens
         attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
-        # The conventions renamed cache_creation to cache_write; both, for every reader.
+        # cache_creation is the conventions' name; cache_write, which some backends read
+        # and earlier exports wrote, is kept beside it.
         attributes["gen_ai.usage.cache_write.input_tokens"] = usage.cache_write_tokens
         attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
         attributes["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
