@@ -18,6 +18,8 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import tracemalloc
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -1248,6 +1250,42 @@ def test_other_refusals_are_not_retried(status):
     assert len(state.requests) == 1
     assert f"refused the traces: HTTP {status}" in str(caught.value)
     assert "bad spans" in str(caught.value)
+
+
+def _gzip_bomb(prefix: bytes, filler: bytes, megabytes: int, suffix: bytes) -> bytes:
+    """A small gzip body that unzips to ``megabytes`` MB, made without holding them."""
+    zipper = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunks = [zipper.compress(prefix)]
+    block = filler * (1 << 20)
+    chunks += [zipper.compress(block) for _ in range(megabytes)]
+    return b"".join([*chunks, zipper.compress(suffix), zipper.flush()])
+
+
+def test_a_reply_that_unzips_to_far_more_than_it_says_is_read_only_so_far():
+    """A backend's reply is read up to 1 MB; gzip makes that a gigabyte. What a refusal
+    says is unzipped no further than a reply can usefully say (and the process's memory
+    stays small)."""
+    bomb = _gzip_bomb(b'{"code":3,"message":"', b"x", 64, b'"}')
+    assert len(bomb) < 1 << 20
+    with backend([400], error=bomb, content_type="application/json") as (_, url):
+        tracemalloc.start()
+        try:
+            with pytest.raises(ExportError) as caught:
+                OtlpHttp(endpoints_from(url), sleep=lambda s: None).send("traces", b"{}")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert "refused the traces: HTTP 400" in str(caught.value)
+    assert len(str(caught.value)) < 4096
+    assert peak < 24 << 20, peak
+    assert len(otel_transport._unzipped(bomb)) == otel_transport._MAX_UNZIPPED
+
+
+def test_a_gzip_reply_is_unzipped_and_a_damaged_one_read_as_none():
+    said = b'{"partialSuccess":{"rejectedSpans":"1","errorMessage":"late"}}'
+    assert otel_transport._unzipped(gzip.compress(said)) == said
+    assert otel_transport._unzipped(said) == said
+    assert otel_transport._unzipped(b"\x1f\x8b\x08garbage") is None
 
 
 def test_a_partial_success_is_returned_not_retried():

@@ -33,6 +33,7 @@ import re
 import ssl
 import time
 import urllib.parse
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -498,11 +499,18 @@ def _protobuf_reply(headers: Mapping[str, str], sent_protobuf: bool) -> bool:
     return sent_protobuf and "json" not in kind
 
 
+_MAX_UNZIPPED = 4 << 20  # a reply's body unzipped: its status, a partial success, a message
+
+
 def _unzipped(reply: bytes) -> bytes | None:
+    """A reply's body, gunzipped when it is gzip; at most ``_MAX_UNZIPPED`` bytes of it (a
+    megabyte read may unzip to a gigabyte: a damaged or hostile backend's), None when the
+    gzip is damaged."""
     if reply[:2] == b"\x1f\x8b":
+        unzip = zlib.decompressobj(wbits=31)  # gzip's header and trailer
         try:
-            return gzip.decompress(reply)
-        except (OSError, EOFError):
+            return unzip.decompress(reply, _MAX_UNZIPPED)
+        except zlib.error:
             return None
     return reply
 
