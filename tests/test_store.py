@@ -1868,3 +1868,20 @@ def test_a_limit_beyond_sqlite_lists_every_session(tmp_path: Path):
         str(1 << 70),
     )
     assert (huge.returncode, huge.stdout, huge.stderr) == (0, every.stdout, every.stderr)
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_a_limit_beyond_64_bits_is_kept_in_the_cache_as_no_limit(tmp_path: Path, fmt: str):
+    """The report cache keeps a report under its choices, encoded as msgpack, which holds
+    no integer past 2**64: a ``--limit`` that large is a report of every session (as
+    without the cache), kept and answered again, not a traceback."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    every = run("sessions", "--db", str(db), "--all", "--format", fmt, "--no-cache")
+    for _ in range(2):  # made, then answered from the cache
+        huge = run(
+            *("sessions", "--db", str(db), "--all", "--format", fmt, "--limit", str(1 << 70)),
+            env=env,
+        )
+        assert (huge.returncode, huge.stdout, huge.stderr) == (0, every.stdout, every.stderr)

@@ -1505,8 +1505,15 @@ def _request(
     until_ms: int | None = None,
 ) -> list[Any]:
     """What a memo of the report is kept under: the choices (``sessions_report``'s, with
-    its defaults), and the stale rule's age."""
+    its defaults), and the stale rule's age. A limit past what SQLite's LIMIT holds lists
+    every session (``Store.each_session``): it is kept as that largest one, which the
+    cache's msgpack holds (no integer past 2**64)."""
+    if limit is not None:
+        limit = min(limit, _LARGEST_LIMIT)
     return [since_ms, limit, all_sessions, stale_after_ms(), fold, until_ms]
+
+
+_LARGEST_LIMIT = (1 << 63) - 1
 
 
 def _still_configured(
