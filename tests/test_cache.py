@@ -1791,6 +1791,27 @@ def test_a_report_the_cache_cannot_hold_is_written_and_not_kept(tmp_path, comman
     assert not list(home.rglob("memo-*"))
 
 
+@pytest.mark.parametrize(
+    "command", [["sessions"], ["usage", "--all"], ["usage", "--by", "day", "--all"], ["context"]]
+)
+def test_a_database_whose_path_is_not_utf8_is_cached(tmp_path, command) -> None:
+    """A database in a folder named in another encoding (bytes that are not UTF-8, which
+    Python holds as surrogates) is cached as any other: the path the cache's files name
+    is one msgpack can write, and the report is made, kept and answered again."""
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    folder.mkdir()
+    db, home = folder / "opencode.db", tmp_path / "xdg"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    run = [sys.executable, "-m", "opencode_events", *command, "--db", str(db), "--format", "json"]
+    env = {**os.environ, "XDG_CACHE_HOME": str(home)}
+    off = subprocess.run([*run, "--no-cache"], capture_output=True, env=env)
+    assert off.returncode == 0, off.stderr
+    for _ in range(2):  # made, then answered from the cache
+        on = subprocess.run(run, capture_output=True, env=env)
+        assert (on.returncode, on.stdout, on.stderr) == (0, off.stdout, off.stderr)
+    assert list(home.rglob("memo-*")) or list(home.rglob("ledger-*"))  # kept
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 def test_pieces_spilled_by_processes_at_once_are_read_back_whole(tmp_path) -> None:
     """A spill is one file of no name shared by this process and its forked children:

@@ -409,7 +409,9 @@ class ReportCache:
         folder = root / database_identity(store)
         if not (_private_folder(root) and _private_folder(folder)):
             return None  # another user's, or writable by others: kept nothing, read nothing
-        database = str(Path(store.path).absolute())
+        # As its files name it: a path's bytes that are not UTF-8 (held as surrogates,
+        # which msgpack cannot write) as \xNN.
+        database = os.fsencode(Path(store.path).absolute()).decode("utf-8", "backslashreplace")
         try:
             # One report at a time reads the database's state and records it (``seen``), so
             # that the states recorded follow one another as the database's did.

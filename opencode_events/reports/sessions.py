@@ -153,6 +153,13 @@ def _model(raw: str | bytes | None) -> tuple[str | None, str | None]:
     )
 
 
+def shown_path(path: str) -> str:
+    """``path`` made absolute, as a report shows it: its bytes that are not UTF-8 (a folder
+    named in another encoding, held as surrogates) as U+FFFD, so that every format can
+    write it (the database is still opened by its own name)."""
+    return os.fsencode(os.path.abspath(path)).decode("utf-8", "replace")
+
+
 def _base(row: SessionRow, db_path: str) -> SessionSummary:
     model, provider = _model(row.model)
     tokens = (
@@ -868,7 +875,7 @@ def each_summary(
     if cache is not None:
         cache.let_go("sessions", _LEDGER_REQUEST)
     servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
-    db_path = os.path.abspath(store.path)
+    db_path = shown_path(store.path)
 
     def counted(row: SessionRow) -> SessionSummary:
         summary = _base(row, db_path)
@@ -1212,7 +1219,7 @@ def _sessions_below(
         row = store.session(sid)
         if row is not None:
             known[sid] = row
-    db_path = os.path.abspath(store.path)  # a path that names the session from anywhere
+    db_path = shown_path(store.path)  # a path that names the session from anywhere
     summaries = {sid: _base(row, db_path) for sid, row in known.items()}
     ids = list(summaries)
     return tree, summaries, ids if _by_session(len(ids), store) else None
