@@ -665,6 +665,28 @@ def test_import_unknown_session_is_an_error():
     )
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["import"],
+        ["import", "--session"],
+        ["otel", "-o", "-"],
+        ["usage", "--session"],
+        ["context"],
+        ["statusline", "--session"],
+    ],
+)
+def test_a_session_id_that_is_not_utf8_is_no_session(command: list[str]):
+    """An id given in bytes that are not UTF-8 (Python holds them as surrogates, which
+    SQLite's binding cannot take) names no session: one error line, exit 2."""
+    db = str(SAMPLES / "text" / "opencode.db")
+    wanted = os.fsdecode(b"ses_\xff")
+    result = run(*command, wanted, "--db", db)
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert result.stderr.startswith(b"error: no session ses_"), result.stderr
+    assert result.stderr.count(b"\n") == 1 and b"Traceback" not in result.stderr
+
+
 EXPORTED = sorted(p.parent.name for p in SAMPLES.glob("*/export.json"))
 
 

@@ -216,6 +216,15 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` is one SQLite's binding can take (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 # A session that is no subagent: no parent, itself as parent, a parent no longer there (an
 # orphan counts on its own rather than vanishing from `sessions` and `usage --all`), or on a
 # loop of parent links (``loop_members``; the store adds those ids to this rule).
@@ -875,7 +884,11 @@ class Store:
         return self._with_totals([found])[0] if self.totals_from_messages else found
 
     def find_sessions(self, prefix: str) -> list[str]:
-        """Ids that equal or start with ``prefix`` (people paste shortened ids)."""
+        """Ids that equal or start with ``prefix`` (people paste shortened ids). One that
+        is not UTF-8 (bytes of a command line held as surrogates, which the binding cannot
+        take) starts no id: the store's text is UTF-8 (damage read as U+FFFD)."""
+        if not _utf8(prefix):
+            return []
         rows = self._query(
             "SELECT id FROM session WHERE id = ? OR substr(id, 1, ?) = ? ORDER BY id",
             (prefix, len(prefix), prefix),
