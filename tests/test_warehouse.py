@@ -5,6 +5,7 @@ by — a usage event's model, provider and agent, a subagent's parent session, `
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,25 @@ def test_a_tag_that_is_not_key_value_is_a_usage_error(value: str):
     assert (result.returncode, result.stdout) == (2, b"")
     assert result.stderr.decode().startswith("error: Invalid value for '--tag'")
     assert result.stderr.count(b"\n") == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["normalize", str(SAMPLES / "bash_ok" / "stream.jsonl")],
+        ["import", "--db", str(SAMPLES / "task" / "opencode.db")],
+    ],
+    ids=["stream", "store"],
+)
+def test_a_tag_in_bytes_that_are_not_utf8_is_stamped_with_u_fffd(args: list[str]):
+    """A tag given in another encoding (a Latin-1 host name: bytes that are not UTF-8,
+    which Python holds as surrogates) is stamped with U+FFFD in their place, as the
+    bytes of a record are: every line written is UTF-8 JSON."""
+    tag = os.fsdecode(b"h\xf4te=caf\xe9")
+    result = run(*args, "--tag", tag)
+    assert (result.returncode, result.stderr) == (0, b"")
+    events = lines(result.stdout)
+    assert events and all(e["tags"] == {"h\ufffdte": "caf\ufffd"} for e in events)
 
 
 # ------------------------------------------------------------------ what events group by
