@@ -1701,6 +1701,9 @@ def test_cli_never_writes_over_the_database_it_reads(tmp_path):
         ("bad name=1", None, "'bad name' is not an HTTP header name"),
         (None, "x-a=1%0D%0AInjected: yes", "the header x-a holds a line break"),
         (None, "b%0Ad=1", "'b\\nd' is not an HTTP header name"),
+        ("x=5 \u20ac", None, "the header x holds a character HTTP cannot carry"),
+        ("x=caf\udce9", None, "the header x holds a character HTTP cannot carry"),
+        (None, "x-a=%E2%82%AC", "the header x-a holds a character HTTP cannot carry"),
     ],
 )
 def test_cli_a_header_no_request_can_carry_is_one_error(flag, env, said):

@@ -632,6 +632,12 @@ def _check_header(name: str, value: str, where: str) -> None:
         raise InputError(f"{name!r} is not an HTTP header name ({where})")
     if _BAD_VALUE.search(value):
         raise InputError(f"the header {name} holds a line break or a control character ({where})")
+    try:  # as http.client sends a value (its bytes would be another encoding's guess)
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise InputError(
+            f"the header {name} holds a character HTTP cannot carry: not Latin-1 ({where})"
+        ) from None
 
 
 _LONGEST_WAIT = 86_400.0  # s: a timeout past a day is taken for "wait", not for a day and more
