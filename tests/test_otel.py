@@ -1720,6 +1720,21 @@ def test_cli_a_header_no_request_can_carry_is_one_error(flag, env, said):
     assert line.startswith("error: ") and said in line
 
 
+@pytest.mark.parametrize(
+    "endpoint",
+    ["http://127.0.0.1:9/caf\u00e9", "http://127.0.0.1:9/x?k=\u20ac", "http://c\udce9f:9"],
+)
+def test_cli_an_endpoint_no_request_can_carry_is_one_error(endpoint):
+    """An endpoint whose path or query is not ASCII (http.client sends them as they are)
+    or whose host has no IDNA form (bytes that are not UTF-8) is one error line, exit 2,
+    before anything is sent (it was a traceback, exit 1)."""
+    args = ["otel", "--db", str(SAMPLES / "text" / "opencode.db"), "--retries", "0"]
+    result = run([*args, "--endpoint", endpoint])
+    assert (result.returncode, result.stdout) == (2, b"")
+    (line,) = result.stderr.decode().splitlines()
+    assert line.startswith("error: not a URL for OTLP: ") and "not ASCII" in line
+
+
 def test_cli_a_header_that_is_no_pair_is_an_error():
     result = run(
         [

@@ -250,6 +250,13 @@ def _checked(url: str) -> str:
         raise ExportError(f"not a URL for OTLP: {shown_url(url)} ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ExportError(f"not an http(s) URL for OTLP: {shown_url(url)!r}")
+    try:  # as http.client sends them: the host by IDNA, the rest ASCII (percent-encoded)
+        parts.hostname.encode("idna")
+        (parts.path + parts.query).encode("ascii")
+    except UnicodeError:
+        raise ExportError(
+            f"not a URL for OTLP: {shown_url(url)} (not ASCII, or a bad host name)"
+        ) from None
     return url.strip()
 
 
