@@ -259,6 +259,17 @@ def test_attach_to_a_session_the_server_does_not_know_says_so_and_exits_2():
     assert "/event" not in asked
 
 
+@pytest.mark.parametrize("everywhere", [[], ["--global"]])
+def test_attach_to_a_session_id_that_is_not_utf8_says_there_is_none(everywhere):
+    """A server's session ids are JSON text: an id given in bytes that are not UTF-8 (held
+    as surrogates, which no URL can quote) names none of them, and is not asked about."""
+    with opencode_like_server(["ses_aaa1"]) as (url, asked):
+        result = run("attach", url, *everywhere, "--session", os.fsdecode(b"ses_\xff"))
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert result.stderr.decode() == f"error: {url} has no session ses_\\udcff\n"
+    assert asked == []
+
+
 def test_attach_asks_about_the_session_in_the_directory_the_url_names():
     with opencode_like_server(["ses_aaa1"]) as (url, asked):
         result = run("attach", f"{url}/event?directory=/srv/app", "--session", "ses_nope")

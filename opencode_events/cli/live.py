@@ -249,6 +249,10 @@ def known_session(endpoint: _Endpoint, session_id: str) -> None:
     from urllib.parse import quote
 
     try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:  # bytes of the command line that are not UTF-8: no JSON id
+        raise InputError(f"{endpoint.shown} has no session {session_id}") from None
+    try:
         status, _ = endpoint.get_json(f"/session/{quote(session_id, safe='')}")
         if status != 404:
             return
