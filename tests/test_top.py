@@ -183,6 +183,23 @@ def _plain(output: bytes) -> bytes:
     return ANSI.sub(b"", output)
 
 
+@pytest.mark.parametrize("interval", ["nan", "inf", "1e308"])
+def test_an_interval_select_cannot_wait_is_a_usage_error(interval: str) -> None:
+    """``--interval`` NaN, infinite or past a day is refused as 0 is (exit 2, one line):
+    in a terminal ``select`` raised on the first wait for a key, a traceback."""
+    db = str(SAMPLES / "task" / "opencode.db")
+    proc, master = _pty([*CLI, "top", "--db", db, "--interval", interval])
+    try:
+        out = _read_until(master, proc, rb"error: Invalid value for '--interval'")
+        assert proc.wait(timeout=20) == 2
+        assert b"Traceback" not in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
 def test_top_in_a_terminal_shows_the_store_as_it_is_written_and_q_quits(tmp_path: Path) -> None:
     db = tmp_path / "opencode.db"
     proc, master = _pty([*CLI, "top", "--db", str(db), "--interval", "0.2"])

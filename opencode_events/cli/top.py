@@ -25,11 +25,20 @@ from .io import db_option, time_zone, tz_option
 __all__ = ["top"]
 
 
+def _a_number(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``value``, unless it is NaN (which every range takes: no comparison is true)."""
+    if value != value:
+        raise click.BadParameter(f"{value} is not a number of seconds", ctx=ctx, param=param)
+    return value
+
+
 @click.command()
 @db_option
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    # at most a day: select() takes no longer wait (inf was a traceback), nor NaN
+    type=click.FloatRange(min=0.1, max=86_400.0),
+    callback=_a_number,
     default=1.0,
     show_default=True,
     metavar="SECONDS",
