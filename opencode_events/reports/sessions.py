@@ -233,19 +233,22 @@ def tool_of_head(head: bytes) -> bytes | None:
 ToolCounts = dict[tuple[str, Any, bool], int]  # (session, tool, failed) → calls
 
 _PARALLEL_MIN_PARTS = 200_000  # part rows; below this a worker's start costs more
-# From this many sessions on, one scan of the whole table beats per-session index lookups
-# (on the 10,000-session bench database; on a larger one, see ``_by_session``).
+# Fewer sessions than this are always read by session (a small database's whole tables
+# cost little either way) ...
 WHOLE_TABLE_SESSIONS = 200
-# ... and from this share of the database's sessions on, on a larger one.
-WHOLE_TABLE_SHARE = 50  # 2 %
+# ... and so are fewer than this share of the database's sessions (``_by_session``).
+WHOLE_TABLE_SHARE = 5  # 20 %
 
 
 def _by_session(count: int, store: Any) -> bool:
     """Whether the rows of ``count`` sessions are read session by session (by the index)
     rather than the whole tables: fewer than ``WHOLE_TABLE_SESSIONS`` of them, or fewer than
-    2 % of the database's sessions. The whole tables cost what the database holds, a
-    session's rows what it holds: 1,000 changed sessions of 100,000 (30 GB) are read in
-    about a second, the whole tables in ten."""
+    20 % of the database's sessions. The whole tables cost what the database holds, a
+    session's rows what they hold. Measured (docs/performance.md, forty-first session),
+    the newest sessions by index against the whole tables: at 10,000 sessions in the page
+    cache, 11 % of them in 0.5 against 1.4 s, a quarter in 0.85 against 1.5 s, half in as
+    long; read from disk, the rows of sessions written side by side, a quarter in 3.6 s
+    either way; at 100,000 sessions (30 GB), 5 % in 3 against 48 s, 12 % in 6 against 26 s."""
     if count < WHOLE_TABLE_SESSIONS:
         return True
     return offers_fast_scans(store) and count < store.session_count() // WHOLE_TABLE_SHARE
