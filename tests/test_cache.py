@@ -1882,6 +1882,40 @@ def test_a_report_in_local_time_is_not_given_under_another_local_zone(tmp_path, 
     assert days("UTC0") == in_utc
 
 
+@pytest.mark.parametrize("kept", ["memo", "ledger"])
+def test_a_report_in_a_named_zone_is_not_given_once_its_rules_change(tmp_path, kept) -> None:
+    """``--tz ZONE``'s rules (its zone file, as ``ZoneInfo`` finds it) are part of the keys,
+    as the local zone's are: a tzdata update that moves the zone's offset moves its days.
+    Here ``PYTHONTZPATH`` names a folder whose ``Test/Zone`` is UTC's file, then UTC+14's."""
+    zones = Path("/usr/share/zoneinfo")
+    if not (zones / "UTC").is_file() or not (zones / "Pacific" / "Kiritimati").is_file():
+        pytest.skip("no system zone files to build the zone from")
+    db, home, path = tmp_path / "opencode.db", tmp_path / "xdg", tmp_path / "zones"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    (path / "Test").mkdir(parents=True)
+
+    def days(source: str, *more: str) -> list[str]:
+        shutil.copyfile(zones / source, path / "Test" / "Zone")
+        env = {**os.environ, "XDG_CACHE_HOME": str(home), "PYTHONTZPATH": str(path)}
+        argv = ["usage", "--db", str(db), "--all", "--by", "day", "--tz", "Test/Zone"]
+        done = subprocess.run(
+            [sys.executable, "-m", "opencode_events", *argv, "--format", "json", *more],
+            env=env,
+            capture_output=True,
+            check=True,
+        )
+        return [row["day"] for row in msgspec.json.decode(done.stdout)["rows"]]
+
+    in_utc = days("UTC")
+    if kept == "ledger":
+        for memo in (home / "opencode-events").glob("*/memo-*"):
+            memo.unlink()
+    later = days("Pacific/Kiritimati", "--no-cache")
+    assert later != in_utc  # the sample's replies are late in the UTC day
+    assert days("Pacific/Kiritimati") == later
+    assert days("UTC") == in_utc
+
+
 def test_the_cache_is_bounded(tmp_path, monkeypatch) -> None:
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)

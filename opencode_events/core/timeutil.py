@@ -37,9 +37,10 @@ def zone_key(tz: tzinfo | None) -> tuple[Any, ...]:
     itself, or for local time (None) what the C library makes it of (``TZ``; the zone file
     that names, or ``/etc/localtime``, read whole; the names and offsets it found there),
     so that a report kept under one local zone is not given under another."""
-    if tz is not None:
-        return ("zone", repr(tz))
     import os
+
+    if tz is not None:
+        return ("zone", repr(tz), _zone_rules(getattr(tz, "key", None)))
 
     name = os.environ.get("TZ")
     where = "/etc/localtime"
@@ -53,6 +54,30 @@ def zone_key(tz: tzinfo | None) -> tuple[Any, ...]:
     except (OSError, ValueError):  # none there: a POSIX rule in TZ, or UTC
         rules = None
     return ("local", name, where, rules, tuple(time.tzname), time.timezone, time.altzone)
+
+
+def _zone_rules(key: str | None) -> bytes | None:
+    """The rules of the zone ``key`` as ``ZoneInfo`` finds them (the first file of that name
+    under ``zoneinfo.TZPATH``, else the ``tzdata`` package's), read whole: a tzdata update
+    that moves a zone's offsets changes its days, so a report kept before it is not given
+    after it. None when there is no key or no file (a report then keys on the name alone)."""
+    if not key:
+        return None
+    import os
+    import zoneinfo
+
+    try:
+        for root in zoneinfo.TZPATH:
+            where = os.path.join(root, key)
+            if os.path.isfile(where):
+                with open(where, "rb") as file:
+                    return file.read(1 << 20)  # a zone file is a few KB
+        from importlib import resources
+
+        package, _, name = f"tzdata.zoneinfo.{key}".replace("/", ".").rpartition(".")
+        return resources.files(package).joinpath(name).read_bytes()[: 1 << 20]
+    except (OSError, ValueError, ImportError, TypeError):
+        return None
 
 
 def parse_since(text: str, *, now: float | None = None, tz: tzinfo | None = None) -> int:
