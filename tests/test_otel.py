@@ -1288,6 +1288,23 @@ def test_a_gzip_reply_is_unzipped_and_a_damaged_one_read_as_none():
     assert otel_transport._unzipped(b"\x1f\x8b\x08garbage") is None
 
 
+def test_a_gzip_reply_in_members_is_read_whole_and_one_cut_short_as_none():
+    """As ``gzip.decompress`` read them before the unzip was bounded: a reply gzipped in
+    several members (RFC 1952 allows it; zeros may pad them) is all of them, not the first
+    alone, and one cut short (no trailer, its bytes never checked) or with bytes after it
+    that are no member is damaged: None."""
+    said = b'{"code":3,"message":"too many spans in one request"}'
+    members = gzip.compress(said[:20]) + gzip.compress(said[20:])
+    assert otel_transport._unzipped(members) == said
+    assert otel_transport._unzipped(members + b"\x00" * 4) == said
+    zipped = gzip.compress(said)
+    for cut in (2, 3, 20, len(zipped) - 4, len(zipped) - 1):
+        assert otel_transport._unzipped(zipped[:cut]) is None, cut
+    assert otel_transport._unzipped(zipped + b"<html>") is None
+    reply = gzip.compress(b'{"code":3,') + gzip.compress(b'"message":"late"}')
+    assert otel_transport._what_it_said(reply) == "late"
+
+
 def test_a_partial_success_is_returned_not_retried():
     body = b'{"partialSuccess":{"rejectedSpans":"2","errorMessage":"too old"}}'
     with backend([200], body=body) as (state, url):

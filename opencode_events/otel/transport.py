@@ -512,14 +512,26 @@ _MAX_UNZIPPED = 4 << 20  # a reply's body unzipped: its status, a partial succes
 def _unzipped(reply: bytes) -> bytes | None:
     """A reply's body, gunzipped when it is gzip; at most ``_MAX_UNZIPPED`` bytes of it (a
     megabyte read may unzip to a gigabyte: a damaged or hostile backend's), None when the
-    gzip is damaged."""
-    if reply[:2] == b"\x1f\x8b":
+    gzip is damaged or cut short. As ``gzip.decompress``: every member, one after another,
+    and the zeros that may pad them."""
+    if reply[:2] != b"\x1f\x8b":
+        return reply
+    members: list[bytes] = []
+    size, rest = 0, reply
+    while rest:
         unzip = zlib.decompressobj(wbits=31)  # gzip's header and trailer
         try:
-            return unzip.decompress(reply, _MAX_UNZIPPED)
+            member = unzip.decompress(rest, _MAX_UNZIPPED - size)
         except zlib.error:
             return None
-    return reply
+        members.append(member)
+        size += len(member)
+        if size >= _MAX_UNZIPPED:  # as far as a reply is read: the rest is not looked at
+            break
+        if not unzip.eof:  # cut short: no end of the member, no check of its bytes
+            return None
+        rest = unzip.unused_data.lstrip(b"\x00")
+    return b"".join(members)
 
 
 def _decoded(reply: bytes) -> Any:
