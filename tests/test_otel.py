@@ -1352,6 +1352,25 @@ def test_a_redirect_to_the_same_host_is_followed_with_the_body_and_headers(statu
 
 
 @pytest.mark.parametrize(
+    ("location", "path"),
+    [
+        ("/otlp/caf\u00e9/v1/traces?k=\u20ac", "/otlp/caf%C3%A9/v1/traces?k=%E2%82%AC"),
+        ("/otlp/a b/v1/traces", "/otlp/a%20b/v1/traces"),
+    ],
+)
+def test_a_redirect_to_a_path_past_ascii_is_followed_percent_encoded(location, path):
+    """A Location's UTF-8 bytes (http.client reads a header as Latin-1) went into the
+    request line as they were: UnicodeEncodeError, a traceback (a space: refused as a
+    control character, tried 6 times). They go percent-encoded, as curl sends them."""
+    utf8 = location.encode().decode("latin-1")
+    with backend([307, 200], headers={"Location": utf8}) as (state, url):
+        OtlpHttp(endpoints_from(url), sleep=lambda s: None).send("traces", b'{"a":1}')
+    paths = [path for path, _, _ in state.requests]
+    assert paths == ["/v1/traces", path]
+    assert state.requests[1][2] == b'{"a":1}'
+
+
+@pytest.mark.parametrize(
     ("status", "location", "said"),
     [
         (307, "http://localhost:{port}/v1/traces", "not followed"),  # another host name

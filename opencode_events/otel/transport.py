@@ -434,12 +434,24 @@ def _alert_behind(connection: http.client.HTTPConnection) -> ssl.SSLError | None
     return None
 
 
+_NOT_IN_A_URL = re.compile(r"[^\x21-\x7e]")
+
+
+def _percent_encoded(found: re.Match[str]) -> str:
+    char = found.group()
+    raw = char.encode("latin-1") if char <= "\xff" else char.encode("utf-8", "replace")
+    return "".join(f"%{byte:02X}" for byte in raw)
+
+
 def _redirect_target(url: str, status: int, location: str | None) -> str | None:
     """Where a redirect points, as an absolute URL (``Location`` may be relative), or None."""
     if status not in _REDIRECTS or not location or not location.strip():
         return None
+    # http.client reads a header as Latin-1 and sends a path as ASCII: a Location's bytes
+    # past ASCII (a UTF-8 path), and spaces, go percent-encoded, as curl sends them.
+    location = _NOT_IN_A_URL.sub(_percent_encoded, location.strip())
     try:
-        moved = urllib.parse.urljoin(url, location.strip())
+        moved = urllib.parse.urljoin(url, location)
         urllib.parse.urlsplit(moved).port  # noqa: B018 - raises ValueError when out of range
     except ValueError:
         return None
