@@ -281,9 +281,98 @@ def test_metric_counters_equal_usage(name):
     # name no model in their row; their session count names their first step's, as the
     # same session read from its JSON files does.
     for metric in by_name.values():
+        if not metric["name"].startswith("opencode."):
+            continue  # the conventions' histograms: test_gen_ai_histograms_equal_the_chat_spans
         assert metric["sum"]["aggregationTemporality"] == 2 and metric["sum"]["isMonotonic"]
         for point in metric["sum"]["dataPoints"]:
             assert {"model", "agent", "provider"} <= set(attrs(point)), (metric["name"], point)
+
+
+TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
+                 16777216, 67108864]  # fmt: skip
+DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                    40.96, 81.92]  # fmt: skip
+
+
+def _expected_histogram(values: list[float], bounds: list[float]) -> dict[str, Any]:
+    """What a cumulative histogram of ``values`` holds (the conventions' buckets: a value
+    equal to a bound counts in the bucket it closes)."""
+    buckets = [0] * (len(bounds) + 1)
+    for value in values:
+        buckets[next((i for i, bound in enumerate(bounds) if value <= bound), len(bounds))] += 1
+    return {
+        "count": len(values),
+        "sum": pytest.approx(sum(values), rel=1e-12),
+        "min": min(values),
+        "max": max(values),
+        "buckets": buckets,
+        "bounds": bounds,
+    }
+
+
+def _histogram(point: dict) -> dict[str, Any]:
+    return {
+        "count": int(point["count"]),
+        "sum": point["sum"],
+        "min": point["min"],
+        "max": point["max"],
+        "buckets": [int(b) for b in point["bucketCounts"]],
+        "bounds": point["explicitBounds"],
+    }
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_gen_ai_histograms_equal_the_chat_spans(name):
+    """``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration``, as the GenAI
+    conventions define them: one measurement per ``chat`` span, its tokens as the span's
+    ``gen_ai.usage.*_tokens`` say and its duration its span's, by the span's provider,
+    model (and error type), in their advised buckets."""
+    docs, _ = store_export(name)
+    (metrics,) = [d for d in docs if "resourceMetrics" in d]
+    check(metrics)
+    by_name = {m["name"]: m for m in metrics["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]}
+    tokens: dict[tuple, list[float]] = {}
+    durations: dict[tuple, list[float]] = {}
+    for span in all_spans(docs):
+        found = attrs(span)
+        if found.get("gen_ai.operation.name") != "chat":
+            continue
+        labels = tuple(
+            (key, found[key])
+            for key in ("gen_ai.provider.name", "opencode.provider.id", "gen_ai.request.model")
+            if key in found
+        )
+        for kind in ("input", "output"):
+            if f"gen_ai.usage.{kind}_tokens" in found:
+                key = (*labels, ("gen_ai.token.type", kind))
+                tokens.setdefault(key, []).append(found[f"gen_ai.usage.{kind}_tokens"])
+        if span.get("status", {}).get("code") == 2:
+            labels = (*labels, ("error.type", found["error.type"]))
+        seconds = (int(span["endTimeUnixNano"]) - int(span["startTimeUnixNano"])) / 1e9
+        durations.setdefault(labels, []).append(seconds)
+
+    def points(metric: str) -> dict[tuple, dict[str, Any]]:
+        found = by_name.get(metric, {"histogram": {"dataPoints": []}})["histogram"]
+        assert found.get("aggregationTemporality", 2) == 2  # cumulative
+        return {
+            tuple(
+                sorted((k, v) for k, v in attrs(p).items() if k != "gen_ai.operation.name")
+            ): _histogram(p)
+            for p in found["dataPoints"]
+            if attrs(p)["gen_ai.operation.name"] == "chat"
+        }
+
+    assert points("gen_ai.client.token.usage") == {
+        tuple(sorted(key)): _expected_histogram(values, TOKEN_BUCKETS)
+        for key, values in tokens.items()
+    }
+    assert points("gen_ai.client.operation.duration") == {
+        tuple(sorted(key)): _expected_histogram(values, DURATION_BUCKETS)
+        for key, values in durations.items()
+    }
+    if tokens:
+        assert by_name["gen_ai.client.token.usage"]["unit"] == "{token}"
+        assert by_name["gen_ai.client.operation.duration"]["unit"] == "s"
 
 
 def test_a_session_whose_row_names_no_model_is_named_by_its_steps():

@@ -269,7 +269,7 @@ def test_the_counters_begin_with_the_first_session_read(store: Path) -> None:
         for group in metrics["resourceMetrics"]
         for scope in group["scopeMetrics"]
         for metric in scope["metrics"]
-        for point in metric["sum"]["dataPoints"]
+        for point in (metric.get("sum") or metric["histogram"])["dataPoints"]
     }
     with Store(store) as opened:
         first = min(row.time_created for row in opened.sessions())
@@ -478,7 +478,7 @@ def test_the_counters_start_stays_put_when_an_older_session_comes_later(store: P
             for group in doc["resourceMetrics"]
             for scope in group["scopeMetrics"]
             for metric in scope["metrics"]
-            for point in metric["sum"]["dataPoints"]
+            for point in (metric.get("sum") or metric["histogram"])["dataPoints"]
         }
         for signal, doc in destination.taken
         if signal == "metrics"

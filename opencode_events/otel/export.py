@@ -695,8 +695,6 @@ def export(
     if metrics:
         body = metrics_body(builder.counters, (resources or Resources())())
         if body is not None:
-            summary.metric_points = sum(
-                len(v) for v in (builder.counters.tokens, builder.counters.cost)
-            ) + len(builder.counters.sessions)
+            summary.metric_points = builder.counters.points()
             send("metrics", body)
     return summary

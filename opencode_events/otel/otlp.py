@@ -31,7 +31,15 @@ from msgspec import Struct
 
 from .._version import __version__
 from ..paths import OtlpEnvironment, login_name, otlp_environment
-from .spans import Counters, SessionInfo, SpanData, epoch_ns
+from .spans import (
+    DURATION_BOUNDS,
+    TOKEN_BOUNDS,
+    Counters,
+    SessionInfo,
+    SpanData,
+    epoch_ns,
+    provider_attributes,
+)
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -136,11 +144,29 @@ class Sum(Struct, rename="camel", gc=False):
     is_monotonic: bool = True
 
 
+class HistogramDataPoint(Struct, rename="camel", omit_defaults=True, gc=False):
+    start_time_unix_nano: str
+    time_unix_nano: str
+    attributes: list[KeyValue] = []
+    count: str = "0"  # fixed64: a decimal string in OTLP/JSON, as times are
+    sum: float | None = None
+    bucket_counts: list[str] = []
+    explicit_bounds: list[float] = []
+    min: float | None = None
+    max: float | None = None
+
+
+class Histogram(Struct, rename="camel", gc=False):
+    data_points: list[HistogramDataPoint]
+    aggregation_temporality: int = 2  # CUMULATIVE
+
+
 class Metric(Struct, omit_defaults=True, gc=False):
     name: str
     unit: str = ""
     description: str = ""
     sum: Sum | None = None
+    histogram: Histogram | None = None
 
 
 class ScopeMetrics(Struct, gc=False):
@@ -427,12 +453,77 @@ def metrics_body(counters: Counters, resource: Mapping[str, Any]) -> bytes | Non
             sum=Sum(sessions),
         ),
     ]
-    metrics = [m for m in metrics if m.sum is not None and m.sum.data_points]
+    # The GenAI conventions' own: what their dashboards read.
+    token_usage = [
+        _histogram_point(
+            start, end, key[1], key[2], {"gen_ai.token.type": key[0]}, figures, TOKEN_BOUNDS, 1
+        )
+        for key, figures in sorted(counters.token_usage.items(), key=_sort_key)
+    ]
+    durations = [
+        _histogram_point(
+            start, end, key[0], key[1], {} if key[2] is None else {"error.type": key[2]},
+            figures, DURATION_BOUNDS, 1e9,
+        )
+        for key, figures in sorted(counters.durations.items(), key=_sort_key)
+    ]  # fmt: skip
+    metrics += [
+        Metric(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Number of input and output tokens used",
+            histogram=Histogram(token_usage),
+        ),
+        Metric(
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="GenAI operation duration",
+            histogram=Histogram(durations),
+        ),
+    ]
+    metrics = [
+        m
+        for m in metrics
+        if (m.sum is not None and m.sum.data_points)
+        or (m.histogram is not None and m.histogram.data_points)
+    ]
     scope = Scope(name=SCOPE_NAME, version=__version__)
     data = MetricsData(
         [ResourceMetrics(Resource(attributes(resource)), [ScopeMetrics(scope, metrics)])]
     )
     return _ENCODER.encode(data)
+
+
+def _histogram_point(
+    start: str,
+    end: str,
+    model: Any,
+    provider: Any,
+    more: dict[str, Any],
+    figures: list[int],
+    bounds: Sequence[float],
+    unit: float,
+) -> HistogramDataPoint:
+    """One of ``Counters``' histograms (``[count, sum, min, max, *buckets]``, in ``unit``s
+    of the metric's: ns for seconds) as a data point, labelled as the conventions say."""
+    labels: dict[str, Any] = {"gen_ai.operation.name": "chat"}
+    if provider is not None:
+        labels.update(provider_attributes(provider))
+    if model is not None:
+        labels["gen_ai.request.model"] = model
+    labels.update(more)
+    count, total, low, high, *buckets = figures
+    return HistogramDataPoint(
+        start,
+        end,
+        attributes(labels),
+        count=str(count),
+        sum=total / unit,
+        bucket_counts=[str(b) for b in buckets],
+        explicit_bounds=[float(b) for b in bounds],
+        min=low / unit,
+        max=high / unit,
+    )
 
 
 def _finite(value: float) -> float:

@@ -29,7 +29,7 @@ from ..store import fastscan
 from ..workers import child_signals, failure_report, raise_failure, worker_count
 from .export import Summary, store_builder, store_sessions
 from .otlp import Resources, SpanBatches, metrics_body
-from .spans import Counters, TraceBuilder
+from .spans import Counters, TraceBuilder, merge_histograms
 
 __all__ = ["MIN_SESSIONS", "export_in_workers", "workers_for"]
 
@@ -196,6 +196,8 @@ def _counts(counters: Counters) -> dict[str, Any]:
         "cost": counters.cost,
         "figures": counters.figures,
         "sessions": counters.sessions,
+        "token_usage": counters.token_usage,
+        "durations": counters.durations,
         "start_ms": counters.start_ms,
         "end_ms": counters.end_ms,
     }
@@ -210,6 +212,8 @@ def _merge(counters: Counters, their: dict[str, Any]) -> None:
         counters.figures[key] = counters.figures.get(key, 0) + value
     for key, value in their["sessions"].items():
         counters.sessions[key] = counters.sessions.get(key, 0) + value
+    merge_histograms(counters.token_usage, their["token_usage"])
+    merge_histograms(counters.durations, their["durations"])
     for bound, pick in (("start_ms", min), ("end_ms", max)):
         value = their[bound]
         if value is not None:

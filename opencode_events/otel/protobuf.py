@@ -34,6 +34,8 @@ from .otlp import (
     AnyValue,
     ArrayValue,
     Event,
+    Histogram,
+    HistogramDataPoint,
     KeyValue,
     Metric,
     MetricsData,
@@ -256,11 +258,37 @@ _SUM: Table = (
     _field("aggregation_temporality", 2, _VARINT, _enum),
     _field("is_monotonic", 3, _VARINT, _enum),
 )
+
+
+def _packed_fixed64(values: list[str]) -> bytes:  # bucket counts: decimal strings in JSON
+    return _length(b"".join(_pack_u64(int(value)) for value in values))
+
+
+def _packed_double(values: list[float]) -> bytes:
+    return _length(b"".join(_pack_double(value) for value in values))
+
+
+_HISTOGRAM_DATA_POINT: Table = (
+    _field("start_time_unix_nano", 2, _I64, _fixed64),
+    _field("time_unix_nano", 3, _I64, _fixed64),
+    _field("count", 4, _I64, _fixed64),
+    _field("sum", 5, _I64, _double, "oneof"),  # optional: written when given, 0 too
+    _field("bucket_counts", 6, _LEN, _packed_fixed64),
+    _field("explicit_bounds", 7, _LEN, _packed_double),
+    _attributes(9),
+    _field("min", 11, _I64, _double, "oneof"),
+    _field("max", 12, _I64, _double, "oneof"),
+)
+_HISTOGRAM: Table = (
+    _field("data_points", 1, _LEN, _message(_HISTOGRAM_DATA_POINT), "repeated"),
+    _field("aggregation_temporality", 2, _VARINT, _enum),
+)
 _METRIC: Table = (
     _string_field("name", 1),
     _string_field("description", 2),
     _string_field("unit", 3),
     _field("sum", 7, _LEN, _message(_SUM), "oneof"),
+    _field("histogram", 9, _LEN, _message(_HISTOGRAM), "oneof"),
 )
 _SCOPE_METRICS: Table = (
     _field("scope", 1, _LEN, _message(_SCOPE)),
@@ -288,6 +316,8 @@ TABLES: dict[type, Table] = {
     TracesData: _TRACES,
     NumberDataPoint: _NUMBER_DATA_POINT,
     Sum: _SUM,
+    HistogramDataPoint: _HISTOGRAM_DATA_POINT,
+    Histogram: _HISTOGRAM,
     Metric: _METRIC,
     ScopeMetrics: _SCOPE_METRICS,
     ResourceMetrics: _RESOURCE_METRICS,

@@ -21,6 +21,7 @@ normalizer maps each call). Nothing here prints, reads files or knows JSON.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -54,6 +55,9 @@ __all__ = [
     "trace_id_of",
     "span_id_of",
     "gen_ai_tokens",
+    "merge_histograms",
+    "TOKEN_BOUNDS",
+    "DURATION_BOUNDS",
     "epoch_ns",
     "KIND_INTERNAL",
     "KIND_CLIENT",
@@ -471,11 +475,56 @@ def _mcp_server(tool: Any, servers: Sequence[str]) -> str | None:
 # ------------------------------------------------------------------------------ counters
 
 
+# The GenAI conventions' client metrics, with the bucket boundaries they advise:
+# ``gen_ai.client.token.usage`` ({token}) and ``gen_ai.client.operation.duration`` (s).
+TOKEN_BOUNDS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
+                16777216, 67108864)  # fmt: skip
+DURATION_BOUNDS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                   40.96, 81.92)  # fmt: skip
+_DURATION_BOUNDS_NS = tuple(round(bound * 1e9) for bound in DURATION_BOUNDS)
+# A histogram's figures: [count, sum, min, max, then a count per bucket] as integers (a
+# duration in ns), so that adding workers' histograms in any order gives the same bytes.
+Histogram = list[int]
+
+
+def _record(histograms: dict[Any, Histogram], key: Any, value: int, bounds: Any) -> None:
+    found = histograms.get(key)
+    if found is None:
+        found = histograms[key] = [0, 0, value, value, *([0] * (len(bounds) + 1))]
+    found[0] += 1
+    found[1] += value
+    if value < found[2]:
+        found[2] = value
+    if value > found[3]:
+        found[3] = value
+    found[4 + bisect.bisect_left(bounds, value)] += 1  # a bound is its bucket's upper edge
+
+
+def merge_histograms(ours: dict[Any, Histogram], theirs: dict[Any, Histogram]) -> None:
+    """``theirs`` added into ``ours`` (a worker's, into the parent's)."""
+    for key, their in theirs.items():
+        mine = ours.get(key)
+        if mine is None:
+            ours[key] = list(their)
+            continue
+        mine[0] += their[0]
+        mine[1] += their[1]
+        mine[2] = min(mine[2], their[2])
+        mine[3] = max(mine[3], their[3])
+        for at in range(4, len(mine)):
+            mine[at] += their[at]
+
+
 class Counters:
     """Cumulative sums over every session finished: ``opencode.token.usage`` by token
     type, ``opencode.cost.usage`` and ``opencode.session.count``, each by model, agent and
     provider. Token types keep OpenCode's own meaning (``input`` without the cache, ``output``
-    without the reasoning), so the types add up to OpenCode's total."""
+    without the reasoning), so the types add up to OpenCode's total.
+
+    And the GenAI conventions' histograms of each inference (``chat``): its input and
+    output tokens by the conventions' rule (``gen_ai_tokens``), by token type, model and
+    provider (``token_usage``), and its duration, by model, provider and error type
+    (``durations``)."""
 
     TYPES = ("input", "output", "reasoning", "cacheRead", "cacheCreation")
 
@@ -484,6 +533,8 @@ class Counters:
         self.cost: dict[tuple[str | None, str | None, str | None], float] = {}
         self.figures: dict[tuple[str | None, str | None, str | None], int] = {}
         self.sessions: dict[tuple[str | None, str | None, str | None], int] = {}
+        self.token_usage: dict[tuple[str, str | None, str | None], Histogram] = {}
+        self.durations: dict[tuple[str | None, str | None, str | None], Histogram] = {}
         self.start_ms: int | float | None = None
         self.end_ms: int | float | None = None
 
@@ -511,6 +562,27 @@ class Counters:
             tokens[full] = tokens.get(full, 0) + value
         self.cost[key] = self.cost.get(key, 0.0) + usage.cost
         self.figures[key] = self.figures.get(key, 0) + 1
+
+    def add_inference(
+        self, model: str | None, provider: str | None, span: SpanData, usage: Usage | None
+    ) -> None:
+        """One inference's ``chat`` span in the conventions' histograms: its tokens (when
+        it has a ``usage``) and its duration (with its ``error.type`` when it failed)."""
+        if usage is not None:
+            input_tokens, output_tokens = gen_ai_tokens(usage)
+            for kind, value in (("input", input_tokens), ("output", output_tokens)):
+                if type(value) is int and value >= 0:
+                    _record(self.token_usage, (kind, model, provider), value, TOKEN_BOUNDS)
+        error = span.attributes.get("error.type") if span.status == STATUS_ERROR else None
+        key = (model, provider, error if type(error) is str else None)
+        duration = max(span.end_ns - span.start_ns, 0)
+        _record(self.durations, key, duration, _DURATION_BOUNDS_NS)
+
+    def points(self) -> int:
+        """How many data points the metrics body has."""
+        return sum(
+            map(len, (self.tokens, self.cost, self.sessions, self.token_usage, self.durations))
+        )
 
     def cost_of(self, key: tuple[str | None, str | None, str | None]) -> float:
         """A key's cost as every sum of OpenCode's costs is written (``summed_cost``)."""
@@ -676,6 +748,7 @@ class TraceBuilder:
             }
             if chat.usage is not None:
                 counters.add_usage((chat_model, chat_agent, chat_provider), chat.usage)
+            counters.add_inference(chat_model, chat_provider, span, chat.usage)
             children.append(span)
         children.extend(trace.tools.values())
         children.sort(key=_start_then_id)
