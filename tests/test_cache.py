@@ -1854,6 +1854,24 @@ def test_pieces_spilled_by_processes_at_once_are_read_back_whole(tmp_path) -> No
     assert list((tmp_path / "cache").rglob(".tmp-*")) == []
 
 
+def _days_by_usage(db: Path, home: Path, env: dict[str, str], *more: str) -> list[str]:
+    """The days of ``usage --all --by day`` of ``db``, its cache under ``home``."""
+    argv = ["usage", "--db", str(db), "--all", "--by", "day", "--format", "json", *more]
+    done = subprocess.run(
+        [sys.executable, "-m", "opencode_events", *argv],
+        env={**os.environ, "XDG_CACHE_HOME": str(home), **env},
+        capture_output=True,
+        check=True,
+    )
+    return [row["day"] for row in msgspec.json.decode(done.stdout)["rows"]]
+
+
+def _drop_memos(home: Path) -> None:
+    """Only the ledgers left: the next report is made from them."""
+    for memo in (home / "opencode-events").glob("*/memo-*"):
+        memo.unlink()
+
+
 @pytest.mark.parametrize("kept", ["memo", "ledger"])
 def test_a_report_in_local_time_is_not_given_under_another_local_zone(tmp_path, kept) -> None:
     """The local zone (``TZ``, POSIX rules here: no zone file needed) is part of the keys:
@@ -1862,20 +1880,11 @@ def test_a_report_in_local_time_is_not_given_under_another_local_zone(tmp_path, 
     shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
 
     def days(zone: str, *more: str) -> list[str]:
-        env = {**os.environ, "XDG_CACHE_HOME": str(home), "TZ": zone}
-        argv = ["usage", "--db", str(db), "--all", "--by", "day", "--format", "json", *more]
-        done = subprocess.run(
-            [sys.executable, "-m", "opencode_events", *argv],
-            env=env,
-            capture_output=True,
-            check=True,
-        )
-        return [row["day"] for row in msgspec.json.decode(done.stdout)["rows"]]
+        return _days_by_usage(db, home, {"TZ": zone}, *more)
 
     in_utc = days("UTC0")
     if kept == "ledger":
-        for memo in (home / "opencode-events").glob("*/memo-*"):
-            memo.unlink()
+        _drop_memos(home)
     later = days("XYZ-14", "--no-cache")
     assert later != in_utc  # the sample's replies are late in the UTC day
     assert days("XYZ-14") == later
@@ -1896,20 +1905,11 @@ def test_a_report_in_a_named_zone_is_not_given_once_its_rules_change(tmp_path, k
 
     def days(source: str, *more: str) -> list[str]:
         shutil.copyfile(zones / source, path / "Test" / "Zone")
-        env = {**os.environ, "XDG_CACHE_HOME": str(home), "PYTHONTZPATH": str(path)}
-        argv = ["usage", "--db", str(db), "--all", "--by", "day", "--tz", "Test/Zone"]
-        done = subprocess.run(
-            [sys.executable, "-m", "opencode_events", *argv, "--format", "json", *more],
-            env=env,
-            capture_output=True,
-            check=True,
-        )
-        return [row["day"] for row in msgspec.json.decode(done.stdout)["rows"]]
+        return _days_by_usage(db, home, {"PYTHONTZPATH": str(path)}, "--tz", "Test/Zone", *more)
 
     in_utc = days("UTC")
     if kept == "ledger":
-        for memo in (home / "opencode-events").glob("*/memo-*"):
-            memo.unlink()
+        _drop_memos(home)
     later = days("Pacific/Kiritimati", "--no-cache")
     assert later != in_utc  # the sample's replies are late in the UTC day
     assert days("Pacific/Kiritimati") == later
