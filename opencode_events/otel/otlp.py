@@ -410,8 +410,9 @@ class SpanBatches:
 
 
 def metrics_body(counters: Counters, resource: Mapping[str, Any]) -> bytes | None:
-    """The counters as one ``ExportMetricsServiceRequest``: cumulative monotonic sums from
-    the first session's start to the last one's end. None when no session was counted."""
+    """The counters as one ``ExportMetricsServiceRequest``: cumulative monotonic sums, and
+    the GenAI conventions' cumulative histograms of each inference, from the first session's
+    start to the last one's end. None when no session was counted."""
     if not counters:
         return None
     start = str(epoch_ns(counters.start_ms or 0))
