@@ -258,14 +258,27 @@ def _payload_bytes(payload: Any) -> bytes:
             return _payload_bytes(inner)
         dump = getattr(payload, "model_dump", None) or getattr(payload, "to_dict", None)
         if callable(dump):
-            try:
-                payload = dump(mode="json")
-            except TypeError:
-                payload = dump()
+            payload = _dumped(dump)
     try:
         return _ENCODE.encode(payload)
     except (TypeError, msgspec.EncodeError) as exc:
         raise TypeError(f"not a server event payload: {type(payload).__name__}") from exc
+
+
+def _dumped(dump: Any) -> Any:
+    """A model's payload as the server sent it: pydantic's ``model_dump`` gives the Python
+    names of aliased fields (the official SDK's ``session_id`` for ``sessionID``), fields
+    never sent (as ``None``) and serializer warnings on stderr unless told otherwise."""
+    for kwargs in (
+        {"mode": "json", "by_alias": True, "exclude_unset": True, "warnings": False},
+        {"mode": "json"},
+        {},
+    ):
+        try:
+            return dump(**kwargs)
+        except TypeError:  # a dump that takes fewer of pydantic's arguments
+            continue
+    return dump()
 
 
 # ---------------------------------------------------------------------- the store

@@ -421,6 +421,44 @@ def test_server_events_say_when_the_run_is_idle():
     assert events.session and events.session.startswith("ses_")
 
 
+def test_server_events_read_a_pydantic_model_by_its_wire_names(recwarn):
+    """The official SDK (opencode-ai) hands over pydantic models whose aliased fields have
+    Python names (``session_id`` for ``sessionID``): ``model_dump()`` as called bare gives
+    those names, fields never sent as None, and serializer warnings on stderr."""
+
+    def python_names(value):
+        if isinstance(value, dict):
+            return {
+                re.sub(r"ID$", "_id", key).lower() if key.endswith("ID") else key: (
+                    python_names(item)
+                )
+                for key, item in value.items()
+            }
+        return [python_names(item) for item in value] if isinstance(value, list) else value
+
+    class Model:  # pydantic v2's model_dump, as the SDK's event models have it
+        def __init__(self, payload):
+            self._payload = payload
+
+        def model_dump(self, *, mode="python", by_alias=False, exclude_unset=False, warnings=True):
+            if warnings:
+                import warnings as w
+
+                w.warn("Pydantic serializer warnings: …", UserWarning, stacklevel=2)
+            return self._payload if by_alias else python_names(self._payload)
+
+    sse = SAMPLES / "serve_text" / "events.sse"
+    expected = list(opencode_events.iter_events(sse))
+    events = opencode_events.ServerEvents()
+    found = []
+    for _, text in _payloads(sse):
+        found += events.feed(Model(json.loads(text)))
+    found += events.finish()
+    found.append(events.metrics())
+    assert _without_lines(found) == _without_lines(expected)
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
+
+
 def test_server_events_refuse_what_is_no_payload():
     with pytest.raises(TypeError, match="not a server event payload"):
         opencode_events.ServerEvents().feed(object())
