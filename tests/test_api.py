@@ -575,6 +575,40 @@ def test_the_cached_reports_close_every_file_they_read(tmp_path: Path, monkeypat
     assert [str(w.message) for w in said if issubclass(w.category, ResourceWarning)] == []
 
 
+def test_a_store_copied_to_roll_its_journal_back_is_shared_with_workers(
+    tmp_path: Path, monkeypatch
+):
+    """A database in rollback mode with a transaction under way is read from a private copy
+    that SQLite rolls back: the forked workers of a whole-table report open that copy again,
+    read-only (apsw's flags refuse a URI asking for ``mode=rw``)."""
+    import sqlite3
+
+    from opencode_events.reports import sessions as summary_module
+
+    source, db = tmp_path / "source.db", tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", source)
+    writer = sqlite3.connect(source, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=delete")
+    writer.execute("PRAGMA cache_size=1")  # uncommitted pages spill into the file
+    writer.execute("BEGIN EXCLUSIVE")
+    writer.execute("UPDATE part SET data = ?", ('{"type":"text","text":"UNCOMMITTED"}',))
+    shutil.copyfile(source, db)  # the file and its journal as a writer cut off left them
+    shutil.copyfile(f"{source}-journal", f"{db}-journal")
+    writer.execute("ROLLBACK")
+    writer.close()
+    with opencode_events.open_store(SAMPLES / "task" / "opencode.db") as store:
+        expected = opencode_events.sessions_report(store, all_sessions=True).document()
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "2")
+    monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
+    monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
+    with opencode_events.open_store(db) as store:
+        assert summary_module._start_scan(store) is not None  # the workers do run
+        found = opencode_events.sessions_report(store, all_sessions=True).document()
+    for row in found + expected:
+        row.pop("path")  # where each database is
+    assert found == expected and found[0]["tool_calls"] > 0
+
+
 def test_usage_of_a_stream_and_its_groupings():
     source = SAMPLES / "bash_ok" / "stream.jsonl"
     report = opencode_events.usage_report(source)

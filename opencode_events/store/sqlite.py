@@ -320,6 +320,10 @@ class Store:
                 conn.close()
             reason = sqlite_reason(exc)
             raise InputError(f"{path} is not a readable SQLite database ({reason})") from None
+        if uri.endswith("?mode=rw"):
+            # a private copy whose journal the first read rolled back: a forked worker
+            # opens it again read-only (apsw's flags refuse a URI that asks for rw)
+            self.uri = f"{uri[: -len('rw')]}ro"
         return conn
 
     def _private_copy(
