@@ -370,6 +370,49 @@ def test_a_busy_session_says_what_it_runs_and_a_silent_one_turns_stale() -> None
     assert (row.state, row.running) == ("stale", None) and top.reads == 1
 
 
+@pytest.mark.parametrize("sample", ["sigint", "task"])
+def test_a_session_written_only_in_its_parts_or_a_subagent_is_busy(
+    sample: str, tmp_path: Path
+) -> None:
+    """A long tool call streams its output into its part, a subagent writes its own rows:
+    neither touches the session row or the reply's, and the session is still at work
+    (as statusline and sessions judge it)."""
+    from opencode_events.reports.statusline import take_glance
+
+    db = tmp_path / "opencode.db"
+    shutil.copy(SAMPLES / sample / "opencode.db", db)
+    last = _last_write(db)
+    with sqlite3.connect(db) as conn:
+        (root,) = conn.execute("SELECT id FROM session WHERE parent_id IS NULL").fetchone()
+        (writer,) = conn.execute(  # the subagent where there is one, else the session
+            "SELECT id FROM session ORDER BY parent_id IS NULL LIMIT 1"
+        ).fetchone()
+        mid, data = conn.execute(
+            "SELECT id, data FROM message WHERE session_id = ? "
+            "ORDER BY time_created DESC, id DESC LIMIT 1",
+            (root,),
+        ).fetchone()
+        reply = json.loads(data)
+        reply["time"].pop("completed", None)  # the session's reply in flight
+        reply.pop("finish", None)
+        conn.execute("UPDATE message SET data = ? WHERE id = ?", (json.dumps(reply), mid))
+        conn.execute(  # its newest part written 15 minutes on: output streamed
+            "UPDATE part SET time_updated = ? WHERE id = (SELECT id FROM part "
+            "WHERE session_id = ? ORDER BY time_updated DESC LIMIT 1)",
+            (last + 15 * 60_000, writer),
+        )
+    now = last + 20 * 60_000  # the rows 20 minutes old, the part 5
+    top = TopBoard(db)
+    top.refresh(now)
+    (row,) = [r for r in top.board().rows if r.session_id == root]
+    with Store(db) as store:
+        glance = take_glance(store, root, now_ms=now)
+    assert row.state == glance.state == "busy"
+    top.refresh(last + 26 * 60_000)  # and stale once that part is 11 minutes old
+    (row,) = [r for r in top.board().rows if r.session_id == root]
+    assert row.state == "stale"
+
+
 @pytest.mark.parametrize(
     ("name", "message"),
     [

@@ -332,6 +332,13 @@ class TopBoard:
         tally.open_reply = open_reply
         row.running, row.running_since = None, None
         if in_flight:
+            # Written: its parts and its subagents' rows too (a tool's streamed output, a
+            # subagent at work while it waits on `task`): OpenCode does not touch the
+            # session row, or the reply's, for every part (as statusline judges it).
+            for sid, _, _ in family:
+                written = store.last_write(sid)
+                if written is not None and (row.last_write is None or written > row.last_write):
+                    row.last_write = written
             row.state = BUSY
             row.running, row.running_since = "inference", since if type(since) is int else None
             if open_reply is not None:
