@@ -635,6 +635,51 @@ def test_top_once_says_no_keys_it_does_not_read() -> None:
     assert b"with subagents' (+)" in done.stdout
 
 
+@pytest.mark.parametrize(
+    "locale",
+    [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}],
+)
+def test_top_once_in_a_locale_without_utf8_is_a_screen_aligned(locale, tmp_path) -> None:
+    """A title in CJK (or an emoji, or the board's own `…`) where stdout's encoding lacks
+    it: a `?` for each column it takes, no traceback; the columns stay where they were."""
+    db = tmp_path / "opencode.db"
+    shutil.copy(SAMPLES / "task" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE session SET title = '修复失败的测试 🚀 tests' WHERE parent_id IS NULL")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "PYTHONIO"))}
+    done = subprocess.run(
+        [*CLI, "top", "--db", str(db), "--once"],
+        capture_output=True,
+        timeout=30,
+        cwd=ROOT,
+        env={**env, **locale},
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr.decode()
+    lines = done.stdout.decode("ascii").splitlines()
+    (head,) = [line for line in lines if line.startswith("state")]
+    (row,) = [line for line in lines if "dd8083e0" in line]
+    assert "dd8083e0 ??????" in row and row.endswith("$0.0206+")
+    assert len(row) == len(head), (head, row)
+
+
+def test_the_full_screen_in_a_locale_without_utf8_writes_what_it_can() -> None:
+    from rich.text import Text
+
+    from opencode_events.output.pretty import FullScreen
+
+    class Terminal(io.BytesIO):
+        def isatty(self) -> bool:
+            return True
+
+    written = Terminal()
+    out = io.TextIOWrapper(written, encoding="ascii")
+    screen = FullScreen(out)
+    screen.show(Text("修复 🚀 …"))
+    screen.close()
+    out.flush()
+    assert b"???? ?? ?" in written.getvalue()
+
+
 def test_keys_that_cannot_take_the_terminal_leave_no_pipe_open(monkeypatch) -> None:
     """``_Keys`` opens its signal pipe before it puts the terminal in cbreak mode: a
     terminal that refuses (termios.error, an fd gone) must not leave the pipe's fds open."""

@@ -51,7 +51,7 @@ from ..events import (
 )
 from .rows import counted, visible
 
-__all__ = ["PrettyWriter", "FullScreen", "format_duration", "format_tokens"]
+__all__ = ["PrettyWriter", "FullScreen", "format_duration", "format_tokens", "showable"]
 
 OK, FAIL, NEUTRAL = "✓", "✗", "•"
 MAX_LINES = 12  # of a message, reasoning or prompt shown; --full shows every line
@@ -85,12 +85,13 @@ class _TextOut:
     """A text stream over a binary one, without owning or closing it; a character the
     encoding lacks is written as ``?``, never an error."""
 
-    def __init__(self, out: IO[bytes], encoding: str = "utf-8") -> None:
+    def __init__(self, out: IO[bytes], encoding: str = "utf-8", errors: str = "replace") -> None:
         self._out = out
         self._encoding = encoding
+        self._errors = errors
 
     def write(self, text: str) -> int:
-        self._out.write(text.encode(self._encoding, "replace"))
+        self._out.write(text.encode(self._encoding, self._errors))
         return len(text)
 
     def flush(self) -> None:
@@ -115,6 +116,36 @@ def _is_utf8(encoding: str) -> bool:
         return codecs.lookup(encoding).name == "utf-8"
     except LookupError:
         return False
+
+
+def showable(out: Any) -> Any:
+    """``out``, or where its encoding is not UTF-8 (an ASCII or Latin-1 locale) a stream
+    over its bytes that writes a character the encoding lacks as a ``?`` for each column
+    it takes (a table laid out for wide CJK stays aligned): a title in CJK or an emoji,
+    or the board's own ``…``, is never an error."""
+    encoding = getattr(out, "encoding", None) or "utf-8"
+    if _is_utf8(encoding) or not hasattr(out, "buffer"):
+        return out
+    import codecs
+
+    try:
+        codecs.lookup_error(_CELLS)
+    except LookupError:
+        codecs.register_error(_CELLS, _cells_replaced)
+    out.flush()
+    return _TextOut(out.buffer, encoding, _CELLS)
+
+
+_CELLS = "opencode-events-cells"
+
+
+def _cells_replaced(exc: UnicodeError) -> tuple[str, int]:
+    """A codec error handler: what cannot be encoded, as a ``?`` a terminal column."""
+    from rich.cells import cell_len
+
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    return "?" * cell_len(exc.object[exc.start : exc.end]), exc.end
 
 
 def passes_broken_pipe(console: Any) -> Any:
@@ -701,7 +732,7 @@ class FullScreen:
         from rich.console import Console
         from rich.live import Live
 
-        self.console = Console(file=out)
+        self.console = Console(file=showable(out))
         self._live = Live(
             console=self.console,
             screen=True,

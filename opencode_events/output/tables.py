@@ -775,9 +775,10 @@ def print_renderable(renderable: Any, *, out: TextIO, width: int | None = None) 
     """Print what ``top_screen`` made, once (off a terminal: 80 columns unless ``width``)."""
     from rich.console import Console
 
-    from .pretty import passes_broken_pipe
+    from .pretty import passes_broken_pipe, showable
 
-    console = passes_broken_pipe(Console(file=out, width=width or (None if out.isatty() else 80)))
+    width = width or (None if out.isatty() else 80)
+    console = passes_broken_pipe(Console(file=showable(out), width=width))
     console.print(renderable)
 
 
