@@ -453,3 +453,33 @@ def test_a_usage_table_draws_its_last_rows_and_the_total_of_all(monkeypatch):
     report = UsageReport(by="day", rows=rows[:4], total=_total(rows[:4]), stored=True)
     tables.usage_table(report, out=out, store=True, width=160)
     assert len(_grid(out.getvalue())[1]) == 5 and "the last" not in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "locale",
+    [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}],
+)
+@pytest.mark.parametrize("report", [["sessions"], ["usage", "--by", "session"], ["context"]])
+def test_a_table_in_a_locale_without_utf8_writes_what_it_can(locale, report, tmp_path):
+    """Where stdout's encoding lacks a character (a CJK title, the tables' own `·` and `…`):
+    a `?` for each column it takes, never a traceback."""
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "opencode.db"
+    shutil.copy(SAMPLES / "task" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE session SET title = '修复失败的测试 · 🚀' WHERE parent_id IS NULL")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "PYTHONIO"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "opencode_events", *report, "--db", str(db), "--format", "table"],
+        capture_output=True,
+        timeout=60,
+        cwd=REPO,
+        env={**env, "COLUMNS": "200", **locale},
+    )
+    said = done.stderr.decode().splitlines()  # context's note of a price it lacks, at most
+    assert done.returncode == 0 and all(line.startswith("note: ") for line in said), said
+    text = done.stdout.decode("ascii")  # every byte ASCII
+    if report == ["sessions"]:
+        assert "?????????????? ? ??" in text  # 14 columns of CJK, the dot, the emoji's 2

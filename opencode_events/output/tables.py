@@ -115,10 +115,10 @@ def draw_table(
     from rich.text import Text
 
     from ..paths import terminal_columns
-    from .pretty import passes_broken_pipe
+    from .pretty import passes_broken_pipe, showable
     from .rows import visible
 
-    console = passes_broken_pipe(Console(file=out, width=width, soft_wrap=False))
+    console = passes_broken_pipe(Console(file=showable(out), width=width, soft_wrap=False))
     if width is None and not out.isatty():
         console.width = terminal_columns() or 240  # a table saved to a file is read at leisure
     width = console.width
