@@ -148,3 +148,27 @@ def cut_after_the_newest_prompt(db: Path, session_id: str | None = None) -> tupl
         conn.execute(f"DELETE FROM message WHERE id IN ({later})", (sid, created))
     conn.close()
     return sid, prompt
+
+
+def with_a_title(db: Path, title: str) -> Path:
+    """``db``, a copy of samples/task's store whose top-level session is titled ``title``."""
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE session SET title = ? WHERE parent_id IS NULL", (title,))
+    return db
+
+
+# Environments whose standard output is not UTF-8: an ASCII one named, and the C locale
+# with Python's UTF-8 mode and locale coercion off (else Python 3.7+ makes it UTF-8).
+LOCALES_WITHOUT_UTF8 = [
+    {"PYTHONIOENCODING": "ascii"},
+    {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"},
+]
+
+
+def in_locale(locale: dict[str, str]) -> dict[str, str]:
+    """This process's environment, its locale and Python I/O settings replaced by ``locale``."""
+    import os
+
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "PYTHONIO"))}
+    return {**kept, **locale}

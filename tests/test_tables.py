@@ -20,6 +20,7 @@ from rich.cells import cell_len
 
 from opencode_events.output import tables
 from opencode_events.output.tables import Column, _cut, _fit, draw_table
+from tests.stores import LOCALES_WITHOUT_UTF8, in_locale, with_a_title
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
@@ -455,28 +456,18 @@ def test_a_usage_table_draws_its_last_rows_and_the_total_of_all(monkeypatch):
     assert len(_grid(out.getvalue())[1]) == 5 and "the last" not in out.getvalue()
 
 
-@pytest.mark.parametrize(
-    "locale",
-    [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}],
-)
+@pytest.mark.parametrize("locale", LOCALES_WITHOUT_UTF8)
 @pytest.mark.parametrize("report", [["sessions"], ["usage", "--by", "session"], ["context"]])
 def test_a_table_in_a_locale_without_utf8_writes_what_it_can(locale, report, tmp_path):
     """Where stdout's encoding lacks a character (a CJK title, the tables' own `·` and `…`):
     a `?` for each column it takes, never a traceback."""
-    import shutil
-    import sqlite3
-
-    db = tmp_path / "opencode.db"
-    shutil.copy(SAMPLES / "task" / "opencode.db", db)
-    with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE session SET title = '修复失败的测试 · 🚀' WHERE parent_id IS NULL")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "PYTHONIO"))}
+    db = with_a_title(tmp_path / "opencode.db", "修复失败的测试 · 🚀")
     done = subprocess.run(
         [sys.executable, "-m", "opencode_events", *report, "--db", str(db), "--format", "table"],
         capture_output=True,
         timeout=60,
         cwd=REPO,
-        env={**env, "COLUMNS": "200", **locale},
+        env={**in_locale(locale), "COLUMNS": "200"},
     )
     said = done.stderr.decode().splitlines()  # context's note of a price it lacks, at most
     assert done.returncode == 0 and all(line.startswith("note: ") for line in said), said

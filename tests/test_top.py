@@ -22,6 +22,7 @@ from opencode_events.reports.sessions import summarize
 from opencode_events.reports.top import TopBoard, week_start
 from opencode_events.store.sqlite import Store
 from opencode_events.store.watch import StoreWatch
+from tests.stores import LOCALES_WITHOUT_UTF8, in_locale, with_a_title
 from tests.test_follow import replay
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -635,24 +636,17 @@ def test_top_once_says_no_keys_it_does_not_read() -> None:
     assert b"with subagents' (+)" in done.stdout
 
 
-@pytest.mark.parametrize(
-    "locale",
-    [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}],
-)
+@pytest.mark.parametrize("locale", LOCALES_WITHOUT_UTF8)
 def test_top_once_in_a_locale_without_utf8_is_a_screen_aligned(locale, tmp_path) -> None:
     """A title in CJK (or an emoji, or the board's own `…`) where stdout's encoding lacks
     it: a `?` for each column it takes, no traceback; the columns stay where they were."""
-    db = tmp_path / "opencode.db"
-    shutil.copy(SAMPLES / "task" / "opencode.db", db)
-    with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE session SET title = '修复失败的测试 🚀 tests' WHERE parent_id IS NULL")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "PYTHONIO"))}
+    db = with_a_title(tmp_path / "opencode.db", "修复失败的测试 🚀 tests")
     done = subprocess.run(
         [*CLI, "top", "--db", str(db), "--once"],
         capture_output=True,
         timeout=30,
         cwd=ROOT,
-        env={**env, **locale},
+        env=in_locale(locale),
     )
     assert done.returncode == 0 and not done.stderr, done.stderr.decode()
     lines = done.stdout.decode("ascii").splitlines()
