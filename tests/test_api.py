@@ -602,7 +602,9 @@ def test_a_store_copied_to_roll_its_journal_back_is_shared_with_workers(
     monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
     monkeypatch.setattr(summary_module, "_PARALLEL_MIN_PARTS", 0)
     with opencode_events.open_store(db) as store:
-        assert summary_module._start_scan(store) is not None  # the workers do run
+        scan = summary_module._start_scan(store)
+        assert scan is not None  # the workers do run
+        scan.cancel()  # and are reaped: no test after this one finds them
         found = opencode_events.sessions_report(store, all_sessions=True).document()
     for row in found + expected:
         row.pop("path")  # where each database is
