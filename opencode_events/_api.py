@@ -272,7 +272,6 @@ def _dumped(dump: Any) -> Any:
     for kwargs in (
         {"mode": "json", "by_alias": True, "exclude_unset": True, "warnings": False},
         {"mode": "json"},
-        {},
     ):
         try:
             return dump(**kwargs)

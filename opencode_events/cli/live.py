@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 import click
 
 from .. import paths
+from ..core.text import is_utf8
 from ..errors import InputError, OutputError
 from .exits import echo_error as _say
 from .io import (
@@ -248,10 +249,8 @@ def known_session(endpoint: _Endpoint, session_id: str) -> None:
     import http.client
     from urllib.parse import quote
 
-    try:
-        session_id.encode("utf-8")
-    except UnicodeEncodeError:  # bytes of the command line that are not UTF-8: no JSON id
-        raise InputError(f"{endpoint.shown} has no session {session_id}") from None
+    if not is_utf8(session_id):  # bytes of the command line that are not UTF-8: no JSON id
+        raise InputError(f"{endpoint.shown} has no session {session_id}")
     try:
         status, _ = endpoint.get_json(f"/session/{quote(session_id, safe='')}")
         if status != 404:

@@ -87,18 +87,15 @@ def tags_of(values: tuple[str, ...] | list[str]) -> dict[str, str] | None:
     """``--tag KEY=VALUE`` values as a dict (None for none); ValueError names a bad one.
     Bytes of the command line that are not UTF-8 (held as surrogates) are U+FFFD, as in
     a record: every event is written as UTF-8."""
+    from ..core.text import as_utf8
+
     tags: dict[str, str] = {}
     for value in values:
         key, equals, text = value.partition("=")
         if not equals or not key.strip():
             raise ValueError(f"{value!r} is not KEY=VALUE")
-        tags[_utf8_text(key.strip())] = _utf8_text(text)
+        tags[as_utf8(key.strip())] = as_utf8(text)
     return tags or None
-
-
-def _utf8_text(text: str) -> str:
-    """``text`` with the bytes ``os.fsdecode`` held as surrogates made U+FFFD."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def normalize_request(argv: list[str]) -> NormalizeRequest | None:

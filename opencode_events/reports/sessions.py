@@ -40,6 +40,7 @@ import msgspec
 from msgspec import Struct
 
 from ..core.activity import BUSY, stale_after_ms
+from ..core.text import as_utf8
 from ..core.views import (
     GroupedMessage,
     ToolPartHead,
@@ -157,7 +158,7 @@ def shown_path(path: str) -> str:
     """``path`` made absolute, as a report shows it: its bytes that are not UTF-8 (a folder
     named in another encoding, held as surrogates) as U+FFFD, so that every format can
     write it (the database is still opened by its own name)."""
-    return os.fsencode(os.path.abspath(path)).decode("utf-8", "replace")
+    return as_utf8(os.path.abspath(path))
 
 
 def _base(row: SessionRow, db_path: str) -> SessionSummary:

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from ..core.figures import read_figures
+from ..core.text import is_utf8
 from ..core.views import LegacySessionInfo, MessageInfo, decode_leniently
 from ..errors import InputError
 from ..events import summed_cost
@@ -55,22 +56,14 @@ def _safe_id(value: Any) -> bool:
         isinstance(value, str)
         and value not in ("", ".", "..")
         and not any(c in value for c in ("/", "\\", "\0"))
-        and _is_utf8(value)
+        and is_utf8(value)
     )
-
-
-def _is_utf8(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _shown(name: str) -> str:
     """A file name as an id in output: bytes that are not UTF-8 as U+FFFD (the name itself
     still finds the file)."""
-    if _is_utf8(name):
+    if is_utf8(name):
         return name
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.figures import token_count
+from ..core.text import is_utf8
 from ..errors import InputError
 from .rows import MessageRow, PartRow, SessionRow, loop_members, wrote_json_files
 
@@ -214,15 +215,6 @@ def _text(value: Any) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
-
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` is one SQLite's binding can take (no lone surrogate)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 # A session that is no subagent: no parent, itself as parent, a parent no longer there (an
@@ -891,7 +883,7 @@ class Store:
         """Ids that equal or start with ``prefix`` (people paste shortened ids). One that
         is not UTF-8 (bytes of a command line held as surrogates, which the binding cannot
         take) starts no id: the store's text is UTF-8 (damage read as U+FFFD)."""
-        if not _utf8(prefix):
+        if not is_utf8(prefix):
             return []
         rows = self._query(
             "SELECT id FROM session WHERE id = ? OR substr(id, 1, ?) = ? ORDER BY id",
