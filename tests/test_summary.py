@@ -21,6 +21,7 @@ import msgspec
 import pytest
 
 import opencode_events.reports.sessions as summary_module
+from opencode_events.errors import InputError
 from opencode_events.reports.mcp import mcp_server_of
 from opencode_events.store import fastscan
 from opencode_events.store.sqlite import Store
@@ -332,14 +333,27 @@ def build(tmp_path: Path, parts: list[Any], messages: list[Any]) -> tuple[Path, 
 
 
 def summaries(db: Path, monkeypatch, how: str) -> dict[str, dict]:
-    """``how``: per-session lookups, the whole table in this process, or the per-core
-    workers (forked children reading with apsw; ``workers-sqlite3``: as where apsw is
-    missing, the last range read here)."""
+    """``how``: per-session lookups (``per-session-forked``: their parts read by forked
+    children with apsw), the whole table in this process, or the per-core workers (forked
+    children reading with apsw; ``workers-sqlite3``: as where apsw is missing, the last
+    range read here)."""
     # These rows are dated 1970: judged as of today, every reply in flight would be stale.
     # Staleness has tests of its own; here, what the odd rows say is all that counts.
     monkeypatch.setenv("OPENCODE_EVENTS_STALE_AFTER", str(10**12))
-    if how == "per-session":
+    if how.startswith("per-session"):
         monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 10**9)
+        forked = how == "per-session-forked"
+        monkeypatch.setattr(summary_module, "_FORKED_SCOPE_MIN", 1 if forked else 10**9)
+        if forked:
+            monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "2")
+            real = summary_module._start_scoped
+
+            def started(store: Any, scope: Any) -> Any:
+                pending = real(store, scope)
+                assert pending is not None  # the children read the parts, not this process
+                return pending
+
+            monkeypatch.setattr(summary_module, "_start_scoped", started)
     else:
         monkeypatch.setattr(summary_module, "WHOLE_TABLE_SESSIONS", 1)
         workers = how.startswith("workers")
@@ -353,7 +367,7 @@ def summaries(db: Path, monkeypatch, how: str) -> dict[str, dict]:
     return {s.id: msgspec.to_builtins(s) for s in result}
 
 
-HOW = ["per-session", "whole-table", "workers", "workers-sqlite3"]
+HOW = ["per-session", "per-session-forked", "whole-table", "workers", "workers-sqlite3"]
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -385,6 +399,44 @@ def test_all_odd_rows_at_once(tmp_path: Path, monkeypatch, how: str):
     assert sum(s["tool_calls"] for s in got.values()) > sum(
         w.get("tool_calls", 0) for w in want.values()
     )  # the capture's own
+
+
+def test_parts_the_children_cannot_read_are_read_here(tmp_path: Path, monkeypatch):
+    """The parts of sessions read by index go to forked children (apsw) from
+    ``_FORKED_SCOPE_MIN`` sessions on; where a child fails (its connection refused here; a
+    child killed is one too), this process reads them itself: the same summaries, not an
+    error and not a count short."""
+    db, _ = build(tmp_path, [p.values[0] for p in PARTS], [])
+    expected = summaries(db, monkeypatch, "per-session")
+
+    @contextlib.contextmanager
+    def refused(uri: str, what: str) -> Iterator[Any]:
+        raise InputError(f"cannot read the {what} table: refused")
+        yield  # a context manager's shape
+
+    monkeypatch.setattr(fastscan, "connect", refused)
+    assert summaries(db, monkeypatch, "per-session-forked") == expected
+
+
+def test_a_window_of_sessions_is_the_same_read_by_children(tmp_path: Path):
+    """``sessions`` of a window of 40 sessions (by index: fewer than the whole-table rule
+    asks): the same JSON with the parts read by forked children as by this process alone."""
+    import subprocess
+    import sys
+
+    from tests.stores import generated
+
+    db = generated(tmp_path / "opencode.db", sessions=40, parts=3000)
+    args = ["sessions", "--db", str(db), "--all", "--since", "2000-01-01", "--format", "json"]
+
+    def run(workers: str) -> bytes:
+        env = {**os.environ, "OPENCODE_EVENTS_WORKERS": workers}
+        cmd = [sys.executable, "-m", "opencode_events", *args, "--no-cache"]
+        return subprocess.run(cmd, env=env, capture_output=True, check=True).stdout
+
+    alone = run("1")
+    assert len(json.loads(alone)) >= summary_module._FORKED_SCOPE_MIN
+    assert run("2") == alone
 
 
 def test_the_odd_rows_are_odd():

@@ -36,7 +36,15 @@ from typing import Any
 from ..errors import InputError
 from .sqlite import Store, sqlite_reason
 
-__all__ = ["BIG", "PartRange", "SqliteLike", "connect", "errors", "sqlite3_like"]
+__all__ = [
+    "BIG",
+    "PartRange",
+    "SessionParts",
+    "SqliteLike",
+    "connect",
+    "errors",
+    "sqlite3_like",
+]
 
 BIG = Store.BIG_VALUE  # bytes: a larger value may have overflow pages (4,096-byte pages)
 _MIN_VERSION = (3, 43)  # octet_length()
@@ -98,21 +106,23 @@ class PartRange:
     _HEADS = (
         f"SELECT rowid, session_id, CASE WHEN octet_length(data) > {BIG} THEN NULL "
         f"ELSE substr(CAST(data AS BLOB), 1, {Store._TOOL_HEAD_BYTES}) END FROM part "
-        f"WHERE rowid >= ? AND rowid < ? AND (octet_length(data) > {BIG} OR {Store._MAYBE_TOOL})"
+        f"WHERE {{}} AND (octet_length(data) > {BIG} OR {Store._MAYBE_TOOL})"
     )
     _HEAD = (
         f"SELECT substr(CAST(data AS BLOB), 1, {Store._TOOL_HEAD_BYTES}) FROM part WHERE rowid = ?"
     )
 
     def __init__(self, conn: Any, low: int, high: int) -> None:
-        self.conn, self.low, self.high = conn, low, high
+        self.conn = conn
+        self._where, self._params = "rowid >= ? AND rowid < ?", (low, high)
         self._heads = _BlobHeads(conn, conn.execute)
 
     def tool_part_batches(self, scope: None) -> Iterator[list[tuple[Any, ...]]]:
         # The blob reads happen while the query's statement is open: one read transaction,
         # so a head comes from the same snapshot as its row.
         batch: list[tuple[Any, ...]] = []
-        for rowid, sid, head in self.conn.execute(self._HEADS, (self.low, self.high)):
+        sql = self._HEADS.format(self._where)
+        for rowid, sid, head in self.conn.execute(sql, self._params):
             batch.append((rowid, sid, self._heads.read(rowid) if head is None else head))
             if len(batch) == 4096:
                 yield batch
@@ -124,6 +134,21 @@ class PartRange:
     def part_data(self, rowid: int) -> bytes | None:
         row = self.conn.execute(Store._PART_DATA, (rowid,)).fetchone()
         return row[0] if row else None
+
+
+class SessionParts(PartRange):
+    """``PartRange``'s queries over the parts of some sessions (at most 500: SQLite's
+    variable limit), found by the part table's session index: a report of the sessions
+    a window holds, or of those changed since the cache's ledger, reads their large parts'
+    first bytes only, as the whole-table scan does."""
+
+    def __init__(self, conn: Any, session_ids: list[str]) -> None:
+        if len(session_ids) > 500:
+            raise ValueError("at most 500 sessions at a time")
+        self.conn = conn
+        self._where = f"session_id IN ({', '.join('?' * len(session_ids))})"
+        self._params = tuple(session_ids)
+        self._heads = _BlobHeads(conn, conn.execute)
 
 
 class SqliteLike:
