@@ -1,5 +1,6 @@
-"""The part heads of a rowid range read with apsw's SQLite: the fast path of the whole-table
-``sessions`` scan, for forked workers only.
+"""The part heads of a rowid range (``PartRange``), or of some sessions (``SessionParts``),
+read with apsw's SQLite: the fast path of ``sessions``' whole-table scan and of its reads
+of a window's sessions by index, for forked workers only.
 
 Why a second SQLite. Python's ``sqlite3`` module uses the system's library (3.40 on Debian
 12), where any function applied to a value stored on overflow pages loads the whole value,
