@@ -192,6 +192,39 @@ def test_a_count_beyond_64_bits_is_damage_and_the_events_still_load(tmp_path: Pa
     assert metrics == (2,)
 
 
+def test_a_retry_attempt_beyond_64_bits_is_none_and_the_events_still_load(tmp_path: Path):
+    """A retry's ``attempt`` beyond a 64-bit integer (a server event's, a stored or exported
+    part's): the DuckDB column is BIGINT, and one such line failed the whole load. Such an
+    attempt is damage, and none is written, as for an exit code that large."""
+    huge = 1 << 80
+    frame = {
+        "id": "evt_1",
+        "type": "session.status",
+        "properties": {
+            "sessionID": "ses_x",
+            "status": {"type": "retry", "attempt": huge, "message": "m", "next": 1},
+        },
+    }
+    sse = tmp_path / "events.sse"
+    sse.write_text(f"data: {json.dumps(frame)}\n\n")
+    doc = json.loads((SAMPLES / "text" / "export.json").read_text())
+    message = doc["messages"][-1]
+    retry = {**message["parts"][0], "type": "retry", "id": "prt_retry", "attempt": huge}
+    retry["error"] = {"name": "APIError", "data": {"message": "m"}}
+    message["parts"].insert(1, retry)
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps(doc))
+    events = tmp_path / "events.jsonl"
+    with open(events, "wb") as out:
+        for source in (sse, export):
+            result = run("normalize", str(source))
+            assert result.returncode == 0, result.stderr.decode()
+            out.write(result.stdout)
+    con = _loaded(events)
+    retries = con.execute("SELECT attempt, message FROM events WHERE kind = 'retry'").fetchall()
+    assert retries == [(None, "m"), (None, "m")]
+
+
 def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
     """Many machines' events in one table: each import tagged with where it came from,
     typed by `schema --duckdb`; per session (subagents folded by parent_session_id) the

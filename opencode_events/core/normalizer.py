@@ -42,6 +42,7 @@ from ..events import (
     Warning,
     summed_cost,
 )
+from .figures import INT64
 from .mapping import (
     CONSUMED_PARTS,
     attachment_event,
@@ -122,6 +123,12 @@ def _labels(info: Any) -> tuple[str | None, str | None, str | None]:
         provider if type(provider) is str else None,
         agent if type(agent) is str else None,
     )
+
+
+def _attempt(value: Any) -> int | None:
+    """A retry's attempt number when it is an integer a 64-bit column holds; one beyond is
+    damage (OpenCode counts from 1), and none is written, as for an exit code that large."""
+    return value if type(value) is int and -INT64 <= value <= INT64 else None
 
 
 class Totals:
@@ -427,8 +434,7 @@ class Normalizer(Counters):
             if not self._first_sighting(part):
                 return []
             _, message = error_fields(part.error)
-            attempt = part.attempt if type(part.attempt) is int else None
-            return self._stamp([Retry(attempt=attempt, message=message)], prov)
+            return self._stamp([Retry(attempt=_attempt(part.attempt), message=message)], prov)
         return self.unknown(prov, type_=kind if isinstance(kind, str) else None)
 
     def note_consumed(self, part_type: str) -> None:
@@ -583,7 +589,7 @@ class Normalizer(Counters):
     ) -> list[Event]:
         """A provider retry OpenCode announced (``session.status`` retry)."""
         event = Retry(
-            attempt=attempt if type(attempt) is int else None,
+            attempt=_attempt(attempt),
             message=message if type(message) is str else None,
             next=number(next_),
             reason=reason if type(reason) is str else None,
