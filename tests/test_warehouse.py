@@ -283,6 +283,40 @@ def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
         assert by_directory[directory] == pytest.approx(cost, rel=1e-12), directory
 
 
+def test_the_documented_reload_leaves_one_copy_and_the_sums_of_usage(tmp_path: Path):
+    """docs/events.md's nightly reload (`import --since … --children --no-metrics`, each
+    session's rows deleted and written again), run twice over an earlier day's load: one
+    copy of every event, a new session's subagent included, as `usage --by session`
+    folds it."""
+    first = tmp_path / "events.jsonl"  # the day before: another database's sessions
+    first.write_bytes(run("import", "--db", str(SAMPLES / "text" / "opencode.db"), "--all").stdout)
+    con = _loaded(first)
+    columns = run("schema", "--duckdb").stdout.decode().strip()
+    db = str(SAMPLES / "task" / "opencode.db")
+    day = tmp_path / "day.jsonl"
+    for _ in range(2):
+        result = run("import", "--db", db, "--since", "2020-01-01", "--children", "--no-metrics")
+        assert result.returncode == 0, result.stderr.decode()
+        day.write_bytes(result.stdout)
+        read = f"read_json('{day}', format = 'newline_delimited', columns = {columns})"
+        con.execute(f"DELETE FROM events WHERE session_id IN (SELECT session_id FROM {read})")
+        con.execute(f"INSERT INTO events SELECT * FROM {read}")
+    every = run("import", "--db", db, "--all", "--no-metrics").stdout
+    assert con.execute("SELECT count(*) FROM events").fetchone() == (
+        len(lines(first.read_bytes())) + len(lines(every)),
+    )
+    found = con.execute(
+        "SELECT coalesce(parent_session_id, session_id), sum(cost), sum(total_tokens) "
+        "FROM events WHERE kind = 'usage' AND copied IS NOT TRUE "
+        f"AND session_id IN (SELECT session_id FROM {read}) GROUP BY ALL"
+    ).fetchall()
+    report = json.loads(
+        run("usage", "--db", db, "--all", "--by", "session", "--format", "json").stdout
+    )
+    expected = [(r["session_id"], r["cost"], r["total_tokens"]) for r in report["rows"]]
+    assert [(s, pytest.approx(c, rel=1e-12), t) for s, c, t in found] == expected
+
+
 def test_a_forks_copied_history_is_marked_copied_in_import_and_export(tmp_path: Path):
     """A message older than its own session is a fork's copy: its events say `copied`,
     from the store (the real fork capture) and from an export document (whose session
