@@ -2737,6 +2737,31 @@ def test_a_large_ledger_is_kept_aside_and_in_place_when_the_report_returns(
     assert msgspec.json.encode(report.document()) == _report(db, which, None)
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: nothing is kept aside")
+def test_a_ledger_brought_up_to_date_is_kept_aside_by_its_size(tmp_path, monkeypatch) -> None:
+    """The ledger written after a few sessions changed holds every session's entry, those
+    kept as they were too: it is as large as the first, and kept aside by a forked child as
+    the first was (its size, not the number of sessions read again, decides)."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    monkeypatch.setattr(report_cache, "ASIDE_ENTRIES", 2)  # both sessions' entries
+    monkeypatch.delenv("OPENCODE_EVENTS_WORKERS", raising=False)
+    forks: list[int] = []
+    real_fork = os.fork
+    monkeypatch.setattr(report_cache.os, "fork", lambda: forks.append(1) or real_fork())
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))
+    _report(db, which, root)
+    assert len(forks) == 1
+    _subagent_replied(db, root)
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        report = stored_usage(store, cache=cache, all_sessions=True, by="day")
+        assert cache.hits == 1  # the parent's entry kept, the subagent's read again
+        cache.close()
+    assert len(forks) == 2  # two entries: kept aside
+    assert msgspec.json.encode(report.document()) == _report(db, which, None)
+
+
 def test_kept_turns_out_of_the_sessions_order_are_a_damaged_memo(tmp_path) -> None:
     """Rows of a report by turn brought up to date come from the memo in the order of the
     sessions; a kept row of a session no longer there, or out of that order, is a memo

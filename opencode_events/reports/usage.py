@@ -2398,7 +2398,9 @@ def _grouped(
     if use_ledger:
         if keeps:  # kept by a forked child while the report is made (``store_usage`` waits)
             found = (scan.entries, spill, owner, entries, kept.used, scan.irregular)
-            cache.aside(lambda: _keep_days(cache, ledger_request, *found), len(owner))  # type: ignore[union-attr]
+            # the ledger's size: the sessions read now and those kept as they were
+            written = len(owner) + len(kept.used)
+            cache.aside(lambda: _keep_days(cache, ledger_request, *found), written)  # type: ignore[union-attr]
             if spill is not None:
                 spill.close()  # a child keeping the ledger has its own
         owner = every_owner
