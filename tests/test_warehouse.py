@@ -263,6 +263,29 @@ def test_events_load_into_duckdb_and_their_sums_are_usage(tmp_path: Path):
         assert found[key][0] == pytest.approx(cost, rel=1e-12), key
     kinds = {kind for (kind,) in con.execute("SELECT DISTINCT kind FROM events").fetchall()}
     assert {"usage", "metrics", "message"} <= kinds
+    # By model, as the README groups them: a model is its provider's (``usage --by model``
+    # names it provider/model), so the same id from two providers is two rows.
+    by_model = {
+        (model if provider is None else f"{provider}/{model}"): (cost, tokens)
+        for provider, model, cost, tokens in con.execute(
+            "SELECT provider, model, sum(cost), sum(total_tokens) FROM events "
+            "WHERE kind = 'usage' AND copied IS NOT TRUE GROUP BY ALL"
+        ).fetchall()
+    }
+    models: dict[str, list[float]] = {}
+    for scenario in SCENARIOS:
+        db = str(SAMPLES / scenario / "opencode.db")
+        report = json.loads(
+            run("usage", "--db", db, "--all", "--by", "model", "--format", "json").stdout
+        )
+        for row in report["rows"]:
+            found = models.setdefault(row["model"], [0.0, 0])
+            found[0] += row["cost"]
+            found[1] += row["total_tokens"]
+    assert by_model.keys() == models.keys()
+    for model, (cost, tokens) in models.items():
+        assert by_model[model][1] == tokens, model
+        assert by_model[model][0] == pytest.approx(cost, rel=1e-12), model
     # By project: the events' directory, as `usage --by project` groups each database.
     by_directory = dict(
         con.execute(
