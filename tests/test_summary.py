@@ -418,6 +418,38 @@ def test_parts_the_children_cannot_read_are_read_here(tmp_path: Path, monkeypatc
     assert summaries(db, monkeypatch, "per-session-forked") == expected
 
 
+def test_the_children_are_reaped_when_the_messages_fail(tmp_path: Path, monkeypatch):
+    """The children reading a window's parts are stopped and reaped, their files closed,
+    when this process fails to count the messages meanwhile: a library caller's process
+    lives on, and must not gather zombies and descriptors."""
+    db, _ = build(tmp_path, [p.values[0] for p in PARTS], [])
+    forked: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    def failed(*_args: Any) -> None:
+        raise InputError("cannot read the message table: damaged")
+
+    monkeypatch.setattr(os, "fork", fork)
+    monkeypatch.setattr(summary_module, "_count_messages", failed)
+    fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(InputError):
+        summaries(db, monkeypatch, "per-session-forked")
+    assert forked
+    left = []
+    for pid in forked:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)  # reaped here, if the report did not
+            left.append(pid)
+    assert left == []
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
 def test_a_window_of_sessions_is_the_same_read_by_children(tmp_path: Path):
     """``sessions`` of a window of 40 sessions (by index: fewer than the whole-table rule
     asks): the same JSON with the parts read by forked children as by this process alone."""

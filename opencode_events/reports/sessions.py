@@ -452,6 +452,19 @@ def _scoped_slices(uri: str, low: int, high: int, ids: list[str], size: int) -> 
     return counts
 
 
+def _counted_beside(
+    store: Any, scope: Sequence[str] | None, summaries: dict[str, Any], parts: Pending | None
+) -> None:
+    """``_count_messages`` while the children of ``parts`` (``_start_scoped``) read: they
+    are stopped and reaped if it fails."""
+    try:
+        _count_messages(store, scope, summaries)
+    except BaseException:
+        if parts is not None:
+            parts.cancel()
+        raise
+
+
 def _scoped_tool_counts(store: Any, scope: Sequence[str], pending: Pending | None) -> ToolCounts:
     """``_count_tool_parts(store, scope)``: from ``pending`` (``_start_scoped``) when the
     children read them, else here. A child that could not (text that is not UTF-8, which
@@ -869,7 +882,7 @@ def summarize(
         fresh = summaries if scope is None else {sid: summaries[sid] for sid in scope}
         parts = _start_scoped(store, scope) if scope else None  # they read meanwhile
         if scope is None or scope:
-            _count_messages(store, scope, fresh)
+            _counted_beside(store, scope, fresh, parts)
         if scope is None:
             counts = [(_count_tool_parts(store, None), {})]
         else:
@@ -996,7 +1009,7 @@ def _every_entries(
             tools: ToolCounts = {}
             if unread:
                 parts = _start_scoped(store, unread)  # they read meanwhile
-                _count_messages(store, unread, counters)  # type: ignore[arg-type]
+                _counted_beside(store, unread, counters, parts)
                 tools = _scoped_tool_counts(store, unread, parts)
             return _ledger_entries([(tools, {})], counters, kept)  # type: ignore[arg-type]
     # None of the kept entries is used: let go (the cache's copy too, ``ledger``) before
