@@ -418,6 +418,32 @@ def test_parts_the_children_cannot_read_are_read_here(tmp_path: Path, monkeypatc
     assert summaries(db, monkeypatch, "per-session-forked") == expected
 
 
+def test_a_child_killed_has_its_parts_read_here_with_sqlite3(tmp_path: Path, monkeypatch):
+    """A child killed before its result leaves its slice to this process, which reads it
+    with sqlite3 as it reads the rest: never with apsw, a second SQLite beside the store's
+    own connection (closing it would drop the POSIX locks that one holds on the file)."""
+    db, _ = build(tmp_path, [p.values[0] for p in PARTS], [])
+    expected = summaries(db, monkeypatch, "per-session")
+    parent = os.getpid()
+    opened_here: list[str] = []
+    real_connect, real_slices = fastscan.connect, summary_module._scoped_slices
+
+    def connect(uri: str, what: str) -> Any:
+        if os.getpid() == parent:
+            opened_here.append(uri)
+        return real_connect(uri, what)
+
+    def killed(*args: Any) -> Any:
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_slices(*args)
+
+    monkeypatch.setattr(fastscan, "connect", connect)
+    monkeypatch.setattr(summary_module, "_scoped_slices", killed)
+    assert summaries(db, monkeypatch, "per-session-forked") == expected
+    assert opened_here == []
+
+
 def test_the_children_are_reaped_when_the_messages_fail(tmp_path: Path, monkeypatch):
     """The children reading a window's parts are stopped and reaped, their files closed,
     when this process fails to count the messages meanwhile: a library caller's process

@@ -442,6 +442,8 @@ _SCOPE_SLICE = 16  # sessions a child reads in one query
 def _scoped_slices(uri: str, low: int, high: int, ids: list[str], size: int) -> ToolCounts:
     """A forked child's share of ``_start_scoped``: the sessions of the slices [low, high)
     of ``ids``, ``size`` a slice."""
+    if not in_forked_child():  # a slice a child died with: apsw is for children alone
+        raise InputError("a worker ended without the counts of its sessions' parts")
     counts: ToolCounts = {}
     end = min(high * size, len(ids))
     with fastscan.connect(uri, "part") as conn:
