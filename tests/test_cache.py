@@ -2762,6 +2762,42 @@ def test_a_ledger_brought_up_to_date_is_kept_aside_by_its_size(tmp_path, monkeyp
     assert msgspec.json.encode(report.document()) == _report(db, which, None)
 
 
+def test_a_ledger_write_stopped_leaves_the_collector_on(tmp_path, monkeypatch) -> None:
+    """A report stopped (Ctrl-C) while the ledger is written from the entries it kept, its
+    error held by the caller (a notebook keeps the last one): the cycle collector, paused
+    while the kept entries are read, is back on when the call has raised."""
+    import gc
+
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "1")  # the ledger written in this process
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))
+    _report(db, which, root)
+    _subagent_replied(db, root)
+    monkeypatch.setattr(report_cache, "_PIECE", 1)  # a piece an entry
+    real = ReportCache._ledger_pieces
+
+    def stopped(self: ReportCache, head: bytes, entries: Any) -> Any:
+        for piece in real(self, head, entries):
+            yield piece
+            if not gc.isenabled():  # a kept entry given: Ctrl-C
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(ReportCache, "_ledger_pieces", stopped)
+    assert gc.isenabled()
+    held: list[BaseException] = []
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        try:
+            stored_usage(store, cache=cache, all_sessions=True, by="day")
+        except KeyboardInterrupt as exc:
+            held.append(exc)
+        cache.close()
+    collecting = gc.isenabled()
+    held.clear()  # the generators it held let go: on again, whatever this test finds
+    assert collecting
+
+
 def test_kept_turns_out_of_the_sessions_order_are_a_damaged_memo(tmp_path) -> None:
     """Rows of a report by turn brought up to date come from the memo in the order of the
     sessions; a kept row of a session no longer there, or out of that order, is a memo

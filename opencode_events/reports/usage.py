@@ -2981,7 +2981,10 @@ def _keep_days(
                 if sid in used:
                     yield sid, entry
 
-    cache.keep_ledger("usage-days", request, pieces())
+    # Closed whatever happens: a ``pieces`` left where the ledger's ``each`` pauses the
+    # cycle collector would keep it paused as long as an error held it (a caller's).
+    with contextlib.closing(pieces()) as given:
+        cache.keep_ledger("usage-days", request, given)
 
 
 _NOTHING = SessionDays(_Span(), [])
