@@ -476,6 +476,24 @@ def test_the_children_are_reaped_when_the_messages_fail(tmp_path: Path, monkeypa
     assert len(os.listdir("/proc/self/fd")) == fds
 
 
+def test_a_window_is_read_here_when_no_child_can_be_forked(tmp_path: Path, monkeypatch):
+    """No process to fork (a limit on processes reached): the parts of the sessions read by
+    index are read here, as they were before children read them, not an error."""
+    db, _ = build(tmp_path, [p.values[0] for p in PARTS], [])
+    expected = summaries(db, monkeypatch, "per-session")
+
+    def refused() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(summary_module, "_FORKED_SCOPE_MIN", 1)
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "2")
+    monkeypatch.setattr(os, "fork", refused)
+    with Store(db) as store:
+        rows = store.sessions(top_level=False)
+        result = summary_module.summarize(store, rows, mcp_servers=lambda directory: SERVERS)
+    assert {s.id: msgspec.to_builtins(s) for s in result} == expected
+
+
 def test_a_window_of_sessions_is_the_same_read_by_children(tmp_path: Path):
     """``sessions`` of a window of 40 sessions (by index: fewer than the whole-table rule
     asks): the same JSON with the parts read by forked children as by this process alone."""

@@ -433,7 +433,10 @@ def _start_scoped(store: Any, scope: Sequence[str]) -> Pending | None:
     ids = list(scope)
     size = min(_SCOPE_SLICE, max(1, len(ids) // 2))  # two slices at least, one a child
     slices = -(-len(ids) // size)
-    return share_slices(store, slices, _scoped_slices, ids, size, here=False)
+    try:
+        return share_slices(store, slices, _scoped_slices, ids, size, here=False)
+    except OSError:  # no process to fork (a limit reached; those forked are reaped): here
+        return None
 
 
 _SCOPE_SLICE = 16  # sessions a child reads in one query
