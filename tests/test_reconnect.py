@@ -292,3 +292,32 @@ def test_a_stream_once_answered_keeps_the_silence_rule_not_the_answer_time():
     assert result.returncode == 0, result.stderr.decode()
     assert "lost" not in result.stderr.decode()
     assert _kinds(result)[-1] == "metrics"
+
+
+@pytest.mark.parametrize(
+    "event_id", ["世界".encode(), b"\xff\xfe"], ids=["beyond-latin-1", "not-utf-8"]
+)
+def test_a_reconnect_after_an_id_beyond_latin_1_sends_it_back_as_utf_8(event_id):
+    """`id:` is any text: sent back as Last-Event-ID, it is UTF-8 (as a browser's
+    EventSource sends it), never an `error: not a server URL` that ends attach."""
+    seen: list[bytes | None] = []
+
+    def remember(stream):
+        def answer(handler, done):
+            seen.append(handler.headers.get("Last-Event-ID", failobj=None))
+            stream(handler, done)
+
+        return answer
+
+    first = [b"id: " + event_id + b"\n\n", *FRAMES[:IDLE]]
+    with restarting_server(
+        [remember(_stream(first)), remember(_stream(FRAMES[IDLE:], hold=5))],
+        status=lambda n: (200, {SESSION: {"type": "busy"}}),
+    ) as url:
+        result = attach(url)
+    assert result.returncode == 0, result.stderr.decode()
+    assert "reconnected to" in result.stderr.decode()
+    assert _kinds(result)[-1] == "metrics"
+    # http.server reads headers as Latin-1: the UTF-8 bytes come back that way
+    assert seen[1] is not None
+    assert seen[1].encode("latin-1") == event_id.decode("utf-8", "replace").encode()

@@ -185,9 +185,13 @@ class _Endpoint:
 
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
         conn = cls(self.host, self.port, timeout=ANSWER_TIMEOUT)
-        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache", **self._headers()}
-        if last_event_id:
-            headers["Last-Event-ID"] = last_event_id
+        headers: dict[str, str | bytes] = {
+            "Accept": "text/event-stream",
+            "Cache-Control": "no-cache",
+            **self._headers(),
+        }
+        if last_event_id:  # any text the server sent (http.client would take only Latin-1)
+            headers["Last-Event-ID"] = last_event_id.encode()
         try:
             conn.request("GET", self.path, headers=headers)
             sock = conn.sock  # the response reads from it after the connection lets go
