@@ -321,3 +321,30 @@ def test_a_reconnect_after_an_id_beyond_latin_1_sends_it_back_as_utf_8(event_id)
     # http.server reads headers as Latin-1: the UTF-8 bytes come back that way
     assert seen[1] is not None
     assert seen[1].encode("latin-1") == event_id.decode("utf-8", "replace").encode()
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br"])
+def test_a_compressed_stream_is_one_error_line_not_a_silent_nothing(encoding):
+    """attach asks for the stream as it is (Accept-Encoding: identity); a proxy that
+    compresses it anyway sends bytes no line of which is SSE: read as they are, every
+    event would be lost without a word."""
+    import gzip
+
+    def compressed(handler, done):
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Content-Encoding", encoding)
+        handler.end_headers()
+        with contextlib.suppress(OSError):
+            handler.wfile.write(gzip.compress(SAMPLE))
+            handler.wfile.flush()
+            done.wait(20)
+
+    with restarting_server([compressed]) as url:
+        result = attach(url)
+    assert result.returncode == 2, result.stderr.decode()
+    assert result.stderr.decode().splitlines()[-1] == (
+        f"error: {url}/event sent the event stream {encoding}-encoded "
+        "(Content-Encoding), which attach does not read; is a proxy compressing it?"
+    )
+    assert result.stdout == b""

@@ -237,6 +237,15 @@ class _Endpoint:
                 f"{self.shown}{self.path} is not an event stream (Content-Type {kind or 'none'})"
                 "; is this an OpenCode server?"
             )
+        # Asked for as it is (http.client sends Accept-Encoding: identity); compressed anyway
+        # (a proxy), no line of it is SSE and every event would be lost without a word.
+        encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
+        if encoding != "identity":
+            conn.close()
+            raise InputError(
+                f"{self.shown}{self.path} sent the event stream {encoding}-encoded "
+                "(Content-Encoding), which attach does not read; is a proxy compressing it?"
+            )
         return response
 
 
