@@ -348,3 +348,22 @@ def test_a_compressed_stream_is_one_error_line_not_a_silent_nothing(encoding):
         "(Content-Encoding), which attach does not read; is a proxy compressing it?"
     )
     assert result.stdout == b""
+
+
+def test_a_media_type_in_capitals_is_an_event_stream():
+    """Media types are case-insensitive (RFC 9110 8.3.1): `Text/Event-Stream; charset=UTF-8`
+    is the stream, not `error: … is not an event stream`."""
+
+    def answer(handler, done):
+        handler.send_response(200)
+        handler.send_header("Content-Type", "Text/Event-Stream; charset=UTF-8")
+        handler.end_headers()
+        with contextlib.suppress(OSError):
+            handler.wfile.write(SAMPLE)
+            handler.wfile.flush()
+            done.wait(20)
+
+    with restarting_server([answer]) as url:
+        result = attach(url)
+    assert result.returncode == 0, result.stderr.decode()
+    assert _kinds(result)[-1] == "metrics"

@@ -231,7 +231,7 @@ class _Endpoint:
             conn.close()
             raise InputError(f"{self.shown}{self.path} answered HTTP {response.status}")
         kind = response.getheader("Content-Type") or ""
-        if not kind.startswith("text/event-stream"):
+        if not kind.strip().lower().startswith("text/event-stream"):  # any case (RFC 9110)
             conn.close()
             raise InputError(
                 f"{self.shown}{self.path} is not an event stream (Content-Type {kind or 'none'})"
