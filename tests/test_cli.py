@@ -429,6 +429,13 @@ def test_attach_to_a_bad_url_is_one_error_line(url: str, message: str):
     assert (result.returncode, result.stderr.decode(), result.stdout) == (2, message + "\n", b"")
 
 
+def test_attach_names_an_ipv6_server_in_brackets():
+    """`http://::1:1` is no URL (nor a host and a port one can tell apart)."""
+    result = run(["attach", "http://[::1]:1"])
+    assert result.returncode == 2 and result.stdout == b""
+    assert result.stderr.decode().startswith("error: cannot connect to http://[::1]:1: ")
+
+
 @pytest.mark.parametrize(
     "reply",
     [b"GARBAGE\r\n\r\n", b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * 70000 + b"\r\n\r\n"],

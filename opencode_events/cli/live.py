@@ -124,7 +124,8 @@ class _Endpoint:
             self.password_from = "OPENCODE_SERVER_PASSWORD"
         if self.username is None:
             self.username = user
-        self.shown = f"{parts.scheme}://{parts.hostname}:{self.port}"
+        shown_host = f"[{hostname}]" if ":" in hostname else hostname  # IPv6
+        self.shown = f"{parts.scheme}://{shown_host}:{self.port}"
 
     def _headers(self) -> dict[str, str]:
         import base64
