@@ -367,3 +367,23 @@ def test_a_media_type_in_capitals_is_an_event_stream():
         result = attach(url)
     assert result.returncode == 0, result.stderr.decode()
     assert _kinds(result)[-1] == "metrics"
+
+
+def test_a_redirect_names_the_url_it_points_to():
+    """attach follows no redirect (the password would go on to wherever it points): the
+    error line names the URL to attach to instead of a bare status."""
+
+    def moved(handler, done):
+        handler.send_response(307)
+        handler.send_header("Location", "https://elsewhere.example:4096/event\x1b[31m")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    with restarting_server([moved]) as url:
+        result = attach(url)
+    assert result.returncode == 2, result.stderr.decode()
+    assert result.stderr.decode().splitlines()[-1] == (
+        f"error: {url}/event answered HTTP 307, a redirect to "
+        "https://elsewhere.example:4096/event?[31m: attach that URL"
+    )
+    assert result.stdout == b""

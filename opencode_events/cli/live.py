@@ -230,7 +230,9 @@ class _Endpoint:
             raise _Unavailable(f"{self.shown}{self.path} answered HTTP {response.status}")
         if response.status != 200:
             conn.close()
-            raise InputError(f"{self.shown}{self.path} answered HTTP {response.status}")
+            raise InputError(
+                f"{self.shown}{self.path} answered HTTP {response.status}{_redirect(response)}"
+            )
         kind = response.getheader("Content-Type") or ""
         if not kind.strip().lower().startswith("text/event-stream"):  # any case (RFC 9110)
             conn.close()
@@ -248,6 +250,16 @@ class _Endpoint:
                 "(Content-Encoding), which attach does not read; is a proxy compressing it?"
             )
         return response
+
+
+def _redirect(response: Any) -> str:
+    """Where a redirect points, for its error line: attach follows none (a password is not
+    to be sent on to another host unasked), so the user is told which URL to attach to."""
+    location = response.getheader("Location") if 300 <= response.status < 400 else None
+    if not location:
+        return ""
+    shown = "".join(c if c.isprintable() else "?" for c in location.strip()[:500])
+    return f", a redirect to {shown}: attach that URL"
 
 
 _MAX_JSON = 64 << 20  # the most of a JSON answer read (a server's list of sessions)
