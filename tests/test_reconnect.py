@@ -340,13 +340,20 @@ def test_a_compressed_stream_is_one_error_line_not_a_silent_nothing(encoding):
             handler.wfile.flush()
             done.wait(20)
 
-    with restarting_server([compressed]) as url:
+    _one_error_line(
+        compressed,
+        f"error: {{url}}/event sent the event stream {encoding}-encoded "
+        "(Content-Encoding), which attach does not read; is a proxy compressing it?",
+    )
+
+
+def _one_error_line(answer: Callable[..., None], expected: str) -> None:
+    """attach to a server that answers with ``answer``: exit 2 at once, ``expected`` (its
+    ``{url}`` the server's) the last line on stderr, nothing on stdout."""
+    with restarting_server([answer]) as url:
         result = attach(url)
     assert result.returncode == 2, result.stderr.decode()
-    assert result.stderr.decode().splitlines()[-1] == (
-        f"error: {url}/event sent the event stream {encoding}-encoded "
-        "(Content-Encoding), which attach does not read; is a proxy compressing it?"
-    )
+    assert result.stderr.decode().splitlines()[-1] == expected.format(url=url)
     assert result.stdout == b""
 
 
@@ -379,11 +386,8 @@ def test_a_redirect_names_the_url_it_points_to():
         handler.send_header("Content-Length", "0")
         handler.end_headers()
 
-    with restarting_server([moved]) as url:
-        result = attach(url)
-    assert result.returncode == 2, result.stderr.decode()
-    assert result.stderr.decode().splitlines()[-1] == (
-        f"error: {url}/event answered HTTP 307, a redirect to "
-        "https://elsewhere.example:4096/event?[31m: attach that URL"
+    _one_error_line(
+        moved,
+        "error: {url}/event answered HTTP 307, a redirect to "
+        "https://elsewhere.example:4096/event?[31m: attach that URL",
     )
-    assert result.stdout == b""
