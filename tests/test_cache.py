@@ -2798,6 +2798,75 @@ def test_a_ledger_write_stopped_leaves_the_collector_on(tmp_path, monkeypatch) -
     assert collecting
 
 
+def test_many_sessions_changed_are_read_by_children_as_a_full_reading(
+    tmp_path, monkeypatch
+) -> None:
+    """The sessions changed since the last report, when 32 or more (the bench's 1 % of
+    10,000 is 100), have their parts read by forked children with apsw: the report brought
+    up to date is still the one a reading without the cache gives, in every form."""
+    from tests.stores import generated
+
+    db, root = generated(tmp_path / "opencode.db", sessions=80, parts=4000), tmp_path / "cache"
+    monkeypatch.setenv("OPENCODE_EVENTS_WORKERS", "2")
+    started: list[bool] = []
+    real = sessions_module._start_scoped
+
+    def watched(store: Any, scope: Any) -> Any:
+        pending = real(store, scope)
+        started.append(pending is not None)
+        return pending
+
+    monkeypatch.setattr(sessions_module, "_start_scoped", watched)
+    which = [
+        REPORTS.index(("sessions", {"all_sessions": True})),
+        REPORTS.index(("sessions as json", {"all_sessions": True})),
+        REPORTS.index(("sessions", {"all_sessions": True, "fold": False})),
+    ]
+    for n in which:
+        _report(db, n, root)  # the cache filled
+    for n in which:  # each report after its own round of changes
+        assert _replied_in_half(db) >= sessions_module._FORKED_SCOPE_MIN
+        started.clear()
+        assert _report(db, n, root) == _report(db, n, None), REPORTS[n]
+        assert started and started[0], REPORTS[n]  # the children read the changed ones
+
+
+def _replied_in_half(db: Path) -> int:
+    """A reply more, with its last two parts again, in every other session, as OpenCode
+    writes one (the session's row and sequence moved): how many sessions changed."""
+    conn = sqlite3.connect(db)
+    changed = 0
+    for sid in _sessions(conn)[::2]:
+        row = conn.execute(
+            "SELECT time_created, data FROM message WHERE session_id = ? "
+            "ORDER BY rowid DESC LIMIT 1",
+            (sid,),
+        ).fetchone()
+        if row is None:
+            continue
+        created, data = row
+        new = _fresh("msg")
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (new, sid, created + 1, created + 1, data),
+        )
+        for (part,) in conn.execute(
+            "SELECT data FROM part WHERE session_id = ? ORDER BY rowid DESC LIMIT 2", (sid,)
+        ).fetchall():
+            conn.execute(
+                "INSERT INTO part (id, message_id, session_id, time_created, time_updated, "
+                "data) VALUES (?, ?, ?, ?, ?, ?)",
+                (_fresh("prt"), new, sid, created + 1, created + 1, part),
+            )
+        conn.execute("UPDATE session SET time_updated = ? WHERE id = ?", (created + 1, sid))
+        _log(conn, sid, "message.updated.1")
+        changed += 1
+    conn.commit()
+    conn.close()
+    return changed
+
+
 def test_kept_turns_out_of_the_sessions_order_are_a_damaged_memo(tmp_path) -> None:
     """Rows of a report by turn brought up to date come from the memo in the order of the
     sessions; a kept row of a session no longer there, or out of that order, is a memo
