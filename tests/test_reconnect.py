@@ -80,12 +80,15 @@ def restarting_server(
         thread.join(10)
 
 
-def _stream(frames: list[bytes], hold: float = 0.0):
-    """An /event answer: ``frames``, then a heartbeat every 0.5 s for ``hold`` seconds."""
+def _stream(frames: list[bytes], hold: float = 0.0, headers: dict[str, str] | None = None):
+    """An /event answer: ``frames``, then a heartbeat every 0.5 s for ``hold`` seconds;
+    ``headers`` added to (or in place of) its Content-Type."""
+    sent = {"Content-Type": "text/event-stream", **(headers or {})}
 
     def answer(handler: http.server.BaseHTTPRequestHandler, done: threading.Event) -> None:
         handler.send_response(200)
-        handler.send_header("Content-Type", "text/event-stream")
+        for name, value in sent.items():
+            handler.send_header(name, value)
         handler.end_headers()
         with contextlib.suppress(OSError):
             handler.wfile.write(b"".join(frames))
@@ -330,18 +333,8 @@ def test_a_compressed_stream_is_one_error_line_not_a_silent_nothing(encoding):
     event would be lost without a word."""
     import gzip
 
-    def compressed(handler, done):
-        handler.send_response(200)
-        handler.send_header("Content-Type", "text/event-stream")
-        handler.send_header("Content-Encoding", encoding)
-        handler.end_headers()
-        with contextlib.suppress(OSError):
-            handler.wfile.write(gzip.compress(SAMPLE))
-            handler.wfile.flush()
-            done.wait(20)
-
     _one_error_line(
-        compressed,
+        _stream([gzip.compress(SAMPLE)], headers={"Content-Encoding": encoding}),
         f"error: {{url}}/event sent the event stream {encoding}-encoded "
         "(Content-Encoding), which attach does not read; is a proxy compressing it?",
     )
@@ -361,15 +354,9 @@ def test_a_media_type_in_capitals_is_an_event_stream():
     """Media types are case-insensitive (RFC 9110 8.3.1): `Text/Event-Stream; charset=UTF-8`
     is the stream, not `error: … is not an event stream`."""
 
-    def answer(handler, done):
-        handler.send_response(200)
-        handler.send_header("Content-Type", "Text/Event-Stream; charset=UTF-8")
-        handler.end_headers()
-        with contextlib.suppress(OSError):
-            handler.wfile.write(SAMPLE)
-            handler.wfile.flush()
-            done.wait(20)
-
+    answer = _stream(
+        [SAMPLE], hold=20, headers={"Content-Type": "Text/Event-Stream; charset=UTF-8"}
+    )
     with restarting_server([answer]) as url:
         result = attach(url)
     assert result.returncode == 0, result.stderr.decode()

@@ -426,9 +426,7 @@ def _start_scoped(store: Any, scope: Sequence[str]) -> Pending | None:
     for the test of its text (most of the time of a window's report: 0.22 of 0.41 s
     for 11 % of the bench database's sessions). They read while this process counts the
     messages. None when the scope is small, or no child can read so here."""
-    if len(scope) < _FORKED_SCOPE_MIN or not offers_fast_scans(store):
-        return None
-    if not fastscan.available():
+    if len(scope) < _FORKED_SCOPE_MIN or not offers_fast_scans(store) or not fastscan.available():
         return None
     ids = list(scope)
     size = min(_SCOPE_SLICE, max(1, len(ids) // 2))  # two slices at least, one a child
@@ -447,13 +445,12 @@ def _scoped_slices(uri: str, low: int, high: int, ids: list[str], size: int) -> 
     of ``ids``, ``size`` a slice."""
     if not in_forked_child():  # a slice a child died with: apsw is for children alone
         raise InputError("a worker ended without the counts of its sessions' parts")
-    counts: ToolCounts = {}
+    counts: ToolCounts = {}  # keyed by session: no key in two chunks
     end = min(high * size, len(ids))
     with fastscan.connect(uri, "part") as conn:
         for at in range(low * size, end, 500):  # SQLite's variable limit
             some = ids[at : min(at + 500, end)]
-            for key, calls in _count_tool_parts(fastscan.SessionParts(conn, some), None).items():
-                counts[key] = counts.get(key, 0) + calls
+            counts.update(_count_tool_parts(fastscan.SessionParts(conn, some), None))
     return counts
 
 
@@ -470,7 +467,9 @@ def _counted_beside(
         raise
 
 
-def _scoped_tool_counts(store: Any, scope: Sequence[str], pending: Pending | None) -> ToolCounts:
+def _scoped_tool_counts(
+    store: Any, scope: Sequence[str] | None, pending: Pending | None
+) -> ToolCounts:
     """``_count_tool_parts(store, scope)``: from ``pending`` (``_start_scoped``) when the
     children read them, else here. A child that could not (text that is not UTF-8, which
     apsw does not replace as this process's reads do) leaves it to this process."""
@@ -481,9 +480,8 @@ def _scoped_tool_counts(store: Any, scope: Sequence[str], pending: Pending | Non
             pass
         else:
             counts: ToolCounts = {}
-            for found in slices:
-                for key, calls in found.items():
-                    counts[key] = counts.get(key, 0) + calls
+            for found in slices:  # keyed by session: no key in two slices
+                counts.update(found)
             return counts
     return _count_tool_parts(store, scope)
 
@@ -888,10 +886,7 @@ def summarize(
         parts = _start_scoped(store, scope) if scope else None  # they read meanwhile
         if scope is None or scope:
             _counted_beside(store, scope, fresh, parts)
-        if scope is None:
-            counts = [(_count_tool_parts(store, None), {})]
-        else:
-            counts = [(_scoped_tool_counts(store, scope, parts) if scope else {}, {})]
+        counts = [(_scoped_tool_counts(store, scope, parts) if scope is None or scope else {}, {})]
     servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
     if cache is not None:
         # Counts of the whole tables hold every session, those the ledger kept too: the

@@ -114,8 +114,11 @@ class PartRange:
     )
 
     def __init__(self, conn: Any, low: int, high: int) -> None:
-        self.conn = conn
-        self._where, self._params = "rowid >= ? AND rowid < ?", (low, high)
+        self._rows(conn, "rowid >= ? AND rowid < ?", (low, high))
+
+    def _rows(self, conn: Any, where: str, params: tuple[Any, ...]) -> None:
+        """The rows whose heads are read: those ``where`` (SQL, with ``params``) picks."""
+        self.conn, self._where, self._params = conn, where, params
         self._heads = _BlobHeads(conn, conn.execute)
 
     def tool_part_batches(self, scope: None) -> Iterator[list[tuple[Any, ...]]]:
@@ -146,10 +149,8 @@ class SessionParts(PartRange):
     def __init__(self, conn: Any, session_ids: list[str]) -> None:
         if len(session_ids) > 500:
             raise ValueError("at most 500 sessions at a time")
-        self.conn = conn
-        self._where = f"session_id IN ({', '.join('?' * len(session_ids))})"
-        self._params = tuple(session_ids)
-        self._heads = _BlobHeads(conn, conn.execute)
+        where = f"session_id IN ({', '.join('?' * len(session_ids))})"
+        self._rows(conn, where, tuple(session_ids))
 
 
 class SqliteLike:

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from ..core.figures import read_figures
-from ..core.text import is_utf8
+from ..core.text import as_utf8, is_utf8
 from ..core.views import LegacySessionInfo, MessageInfo, decode_leniently
 from ..errors import InputError
 from ..events import summed_cost
@@ -63,9 +63,7 @@ def _safe_id(value: Any) -> bool:
 def _shown(name: str) -> str:
     """A file name as an id in output: bytes that are not UTF-8 as U+FFFD (the name itself
     still finds the file)."""
-    if is_utf8(name):
-        return name
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return as_utf8(name)
 
 
 def _session_info(data: bytes | None) -> LegacySessionInfo | None:
