@@ -62,6 +62,7 @@ from opencode_events.reports.usage import (
 )
 from opencode_events.store.open import every_session, open_store, select_sessions
 from opencode_events.store.ranges import share_ranges
+from opencode_events.store.sqlite import Store
 from tests.filebytes import digests
 from tests.processes import children_of_this_process
 
@@ -1529,6 +1530,75 @@ def test_turns_keep_the_fork_rule_by_session(tmp_path, monkeypatch, change):
     )
     if change == "original_gone":
         assert expected != first
+
+
+def _ledger_forks(db: Path, root: Path) -> dict[str, bool]:
+    """Each session's entry in the ``usage --by day`` ledger of ``db`` under ``root``:
+    whether it says its session is a fork."""
+    (ledger,) = [path for path in root.glob("*/ledger-*") if _ledger_request(path)[0] == "days"]
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=root)
+        assert cache is not None
+        entries = cache.ledger_entries("usage-days", _ledger_request(ledger))
+        with entries:
+            return {
+                sid: usage_module._ENTRY_HEAD.decode(entry).span.fork
+                for sid, entry in entries.each()
+            }
+
+
+@pytest.mark.parametrize("change", ["other_reply", "fork_reply", "new_fork"])
+def test_a_ledger_names_its_forks_and_only_changed_sessions_are_probed(
+    tmp_path, monkeypatch, change
+):
+    """samples/fork, with another session: the ledger of ``usage --by day`` says of each
+    session whether it is a fork, so a report brought up to date asks the database only
+    whether the sessions that changed are forks (a fork is one by its own rows, which move
+    its stamp), not every session (an index probe each: 15–25 ms at 10,000). A reply in
+    the other session, in the fork, or the other session made a fork by a copy older than
+    itself: the report the one a full reading gives, and the ledger then says so."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    task = sqlite3.connect(SAMPLES / "task" / "opencode.db")
+    conn = sqlite3.connect(db)
+    other = _copy_session(conn, task, _sessions(task)[0], logged=True)
+    conn.commit()
+    task.close()
+    (fork,) = _rows(
+        conn,
+        "SELECT s.id FROM session s WHERE EXISTS (SELECT 1 FROM message m "
+        "WHERE m.session_id = s.id AND m.time_created < s.time_created)",
+    )[0]
+    which = REPORTS.index(("usage", {"all_sessions": True, "by": "day"}))
+    assert b"forked cop" in _report(db, which, root)
+    sessions = [sid for (sid,) in _rows(conn, "SELECT id FROM session")]
+    assert _ledger_forks(db, root) == {sid: sid == fork for sid in sessions}
+    target = fork if change == "fork_reply" else other
+    mid, created, data = conn.execute(
+        "SELECT id, time_created, data FROM message WHERE session_id = ? "
+        "AND data LIKE '%\"assistant\"%' ORDER BY time_created DESC LIMIT 1",
+        (target,),
+    ).fetchone()
+    (started,) = conn.execute("SELECT time_created FROM session WHERE id = ?", (target,)).fetchone()
+    at = started - 60_000 if change == "new_fork" else created + 60_000  # older: a copy
+    conn.execute(
+        "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (_fresh("msg"), target, at, at, data),
+    )
+    _log(conn, target, "message.updated.1")
+    conn.commit()
+    conn.close()
+    expected = _report(db, which, None)
+    asked: list[Any] = []
+    forks = Store.forks
+    monkeypatch.setattr(
+        Store, "forks", lambda self, ids=None: asked.append(ids) or forks(self, ids)
+    )
+    assert _report(db, which, root) == expected
+    assert [sorted(ids) for ids in asked] == [[target]]  # the changed session alone
+    forks_now = {fork, other} if change == "new_fork" else {fork}
+    assert _ledger_forks(db, root) == {sid: sid in forks_now for sid in sessions}
 
 
 @pytest.mark.parametrize(

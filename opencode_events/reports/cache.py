@@ -56,7 +56,7 @@ import os
 import threading
 import time
 import zlib
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, TypeVar
 
@@ -1039,14 +1039,15 @@ class ReportCache:
         self,
         kind: str,
         request: Any,
-        pick: Callable[[], Container[str]] = frozenset,
+        pick: Callable[[str, msgspec.Raw], bool] | None = None,
     ) -> LedgerEntries:
         """The entries of ledger ``kind`` still true of the database (as ``ledger``), left
         in their file and read a group at a time as they are asked for
         (``LedgerEntries.each``, as often as need be): never held whole, whatever the
-        number of sessions. Empty when there is none to trust. ``pick``: the sessions whose
-        entries are wanted before the others (``LedgerEntries.picked``), asked only when
-        there is a ledger."""
+        number of sessions. Empty when there is none to trust. ``pick``: asked of every
+        entry still true, (session, entry), as the ledger is opened: those it says yes to
+        are wanted before the others (``LedgerEntries.picked``). An entry it cannot decode
+        (``msgspec`` or ``ValueError``) makes the ledger one not to trust."""
         name = _ledger_name(kind, request)
         found = self._open_ledger(name, request, pick)
         if found is None:
@@ -1055,12 +1056,12 @@ class ReportCache:
         return found
 
     def _open_ledger(
-        self, name: str, request: Any, pick: Callable[[], Container[str]] = frozenset
+        self, name: str, request: Any, pick: Callable[[str, msgspec.Raw], bool] | None = None
     ) -> LedgerEntries | None:
         """Ledger ``name``'s file, opened, when it is sound, of ``request``, and of this
         database in this state or one only OpenCode's writes led from, with each of its
         groups read once (each must decode) to count the entries still true, and to take
-        those of the sessions ``pick`` gives."""
+        those ``pick`` says yes to."""
         try:
             file = open(self.folder / name, "rb", buffering=0)  # noqa: SIM115 - the entries'
         except OSError:
@@ -1089,10 +1090,9 @@ class ReportCache:
                 raise _Unsound  # items cut short, or added to
             entries = LedgerEntries(file, 8 + length, groups, self.stamps, self.folder / name)
             _touched(file.fileno())
-            picked = pick()
             for sid, entry in entries.each():
                 entries.count += 1
-                if sid in picked:
+                if pick is not None and pick(sid, entry):
                     entries.picked[sid] = bytes(entry)  # not the group's whole buffer
         except (_Unsound, OSError, ValueError, InputError, *_UNDECODABLE):
             entries.close()

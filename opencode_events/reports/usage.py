@@ -2397,7 +2397,7 @@ def _grouped(
     scan.groups = {}  # emptied as they are folded into the report's (``_fold_days``)
     if use_ledger:
         if keeps:  # kept by a forked child while the report is made (``store_usage`` waits)
-            found = (scan.entries, spill, owner, entries, kept.used, scan.irregular)
+            found = (scan.entries, spill, owner, entries, kept.used, scan.irregular, kept.forks)
             # the ledger's size: the sessions read now and those kept as they were
             written = len(owner) + len(kept.used)
             cache.aside(lambda: _keep_days(cache, ledger_request, *found), written)  # type: ignore[union-attr]
@@ -2652,12 +2652,13 @@ _FOLDED_COSTS = 1 << 16
 
 
 def _forked_copies_of(
-    store: Any, forks: set[str] | None, held: dict[str, SessionDays]
+    store: Any, forks: set[str] | None, held: dict[str, SessionDays], found: set[str]
 ) -> Iterator[tuple[str, Any, bytes]]:
     """(message id, time, fingerprint) of every assistant message older than its session
     (a fork's copy). ``forks``: the store's forks, where a ledger is read (else None: every
-    copy is read); one the ledger holds (``held``: its entry) names its copies among its
-    held rows, any other fork's are read."""
+    copy is read, and the sessions they are in, the forks, are added to ``found``); one the
+    ledger holds (``held``: its entry) names its copies among its held rows, any other
+    fork's are read."""
     unread = None
     if forks is not None:
         created = store.sessions_created(forks)
@@ -2677,7 +2678,9 @@ def _forked_copies_of(
     rows = (
         _older_than_session(store) if unread is None else store.messages_older_than_session(unread)
     )
-    for _sid, mid, created, data in rows:
+    for sid, mid, created, data in rows:
+        if unread is None:
+            found.add(sid)
         if type(mid) is not str:  # a damaged id (NULL, a blob) names no copy
             continue
         try:
@@ -2707,13 +2710,17 @@ class SessionDays(Struct, array_like=True, gc=False):
 
 class _Span(Struct, array_like=True, gc=False):
     """The times of a ledger entry's inferences: the earliest and latest its groups summed,
-    and of its held rows; ``timeless``: one of them has no time (it counts in any window)."""
+    and of its held rows; ``timeless``: one of them has no time (it counts in any window);
+    ``fork``: the session was a fork (``Store.forks``' rule) when it was read, so a report
+    finds the forks among the sessions that did not change from the ledger, not by probing
+    every session's messages (a fork is one only by its own rows, which move its stamp)."""
 
     low: int | None = None
     high: int | None = None
     held_low: int | None = None
     held_high: int | None = None
     timeless: bool = False
+    fork: bool = False
 
 
 class _EntryHead(Struct, array_like=True, gc=False):
@@ -2754,7 +2761,8 @@ def _widen(span: _Span, low: int | None, high: int | None, timeless: bool) -> No
         span.high = high if span.high is None else max(span.high, high)
 
 
-_LEDGER_FORMAT = 3  # the shape of SessionDays: a new one, a new ledger (3: its span first)
+# The shape of SessionDays: a new one, a new ledger (3: its span first; 4: a fork says so)
+_LEDGER_FORMAT = 4
 _ENTRY_ENCODER = msgspec.msgpack.Encoder()  # as the cache encodes: its bytes are kept as they are
 _ENTRY = msgspec.msgpack.Decoder(SessionDays)
 _ENTRY_HEAD = msgspec.msgpack.Decoder(_EntryHead)
@@ -2787,7 +2795,8 @@ class _Kept(NamedTuple):
     """The sessions a grouped report takes from the ledger's ``entries`` instead of reading
     them (``_kept_sessions``): ``used``, whose entries it folds in, and ``empty``, with
     nothing in its window of time; and what the forked copies' rule needs
-    (``_forked_copies_of``)."""
+    (``_forked_copies_of``), with the ``forks`` it found (each new entry says whether its
+    session is one)."""
 
     entries: LedgerEntries
     used: set[str]
@@ -2795,6 +2804,7 @@ class _Kept(NamedTuple):
     copy_ids: set[str]
     copy_prints: set[bytes]
     copy_times: set[Any]
+    forks: set[str]
 
 
 def _kept_sessions(
@@ -2810,20 +2820,28 @@ def _kept_sessions(
     within a span; the whole entry only for a fork): not one that summed a row at a
     copy's time (the copies' rule needs that row), and in a ``window`` of time, only one
     whose inferences all count in it or none does. The ledger is read a group at a time,
-    never held."""
-    forks: set[str] | None = None
+    never held.
 
-    def picked() -> set[str]:  # asked where there is a ledger: its forks' entries first
-        nonlocal forks
-        if dedupe and hasattr(store, "forks"):
-            forks = store.forks()
-        return forks or set()
+    The store's forks, where the copies' rule needs them: those the ledger's entries say
+    are (their entries taken as the ledger is opened), and those among the sessions it has
+    no entry for, from their messages. A fork outside the report with no entry is not
+    looked for: its copies are of no row the report reads."""
+    forks: set[str] | None = None
+    wanted = dedupe and hasattr(store, "forks")
+    unseen = set(owner) if wanted and cache is not None else set()
+
+    def fork(sid: str, entry: msgspec.Raw) -> bool:  # its entry taken first if so
+        unseen.discard(sid)
+        return _ENTRY_HEAD.decode(entry).span.fork
 
     entries = (
         LedgerEntries(None, 0)
         if cache is None
-        else cache.ledger_entries("usage-days", request, pick=picked)
+        else cache.ledger_entries("usage-days", request, pick=fork if wanted else None)
     )
+    if wanted and entries.count:
+        forks = set(entries.picked) | store.forks(list(unseen))
+    unseen.clear()
     try:
         return _kept_of(store, entries, forks, owner, window, dedupe)
     except (InputError, TypeError, ValueError, IndexError):  # a figure of another type than
@@ -2843,11 +2861,13 @@ def _kept_of(
     dedupe: bool,
 ) -> _Kept:
     """``_kept_sessions`` of the ledger's ``entries`` opened, ``forks`` the store's forks."""
-    kept = _Kept(entries, set(), set(), set(), set(), set())
+    kept = _Kept(entries, set(), set(), set(), set(), set(), set())
     if dedupe:
         held = {sid: entries.decoded(_ENTRY, entry) for sid, entry in entries.picked.items()}
         reading = forks if entries.count and forks is not None else None
-        for mid, created, fingerprint in _forked_copies_of(store, reading, held):
+        if reading is not None:
+            kept.forks.update(reading)
+        for mid, created, fingerprint in _forked_copies_of(store, reading, held, kept.forks):
             kept.copy_ids.add(mid)
             kept.copy_prints.add(fingerprint)
             kept.copy_times.add(created)  # the row's column: what the scan compares
@@ -2936,11 +2956,12 @@ def _keep_days(
     entries: LedgerEntries,
     used: set[str],
     irregular: set[str],
+    forks: set[str],
 ) -> None:
     """Keep in the ledger every session just ``read`` (but the ``irregular`` ones, with a
     row that is not a message), its entry from the ``parts`` of the table it has rows in
-    (kept as it is when in one, else joined), and the ``used`` ones' ``entries`` as they
-    are."""
+    (kept as it is when in one, else joined; one of the ``forks`` says so), and the
+    ``used`` ones' ``entries`` as they are."""
 
     # The entries go into the ledger one by one (``keep_ledger``), a part's bytes read at a
     # time: a large database's ledger is never held whole.
@@ -2966,16 +2987,19 @@ def _keep_days(
                 if not fresh(sid):
                     continue
                 found = spread.get(sid)
-                if found is None:
-                    yield sid, msgspec.Raw(entry)
-                else:
+                if found is not None:
                     found.append((index, at - size, size))
+                elif sid in forks:
+                    yield sid, _as_fork(_ENTRY.decode(entry))
+                else:
+                    yield sid, msgspec.Raw(entry)
         for sid, found in spread.items():
             if fresh(sid):
-                yield sid, _joined([parts[i].read(spill, at, size) for i, at, size in found])
+                joined = _joined([parts[i].read(spill, at, size) for i, at, size in found])
+                yield sid, _as_fork(joined) if sid in forks else joined
         for sid in read:
             if sid not in seen and fresh(sid):  # read, and nothing to keep: kept as such
-                yield sid, _NOTHING
+                yield sid, _as_fork(_NOTHING) if sid in forks else _NOTHING
         if used:
             for sid, entry in entries.each():
                 if sid in used:
@@ -2988,6 +3012,11 @@ def _keep_days(
 
 
 _NOTHING = SessionDays(_Span(), [])
+
+
+def _as_fork(entry: SessionDays) -> SessionDays:
+    """``entry`` of a session that is a fork, saying so (a copy: ``_NOTHING`` is shared)."""
+    return SessionDays(msgspec.structs.replace(entry.span, fork=True), entry.days, entry.held)
 
 
 def _joined(parts: list[bytes]) -> SessionDays:
