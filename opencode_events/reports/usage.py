@@ -2345,8 +2345,16 @@ def _grouped(
     # Forked history: messages older than their session. They are held aside until we
     # know whether their original is in the database too (then they are not counted).
     window = (since, until)
+    directories = _directories(store, session_ids) if by == "project" else {}
+    label = _fold_label(by, owner, directories)  # of every session of the report
     kept = _kept_sessions(
-        store, cache if use_ledger else None, ledger_request, owner, window, dedupe
+        store,
+        cache if use_ledger else None,
+        ledger_request,
+        owner,
+        window,
+        dedupe,
+        _Folding(label, by in _SHARED),
     )
     entries = kept.entries
     copy_ids, copy_prints, copy_times = kept.copy_ids, kept.copy_prints, kept.copy_times
@@ -2355,10 +2363,10 @@ def _grouped(
     every_owner = owner
     if kept.used or kept.empty:  # the sessions whose entries are folded in, or count nothing
         unread_sids = [sid for sid in owner if sid not in kept.used and sid not in kept.empty]
-        if len(unread_sids) < max(WHOLE_TABLE_SESSIONS, len(every_owner) // 10):
+        if not _reads_all(len(unread_sids), len(every_owner)):
             owner = {sid: owner[sid] for sid in unread_sids}
         else:
-            kept = kept._replace(used=set(), empty=set())
+            kept = kept._replace(used=set(), empty=set(), folded=_FromLedger({}, {}, [], set()))
     everything = len(owner) >= WHOLE_TABLE_SESSIONS and not (kept.used or kept.empty)
     # By day, week or month with no ledger to write, a day's sums need not be kept per
     # session: the scan's memory is then the days', whatever the number of sessions.
@@ -2404,12 +2412,8 @@ def _grouped(
             if spill is not None:
                 spill.close()  # a child keeping the ledger has its own
         owner = every_owner
-    directories = _directories(store, session_ids) if by == "project" else {}
-    label = _fold_label(by, owner, directories)
-    # The entries used, read once more: their groups are folded into the report's, and
-    # their subagents', and their held rows put through the copies' rule as read rows are.
-    with entries:
-        from_ledger = _fold_kept(kept, label, owner, shared=by in _SHARED)
+    entries.close()
+    from_ledger = kept.folded  # the entries used, folded in as they were decided on
     copies: list[tuple[bytes, Any, Any, Any]] = from_ledger.copies
     originals: set[bytes] = scan.originals | from_ledger.originals
     for mid, key, fingerprint, figures in ready:
@@ -2537,7 +2541,7 @@ def _subagent_shares(
 ) -> dict[str, list[Any]]:
     """Per session a ``--by session`` row folds others into (``owner``): its subagent
     sessions, their inferences, tokens and each inference's cost, from the groups by
-    (session, day) read, and the ledger's (``kept``, as ``_fold_kept`` found them). The
+    (session, day) read, and the ledger's (``kept``, as ``_folder`` found them). The
     sessions are all those folded in, or, in a window of time, those with an inference in
     it (as ``--by turn`` counts them)."""
     shares: dict[str, list[Any]] = {}
@@ -2571,7 +2575,7 @@ def _subagent_shares(
 
 
 class _FromLedger(NamedTuple):
-    """What the entries a report uses give it (``_fold_kept``): their groups folded into
+    """What the entries a report uses give it (``_folder``): their groups folded into
     the report's, the shares of their subagents (as ``_subagent_shares`` makes them), and
     of their held rows, the forked copies (packed, as ``_grouped`` holds copies) and the
     fingerprints of those that are a copy's original."""
@@ -2582,25 +2586,35 @@ class _FromLedger(NamedTuple):
     originals: set[bytes]
 
 
-def _fold_kept(
-    kept: _Kept,
-    label: Callable[[str, Any], Any],
-    owner: dict[str, str],
-    *,
-    shared: bool,
-) -> _FromLedger:
-    """The entries of the sessions ``kept`` uses, read a group of them at a time and folded in as
-    they come: the report's groups (``label``), each with its costs in a few terms of
-    their exact sum (``_bounded``), and with ``shared`` the subagents' shares. A held row
-    is counted as a read row is (``_grouped``): a forked copy waits for the end, packed;
-    any other is added now, its fingerprint noted if a copy has it. Never an entry held
-    beyond its own."""
+class _Folding(NamedTuple):
+    """How the entries a report uses are folded into its groups (``_folder``): each
+    session's group by ``label`` (of the session and its day, model or agent), and with
+    ``shared`` its subagents' share too."""
+
+    label: Callable[[str, Any], Any]
+    shared: bool
+
+
+def _reads_all(unread: int, sessions: int) -> bool:
+    """Whether a report of ``sessions`` reads them all rather than the ``unread`` ones
+    the ledger does not stand for: reading many by their index costs more than the
+    whole tables."""
+    return unread >= max(WHOLE_TABLE_SESSIONS, sessions // 10)
+
+
+def _folder(
+    folding: _Folding, owner: dict[str, str], copy_ids: set[str], copy_prints: set[bytes]
+) -> tuple[_FromLedger, Callable[[str, SessionDays], None]]:
+    """What the entries a report uses give it, and the fold that adds one entry (a
+    session's, decoded) as it comes: the report's groups (``label``), each with its costs
+    in a few terms of their exact sum (``_bounded``), and with ``shared`` the subagents'
+    shares. A held row is counted as a read row is (``_grouped``): a forked copy waits for
+    the end, packed; any other is added now, its fingerprint noted if a copy has it. An
+    entry is not held beyond its fold; a figure of another type than we write (only in a
+    file made so on purpose) is a ``TypeError``, ``ValueError`` or ``IndexError``."""
     found = _FromLedger({}, {}, [], set())
-    entries, used = kept.entries, kept.used
-    if not used:
-        return found
     folded, shares, copies, originals = found
-    copy_ids, copy_prints = kept.copy_ids, kept.copy_prints
+    label, shared = folding
 
     def add(sid: str, top: str, key: Any, first: Any, ints: Any, costs: Any) -> None:
         acc = folded.get(key)
@@ -2624,25 +2638,20 @@ def _fold_kept(
             if len(share[3]) > _FOLDED_COSTS:
                 share[3] = _bounded(share[3])
 
-    for sid, entry in entries.each():
-        if sid not in used:
-            continue
-        days = entries.decoded(_ENTRY, entry)
+    def fold(sid: str, days: SessionDays) -> None:
         top = owner.get(sid, sid)
-        try:  # a figure of another type than we write: only a file made so on purpose
-            for mid, day, fingerprint, sums in days.held:
-                if mid in copy_ids:
-                    copies.append((fingerprint, (sid, day), _packed(sums), mid))
-                    continue
-                if copy_ids and fingerprint in copy_prints:
-                    originals.add(fingerprint)
-                counts = (*sums[:6], sums[7])
-                add(sid, top, label(sid, day), sums[8], counts, array("d", sums[6]))
-            for group, ints, costs, first, _times in days.days:
-                add(sid, top, label(sid, group), first, ints, _floats(costs))
-        except (TypeError, ValueError, IndexError) as exc:
-            entries.damaged(exc)
-    return found
+        for mid, day, fingerprint, sums in days.held:
+            if mid in copy_ids:
+                copies.append((fingerprint, (sid, day), _packed(sums), mid))
+                continue
+            if copy_ids and fingerprint in copy_prints:
+                originals.add(fingerprint)
+            counts = (*sums[:6], sums[7])
+            add(sid, top, label(sid, day), sums[8], counts, array("d", sums[6]))
+        for group, ints, costs, first, _times in days.days:
+            add(sid, top, label(sid, group), first, ints, _floats(costs))
+
+    return found, fold
 
 
 # Costs a group folded from the ledger holds before they are put in fewer terms: more than
@@ -2796,7 +2805,7 @@ class _Kept(NamedTuple):
     them (``_kept_sessions``): ``used``, whose entries it folds in, and ``empty``, with
     nothing in its window of time; and what the forked copies' rule needs
     (``_forked_copies_of``), with the ``forks`` it found (each new entry says whether its
-    session is one)."""
+    session is one); and ``used``'s entries ``folded`` into the report's groups."""
 
     entries: LedgerEntries
     used: set[str]
@@ -2805,6 +2814,7 @@ class _Kept(NamedTuple):
     copy_prints: set[bytes]
     copy_times: set[Any]
     forks: set[str]
+    folded: _FromLedger
 
 
 def _kept_sessions(
@@ -2814,6 +2824,7 @@ def _kept_sessions(
     owner: dict[str, str],
     window: tuple[int | None, int | None],
     dedupe: bool,
+    folding: _Folding,
 ) -> _Kept:
     """Which of the report's sessions (``owner``) the ledger of ``request`` stands for,
     read by their spans alone (the groups' times too where a fork's copy is at a time
@@ -2843,13 +2854,13 @@ def _kept_sessions(
         forks = set(entries.picked) | store.forks(list(unseen))
     unseen.clear()
     try:
-        return _kept_of(store, entries, forks, owner, window, dedupe)
+        return _kept_of(store, entries, forks, owner, window, dedupe, folding)
     except (InputError, TypeError, ValueError, IndexError):  # a figure of another type than
         # we write, only in a file made so on purpose: let go, and every session read
         entries.close()
         if cache is not None:
             cache.drop_ledger("usage-days", request)
-        return _kept_of(store, LedgerEntries(None, 0), None, owner, window, dedupe)
+        return _kept_of(store, LedgerEntries(None, 0), None, owner, window, dedupe, folding)
 
 
 def _kept_of(
@@ -2859,9 +2870,14 @@ def _kept_of(
     owner: dict[str, str],
     window: tuple[int | None, int | None],
     dedupe: bool,
+    folding: _Folding,
 ) -> _Kept:
-    """``_kept_sessions`` of the ledger's ``entries`` opened, ``forks`` the store's forks."""
-    kept = _Kept(entries, set(), set(), set(), set(), set(), set())
+    """``_kept_sessions`` of the ledger's ``entries`` opened, ``forks`` the store's forks:
+    each entry used is folded in as it is decided on (``_folder``), in the one pass."""
+    copy_ids: set[str] = set()
+    copy_prints: set[bytes] = set()
+    found, fold = _folder(folding, owner, copy_ids, copy_prints)
+    kept = _Kept(entries, set(), set(), copy_ids, copy_prints, set(), set(), found)
     if dedupe:
         held = {sid: entries.decoded(_ENTRY, entry) for sid, entry in entries.picked.items()}
         reading = forks if entries.count and forks is not None else None
@@ -2875,6 +2891,8 @@ def _kept_of(
     times = sorted({t for t in map(_whole_ms, copy_times) if t is not None})
     since, until = window
     windowed = since is not None or until is not None
+    # Fewer entries than would spare the report reading every session: none is used.
+    folds = not _reads_all(len(owner) - entries.count, len(owner))
     seen: set[str] = set()
     for sid, entry in entries.each():
         if sid not in owner:
@@ -2882,7 +2900,9 @@ def _kept_of(
         if sid in seen:  # a session twice: never a ledger of ours
             raise ValueError(f"session {sid!r} twice in the ledger")
         seen.add(sid)
-        span = entries.decoded(_ENTRY_HEAD, entry).span
+        # All time, nearly every entry is used: decoded whole at once, not its span first.
+        whole = entries.decoded(_ENTRY, entry) if folds and not windowed else None
+        span = entries.decoded(_ENTRY_HEAD, entry).span if whole is None else whole.span
         if times and span.low is not None and span.high is not None:
             at = bisect.bisect_left(times, span.low)
             if at < len(times) and times[at] <= span.high:  # a copy's time in its span
@@ -2892,6 +2912,8 @@ def _kept_of(
         counts = _counts_in(span, since, until) if windowed else True
         if counts is True:
             kept.used.add(sid)
+            if folds:
+                fold(sid, entries.decoded(_ENTRY, entry) if whole is None else whole)
         elif counts is False:
             kept.empty.add(sid)
     return kept
@@ -3104,7 +3126,7 @@ def _fold_days(
 ) -> dict[Any, bytes | list[Any]]:
     """Groups by (session, day, model or agent) folded into the report's (``label``: by
     day, model or agent, or by the session each folds into), then the ledger's, folded
-    already (``_fold_kept``). ``groups`` and ``kept`` are emptied as they are folded: a
+    already (``_folder``). ``groups`` and ``kept`` are emptied as they are folded: a
     report by session holds a group per session twice else, and the caller's ``kept``
     would keep every ledger group alive while the rows are made of them."""
     folded: dict[Any, bytes | list[Any]] = {}
