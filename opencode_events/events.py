@@ -15,8 +15,6 @@ import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 __all__ = [
-    "SUM_DIGITS",
-    "summed_cost",
     "Event",
     "Message",
     "Reasoning",
@@ -47,17 +45,6 @@ __all__ = [
     "schema",
     "duckdb_columns",
 ]
-
-
-# A cost that adds up several of OpenCode's figures is written to 12 significant digits: a
-# float sum's last digits depend on the order of the additions (one process or several) and
-# on binary fractions (0.1 + 0.2), and no bill has them. One figure is written as stored.
-SUM_DIGITS = 12
-
-
-def summed_cost(value: float, figures: int) -> float:
-    """How ``value``, the sum of ``figures`` of OpenCode's costs, is written."""
-    return value if figures <= 1 else float(f"{value:.{SUM_DIGITS}g}")
 
 
 # ``raw``, the source record as read (JSON bytes), or None when not kept. Annotated ``Raw``

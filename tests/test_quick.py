@@ -4,6 +4,7 @@ leaves it to click; what it runs is what click runs; and it never imports click.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ from opencode_events.cli.quick import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
 SAMPLE = ROOT / "samples" / "bash_ok" / "stream.jsonl"
 
 
@@ -222,6 +224,38 @@ def test_an_empty_stream_starts_without_the_shell_lexer_or_the_store():
     )
     result = _run(code, "normalize")
     assert result.returncode == 0 and result.stderr == b"[]", result.stderr
+
+
+@pytest.mark.parametrize(
+    "report",
+    [["sessions", "--all"], ["usage", "--all", "--by", "day"], ["usage", "--all", "--by", "model"]],
+)
+def test_a_store_report_loads_neither_the_mapping_nor_openssl(tmp_path, report):
+    """A grouped ``usage``, first and from the cache, and ``sessions`` from the cache
+    import neither the mapping (with the event types: 3 ms) nor ``hashlib``'s OpenSSL
+    (3 ms): the rules they need (tokens and cost, MCP names, the forks' fingerprint) live
+    in small modules of their own. (``sessions`` reading parts takes the mapping's status
+    words.) A report brought up to date pays for every module it loads."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    code = (
+        "import atexit, sys\n"
+        "heavy = ('opencode_events.core.mapping', 'opencode_events.events', '_hashlib')\n"
+        "atexit.register(lambda: sys.stderr.write(repr([m for m in heavy if m in sys.modules])))\n"
+        "from opencode_events.cli import main\n"
+        "main()\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for first in (True, False):  # then from the cache
+        result = subprocess.run(
+            [sys.executable, "-c", code, *report, "--db", str(db), "--format", "json"],
+            capture_output=True,
+            timeout=60,
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr
+        if not first or report[0] == "usage":
+            assert result.stderr == b"[]"
 
 
 def test_the_lexers_stand_in_gives_way_to_it_on_first_use():

@@ -2500,7 +2500,7 @@ def test_a_sessions_subagent_cost_is_written_as_a_sum_of_its_inferences(tmp_path
     costs are put in a few terms of the same exact sum as a part of the table is done)."""
     import math
 
-    from opencode_events.events import summed_cost
+    from opencode_events.core.figures import summed_cost
     from opencode_events.reports.usage import stored_usage
     from opencode_events.store.sqlite import Store
 

@@ -964,7 +964,7 @@ def _with_subagents(metrics: Any, spend: Any) -> Any:
         return metrics
     spend.refresh(force=True)
     if spend.subagents:
-        from ..events import summed_cost
+        from ..core.figures import summed_cost
 
         metrics.subagent_sessions = spend.subagents
         metrics.subagent_cost = spend.subagent_cost

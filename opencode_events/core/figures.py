@@ -26,7 +26,17 @@ from typing import Any, NamedTuple
 
 from .views import Tokens
 
-__all__ = ["Figures", "ZERO", "INT64", "read_figures", "token_count", "cost_value", "model_label"]
+__all__ = [
+    "Figures",
+    "ZERO",
+    "INT64",
+    "SUM_DIGITS",
+    "read_figures",
+    "token_count",
+    "cost_value",
+    "summed_cost",
+    "model_label",
+]
 
 
 class Figures(NamedTuple):
@@ -66,6 +76,17 @@ def cost_value(value: Any) -> float:
         except OverflowError:  # an integer beyond any float
             return 0.0
     return 0.0
+
+
+# A cost that adds up several of OpenCode's figures is written to 12 significant digits: a
+# float sum's last digits depend on the order of the additions (one process or several) and
+# on binary fractions (0.1 + 0.2), and no bill has them. One figure is written as stored.
+SUM_DIGITS = 12
+
+
+def summed_cost(value: float, figures: int) -> float:
+    """How ``value``, the sum of ``figures`` of OpenCode's costs, is written."""
+    return value if figures <= 1 else float(f"{value:.{SUM_DIGITS}g}")
 
 
 def read_figures(tokens: Tokens | None, cost: Any) -> Figures:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -32,6 +32,7 @@ from ..events import (
     Write,
 )
 from .figures import INT64, read_figures
+from .mcpnames import mcp_server_of, sanitize
 from .views import MessageInfo, Part
 
 __all__ = [
@@ -581,28 +582,7 @@ def _lsp(
 
 
 # ------------------------------------------------------------------ MCP tool names
-# OpenCode names an MCP tool ``sanitize(server) + "_" + sanitize(tool)``; nothing else in a
-# part marks a call as MCP, so the server comes from the names configured (reports/mcp.py
-# reads them from OpenCode's config files).
-
-_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
-
-
-def sanitize(name: str) -> str:
-    """OpenCode's ``name.replace(/[^a-zA-Z0-9_-]/g, "_")``: JavaScript strings are UTF-16,
-    so a character beyond U+FFFF (an emoji) is two code units and becomes two ``_``."""
-    return _UNSAFE.sub(lambda m: "__" if ord(m[0]) > 0xFFFF else "_", name)
-
-
-def mcp_server_of(tool: str, servers: Iterable[str]) -> str | None:
-    """The configured server a tool name belongs to (the longest match), or None."""
-    best: str | None = None
-    best_len = -1
-    for server in servers:
-        prefix = sanitize(server) + "_"
-        if tool.startswith(prefix) and len(tool) > len(prefix) and len(prefix) > best_len:
-            best, best_len = server, len(prefix)
-    return best
+# The naming rule lives in ``mcpnames`` (the reports use it without the mapping).
 
 
 # ------------------------------------------------------------- tools left unknown

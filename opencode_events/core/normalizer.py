@@ -40,9 +40,8 @@ from ..events import (
     Unknown,
     Usage,
     Warning,
-    summed_cost,
 )
-from .figures import INT64
+from .figures import INT64, summed_cost
 from .mapping import (
     CONSUMED_PARTS,
     attachment_event,

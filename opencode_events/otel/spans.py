@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from ..core.figures import summed_cost
 from ..core.mapping import event_failed
 from ..core.normalizer import Normalizer, Provenance
 from ..events import (
@@ -40,7 +41,6 @@ from ..events import (
     ToolEvent,
     Unknown,
     Usage,
-    summed_cost,
 )
 
 __all__ = [

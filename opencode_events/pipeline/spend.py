@@ -23,8 +23,9 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from ..core.figures import summed_cost
 from ..errors import InputError
-from ..events import Usage, summed_cost
+from ..events import Usage
 from ..store.sqlite import Store
 from ..store.watch import StoreWatch
 

@@ -77,13 +77,12 @@ import msgspec
 from msgspec import Raw, Struct
 
 from .. import paths
-from ..core.figures import cost_value, model_label, read_figures
+from ..core.figures import SUM_DIGITS, cost_value, model_label, read_figures, summed_cost
 from ..core.views import (
     LedgerMessageView,
     LedgerPart,
     decode_repairing,
 )
-from ..events import SUM_DIGITS, summed_cost
 from ..store.rows import descendants
 from .cache import ReportCache
 from .mcp import config_files, mcp_server_names, mcp_server_of, read_json_file

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
-from ..core.mapping import mcp_server_of, sanitize
+from ..core.mcpnames import mcp_server_of, sanitize
 from ..store.files import read_regular_file
 
 __all__ = [

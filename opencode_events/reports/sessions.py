@@ -40,6 +40,7 @@ import msgspec
 from msgspec import Struct
 
 from ..core.activity import BUSY, stale_after_ms
+from ..core.figures import summed_cost
 from ..core.text import as_utf8
 from ..core.views import (
     GroupedMessage,
@@ -49,7 +50,6 @@ from ..core.views import (
     decode_repairing,
 )
 from ..errors import InputError
-from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import (
     Pending,

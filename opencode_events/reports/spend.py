@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..events import summed_cost
+from ..core.figures import summed_cost
 
 __all__ = ["Spend", "written_spend", "family_spend"]
 

@@ -37,11 +37,10 @@ from ..core.activity import (
     session_state,
     stale_after_ms,
 )
-from ..core.figures import token_count
+from ..core.figures import summed_cost, token_count
 from ..core.text import BIDI_FORMATTING
 from ..core.views import Times, Tokens, decode_repairing, number
 from ..errors import InputError
-from ..events import summed_cost
 from ..store.rows import Glances
 from .spend import family_spend
 

@@ -32,9 +32,9 @@ import msgspec
 from msgspec import Struct
 
 from ..core.activity import BUSY, IDLE, session_state, stale_after_ms
+from ..core.figures import summed_cost
 from ..core.views import Part, decode_repairing, number
 from ..errors import InputError
-from ..events import summed_cost
 from ..store.sqlite import Store
 from ..store.watch import StoreWatch
 from .spend import family_spend

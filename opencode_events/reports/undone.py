@@ -24,15 +24,16 @@ turn keeps its own session (the cleanup deletes nothing of it)::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec import Struct
 
-from ..core.figures import read_figures
-from ..core.mapping import RevertPoint
+from ..core.figures import read_figures, summed_cost
 from ..core.views import UsageMessage, decode_repairing
-from ..events import summed_cost
+
+if TYPE_CHECKING:  # imported where a session is read: most reports read none
+    from ..core.mapping import RevertPoint
 
 __all__ = ["Undone", "undone_figures", "note"]
 
@@ -83,6 +84,8 @@ def undone_figures(
     for sid in [sid for sid in reverts if sid in wanted]:  # the few with a pending undo
         undone = kept.get(sid)
         if undone is None:
+            from ..core.mapping import RevertPoint
+
             point = RevertPoint.of(reverts[sid])
             if point is None:
                 continue

@@ -37,14 +37,18 @@ import struct
 from array import array
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime, tzinfo
-from hashlib import blake2b
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NamedTuple
 
 import msgspec
 from msgspec import Struct
 
+try:  # the hash alone: hashlib loads OpenSSL first, 3 ms of every report
+    from _blake2 import blake2b
+except ImportError:  # a Python built without it
+    from hashlib import blake2b
+
 from ..core.activity import stale_after_ms
-from ..core.figures import INT64, model_label, read_figures
+from ..core.figures import INT64, model_label, read_figures, summed_cost
 from ..core.timeutil import zone_key
 from ..core.views import (
     PART_DECODER,
@@ -56,7 +60,6 @@ from ..core.views import (
     decode_repairing,
 )
 from ..errors import GroupingError, InputError
-from ..events import summed_cost
 from ..store import fastscan
 from ..store.ranges import in_forked_child, share_ranges, share_slices, worker_connection
 from ..store.rows import ancestry, descendants, offers_fast_scans, sessions_changed

@@ -22,11 +22,10 @@ from typing import Any
 
 import msgspec
 
-from ..core.figures import read_figures
+from ..core.figures import read_figures, summed_cost
 from ..core.text import as_utf8, is_utf8
 from ..core.views import LegacySessionInfo, MessageInfo, decode_leniently
 from ..errors import InputError
-from ..events import summed_cost
 from .files import read_regular_file, why_unreadable
 from .rows import MessageRow, PartRow, SessionRow, is_top_level, loop_members
 

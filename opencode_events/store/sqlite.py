@@ -580,9 +580,8 @@ class Store:
             return self._totals
         import msgspec
 
-        from ..core.figures import read_figures
+        from ..core.figures import read_figures, summed_cost
         from ..core.views import MESSAGE_DECODER
-        from ..events import summed_cost
 
         sums: dict[str, list[Any]] = {}
         for session_id, data in self._query(
