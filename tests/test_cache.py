@@ -1596,6 +1596,57 @@ def test_a_ledger_names_its_forks_and_only_changed_sessions_are_probed(
     assert _ledger_forks(db, root) == {sid: sid in forks_now for sid in sessions}
 
 
+def _chosen_usage(db: Path, root: Path | None, by: str, sids: list[str]) -> bytes:
+    """``usage --by BY SID…`` (the sessions chosen, so the fork rule is asked across them)."""
+    with open_store(db) as store:
+        cache = None if root is None else ReportCache.open(store, root=root)
+        return msgspec.json.encode(
+            stored_usage(store, list(sids), by=by, cache=cache).document()
+        )
+
+
+@pytest.mark.parametrize("by", ["model", "day"])
+def test_a_fork_outside_the_sessions_chosen_still_tells_the_originals(tmp_path, by):
+    """samples/fork, with two other sessions: the original session also holds a copy
+    (older than itself) of its own reply's content, written at another time than that
+    reply (not as OpenCode writes it). The reply is an original only at a time the fork's
+    copy shares, so the forks outside a report still say which of its rows are originals:
+    a report of the original session and another one, brought up to date from a ledger a
+    report of two other sessions kept (which has no entry for the fork), is the one a full
+    reading gives."""
+    db, root = tmp_path / "opencode.db", tmp_path / "cache"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    task = sqlite3.connect(SAMPLES / "task" / "opencode.db")
+    conn = sqlite3.connect(db)
+    one = _copy_session(conn, task, _sessions(task)[0], logged=True)
+    two = _copy_session(conn, task, _sessions(task)[0], logged=True)
+    task.close()
+    ((fork, original),) = _rows(
+        conn,
+        "SELECT s.id, (SELECT o.id FROM session o WHERE o.id != s.id AND o.id LIKE 'ses_dd80%') "
+        "FROM session s WHERE s.id LIKE 'ses_dd80%' AND EXISTS (SELECT 1 FROM message m "
+        "WHERE m.session_id = s.id AND m.time_created < s.time_created)",
+    )
+    (data,) = conn.execute(
+        "SELECT data FROM message WHERE session_id = ? AND time_created < "
+        "(SELECT time_created FROM session WHERE id = ?) AND data LIKE '%\"assistant\"%'",
+        (fork, fork),
+    ).fetchone()
+    (started,) = conn.execute("SELECT time_created FROM session WHERE id = ?", (original,)).fetchone()
+    conn.execute(
+        "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (_fresh("msg"), original, started - 1000, started - 1000, data),
+    )
+    _log(conn, original, "message.updated.1")
+    conn.commit()
+    conn.close()
+    assert _chosen_usage(db, root, by, [one, two]) == _chosen_usage(db, None, by, [one, two])
+    expected = _chosen_usage(db, None, by, [original, one])
+    assert b"forked cop" in expected
+    assert _chosen_usage(db, root, by, [original, one]) == expected
+
+
 @pytest.mark.parametrize(
     "change", ["child_reply", "new_session", "original_gone", "fork", "other_program"]
 )

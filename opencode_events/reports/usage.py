@@ -2838,11 +2838,15 @@ def _kept_sessions(
 
     The store's forks, where the copies' rule needs them: those the ledger's entries say
     are (their entries taken as the ledger is opened), and those among the sessions it has
-    no entry for, from their messages. A fork outside the report with no entry is not
-    looked for: its copies are of no row the report reads."""
+    no entry for, from their messages. A fork outside the report counts too: a row of the
+    report is an original only at a time a copy shares, wherever that copy is (as a full
+    reading finds every copy), so a report of some sessions asks of every session with no
+    entry, not only of its own."""
     forks: set[str] | None = None
     wanted = dedupe and hasattr(store, "forks")
     unseen = set(owner) if wanted and cache is not None else set()
+    if unseen and len(unseen) < store.session_count():  # sessions outside the report
+        unseen.update(store.session_ids())
 
     def fork(sid: str, entry: msgspec.Raw) -> bool:  # its entry taken first if so
         unseen.discard(sid)
