@@ -53,8 +53,9 @@ output side (output + reasoning tokens) is the ``output`` cost, not a context so
 message whose model has no price (or whose price is all zero while OpenCode charged
 something) is not split: sources that took tokens from it get no cost (``None``), never a
 guess. A cost computed here (a share, or a sum of shares) is written to 12 significant digits,
-as ``usage`` and ``metrics`` write a sum of OpenCode's costs (``events.summed_cost``): its last
-digits are binary-fraction noise (0.011984999999999999 for 0.011985), and no bill has them.
+as ``usage`` and ``metrics`` write a sum of OpenCode's costs (``core.figures.summed_cost``):
+its last digits are binary-fraction noise (0.011984999999999999 for 0.011985), and no bill
+has them.
 The report's ``cost``, OpenCode's figures of the session and its subagents, is written by the
 one rule of a session's spend (``spend.written_spend``), as ``sessions`` and ``usage`` write it.
 

@@ -1,8 +1,8 @@
 """One rule for what a session cost with its subagents, for every view that shows it
 (``sessions``, ``statusline``, ``top``): the sessions' stored costs (each OpenCode's running
 sum of its inferences' costs) added up, written as stored for one inference and to 12
-significant digits for several (``events.summed_cost``), so that the figure reads the same
-in every view and in ``usage`` of the same session.
+significant digits for several (``core.figures.summed_cost``), so that the figure reads the
+same in every view and in ``usage`` of the same session.
 
     >>> from opencode_events.reports.spend import written_spend
     >>> written_spend([0.0065249999999999996], [3])
