@@ -492,6 +492,158 @@ def test_every_report_equals_a_recomputation(
             conn.close()
 
 
+# A grouped ``usage`` of every session or of some (1 to 4 top-level sessions, by index),
+# all time or since SINCE, folded or not.
+CHOSEN = st.tuples(
+    st.sampled_from(["day", "session", "model", "agent", "week", "month", "project"]),
+    st.lists(st.integers(0, 1000), max_size=4),  # none: every session
+    st.booleans(),  # since SINCE
+    st.booleans(),  # folded
+)
+# The changes above, and writes only another program makes: a message older than its
+# session (a copy at a time of its own), a session moved in time, a fork of a fork, a row
+# that is no message.
+FORK_CHANGES = st.tuples(
+    st.sampled_from(
+        ["fork", "fork_of_fork", "copy_elsewhere", "copy_of_copy", "retime", "garbage"]
+        + ["new_message"]
+        + ["delete_session", "delete_message", "update_message", "new_session", "new_child"]
+    ),
+    st.booleans(),
+    st.integers(0, 1000),
+    st.sampled_from(SOURCES),
+)
+
+
+def _chosen(db: Path, chosen: tuple, cache_root: Path | None) -> bytes:
+    by, picks, since, fold = chosen
+    conn = sqlite3.connect(db)
+    try:
+        tops = [sid for (sid,) in _rows(conn, _TOP_LEVEL)]
+    finally:
+        conn.close()
+    options: dict[str, Any] = {"by": by, "fold": fold}
+    if picks and tops:
+        options["session_ids"] = sorted({tops[pick % len(tops)] for pick in picks})
+    else:
+        options["all_sessions"] = True
+    if since:
+        options["since_ms"] = SINCE
+    try:
+        with open_store(db) as store:
+            cache = None if cache_root is None else ReportCache.open(store, root=cache_root)
+            return msgspec.json.encode(stored_usage(store, cache=cache, **options).document())
+    except InputError as exc:
+        return f"error: {exc}".encode()
+
+
+_TOP_LEVEL = "SELECT id FROM session WHERE parent_id IS NULL ORDER BY id"
+_FORKS_SQL = (
+    "SELECT s.id FROM session s WHERE EXISTS (SELECT 1 FROM message m "
+    "WHERE m.session_id = s.id AND m.time_created < s.time_created)"
+)
+
+
+def _fork_change(db: Path, change: tuple, sources: dict, spare: Path) -> None:
+    """``_change``, or one of the writes only another program makes (``FORK_CHANGES``)."""
+    kind, logged, pick, _source = change
+    if kind not in ("copy_elsewhere", "copy_of_copy", "retime", "garbage", "fork_of_fork"):
+        _change(db, change, sources, spare)
+        return
+    conn = sqlite3.connect(db)
+    try:
+        ids = [sid for (sid,) in _rows(conn, "SELECT id FROM session ORDER BY id")]
+        if not ids:
+            return
+        sid: str | None = ids[pick % len(ids)]
+        if kind == "garbage":
+            conn.execute(
+                "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+                'VALUES (?, ?, 5, 5, \'{"role":"weird"}\')',
+                (_fresh("msg"), sid),
+            )
+        elif kind == "retime":
+            conn.execute(
+                "UPDATE session SET time_created = time_created + 100000000 WHERE id = ?", (sid,)
+            )
+        elif kind in ("copy_elsewhere", "copy_of_copy"):  # older than this session: a reply's
+            # content, or a fork's copy's (its original then has a copy at a time of its own)
+            found = _rows(
+                conn,
+                "SELECT m.data FROM message m JOIN session s ON s.id = m.session_id "
+                "WHERE m.data LIKE '%\"assistant\"%' "
+                + ("AND m.time_created < s.time_created " if kind == "copy_of_copy" else "")
+                + "ORDER BY m.id LIMIT 1 OFFSET ?",
+                (pick % 5,),
+            )
+            ((started,),) = _rows(conn, "SELECT time_created FROM session WHERE id = ?", (sid,))
+            if found:
+                conn.execute(
+                    "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (_fresh("msg"), sid, started - 1000, started - 1000, found[0][0]),
+                )
+        else:
+            forks = [fork for (fork,) in _rows(conn, _FORKS_SQL)]
+            if forks:
+                target = forks[pick % len(forks)]
+                ((last,),) = _rows(
+                    conn, "SELECT max(time_created) FROM message WHERE session_id = ?", (target,)
+                )
+                _copy_session(conn, conn, target, logged=logged, fork_of_time=(last or 0) + 1)
+            sid = None
+        if logged and sid is not None:
+            _log(conn, sid, "message.updated.1")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("whole_table", [None, 3], ids=["few sessions", "whole tables"])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(st.lists(FORK_CHANGES, max_size=3), st.lists(CHOSEN, min_size=1, max_size=4)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_reports_of_some_sessions_between_forks_equal_a_recomputation(
+    tmp_path_factory, monkeypatch, whole_table, steps
+) -> None:
+    """Grouped ``usage`` of some sessions and of all, in any order, each time the one a
+    full reading gives, while forks, forks of forks, copies another program wrote at
+    times of their own and moved sessions come and go: a ledger one report kept is
+    brought up to date by another. (The case a review found, a report of two sessions
+    that missed a fork outside them, is rarer than these draw: 300 examples did not meet
+    it; ``test_a_fork_outside_the_sessions_chosen_still_tells_the_originals`` pins it.)"""
+    monkeypatch.setattr(report_cache, "ASIDE_ENTRIES", 0)
+    if whole_table is not None:
+        monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", whole_table)
+        monkeypatch.setattr(report_cache, "_PIECE", 256)
+    tmp = tmp_path_factory.mktemp("chosen")
+    db, spare, root = tmp / "opencode.db", tmp / "spare.db", tmp / "cache"
+    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    conn = sqlite3.connect(db)
+    for src in sources.values():
+        _copy_session(conn, src, _sessions(src)[0], logged=True)
+    conn.commit()
+    conn.close()
+    try:
+        for changes, reports in steps:
+            logged = changes[0][1] if changes else True  # one writer per step
+            for kind, _logged, pick, source in changes:
+                _fork_change(db, (kind, logged, pick, source), sources, spare)
+            for chosen in [*reports, ("day", [], False, True)]:
+                assert _chosen(db, chosen, root) == _chosen(db, chosen, None), chosen
+    finally:
+        for conn in sources.values():
+            conn.close()
+
+
 ODDITIES = st.tuples(
     st.sampled_from(["loop", "orphan", "self", "relink", "in_flight"]), st.integers(0, 1000)
 )
@@ -1600,9 +1752,7 @@ def _chosen_usage(db: Path, root: Path | None, by: str, sids: list[str]) -> byte
     """``usage --by BY SID…`` (the sessions chosen, so the fork rule is asked across them)."""
     with open_store(db) as store:
         cache = None if root is None else ReportCache.open(store, root=root)
-        return msgspec.json.encode(
-            stored_usage(store, list(sids), by=by, cache=cache).document()
-        )
+        return msgspec.json.encode(stored_usage(store, list(sids), by=by, cache=cache).document())
 
 
 @pytest.mark.parametrize("by", ["model", "day"])
@@ -1632,7 +1782,9 @@ def test_a_fork_outside_the_sessions_chosen_still_tells_the_originals(tmp_path, 
         "(SELECT time_created FROM session WHERE id = ?) AND data LIKE '%\"assistant\"%'",
         (fork, fork),
     ).fetchone()
-    (started,) = conn.execute("SELECT time_created FROM session WHERE id = ?", (original,)).fetchone()
+    (started,) = conn.execute(
+        "SELECT time_created FROM session WHERE id = ?", (original,)
+    ).fetchone()
     conn.execute(
         "INSERT INTO message (id, session_id, time_created, time_updated, data) "
         "VALUES (?, ?, ?, ?, ?)",
