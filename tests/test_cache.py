@@ -144,6 +144,26 @@ def _remove_reply(conn: sqlite3.Connection, session: str) -> None:
     _log(conn, session, "message.removed.1")
 
 
+def _add_message(conn: sqlite3.Connection, sid: str, at: int, data: Any) -> str:
+    """A message row of ``sid`` created (and updated) at ``at``, holding ``data``: its id."""
+    mid = _fresh("msg")
+    conn.execute(
+        "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (mid, sid, at, at, data),
+    )
+    return mid
+
+
+def _newest_message(conn: sqlite3.Connection, sid: str) -> tuple[str, int, Any]:
+    """(id, time_created, data) of the newest message of ``sid``."""
+    return conn.execute(
+        "SELECT id, time_created, data FROM message WHERE session_id = ? "
+        "ORDER BY time_created DESC LIMIT 1",
+        (sid,),
+    ).fetchone()
+
+
 def _log(conn: sqlite3.Connection, sid: str, kind: str) -> None:
     """What OpenCode writes beside every change: an event, and the session's sequence."""
     row = conn.execute("SELECT seq FROM event_sequence WHERE aggregate_id = ?", (sid,)).fetchone()
@@ -578,11 +598,7 @@ def _fork_change(db: Path, change: tuple, sources: dict, spare: Path) -> None:
             )
             ((started,),) = _rows(conn, "SELECT time_created FROM session WHERE id = ?", (sid,))
             if found:
-                conn.execute(
-                    "INSERT INTO message (id, session_id, time_created, time_updated, data) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (_fresh("msg"), sid, started - 1000, started - 1000, found[0][0]),
-                )
+                _add_message(conn, sid, started - 1000, found[0][0])
         else:
             forks = [fork for (fork,) in _rows(conn, _FORKS_SQL)]
             if forks:
@@ -624,14 +640,8 @@ def test_reports_of_some_sessions_between_forks_equal_a_recomputation(
         monkeypatch.setattr(usage_module, "WHOLE_TABLE_SESSIONS", whole_table)
         monkeypatch.setattr(report_cache, "_PIECE", 256)
     tmp = tmp_path_factory.mktemp("chosen")
-    db, spare, root = tmp / "opencode.db", tmp / "spare.db", tmp / "cache"
-    shutil.copyfile(SAMPLES / "fork" / "opencode.db", db)
-    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
-    conn = sqlite3.connect(db)
-    for src in sources.values():
-        _copy_session(conn, src, _sessions(src)[0], logged=True)
-    conn.commit()
-    conn.close()
+    db, root, sources = _a_session_of_each_capture(tmp, "fork")
+    spare = tmp / "spare.db"
     try:
         for changes, reports in steps:
             logged = changes[0][1] if changes else True  # one writer per step
@@ -1488,12 +1498,13 @@ def test_turns_of_a_change_read_only_its_family(tmp_path, monkeypatch, change):
 
 
 def _a_session_of_each_capture(
-    tmp_path: Path,
+    tmp_path: Path, base: str = "task"
 ) -> tuple[Path, Path, dict[str, sqlite3.Connection]]:
-    """samples/task with the first session of each of ``SOURCES`` copied in (logged): the
-    database, a cache folder for it, and the captures' connections (to copy from again)."""
+    """samples/``base`` with the first session of each of ``SOURCES`` copied in (logged):
+    the database, a cache folder for it, and the captures' connections (to copy from
+    again)."""
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
-    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    shutil.copyfile(SAMPLES / base / "opencode.db", db)
     sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
     conn = sqlite3.connect(db)
     for src in sources.values():
@@ -1650,16 +1661,8 @@ def test_turns_keep_the_fork_rule_by_session(tmp_path, monkeypatch, change):
         _remove_reply(conn, original)
     else:
         target = original if change == "original_reply" else fork
-        mid, created, data = conn.execute(
-            "SELECT id, time_created, data FROM message WHERE session_id = ? "
-            "ORDER BY time_created DESC LIMIT 1",
-            (target,),
-        ).fetchone()
-        conn.execute(
-            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (_fresh("msg"), target, created + 60_000, created + 60_000, data),
-        )
+        _mid, created, data = _newest_message(conn, target)
+        _add_message(conn, target, created + 60_000, data)
         _log(conn, target, "message.updated.1")
     conn.commit()
     conn.close()
@@ -1721,18 +1724,10 @@ def test_a_ledger_names_its_forks_and_only_changed_sessions_are_probed(
     sessions = [sid for (sid,) in _rows(conn, "SELECT id FROM session")]
     assert _ledger_forks(db, root) == {sid: sid == fork for sid in sessions}
     target = fork if change == "fork_reply" else other
-    mid, created, data = conn.execute(
-        "SELECT id, time_created, data FROM message WHERE session_id = ? "
-        "AND data LIKE '%\"assistant\"%' ORDER BY time_created DESC LIMIT 1",
-        (target,),
-    ).fetchone()
-    (started,) = conn.execute("SELECT time_created FROM session WHERE id = ?", (target,)).fetchone()
+    _mid, created, data = _newest_message(conn, target)
+    ((started,),) = _rows(conn, "SELECT time_created FROM session WHERE id = ?", (target,))
     at = started - 60_000 if change == "new_fork" else created + 60_000  # older: a copy
-    conn.execute(
-        "INSERT INTO message (id, session_id, time_created, time_updated, data) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (_fresh("msg"), target, at, at, data),
-    )
+    _add_message(conn, target, at, data)
     _log(conn, target, "message.updated.1")
     conn.commit()
     conn.close()
@@ -1785,11 +1780,7 @@ def test_a_fork_outside_the_sessions_chosen_still_tells_the_originals(tmp_path, 
     (started,) = conn.execute(
         "SELECT time_created FROM session WHERE id = ?", (original,)
     ).fetchone()
-    conn.execute(
-        "INSERT INTO message (id, session_id, time_created, time_updated, data) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (_fresh("msg"), original, started - 1000, started - 1000, data),
-    )
+    _add_message(conn, original, started - 1000, data)
     _log(conn, original, "message.updated.1")
     conn.commit()
     conn.close()
@@ -1921,11 +1912,7 @@ def _reviewed_case(case: str, db: Path, sources: dict) -> tuple:
             (data,) = conn.execute(
                 "SELECT data FROM message WHERE id = 'msg_227f7c8f7001OXfLjuw3j3Gs4M'"
             ).fetchone()
-            conn.execute(
-                "INSERT INTO message (id, session_id, time_created, time_updated, data) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (_fresh("msg"), TASK_CHILD, now, now, data),
-            )
+            _add_message(conn, TASK_CHILD, now, data)
             _log(conn, TASK_CHILD, "message.updated.1")
         elif case == "original_time":  # the original's row time moved, its data not
             conn.execute(
