@@ -2549,56 +2549,6 @@ def test_a_report_of_every_session_holds_no_memo_or_ledger_it_does_not_use(
         assert not any(memo_held or ledger_held for memo_held, ledger_held in held)
 
 
-def test_a_report_brought_up_to_date_keeps_the_unchanged_summaries_as_they_were_encoded(
-    tmp_path, monkeypatch
-) -> None:
-    """``sessions`` of every session as JSON, brought up to date after one session changed:
-    each unchanged summary goes into the next memo as the last memo kept it, neither
-    encoded nor decoded again to check it (those were done when it was first kept, and
-    its group's sum was checked as it was read back; 30 ms of 10,000 sessions), and a
-    group of them alone is not decoded; the fresh summary is encoded and its group
-    checked. The memo reads back, and the report is the one ``--no-cache`` gives."""
-    monkeypatch.setattr(report_cache, "_PIECE", 256)  # groups of a few summaries
-    db, root, sources = _a_session_of_each_capture(tmp_path)
-    with open_store(db) as store:
-        _written(store, "json", ReportCache.open(store, root=root), all_sessions=True)
-    _change(db, ("new_message", True, 0, "task"), sources, tmp_path / "spare.db")
-    for conn in sources.values():
-        conn.close()
-    encoded: list[Any] = []
-    checked: list[tuple[int, int]] = []  # (items, encoded here) of each group checked
-    add_item, flush = report_cache.MemoSpool.add_item, report_cache.MemoSpool._flush
-
-    def counting_flush(spool: Any) -> None:
-        if spool._count:
-            checked.append((spool._count, spool._encoded))
-        flush(spool)
-
-    monkeypatch.setattr(
-        report_cache.MemoSpool,
-        "add_item",
-        lambda spool, item: encoded.append(item) or add_item(spool, item),
-    )
-    monkeypatch.setattr(report_cache.MemoSpool, "_flush", counting_flush)
-    with open_store(db) as store:
-        cache = ReportCache.open(store, root=root)
-        written = _written(store, "json", cache, all_sessions=True)
-        assert written == _written(store, "json", None, all_sessions=True)
-        summaries = json.loads(written)
-        changed = [s for s in summaries if s["id"] in {e.id for e in encoded}]
-        assert 0 < len(encoded) < len(summaries)  # the changed family alone encoded
-        assert len(changed) == len(encoded)
-        assert any(fresh == 0 for _count, fresh in checked)  # groups of kept ones alone
-        assert sum(count for count, _fresh in checked) == len(summaries)
-    for rendition in root.rglob("render-*"):
-        rendition.unlink()  # the repeat from the memo
-    with open_store(db) as store:  # the memo kept so reads back: the repeat is the same
-        assert (
-            _written(store, "json", ReportCache.open(store, root=root), all_sessions=True)
-            == written
-        )
-
-
 @pytest.mark.parametrize(
     ("sessions", "count", "by_session"),
     [

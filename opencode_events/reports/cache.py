@@ -1331,7 +1331,6 @@ class MemoSpool(_Spool):
         self._decoder = msgspec.msgpack.Decoder(list[item_type])  # type: ignore[valid-type]
         self._groups: list[tuple[int, int, int]] = []  # items, bytes, CRC-32
         self._count = 0  # items in the buffer
-        self._encoded = 0  # of them, those encoded here (``add_item``), not given as kept
         self._buffer = bytearray()
 
     def add_item(self, item: Any) -> None:
@@ -1343,39 +1342,25 @@ class MemoSpool(_Spool):
             self.discard()
             return
         self._count += 1
-        self._encoded += 1
-        if len(self._buffer) >= _PIECE:
-            self._flush()
-
-    def add_kept(self, item: bytes) -> None:
-        """An item as an earlier memo of the same report kept it (its encoding, as
-        ``previous_each`` gives it of ``msgspec.Raw`` items): decoded whole when it was
-        kept and summed as it was read back, it is neither encoded nor decoded again."""
-        if self._fd < 0:
-            return
-        self._buffer += item
-        self._count += 1
         if len(self._buffer) >= _PIECE:
             self._flush()
 
     def _flush(self) -> None:
         """The buffer's items, a group, to the spool: decoded first as they will be read
-        back where one of them was encoded here (an item that would not read back, a
-        damaged row's text, say, and nothing is kept: the report is then made again next
-        time, as with a memo that fails)."""
+        back (an item that would not read back, a damaged row's text, say, and nothing is
+        kept: the report is then made again next time, as with a memo that fails)."""
         if not self._count or self._fd < 0:
             return
         try:
-            if self._encoded:
-                with _collector_paused():
-                    self._decoder.decode(_array_head(self._count) + self._buffer)
+            with _collector_paused():
+                self._decoder.decode(_array_head(self._count) + self._buffer)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             self.discard()
             return
         self._groups.append((self._count, len(self._buffer), zlib.crc32(self._buffer)))
         self.add(self._buffer)
         self._buffer.clear()
-        self._count = self._encoded = 0
+        self._count = 0
 
     def keep(self, checks: Any = None, basis: Any = None) -> None:
         """Keep the memo of the items given, with ``checks`` and ``basis`` (``remember``'s)."""

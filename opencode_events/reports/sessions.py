@@ -1433,7 +1433,6 @@ def _every_session(
     all_sessions: bool,
     fold: bool,
     mcp_servers: Callable[[str | None], Sequence[str]],
-    as_kept: bool = False,
 ) -> tuple[
     Iterator[SessionSummary], dict[str | None, Sequence[str]], Callable[[], dict[Any, Any]] | None
 ]:
@@ -1442,8 +1441,7 @@ def _every_session(
     (``_bring_up``), or made (``each_summary``; the legacy layout's, ``summarize`` of its
     rows). With the MCP servers they consulted (whole once the last is made) and, unless
     they are the memo's already, what gives each session's parent for the basis of the memo
-    they are to be kept as. ``as_kept``: a summary brought up to date unchanged comes as
-    ``_AsKept``, with its memo item (``_write_made`` keeps it as it was encoded)."""
+    they are to be kept as."""
     if cache is not None:  # the memo, or the last one brought up to date, read as it goes
         still_true = _still_configured(mcp_servers)
         kept = cache.recall_each(
@@ -1451,9 +1449,7 @@ def _every_session(
         )
         if kept is not None:
             return kept, {}, None
-        brought = _bring_up(
-            store, cache, request, all_sessions, mcp_servers, still_true, fold, as_kept
-        )
+        brought = _bring_up(store, cache, request, all_sessions, mcp_servers, still_true, fold)
         if brought is not None:
             summaries, servers, parents = brought
             return summaries, servers, lambda: parents
@@ -1519,7 +1515,7 @@ def write_sessions(
         return
     all_sessions, fold = choices.get("all_sessions", False), choices.get("fold", True)
     summaries, servers, parents = _every_session(
-        store, cache, request, all_sessions, fold, mcp_servers, as_kept=True
+        store, cache, request, all_sessions, fold, mcp_servers
     )
     if parents is None:  # the memo's, as kept
         _write_kept(render(summaries), out, cache, request, form)
@@ -1551,12 +1547,8 @@ def _write_made(
     def kept_as_made() -> Iterator[SessionSummary]:
         nonlocal busy
         for summary in summaries:
-            if type(summary) is _AsKept:  # the last memo's item, as it was kept
-                memo.add_kept(summary.encoded)
-                summary = summary.summary
-            else:
-                memo.add_item(summary)
             busy = busy or summary.state == BUSY
+            memo.add_item(summary)
             yield summary
 
     spool = cache.rendering("sessions", request, form, ahead=True)
@@ -1664,7 +1656,6 @@ def _bring_up(
     mcp_servers: Callable[[str | None], Sequence[str]],
     still_true: Callable[[Any], bool],
     fold: bool,
-    as_kept: bool = False,
 ) -> tuple[Iterator[SessionSummary], dict[str | None, Sequence[str]], dict[Any, Any]] | None:
     """The last report of every session, its families whose sessions changed since read
     again: the summaries a full reading would give, at the cost of what changed, each of
@@ -1683,7 +1674,7 @@ def _bring_up(
     fold, the stale rule), never on those above: so a changed session and every session
     above it are summarized again, and every other summary is the last report's."""
     found = cache.previous_each(
-        "sessions", request, SessionsReport, "sessions", msgspec.Raw, still_true
+        "sessions", request, SessionsReport, "sessions", SessionSummary, still_true
     )
     if found is None:
         return None
@@ -1709,36 +1700,9 @@ def _bring_up(
     fresh.sort(key=_ACTIVITY, reverse=True)
     for directory, names in checks or ():
         servers.setdefault(directory, names)  # the kept summaries consulted these
-
-    # Both in the store's order (the last report's was): merged as they come. With
-    # ``as_kept``, a kept summary comes with its memo item, to go into the next memo as it
-    # was encoded (``_write_made``).
-    def kept() -> Iterator[Any]:
-        for item in before:  # a spooled memo's encoded, a whole one's decoded with it
-            if type(item) is not msgspec.Raw:
-                if item.id not in ids:
-                    yield item
-                continue
-            summary = _SUMMARY.decode(item)
-            if summary.id in ids:
-                continue
-            yield _AsKept(summary.time_updated, summary.id, summary, item) if as_kept else summary
-
-    merged = heapq.merge(kept(), fresh, key=_ACTIVITY, reverse=True)
-    return merged, servers, parents
-
-
-class _AsKept(NamedTuple):
-    """A summary of the last report brought up to date, with its memo item as it was
-    encoded; ``time_updated`` and ``id`` are its own (the order's key, ``_ACTIVITY``)."""
-
-    time_updated: int
-    id: str
-    summary: SessionSummary
-    encoded: msgspec.Raw
-
-
-_SUMMARY = msgspec.msgpack.Decoder(SessionSummary)
+    # Both in the store's order (the last report's was): merged as they come.
+    kept = (summary for summary in before if summary.id not in ids)
+    return heapq.merge(kept, fresh, key=_ACTIVITY, reverse=True), servers, parents
 
 
 def _after(created: Any, until: int) -> bool:
