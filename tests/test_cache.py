@@ -550,11 +550,16 @@ def _chosen(db: Path, chosen: tuple, cache_root: Path | None) -> bytes:
     if since:
         options["since_ms"] = SINCE
     try:
-        with open_store(db) as store:
-            cache = None if cache_root is None else ReportCache.open(store, root=cache_root)
-            return msgspec.json.encode(stored_usage(store, cache=cache, **options).document())
+        return _usage_json(db, cache_root, **options)
     except InputError as exc:
         return f"error: {exc}".encode()
+
+
+def _usage_json(db: Path, cache_root: Path | None, **options: Any) -> bytes:
+    """``stored_usage`` of ``db`` with ``options``, as JSON (with the cache at ``cache_root``)."""
+    with open_store(db) as store:
+        cache = None if cache_root is None else ReportCache.open(store, root=cache_root)
+        return msgspec.json.encode(stored_usage(store, cache=cache, **options).document())
 
 
 _TOP_LEVEL = "SELECT id FROM session WHERE parent_id IS NULL ORDER BY id"
@@ -1745,9 +1750,7 @@ def test_a_ledger_names_its_forks_and_only_changed_sessions_are_probed(
 
 def _chosen_usage(db: Path, root: Path | None, by: str, sids: list[str]) -> bytes:
     """``usage --by BY SID…`` (the sessions chosen, so the fork rule is asked across them)."""
-    with open_store(db) as store:
-        cache = None if root is None else ReportCache.open(store, root=root)
-        return msgspec.json.encode(stored_usage(store, list(sids), by=by, cache=cache).document())
+    return _usage_json(db, root, session_ids=list(sids), by=by)
 
 
 @pytest.mark.parametrize("by", ["model", "day"])

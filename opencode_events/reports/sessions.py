@@ -883,10 +883,11 @@ def summarize(
         counts = _counted_here(store)  # the same, read by this process alone
     if counts is None:
         fresh = summaries if scope is None else {sid: summaries[sid] for sid in scope}
-        parts = _start_scoped(store, scope) if scope else None  # they read meanwhile
+        counts = [({}, {})]  # no session to read
         if scope is None or scope:
+            parts = _start_scoped(store, scope) if scope else None  # they read meanwhile
             _counted_beside(store, scope, fresh, parts)
-        counts = [(_scoped_tool_counts(store, scope, parts) if scope is None or scope else {}, {})]
+            counts = [(_scoped_tool_counts(store, scope, parts), {})]
     servers_in: dict[str | None, Sequence[str]] = {}  # directory → configured MCP servers
     if cache is not None:
         # Counts of the whole tables hold every session, those the ledger kept too: the
