@@ -25,7 +25,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -1401,8 +1400,10 @@ def test_reports_record_the_state_they_see_one_at_a_time(tmp_path, monkeypatch) 
 def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatch, change):
     """The last report brought up to date: the changed session and its parent summarized
     again (the parent's folded cost follows its subagent), the session table not read
-    whole, and the report the one a full reading gives. A session whose ``time_updated``
-    is text (damage: SQLite sorts it before every number) has every session read again."""
+    whole, and the report the one a full reading gives; written as it is made, every other
+    summary is kept in the next memo as it was read (not decoded again to check it reads
+    back). A session whose ``time_updated`` is text (damage: SQLite sorts it before every
+    number) has every session read again."""
     db, spare, root = tmp_path / "opencode.db", tmp_path / "spare.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
@@ -1412,7 +1413,8 @@ def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatc
         conn.execute("UPDATE session SET time_updated = 'soon' WHERE id = ?", (copy,))
     conn.commit()
     conn.close()
-    for which in (0, 1):
+    written = REPORTS.index(("sessions as json", {"all_sessions": True}))
+    for which in (written, 0, 1):
         _report(db, which, root)
     conn = sqlite3.connect(db)
     (child,) = conn.execute("SELECT id FROM session WHERE parent_id IS NOT NULL").fetchone()
@@ -1425,7 +1427,7 @@ def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatc
         target = child if change == "child_reply" else parent
         step = ("update_message", True, ids.index(target), "task")
     _change(db, step, sources, spare)
-    expected = [_report(db, which, None) for which in (0, 1)]
+    expected = [_report(db, which, None) for which in (written, 0, 1)]
     from opencode_events.store.sqlite import Store
 
     def whole_table(*args, **kwargs):
@@ -1433,7 +1435,25 @@ def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatc
 
     if change != "text_time":
         monkeypatch.setattr(Store, "sessions", whole_table)
-    assert [_report(db, which, root) for which in (0, 1)] == expected
+    given: list[tuple[str, bool]] = []  # each summary spooled for the memo: as read?
+    add_item = report_cache.MemoSpool.add_item
+
+    def spooled(spool, item, from_memo=False):
+        given.append((item.id, from_memo))
+        add_item(spool, item, from_memo=from_memo)
+
+    monkeypatch.setattr(report_cache.MemoSpool, "add_item", spooled)
+    # Written first: brought up to date here (the others would then read its memo).
+    assert [_report(db, which, root) for which in (written, 0, 1)] == expected
+    summarized = {sid for sid, from_memo in given if not from_memo}
+    if change == "text_time":
+        assert len(summarized) == len(given) == len(ids) + 1  # every one made again
+    elif change == "new_child":
+        (new,) = set(_sessions(sqlite3.connect(db))) - set(ids)
+        assert summarized == {new, parent}
+    else:
+        assert summarized == ({child, parent} if change == "child_reply" else {parent})
+    assert len(given) == len(_sessions(sqlite3.connect(db)))
     for src in sources.values():
         src.close()
 
@@ -2477,10 +2497,12 @@ def test_a_spooled_memo_of_nothing_or_cut_short(tmp_path) -> None:
             assert again.recall("sessions", ["x"], SessionsReport) is None
 
 
-def test_an_item_that_would_not_read_back_keeps_no_memo(tmp_path, monkeypatch) -> None:
+def test_an_item_that_would_not_read_back_keeps_no_memo(tmp_path) -> None:
     """A summary its memo could not give back (a damaged row's id that is no text) keeps
-    no memo: the report is made again next time. A memo whose group fails to read after
-    all (changed in place: never by a run of ours) is an error, and the memo is let go."""
+    no memo: the report is made again next time. One said to be read from a memo is not
+    decoded again: given so falsely, the memo is kept, and its group fails to read after
+    all, as one changed in place would (never by a run of ours): an error, and the memo is
+    let go."""
     db, root = tmp_path / "opencode.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     request = ["every"]
@@ -2496,10 +2518,10 @@ def test_an_item_that_would_not_read_back_keeps_no_memo(tmp_path, monkeypatch) -
         spool.keep(None, None)
         assert not list(root.glob("*/memo-*"))
         assert cache.recall_each(*args) is None
-        monkeypatch.setattr(report_cache.MemoSpool, "_flush", _unchecked_flush)
         spool = cache.memo_spool("sessions", request, "sessions", SessionSummary)
-        for summary in [*report.sessions, odd]:
+        for summary in report.sessions:
             spool.add_item(summary)
+        spool.add_item(odd, from_memo=True)
         spool.keep(None, None)
         (memo,) = root.glob("*/memo-*")
         items = cache.recall_each(*args)
@@ -2576,16 +2598,6 @@ def test_changed_sessions_are_read_by_session_up_to_a_fifth(
 
     monkeypatch.setattr(sessions_module, "offers_fast_scans", lambda store: True)
     assert sessions_module._by_session(count, Counted()) is by_session
-
-
-def _unchecked_flush(self) -> None:
-    """``MemoSpool._flush`` without its check: a group that will not read back (its bytes
-    summed as written, so that it is the decoding that fails)."""
-    if self._count and self._fd >= 0:
-        self._groups.append((self._count, len(self._buffer), zlib.crc32(self._buffer)))
-        self.add(self._buffer)
-        self._buffer.clear()
-        self._count = 0
 
 
 @settings(max_examples=60, deadline=None)

@@ -33,7 +33,7 @@ import re
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, NamedTuple
 
 import msgspec
@@ -1389,7 +1389,7 @@ def sessions_report(
         from .mcp import mcp_server_names as mcp_servers
     request = _request(since_ms, limit, all_sessions, fold, until_ms)
     if since_ms is None and until_ms is None and limit is None:
-        summaries, servers, parents = _every_session(
+        summaries, servers, parents, _read_again = _every_session(
             store, cache, request, all_sessions, fold, mcp_servers
         )
         report = SessionsReport(sessions=list(summaries))
@@ -1435,25 +1435,29 @@ def _every_session(
     fold: bool,
     mcp_servers: Callable[[str | None], Sequence[str]],
 ) -> tuple[
-    Iterator[SessionSummary], dict[str | None, Sequence[str]], Callable[[], dict[Any, Any]] | None
+    Iterator[SessionSummary],
+    dict[str | None, Sequence[str]],
+    Callable[[], dict[Any, Any]] | None,
+    Container[str] | None,
 ]:
     """The summaries of every session (or every top-level one), each as it is asked for:
     read from the memo of the database as it is now, the last report brought up to date
     (``_bring_up``), or made (``each_summary``; the legacy layout's, ``summarize`` of its
     rows). With the MCP servers they consulted (whole once the last is made) and, unless
     they are the memo's already, what gives each session's parent for the basis of the memo
-    they are to be kept as."""
+    they are to be kept as; and, of a report brought up to date, the sessions summarized
+    again (every other summary is the last memo's as it was read; None: all are made)."""
     if cache is not None:  # the memo, or the last one brought up to date, read as it goes
         still_true = _still_configured(mcp_servers)
         kept = cache.recall_each(
             "sessions", request, SessionsReport, "sessions", SessionSummary, still_true
         )
         if kept is not None:
-            return kept, {}, None
+            return kept, {}, None, None
         brought = _bring_up(store, cache, request, all_sessions, mcp_servers, still_true, fold)
         if brought is not None:
-            summaries, servers, parents = brought
-            return summaries, servers, lambda: parents
+            summaries, servers, parents, read_again = brought
+            return summaries, servers, lambda: parents, read_again
         cache.let_go("sessions", request)  # the memo: made again, not read
     servers: dict[str | None, Sequence[str]] = {}
     if streams_every_session(store):
@@ -1477,7 +1481,7 @@ def _every_session(
             let_go=True,
         )
         made = iter(listed)
-    return made, servers, lambda: store.session_parents()  # asked only to keep a memo
+    return made, servers, lambda: store.session_parents(), None  # parents: for a memo
 
 
 def write_sessions(
@@ -1515,13 +1519,13 @@ def write_sessions(
         _write_kept(render(report.sessions), out, cache, request, form)
         return
     all_sessions, fold = choices.get("all_sessions", False), choices.get("fold", True)
-    summaries, servers, parents = _every_session(
+    summaries, servers, parents, read_again = _every_session(
         store, cache, request, all_sessions, fold, mcp_servers
     )
     if parents is None:  # the memo's, as kept
         _write_kept(render(summaries), out, cache, request, form)
     else:
-        _write_made(summaries, render, out, cache, request, form, servers, parents)
+        _write_made(summaries, render, out, cache, request, form, servers, parents, read_again)
 
 
 def _write_made(
@@ -1533,12 +1537,15 @@ def _write_made(
     form: str,
     servers: dict[str | None, Sequence[str]],
     parents: Callable[[], dict[Any, Any]],
+    read_again: Container[str] | None = None,
 ) -> None:
     """Write ``render(summaries)``, the summaries of every session as they are made; with
     ``cache``, the memo and the rendition are spooled as they go and kept once the last
     is written (``servers``, the MCP servers consulted, complete by then; ``parents``
     gives each session's parent for the memo's basis): what ``_remember`` and
-    ``_write_kept`` keep of a report held whole."""
+    ``_write_kept`` keep of a report held whole. ``read_again``: where the summaries are
+    the last memo's brought up to date, the sessions summarized again (any other's summary
+    is the memo's, unchanged: it reads back as it was read)."""
     if cache is None:
         _write_kept(render(summaries), out, None, request, form)
         return
@@ -1549,7 +1556,8 @@ def _write_made(
         nonlocal busy
         for summary in summaries:
             busy = busy or summary.state == BUSY
-            memo.add_item(summary)
+            unchanged = read_again is not None and summary.id not in read_again
+            memo.add_item(summary, from_memo=unchanged)
             yield summary
 
     spool = cache.rendering("sessions", request, form, ahead=True)
@@ -1657,12 +1665,16 @@ def _bring_up(
     mcp_servers: Callable[[str | None], Sequence[str]],
     still_true: Callable[[Any], bool],
     fold: bool,
-) -> tuple[Iterator[SessionSummary], dict[str | None, Sequence[str]], dict[Any, Any]] | None:
+) -> (
+    tuple[Iterator[SessionSummary], dict[str | None, Sequence[str]], dict[Any, Any], set[str]]
+    | None
+):
     """The last report of every session, its families whose sessions changed since read
     again: the summaries a full reading would give, at the cost of what changed, each of
     the last report's read from its memo as it is asked for (``recall_each``: never all
     held where the memo was spooled), with the MCP servers they consulted (complete when
-    they are) and each session's parent now (the memo's basis). None (read everything)
+    they are), each session's parent now (the memo's basis) and the sessions summarized
+    again (the changed and those above them). None (read everything)
     unless only OpenCode wrote since (``ReportCache.previous``: a session whose stamp, or
     lack of one, held is unchanged), none was removed or moved to another parent, no
     parent links loop, every id is a string and every ``time_updated`` an integer (the
@@ -1703,7 +1715,7 @@ def _bring_up(
         servers.setdefault(directory, names)  # the kept summaries consulted these
     # Both in the store's order (the last report's was): merged as they come.
     kept = (summary for summary in before if summary.id not in ids)
-    return heapq.merge(kept, fresh, key=_ACTIVITY, reverse=True), servers, parents
+    return heapq.merge(kept, fresh, key=_ACTIVITY, reverse=True), servers, parents, ids
 
 
 def _after(created: Any, until: int) -> bool:
