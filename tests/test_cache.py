@@ -974,14 +974,20 @@ LEDGER_REPORTS = [
 ]
 
 
+@pytest.mark.parametrize("held", [True, False], ids=["held", "large"])
 @pytest.mark.parametrize("which", LEDGER_REPORTS, ids=[str(REPORTS[w][1]) for w in LEDGER_REPORTS])
-def test_a_ledger_is_read_a_group_at_a_time_as_it_is_used(tmp_path, monkeypatch, which) -> None:
+def test_a_ledger_is_read_a_group_at_a_time_as_it_is_used(
+    tmp_path, monkeypatch, which, held
+) -> None:
     """A grouped report's ledger is written in groups of entries and read back a group at a
-    time, as often as the report needs (which sessions it stands for, then their groups
-    folded in), never whole: with groups of an entry or two, a report from the ledger alone
+    time, never whole: with groups of an entry or two, a report from the ledger alone
     (forks, a window, a subagent) is the report without the cache, and no read of the
-    ledger's file takes more than a group."""
+    ledger's file takes more than a group. A small ledger's groups are read once, as it is
+    opened, and held; a large one's as often as the report needs them (which sessions it
+    stands for, then their groups folded in)."""
     monkeypatch.setattr(report_cache, "_PIECE", 64)  # a group per entry or two
+    if not held:
+        monkeypatch.setattr(report_cache, "_HELD_LEDGER", 0)
     changes = [("fork", True, 3, "fork"), ("new_child", True, 5, "task")]
     db = _odd_database(tmp_path, changes, [])
     root = tmp_path / "cache"
@@ -994,14 +1000,21 @@ def test_a_ledger_is_read_a_group_at_a_time_as_it_is_used(tmp_path, monkeypatch,
         memo.unlink()
     ledgers = list(root.rglob("ledger-*"))
     reads: list[int] = []
-    real_read_at = report_cache.read_at
+    groups: list[bytes] = []  # each group of entries as it is decoded
+    real_read_at, real_decoded_group = report_cache.read_at, report_cache._decoded_group
 
     def read_at(fd: int, length: int, at: int, what: str) -> bytes:
         if what == "a ledger":
             reads.append(length)
         return real_read_at(fd, length, at, what)
 
+    def decoded_group(decoder, piece, *args):
+        if decoder is report_cache._LEDGER_GROUP:
+            groups.append(piece)
+        return real_decoded_group(decoder, piece, *args)
+
     monkeypatch.setattr(report_cache, "read_at", read_at)
+    monkeypatch.setattr(report_cache, "_decoded_group", decoded_group)
     monkeypatch.setattr(ReportCache, "ledger", lambda *_a: pytest.fail("a ledger decoded whole"))
     with open_store(db) as store:
         cache = ReportCache.open(store, root=root)
@@ -1012,6 +1025,7 @@ def test_a_ledger_is_read_a_group_at_a_time_as_it_is_used(tmp_path, monkeypatch,
     assert document == expected
     largest = max(f.stat().st_size for f in ledgers)
     assert reads and max(reads) < largest // 4  # its groups, never the whole file
+    assert len(groups) == len(set(groups)) if held else len(groups) > len(set(groups))
 
 
 def test_the_ledgers_groups_are_let_go_as_the_rows_are_made(tmp_path, monkeypatch) -> None:
@@ -1038,12 +1052,17 @@ def test_the_ledgers_groups_are_let_go_as_the_rows_are_made(tmp_path, monkeypatc
     assert kept == {}  # and it holds none of their groups
 
 
+@pytest.mark.parametrize("held", [True, False], ids=["held", "large"])
 def test_a_ledger_damaged_in_its_entries_is_ignored_and_one_changed_while_read_an_error(
-    tmp_path,
+    tmp_path, monkeypatch, held
 ) -> None:
     """A ledger whose head and groups are sound but whose entries are not is not trusted
     (nothing is kept from it). One changed in place after it was opened, which no run of
-    ours does, is one error when its entries are read again, and it is let go."""
+    ours does, is one error when its entries are read again, and it is let go; a small
+    one's entries are held as they were read when it was opened, and the change is not
+    seen."""
+    if not held:
+        monkeypatch.setattr(report_cache, "_HELD_LEDGER", 0)
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     with open_store(db) as store:
@@ -1058,9 +1077,14 @@ def test_a_ledger_damaged_in_its_entries_is_ignored_and_one_changed_while_read_a
         at = data.index(sids[0].encode())
         data[at - 1 : at + len(sids[0])] = b"\xc1" * (len(sids[0]) + 1)  # never valid msgpack
         ledger.write_bytes(bytes(data))  # in place: the open file sees it
-        with pytest.raises(InputError, match="damaged while read"):
-            list(entries.each())
-        assert not ledger.exists()
+        if held:
+            assert [msgspec.msgpack.decode(e) for _sid, e in entries.each()] == [
+                [s, 7] for s in sids
+            ]
+        else:
+            with pytest.raises(InputError, match="damaged while read"):
+                list(entries.each())
+            assert not ledger.exists()
         entries.close()
         cache.keep_ledger("test", [1], {sid: [sid, 7] for sid in sids})
         (ledger,) = cache.folder.glob("ledger-*")

@@ -110,6 +110,9 @@ LEDGERS = 32
 DATABASES = 32  # database folders kept
 _LARGEST = 1 << 30  # a file is not written beyond this (a runaway, not a real report)
 _PIECE = 1 << 20  # a large ledger is written in pieces of about this many bytes
+# A ledger's entries up to this many bytes (about 25,000 sessions' days) are held as they
+# were read when it was opened, not read again for each pass over them.
+_HELD_LEDGER = 16 << 20
 _KEPT_FILES = ("memo-", "render-", "ledger-")  # what ``_fit`` counts and lets go
 _OWN_FILES = (*_KEPT_FILES, "seen", ".seen", ".tmp-")  # everything a folder of ours holds
 ASIDE_ENTRIES = 1000  # sessions from which a ledger is written by a forked child
@@ -195,8 +198,9 @@ class LedgerEntries:
     """The entries of a ledger still true of the database (``ReportCache.ledger_entries``):
     ``count`` of them, left in the ledger's file (opened when its head was checked, so a run
     that replaces the file meanwhile changes nothing here) and read a group at a time as
-    often as they are asked for. ``each`` gives (session, the entry's bytes), for the
-    caller to decode as its type, or as a smaller view of it::
+    often as they are asked for; a small ledger's (``_HELD_LEDGER`` bytes at most) are
+    held as first read. ``each`` gives (session, the entry's bytes), for the caller to
+    decode as its type, or as a smaller view of it::
 
         entries = cache.ledger_entries("usage-days", request)
         for sid, entry in entries.each():
@@ -216,6 +220,9 @@ class LedgerEntries:
         self._file, self._offset, self._groups = file, offset, groups
         self._stamps = stamps or {}
         self._path = path
+        # The groups as first read, decoded, where they are few enough bytes to hold.
+        self._held: list[Any] | None = None
+        self._holds = sum(group[1] for group in groups) <= _HELD_LEDGER
         self.count = 0
         self.picked: dict[str, bytes] = {}  # the entries asked for first (``ledger_entries``)
 
@@ -227,21 +234,33 @@ class LedgerEntries:
         cost more than the decode (a lock and a context a session)."""
         if self._file is None:
             return
-        fd, stamps, at = self._file.fileno(), self._stamps, self._offset
+        stamps = self._stamps
         with _collector_paused():
-            for count, size, check in self._groups:
-                try:
-                    group = _decoded_group(
-                        _LEDGER_GROUP, read_at(fd, size, at, "a ledger"), count, check
-                    )
-                except (OSError, ValueError, *_UNDECODABLE) as exc:
-                    self.damaged(exc)
-                at += size
+            held = self._held
+            for group in held if held is not None else self._read_groups(self._file.fileno()):
                 # Only OpenCode wrote (or nothing): an unstamped session it wrote to has a
                 # stamp now, so one still without is as unchanged as a stamp that held.
                 for sid, stamp, entry in group:
                     if stamps.get(sid) == stamp:
                         yield sid, entry
+
+    def _read_groups(self, fd: int) -> Iterator[list[tuple[str, Any, msgspec.Raw]]]:
+        """Each group read from the file ``fd`` and decoded (held as it comes, when it may
+        be: once every group is read, as a ledger is opened, they are not read again)."""
+        at = self._offset
+        held: list[Any] | None = [] if self._holds else None
+        for count, size, check in self._groups:
+            try:
+                group = _decoded_group(
+                    _LEDGER_GROUP, read_at(fd, size, at, "a ledger"), count, check
+                )
+            except (OSError, ValueError, *_UNDECODABLE) as exc:
+                self.damaged(exc)
+            at += size
+            if held is not None:
+                held.append(group)
+            yield group
+        self._held = held
 
     def decoded(self, decoder: msgspec.msgpack.Decoder[Any], entry: msgspec.Raw) -> Any:
         """``entry`` decoded by ``decoder`` (the caller's type of entry, or a view of it);
@@ -264,7 +283,7 @@ class LedgerEntries:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
-        self._file = None
+        self._file = self._held = None
 
     def __enter__(self) -> LedgerEntries:
         return self
