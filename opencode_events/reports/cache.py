@@ -216,13 +216,15 @@ class LedgerEntries:
         groups: Sequence[tuple[int, int, int]] = (),
         stamps: Mapping[str, Any] | None = None,
         path: Path | None = None,
+        hold: bool = False,
     ) -> None:
         self._file, self._offset, self._groups = file, offset, groups
         self._stamps = stamps or {}
         self._path = path
-        # The groups as first read, decoded, where they are few enough bytes to hold.
+        # The groups as first read, decoded, where they are to be passed over again and
+        # are few enough bytes to hold.
         self._held: list[Any] | None = None
-        self._holds = sum(group[1] for group in groups) <= _HELD_LEDGER
+        self._holds = hold and sum(group[1] for group in groups) <= _HELD_LEDGER
         self.count = 0
         self.picked: dict[str, bytes] = {}  # the entries asked for first (``ledger_entries``)
 
@@ -1068,19 +1070,25 @@ class ReportCache:
         are wanted before the others (``LedgerEntries.picked``). An entry it cannot decode
         (``msgspec`` or ``ValueError``) makes the ledger one not to trust."""
         name = _ledger_name(kind, request)
-        found = self._open_ledger(name, request, pick)
+        found = self._open_ledger(name, request, pick, hold=True)
         if found is None:
             return LedgerEntries(None, 0)
         self.hits = found.count
         return found
 
     def _open_ledger(
-        self, name: str, request: Any, pick: Callable[[str, msgspec.Raw], bool] | None = None
+        self,
+        name: str,
+        request: Any,
+        pick: Callable[[str, msgspec.Raw], bool] | None = None,
+        hold: bool = False,
     ) -> LedgerEntries | None:
         """Ledger ``name``'s file, opened, when it is sound, of ``request``, and of this
         database in this state or one only OpenCode's writes led from, with each of its
         groups read once (each must decode) to count the entries still true, and to take
-        those ``pick`` says yes to."""
+        those ``pick`` says yes to. ``hold``: the groups are passed over again, so a small
+        ledger's are held as read (``LedgerEntries``); a ledger decoded whole in one more
+        pass (``ledger``) is not held: it would double its peak."""
         try:
             file = open(self.folder / name, "rb", buffering=0)  # noqa: SIM115 - the entries'
         except OSError:
@@ -1107,7 +1115,7 @@ class ReportCache:
                 raise _Unsound
             if 8 + length + sum(group[1] for group in groups) != end:
                 raise _Unsound  # items cut short, or added to
-            entries = LedgerEntries(file, 8 + length, groups, self.stamps, self.folder / name)
+            entries = LedgerEntries(file, 8 + length, groups, self.stamps, self.folder / name, hold)
             _touched(file.fileno())
             for sid, entry in entries.each():
                 entries.count += 1
