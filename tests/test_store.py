@@ -1750,6 +1750,43 @@ def test_loop_members(parents, loops):
     assert loop_members(parents) == loops
 
 
+@pytest.mark.parametrize(
+    "links, loops",
+    [
+        ([("a", None), ("b", "a")], set()),
+        ([("a", "b"), ("b", "a"), ("c", "a"), ("d", "d")], {"a", "b"}),
+        ([("a", "b"), ("b", "c"), ("c", "a"), (None, "a"), ("e", None)], {"a", "b", "c"}),
+    ],
+    ids=["no loop", "a loop", "a loop and a NULL id"],
+)
+def test_the_parents_read_tell_the_loops_without_a_second_read(tmp_path: Path, links, loops):
+    """``session_parents`` finds the loops among the links it read (``loop_members``),
+    which then reads nothing: the same loops as its own query finds."""
+    from opencode_events.store.sqlite import Store
+
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    names = [c[1] for c in conn.execute("PRAGMA table_info(session)")]
+    row = dict(zip(names, conn.execute("SELECT * FROM session LIMIT 1").fetchone(), strict=True))
+    conn.execute("DELETE FROM session")
+    for sid, parent in links:
+        row.update(id=sid, parent_id=parent)
+        conn.execute(
+            f"INSERT INTO session ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+            list(row.values()),
+        )
+    conn.commit()
+    conn.close()
+    with Store(db) as store:
+        expected = store.loop_members()
+    with Store(db) as store:
+        assert store.session_parents() == dict(links)
+        store._query = lambda *a, **k: pytest.fail("the table read again")
+        assert store.loop_members() == expected
+    assert expected == loops
+
+
 def test_a_session_row_without_an_id_hides_no_orphan(tmp_path: Path):
     # `x NOT IN (… NULL …)` is never true in SQL: the NULL id must not hide every orphan.
     db = tmp_path / "opencode.db"

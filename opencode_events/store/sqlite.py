@@ -1003,13 +1003,19 @@ class Store:
         return tree
 
     def session_parents(self) -> dict[Any, Any]:
-        """Every session id → its parent id (None for a top-level session), as stored."""
+        """Every session id → its parent id (None for a top-level session), as stored. The
+        loops among the links (``loop_members``), when not read yet, are found in the same
+        rows: the table is not read again for them."""
         sql = "SELECT id, parent_id FROM session"
         try:  # one fetch: the rows are two short strings each
-            return dict(self.conn.execute(sql).fetchall())
+            parents = dict(self.conn.execute(sql).fetchall())
         except SQLITE_ERRORS as exc:
             self._read_again_or_raise(exc)
-        return dict(self._query(sql))
+            parents = dict(self._query(sql))
+        if self._loops is None:  # the links ``loop_members`` reads: a parent, not itself
+            links = {sid: up for sid, up in parents.items() if up is not None and up != sid}
+            self._loops = loop_members(links)
+        return parents
 
     def plainly_ordered(self) -> bool:
         """Whether every session's ``time_updated`` is an integer (what OpenCode writes), so
