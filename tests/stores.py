@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -22,6 +24,28 @@ def with_a_parent_loop(db: Path) -> tuple[str, str]:
     conn.commit()
     conn.close()
     return parent, child
+
+
+def with_sessions_like_the_first(
+    db: Path, sample: str, changes: Iterable[dict[str, Any]], *, keep: bool = False
+) -> None:
+    """``db``, a copy of samples/``sample``'s store whose session table is made again of
+    copies of its first row, one for each of ``changes`` (the columns that copy changes);
+    with ``keep``, beside the rows it had."""
+    shutil.copyfile(SAMPLES / sample / "opencode.db", db)
+    conn = sqlite3.connect(db)
+    names = [c[1] for c in conn.execute("PRAGMA table_info(session)")]
+    first = dict(zip(names, conn.execute("SELECT * FROM session").fetchone(), strict=True))
+    if not keep:
+        conn.execute("DELETE FROM session")
+    for change in changes:
+        row = {**first, **change}
+        conn.execute(
+            f"INSERT INTO session ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+            list(row.values()),
+        )
+    conn.commit()
+    conn.close()
 
 
 def with_every_reply_set(db: Path, sample: str, path: str, value: str) -> None:

@@ -23,7 +23,7 @@ from opencode_events.store.open import select_sessions
 from opencode_events.store.rows import PartRow
 from opencode_events.store.sqlite import Store
 from tests.filebytes import digests, folder_digests
-from tests.stores import with_a_parent_loop
+from tests.stores import with_a_parent_loop, with_sessions_like_the_first
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -1704,17 +1704,12 @@ def test_sessions_read_again_past_damaged_text_are_each_read_once(tmp_path, dama
     """A title that is not UTF-8 in row ``damaged`` of 600 (the store fetches 256 at a time):
     every session once, in order, the damaged title with U+FFFD and the others as written."""
     db = tmp_path / "opencode.db"
-    shutil.copyfile(SAMPLES / "bash_ok" / "opencode.db", db)
+    changes = [
+        {"id": f"ses_{i:04d}", "title": f"title {i}", "time_updated": 10_000 - i}
+        for i in range(600)
+    ]
+    with_sessions_like_the_first(db, "bash_ok", changes)
     conn = sqlite3.connect(db)
-    names = [c[1] for c in conn.execute("PRAGMA table_info(session)")]
-    row = dict(zip(names, conn.execute("SELECT * FROM session").fetchone(), strict=True))
-    conn.execute("DELETE FROM session")
-    for i in range(600):
-        row.update(id=f"ses_{i:04d}", title=f"title {i}", time_updated=10_000 - i)
-        conn.execute(
-            f"INSERT INTO session ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-            list(row.values()),
-        )
     conn.execute(
         "UPDATE session SET title = CAST(? AS TEXT) WHERE id = ?",
         (b"bad \xff title", f"ses_{damaged:04d}"),
@@ -1765,19 +1760,7 @@ def test_the_parents_read_tell_the_loops_without_a_second_read(tmp_path: Path, l
     from opencode_events.store.sqlite import Store
 
     db = tmp_path / "opencode.db"
-    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    conn = sqlite3.connect(db)
-    names = [c[1] for c in conn.execute("PRAGMA table_info(session)")]
-    row = dict(zip(names, conn.execute("SELECT * FROM session LIMIT 1").fetchone(), strict=True))
-    conn.execute("DELETE FROM session")
-    for sid, parent in links:
-        row.update(id=sid, parent_id=parent)
-        conn.execute(
-            f"INSERT INTO session ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-            list(row.values()),
-        )
-    conn.commit()
-    conn.close()
+    with_sessions_like_the_first(db, "task", [{"id": i, "parent_id": p} for i, p in links])
     with Store(db) as store:
         expected = store.loop_members()
     with Store(db) as store:

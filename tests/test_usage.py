@@ -23,7 +23,11 @@ from hypothesis import strategies as st
 
 from opencode_events.output.rows import report_markdown
 from tests.records import SESSION, record, step_finish
-from tests.stores import with_a_reply_before_its_prompt, with_every_reply_set
+from tests.stores import (
+    with_a_reply_before_its_prompt,
+    with_every_reply_set,
+    with_sessions_like_the_first,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -1074,19 +1078,11 @@ def test_session_ids_are_the_sorted_session_rows(tmp_path: Path):
     from opencode_events.store.sqlite import Store
 
     db = tmp_path / "opencode.db"
-    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    conn = sqlite3.connect(db)
-    (row,) = conn.execute("SELECT * FROM session LIMIT 1").fetchall()
-    names = [c[1] for c in conn.execute("PRAGMA table_info(session)")]
-    for n, created in enumerate([5, 5, "x", 3.5, 0]):  # ties, damage (read as 0)
-        copy = dict(zip(names, row, strict=True))
-        copy.update(id=f"ses_{n}", parent_id=None, time_created=created)
-        conn.execute(
-            f"INSERT INTO session ({', '.join(copy)}) VALUES ({', '.join('?' * len(copy))})",
-            list(copy.values()),
-        )
-    conn.commit()
-    conn.close()
+    changes = [  # ties, damage (read as 0)
+        {"id": f"ses_{n}", "parent_id": None, "time_created": created}
+        for n, created in enumerate([5, 5, "x", 3.5, 0])
+    ]
+    with_sessions_like_the_first(db, "task", changes, keep=True)
     with Store(db) as store:
         for top in (False, True):
             rows = sorted(store.sessions(top_level=top), key=lambda r: (r.time_created, r.id))
