@@ -42,14 +42,20 @@ UNLOGGED = sb.OUT / "opencode-10k-unlogged.db"
 CHANGED_SHARE = 0.01
 
 
+def _fresh_copy(path: Path) -> Path:
+    """``path``, a copy of the bench database as generated, made again (with no WAL or
+    shared-memory file left of the last): the changes a bench writes are not to pile up."""
+    sb.ensure_db(sb.DB)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(sb.DB, path)
+    return path
+
+
 def unlogged_copy() -> Path:
     """A copy of the bench database as generated (no session has a sequence row), made
-    again for every bench: the changes written to it are not to pile up."""
-    sb.ensure_db(sb.DB)
-    for suffix in ("-wal", "-shm"):
-        Path(f"{UNLOGGED}{suffix}").unlink(missing_ok=True)
-    shutil.copyfile(sb.DB, UNLOGGED)
-    return UNLOGGED
+    again for every bench."""
+    return _fresh_copy(UNLOGGED)
 
 
 def logged_copy() -> Path:
@@ -58,12 +64,9 @@ def logged_copy() -> Path:
     benches: each added its replies, always to the same sessions first, and after many
     the copy held 13 % more messages, 290 more in some sessions, and every 1 %-changed
     run read more than a fresh database's.)"""
-    sb.ensure_db(sb.DB)
     print(f"copying {sb.DB.name} with event sequences …", file=sys.stderr)
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{LOGGED}{suffix}").unlink(missing_ok=True)
     LOGGED.with_suffix(".json").unlink(missing_ok=True)  # the stamp the kept copy had
-    shutil.copyfile(sb.DB, LOGGED)
+    _fresh_copy(LOGGED)
     conn = sqlite3.connect(LOGGED)
     conn.execute(
         "INSERT OR REPLACE INTO event_sequence (aggregate_id, seq) "

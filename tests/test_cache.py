@@ -974,6 +974,20 @@ LEDGER_REPORTS = [
 ]
 
 
+def _ledger_groups_decoded(monkeypatch) -> list[bytes]:
+    """The bytes of each group of ledger entries decoded from here on, as it is decoded."""
+    groups: list[bytes] = []
+    real_decoded_group = report_cache._decoded_group
+
+    def decoded_group(decoder, piece, *args):
+        if decoder is report_cache._LEDGER_GROUP:
+            groups.append(piece)
+        return real_decoded_group(decoder, piece, *args)
+
+    monkeypatch.setattr(report_cache, "_decoded_group", decoded_group)
+    return groups
+
+
 @pytest.mark.parametrize("held", [True, False], ids=["held", "large"])
 @pytest.mark.parametrize("which", LEDGER_REPORTS, ids=[str(REPORTS[w][1]) for w in LEDGER_REPORTS])
 def test_a_ledger_is_read_a_group_at_a_time_as_it_is_used(
@@ -1000,21 +1014,15 @@ def test_a_ledger_is_read_a_group_at_a_time_as_it_is_used(
         memo.unlink()
     ledgers = list(root.rglob("ledger-*"))
     reads: list[int] = []
-    groups: list[bytes] = []  # each group of entries as it is decoded
-    real_read_at, real_decoded_group = report_cache.read_at, report_cache._decoded_group
+    real_read_at = report_cache.read_at
 
     def read_at(fd: int, length: int, at: int, what: str) -> bytes:
         if what == "a ledger":
             reads.append(length)
         return real_read_at(fd, length, at, what)
 
-    def decoded_group(decoder, piece, *args):
-        if decoder is report_cache._LEDGER_GROUP:
-            groups.append(piece)
-        return real_decoded_group(decoder, piece, *args)
-
     monkeypatch.setattr(report_cache, "read_at", read_at)
-    monkeypatch.setattr(report_cache, "_decoded_group", decoded_group)
+    groups = _ledger_groups_decoded(monkeypatch)
     monkeypatch.setattr(ReportCache, "ledger", lambda *_a: pytest.fail("a ledger decoded whole"))
     with open_store(db) as store:
         cache = ReportCache.open(store, root=root)
@@ -1101,19 +1109,11 @@ def test_a_ledger_decoded_whole_is_not_held_as_it_is_opened(tmp_path, monkeypatc
     monkeypatch.setattr(report_cache, "_PIECE", 64)  # a group per entry or two
     db = tmp_path / "opencode.db"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    groups: list[bytes] = []  # each group of entries as it is decoded
-    real_decoded_group = report_cache._decoded_group
-
-    def decoded_group(decoder, piece, *args):
-        if decoder is report_cache._LEDGER_GROUP:
-            groups.append(piece)
-        return real_decoded_group(decoder, piece, *args)
-
     with open_store(db) as store:
         cache = ReportCache.open(store, root=tmp_path / "cache")
         sids = list(cache.stamps)
         cache.keep_ledger("test", [1], {sid: [sid, 7] for sid in sids})
-        monkeypatch.setattr(report_cache, "_decoded_group", decoded_group)
+        groups = _ledger_groups_decoded(monkeypatch)
         again = ReportCache.open(store, root=tmp_path / "cache")
         assert again.ledger("test", [1], list) == {sid: [sid, 7] for sid in sids}
     assert len(set(groups)) > 1 and all(groups.count(group) == 2 for group in groups)

@@ -1012,9 +1012,8 @@ class Store:
         except SQLITE_ERRORS as exc:
             self._read_again_or_raise(exc)
             parents = dict(self._query(sql))
-        if self._loops is None:  # the links ``loop_members`` reads: a parent, not itself
-            links = {sid: up for sid, up in parents.items() if up is not None and up != sid}
-            self._loops = loop_members(links)
+        if self._loops is None:
+            self._loops = _loops_among(parents.items())
         return parents
 
     def plainly_ordered(self) -> bool:
@@ -1026,14 +1025,8 @@ class Store:
     def loop_members(self) -> frozenset[Any]:
         """The sessions on a loop of parent links (``loop_members``), read once."""
         if self._loops is None:
-            self._loops = loop_members(
-                dict(
-                    self._query(
-                        "SELECT id, parent_id FROM session "
-                        "WHERE parent_id IS NOT NULL AND parent_id != id"
-                    )
-                )
-            )
+            sql = "SELECT id, parent_id FROM session WHERE parent_id IS NOT NULL"
+            self._loops = _loops_among(self._query(sql))
         return self._loops
 
     def begun_by(self, until_ms: int) -> set[str]:
@@ -1373,6 +1366,12 @@ class Store:
         for start in range(0, len(ids), 500):  # stay under SQLite's variable limit
             chunk = ids[start : start + 500]
             yield from self._query(sql.format(", ".join("?" * len(chunk))), chunk)
+
+
+def _loops_among(links: Iterable[tuple[Any, Any]]) -> frozenset[Any]:
+    """``loop_members`` of (session, parent) rows; a session that is its own parent (or has
+    none) links nowhere."""
+    return loop_members({sid: up for sid, up in links if up is not None and up != sid})
 
 
 def _free_bytes(folder: str) -> int | None:
