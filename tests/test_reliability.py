@@ -411,6 +411,37 @@ def test_a_list_written_in_pieces_is_the_list_written_whole(items, batch):
 
 @settings(max_examples=300, deadline=None)
 @given(
+    st.lists(_JSON_VALUES, max_size=12)
+    | st.lists(st.dictionaries(st.text(), _JSON_VALUES, min_size=1, max_size=3), max_size=12),
+    st.integers(min_value=1, max_value=5),
+)
+def test_a_list_form_says_where_each_item_lies(items, batch):
+    """``ListForm.pieces`` writes what ``write_json`` / ``write_jsonl`` write, and where it
+    says an item lies are that item's bytes as ``item`` writes it alone; a list of objects
+    (a report's rows) always has its items told apart, anything else may not."""
+    from opencode_events.output.rows import JSON_LINES, JSON_LIST, write_json, write_jsonl
+
+    for form, whole in ((JSON_LIST, write_json(items)), (JSON_LINES, write_jsonl(items))):
+        written, spans = b"", []
+        for piece, where in form.pieces(iter(items), batch):
+            if where is None or spans is None:
+                spans = None
+            else:
+                spans += [len(written) + at for at in where]
+            written += piece
+        assert written == whole
+        if form is JSON_LINES or all(type(item) is dict and item for item in items):
+            assert spans is not None
+        if spans is not None:
+            lying = [written[spans[i] : spans[i + 1]] for i in range(0, len(spans), 2)]
+            assert lying == [form.item(item) for item in items]
+            assert written == (
+                form.head + form.between.join(lying) + form.tail if items else form.empty
+            )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
     st.lists(_JSON_VALUES, max_size=12),
     st.dictionaries(st.text(), _JSON_VALUES, max_size=3),
     st.integers(min_value=1, max_value=5),

@@ -33,6 +33,9 @@ __all__ = [
     "json_list_pieces",
     "write_jsonl",
     "jsonl_pieces",
+    "ListForm",
+    "JSON_LIST",
+    "JSON_LINES",
     "write_csv",
     "csv_pieces",
     "write_markdown",
@@ -151,11 +154,15 @@ def json_list_pieces(items: Iterable[Any], batch: int = LIST_BATCH) -> Iterator[
     ``items`` may be made as they are written."""
     started = False
     for chunk in batched(items, batch):
-        indented = msgspec.json.format(_ENCODER.encode(chunk), indent=2)
-        # "[\n  {…},\n  {…}\n]": the items between the brackets, as in the whole list.
-        yield (b",\n" if started else b"[\n") + indented[2:-2]
+        yield (b",\n" if started else b"[\n") + _indented_items(chunk)
         started = True
     yield b"\n]\n" if started else write_json([])
+
+
+def _indented_items(chunk: list[Any]) -> bytes:
+    """The items of ``chunk`` as an indented list holds them, between its brackets:
+    "  {…},\n  {…}"."""
+    return msgspec.json.format(_ENCODER.encode(chunk), indent=2)[2:-2]
 
 
 def jsonl_pieces(rows: Iterable[Any], batch: int = LIST_BATCH) -> Iterator[bytes]:
@@ -163,6 +170,83 @@ def jsonl_pieces(rows: Iterable[Any], batch: int = LIST_BATCH) -> Iterator[bytes
     made as they are written."""
     for chunk in batched(rows, batch):
         yield write_jsonl(chunk)
+
+
+class ListForm:
+    """How a list is written item by item: ``head``, the items with ``between`` between
+    them, then ``tail``; ``empty`` when there is no item. ``JSON_LIST`` (``write_json``'s
+    indented list) and ``JSON_LINES`` (``write_jsonl``'s).
+
+    ``pieces`` writes them as ``json_list_pieces`` and ``jsonl_pieces`` do, and says where
+    each item lies in its piece; ``item`` writes one alone, as it lies there. So a report
+    brought up to date can copy the bytes of the items that did not change and write only
+    the others (``reports.sessions``)::
+
+        for piece, spans in JSON_LIST.pieces(summaries):  # spans: [start, end, …] or None
+            out.write(piece)
+    """
+
+    def __init__(self, head: bytes, between: bytes, tail: bytes, empty: bytes) -> None:
+        self.head, self.between, self.tail, self.empty = head, between, tail, empty
+
+    def item(self, value: Any) -> bytes:
+        """One item's bytes, as it lies among the others."""
+        raise NotImplementedError
+
+    def pieces(
+        self, items: Iterable[Any], batch: int = LIST_BATCH
+    ) -> Iterator[tuple[bytes, list[int] | None]]:
+        """The list's bytes in pieces of ``batch`` items (the last piece: ``tail`` or
+        ``empty``), each with where its items lie in it: ``[start, end, …]``, an item's
+        bytes ``piece[start:end]``; None where they could not be told apart (they are
+        then not copied later)."""
+        started = False
+        for chunk in batched(items, batch):
+            body, spans = self._chunk(chunk)
+            prefix = self.between if started else self.head
+            if spans is not None:
+                spans = [at + len(prefix) for at in spans]
+            yield prefix + body, spans
+            started = True
+        yield (self.tail if started else self.empty), []
+
+    def _chunk(self, chunk: list[Any]) -> tuple[bytes, list[int] | None]:
+        raise NotImplementedError
+
+
+class _JsonList(ListForm):
+    _BETWEEN = b"\n  },\n  {"  # an item ends, the next starts: only between them, indented so
+
+    def item(self, value: Any) -> bytes:
+        return _indented_items([value])
+
+    def _chunk(self, chunk: list[Any]) -> tuple[bytes, list[int] | None]:
+        body = _indented_items(chunk)
+        # A newline in JSON's text is always escaped: a raw one, then two spaces and a
+        # brace, is the indentation of an item's own braces, nested values lying deeper.
+        spans, start, find = [0], 0, body.find
+        while (at := find(self._BETWEEN, start)) >= 0:
+            spans += (at + 4, at + 6)  # "\n  }" ends one item; ",\n" lies between
+            start = at + 6
+        spans.append(len(body))
+        return body, spans if len(spans) == 2 * len(chunk) else None
+
+
+class _JsonLines(ListForm):
+    def item(self, value: Any) -> bytes:
+        return _ENCODER.encode(value) + b"\n"
+
+    def _chunk(self, chunk: list[Any]) -> tuple[bytes, list[int] | None]:
+        lines = [_ENCODER.encode(row) + b"\n" for row in chunk]
+        spans, at = [], 0
+        for line in lines:
+            spans += (at, at + len(line))
+            at += len(line)
+        return b"".join(lines), spans
+
+
+JSON_LIST: ListForm = _JsonList(b"[\n", b",\n", b"\n]\n", b"[]\n")
+JSON_LINES: ListForm = _JsonLines(b"", b"", b"", b"")
 
 
 def counted(n: int, noun: str) -> str:
