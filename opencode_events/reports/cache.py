@@ -11,7 +11,10 @@ per database path, never beside the database, which is never written. What:
   turn ``stale`` with the clock alone.
 - **renditions**: a memo's report as a command writes it (its JSON, say), kept beside the
   memo under the same keys: a repeat with nothing changed copies them out without decoding
-  the report (``rendered``). Only a report kept as a memo in this run gets one.
+  the report (``rendered``). Only a report kept as a memo in this run gets one. A memo
+  spooled item by item keeps each item's size and key, and its rendition where each item
+  lies, so that a report brought up to date copies the bytes of the items that did not
+  change from both (``previous_pieces``, ``KeptPieces``).
 - **ledgers**: per session, what a report needs of its messages and parts, under the
   session's stamp (OpenCode's change counter, ``event_sequence.seq``). A session whose
   stamp is unchanged is not read again, nor one still without a stamp, while only OpenCode
@@ -48,10 +51,12 @@ first; a ledger holds only the sessions the database still has.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import gc
 import io
+import itertools
 import os
 import threading
 import time
@@ -88,6 +93,7 @@ __all__ = [
     "UNENCODABLE",
     "Spill",
     "LedgerEntries",
+    "KeptPieces",
     "appended",
     "read_at",
     "write_at",
@@ -95,13 +101,14 @@ __all__ = [
 
 T = TypeVar("T")
 
-FORMAT = 11  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
+FORMAT = 12  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
 # 4: a memo's groups; 5: a report by turn of every session spooled row by row; 6: a
 # ledger's entries in groups, read as they are used; 7: every file's bytes summed (CRC-32);
 # 8: a folded subagent's total_tokens its replies' (was its session row's classes); 9: the
 # database's change time in the fingerprint; 10: only a session's newest reply in flight,
 # a history two forks copied from a deleted original counted once, a damaged time no time;
-# 11: a prompt awaiting its reply in flight (the ledger's in_flight: maybe, by the newest)
+# 11: a prompt awaiting its reply in flight (the ledger's in_flight: maybe, by the newest);
+# 12: a spooled memo's item sizes and order keys, a rendition's item spans (``KeptPieces``)
 MEMOS = 16  # whole reports kept per database
 # Ledgers kept per database: one per kind of report and choice that needs one (sessions,
 # usage by day, model or agent in each zone, context, undo windows), and those an older
@@ -153,6 +160,11 @@ class _Memo(msgspec.Struct, array_like=True):
     # and bytes of each group, read back a group at a time (``recall_each``). Empty: the
     # value is decoded whole. Each group: its items, its bytes and their CRC-32.
     groups: list[tuple[int, int, int]] = []
+    # A spooled memo's items one by one: each one's bytes, and the key it was given
+    # (``MemoSpool.add_item``), so that a report brought up to date copies those that did
+    # not change without decoding them (``previous_pieces``). Empty, nil: not known.
+    sizes: list[int] = []
+    keys: msgspec.Raw = msgspec.Raw(b"\xc0")
 
 
 _MEMO = msgspec.msgpack.Decoder(_Memo)
@@ -167,6 +179,9 @@ class _Rendition(msgspec.Struct, array_like=True):
     # CSV: on stderr), to be said again with them.
     notes: list[str] = []
     check: int = 0  # the bytes' CRC-32, checked before any of them is copied out
+    # Where each item of the memo's list lies in the bytes: [start, end, …] (``ListForm``
+    # writers); empty when not known.
+    spans: list[int] = []
 
 
 _RENDITION = msgspec.msgpack.Decoder(_Rendition)
@@ -292,6 +307,77 @@ class LedgerEntries:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+class KeptPieces:
+    """The last report of a kind, as its spooled memo's items and its rendition in one form
+    lie in their files, both found sound (``ReportCache.previous_pieces``): what a report
+    brought up to date copies of the items that did not change, without decoding them or
+    writing them again. ``keys``: each item's (``MemoSpool.add_item``), in the memo's order;
+    ``basis`` and ``checks``: the memo's. The files were opened when they were checked, so
+    a run that replaces them meanwhile changes nothing here; ``close`` when done.
+
+    ::
+
+        kept = cache.previous_pieces("sessions", request, "json", key_type=tuple[int, str])
+        for piece, spans in kept.rendered_runs(0, 10):  # items 0 … 9 as they were written
+            out.write(piece)
+        memo.add_kept(kept, 0, 10)                       # and as they were kept
+    """
+
+    def __init__(
+        self,
+        items: _Items,
+        sizes: list[int],
+        keys: list[Any],
+        rendition: BinaryIO,
+        at: int,
+        spans: list[int],
+        basis: Any,
+        checks: Any,
+    ) -> None:
+        self._items, self._rendition, self._at = items, rendition, at
+        self.sizes, self.keys, self._spans = sizes, keys, spans
+        self.basis, self.checks = basis, checks
+        self._offsets = list(itertools.accumulate(sizes, initial=items.offset))
+
+    def memo_runs(self, low: int, high: int, most: int) -> Iterator[tuple[int, int]]:
+        """Items [low, high) in runs [start, end) of at most ``most`` bytes each (at least
+        one item): what is read at a time."""
+        offsets = self._offsets
+        while low < high:
+            end = bisect.bisect_right(offsets, offsets[low] + most, low + 1, high + 1) - 1
+            end = max(end, low + 1)
+            yield low, end
+            low = end
+
+    def memo_into(self, buffer: bytearray, low: int, high: int) -> None:
+        """The bytes of items [low, high) added to ``buffer``."""
+        at = self._offsets[low]
+        buffer += read_at(self._items.file.fileno(), self._offsets[high] - at, at, "a memo")
+
+    def rendered_runs(
+        self, low: int, high: int, most: int | None = None
+    ) -> Iterator[tuple[bytes, list[int]]]:
+        """The rendition's bytes from item ``low``'s first to item ``high - 1``'s last (what
+        lies between them too), in pieces that each start at an item, of about ``most``
+        bytes, with where their items lie in them (``RenditionSpool.add``'s spans)."""
+        spans, fd = self._spans, self._rendition.fileno()
+        most = _COPY_PIECE if most is None else most
+        while low < high:
+            start, limit = spans[2 * low], spans[2 * low] + most
+            if spans[2 * high - 1] <= limit:  # the rest in one piece
+                end = high
+            else:  # to the last item that starts within the limit (the first one at least)
+                found = bisect.bisect_right(spans, limit, 2 * low + 2, 2 * high)
+                end = max((found - 1) // 2, low + 1)
+            stop = spans[2 * end] if end < high else spans[2 * high - 1]
+            piece = read_at(fd, stop - start, self._at + start, "a report kept")
+            yield piece, [at - start for at in spans[2 * low : 2 * end]]
+            low = end
+
+    def close(self) -> None:
+        self._rendition.close()
 
 
 class _Unsound(Exception):
@@ -780,13 +866,13 @@ class ReportCache:
         # The encoding of _Memo(request, checks, value, basis), written in its pieces: a
         # large report's encoding is not copied once more into the memo's.
         start = bytearray(_ENCODER.encode((request, checks)))
-        start[0] += 3  # fixarray of 2 (0x92) → of 5: the value, basis and groups follow
+        start[0] += 5  # fixarray of 2 (0x92) → of 7: value, basis, groups, sizes, keys
 
         def pieces() -> Iterator[bytes]:  # each encoded as the last is written
             yield bytes(start)
             yield from _encoded_in_pieces(value)
             yield _ENCODER.encode(basis)
-            yield _ENCODER.encode([])  # no groups: decoded whole
+            yield _ENCODER.encode(([], [], None))[1:]  # no groups (decoded whole), no items
 
         name = _memo_name(kind, request)
         self._memos.pop(name, None)
@@ -933,6 +1019,74 @@ class ReportCache:
         memo, kept, basis = found
         items = self._each_item(kind, request, memo, kept, type_, field, item_type)
         return None if items is None else (items, basis, memo.checks)
+
+    def previous_pieces(
+        self,
+        kind: str,
+        request: Any,
+        form: str,
+        key_type: Any,
+        still_true: Callable[[Any], bool] = lambda checks: checks is None,
+    ) -> KeptPieces | None:
+        """The last report (as ``previous`` finds it) as ``KeptPieces``: its memo spooled
+        item by item with each item's size and key (a ``key_type``), and its rendition in
+        ``form`` made with it (the same state of the database, the same checks) with where
+        each item lies; every byte of both summed and found as written. None when any of
+        it is missing or unsound: the caller reads the memo's items instead."""
+        name = _memo_name(kind, request)
+        found = self._memo_since(kind, request, still_true)
+        if found is None:
+            return None
+        memo, items, basis = found
+        header = self._memos[name]
+        if items is None or header is None:
+            return None
+        count = sum(group[0] for group in memo.groups)
+        sizes = memo.sizes
+        try:
+            keys = msgspec.msgpack.decode(memo.keys, type=list[key_type])
+        except _UNDECODABLE:
+            return None
+        if (
+            len(sizes) != count
+            or len(keys) != count
+            or sum(sizes) != items.size - items.offset
+            or (sizes and min(sizes) <= 0)
+        ):
+            return None
+        if name not in self._sound_memos:
+            if not _groups_sound(items, memo.groups):
+                return None
+            self._sound_memos.add(name)
+        path = self.folder / _rendition_name(kind, request, form)
+        try:
+            file = open(path, "rb", buffering=0)  # noqa: SIM115 - KeptPieces' to close
+        except OSError:
+            return None
+        try:
+            size = os.fstat(file.fileno()).st_size
+            head, length = self._head_of(file, file.read(8), min(_HEAD_LARGEST, size - 8))
+            kept = _RENDITION.decode(head.body)
+            spans = kept.spans
+            if (
+                head.fingerprint != header[0].fingerprint
+                or kept.request != request
+                or kept.form != form
+                or kept.checks != memo.checks
+                or size != 8 + length + kept.length
+                or len(spans) != 2 * count
+                or spans != sorted(spans)  # in order: sorting them changes nothing (in C)
+                or (spans and (spans[0] < 0 or spans[-1] > kept.length))
+                or _summed(file.fileno(), 8 + length, kept.length) != kept.check
+            ):
+                raise _Unsound
+        except (_Unsound, OSError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            file.close()
+            return None
+        except BaseException:
+            file.close()
+            raise
+        return KeptPieces(items, sizes, keys, file, 8 + length, spans, basis, memo.checks)
 
     def _each_item(
         self,
@@ -1320,8 +1474,17 @@ class RenditionSpool(_Spool):
         self._kind, self._request, self._form = kind, request, form
         self._checks = checks
         self._check = 0  # the bytes' CRC-32, as they are given
+        self._spans: list[int] | None = []  # where the items lie (``add``); None: not known
 
-    def add(self, piece: bytes | bytearray) -> None:
+    def add(self, piece: bytes | bytearray, spans: Sequence[int] | None = ()) -> None:
+        """Add ``piece``; ``spans``: where the items of the memo's list in it lie, ``[start,
+        end, …]`` from its first byte (``ListForm.pieces``); None when they are not known,
+        and then none is kept."""
+        if spans is None:
+            self._spans = None
+        elif spans and self._spans is not None:
+            at = self._length
+            self._spans += [at + offset for offset in spans]
         self._check = zlib.crc32(piece, self._check)
         super().add(piece)
 
@@ -1336,7 +1499,13 @@ class RenditionSpool(_Spool):
                 if checks is _NOT_KEPT:
                     return
             rendition = _Rendition(
-                self._request, self._form, checks, self._length, list(notes), self._check
+                self._request,
+                self._form,
+                checks,
+                self._length,
+                list(notes),
+                self._check,
+                self._spans or [],
             )
             head = cache._sealed(_ENCODER.encode(rendition))
             name = _rendition_name(self._kind, self._request, self._form)
@@ -1359,14 +1528,18 @@ class MemoSpool(_Spool):
         self._groups: list[tuple[int, int, int]] = []  # items, bytes, CRC-32
         self._count = 0  # items in the buffer
         self._buffer = bytearray()
+        self._sizes: list[int] = []  # each item's bytes
+        self._keys: list[Any] | None = []  # each item's key; None: an item was given none
 
-    def add_item(self, item: Any, *, from_memo: bool = False) -> None:
+    def add_item(self, item: Any, *, from_memo: bool = False, key: Any = None) -> None:
         """Encode ``item`` into the spool, and decode it as it will be read back: an item
         that would not read back (a damaged row's text, say) keeps nothing, and the report
         is made again next time, as with a memo that fails. ``from_memo``: it was decoded
         from a memo of this type (``previous_each``) and is unchanged, so it reads back as
         it did and is not decoded again (a report brought up to date keeps most sessions'
-        summaries as it read them: decoding them again cost a tenth of its time)."""
+        summaries as it read them: decoding them again cost a tenth of its time).
+        ``key``: what the next report finds it by without decoding it (``KeptPieces``:
+        the sessions' order, say); kept when every item was given one."""
         if self._fd < 0:
             return
         start = len(self._buffer)
@@ -1378,9 +1551,33 @@ class MemoSpool(_Spool):
         except (*UNENCODABLE, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             self.discard()
             return
+        self._sizes.append(len(self._buffer) - start)
+        if key is None:
+            self._keys = None
+        elif self._keys is not None:
+            self._keys.append(key)
         self._count += 1
         if len(self._buffer) >= _PIECE:
             self._flush()
+
+    def add_kept(self, kept: KeptPieces, low: int, high: int) -> None:
+        """The items [low, high) of the memo ``kept``, their bytes copied as they are,
+        neither decoded nor encoded again: they were written, and read back, by a run
+        before (``KeptPieces`` found them sound), with their keys."""
+        if self._fd < 0:
+            return
+        for start, end in kept.memo_runs(low, high, _PIECE):
+            try:
+                kept.memo_into(self._buffer, start, end)
+            except OSError:
+                self.discard()
+                return
+            self._sizes += kept.sizes[start:end]
+            if self._keys is not None:
+                self._keys += kept.keys[start:end]
+            self._count += end - start
+            if len(self._buffer) >= _PIECE:
+                self._flush()
 
     def _flush(self) -> None:
         """The buffer's items, a group, to the spool."""
@@ -1400,10 +1597,10 @@ class MemoSpool(_Spool):
             cache = self._cache
             try:
                 start = bytearray(_ENCODER.encode((self._request, checks)))
-                end = _ENCODER.encode(basis) + _ENCODER.encode(self._groups)
+                end = _ENCODER.encode((basis, self._groups, self._sizes, self._keys))[1:]
             except UNENCODABLE:
                 return
-            start[0] += 3  # fixarray of 2 (0x92) → of 5: the value, basis and groups follow
+            start[0] += 5  # fixarray of 2 (0x92) → of 7: value, basis, groups, sizes, keys
             # The value's head, as bytes (its items follow the whole head, in the file:
             # ``_read_memo``), so that the head is whole without them.
             value = _ENCODER.encode(
