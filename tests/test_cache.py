@@ -365,6 +365,7 @@ REPORTS = (
     ("context", {}),
     ("sessions as json", {"all_sessions": True}),  # as the command writes it (renditions)
     ("sessions as json", {"fold": False}),  # made and written a session at a time
+    ("sessions as jsonl", {"all_sessions": True}),  # its rendition beside the JSON's
     ("sessions as csv", {"since_ms": SINCE}),
     ("usage as jsonl", {"all_sessions": True, "by": "step"}),  # with notes apart
     ("usage as json", {"all_sessions": True, "by": "turn"}),  # written a session at a time
@@ -377,15 +378,28 @@ EVERY_STEP = REPORTS.index(("usage", {"all_sessions": True, "by": "step"}))
 
 
 RENDER = {
-    "json": lambda summaries: rows.json_list_pieces(summaries),  # as the command writes it
+    "json": lambda summaries: rows.json_list_pieces(summaries),
+    "jsonl": lambda summaries: rows.jsonl_pieces(summaries),
     "csv": lambda summaries: rows.write_csv(rows.to_builtins(summaries), SESSION_COLUMNS),
 }
+LISTED = {"json": rows.JSON_LIST, "jsonl": rows.JSON_LINES}  # as the command writes them
 
 
 def _written(store, form: str, cache: ReportCache | None, **options) -> bytes:
-    """What ``sessions --format FORM`` writes (``write_sessions``)."""
+    """What ``sessions --format FORM`` writes (``write_sessions``, as the command calls it:
+    JSON and JSON Lines a session at a time, saying where each lies)."""
     out = io.BytesIO()
-    write_sessions(store, form, RENDER[form], out, cache=cache, each=form == "json", **options)
+    listed = LISTED.get(form)
+    write_sessions(
+        store,
+        form,
+        RENDER[form],
+        out,
+        cache=cache,
+        each=listed is not None,
+        listed=listed,
+        **options,
+    )
     return out.getvalue()
 
 
@@ -1450,10 +1464,10 @@ def test_reports_record_the_state_they_see_one_at_a_time(tmp_path, monkeypatch) 
 def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatch, change):
     """The last report brought up to date: the changed session and its parent summarized
     again (the parent's folded cost follows its subagent), the session table not read
-    whole, and the report the one a full reading gives; written as it is made, every other
-    summary is kept in the next memo as it was read (not decoded again to check it reads
-    back). A session whose ``time_updated`` is text (damage: SQLite sorts it before every
-    number) has every session read again."""
+    whole, and the report the one a full reading gives; written as the command writes it,
+    every other summary is copied, as bytes, from the last report's memo and rendition
+    (not decoded, checked or encoded again). A session whose ``time_updated`` is text
+    (damage: SQLite sorts it before every number) has every session read again."""
     db, spare, root = tmp_path / "opencode.db", tmp_path / "spare.db", tmp_path / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
     sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
@@ -1485,14 +1499,22 @@ def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatc
 
     if change != "text_time":
         monkeypatch.setattr(Store, "sessions", whole_table)
-    given: list[tuple[str, bool]] = []  # each summary spooled for the memo: as read?
-    add_item = report_cache.MemoSpool.add_item
+    given: list[tuple[str, bool]] = []  # each summary spooled for the memo: as kept?
+    add_item, add_kept = report_cache.MemoSpool.add_item, report_cache.MemoSpool.add_kept
 
-    def spooled(spool, item, from_memo=False):
+    def spooled(spool, item, from_memo=False, key=None):
         given.append((item.id, from_memo))
-        add_item(spool, item, from_memo=from_memo)
+        add_item(spool, item, from_memo=from_memo, key=key)
+
+    copies: list[int] = []  # summaries copied, run by run
+
+    def copied(spool, kept, low, high):
+        copies.append(high - low)
+        given.extend((sid, True) for _time, sid in kept.keys[low:high])
+        add_kept(spool, kept, low, high)
 
     monkeypatch.setattr(report_cache.MemoSpool, "add_item", spooled)
+    monkeypatch.setattr(report_cache.MemoSpool, "add_kept", copied)
     # Written first: brought up to date here (the others would then read its memo).
     assert [_report(db, which, root) for which in (written, 0, 1)] == expected
     summarized = {sid for sid, from_memo in given if not from_memo}
@@ -1504,6 +1526,102 @@ def test_a_change_reads_only_its_session_and_those_above_it(tmp_path, monkeypatc
     else:
         assert summarized == ({child, parent} if change == "child_reply" else {parent})
     assert len(given) == len(_sessions(sqlite3.connect(db)))
+    # Spliced: the others copied (in runs between those made), none of them decoded.
+    assert sum(copies) == (0 if change == "text_time" else len(given) - len(summarized))
+    for src in sources.values():
+        src.close()
+
+
+def _splices(monkeypatch, form: str) -> tuple[list[bool | None], list[str]]:
+    """What each ``_write_spliced`` from here on answered (True: written so), and the ids
+    of the summaries it made and wrote itself (every other one copied)."""
+    answers: list[bool | None] = []
+    made: list[str] = []
+    write_spliced = sessions_module._write_spliced
+    form_type = type(LISTED[form])
+    item = form_type.item
+
+    def spliced(*args):
+        answers.append(write_spliced(*args))
+        return answers[-1]
+
+    monkeypatch.setattr(sessions_module, "_write_spliced", spliced)
+    monkeypatch.setattr(
+        form_type, "item", lambda self, value: made.append(value.id) or item(self, value)
+    )
+    return answers, made
+
+
+@pytest.mark.parametrize("form", ["json", "jsonl"])
+def test_a_report_brought_up_to_date_copies_the_bytes_of_what_did_not_change(
+    tmp_path, monkeypatch, form
+) -> None:
+    """``sessions --all`` as JSON or JSON Lines brought up to date, change after change:
+    each time only the summaries of the changed sessions and those above them are made and
+    written, every other one's bytes copied from the last report's rendition and memo (a
+    few summaries a piece here), and the report is the one a full reading gives, its memo
+    and rendition as good to copy from the next time."""
+    monkeypatch.setattr(report_cache, "_PIECE", 1500)  # the memo's groups and pieces,
+    monkeypatch.setattr(report_cache, "_COPY_PIECE", 2500)  # the rendition's: a few items
+    db, spare, root = _odd_database(tmp_path, [], []), tmp_path / "spare.db", tmp_path / "cache"
+    which = REPORTS.index((f"sessions as {form}", {"all_sessions": True}))
+    _report(db, which, root)
+    answers, made = _splices(monkeypatch, form)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    steps = [
+        ("update_message", True, 0, "task"),
+        ("new_session", True, 1, "mcp"),
+        ("new_child", True, 2, "reasoning"),
+        ("update_message", True, 5, "task"),
+        ("update_message", True, 3, "task"),
+    ]
+    for step in steps:
+        _change(db, step, sources, spare)
+        expected = _report(db, which, None)
+        made.clear()
+        assert _report(db, which, root) == expected
+        assert answers[-1] is True
+        assert 0 < len(made) < len(_sessions(sqlite3.connect(db))) - 4
+    assert len(answers) == len(steps)
+    for src in sources.values():
+        src.close()
+
+
+@pytest.mark.parametrize("case", ["another_form_between", "rendition_damaged", "spans_unknown"])
+def test_a_report_is_copied_only_from_a_rendition_of_its_memo(tmp_path, monkeypatch, case) -> None:
+    """The bytes of unchanged summaries are copied only from a rendition made with the last
+    memo (the same state of the database), sound, that says where each summary lies; else
+    the report is brought up to date from the memo's summaries, the same bytes. Another
+    form written in between (its report the memo now), a rendition damaged, one whose
+    writer could not tell its items apart."""
+    db, spare, root = _odd_database(tmp_path, [], []), tmp_path / "spare.db", tmp_path / "cache"
+    which = REPORTS.index(("sessions as json", {"all_sessions": True}))
+    with monkeypatch.context() as patch:
+        if case == "spans_unknown":
+            chunk = type(rows.JSON_LIST)._chunk
+            patch.setattr(type(rows.JSON_LIST), "_chunk", lambda *a: (chunk(*a)[0], None))
+        _report(db, which, root)
+    sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
+    _change(db, ("update_message", True, 0, "task"), sources, spare)
+    if case == "another_form_between":
+        _report(db, REPORTS.index(("sessions as jsonl", {"all_sessions": True})), root)
+        _change(db, ("update_message", True, 2, "task"), sources, spare)
+    elif case == "rendition_damaged":
+        (rendition,) = [
+            path for path in root.rglob("render-*") if b'[\n  {\n    "id"' in path.read_bytes()
+        ]
+        data = bytearray(rendition.read_bytes())
+        data[-20] ^= 1  # in the bytes, not the head: their sum no longer holds
+        rendition.write_bytes(bytes(data))
+    expected = _report(db, which, None)
+    answers, made = _splices(monkeypatch, "json")
+    assert _report(db, which, root) == expected
+    assert answers == [None] and made == []
+    # Written so, the memo and rendition are good to copy from the next time.
+    _change(db, ("update_message", True, 4, "task"), sources, spare)
+    expected = _report(db, which, None)
+    assert _report(db, which, root) == expected
+    assert answers == [None, True] and made
     for src in sources.values():
         src.close()
 

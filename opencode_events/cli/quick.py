@@ -705,9 +705,13 @@ def write_stored_sessions(
 
     form = f"{fmt}-raw" if fmt == "csv" and csv_raw else fmt
     render = functools.partial(_render_sessions, fmt=fmt, fold=choices["fold"], csv_raw=csv_raw)
-    # JSON and JSON Lines are written as the summaries are made: never all held at once.
-    each = fmt in ("json", "jsonl")
-    write_sessions(store, form, render, out, cache=cache, each=each, **choices)
+    # JSON and JSON Lines are written as the summaries are made: never all held at once,
+    # and saying where each lies, so that the next report copies those that did not change.
+    from ..output import rows as formats
+
+    listed = {"json": formats.JSON_LIST, "jsonl": formats.JSON_LINES}.get(fmt)
+    each = listed is not None
+    write_sessions(store, form, render, out, cache=cache, each=each, listed=listed, **choices)
     out.flush()
 
 

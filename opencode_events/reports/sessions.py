@@ -34,7 +34,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 import msgspec
 from msgspec import Struct
@@ -67,13 +67,14 @@ from ..store.rows import (
     sessions_changed,
 )
 from ..store.sqlite import Store
-from .cache import ReportCache
+from .cache import KeptPieces, ReportCache
 from .mcp import mcp_server_of
 from .spend import written_spend
 from .undone import pending_reverts, undone_figures
 
 __all__ = [
     "SESSION_COLUMNS",
+    "ListForm",
     "SessionSummary",
     "SessionsReport",
     "each_summary",
@@ -1434,6 +1435,7 @@ def _every_session(
     all_sessions: bool,
     fold: bool,
     mcp_servers: Callable[[str | None], Sequence[str]],
+    bring_up: bool = True,
 ) -> tuple[
     Iterator[SessionSummary],
     dict[str | None, Sequence[str]],
@@ -1446,7 +1448,8 @@ def _every_session(
     rows). With the MCP servers they consulted (whole once the last is made) and, unless
     they are the memo's already, what gives each session's parent for the basis of the memo
     they are to be kept as; and, of a report brought up to date, the sessions summarized
-    again (every other summary is the last memo's as it was read; None: all are made)."""
+    again (every other summary is the last memo's as it was read; None: all are made).
+    Not ``bring_up``: the last report is not to be brought up to date (it was judged so)."""
     if cache is not None:  # the memo, or the last one brought up to date, read as it goes
         still_true = _still_configured(mcp_servers)
         kept = cache.recall_each(
@@ -1454,7 +1457,11 @@ def _every_session(
         )
         if kept is not None:
             return kept, {}, None, None
-        brought = _bring_up(store, cache, request, all_sessions, mcp_servers, still_true, fold)
+        brought = (
+            _bring_up(store, cache, request, all_sessions, mcp_servers, still_true, fold)
+            if bring_up
+            else None
+        )
         if brought is not None:
             summaries, servers, parents, read_again = brought
             return summaries, servers, lambda: parents, read_again
@@ -1493,6 +1500,7 @@ def write_sessions(
     mcp_servers: Callable[[str | None], Sequence[str]] | None = None,
     cache: ReportCache | None = None,
     each: bool = False,
+    listed: ListForm | None = None,
     **choices: Any,
 ) -> None:
     """Write ``render`` of the summaries of ``sessions_report(store, …)`` (bytes, or pieces
@@ -1504,9 +1512,17 @@ def write_sessions(
     report's memo under ``form``, which must name ``render`` exactly (``"json"``, say): a
     repeat of an unchanged database copies them from the cache's file, without decoding
     the report, writing it again or holding it whole (for 10,000 sessions, most of a
-    repeat's time; for 100,000, 110 MB of JSON)."""
+    repeat's time; for 100,000, 110 MB of JSON).
+
+    ``listed``: a list written item by item (``output.rows.JSON_LIST``, ``JSON_LINES``),
+    which then writes the summaries in place of ``render``, and says where each lies:
+    a report of every session brought up to date copies the bytes of the summaries that
+    did not change, from the last report's memo and its bytes in ``form``, and makes and
+    writes only the others (``_write_spliced``)."""
     if mcp_servers is None:
         from .mcp import mcp_server_names as mcp_servers
+    if listed is not None:
+        render = listed.pieces
     request = _request(**choices)
     if cache is not None:
         kept = cache.rendered("sessions", request, form, _still_configured(mcp_servers))
@@ -1519,8 +1535,16 @@ def write_sessions(
         _write_kept(render(report.sessions), out, cache, request, form)
         return
     all_sessions, fold = choices.get("all_sessions", False), choices.get("fold", True)
+    bring_up = True
+    if cache is not None and listed is not None:
+        spliced = _write_spliced(
+            store, cache, request, form, listed, out, all_sessions, fold, mcp_servers
+        )
+        if spliced:
+            return
+        bring_up = spliced is None  # False: found, but not to be brought up to date
     summaries, servers, parents, read_again = _every_session(
-        store, cache, request, all_sessions, fold, mcp_servers
+        store, cache, request, all_sessions, fold, mcp_servers, bring_up
     )
     if parents is None:  # the memo's, as kept
         _write_kept(render(summaries), out, cache, request, form)
@@ -1557,7 +1581,7 @@ def _write_made(
         for summary in summaries:
             busy = busy or summary.state == BUSY
             unchanged = read_again is not None and summary.id not in read_again
-            memo.add_item(summary, from_memo=unchanged)
+            memo.add_item(summary, from_memo=unchanged, key=_ACTIVITY(summary))
             yield summary
 
     spool = cache.rendering("sessions", request, form, ahead=True)
@@ -1591,12 +1615,14 @@ def _write_kept(
             spool.discard()
 
 
-def _write_pieces(rendered: bytes | Iterable[bytes], out: BinaryIO, spool: Any) -> None:
-    """Each piece to ``out`` and to the cache's spool as it goes: never held whole."""
-    for piece in [rendered] if isinstance(rendered, bytes) else rendered:
+def _write_pieces(rendered: bytes | Iterable[Any], out: BinaryIO, spool: Any) -> None:
+    """Each piece to ``out`` and to the cache's spool as it goes: never held whole. A piece
+    may come with where its items lie in it (``ListForm.pieces``), which the spool keeps."""
+    for given in [rendered] if isinstance(rendered, bytes) else rendered:
+        piece, spans = given if type(given) is tuple else (given, None)
         out.write(piece)
         if spool is not None:
-            spool.add(piece)
+            spool.add(piece, spans)
 
 
 def _request(
@@ -1692,6 +1718,33 @@ def _bring_up(
     if found is None:
         return None
     before, basis, checks = found
+    brought = _brought_up(store, cache, basis, checks, all_sessions, mcp_servers, fold)
+    if brought is None:
+        return None
+    fresh, servers, parents, ids = brought
+    # Both in the store's order (the last report's was): merged as they come.
+    kept = (summary for summary in before if summary.id not in ids)
+    return heapq.merge(kept, fresh, key=_ACTIVITY, reverse=True), servers, parents, ids
+
+
+# The summaries made again, the MCP servers consulted, each session's parent, those ids.
+_Brought = tuple[list[SessionSummary], dict[str | None, Sequence[str]], dict[Any, Any], set[str]]
+
+
+def _brought_up(
+    store: Store,
+    cache: ReportCache,
+    basis: Any,
+    checks: Any,
+    all_sessions: bool,
+    mcp_servers: Callable[[str | None], Sequence[str]],
+    fold: bool,
+) -> _Brought | None:
+    """``_bring_up``'s judgement and reading, from the last report's ``basis`` and
+    ``checks``: the summaries of the sessions that changed and of those above them, made
+    again, in the store's order; the MCP servers consulted (the last report's too), each
+    session's parent now, and those sessions' ids. None: the last report is not to be
+    brought up to date (``_bring_up`` says when)."""
     if not isinstance(basis, list) or len(basis) != 2 or not all(type(b) is dict for b in basis):
         return None
     stamps_then, parents_then = basis
@@ -1713,9 +1766,126 @@ def _bring_up(
     fresh.sort(key=_ACTIVITY, reverse=True)
     for directory, names in checks or ():
         servers.setdefault(directory, names)  # the kept summaries consulted these
-    # Both in the store's order (the last report's was): merged as they come.
-    kept = (summary for summary in before if summary.id not in ids)
-    return heapq.merge(kept, fresh, key=_ACTIVITY, reverse=True), servers, parents, ids
+    return fresh, servers, parents, ids
+
+
+class ListForm(Protocol):
+    """A list written item by item, as ``output.rows.ListForm`` writes JSON and JSON Lines:
+    ``head``, the items with ``between`` between them, then ``tail`` (``empty``: no item);
+    ``pieces`` gives its bytes with where each item lies, ``item`` one item's bytes."""
+
+    head: bytes
+    between: bytes
+    tail: bytes
+    empty: bytes
+
+    def item(self, value: Any) -> bytes: ...
+
+    def pieces(self, items: Iterable[Any]) -> Iterator[tuple[bytes, list[int] | None]]: ...
+
+
+_KEY = tuple[int, str]  # a summary's key in the memo: ``_ACTIVITY``, the store's order
+
+
+def _write_spliced(
+    store: Store,
+    cache: ReportCache,
+    request: list[Any],
+    form: str,
+    listed: ListForm,
+    out: BinaryIO,
+    all_sessions: bool,
+    fold: bool,
+    mcp_servers: Callable[[str | None], Sequence[str]],
+) -> bool | None:
+    """The last report of every session brought up to date as ``_bring_up`` brings it, and
+    written without reading its summaries: those of the sessions that did not change are
+    copied as bytes, from its rendition in ``form`` to ``out`` and from its memo to the
+    next one (``KeptPieces``), and only the others are made, encoded and written. In the
+    last report's order, which is the store's: each made summary is placed by its key.
+    True when written; None when there is no such last report (memo and rendition, both
+    sound, with where each item lies); False when there is, but it is not to be brought up
+    to date (the caller reads everything)."""
+    still_true = _still_configured(mcp_servers)
+    kept = cache.previous_pieces("sessions", request, form, _KEY, still_true)
+    if kept is None:
+        return None
+    try:
+        brought = _brought_up(
+            store, cache, kept.basis, kept.checks, all_sessions, mcp_servers, fold
+        )
+        if brought is None:
+            return False
+        fresh, servers, parents, ids = brought
+        memo = cache.memo_spool("sessions", request, "sessions", SessionSummary)
+        spool = cache.rendering("sessions", request, form, ahead=True)
+        try:
+            pieces = _spliced(kept, fresh, ids, listed, memo)
+            _write_pieces(pieces, out, spool)
+            if not any(summary.state == BUSY for summary in fresh):  # as ``_remember``
+                memo.keep(_checks(servers), [cache.stamps, parents])
+                if spool is not None:
+                    spool.keep()
+        finally:
+            memo.discard()
+            if spool is not None:
+                spool.discard()
+    finally:
+        kept.close()
+    return True
+
+
+def _spliced(
+    kept: KeptPieces,
+    fresh: list[SessionSummary],
+    ids: Container[str],
+    listed: ListForm,
+    memo: Any,
+) -> Iterator[tuple[bytes, Sequence[int]]]:
+    """The pieces of the report (``ListForm.pieces``'), the last one's summaries but those
+    of ``ids`` copied from ``kept``, ``fresh`` (in the store's order) written among them;
+    each copied or made summary added to ``memo`` as it goes."""
+    first = True
+    for segment in _merged(kept.keys, fresh, ids):
+        if listed.head or not first:
+            yield (listed.between if not first else listed.head), ()
+        first = False
+        if type(segment) is tuple:  # a run [low, high) of the last report's summaries
+            low, high = segment
+            yield from kept.rendered_runs(low, high)
+            memo.add_kept(kept, low, high)
+        else:
+            item = listed.item(segment)
+            yield item, (0, len(item))
+            memo.add_item(segment, key=_ACTIVITY(segment))
+    yield (listed.empty if first else listed.tail), ()
+
+
+def _merged(
+    keys: Sequence[_KEY], fresh: list[SessionSummary], ids: Container[str]
+) -> Iterator[tuple[int, int] | SessionSummary]:
+    """The last report's summaries (by their ``keys``) but those of ``ids``, as runs
+    ``(low, high)`` of its positions, and the ``fresh`` summaries among them, all in the
+    store's order (newest activity first; ``fresh`` is so already)."""
+    placed, count, low = 0, len(fresh), None
+    for index, key in enumerate(keys):
+        if key[1] in ids:  # made again, if it is still there
+            if low is not None:
+                yield low, index
+                low = None
+            continue
+        if placed < count and _ACTIVITY(fresh[placed]) > key:
+            if low is not None:
+                yield low, index
+                low = None
+            while placed < count and _ACTIVITY(fresh[placed]) > key:
+                yield fresh[placed]
+                placed += 1
+        if low is None:
+            low = index
+    if low is not None:
+        yield low, len(keys)
+    yield from fresh[placed:]
 
 
 def _after(created: Any, until: int) -> bool:
