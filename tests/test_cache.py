@@ -1552,6 +1552,22 @@ def _splices(monkeypatch, form: str) -> tuple[list[bool | None], list[str]]:
     return answers, made
 
 
+def _moved(db: Path, pick: int) -> None:
+    """OpenCode's commonest change: a session written to, its ``time_updated`` now the
+    newest (it moves to the top of the report), logged."""
+    conn = sqlite3.connect(db)
+    sessions = _sessions(conn)
+    target = sessions[pick % len(sessions)]
+    conn.execute(
+        "UPDATE session SET time_updated = (SELECT max(time_updated) + 1000 FROM session) "
+        "WHERE id = ?",
+        (target,),
+    )
+    _log(conn, target, "session.updated.1")
+    conn.commit()
+    conn.close()
+
+
 @pytest.mark.parametrize("form", ["json", "jsonl"])
 def test_a_report_brought_up_to_date_copies_the_bytes_of_what_did_not_change(
     tmp_path, monkeypatch, form
@@ -1572,11 +1588,15 @@ def test_a_report_brought_up_to_date_copies_the_bytes_of_what_did_not_change(
         ("update_message", True, 0, "task"),
         ("new_session", True, 1, "mcp"),
         ("new_child", True, 2, "reasoning"),
-        ("update_message", True, 5, "task"),
+        ("moved", True, 5, ""),  # to the top, from amid the others
         ("update_message", True, 3, "task"),
+        ("moved", True, 7, ""),
     ]
     for step in steps:
-        _change(db, step, sources, spare)
+        if step[0] == "moved":
+            _moved(db, step[2])
+        else:
+            _change(db, step, sources, spare)
         expected = _report(db, which, None)
         made.clear()
         assert _report(db, which, root) == expected
@@ -1587,13 +1607,18 @@ def test_a_report_brought_up_to_date_copies_the_bytes_of_what_did_not_change(
         src.close()
 
 
-@pytest.mark.parametrize("case", ["another_form_between", "rendition_damaged", "spans_unknown"])
+@pytest.mark.parametrize(
+    "case", ["another_form_between", "rendition_damaged", "spans_unknown", "another_runs"]
+)
 def test_a_report_is_copied_only_from_a_rendition_of_its_memo(tmp_path, monkeypatch, case) -> None:
     """The bytes of unchanged summaries are copied only from a rendition made with the last
     memo (the same state of the database), sound, that says where each summary lies; else
     the report is brought up to date from the memo's summaries, the same bytes. Another
     form written in between (its report the memo now), a rendition damaged, one whose
-    writer could not tell its items apart."""
+    writer could not tell its items apart; and a rendition another run kept, of the same
+    state of the database as far as the keys tell (read before OpenCode wrote), beside this
+    memo (the two files are replaced one after the other: two runs at once can leave one's
+    memo beside the other's rendition)."""
     db, spare, root = _odd_database(tmp_path, [], []), tmp_path / "spare.db", tmp_path / "cache"
     which = REPORTS.index(("sessions as json", {"all_sessions": True}))
     with monkeypatch.context() as patch:
@@ -1601,6 +1626,23 @@ def test_a_report_is_copied_only_from_a_rendition_of_its_memo(tmp_path, monkeypa
             chunk = type(rows.JSON_LIST)._chunk
             patch.setattr(type(rows.JSON_LIST), "_chunk", lambda *a: (chunk(*a)[0], None))
         _report(db, which, root)
+    if case == "another_runs":
+        (rendition,) = [p for p in root.rglob("render-*") if b'"id"' in p.read_bytes()]
+        first = rendition.read_bytes()
+        for kept in root.rglob("memo-*"):
+            kept.unlink()
+        rendition.unlink()
+        with monkeypatch.context() as patch:  # a second run: OpenCode writes as it starts
+            cache_open = ReportCache.open
+
+            def opened_then_written(store, **kwargs):
+                cache = cache_open(store, **kwargs)
+                _moved(db, 3)
+                return cache
+
+            patch.setattr(ReportCache, "open", opened_then_written)
+            _report(db, which, root)
+        rendition.write_bytes(first)  # the first run's, kept last
     sources = {name: sqlite3.connect(SAMPLES / name / "opencode.db") for name in SOURCES}
     _change(db, ("update_message", True, 0, "task"), sources, spare)
     if case == "another_form_between":
@@ -1624,6 +1666,32 @@ def test_a_report_is_copied_only_from_a_rendition_of_its_memo(tmp_path, monkeypa
     assert answers == [None, True] and made
     for src in sources.values():
         src.close()
+
+
+def test_a_rendition_cut_short_while_copied_is_one_error(tmp_path, monkeypatch) -> None:
+    """A rendition cut short after it was summed (by another program: no run of ours writes
+    a file in place) stops the report brought up to date with one error, "run again", and
+    is let go: the next run is whole and right."""
+    monkeypatch.setattr(report_cache, "_COPY_PIECE", 2500)  # a few summaries a piece
+    db, root = _odd_database(tmp_path, [], []), tmp_path / "cache"
+    which = REPORTS.index(("sessions as json", {"all_sessions": True}))
+    _report(db, which, root)
+    (rendition,) = [p for p in root.rglob("render-*") if b'"id"' in p.read_bytes()]
+    _moved(db, 2)
+    expected = _report(db, which, None)
+    rendered_runs = report_cache.KeptPieces.rendered_runs
+
+    def cut_while_read(kept, low, high, most=None):
+        for piece in rendered_runs(kept, low, high, most):
+            yield piece
+            os.truncate(rendition, rendition.stat().st_size // 2)
+
+    monkeypatch.setattr(report_cache.KeptPieces, "rendered_runs", cut_while_read)
+    with pytest.raises(InputError, match="was damaged while read: run again"):
+        _report_or_raise(db, which, root)
+    assert not rendition.exists()
+    monkeypatch.undo()
+    assert _report(db, which, root) == expected
 
 
 def _turn_reads(monkeypatch) -> tuple[list[str], list[int]]:
@@ -2587,14 +2655,17 @@ def test_a_memo_written_in_pieces_is_the_memos_one_encoding(tmp_path) -> None:
         cache = ReportCache.open(store, root=root)
         assert cache is not None
         cache.remember("usage", request, value, [["/work", ["tools"]]], basis)
+        (memo,) = root.glob("*/memo-*")
+        header = report_cache._HEADER.decode(memo.read_bytes())
+        token = report_cache._MEMO.decode(header.body).token  # drawn as it was written
         whole = report_cache._Memo(
             request,
             [["/work", ["tools"]]],
             msgspec.Raw(report_cache._ENCODER.encode(value)),
             msgspec.Raw(report_cache._ENCODER.encode(basis)),
+            token=token,
         )
-        (memo,) = root.glob("*/memo-*")
-        header = report_cache._HEADER.decode(memo.read_bytes())
+        assert len(token) == 8
         assert bytes(header.body) == report_cache._ENCODER.encode(whole)
         assert cache.recall("usage", request, dict, lambda checks: True) == value
 

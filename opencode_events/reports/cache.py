@@ -165,6 +165,11 @@ class _Memo(msgspec.Struct, array_like=True):
     # not change without decoding them (``previous_pieces``). Empty, nil: not known.
     sizes: list[int] = []
     keys: msgspec.Raw = msgspec.Raw(b"\xc0")
+    # This memo's own name, drawn when it was written: a rendition made with it names it
+    # (``_Rendition.memo``). Two runs can keep a memo and a rendition under the same
+    # fingerprint and different rows (OpenCode wrote between a run's keys and its reads),
+    # and the two files are replaced one after the other: only this pairs them.
+    token: bytes = b""
 
 
 _MEMO = msgspec.msgpack.Decoder(_Memo)
@@ -182,6 +187,7 @@ class _Rendition(msgspec.Struct, array_like=True):
     # Where each item of the memo's list lies in the bytes: [start, end, …] (``ListForm``
     # writers); empty when not known.
     spans: list[int] = []
+    memo: bytes = b""  # the token of the memo these bytes were made with (``_Memo.token``)
 
 
 _RENDITION = msgspec.msgpack.Decoder(_Rendition)
@@ -330,14 +336,13 @@ class KeptPieces:
         items: _Items,
         sizes: list[int],
         keys: list[Any],
-        rendition: BinaryIO,
-        at: int,
-        spans: list[int],
+        rendition: tuple[BinaryIO, Path, int, list[int]],  # its file, path, bytes' start, spans
         basis: Any,
         checks: Any,
     ) -> None:
-        self._items, self._rendition, self._at = items, rendition, at
-        self.sizes, self.keys, self._spans = sizes, keys, spans
+        self._items = items
+        self._rendition, self._path, self._at, self._spans = rendition
+        self.sizes, self.keys = sizes, keys
         self.basis, self.checks = basis, checks
         self._offsets = list(itertools.accumulate(sizes, initial=items.offset))
 
@@ -372,7 +377,14 @@ class KeptPieces:
                 found = bisect.bisect_right(spans, limit, 2 * low + 2, 2 * high)
                 end = max((found - 1) // 2, low + 1)
             stop = spans[2 * end] if end < high else spans[2 * high - 1]
-            piece = read_at(fd, stop - start, self._at + start, "a report kept")
+            try:
+                piece = read_at(fd, stop - start, self._at + start, "a report kept")
+            except OSError as exc:  # cut short in place since it was summed: not by us
+                with _quietly():
+                    self._path.unlink()
+                raise InputError(
+                    f"the report cache {self._path} was damaged while read: run again"
+                ) from exc
             yield piece, [at - start for at in spans[2 * low : 2 * end]]
             low = end
 
@@ -497,6 +509,7 @@ class ReportCache:
         self._opened: list[_Items] = []  # spooled memos' files read in this run (``close``)
         self._sound_memos: set[str] = set()  # spooled memos whose every group gave its CRC-32
         self._kept: dict[str, Any] = {}  # memos kept or found sound in this run: their checks
+        self._tokens: dict[str, bytes] = {}  # and their tokens (``_Memo.token``)
         self._aside: list[int] = []  # forked children writing a ledger (``settle``)
         self._keeps = True  # False: this run writes nothing (``_observe``)
 
@@ -858,6 +871,7 @@ class ReportCache:
         except (*_UNTRUSTED, OSError):
             return None
         self._kept[_memo_name(kind, request)] = found[1].checks
+        self._tokens[_memo_name(kind, request)] = found[1].token
         return value
 
     def remember(
@@ -866,17 +880,20 @@ class ReportCache:
         # The encoding of _Memo(request, checks, value, basis), written in its pieces: a
         # large report's encoding is not copied once more into the memo's.
         start = bytearray(_ENCODER.encode((request, checks)))
-        start[0] += 5  # fixarray of 2 (0x92) → of 7: value, basis, groups, sizes, keys
+        start[0] += 6  # fixarray of 2 (0x92) → of 8: the value, basis, groups, … token follow
 
         def pieces() -> Iterator[bytes]:  # each encoded as the last is written
             yield bytes(start)
             yield from _encoded_in_pieces(value)
             yield _ENCODER.encode(basis)
-            yield _ENCODER.encode(([], [], None))[1:]  # no groups (decoded whole), no items
+            # No groups (decoded whole), no items' sizes or keys; its token.
+            yield _ENCODER.encode(([], [], None, token))[1:]
 
+        token = os.urandom(8)
         name = _memo_name(kind, request)
         self._memos.pop(name, None)
         self._kept[name] = checks
+        self._tokens[name] = token
         self._write(name, pieces())
 
     def rendered(
@@ -1001,6 +1018,7 @@ class ReportCache:
         items = self._each_item(kind, request, found[1], found[2], type_, field, item_type)
         if items is not None:
             self._kept[_memo_name(kind, request)] = found[1].checks
+            self._tokens[_memo_name(kind, request)] = found[1].token
         return items
 
     def previous_each(
@@ -1064,12 +1082,17 @@ class ReportCache:
         except OSError:
             return None
         try:
-            size = os.fstat(file.fileno()).st_size
+            info = os.fstat(file.fileno())
+            if _from_the_future(info):
+                raise _Unsound
+            size = info.st_size
             head, length = self._head_of(file, file.read(8), min(_HEAD_LARGEST, size - 8))
             kept = _RENDITION.decode(head.body)
             spans = kept.spans
             if (
-                head.fingerprint != header[0].fingerprint
+                not memo.token
+                or kept.memo != memo.token  # made with this very memo
+                or head.fingerprint != header[0].fingerprint
                 or kept.request != request
                 or kept.form != form
                 or kept.checks != memo.checks
@@ -1086,7 +1109,8 @@ class ReportCache:
         except BaseException:
             file.close()
             raise
-        return KeptPieces(items, sizes, keys, file, 8 + length, spans, basis, memo.checks)
+        rendition = (file, path, 8 + length, spans)
+        return KeptPieces(items, sizes, keys, rendition, basis, memo.checks)
 
     def _each_item(
         self,
@@ -1476,7 +1500,7 @@ class RenditionSpool(_Spool):
         self._check = 0  # the bytes' CRC-32, as they are given
         self._spans: list[int] | None = []  # where the items lie (``add``); None: not known
 
-    def add(self, piece: bytes | bytearray, spans: Sequence[int] | None = ()) -> None:
+    def add(self, piece: bytes | bytearray, spans: Sequence[int] | None = None) -> None:
         """Add ``piece``; ``spans``: where the items of the memo's list in it lie, ``[start,
         end, …]`` from its first byte (``ListForm.pieces``); None when they are not known,
         and then none is kept."""
@@ -1506,6 +1530,7 @@ class RenditionSpool(_Spool):
                 list(notes),
                 self._check,
                 self._spans or [],
+                cache._tokens.get(_memo_name(self._kind, self._request), b""),
             )
             head = cache._sealed(_ENCODER.encode(rendition))
             name = _rendition_name(self._kind, self._request, self._form)
@@ -1597,10 +1622,11 @@ class MemoSpool(_Spool):
             cache = self._cache
             try:
                 start = bytearray(_ENCODER.encode((self._request, checks)))
-                end = _ENCODER.encode((basis, self._groups, self._sizes, self._keys))[1:]
+                token = os.urandom(8)
+                end = _ENCODER.encode((basis, self._groups, self._sizes, self._keys, token))[1:]
             except UNENCODABLE:
                 return
-            start[0] += 5  # fixarray of 2 (0x92) → of 7: value, basis, groups, sizes, keys
+            start[0] += 6  # fixarray of 2 (0x92) → of 8: value, basis, groups, … token
             # The value's head, as bytes (its items follow the whole head, in the file:
             # ``_read_memo``), so that the head is whole without them.
             value = _ENCODER.encode(
@@ -1610,6 +1636,7 @@ class MemoSpool(_Spool):
             name = _memo_name(self._kind, self._request)
             cache._memos.pop(name, None)
             cache._kept[name] = checks
+            cache._tokens[name] = token
             cache._replace(name, [len(head).to_bytes(8, "big"), head], self._spooled())
         finally:
             self.discard()
