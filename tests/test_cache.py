@@ -1668,6 +1668,29 @@ def test_a_report_is_copied_only_from_a_rendition_of_its_memo(tmp_path, monkeypa
         src.close()
 
 
+def test_a_report_brought_up_to_date_with_a_session_busy_keeps_nothing(
+    tmp_path, monkeypatch
+) -> None:
+    """A session made again is busy (a prompt just written, its reply yet to come): the
+    report is written, copied as ever, but neither its memo nor its rendition is kept (the
+    state would turn stale with the clock alone), so the last ones stay as they were."""
+    db, root = _odd_database(tmp_path, [], []), tmp_path / "cache"
+    which = REPORTS.index(("sessions as json", {"all_sessions": True}))
+    _report(db, which, root)
+    kept = {
+        path: path.read_bytes() for path in root.rglob("*") if path.name[:5] in ("memo-", "rende")
+    }
+    sid = _sessions(sqlite3.connect(db))[3]
+    now = int(time.time() * 1000)
+    _write_message(db, sid, "msg_zzzz1", {"role": "user", "time": {"created": now}}, now)
+    answers, made = _splices(monkeypatch, "json")
+    expected = _report(db, which, None)
+    assert b'"busy"' in expected
+    assert _report(db, which, root) == expected
+    assert answers == [True] and sid in made
+    assert {path: path.read_bytes() for path in kept} == kept
+
+
 def test_a_rendition_cut_short_while_copied_is_one_error(tmp_path, monkeypatch) -> None:
     """A rendition cut short after it was summed (by another program: no run of ours writes
     a file in place) stops the report brought up to date with one error, "run again", and
