@@ -51,6 +51,7 @@ first; a ledger holds only the sessions the database still has.
 
 from __future__ import annotations
 
+import array
 import bisect
 import contextlib
 import errno
@@ -160,10 +161,11 @@ class _Memo(msgspec.Struct, array_like=True):
     # and bytes of each group, read back a group at a time (``recall_each``). Empty: the
     # value is decoded whole. Each group: its items, its bytes and their CRC-32.
     groups: list[tuple[int, int, int]] = []
-    # A spooled memo's items one by one: each one's bytes, and the key it was given
-    # (``MemoSpool.add_item``), so that a report brought up to date copies those that did
-    # not change without decoding them (``previous_pieces``). Empty, nil: not known.
-    sizes: list[int] = []
+    # A spooled memo's items one by one: each one's bytes (an ``_INTS`` array's, 8 bytes
+    # an item), and the key it was given (``MemoSpool.add_item``: a msgpack array of
+    # them), so that a report brought up to date copies those that did not change without
+    # decoding them (``previous_pieces``). Empty, nil: not known.
+    sizes: bytes = b""
     keys: msgspec.Raw = msgspec.Raw(b"\xc0")
     # This memo's own name, drawn when it was written: a rendition made with it names it
     # (``_Rendition.memo``). Two runs can keep a memo and a rendition under the same
@@ -185,12 +187,15 @@ class _Rendition(msgspec.Struct, array_like=True):
     notes: list[str] = []
     check: int = 0  # the bytes' CRC-32, checked before any of them is copied out
     # Where each item of the memo's list lies in the bytes: [start, end, …] (``ListForm``
-    # writers); empty when not known.
-    spans: list[int] = []
+    # writers), an ``_INTS`` array's bytes; empty when not known.
+    spans: bytes = b""
     memo: bytes = b""  # the token of the memo these bytes were made with (``_Memo.token``)
 
 
 _RENDITION = msgspec.msgpack.Decoder(_Rendition)
+# Sizes and offsets, 8 bytes each, as this machine orders them (a cache is this machine's:
+# one from another, whose numbers would read as nonsense, fails the checks they are put to).
+_INTS = "q"
 _HEAD_LARGEST = 1 << 24  # a rendition's head: a request and the MCP servers consulted
 _COPY_PIECE = 1 << 20
 
@@ -334,9 +339,9 @@ class KeptPieces:
     def __init__(
         self,
         items: _Items,
-        sizes: list[int],
+        sizes: array.array[int],
         keys: list[Any],
-        rendition: tuple[BinaryIO, Path, int, list[int]],  # its file, path, bytes' start, spans
+        rendition: tuple[BinaryIO, Path, int, array.array[int]],  # file, path, start, spans
         basis: Any,
         checks: Any,
     ) -> None:
@@ -344,7 +349,7 @@ class KeptPieces:
         self._rendition, self._path, self._at, self._spans = rendition
         self.sizes, self.keys = sizes, keys
         self.basis, self.checks = basis, checks
-        self._offsets = list(itertools.accumulate(sizes, initial=items.offset))
+        self._offsets = array.array(_INTS, itertools.accumulate(sizes, initial=items.offset))
 
     def memo_runs(self, low: int, high: int, most: int) -> Iterator[tuple[int, int]]:
         """Items [low, high) in runs [start, end) of at most ``most`` bytes each (at least
@@ -887,7 +892,7 @@ class ReportCache:
             yield from _encoded_in_pieces(value)
             yield _ENCODER.encode(basis)
             # No groups (decoded whole), no items' sizes or keys; its token.
-            yield _ENCODER.encode(([], [], None, token))[1:]
+            yield _ENCODER.encode(([], b"", None, token))[1:]
 
         token = os.urandom(8)
         name = _memo_name(kind, request)
@@ -1060,10 +1065,10 @@ class ReportCache:
         if items is None or header is None:
             return None
         count = sum(group[0] for group in memo.groups)
-        sizes = memo.sizes
         try:
+            sizes = array.array(_INTS, memo.sizes)
             keys = msgspec.msgpack.decode(memo.keys, type=list[key_type])
-        except _UNDECODABLE:
+        except (*_UNDECODABLE, ValueError):  # ValueError: bytes not whole numbers
             return None
         if (
             len(sizes) != count
@@ -1088,7 +1093,7 @@ class ReportCache:
             size = info.st_size
             head, length = self._head_of(file, file.read(8), min(_HEAD_LARGEST, size - 8))
             kept = _RENDITION.decode(head.body)
-            spans = kept.spans
+            spans = array.array(_INTS, kept.spans)
             if (
                 not memo.token
                 or kept.memo != memo.token  # made with this very memo
@@ -1098,12 +1103,19 @@ class ReportCache:
                 or kept.checks != memo.checks
                 or size != 8 + length + kept.length
                 or len(spans) != 2 * count
-                or spans != sorted(spans)  # in order: sorting them changes nothing (in C)
+                or not _in_order(spans)
                 or (spans and (spans[0] < 0 or spans[-1] > kept.length))
                 or _summed(file.fileno(), 8 + length, kept.length) != kept.check
             ):
                 raise _Unsound
-        except (_Unsound, OSError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        except (
+            _Unsound,
+            OSError,
+            ValueError,  # spans that are not whole numbers
+            msgspec.DecodeError,
+            msgspec.ValidationError,
+            RecursionError,
+        ):
             file.close()
             return None
         except BaseException:
@@ -1498,7 +1510,8 @@ class RenditionSpool(_Spool):
         self._kind, self._request, self._form = kind, request, form
         self._checks = checks
         self._check = 0  # the bytes' CRC-32, as they are given
-        self._spans: list[int] | None = []  # where the items lie (``add``); None: not known
+        # Where the items lie (``add``); None: not known.
+        self._spans: array.array[int] | None = array.array(_INTS)
 
     def add(self, piece: bytes | bytearray, spans: Sequence[int] | None = None) -> None:
         """Add ``piece``; ``spans``: where the items of the memo's list in it lie, ``[start,
@@ -1508,7 +1521,7 @@ class RenditionSpool(_Spool):
             self._spans = None
         elif spans and self._spans is not None:
             at = self._length
-            self._spans += [at + offset for offset in spans]
+            self._spans.extend([at + offset for offset in spans])
         self._check = zlib.crc32(piece, self._check)
         super().add(piece)
 
@@ -1529,7 +1542,7 @@ class RenditionSpool(_Spool):
                 self._length,
                 list(notes),
                 self._check,
-                self._spans or [],
+                b"" if self._spans is None else self._spans.tobytes(),
                 cache._tokens.get(_memo_name(self._kind, self._request), b""),
             )
             head = cache._sealed(_ENCODER.encode(rendition))
@@ -1553,8 +1566,10 @@ class MemoSpool(_Spool):
         self._groups: list[tuple[int, int, int]] = []  # items, bytes, CRC-32
         self._count = 0  # items in the buffer
         self._buffer = bytearray()
-        self._sizes: list[int] = []  # each item's bytes
-        self._keys: list[Any] | None = []  # each item's key; None: an item was given none
+        self._sizes = array.array(_INTS)  # each item's bytes
+        # Each item's key, encoded as it comes (no object held an item); None: an item was
+        # given none.
+        self._keys: bytearray | None = bytearray()
 
     def add_item(self, item: Any, *, from_memo: bool = False, key: Any = None) -> None:
         """Encode ``item`` into the spool, and decode it as it will be read back: an item
@@ -1576,11 +1591,14 @@ class MemoSpool(_Spool):
         except (*UNENCODABLE, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             self.discard()
             return
-        self._sizes.append(len(self._buffer) - start)
         if key is None:
             self._keys = None
         elif self._keys is not None:
-            self._keys.append(key)
+            try:
+                _ENCODER.encode_into(key, self._keys, -1)
+            except UNENCODABLE:
+                self._keys = None
+        self._sizes.append(len(self._buffer) - start)
         self._count += 1
         if len(self._buffer) >= _PIECE:
             self._flush()
@@ -1597,9 +1615,10 @@ class MemoSpool(_Spool):
             except OSError:
                 self.discard()
                 return
-            self._sizes += kept.sizes[start:end]
-            if self._keys is not None:
-                self._keys += kept.keys[start:end]
+            self._sizes.extend(kept.sizes[start:end])
+            if self._keys is not None:  # their encoding, less the array's head
+                keys = _ENCODER.encode(kept.keys[start:end])
+                self._keys += memoryview(keys)[len(_array_head(end - start)) :]
             self._count += end - start
             if len(self._buffer) >= _PIECE:
                 self._flush()
@@ -1623,7 +1642,13 @@ class MemoSpool(_Spool):
             try:
                 start = bytearray(_ENCODER.encode((self._request, checks)))
                 token = os.urandom(8)
-                end = _ENCODER.encode((basis, self._groups, self._sizes, self._keys, token))[1:]
+                count = sum(group[0] for group in self._groups)
+                keys = b"\xc0" if self._keys is None else _array_head(count) + self._keys
+                end = (
+                    _ENCODER.encode((basis, self._groups, self._sizes.tobytes()))[1:]
+                    + keys
+                    + _ENCODER.encode(token)
+                )
             except UNENCODABLE:
                 return
             start[0] += 6  # fixarray of 2 (0x92) → of 8: value, basis, groups, … token
@@ -1671,6 +1696,16 @@ def _encoded_in_pieces(value: Any) -> Iterator[bytes]:
     for field, name in zip(value.__struct_fields__, fields, strict=True):
         yield _ENCODER.encode(name)
         yield from _encoded_in_pieces(getattr(value, field))
+
+
+def _in_order(numbers: array.array[int]) -> bool:
+    """Whether ``numbers`` never go down, looked at a slice at a time (in C)."""
+    step = 4096
+    for at in range(0, len(numbers), step):
+        piece = numbers[at : at + step + 1].tolist()
+        if piece != sorted(piece):
+            return False
+    return True
 
 
 def _list_head(field: str, length: int) -> bytes:
