@@ -1691,6 +1691,44 @@ def test_a_report_brought_up_to_date_with_a_session_busy_keeps_nothing(
     assert {path: path.read_bytes() for path in kept} == kept
 
 
+def test_a_report_asks_for_each_directorys_mcp_servers_once(tmp_path) -> None:
+    """A report asks once per directory which MCP servers are configured (each asking reads
+    a few dozen paths up the folder tree): made whole, and brought up to date, where the
+    last report's servers are checked and then its changed sessions summarized."""
+    db, root = _odd_database(tmp_path, [], []), tmp_path / "cache"
+    asked: list[str | None] = []
+
+    def servers(directory: str | None) -> list[str]:
+        asked.append(directory)
+        return ["my-tools"]
+
+    def written() -> bytes:
+        out = io.BytesIO()
+        with open_store(db) as store:
+            cache = ReportCache.open(store, root=root)
+            write_sessions(
+                store, "json", RENDER["json"], out, cache=cache, each=True,
+                listed=rows.JSON_LIST, all_sessions=True, mcp_servers=servers,
+            )  # fmt: skip
+        return out.getvalue()
+
+    written()
+    assert asked and len(asked) == len(set(asked))
+    _moved(db, 1)
+    asked.clear()
+    answers = []
+    with pytest.MonkeyPatch.context() as patch:
+        write_spliced = sessions_module._write_spliced
+        patch.setattr(
+            sessions_module,
+            "_write_spliced",
+            lambda *args: answers.append(write_spliced(*args)) or answers[-1],
+        )
+        written()
+    assert answers == [True]  # brought up to date
+    assert asked and len(asked) == len(set(asked))
+
+
 def test_a_rendition_cut_short_while_copied_is_one_error(tmp_path, monkeypatch) -> None:
     """A rendition cut short after it was summed (by another program: no run of ours writes
     a file in place) stops the report brought up to date with one error, "run again", and

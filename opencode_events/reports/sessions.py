@@ -1386,8 +1386,7 @@ def sessions_report(
     ``cache`` (``ReportCache.open(store)``): the report cache, which answers a repeat of
     an unchanged database and spares the sessions that did not change; the report is the
     same with or without it."""
-    if mcp_servers is None:
-        from .mcp import mcp_server_names as mcp_servers
+    mcp_servers = _asked_once(mcp_servers)
     request = _request(since_ms, limit, all_sessions, fold, until_ms)
     if since_ms is None and until_ms is None and limit is None:
         summaries, servers, parents, _read_again = _every_session(
@@ -1519,8 +1518,7 @@ def write_sessions(
     a report of every session brought up to date copies the bytes of the summaries that
     did not change, from the last report's memo and its bytes in ``form``, and makes and
     writes only the others (``_write_spliced``)."""
-    if mcp_servers is None:
-        from .mcp import mcp_server_names as mcp_servers
+    mcp_servers = _asked_once(mcp_servers)
     if listed is not None:
         render = listed.pieces
     request = _request(**choices)
@@ -1623,6 +1621,26 @@ def _write_pieces(rendered: bytes | Iterable[Any], out: BinaryIO, spool: Any) ->
         out.write(piece)
         if spool is not None:
             spool.add(piece, spans)
+
+
+def _asked_once(
+    mcp_servers: Callable[[str | None], Sequence[str]] | None,
+) -> Callable[[str | None], Sequence[str]]:
+    """``mcp_servers`` (default: OpenCode's config files, ``mcp``) asked once per directory
+    in a report: a kept report's servers are checked, then its changed sessions summarized,
+    in the same directories, and each asking reads a few dozen paths up the folder tree."""
+    if mcp_servers is None:
+        from .mcp import mcp_server_names as mcp_servers
+    asked = mcp_servers
+    known: dict[str | None, Sequence[str]] = {}
+
+    def once(directory: str | None) -> Sequence[str]:
+        found = known.get(directory)
+        if found is None:
+            found = known[directory] = asked(directory)
+        return found
+
+    return once
 
 
 def _request(
