@@ -1514,11 +1514,14 @@ def write_sessions(
     repeat's time; for 100,000, 110 MB of JSON).
 
     ``listed``: a list written item by item (``output.rows.JSON_LIST``, ``JSON_LINES``),
-    which then writes the summaries in place of ``render``, and says where each lies:
+    which, with ``cache``, writes the summaries in place of ``render`` (the same bytes),
+    and says where each lies:
     a report of every session brought up to date copies the bytes of the summaries that
     did not change, from the last report's memo and its bytes in ``form``, and makes and
     writes only the others (``_write_spliced``)."""
     mcp_servers = _asked_once(mcp_servers)
+    if cache is None:
+        listed = None  # where each summary lies is of use to the cache alone
     if listed is not None:
         render = listed.pieces
     request = _request(**choices)
