@@ -915,10 +915,31 @@ class ReportCache:
 
         The file: the length of its head (8 bytes), the head (a ``_Header`` whose body says
         what the bytes are and how many), then the bytes."""
+        found = self._rendition(
+            _rendition_name(kind, request, form),
+            lambda header, kept: (
+                header.fingerprint == self.fingerprint
+                and kept.request == request
+                and kept.form == form
+                and still_true(kept.checks)
+            ),
+        )
+        if found is None:
+            return None
+        file, start, kept, _spans = found
+        _touched(file.fileno())
+        return Rendition(file, start, kept.length, kept.notes)
+
+    def _rendition(
+        self, name: str, fits: Callable[[_Header, _Rendition], bool], *, spans: bool = False
+    ) -> tuple[BinaryIO, int, _Rendition, array.array[int]] | None:
+        """The rendition ``name``, when it is sound (every byte summed) and ``fits`` the
+        caller (its header and head), and with ``spans``, when they lie in order within its
+        bytes: its file, opened (unbuffered: the check reads the head alone, a copy the
+        bytes as they are now), where its bytes start, its head and its spans (empty
+        without ``spans``); else None."""
         try:
-            # Unbuffered: the check reads the head alone, the copy the bytes as they are now.
-            name = _rendition_name(kind, request, form)
-            file = open(self.folder / name, "rb", buffering=0)  # noqa: SIM115 - Rendition's
+            file = open(self.folder / name, "rb", buffering=0)  # noqa: SIM115 - the caller's
         except OSError:
             return None
         try:
@@ -927,25 +948,30 @@ class ReportCache:
                 raise _Unsound
             size = info.st_size
             header, length = self._head_of(file, file.read(8), min(_HEAD_LARGEST, size - 8))
-            if header.fingerprint != self.fingerprint:
-                raise _Unsound
             kept = _RENDITION.decode(header.body)
+            where = array.array(_INTS, kept.spans if spans else b"")
             if (
-                kept.request != request
-                or kept.form != form
+                not fits(header, kept)
                 or size != 8 + length + kept.length
-                or not still_true(kept.checks)
+                or not _in_order(where)
+                or (where and (where[0] < 0 or where[-1] > kept.length))
                 or _summed(file.fileno(), 8 + length, kept.length) != kept.check
             ):
                 raise _Unsound
-        except (_Unsound, OSError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        except (
+            _Unsound,
+            OSError,
+            ValueError,  # spans that are not whole numbers
+            msgspec.DecodeError,
+            msgspec.ValidationError,
+            RecursionError,
+        ):
             file.close()
             return None
         except BaseException:
             file.close()
             raise
-        _touched(file.fileno())
-        return Rendition(file, 8 + length, kept.length, kept.notes)
+        return file, 8 + length, kept, where
 
     def keep_rendered(
         self,
@@ -1081,47 +1107,24 @@ class ReportCache:
             if not _groups_sound(items, memo.groups):
                 return None
             self._sound_memos.add(name)
-        path = self.folder / _rendition_name(kind, request, form)
-        try:
-            file = open(path, "rb", buffering=0)  # noqa: SIM115 - KeptPieces' to close
-        except OSError:
+        rendition_name = _rendition_name(kind, request, form)
+        found = self._rendition(
+            rendition_name,
+            lambda head, kept: (
+                bool(memo.token)
+                and kept.memo == memo.token  # made with this very memo
+                and head.fingerprint == header[0].fingerprint
+                and kept.request == request
+                and kept.form == form
+                and kept.checks == memo.checks
+                and len(kept.spans) == 16 * count  # two 8-byte numbers an item
+            ),
+            spans=True,
+        )
+        if found is None:
             return None
-        try:
-            info = os.fstat(file.fileno())
-            if _from_the_future(info):
-                raise _Unsound
-            size = info.st_size
-            head, length = self._head_of(file, file.read(8), min(_HEAD_LARGEST, size - 8))
-            kept = _RENDITION.decode(head.body)
-            spans = array.array(_INTS, kept.spans)
-            if (
-                not memo.token
-                or kept.memo != memo.token  # made with this very memo
-                or head.fingerprint != header[0].fingerprint
-                or kept.request != request
-                or kept.form != form
-                or kept.checks != memo.checks
-                or size != 8 + length + kept.length
-                or len(spans) != 2 * count
-                or not _in_order(spans)
-                or (spans and (spans[0] < 0 or spans[-1] > kept.length))
-                or _summed(file.fileno(), 8 + length, kept.length) != kept.check
-            ):
-                raise _Unsound
-        except (
-            _Unsound,
-            OSError,
-            ValueError,  # spans that are not whole numbers
-            msgspec.DecodeError,
-            msgspec.ValidationError,
-            RecursionError,
-        ):
-            file.close()
-            return None
-        except BaseException:
-            file.close()
-            raise
-        rendition = (file, path, 8 + length, spans)
+        file, start, _kept, spans = found
+        rendition = (file, self.folder / rendition_name, start, spans)
         return KeptPieces(items, sizes, keys, rendition, basis, memo.checks)
 
     def _each_item(

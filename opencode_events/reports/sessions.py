@@ -67,7 +67,7 @@ from ..store.rows import (
     sessions_changed,
 )
 from ..store.sqlite import Store
-from .cache import KeptPieces, ReportCache
+from .cache import KeptPieces, MemoSpool, ReportCache
 from .mcp import mcp_server_of
 from .spend import written_spend
 from .undone import pending_reverts, undone_figures
@@ -1574,10 +1574,9 @@ def _write_made(
     if cache is None:
         _write_kept(render(summaries), out, None, request, form)
         return
-    memo = cache.memo_spool("sessions", request, "sessions", SessionSummary)
     busy = False
 
-    def kept_as_made() -> Iterator[SessionSummary]:
+    def kept_as_made(memo: MemoSpool) -> Iterator[SessionSummary]:
         nonlocal busy
         for summary in summaries:
             busy = busy or summary.state == BUSY
@@ -1585,11 +1584,35 @@ def _write_made(
             memo.add_item(summary, from_memo=unchanged, key=_ACTIVITY(summary))
             yield summary
 
+    _write_spooled(
+        lambda memo: render(kept_as_made(memo)),
+        out,
+        cache,
+        request,
+        form,
+        lambda: not busy and [_checks(servers), [cache.stamps, parents()]],
+    )
+
+
+def _write_spooled(
+    pieces: Callable[[MemoSpool], bytes | Iterable[Any]],
+    out: BinaryIO,
+    cache: ReportCache,
+    request: list[Any],
+    form: str,
+    kept_with: Callable[[], Any],
+) -> None:
+    """Write ``pieces(memo)``, the report of every session as it is made into ``memo`` (a
+    spool for its memo); the memo and the rendition, spooled as they go, are kept once the
+    last piece is written when ``kept_with()`` gives the memo's checks and basis, not when
+    it gives False (a session busy, as ``_remember`` keeps a report)."""
+    memo = cache.memo_spool("sessions", request, "sessions", SessionSummary)
     spool = cache.rendering("sessions", request, form, ahead=True)
     try:
-        _write_pieces(render(kept_as_made()), out, spool)
-        if not busy:  # as ``_remember`` keeps a report
-            memo.keep(_checks(servers), [cache.stamps, parents()])
+        _write_pieces(pieces(memo), out, spool)
+        kept = kept_with()
+        if kept:
+            memo.keep(*kept)
             if spool is not None:
                 spool.keep()
     finally:
@@ -1838,19 +1861,17 @@ def _write_spliced(
         if brought is None:
             return False
         fresh, servers, parents, ids = brought
-        memo = cache.memo_spool("sessions", request, "sessions", SessionSummary)
-        spool = cache.rendering("sessions", request, form, ahead=True)
-        try:
-            pieces = _spliced(kept, fresh, ids, listed, memo)
-            _write_pieces(pieces, out, spool)
-            if not any(summary.state == BUSY for summary in fresh):  # as ``_remember``
-                memo.keep(_checks(servers), [cache.stamps, parents])
-                if spool is not None:
-                    spool.keep()
-        finally:
-            memo.discard()
-            if spool is not None:
-                spool.discard()
+        _write_spooled(
+            lambda memo: _spliced(kept, fresh, ids, listed, memo),
+            out,
+            cache,
+            request,
+            form,
+            lambda: (
+                not any(summary.state == BUSY for summary in fresh)
+                and [_checks(servers), [cache.stamps, parents]]
+            ),
+        )
     finally:
         kept.close()
     return True
