@@ -129,11 +129,12 @@ def _head_is_foreign(command: str) -> bool:
         if name not in _KNOWN_HEADS:
             return True
         heads.append(name)
-    # `echo`/`printf` change a file only through `>` or a `| tee`: without either, no.
+    # `echo`/`printf` change a file only through `>` or a `| tee`: without either, no. A
+    # tee may come behind a wrapper (`| time tee f`), so the word is looked for anywhere.
     return (
         not quoted
         and ">" not in command
-        and "tee" not in heads
+        and "tee" not in command
         and any(name in _CONTENT_COMMANDS for name in heads)
     )
 
