@@ -515,6 +515,7 @@ class ReportCache:
         self._sound_memos: set[str] = set()  # spooled memos whose every group gave its CRC-32
         self._kept: dict[str, Any] = {}  # memos kept or found sound in this run: their checks
         self._tokens: dict[str, bytes] = {}  # and their tokens (``_Memo.token``)
+        self._bases: dict[str, Any] = {}  # the bases of memos read (never changed by a caller)
         self._aside: list[int] = []  # forked children writing a ledger (``settle``)
         self._keeps = True  # False: this run writes nothing (``_observe``)
 
@@ -831,15 +832,19 @@ class ReportCache:
         self, kind: str, request: Any, still_true: Callable[[Any], bool]
     ) -> tuple[_Memo, _Items | None, Any] | None:
         """``_memo`` and its basis, when kept of an earlier state that only OpenCode's own
-        writes (its event log moved) led from, with a basis."""
+        writes (its event log moved) led from, with a basis (decoded once a run: a report
+        that cannot copy from the last one reads it from its summaries next)."""
         found = self._memo(kind, request, still_true)
         if found is None or not self._only_opencode_since(found[0].fingerprint):
             return None
-        try:
-            with _collector_paused():
-                basis = msgspec.msgpack.decode(found[1].basis)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
-            return None
+        name = _memo_name(kind, request)
+        if name not in self._bases:
+            try:
+                with _collector_paused():
+                    self._bases[name] = msgspec.msgpack.decode(found[1].basis)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+                self._bases[name] = None
+        basis = self._bases[name]
         return None if basis is None else (found[1], found[2], basis)
 
     @staticmethod
@@ -897,6 +902,7 @@ class ReportCache:
         token = os.urandom(8)
         name = _memo_name(kind, request)
         self._memos.pop(name, None)
+        self._bases.pop(name, None)
         self._kept[name] = checks
         self._tokens[name] = token
         self._write(name, pieces())
@@ -1218,6 +1224,7 @@ class ReportCache:
         stay): a report that will not use them need not hold them while it is made (at
         100,000 sessions, about 80 MB each)."""
         self._memos.pop(_memo_name(kind, request), None)
+        self._bases.pop(_memo_name(kind, request), None)
         self._ledgers.pop(_ledger_name(kind, request), None)
 
     # ------------------------------------------------------------------ ledgers
@@ -1663,6 +1670,7 @@ class MemoSpool(_Spool):
             head = cache._sealed(bytes(start) + value + end)
             name = _memo_name(self._kind, self._request)
             cache._memos.pop(name, None)
+            cache._bases.pop(name, None)
             cache._kept[name] = checks
             cache._tokens[name] = token
             cache._replace(name, [len(head).to_bytes(8, "big"), head], self._spooled())
