@@ -1729,6 +1729,29 @@ def test_a_report_asks_for_each_directorys_mcp_servers_once(tmp_path) -> None:
     assert asked and len(asked) == len(set(asked))
 
 
+def test_a_last_memos_basis_is_not_held_while_the_report_is_written(tmp_path, monkeypatch) -> None:
+    """The last memo's basis (every session's stamp and parent: 29 MB decoded at 100,000
+    sessions), decoded to try the copy and handed to the reading of its summaries when
+    there is no rendition to copy from, is not held by the cache while they are written."""
+    db, root = _odd_database(tmp_path, [], []), tmp_path / "cache"
+    which = REPORTS.index(("sessions as json", {"all_sessions": True}))
+    _report(db, which, root)
+    for rendition in root.rglob("render-*"):
+        rendition.unlink()
+    _moved(db, 1)
+    expected = _report(db, which, None)
+    held: list[dict] = []
+    keep = report_cache.MemoSpool.keep
+
+    def kept(spool, *args):
+        held.append(dict(spool._cache._bases))
+        return keep(spool, *args)
+
+    monkeypatch.setattr(report_cache.MemoSpool, "keep", kept)
+    assert _report(db, which, root) == expected
+    assert held == [{}]
+
+
 def test_a_rendition_cut_short_while_copied_is_one_error(tmp_path, monkeypatch) -> None:
     """A rendition cut short after it was summed (by another program: no run of ours writes
     a file in place) stops the report brought up to date with one error, "run again", and

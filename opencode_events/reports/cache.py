@@ -102,14 +102,15 @@ __all__ = [
 
 T = TypeVar("T")
 
-FORMAT = 12  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
+FORMAT = 13  # 2: invalid calls among tool_failures; forked, …; 3: the fingerprint's epoch;
 # 4: a memo's groups; 5: a report by turn of every session spooled row by row; 6: a
 # ledger's entries in groups, read as they are used; 7: every file's bytes summed (CRC-32);
 # 8: a folded subagent's total_tokens its replies' (was its session row's classes); 9: the
 # database's change time in the fingerprint; 10: only a session's newest reply in flight,
 # a history two forks copied from a deleted original counted once, a damaged time no time;
 # 11: a prompt awaiting its reply in flight (the ledger's in_flight: maybe, by the newest);
-# 12: a spooled memo's item sizes and order keys, a rendition's item spans (``KeptPieces``)
+# 12: a spooled memo's item sizes and order keys, a rendition's item spans (``KeptPieces``);
+# 13: those sizes and spans as 8-byte arrays' bytes, and a memo's token in its renditions
 MEMOS = 16  # whole reports kept per database
 # Ledgers kept per database: one per kind of report and choice that needs one (sessions,
 # usage by day, model or agent in each zone, context, undo windows), and those an older
@@ -515,7 +516,7 @@ class ReportCache:
         self._sound_memos: set[str] = set()  # spooled memos whose every group gave its CRC-32
         self._kept: dict[str, Any] = {}  # memos kept or found sound in this run: their checks
         self._tokens: dict[str, bytes] = {}  # and their tokens (``_Memo.token``)
-        self._bases: dict[str, Any] = {}  # the bases of memos read (never changed by a caller)
+        self._bases: dict[str, Any] = {}  # a basis held for its next reader (``_memo_since``)
         self._aside: list[int] = []  # forked children writing a ledger (``settle``)
         self._keeps = True  # False: this run writes nothing (``_observe``)
 
@@ -829,22 +830,25 @@ class ReportCache:
         return found if found is not None and found[0].fingerprint == self.fingerprint else None
 
     def _memo_since(
-        self, kind: str, request: Any, still_true: Callable[[Any], bool]
+        self, kind: str, request: Any, still_true: Callable[[Any], bool], *, hold: bool = False
     ) -> tuple[_Memo, _Items | None, Any] | None:
         """``_memo`` and its basis, when kept of an earlier state that only OpenCode's own
-        writes (its event log moved) led from, with a basis (decoded once a run: a report
-        that cannot copy from the last one reads it from its summaries next)."""
+        writes (its event log moved) led from, with a basis. ``hold``: the basis is kept
+        for the next asking in this run, and handed to it (a report that cannot copy from
+        the last one reads its summaries next): not decoded twice, and held no longer."""
         found = self._memo(kind, request, still_true)
         if found is None or not self._only_opencode_since(found[0].fingerprint):
             return None
         name = _memo_name(kind, request)
-        if name not in self._bases:
+        basis = self._bases.pop(name, _UNREAD)
+        if basis is _UNREAD:
             try:
                 with _collector_paused():
-                    self._bases[name] = msgspec.msgpack.decode(found[1].basis)
+                    basis = msgspec.msgpack.decode(found[1].basis)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
-                self._bases[name] = None
-        basis = self._bases[name]
+                basis = None
+        if hold:
+            self._bases[name] = basis
         return None if basis is None else (found[1], found[2], basis)
 
     @staticmethod
@@ -903,6 +907,7 @@ class ReportCache:
         name = _memo_name(kind, request)
         self._memos.pop(name, None)
         self._bases.pop(name, None)
+        self._sound_memos.discard(name)
         self._kept[name] = checks
         self._tokens[name] = token
         self._write(name, pieces())
@@ -1089,7 +1094,7 @@ class ReportCache:
         each item lies; every byte of both summed and found as written. None when any of
         it is missing or unsound: the caller reads the memo's items instead."""
         name = _memo_name(kind, request)
-        found = self._memo_since(kind, request, still_true)
+        found = self._memo_since(kind, request, still_true, hold=True)
         if found is None:
             return None
         memo, items, basis = found
@@ -1225,6 +1230,7 @@ class ReportCache:
         100,000 sessions, about 80 MB each)."""
         self._memos.pop(_memo_name(kind, request), None)
         self._bases.pop(_memo_name(kind, request), None)
+        self._sound_memos.discard(_memo_name(kind, request))
         self._ledgers.pop(_ledger_name(kind, request), None)
 
     # ------------------------------------------------------------------ ledgers
@@ -1438,6 +1444,7 @@ class ReportCache:
 
 
 _NOT_KEPT = object()
+_UNREAD = object()  # a basis not decoded yet
 
 
 class Spill:
@@ -1671,6 +1678,7 @@ class MemoSpool(_Spool):
             name = _memo_name(self._kind, self._request)
             cache._memos.pop(name, None)
             cache._bases.pop(name, None)
+            cache._sound_memos.discard(name)
             cache._kept[name] = checks
             cache._tokens[name] = token
             cache._replace(name, [len(head).to_bytes(8, "big"), head], self._spooled())
