@@ -15,6 +15,7 @@ OpenCode's writes or another program's.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import itertools
@@ -25,6 +26,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -988,6 +990,19 @@ LEDGER_REPORTS = [
 ]
 
 
+@contextlib.contextmanager
+def _a_test_ledger(tmp_path: Path) -> Iterator[tuple[Any, ReportCache, list[str]]]:
+    """samples/task's store, its cache, and its sessions' ids, with a ledger ``test`` kept
+    of every session (each entry ``[sid, 7]``)."""
+    db = tmp_path / "opencode.db"
+    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
+    with open_store(db) as store:
+        cache = ReportCache.open(store, root=tmp_path / "cache")
+        sids = list(cache.stamps)
+        cache.keep_ledger("test", [1], {sid: [sid, 7] for sid in sids})
+        yield store, cache, sids
+
+
 def _ledger_groups_decoded(monkeypatch) -> list[bytes]:
     """The bytes of each group of ledger entries decoded from here on, as it is decoded."""
     groups: list[bytes] = []
@@ -1085,12 +1100,7 @@ def test_a_ledger_damaged_in_its_entries_is_ignored_and_one_changed_while_read_a
     seen."""
     if not held:
         monkeypatch.setattr(report_cache, "_HELD_LEDGER", 0)
-    db = tmp_path / "opencode.db"
-    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    with open_store(db) as store:
-        cache = ReportCache.open(store, root=tmp_path / "cache")
-        sids = list(cache.stamps)
-        cache.keep_ledger("test", [1], {sid: [sid, 7] for sid in sids})
+    with _a_test_ledger(tmp_path) as (_store, cache, sids):
         (ledger,) = cache.folder.glob("ledger-*")
         entries = cache.ledger_entries("test", [1])
         assert entries.count == len(sids)
@@ -1121,12 +1131,7 @@ def test_a_ledger_decoded_whole_is_not_held_as_it_is_opened(tmp_path, monkeypatc
     the first pass's groups would double its peak (a review measured 35 → 52 MB for the
     ``sessions`` ledger of 100,000 sessions), for a pass it does not need."""
     monkeypatch.setattr(report_cache, "_PIECE", 64)  # a group per entry or two
-    db = tmp_path / "opencode.db"
-    shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
-    with open_store(db) as store:
-        cache = ReportCache.open(store, root=tmp_path / "cache")
-        sids = list(cache.stamps)
-        cache.keep_ledger("test", [1], {sid: [sid, 7] for sid in sids})
+    with _a_test_ledger(tmp_path) as (store, _cache, sids):
         groups = _ledger_groups_decoded(monkeypatch)
         again = ReportCache.open(store, root=tmp_path / "cache")
         assert again.ledger("test", [1], list) == {sid: [sid, 7] for sid in sids}
@@ -1251,6 +1256,7 @@ def _ledger_request(path: Path) -> Any:
 
 _IN_A_PROCESS = """
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from tests.test_cache import REPORTS, _report

@@ -514,8 +514,8 @@ class ReportCache:
         self._memos: dict[str, tuple[_Header, _Items | None] | None] = {}
         self._opened: list[_Items] = []  # spooled memos' files read in this run (``close``)
         self._sound_memos: set[str] = set()  # spooled memos whose every group gave its CRC-32
-        self._kept: dict[str, Any] = {}  # memos kept or found sound in this run: their checks
-        self._tokens: dict[str, bytes] = {}  # and their tokens (``_Memo.token``)
+        # Memos kept or found sound in this run: their checks and token (``_Memo.token``).
+        self._kept: dict[str, tuple[Any, bytes]] = {}
         self._bases: dict[str, Any] = {}  # a basis held for its next reader (``_memo_since``)
         self._aside: list[int] = []  # forked children writing a ledger (``settle``)
         self._keeps = True  # False: this run writes nothing (``_observe``)
@@ -884,8 +884,7 @@ class ReportCache:
                 value = msgspec.msgpack.decode(self._value(found[1], found[2]), type=type_)
         except (*_UNTRUSTED, OSError):
             return None
-        self._kept[_memo_name(kind, request)] = found[1].checks
-        self._tokens[_memo_name(kind, request)] = found[1].token
+        self._kept[_memo_name(kind, request)] = (found[1].checks, found[1].token)
         return value
 
     def remember(
@@ -905,11 +904,8 @@ class ReportCache:
 
         token = os.urandom(8)
         name = _memo_name(kind, request)
-        self._memos.pop(name, None)
-        self._bases.pop(name, None)
-        self._sound_memos.discard(name)
-        self._kept[name] = checks
-        self._tokens[name] = token
+        self._forget(name)
+        self._kept[name] = (checks, token)
         self._write(name, pieces())
 
     def rendered(
@@ -1012,10 +1008,10 @@ class ReportCache:
         (``keep``), so that the whole of it is never held: as ``keep_rendered``, only when
         its memo was kept or found sound in this run (else None). ``ahead``: the memo is
         yet to be kept (``memo_spool``): the spool is given and asks at ``keep``."""
-        checks = self._kept.get(_memo_name(kind, request), _NOT_KEPT)
-        if checks is _NOT_KEPT and not ahead:
+        kept = self._kept.get(_memo_name(kind, request), _NOT_KEPT)
+        if kept is _NOT_KEPT and not ahead:
             return None
-        return RenditionSpool(self, kind, request, form, checks)
+        return RenditionSpool(self, kind, request, form, kept)
 
     def memo_spool(self, kind: str, request: Any, field: str, item_type: type) -> MemoSpool:
         """A spool for the memo of ``request``, a report that is a struct of one field
@@ -1059,8 +1055,7 @@ class ReportCache:
             return None
         items = self._each_item(kind, request, found[1], found[2], type_, field, item_type)
         if items is not None:
-            self._kept[_memo_name(kind, request)] = found[1].checks
-            self._tokens[_memo_name(kind, request)] = found[1].token
+            self._kept[_memo_name(kind, request)] = (found[1].checks, found[1].token)
         return items
 
     def previous_each(
@@ -1228,10 +1223,14 @@ class ReportCache:
         """Let go of the memo and ledger of ``request`` read in this run (their files
         stay): a report that will not use them need not hold them while it is made (at
         100,000 sessions, about 80 MB each)."""
-        self._memos.pop(_memo_name(kind, request), None)
-        self._bases.pop(_memo_name(kind, request), None)
-        self._sound_memos.discard(_memo_name(kind, request))
+        self._forget(_memo_name(kind, request))
         self._ledgers.pop(_ledger_name(kind, request), None)
+
+    def _forget(self, name: str) -> None:
+        """Let go of what this run read of memo ``name``: it is let go or written again."""
+        self._memos.pop(name, None)
+        self._bases.pop(name, None)
+        self._sound_memos.discard(name)
 
     # ------------------------------------------------------------------ ledgers
 
@@ -1522,10 +1521,10 @@ class RenditionSpool(_Spool):
     file, the head and then the bytes copied as a kept rendition is (``Rendition.write_to``:
     by ``sendfile``, in the kernel)."""
 
-    def __init__(self, cache: ReportCache, kind: str, request: Any, form: str, checks: Any):
+    def __init__(self, cache: ReportCache, kind: str, request: Any, form: str, kept: Any):
         super().__init__(cache)
         self._kind, self._request, self._form = kind, request, form
-        self._checks = checks
+        self._memo = kept  # its memo's checks and token, or _NOT_KEPT: asked at ``keep``
         self._check = 0  # the bytes' CRC-32, as they are given
         # Where the items lie (``add``); None: not known.
         self._spans: array.array[int] | None = array.array(_INTS)
@@ -1547,11 +1546,12 @@ class RenditionSpool(_Spool):
         if self._fd < 0:
             return
         try:
-            cache, checks = self._cache, self._checks
-            if checks is _NOT_KEPT:  # a spool given ahead: its memo must be kept by now
-                checks = cache._kept.get(_memo_name(self._kind, self._request), _NOT_KEPT)
-                if checks is _NOT_KEPT:
+            cache, kept = self._cache, self._memo
+            if kept is _NOT_KEPT:  # a spool given ahead: its memo must be kept by now
+                kept = cache._kept.get(_memo_name(self._kind, self._request), _NOT_KEPT)
+                if kept is _NOT_KEPT:
                     return
+            checks, token = kept
             rendition = _Rendition(
                 self._request,
                 self._form,
@@ -1560,7 +1560,7 @@ class RenditionSpool(_Spool):
                 list(notes),
                 self._check,
                 b"" if self._spans is None else self._spans.tobytes(),
-                cache._tokens.get(_memo_name(self._kind, self._request), b""),
+                token,
             )
             head = cache._sealed(_ENCODER.encode(rendition))
             name = _rendition_name(self._kind, self._request, self._form)
@@ -1671,16 +1671,11 @@ class MemoSpool(_Spool):
             start[0] += 6  # fixarray of 2 (0x92) → of 8: value, basis, groups, … token
             # The value's head, as bytes (its items follow the whole head, in the file:
             # ``_read_memo``), so that the head is whole without them.
-            value = _ENCODER.encode(
-                _list_head(self._field, sum(group[0] for group in self._groups))
-            )
+            value = _ENCODER.encode(_list_head(self._field, count))
             head = cache._sealed(bytes(start) + value + end)
             name = _memo_name(self._kind, self._request)
-            cache._memos.pop(name, None)
-            cache._bases.pop(name, None)
-            cache._sound_memos.discard(name)
-            cache._kept[name] = checks
-            cache._tokens[name] = token
+            cache._forget(name)
+            cache._kept[name] = (checks, token)
             cache._replace(name, [len(head).to_bytes(8, "big"), head], self._spooled())
         finally:
             self.discard()

@@ -1889,8 +1889,7 @@ def _spliced(
     each copied or made summary added to ``memo`` as it goes."""
     first = True
     for segment in _merged(kept.keys, fresh, ids):
-        if listed.head or not first:
-            yield (listed.between if not first else listed.head), ()
+        yield (listed.head if first else listed.between), ()
         first = False
         if type(segment) is tuple:  # a run [low, high) of the last report's summaries
             low, high = segment
@@ -1911,19 +1910,15 @@ def _merged(
     store's order (newest activity first; ``fresh`` is so already)."""
     placed, count, low = 0, len(fresh), None
     for index, key in enumerate(keys):
-        if key[1] in ids:  # made again, if it is still there
-            if low is not None:
-                yield low, index
-                low = None
-            continue
-        if placed < count and _ACTIVITY(fresh[placed]) > key:
-            if low is not None:
-                yield low, index
-                low = None
-            while placed < count and _ACTIVITY(fresh[placed]) > key:
-                yield fresh[placed]
-                placed += 1
-        if low is None:
+        made_again = key[1] in ids  # (if it is still there)
+        newer = placed < count and _ACTIVITY(fresh[placed]) > key
+        if low is not None and (made_again or newer):  # the run ends here
+            yield low, index
+            low = None
+        while placed < count and _ACTIVITY(fresh[placed]) > key:
+            yield fresh[placed]
+            placed += 1
+        if low is None and not made_again:
             low = index
     if low is not None:
         yield low, len(keys)
