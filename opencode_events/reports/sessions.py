@@ -67,6 +67,7 @@ from ..store.rows import (
     sessions_changed,
 )
 from ..store.sqlite import Store
+from .beside import made_beside
 from .cache import KeptPieces, MemoSpool, ReportCache
 from .mcp import mcp_server_of
 from .spend import written_spend
@@ -928,6 +929,10 @@ def streams_every_session(store: Any) -> bool:
     return offers_fast_scans(store) and hasattr(store, "each_session")
 
 
+_SUMMARIES_OUT = msgspec.msgpack.Encoder()
+_SUMMARIES_IN = msgspec.msgpack.Decoder(list[SessionSummary])
+
+
 def each_summary(
     store: Any,
     *,
@@ -982,15 +987,61 @@ def each_summary(
     # The own figures of every session below another, for the sessions above it.
     owns = {row.id: _own(counted(row)) for row in store.each_session(subagents=True)}
     now = time.time() * 1000 if now_ms is None else now_ms
-    try:
-        for row in store.each_session(top_level=not all_sessions):
-            summary = counted(row)
+
+    def folded(row: SessionRow) -> SessionSummary:
+        summary = counted(row)
+        children = tree.get(row.id)
+        below = [owns[d] for d in descendants([row.id], tree) if d in owns] if children else []
+        _fold_one(summary, _own(summary), below, children, fold)
+        return summary
+
+    def made(row: SessionRow) -> SessionSummary:
+        summary = folded(row)
+        if summary.in_flight:
+            _judge_staleness(store, [summary], now, tree, entries)
+        return summary
+
+    def there() -> tuple[Callable[[SessionRow], SessionSummary], Callable[[], Any]]:
+        own_store = store.reopen()  # the helper's own connection
+        asked: dict[str, int | None] = {}  # sessions' last writes, for this process's ledger
+
+        def made_there(row: SessionRow) -> SessionSummary:
+            summary = folded(row)
             if summary.in_flight:
-                _judge_staleness(store, [summary], now, tree, entries)
-            children = tree.get(row.id)
-            below = [owns[d] for d in descendants([row.id], tree) if d in owns] if children else []
-            _fold_one(summary, _own(summary), below, children, fold)
-            yield summary
+                _judge_staleness(own_store, [summary], now, tree, entries, asked)
+            return summary
+
+        def side() -> Any:
+            learned = (servers_in, dict(asked))
+            asked.clear()
+            return learned
+
+        return made_there, side
+
+    def fixed(summary: SessionSummary) -> SessionSummary:
+        if summary.id not in entries:  # as ``counted`` adds it here
+            entries[summary.id] = SessionCounts(0, 0, False, [])
+        return summary
+
+    def merge(learned: Any) -> None:
+        servers, asked = learned
+        servers_in.update(servers)
+        for sid, written in asked.items():
+            entry = entries.get(sid)
+            if entry is not None:
+                entry.written, entry.written_known = written, True
+
+    try:
+        yield from made_beside(
+            store.each_session(top_level=not all_sessions),
+            made,
+            there,
+            _SUMMARIES_OUT.encode,
+            _SUMMARIES_IN.decode,
+            jobs=len(entries),
+            fixed=fixed,
+            merge=merge,
+        )
         if servers is not None:
             servers.update(servers_in)
     finally:  # the counts are whole before the first summary: kept even if output stops
@@ -1247,12 +1298,14 @@ def _judge_staleness(
     now_ms: float | None,
     tree: dict[str, list[str]],
     entries: dict[str, SessionCounts] | None = None,
+    asked: dict[str, int | None] | None = None,
 ) -> None:
     """A session in flight — its newest reply open, or a prompt newer than every reply
     (``stale.open_reply``, read for the sessions the counts say may be) — is busy, or
     stale with nothing written for a while, to it or below it (``reports.stale``, the rule
     ``usage`` applies too). With the ledger's ``entries``, when a session's rows were last
-    written is read once per stamp and kept in its entry."""
+    written is read once per stamp and kept in its entry, and noted in ``asked`` (a helper
+    process's, for the ledger its parent keeps)."""
     from .stale import open_reply, stored_state
 
     def rows_written(sid: str) -> int | None:
@@ -1261,6 +1314,8 @@ def _judge_staleness(
             return store.last_write(sid)
         if not entry.written_known:
             entry.written, entry.written_known = store.last_write(sid), True
+            if asked is not None:
+                asked[sid] = entry.written
         return entry.written
 
     summaries = list(summaries)
