@@ -196,3 +196,33 @@ def test_every_session_summarized_beside_is_summarized_as_here(tmp_path: Path, m
     assert consulted["alone"] and consulted["beside"] == consulted["alone"]  # the memo's checks
     assert any(entry[5] for entry in ledgers["alone"].values())  # a last write kept
     assert ledgers["beside"] == ledgers["alone"]
+
+
+def test_mcp_settings_read_otherwise_by_the_helper_keep_no_memo(tmp_path: Path, monkeypatch):
+    """A directory's MCP settings edited while the report is made: the helper's summaries
+    and this process's were made with different settings, so the memo's check of that
+    directory must never be met (no setting names a server None), whichever read first."""
+    db = merged_captures(tmp_path / "opencode.db", ("continue3", "task", "text", "sigint"))
+    here = os.getpid()
+
+    def edited(directory: str | None) -> tuple[str, ...]:  # read before and after an edit
+        return ("before",) if os.getpid() == here else ("after",)
+
+    each_session = Store.each_session
+
+    def in_one_directory(self, **kwargs):  # the top-level sessions: first read after the fork
+        for row in each_session(self, **kwargs):
+            yield row if row.parent_id else row._replace(directory="/same")
+
+    monkeypatch.setattr(Store, "each_session", in_one_directory)
+    monkeypatch.setattr(beside, "HERE", 1)
+    monkeypatch.setattr(beside, "THERE", 2)
+    servers: dict = {}
+    with Store(db) as store:
+        list(each_summary(store, all_sessions=True, mcp_servers=edited, servers=servers))
+    assert servers["/same"] == (None,)
+    monkeypatch.setattr(beside, "MIN_JOBS", 10**6)  # one process: one reading, kept
+    servers = {}
+    with Store(db) as store:
+        list(each_summary(store, all_sessions=True, mcp_servers=edited, servers=servers))
+    assert servers["/same"] == ("before",)

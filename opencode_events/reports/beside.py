@@ -28,7 +28,9 @@ has one to make while this process waits for none. Rows and items go through two
 files, a round's in the pair of its parity, each written from its start; the pipes carry
 only a few bytes a round (which slot, how long), so neither side ever waits on a full pipe.
 A round's slot is written again only after this process has read its items, two rounds
-later: the files hold two rounds, never the whole report.
+later: the files hold two rounds, never the whole report. The rows are read two rounds
+ahead, so an error reading them (a damaged page) comes out that many items earlier than
+in one process; the report fails the same way.
 
 The helper is forked only when the worker policy allows a second process for ``jobs``
 (``workers.worker_count``).
@@ -131,6 +133,10 @@ class _Helper:
         encode: Callable[[list[Any]], bytes],
     ) -> _Helper | None:
         opened: list[int] = []
+        # Ctrl-C held while forking: the helper must never unwind into the caller's code
+        # (its ``finally`` blocks keep files, flush the output), not even in the moment
+        # before its own ``try``.
+        held = _hold(signal.SIGINT)
         try:
             for _ in range(4):
                 opened.append(_scratch_file())
@@ -140,6 +146,7 @@ class _Helper:
             opened += (up_r, up_w)
             pid = os.fork()
         except OSError:
+            _hold(signal.SIGINT, held)
             for fd in opened:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -149,6 +156,7 @@ class _Helper:
             code = 1
             try:
                 child_signals()
+                _hold(signal.SIGINT, held)
                 os.close(down_w)
                 os.close(up_r)
                 make, side = there()
@@ -158,9 +166,15 @@ class _Helper:
                 pass
             finally:
                 os._exit(code)
+        helper = cls(pid, down_w, up_r, rows, items)
         os.close(down_r)
         os.close(up_w)
-        return cls(pid, down_w, up_r, rows, items)
+        try:
+            _hold(signal.SIGINT, held)  # a Ctrl-C that came meanwhile is raised here, now
+        except BaseException:
+            helper.stop()
+            raise
+        return helper
 
     def send(self, rows: list[Any]) -> bool:
         """Hand a round's rows over; False when they cannot go (made here then)."""
@@ -216,6 +230,16 @@ def _serve(
         body = len(encoded).to_bytes(8, "little") + encoded + learned
         _put(items_files[round_ % 2], body)
         os.write(up, len(body).to_bytes(8, "little"))
+
+
+def _hold(number: int, mask: Any = None) -> Any:
+    """Block signal ``number``, returning the mask before; with ``mask``, set that again.
+    Nothing where the system has no signal masks."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    if mask is None:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, {number})
+    return signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _scratch_file() -> int:

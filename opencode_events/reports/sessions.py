@@ -929,8 +929,9 @@ def streams_every_session(store: Any) -> bool:
     return offers_fast_scans(store) and hasattr(store, "each_session")
 
 
-_SUMMARIES_OUT = msgspec.msgpack.Encoder()
+_SUMMARIES_OUT = msgspec.msgpack.Encoder()  # a helper's summaries (``made_beside``)
 _SUMMARIES_IN = msgspec.msgpack.Decoder(list[SessionSummary])
+_UNSETTLED: Any = (None,)  # the MCP servers of no configuration: a memo's check never met
 
 
 def each_summary(
@@ -1023,9 +1024,15 @@ def each_summary(
             entries[summary.id] = SessionCounts(0, 0, False, [])
         return summary
 
+    # Directories whose MCP settings the helper read otherwise than this process did (they
+    # changed while the report was made): the summaries do not all agree with one setting.
+    unsettled: set[str | None] = set()
+
     def merge(learned: Any) -> None:
         servers, asked = learned
-        servers_in.update(servers)
+        for directory, names in servers.items():
+            if servers_in.setdefault(directory, names) != names:
+                unsettled.add(directory)
         for sid, written in asked.items():
             entry = entries.get(sid)
             if entry is not None:
@@ -1044,6 +1051,8 @@ def each_summary(
         )
         if servers is not None:
             servers.update(servers_in)
+            # A check no setting ever meets: the memo is made again next time.
+            servers.update(dict.fromkeys(unsettled, _UNSETTLED))
     finally:  # the counts are whole before the first summary: kept even if output stops
         if cache is not None:
             cache.keep_ledger("sessions", _LEDGER_REQUEST, entries)
