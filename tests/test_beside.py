@@ -208,13 +208,13 @@ def test_mcp_settings_read_otherwise_by_the_helper_keep_no_memo(tmp_path: Path, 
     def edited(directory: str | None) -> tuple[str, ...]:  # read before and after an edit
         return ("before",) if os.getpid() == here else ("after",)
 
-    each_session = Store.each_session
+    session_row = Store.session_row
 
-    def in_one_directory(self, **kwargs):  # the top-level sessions: first read after the fork
-        for row in each_session(self, **kwargs):
-            yield row if row.parent_id else row._replace(directory="/same")
+    def in_one_directory(self, cells, shared=None):  # the top-level sessions: read after the fork
+        row = session_row(self, cells, shared)
+        return row if row.parent_id else row._replace(directory="/same")
 
-    monkeypatch.setattr(Store, "each_session", in_one_directory)
+    monkeypatch.setattr(Store, "session_row", in_one_directory)
     monkeypatch.setattr(beside, "HERE", 1)
     monkeypatch.setattr(beside, "THERE", 2)
     servers: dict = {}

@@ -996,18 +996,20 @@ def each_summary(
         _fold_one(summary, _own(summary), below, children, fold)
         return summary
 
-    def made(row: SessionRow) -> SessionSummary:
-        summary = folded(row)
+    shared: dict[str, str] = {}  # as ``each_session`` shares a row's strings
+
+    def made(cells: tuple[Any, ...]) -> SessionSummary:
+        summary = folded(store.session_row(cells, shared))
         if summary.in_flight:
             _judge_staleness(store, [summary], now, tree, entries)
         return summary
 
-    def there() -> tuple[Callable[[SessionRow], SessionSummary], Callable[[], Any]]:
+    def there() -> tuple[Callable[[tuple[Any, ...]], SessionSummary], Callable[[], Any]]:
         own_store = store.reopen()  # the helper's own connection
         asked: dict[str, int | None] = {}  # sessions' last writes, for this process's ledger
 
-        def made_there(row: SessionRow) -> SessionSummary:
-            summary = folded(row)
+        def made_there(cells: tuple[Any, ...]) -> SessionSummary:
+            summary = folded(own_store.session_row(cells, shared))
             if summary.in_flight:
                 _judge_staleness(own_store, [summary], now, tree, entries, asked)
             return summary
@@ -1040,7 +1042,7 @@ def each_summary(
 
     try:
         yield from made_beside(
-            store.each_session(top_level=not all_sessions),
+            store.each_session(top_level=not all_sessions, cells=True),  # rows made there
             made,
             there,
             _SUMMARIES_OUT.encode,

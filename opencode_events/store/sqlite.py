@@ -533,10 +533,13 @@ class Store:
         top_level: bool = False,
         limit: int | None = None,
         subagents: bool = False,
-    ) -> Iterator[SessionRow]:
+        cells: bool = False,
+    ) -> Iterator[Any]:
         """``sessions()`` one row at a time, as they are read: a report of 100,000 sessions
         need not hold their rows. ``subagents``: only the sessions with a parent link
-        (``children`` names them), in no particular order."""
+        (``children`` names them), in no particular order. ``cells``: each row's cells as
+        read, which ``session_row`` makes a ``SessionRow`` (where the report wants it: in
+        a helper process, say)."""
         where, params = [], []
         if since_ms is not None:  # its row, or a message of its own, written since then
             where.append(
@@ -558,15 +561,27 @@ class Store:
         if limit is not None and 0 <= limit < 1 << 63:  # what SQLite's LIMIT holds
             sql += " LIMIT ?"
             params.append(limit)
+        if cells:
+            yield from self._query(sql, params)
+            return
         # A directory, version, agent or model is the same text in many sessions: one string
         # each, not one a row (a list of 100,000 sessions holds 30 MB less).
         shared: dict[str, str] = {}
-        totals = self._message_totals() if self.totals_from_messages else None
-        for cells in self._query(sql, params):
-            row = self._session_row(cells, shared)
-            if totals is not None and row.id in totals:  # an older schema's totals
+        for found in self._query(sql, params):
+            yield self.session_row(found, shared)
+
+    def session_row(
+        self, cells: tuple[Any, ...], shared: dict[str, str] | None = None
+    ) -> SessionRow:
+        """The ``SessionRow`` of a row's ``cells`` (``each_session(cells=True)``), an older
+        schema's totals summed from its messages; ``shared``: strings met before, each
+        kept once."""
+        row = self._session_row(cells, shared)
+        if self.totals_from_messages:
+            totals = self._message_totals()
+            if row.id in totals:
                 row = row._replace(**totals[row.id])
-            yield row
+        return row
 
     def _with_totals(self, rows: list[SessionRow]) -> list[SessionRow]:
         """Rows of an older schema with their totals summed from their messages."""
