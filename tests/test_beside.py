@@ -18,7 +18,7 @@ from opencode_events.reports.cache import ReportCache
 from opencode_events.reports.sessions import _kept_counts, each_summary
 from opencode_events.store.sqlite import Store
 from tests.processes import children_of_this_process
-from tests.stores import merged_captures
+from tests.stores import SAMPLES, merged_captures
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no helper")
 
@@ -226,3 +226,21 @@ def test_mcp_settings_read_otherwise_by_the_helper_keep_no_memo(tmp_path: Path, 
     with Store(db) as store:
         list(each_summary(store, all_sessions=True, mcp_servers=edited, servers=servers))
     assert servers["/same"] == ("before",)
+
+
+def test_an_older_schemas_sessions_summarized_beside_are_summarized_as_here(monkeypatch):
+    """A database of the first schema keeps no totals on its sessions: the helper makes
+    their rows with the totals summed from the messages (``Store.session_row``), as here."""
+    older = SAMPLES / "legacy_mixed" / "older" / "opencode.db"
+    made = {}
+    for way in ("alone", "beside"):
+        with monkeypatch.context() as setting:
+            if way == "alone":
+                setting.setenv("OPENCODE_EVENTS_WORKERS", "1")
+            setting.setattr(beside, "HERE", 0)  # beside: every summary made there
+            setting.setattr(beside, "THERE", 1)
+            with Store(older) as store:
+                assert store.totals_from_messages
+                made[way] = msgspec.to_builtins(list(each_summary(store, all_sessions=True)))
+    assert made["beside"] == made["alone"]
+    assert any(summary["cost"] for summary in made["alone"])  # summed from the messages

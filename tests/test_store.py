@@ -156,13 +156,15 @@ def test_reading_changes_nothing(tmp_path: Path, wal: bool):
 @pytest.mark.parametrize("state", ["closed", "live"])
 def test_session_workers_change_nothing(tmp_path: Path, monkeypatch, state: str, how: str):
     """The per-core workers of `sessions --all` (forked, reading with apsw's SQLite, or with
-    sqlite3 where apsw is missing) open the store the way the command does: a closed store
+    sqlite3 where apsw is missing), and the helper that makes its summaries, open the store
+    the way the command does: a closed store
     gains no side file and keeps every byte; beside a live writer, the database and its WAL
     keep every byte and the writer is never blocked."""
     import msgspec
 
     import opencode_events.reports.sessions as summary_module
     import opencode_events.store.fastscan as fastscan
+    from opencode_events.reports import beside
 
     db = copy_sample("task", tmp_path, wal=True)
     writer = None
@@ -185,10 +187,18 @@ def test_session_workers_change_nothing(tmp_path: Path, monkeypatch, state: str,
             monkeypatch.setattr(fastscan, "_apsw", lambda: None)
         assert summary_module._start_scan(store) is not None  # the workers do run
         workers = msgspec.to_builtins(summary_module.summarize(store, rows, fold=False))
+        # Every summary made by the helper of a report of every session, on its own
+        # connection (``reports.beside``): it too changes nothing.
+        monkeypatch.setattr(beside, "MIN_JOBS", 0)
+        monkeypatch.setattr(beside, "HERE", 0)
+        monkeypatch.setattr(beside, "THERE", 1)
+        each = summary_module.each_summary(store, all_sessions=True, fold=False)
+        helped = msgspec.to_builtins(list(each))
         after = fingerprint(db.parent)
         writes_again(writer)
     tool_parts = sql(db, """SELECT count(*) FROM part WHERE data LIKE '{"type":"tool",%'""")
     assert workers == plain and sum(r["tool_calls"] for r in workers) == tool_parts[0][0]
+    assert helped == plain
     assert any("(live)" in r["title"] for r in workers) is (state == "live")
     assert kept_bytes(db, state, before, after)
 
