@@ -40,6 +40,7 @@ from opencode_events.cli.main import cli
 from opencode_events.cli.quick import NOTES_APART, usage_pieces
 from opencode_events.errors import InputError
 from opencode_events.output import rows
+from opencode_events.reports import beside
 from opencode_events.reports import cache as report_cache
 from opencode_events.reports import runs as runs_module
 from opencode_events.reports import sessions as sessions_module
@@ -490,6 +491,10 @@ def test_every_report_equals_a_recomputation(
         monkeypatch.setattr(report_cache, "_PIECE", 256)  # ledgers in groups of a few entries
         monkeypatch.setattr(runs_module, "FAN_IN", 2)
         monkeypatch.setattr(runs_module, "GROUP", 2)
+        # and a helper makes most summaries of every session, in rounds of a few
+        monkeypatch.setattr(beside, "MIN_JOBS", 0)
+        monkeypatch.setattr(beside, "HERE", 1)
+        monkeypatch.setattr(beside, "THERE", 2)
     tmp = tmp_path_factory.mktemp("cache")
     db, spare, root = tmp / "opencode.db", tmp / "spare.db", tmp / "cache"
     shutil.copyfile(SAMPLES / "task" / "opencode.db", db)
@@ -508,7 +513,9 @@ def test_every_report_equals_a_recomputation(
             before = _digest(db)
             for which in [*reports, 0, EVERY_DAY, EVERY_TURN, EVERY_STEP]:
                 cached = _report(db, which, root)
-                assert cached == _report(db, which, None), REPORTS[which]
+                with monkeypatch.context() as alone:  # every summary made in one process
+                    alone.setattr(beside, "MIN_JOBS", 10**9)
+                    assert cached == _report(db, which, None), REPORTS[which]
                 if whole_table is not None and REPORTS[which][1].get("by") == "step":
                     with monkeypatch.context() as held:  # every step held, sorted at once
                         held.setattr(usage_module, "_STEP_RUN", 10**9)
