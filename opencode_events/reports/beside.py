@@ -12,13 +12,13 @@ back encoded, and every item comes out in the rows' order, the same as if made h
 - ``make(row)`` makes an item in this process. ``there()`` is called once in the helper,
   first thing, and gives the helper's own ``make`` and ``side``: what the helper needs of
   its own is opened there (a SQLite connection must not be used across ``fork``: the
-  store's ``reopen``). ``side()`` gives what else the helper learned with each batch
+  store's ``reopen``). ``side()`` gives what else the helper learned with each round
   (plain data, pickled), which ``merge(side)`` takes here; ``fixed(item)`` finishes here
   each item the helper made.
-- ``encode(items) -> bytes`` and ``decode(bytes) -> items`` carry a batch back (msgpack
-  of typed items, say).
+- ``encode(items) -> bytes`` and ``decode(bytes) -> items`` carry a round's items back
+  (msgpack of typed items, say).
 - The helper is an optimisation only: one that cannot start, fails, dies or sends what
-  does not decode leaves its batch (and every later one) to this process, which still
+  does not decode leaves its round (and every later one) to this process, which still
   holds the rows. Closing the iterator stops and reaps it.
 
 How they take turns: the rows come in rounds of ``HERE`` rows for this process and
@@ -26,7 +26,8 @@ How they take turns: the rows come in rounds of ``HERE`` rows for this process a
 helper takes the larger share). Two rounds are handed over ahead, so that the helper always
 has one to make while this process waits for none. Rows and items go through two pairs of
 files, a round's in the pair of its parity, each written from its start; the pipes carry
-only a few bytes a round (which slot, how long), so neither side ever waits on a full pipe.
+only 8 bytes a round (how long: the slot is the round's parity), so neither side ever waits
+on a full pipe.
 A round's slot is written again only after this process has read its items, two rounds
 later: the files hold two rounds, never the whole report. The rows are read two rounds
 ahead, so an error reading them (a damaged page) comes out that many items earlier than
