@@ -977,3 +977,41 @@ def test_usage_turns_count_odd_parts_as_sessions_does(tmp_path: Path, monkeypatc
     for n, data in enumerate(rows):
         sid = f"ses_odd{n:04d}"
         assert by_session.get(sid, 0) == counted[sid]["tool_calls"], data
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        '{"type": "tool", "tool": "bash", "callID": "c", "state": {"status": "error", "x": 1',
+        '{"type": "tool", "callID": "call_1", "tool": "task", "state": {"status": "completed"',
+        '{"type":"tool", "tool":"bash","callID": "c","state":{"status": "running"',  # mixed
+        '{"type": "tool", "tool": "my_mcp_tool", "callID": "", "state": {"status": "pending"',
+    ],
+)
+def test_a_head_in_pythons_spacing_is_counted_as_the_loose_match_counts_it(head: str) -> None:
+    """The quick forms for json.dumps' spacing take the tool and status the loose match's
+    decode gives: the same counts, without the decode."""
+    data = head.encode() + b' "pad": "' + b"p" * 300 + b'"}}'
+    quick = summary_module._TOOL_HEAD_SPACED.match(data) or (
+        summary_module._TOOL_HEAD_SPACED_CALL_FIRST.match(data)
+    )
+    loose = summary_module._TOOL_HEAD_ESCAPED.match(data)
+    assert quick is not None and loose is not None
+    part = summary_module._PART.decode(loose[0] + b"}}")
+    assert (quick[1].decode(), quick[2].decode()) == (part.tool, part.state.status)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        '{"type":  "tool", "tool": "bash", "callID": "c", "state": {"status": "error"',  # two
+        '{"type": "tool", "tool": "b\\u0061sh", "callID": "c", "state": {"status": "error"',
+        '{"type": "tool", "tool": "bäsh", "callID": "c", "state": {"status": "error"',
+        '{"type":\t"tool", "tool": "bash", "callID": "c", "state": {"status": "error"',
+    ],
+)
+def test_other_spacing_and_escapes_are_left_to_the_loose_match(head: str) -> None:
+    data = head.encode() + b"}}"
+    assert not summary_module._TOOL_HEAD_SPACED.match(data)
+    assert not summary_module._TOOL_HEAD_SPACED_CALL_FIRST.match(data)
+    assert summary_module._TOOL_HEAD_ESCAPED.match(data)

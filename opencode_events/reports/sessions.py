@@ -217,10 +217,21 @@ _TOOL_HEAD_CALL_FIRST = re.compile(
     rb'\{"type":"tool","callID":"%s","tool":"(%s)","state":\{"status":"(%s)"'
     % (_PLAIN, _PLAIN, _PLAIN)
 )
+# The same heads with Python's json.dumps spacing (a space after each ``:`` and ``,``),
+# which OpenCode never writes: counted as the loose match below counts them (its matched
+# part decodes to these very strings), without the decode. Tried after the two above.
+_TOOL_HEAD_SPACED = re.compile(
+    rb'\{"type": ?"tool", ?"tool": ?"(%s)", ?"callID": ?"%s", ?"state": ?\{"status": ?"(%s)"'
+    % (_PLAIN, _PLAIN, _PLAIN)
+)
+_TOOL_HEAD_SPACED_CALL_FIRST = re.compile(
+    rb'\{"type": ?"tool", ?"callID": ?"%s", ?"tool": ?"(%s)", ?"state": ?\{"status": ?"(%s)"'
+    % (_PLAIN, _PLAIN, _PLAIN)
+)
 _LOOSE = rb'(?:[^"\\]|\\.)*'
 # Any other writer's spacing too (JSON allows white space around every ``:`` and ``,``; a
-# database written with Python's json.dumps has it): tried only after the two quick forms,
-# so OpenCode's own bytes never pay for it.
+# database written with Python's json.dumps has it): tried only after the quick forms, so
+# OpenCode's own bytes never pay for it.
 _TOOL_HEAD_ESCAPED = re.compile(
     (
         rb'\{_"type"_:_"tool"_,_"(?:tool"_:_"%s"_,_"callID"_:_"%s"|callID"_:_"%s"_,_"tool"'
@@ -290,13 +301,14 @@ def _count_tool_parts(store: Any, scope: Sequence[str] | None) -> ToolCounts:
     once = pieces.setdefault
     head = _TOOL_HEAD.match
     call_first = _TOOL_HEAD_CALL_FIRST.match
+    spaced, spaced_call_first = _TOOL_HEAD_SPACED.match, _TOOL_HEAD_SPACED_CALL_FIRST.match
     scripts: list[tuple[str, int]] = []  # (session, rowid) of execute parts counted by head
     for rows in store.tool_part_batches(scope):
         for rowid, sid, start in rows:
             if len(start) < Store._TOOL_HEAD_BYTES:  # the whole part
                 _count_part(counts, sid, start)
                 continue
-            match = head(start) or call_first(start)
+            match = head(start) or call_first(start) or spaced(start) or spaced_call_first(start)
             if match is not None:
                 key = (sid, match[1], match[2])
                 calls = plain.get(key)
