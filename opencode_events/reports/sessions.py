@@ -209,25 +209,26 @@ def _base(row: SessionRow, db_path: str) -> SessionSummary:
 # head is matched loosely and its matched part decoded as JSON (escapes, UTF-8 checked), and
 # a head of another shape falls back to decoding the whole row.
 _PLAIN = rb"[ !#-\[\]-~]*"  # printable ASCII but " and \
-_TOOL_HEAD = re.compile(
-    rb'\{"type":"tool","tool":"(%s)","callID":"%s","state":\{"status":"(%s)"'
-    % (_PLAIN, _PLAIN, _PLAIN)
-)
-_TOOL_HEAD_CALL_FIRST = re.compile(
-    rb'\{"type":"tool","callID":"%s","tool":"(%s)","state":\{"status":"(%s)"'
-    % (_PLAIN, _PLAIN, _PLAIN)
-)
-# The same heads with Python's json.dumps spacing (a space after each ``:`` and ``,``),
-# which OpenCode never writes: counted as the loose match below counts them (its matched
-# part decodes to these very strings), without the decode. Tried after the two above.
-_TOOL_HEAD_SPACED = re.compile(
-    rb'\{"type": ?"tool", ?"tool": ?"(%s)", ?"callID": ?"%s", ?"state": ?\{"status": ?"(%s)"'
-    % (_PLAIN, _PLAIN, _PLAIN)
-)
-_TOOL_HEAD_SPACED_CALL_FIRST = re.compile(
-    rb'\{"type": ?"tool", ?"callID": ?"%s", ?"tool": ?"(%s)", ?"state": ?\{"status": ?"(%s)"'
-    % (_PLAIN, _PLAIN, _PLAIN)
-)
+
+
+def _quick_head(call_first: bool, spaced: bool) -> re.Pattern[bytes]:
+    """The quick form of a tool part's head: the tool's name, then its call id (or, with
+    ``call_first``, the other way round), then ``state.status``; with ``spaced``, as
+    Python's json.dumps writes it, a space after each ``:`` and ``,``."""
+    names = rb'"callID":"%s","tool":"(%s)"' if call_first else rb'"tool":"(%s)","callID":"%s"'
+    text = rb'\{"type":"tool",' + names + rb',"state":\{"status":"(%s)"'
+    if spaced:
+        text = text.replace(b'":', b'": ?').replace(b'",', b'", ?')
+    return re.compile(text % (_PLAIN, _PLAIN, _PLAIN))
+
+
+_TOOL_HEAD = _quick_head(call_first=False, spaced=False)
+_TOOL_HEAD_CALL_FIRST = _quick_head(call_first=True, spaced=False)
+# The same heads with Python's json.dumps spacing, which OpenCode never writes: counted as
+# the loose match below counts them (its matched part decodes to these very strings),
+# without the decode. Tried after the two above.
+_TOOL_HEAD_SPACED = _quick_head(call_first=False, spaced=True)
+_TOOL_HEAD_SPACED_CALL_FIRST = _quick_head(call_first=True, spaced=True)
 _LOOSE = rb'(?:[^"\\]|\\.)*'
 # Any other writer's spacing too (JSON allows white space around every ``:`` and ``,``; a
 # database written with Python's json.dumps has it): tried only after the quick forms, so
