@@ -16,8 +16,8 @@ Names are imported when first used, so ``import opencode_events`` costs nothing 
 command line's start-up would feel. The library never prints, never exits and never
 imports click; ``output.pretty`` and ``output.tables`` alone import rich (lazily). The
 command line (``cli``) owns stdin, stdout, stderr and exit codes. Forked worker processes
-end with ``os._exit`` (``store.ranges``, ``pipeline.fanout``): a child must not run its
-parent's exit handlers.
+end with ``os._exit`` (``store.ranges``, ``pipeline.fanout``, ``reports.beside``): a child
+must not run its parent's exit handlers.
 """
 
 from __future__ import annotations
