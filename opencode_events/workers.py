@@ -11,6 +11,8 @@ large import (``pipeline.fanout``) uses, and how a forked worker's failure reach
 - **Processes and pipes**: ``Crew`` keeps the workers' ids and the pipe ends this process
   opened for them: each end closed once (its number may be another file's by now), the
   workers killed and waited for.
+  ``scratch_file()`` is a file the two sides hand each other bytes through (in memory
+  where the system offers it); ``read_exactly`` reads a pipe's next message whole.
 - **Failures**: a worker sends ``failure_report(exc)`` (plain data, always picklable); the
   parent calls ``raise_failure(report)``, which raises the same kind of error the worker
   met (``InputError``, ``OutputError``, ``OSError``, ``BrokenPipeError``,
@@ -42,6 +44,8 @@ __all__ = [
     "Crew",
     "failure_report",
     "raise_failure",
+    "read_exactly",
+    "scratch_file",
 ]
 
 MAX_WORKERS = 32  # the most ``$OPENCODE_EVENTS_WORKERS`` may ask for (two pipes a worker)
@@ -196,3 +200,27 @@ def raise_failure(report: dict[str, Any]) -> NoReturn:
             raise OutputError(report.get("errno") or 0, message, report["output"])
         raise OSError(report.get("errno") or 0, message)
     raise RuntimeError(f"a worker failed: {message}")
+
+
+def scratch_file() -> int:
+    """A file for what a worker and its parent hand each other (results, rows): in memory
+    where the system offers it, else an unnamed temporary file."""
+    if hasattr(os, "memfd_create"):
+        with contextlib.suppress(OSError):
+            return os.memfd_create("opencode-events", os.MFD_CLOEXEC)
+    import tempfile
+
+    with tempfile.TemporaryFile() as file:
+        return os.dup(file.fileno())
+
+
+def read_exactly(fd: int, size: int) -> bytes | None:
+    """``size`` bytes from the pipe ``fd``; None when it closed before they all came."""
+    parts: list[bytes] = []
+    while size:
+        data = os.read(fd, min(size, 1 << 20))
+        if not data:
+            return None
+        parts.append(data)
+        size -= len(data)
+    return b"".join(parts)

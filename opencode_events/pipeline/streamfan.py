@@ -70,6 +70,7 @@ from ..workers import (
     child_signals,
     failure_report,
     raise_failure,
+    read_exactly,
     worker_count,
 )
 from .normalize import OpenedInput, line_events
@@ -497,23 +498,12 @@ class _Crew(Crew):
 
 
 def _receive(fd: int) -> dict[str, Any] | None:
-    head = _read_exactly(fd, _LENGTH.size)
+    head = read_exactly(fd, _LENGTH.size)
     if head is None:
         return None
     (length,) = _LENGTH.unpack(head)
-    body = _read_exactly(fd, length)
+    body = read_exactly(fd, length)
     return None if body is None else pickle.loads(body)
-
-
-def _read_exactly(fd: int, size: int) -> bytes | None:
-    parts: list[bytes] = []
-    while size:
-        data = os.read(fd, min(size, 1 << 20))
-        if not data:
-            return None
-        parts.append(data)
-        size -= len(data)
-    return b"".join(parts)
 
 
 def _send(fd: int, message: dict[str, Any]) -> None:
@@ -620,7 +610,7 @@ def _worker_main(
             normalizer = _ChunkNormalizer(parent)
             held, summary = _map_chunk(normalizer, fd, cuts[number], end, source, limit)
             _send(outbox, summary)
-            data = _read_exactly(inbox, _TOKEN.size)
+            data = read_exactly(inbox, _TOKEN.size)
             if data is None or _TOKEN.unpack(data) == _STOP:
                 break
             seq, line, turns = _TOKEN.unpack(data)

@@ -47,7 +47,8 @@ import signal
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from ..workers import child_signals, worker_count
+from ..workers import child_signals, read_exactly, scratch_file, worker_count
+from .cache import read_at, write_at
 
 __all__ = ["HERE", "MIN_JOBS", "THERE", "made_beside"]
 
@@ -142,7 +143,7 @@ class _Helper:
         held = _hold(signal.SIGINT)
         try:
             for _ in range(4):
-                opened.append(_scratch_file())
+                opened.append(scratch_file())
             down_r, down_w = os.pipe()
             opened += (down_r, down_w)
             up_r, up_w = os.pipe()
@@ -183,7 +184,7 @@ class _Helper:
         """Hand a round's rows over; False when they cannot go (made here then)."""
         try:
             data = pickle.dumps(rows, pickle.HIGHEST_PROTOCOL)
-            _put(self.rows[self.sent % 2], data)
+            write_at(self.rows[self.sent % 2], data, 0)
             os.write(self.down, len(data).to_bytes(8, "little"))  # a few bytes: never waits
         except (OSError, pickle.PicklingError, TypeError, AttributeError):
             return False
@@ -193,8 +194,12 @@ class _Helper:
     def receive(self, decode: Callable[[bytes], list[Any]]) -> tuple[list[Any], Any] | None:
         """The next round's items and what the helper learned; None when it failed."""
         try:
-            length = int.from_bytes(_read_exactly(self.up, 8), "little")
-            data = _get(self.items[self.received % 2], length)
+            head = read_exactly(self.up, 8)
+            if head is None:
+                raise EOFError("the helper's pipe closed")
+            data = read_at(
+                self.items[self.received % 2], int.from_bytes(head, "little"), 0, "a round"
+            )
             size = int.from_bytes(data[:8], "little")
             items = decode(data[8 : 8 + size])
             learned = pickle.loads(data[8 + size :])
@@ -224,14 +229,16 @@ def _serve(
 ) -> None:
     """The helper's loop: a round's rows in, their items out, until the pipe closes."""
     for round_ in itertools.count():
-        head = _read_exactly(down, 8, eof_ok=True)
+        head = read_exactly(down, 8)
         if head is None:
             return
-        rows = pickle.loads(_get(rows_files[round_ % 2], int.from_bytes(head, "little")))
+        rows = pickle.loads(
+            read_at(rows_files[round_ % 2], int.from_bytes(head, "little"), 0, "a round")
+        )
         encoded = encode([make(row) for row in rows])
         learned = pickle.dumps(side(), pickle.HIGHEST_PROTOCOL)
         body = len(encoded).to_bytes(8, "little") + encoded + learned
-        _put(items_files[round_ % 2], body)
+        write_at(items_files[round_ % 2], body, 0)
         os.write(up, len(body).to_bytes(8, "little"))
 
 
@@ -243,44 +250,3 @@ def _hold(number: int, mask: Any = None) -> Any:
     if mask is None:
         return signal.pthread_sigmask(signal.SIG_BLOCK, {number})
     return signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
-def _scratch_file() -> int:
-    """A file for a round's bytes: in memory where the system offers it."""
-    if hasattr(os, "memfd_create"):
-        with contextlib.suppress(OSError):
-            return os.memfd_create("opencode-events-beside", os.MFD_CLOEXEC)
-    import tempfile
-
-    with tempfile.TemporaryFile() as file:
-        return os.dup(file.fileno())
-
-
-def _put(fd: int, data: bytes) -> None:
-    view, at = memoryview(data), 0
-    while at < len(view):
-        at += os.pwrite(fd, view[at:], at)
-
-
-def _get(fd: int, length: int) -> bytes:
-    pieces, at = [], 0
-    while at < length:
-        piece = os.pread(fd, length - at, at)
-        if not piece:
-            raise EOFError("a round's bytes were cut short")
-        pieces.append(piece)
-        at += len(piece)
-    return b"".join(pieces)
-
-
-def _read_exactly(fd: int, length: int, *, eof_ok: bool = False) -> Any:
-    pieces, left = [], length
-    while left:
-        piece = os.read(fd, left)
-        if not piece:
-            if eof_ok and left == length:
-                return None
-            raise EOFError("the helper's pipe closed")
-        pieces.append(piece)
-        left -= len(piece)
-    return b"".join(pieces)

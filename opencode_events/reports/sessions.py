@@ -1011,28 +1011,28 @@ def each_summary(
 
     shared: dict[str, str] = {}  # as ``each_session`` shares a row's strings
 
-    def made(cells: tuple[Any, ...]) -> SessionSummary:
-        summary = folded(store.session_row(cells, shared))
-        if summary.in_flight:
-            _judge_staleness(store, [summary], now, tree, entries)
-        return summary
+    def maker(
+        reader: Any, asked: dict[str, int | None] | None = None
+    ) -> Callable[[tuple[Any, ...]], SessionSummary]:
+        """A row's summary from its cells, those in flight judged by ``reader``."""
+
+        def made(cells: tuple[Any, ...]) -> SessionSummary:
+            summary = folded(reader.session_row(cells, shared))
+            if summary.in_flight:
+                _judge_staleness(reader, [summary], now, tree, entries, asked)
+            return summary
+
+        return made
 
     def there() -> tuple[Callable[[tuple[Any, ...]], SessionSummary], Callable[[], Any]]:
-        own_store = store.reopen()  # the helper's own connection
         asked: dict[str, int | None] = {}  # sessions' last writes, for this process's ledger
-
-        def made_there(cells: tuple[Any, ...]) -> SessionSummary:
-            summary = folded(own_store.session_row(cells, shared))
-            if summary.in_flight:
-                _judge_staleness(own_store, [summary], now, tree, entries, asked)
-            return summary
 
         def side() -> Any:
             learned = (servers_in, dict(asked))
             asked.clear()
             return learned
 
-        return made_there, side
+        return maker(store.reopen(), asked), side  # the helper's own connection
 
     def fixed(summary: SessionSummary) -> SessionSummary:
         if summary.id not in entries:  # as ``counted`` adds it here
@@ -1056,7 +1056,7 @@ def each_summary(
     try:
         yield from made_beside(
             store.each_session(top_level=not all_sessions, cells=True),  # rows made there
-            made,
+            maker(store),
             there,
             _SUMMARIES_OUT.encode,
             _SUMMARIES_IN.decode,

@@ -30,7 +30,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InputError
-from ..workers import child_signals, failure_report, raise_failure, worker_count
+from ..workers import (
+    child_signals,
+    failure_report,
+    raise_failure,
+    scratch_file,
+    worker_count,
+)
 from .rows import RowidRanges
 from .sqlite import SQLITE_ERRORS, sqlite_reason
 
@@ -183,7 +189,7 @@ class _Sharing:
     def _fork(self, ring: int) -> _Child:
         """A child that takes ranges from the queue until it is empty, each result written
         to its file and rung on ``ring`` as soon as it has it."""
-        results = _results_file()
+        results = scratch_file()
         try:
             pid = os.fork()
         except BaseException:
@@ -331,16 +337,6 @@ def _pread_all(fd: int, length: int, offset: int) -> bytes:
         length -= len(piece)
         offset += len(piece)
     return b"".join(pieces)
-
-
-def _results_file() -> int:
-    """A file for a child's results: in memory where the system offers it."""
-    if hasattr(os, "memfd_create"):
-        with contextlib.suppress(OSError):
-            return os.memfd_create("opencode-events-results", os.MFD_CLOEXEC)
-    import tempfile
-
-    return os.dup(tempfile.TemporaryFile().fileno())
 
 
 def _write_all(fd: int, data: bytes) -> None:

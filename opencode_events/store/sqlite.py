@@ -583,11 +583,6 @@ class Store:
                 row = row._replace(**totals[row.id])
         return row
 
-    def _with_totals(self, rows: list[SessionRow]) -> list[SessionRow]:
-        """Rows of an older schema with their totals summed from their messages."""
-        totals = self._message_totals()
-        return [row._replace(**totals[row.id]) if row.id in totals else row for row in rows]
-
     def _message_totals(self) -> dict[str, dict[str, Any]]:
         """session id → its totals, summed from its assistant messages by the one rule
         (``figures``), as the legacy store sums them; read once."""
@@ -890,8 +885,7 @@ class Store:
         row = next(rows, None)
         if not row:
             return None
-        found = self._session_row(row)
-        return self._with_totals([found])[0] if self.totals_from_messages else found
+        return self.session_row(row)
 
     def find_sessions(self, prefix: str) -> list[str]:
         """Ids that equal or start with ``prefix`` (people paste shortened ids). One that
