@@ -5,7 +5,11 @@ report closed early stops and reaps it; small reports and one-process settings f
 
 from __future__ import annotations
 
+import errno
+import inspect
 import os
+import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,6 +142,103 @@ def test_a_report_closed_early_stops_and_reaps_the_helper():
     assert children_of_this_process() == before
 
 
+def _open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _ctrl_c_at(code: object, line: int) -> object:
+    """A tracer that sends this process a real SIGINT (a Ctrl-C) when ``code`` reaches
+    ``line``, once, in this process only."""
+    me = os.getpid()
+
+    def tracer(frame, event, arg):  # noqa: ARG001 - sys.settrace's signature
+        if frame.f_code is not code or os.getpid() != me:
+            return None
+
+        def local(frame, event, arg):  # noqa: ARG001
+            if event == "line" and frame.f_lineno == line and os.getpid() == me:
+                sys.settrace(None)
+                os.kill(me, signal.SIGINT)
+            return local
+
+        return local
+
+    return tracer
+
+
+def _lines_of(function: object, start: str, count: int) -> list[int]:
+    """The ``count`` source lines of ``function`` from the one holding ``start``."""
+    source, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
+    at = next(i for i, text in enumerate(source) if start in text)
+    return [first + at + offset for offset in range(count)]
+
+
+@pytest.mark.parametrize("line", _lines_of(made_beside, "_Helper.start(", 12))
+def test_a_ctrl_c_as_the_helper_starts_leaves_no_helper_and_no_file(line: int) -> None:
+    """A Ctrl-C at any line from the helper's start to its first rounds: the report
+    stops, and the helper and the files between the two processes go with it."""
+    children, files = children_of_this_process(), _open_files()
+    items = made_beside(range(3000), _here, _there, _ENCODE, _DECODE, jobs=3000)
+    sys.settrace(_ctrl_c_at(made_beside.__code__, line))
+    try:
+        list(items)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+        items.close()  # type: ignore[attr-defined]
+    assert children_of_this_process() == children
+    assert _open_files() == files
+
+
+def test_a_second_ctrl_c_while_the_helper_is_stopped_still_reaps_it() -> None:
+    """The first Ctrl-C stops the report; a second one, while the helper is being
+    reaped, waits till it is: no process left unreaped, no file left open."""
+    children, files = children_of_this_process(), _open_files()
+    items: Iterator = made_beside(range(5000), _here, _there, _ENCODE, _DECODE, jobs=5000)
+    next(items)
+    (line,) = _lines_of(beside._Helper.stop, "os.waitpid(", 1)
+    sys.settrace(_ctrl_c_at(beside._Helper.stop.__code__, line))
+    try:
+        items.close()  # type: ignore[attr-defined]
+    except KeyboardInterrupt:
+        pass  # raised once the helper is reaped
+    finally:
+        sys.settrace(None)
+    assert children_of_this_process() == children
+    assert _open_files() == files
+
+
+def test_a_fork_refused_with_a_ctrl_c_waiting_closes_every_file(monkeypatch) -> None:
+    """No process to fork (EAGAIN) while a Ctrl-C waits, held: the files are closed
+    before the Ctrl-C is let through."""
+    files = _open_files()
+
+    def refused() -> int:
+        os.kill(os.getpid(), signal.SIGINT)  # waits: SIGINT is held while forking
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refused)
+    with pytest.raises(KeyboardInterrupt):
+        _made(10)
+    assert _open_files() == files
+
+
+def test_a_fork_that_fails_otherwise_is_raised_with_ctrl_c_let_through_again(monkeypatch):
+    """A fork that fails with another error than the system's (Python refusing to fork
+    at shutdown, say) is raised; Ctrl-C works again and no file stays open."""
+    files = _open_files()
+
+    def refused() -> int:
+        raise RuntimeError("can't fork at interpreter shutdown")
+
+    monkeypatch.setattr(os, "fork", refused)
+    with pytest.raises(RuntimeError, match="can't fork"):
+        _made(10)
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    assert _open_files() == files
+
+
 @pytest.mark.parametrize("setting", ["small", "one process"])
 def test_no_helper_where_it_does_not_pay_or_is_not_wanted(setting: str, monkeypatch) -> None:
     if setting == "small":
@@ -244,3 +345,26 @@ def test_an_older_schemas_sessions_summarized_beside_are_summarized_as_here(monk
                 made[way] = msgspec.to_builtins(list(each_summary(store, all_sessions=True)))
     assert made["beside"] == made["alone"]
     assert any(summary["cost"] for summary in made["alone"])  # summed from the messages
+
+
+def test_an_older_schemas_totals_are_summed_once_before_the_helper_starts(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The helper shares the totals this process summed from the messages (its rows are
+    made with the same ones), rather than summing them again from a later snapshot."""
+    older = SAMPLES / "legacy_mixed" / "older" / "opencode.db"
+    readers = tmp_path / "readers"
+    summed = Store._message_totals
+
+    def noted(store: Store) -> object:
+        if store._totals is None:  # read now, not shared
+            with readers.open("a") as file:
+                file.write(f"{os.getpid()}\n")
+        return summed(store)
+
+    monkeypatch.setattr(Store, "_message_totals", noted)
+    monkeypatch.setattr(beside, "HERE", 0)
+    monkeypatch.setattr(beside, "THERE", 1)
+    with Store(older) as store:
+        list(each_summary(store, all_sessions=True))
+    assert readers.read_text().split() == [str(os.getpid())]

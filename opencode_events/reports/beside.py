@@ -84,10 +84,10 @@ def made_beside(
     rows = iter(rows)
     here = HERE if here is None else here
     helped = THERE if helped is None else helped
-    helper = _Helper.start(there, encode) if worker_count(jobs, min_jobs=MIN_JOBS) > 1 else None
-    if helper is None:
+    if worker_count(jobs, min_jobs=MIN_JOBS) < 2:
         yield from map(make, rows)
         return
+    helper: _Helper | None = None
     rounds: list[tuple[list[Row], list[Row], bool]] = []  # rows here, rows there, sent
 
     def hand_over() -> None:
@@ -98,6 +98,7 @@ def made_beside(
             rounds.append((mine, theirs, sent))
 
     try:
+        helper = _Helper.start(there, encode)  # inside the try: a Ctrl-C after it stops it
         for _ in range(_AHEAD):
             hand_over()
         while rounds:
@@ -149,12 +150,14 @@ class _Helper:
             up_r, up_w = os.pipe()
             opened += (up_r, up_w)
             pid = os.fork()
-        except OSError:
-            _hold(signal.SIGINT, held)
-            for fd in opened:
+        except BaseException as exc:
+            for fd in opened:  # closed before a held Ctrl-C may be raised
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            return None
+            _hold(signal.SIGINT, held)
+            if isinstance(exc, OSError):
+                return None
+            raise
         rows, items = opened[0:2], opened[2:4]
         if pid == 0:  # the helper: never returns into the caller's code
             code = 1
@@ -209,13 +212,17 @@ class _Helper:
         return items, learned
 
     def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.waitpid(self.pid, 0)
-        for fd in (self.down, self.up, *self.rows, *self.items):
+        held = _hold(signal.SIGINT)  # a second Ctrl-C waits till the helper is reaped
+        try:
             with contextlib.suppress(OSError):
-                os.close(fd)
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(self.pid, 0)
+            for fd in (self.down, self.up, *self.rows, *self.items):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        finally:
+            _hold(signal.SIGINT, held)
 
 
 def _serve(

@@ -1053,6 +1053,7 @@ def each_summary(
             if entry is not None:
                 entry.written, entry.written_known = written, True
 
+    store.read_row_totals()  # before the helper is forked: the totals it makes rows with
     try:
         yield from made_beside(
             store.each_session(top_level=not all_sessions, cells=True),  # rows made there

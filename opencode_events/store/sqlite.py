@@ -583,6 +583,14 @@ class Store:
                 row = row._replace(**totals[row.id])
         return row
 
+    def read_row_totals(self) -> None:
+        """Read now, once, what ``session_row`` adds to every row: an older schema's totals,
+        summed from its messages (nothing for OpenCode's schema). A copy made after it by
+        ``reopen`` (a forked helper's) shares them, instead of summing them again from the
+        snapshot it reads later."""
+        if self.totals_from_messages:
+            self._message_totals()
+
     def _message_totals(self) -> dict[str, dict[str, Any]]:
         """session id → its totals, summed from its assistant messages by the one rule
         (``figures``), as the legacy store sums them; read once."""
