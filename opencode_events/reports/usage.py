@@ -2887,6 +2887,7 @@ def _kept_of(
     kept = _Kept(entries, set(), set(), copy_ids, copy_prints, set(), set(), found)
     if dedupe:
         held = {sid: entries.decoded(_ENTRY, entry) for sid, entry in entries.picked.items()}
+        entries.picked.clear()
         reading = forks if entries.count and forks is not None else None
         if reading is not None:
             kept.forks.update(reading)
@@ -2894,19 +2895,24 @@ def _kept_of(
             kept.copy_ids.add(mid)
             kept.copy_prints.add(fingerprint)
             kept.copy_times.add(created)  # the row's column: what the scan compares
+        # Let go before the entries are folded and the workers forked: the forks' entries,
+        # read again with the others, held every copied inference (20 MB at 100,000
+        # sessions, where a fork copies its whole history).
+        held.clear()
     copy_times = kept.copy_times
     times = sorted({t for t in map(_whole_ms, copy_times) if t is not None})
     since, until = window
     windowed = since is not None or until is not None
     # Fewer entries than would spare the report reading every session: none is used.
     folds = not _reads_all(len(owner) - entries.count, len(owner))
-    seen: set[str] = set()
+    # The sessions passed over (neither used nor counting nothing): with those two, every
+    # session met, so that one met twice is found without a set of them all.
+    passed: set[str] = set()
     for sid, entry in entries.each():
         if sid not in owner:
             continue
-        if sid in seen:  # a session twice: never a ledger of ours
+        if sid in kept.used or sid in kept.empty or sid in passed:  # never a ledger of ours
             raise ValueError(f"session {sid!r} twice in the ledger")
-        seen.add(sid)
         # All time, nearly every entry is used: decoded whole at once, not its span first.
         whole = entries.decoded(_ENTRY, entry) if folds and not windowed else None
         span = entries.decoded(_ENTRY_HEAD, entry).span if whole is None else whole.span
@@ -2915,6 +2921,7 @@ def _kept_of(
             if at < len(times) and times[at] <= span.high:  # a copy's time in its span
                 days = entries.decoded(_ENTRY_TIMES, entry).days
                 if not all(copy_times.isdisjoint(_ints(day.times)) for day in days):
+                    passed.add(sid)
                     continue
         counts = _counts_in(span, since, until) if windowed else True
         if counts is True:
@@ -2923,6 +2930,8 @@ def _kept_of(
                 fold(sid, entries.decoded(_ENTRY, entry) if whole is None else whole)
         elif counts is False:
             kept.empty.add(sid)
+        else:
+            passed.add(sid)
     return kept
 
 
