@@ -3713,3 +3713,63 @@ def test_the_collector_pause_is_the_process_s_and_ends_with_the_last_report() ->
         assert not gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(max_size=40),
+        st.none() | st.text(max_size=40) | st.integers(-(2**63), 2**64 - 1) | st.binary(max_size=8),
+        max_size=40,
+    ),
+    st.sampled_from([0, 15, 16, 65_535, 65_536]),
+)
+def test_a_map_encoded_as_its_pairs_come_is_the_dict_encoded(pairs, more) -> None:
+    """``encoded_map`` (a memo's basis of every session's parent, written without the
+    dict): the bytes the dict encodes to, at every size of MessagePack's map heads."""
+    pairs = {**pairs, **{f"ses_{n:06}": None for n in range(more)}}
+    encoded = report_cache.encoded_map(iter(pairs.items()))
+    assert bytes(encoded) == msgspec.msgpack.encode(pairs)
+    assert msgspec.msgpack.encode([1, encoded]) == msgspec.msgpack.encode([1, pairs])
+
+
+def test_a_basis_no_memo_can_hold_keeps_no_memo_and_is_no_traceback(tmp_path, monkeypatch):
+    """A parent id MessagePack cannot hold (SQLite gives none: a store of another kind
+    might): the report is written, and no memo kept (the next one is made again)."""
+    db = _odd_database(tmp_path, [], [])
+    root = tmp_path / "cache"
+    with open_store(db) as store:
+        expected = _written(store, "json", None, all_sessions=True)
+        rows = list(store.each_session_parent())
+        monkeypatch.setattr(store, "each_session_parent", lambda: iter([*rows, ("x", object())]))
+        assert _written(store, "json", ReportCache.open(store, root=root), all_sessions=True) == (
+            expected
+        )
+    assert not list(root.rglob("memo-*"))
+
+
+def test_a_memo_kept_from_its_spool_is_the_memo_of_the_report_held_whole(tmp_path) -> None:
+    """A report of every session kept as it is made (its memo written in pieces, its basis
+    encoded from the rows) is, item for item and basis for basis, the memo of the same
+    report held whole (``remember``)."""
+    db = _odd_database(tmp_path, [("fork", True, 3, "fork")], [])
+    request = sessions_module._request(None, None, True, True, None)
+    found = {}
+    for way in ("spooled", "whole"):
+        root = tmp_path / way
+        with open_store(db) as store:
+            cache = ReportCache.open(store, root=root)
+            if way == "spooled":
+                _written(store, "json", cache, all_sessions=True)
+            else:
+                report = sessions_report(store, all_sessions=True)
+                basis = [cache.stamps, store.session_parents()]
+                cache.remember("sessions", request, report, sessions_module._checks({}), basis)
+        with open_store(db) as store:
+            cache = ReportCache.open(store, root=root)
+            kept = cache.recall("sessions", request, SessionsReport, lambda checks: True)
+            basis = cache.recalled_basis("sessions", request, lambda checks: True)
+        assert kept is not None and basis is not None
+        found[way] = (msgspec.to_builtins(kept.sessions), basis)
+    assert found["spooled"] == found["whole"]
+    assert len(found["whole"][1][1]) > 1  # every session's parent

@@ -96,6 +96,7 @@ __all__ = [
     "LedgerEntries",
     "KeptPieces",
     "appended",
+    "encoded_map",
     "read_at",
     "write_at",
 ]
@@ -683,6 +684,13 @@ class ReportCache:
     def _sealed(self, body: bytes) -> bytes:
         """A whole ``_Header`` of ``body``: the head, the body, the body's CRC-32."""
         return self._head() + body + _ENCODER.encode(zlib.crc32(body))
+
+    def _sealed_pieces(self, body: list[bytes | bytearray]) -> list[bytes | bytearray]:
+        """``_sealed`` of the pieces of ``body`` joined, in pieces: the same bytes."""
+        check = 0
+        for piece in body:
+            check = zlib.crc32(piece, check)
+        return [self._head(), *body, _ENCODER.encode(check)]
 
     def _write(self, name: str, body: bytes | Iterable[bytes]) -> None:
         """Write ``name``: the header, then ``body``, its bytes or pieces of them written as
@@ -1656,27 +1664,32 @@ class MemoSpool(_Spool):
             return
         try:
             cache = self._cache
+            # The head in pieces, never joined: at 100,000 sessions its basis and keys are
+            # megabytes, and each copy of them was held at the run's peak.
             try:
                 start = bytearray(_ENCODER.encode((self._request, checks)))
                 token = os.urandom(8)
                 count = sum(group[0] for group in self._groups)
-                keys = b"\xc0" if self._keys is None else _array_head(count) + self._keys
-                end = (
-                    _ENCODER.encode((basis, self._groups, self._sizes.tobytes()))[1:]
-                    + keys
-                    + _ENCODER.encode(token)
-                )
+                keys = [b"\xc0"] if self._keys is None else [_array_head(count), self._keys]
+                end = [
+                    _ENCODER.encode(basis),
+                    _ENCODER.encode(self._groups),
+                    _ENCODER.encode(memoryview(self._sizes).cast("B")),
+                    *keys,
+                    _ENCODER.encode(token),
+                ]
             except UNENCODABLE:
                 return
             start[0] += 6  # fixarray of 2 (0x92) → of 8: value, basis, groups, … token
             # The value's head, as bytes (its items follow the whole head, in the file:
             # ``_read_memo``), so that the head is whole without them.
             value = _ENCODER.encode(_list_head(self._field, count))
-            head = cache._sealed(bytes(start) + value + end)
+            head = cache._sealed_pieces([start, value, *end])
             name = _memo_name(self._kind, self._request)
             cache._forget(name)
             cache._kept[name] = (checks, token)
-            cache._replace(name, [len(head).to_bytes(8, "big"), head], self._spooled())
+            length = sum(len(piece) for piece in head)
+            cache._replace(name, [length.to_bytes(8, "big"), *head], self._spooled())
         finally:
             self.discard()
 
@@ -1726,6 +1739,31 @@ def _list_head(field: str, length: int) -> bytes:
     """The encoding of a struct of one field ``field``, a list of ``length`` items, up to
     its items (a ``MemoSpool``'s report)."""
     return b"\x81" + _ENCODER.encode(field) + _array_head(length)
+
+
+def encoded_map(pairs: Iterable[tuple[Any, Any]]) -> msgspec.Raw:
+    """The MessagePack map of ``pairs``, the bytes a dict of them encodes to (keys in the
+    order given, each once), encoded as they come: a memo's basis of every session's
+    parent is written without a dict of 100,000 sessions held (15 MB). Raises as encoding
+    does (``UNENCODABLE``)::
+
+        basis = [stamps, encoded_map(store.each_session_parent())]
+    """
+    body = bytearray()
+    encode_into = _ENCODER.encode_into
+    count = 0
+    for key, value in pairs:
+        encode_into(key, body, -1)
+        encode_into(value, body, -1)
+        count += 1
+    if count < 16:
+        head = bytes((0x80 | count,))
+    elif count < 1 << 16:
+        head = b"\xde" + count.to_bytes(2, "big")
+    else:
+        head = b"\xdf" + count.to_bytes(4, "big")
+    body[0:0] = head
+    return msgspec.Raw(body)
 
 
 def _array_head(length: int) -> bytes:

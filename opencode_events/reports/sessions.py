@@ -68,7 +68,7 @@ from ..store.rows import (
 )
 from ..store.sqlite import Store
 from .beside import made_beside
-from .cache import KeptPieces, MemoSpool, ReportCache
+from .cache import UNENCODABLE, KeptPieces, MemoSpool, ReportCache, encoded_map
 from .mcp import mcp_server_of
 from .spend import written_spend
 from .undone import pending_reverts, undone_figures
@@ -1518,7 +1518,7 @@ def _every_session(
 ) -> tuple[
     Iterator[SessionSummary],
     dict[str | None, Sequence[str]],
-    Callable[[], dict[Any, Any]] | None,
+    Callable[[], Any] | None,
     Container[str] | None,
 ]:
     """The summaries of every session (or every top-level one), each as it is asked for:
@@ -1567,7 +1567,8 @@ def _every_session(
             let_go=True,
         )
         made = iter(listed)
-    return made, servers, lambda: store.session_parents(), None  # parents: for a memo
+    # every session's parent, for a memo's basis: encoded as the rows come, never a dict
+    return made, servers, lambda: encoded_map(store.each_session_parent()), None
 
 
 def write_sessions(
@@ -1641,7 +1642,7 @@ def _write_made(
     request: list[Any],
     form: str,
     servers: dict[str | None, Sequence[str]],
-    parents: Callable[[], dict[Any, Any]],
+    parents: Callable[[], Any],
     read_again: Container[str] | None = None,
 ) -> None:
     """Write ``render(summaries)``, the summaries of every session as they are made; with
@@ -1690,7 +1691,11 @@ def _write_spooled(
     spool = cache.rendering("sessions", request, form, ahead=True)
     try:
         _write_pieces(pieces(memo), out, spool)
-        kept = kept_with()
+        try:
+            kept = kept_with()
+        except (*UNENCODABLE, TypeError):  # a basis no memo can hold (an id of no type
+            # MessagePack has, from a store of another kind: ``encoded_map``): none kept
+            kept = False
         if kept:
             memo.keep(*kept)
             if spool is not None:
@@ -1784,13 +1789,13 @@ def _remember(
     request: list[Any],
     report: SessionsReport,
     servers: dict[str | None, Sequence[str]],
-    parents: dict[Any, Any] | None,
+    parents: Any,
 ) -> None:
     """Keep ``report`` as the memo of ``request``, with what it consulted of the MCP
-    configuration; a report of every session (``parents``: each session's parent) also with
-    its *basis*, each session's stamp and parent, from which the next report reads only the
-    sessions that changed and those above them (``_bring_up``). A busy session
-    would turn stale with the clock alone: such a report is not kept."""
+    configuration; a report of every session (``parents``: each session's parent, a dict or
+    ``encoded_map``'s) also with its *basis*, each session's stamp and parent, from which the
+    next report reads only the sessions that changed and those above them (``_bring_up``). A
+    busy session would turn stale with the clock alone: such a report is not kept."""
     if any(s.state == BUSY for s in report.sessions):
         return
     checks = _checks(servers)

@@ -1033,6 +1033,11 @@ class Store:
             self._loops = _loops_among(parents.items())
         return parents
 
+    def each_session_parent(self) -> Iterator[tuple[Any, Any]]:
+        """(session id, its parent id) of every session, as stored, as they are read:
+        ``session_parents`` without the dict (nor the loops among them)."""
+        return self._query("SELECT id, parent_id FROM session")
+
     def plainly_ordered(self) -> bool:
         """Whether every session's ``time_updated`` is an integer (what OpenCode writes), so
         that sorting the rows as read gives ``sessions()``'s order, as SQLite sorts them."""
