@@ -1749,7 +1749,7 @@ def encoded_map(pairs: Iterable[tuple[Any, Any]]) -> msgspec.Raw:
 
         basis = [stamps, encoded_map(store.each_session_parent())]
     """
-    body = bytearray()
+    body = bytearray(5)  # room for the longest head, written once the pairs are counted
     encode_into = _ENCODER.encode_into
     count = 0
     for key, value in pairs:
@@ -1762,8 +1762,9 @@ def encoded_map(pairs: Iterable[tuple[Any, Any]]) -> msgspec.Raw:
         head = b"\xde" + count.to_bytes(2, "big")
     else:
         head = b"\xdf" + count.to_bytes(4, "big")
-    body[0:0] = head
-    return msgspec.Raw(body)
+    start = 5 - len(head)
+    body[start:5] = head
+    return msgspec.Raw(memoryview(body)[start:])
 
 
 def _array_head(length: int) -> bytes:

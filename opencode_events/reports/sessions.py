@@ -1474,7 +1474,9 @@ def sessions_report(
         )
         report = SessionsReport(sessions=list(summaries))
         if cache is not None and parents is not None:
-            _remember(cache, request, report, servers, parents())
+            basis = _parents_now(parents)
+            if basis is not None:
+                _remember(cache, request, report, servers, basis)
         return report
     if cache is not None:
         kept = cache.recall("sessions", request, SessionsReport, _still_configured(mcp_servers))
@@ -1665,14 +1667,21 @@ def _write_made(
             memo.add_item(summary, from_memo=unchanged, key=_ACTIVITY(summary))
             yield summary
 
-    _write_spooled(
-        lambda memo: render(kept_as_made(memo)),
-        out,
-        cache,
-        request,
-        form,
-        lambda: not busy and [_checks(servers), [cache.stamps, parents()]],
-    )
+    def kept_with() -> Any:
+        basis = None if busy else _parents_now(parents)
+        return basis is not None and [_checks(servers), [cache.stamps, basis]]
+
+    _write_spooled(lambda memo: render(kept_as_made(memo)), out, cache, request, form, kept_with)
+
+
+def _parents_now(parents: Callable[[], Any]) -> Any:
+    """Every session's parent for a memo's basis (``parents()``: a dict, or
+    ``encoded_map``'s bytes, encoded as the rows come); None when no memo can hold it (an
+    id of a type MessagePack has not, from a store of another kind): no memo is kept."""
+    try:
+        return parents()
+    except (*UNENCODABLE, TypeError):
+        return None
 
 
 def _write_spooled(
@@ -1691,11 +1700,7 @@ def _write_spooled(
     spool = cache.rendering("sessions", request, form, ahead=True)
     try:
         _write_pieces(pieces(memo), out, spool)
-        try:
-            kept = kept_with()
-        except (*UNENCODABLE, TypeError):  # a basis no memo can hold (an id of no type
-            # MessagePack has, from a store of another kind: ``encoded_map``): none kept
-            kept = False
+        kept = kept_with()
         if kept:
             memo.keep(*kept)
             if spool is not None:
