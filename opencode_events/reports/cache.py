@@ -683,29 +683,22 @@ class ReportCache:
 
     def _sealed(self, body: bytes) -> bytes:
         """A whole ``_Header`` of ``body``: the head, the body, the body's CRC-32."""
-        return self._head() + body + _ENCODER.encode(zlib.crc32(body))
+        return b"".join(self._sealed_pieces([body]))
 
-    def _sealed_pieces(self, body: list[bytes | bytearray]) -> list[bytes | bytearray]:
-        """``_sealed`` of the pieces of ``body`` joined, in pieces: the same bytes."""
+    def _sealed_pieces(self, body: Iterable[bytes | bytearray]) -> Iterator[bytes | bytearray]:
+        """``_sealed`` of the pieces of ``body`` joined, in pieces as they come (a large
+        memo's are never joined): the head, the pieces, their CRC-32 summed as they go."""
+        yield self._head()
         check = 0
         for piece in body:
             check = zlib.crc32(piece, check)
-        return [self._head(), *body, _ENCODER.encode(check)]
+            yield piece
+        yield _ENCODER.encode(check)
 
     def _write(self, name: str, body: bytes | Iterable[bytes]) -> None:
         """Write ``name``: the header, then ``body``, its bytes or pieces of them written as
         they come (a large memo is never copied whole once more), then their sum."""
-        pieces = [body] if isinstance(body, bytes) else body
-
-        def summed() -> Iterator[bytes]:
-            yield self._head()
-            check = 0
-            for piece in pieces:
-                check = zlib.crc32(piece, check)
-                yield piece
-            yield _ENCODER.encode(check)
-
-        self._replace(name, summed())
+        self._replace(name, self._sealed_pieces([body] if isinstance(body, bytes) else body))
 
     def _replace(
         self, name: str, pieces: Iterable[bytes], tail: Rendition | None = None, end: bytes = b""
@@ -1684,7 +1677,7 @@ class MemoSpool(_Spool):
             # The value's head, as bytes (its items follow the whole head, in the file:
             # ``_read_memo``), so that the head is whole without them.
             value = _ENCODER.encode(_list_head(self._field, count))
-            head = cache._sealed_pieces([start, value, *end])
+            head = list(cache._sealed_pieces([start, value, *end]))
             name = _memo_name(self._kind, self._request)
             cache._forget(name)
             cache._kept[name] = (checks, token)
