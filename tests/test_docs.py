@@ -275,7 +275,7 @@ _MODULE = re.compile(r"`(opencode_events(?:\.[a-z_]+)+)`")
 def _named_modules() -> list[tuple[str, str]]:
     found = []
     for doc in DOCS:
-        if doc.name == "performance.md":  # a record of what was, names and all
+        if doc.name == "performance-log.md":  # a record of what was, names and all
             continue
         for number, line in enumerate(doc.read_text().splitlines(), 1):
             for name in _MODULE.findall(line):
@@ -317,6 +317,6 @@ def _help_options(command: click.Command) -> list[str]:
 def test_every_option_of_every_command_is_in_the_docs(name):
     """Every option ``--help`` lists is written in some doc (a weak check: where is the
     reader's to find; tables and summaries that leave one out are caught by review)."""
-    text = "\n".join(doc.read_text() for doc in DOCS if doc.name != "performance.md")
+    text = "\n".join(doc.read_text() for doc in DOCS if doc.name != "performance-log.md")
     missing = [opt for opt in _help_options(cli.commands[name]) if opt not in text]
     assert not missing, f"{name}: {missing} in --help, in no doc"
