@@ -177,26 +177,41 @@ def test_every_way_sessions_reads_the_messages_finds_the_prompt_awaiting_its_rep
     assert found == [expected] * len(found)
 
 
+@pytest.mark.parametrize("spelling", ["opencode", "spaced"])
 def test_the_count_of_every_message_leaves_only_sessions_maybe_in_flight_to_read(
-    tmp_path: Path,
+    tmp_path: Path, spelling: str
 ) -> None:
     """`sessions` of many sessions reads the newest messages only of the sessions its count
     of every message says may be in flight (its cost): none of the finished captures, a
     shell command's prompt (written `{"time":…,"role":"user",…}`) among them; the session
-    whose newest message is a prompt, once cut so."""
+    whose newest message is a prompt, once cut so. The same of a store whose every message
+    a writer spaced as json.dumps does (`{"role": "user", …}`), which the count reads with
+    a spaced writer's patterns once it met a prompt OpenCode's missed, and only then."""
     import opencode_events.reports.sessions as summary_module
 
     db = merged_captures(tmp_path / "opencode.db", ("serve_shell", "continue3", "task", "text"))
+    if spelling == "spaced":
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT id, data FROM message").fetchall()
+            conn.executemany(
+                "UPDATE message SET data = ? WHERE id = ?",
+                [(json.dumps(json.loads(data)), mid) for mid, data in rows],
+            )
+        conn.close()
+    asked: list[str] = []
 
     def maybe_in_flight() -> set[str]:
         counts: dict = {}
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
             (low, high) = conn.execute("SELECT min(rowid), max(rowid) + 1 FROM message").fetchone()
+            conn.set_trace_callback(asked.append)
             summary_module._count_message_range(conn, low, high, counts)
         conn.close()
         return {sid for sid, (_turns, _inferences, maybe) in counts.items() if maybe}
 
     assert maybe_in_flight() == set()
+    spaced_patterns = [sql for sql in asked if '"role": "user", *' in sql]
+    assert bool(spaced_patterns) == (spelling == "spaced")
     with Store(SAMPLES / "continue3" / "opencode.db") as store:
         waiting = store.newest_session()
     cut_after_the_newest_prompt(db, waiting)

@@ -605,14 +605,29 @@ class _PartRange:
 # the newest row by ``time_created`` (a prompt on a tie) has the greatest
 # ``time_created * 2 + prompt``. A group whose prompts are not all written so (as many as
 # the decoded rows say), or that holds a message neither a prompt nor a reply, counts as
-# maybe in flight: its newest messages are read (``_judge_staleness``).
+# maybe in flight: its newest messages are read (``_judge_staleness``). Once a group shows
+# prompts the patterns missed (a writer that spaces its JSON, as json.dumps does), the rest
+# of the range is read with a spaced writer's patterns too (``_SPACED``): with OpenCode's
+# own spelling alone they would cost a tenth more of the query for nothing; without them,
+# every session of such a store would be read again.
 _MESSAGE_CHUNK = 1024  # rowids
 _PROMPT = """(data GLOB '{"role":"user",*' OR data GLOB '{"time":{"created":*},"role":"user",*')"""
-_MESSAGES_BY_SESSION = (
-    "SELECT session_id, count(*), CAST(group_concat(data, ']' || char(10) || '[') AS BLOB), "
-    f"sum({_PROMPT}), max(time_created * 2 + {_PROMPT}) "
-    "FROM message WHERE rowid >= ? AND rowid < ? GROUP BY session_id"
+_SPACED_PROMPT = (
+    _PROMPT[:-1] + """ OR data GLOB '{"role": "user", *'"""
+    """ OR data GLOB '{"time": {"created": *}, "role": "user", *')"""
 )
+
+
+def _messages_by_session(prompt: str) -> str:
+    return (
+        "SELECT session_id, count(*), CAST(group_concat(data, ']' || char(10) || '[') AS BLOB), "
+        f"sum({prompt}), max(time_created * 2 + {prompt}) "
+        "FROM message WHERE rowid >= ? AND rowid < ? GROUP BY session_id"
+    )
+
+
+_MESSAGES_BY_SESSION = _messages_by_session(_PROMPT)
+_SPACED = _messages_by_session(_SPACED_PROMPT)
 _MESSAGES_OF_SESSION = (
     "SELECT time_created, CAST(data AS BLOB) FROM message "
     "WHERE session_id = ? AND rowid >= ? AND rowid < ?"
@@ -637,43 +652,62 @@ def _count_message_range(
 ) -> None:
     """Add the turns, inferences and in-flight of the messages with rowid in [low, high)
     (``errors``: what ``conn``, sqlite3's or apsw's, raises)."""
-    for start in range(low, high, _MESSAGE_CHUNK):
+    query = _MESSAGES_BY_SESSION
+    start = low
+    while start < high:
         end = min(start + _MESSAGE_CHUNK, high)
         try:
-            groups = conn.execute(_MESSAGES_BY_SESSION, (start, end)).fetchall()
+            groups = conn.execute(query, (start, end)).fetchall()
         except errors:  # e.g. a session's rows joined beyond SQLite's length limit
             _count_rows(conn, start, end, counts)
+            start = end
             continue
-        redo = []
-        for sid, rows, joined, prompts, newest in groups:
-            if sid is None:
-                continue
-            try:
-                messages = _GROUPED.decode_lines(b"[" + joined + b"]") if joined else ()
-            except (msgspec.DecodeError, RecursionError):
-                messages = ()
-            if len(messages) != rows:
-                redo.append(sid)
-                continue
-            views = list(map(_FIRST, messages))
-            roles = list(map(_ROLE, views))
-            inferences, turns = roles.count("assistant"), roles.count("user")
-            running = bool(inferences) and _RUNNING in zip(
-                roles, map(_COMPLETED, views), strict=True
-            )
-            if turns and not running:  # the newest a prompt, or not known
-                running = (
-                    prompts != turns
-                    or turns + inferences != rows
-                    or type(newest) is not int
-                    or bool(newest & 1)
-                )
+        counted, missed, redo = _counted_groups(groups)
+        if missed and query is _MESSAGES_BY_SESSION:
+            query = _SPACED  # this chunk again, and the rest of the range so
+            continue
+        for sid, turns, inferences, running in counted:
             _add_messages(counts, sid, turns, inferences, running)
         for sid in redo:
             view = _MessageCounter()
             for created, data in conn.execute(_MESSAGES_OF_SESSION, (sid, start, end)):
                 _count_message(view, data, created)
             _add_messages(counts, sid, view.turns, view.inferences, view.maybe_in_flight())
+        start = end
+
+
+def _counted_groups(
+    groups: list[tuple[Any, ...]],
+) -> tuple[list[tuple[str, int, int, bool]], bool, list[str]]:
+    """A chunk's sessions counted from their grouped rows (``_MESSAGES_BY_SESSION``): each
+    one's (id, turns, inferences, maybe in flight); whether a group held prompts the SQL
+    patterns missed; and the sessions whose rows did not decode as a group (read again)."""
+    counted, redo = [], []
+    missed = False
+    for sid, rows, joined, prompts, newest in groups:
+        if sid is None:
+            continue
+        try:
+            messages = _GROUPED.decode_lines(b"[" + joined + b"]") if joined else ()
+        except (msgspec.DecodeError, RecursionError):
+            messages = ()
+        if len(messages) != rows:
+            redo.append(sid)
+            continue
+        views = list(map(_FIRST, messages))
+        roles = list(map(_ROLE, views))
+        inferences, turns = roles.count("assistant"), roles.count("user")
+        running = bool(inferences) and _RUNNING in zip(roles, map(_COMPLETED, views), strict=True)
+        if turns and not running:  # the newest a prompt, or not known
+            missed = missed or (type(prompts) is int and prompts < turns)
+            running = (
+                prompts != turns
+                or turns + inferences != rows
+                or type(newest) is not int
+                or bool(newest & 1)
+            )
+        counted.append((sid, turns, inferences, running))
+    return counted, missed, redo
 
 
 def _count_rows(conn: Any, start: int, end: int, counts: MessageCounts) -> None:
