@@ -911,10 +911,10 @@ def evict_others(keep: Path) -> None:
     the cache beside the one measured, and the kernel, short of memory, would push out the
     measured one's pages (read once, just now) first: our runs read the file after the
     peer's copy is written, so they would meet a colder cache than the peer does."""
-    for path in OUT.rglob("*.db"):
-        if path.resolve() != keep.resolve():
-            with contextlib.suppress(OSError):
-                evict(path)
+    found = {path.resolve() for folder in (OUT, GROWTH_DIR) for path in folder.rglob("*.db")}
+    for path in found - {keep.resolve()}:
+        with contextlib.suppress(OSError):
+            evict(path)
 
 
 def bench_shapes(shapes: list[str]) -> dict:

@@ -611,14 +611,12 @@ class _PartRange:
 # own spelling alone they would cost a tenth more of the query for nothing; without them,
 # every session of such a store would be read again.
 _MESSAGE_CHUNK = 1024  # rowids
-_PROMPT = """(data GLOB '{"role":"user",*' OR data GLOB '{"time":{"created":*},"role":"user",*')"""
-_SPACED_PROMPT = (
-    _PROMPT[:-1] + """ OR data GLOB '{"role": "user", *'"""
-    """ OR data GLOB '{"time": {"created": *}, "role": "user", *')"""
-)
+_PROMPTS = ('{"role":"user",*', '{"time":{"created":*},"role":"user",*')  # OpenCode's
+_SPACED_PROMPTS = ('{"role": "user", *', '{"time": {"created": *}, "role": "user", *')
 
 
-def _messages_by_session(prompt: str) -> str:
+def _messages_by_session(*prompts: str) -> str:
+    prompt = "(" + " OR ".join(f"data GLOB '{pattern}'" for pattern in prompts) + ")"
     return (
         "SELECT session_id, count(*), CAST(group_concat(data, ']' || char(10) || '[') AS BLOB), "
         f"sum({prompt}), max(time_created * 2 + {prompt}) "
@@ -626,8 +624,8 @@ def _messages_by_session(prompt: str) -> str:
     )
 
 
-_MESSAGES_BY_SESSION = _messages_by_session(_PROMPT)
-_SPACED = _messages_by_session(_SPACED_PROMPT)
+_MESSAGES_BY_SESSION = _messages_by_session(*_PROMPTS)
+_SPACED = _messages_by_session(*_PROMPTS, *_SPACED_PROMPTS)
 _MESSAGES_OF_SESSION = (
     "SELECT time_created, CAST(data AS BLOB) FROM message "
     "WHERE session_id = ? AND rowid >= ? AND rowid < ?"
